@@ -1,0 +1,201 @@
+// Command bench measures skippr against baselines taken in the same run and prints a Markdown table for
+// BENCHMARKS.md. Run it with `make bench`.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/skippr-dev/skippr/engine/pipeline"
+	"github.com/skippr-dev/skippr/engine/wal"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/datagen/gen"
+)
+
+func main() {
+	rows := flag.Int64("rows", 5_000_000, "rows for the boundary benchmark")
+	e2eRows := flag.Int64("e2e-rows", 1_000_000, "rows for the end-to-end benchmark")
+	binDir := flag.String("bin", "bin", "directory with skippr-plugin-datagen and skippr-plugin-testdest")
+	flag.Parse()
+	ctx := context.Background()
+	fmt.Printf("# skippr benchmarks — %s, %d cores, %s\n\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version())
+	fmt.Println("| benchmark | rows | rows/s | MB/s | notes |")
+	fmt.Println("|---|---:|---:|---:|---|")
+	settings := []byte(fmt.Sprintf(`{"seed": 1, "rows": %d, "batch_size": 65536}`, *rows))
+
+	inRows, inBytes, inDur := inProcess(ctx, settings)
+	row("datagen batches, in-process (baseline)", inRows, inBytes, inDur, "generate + Arrow IPC encode, no boundary")
+	bRows, bBytes, bDur := boundary(ctx, filepath.Join(*binDir, "skippr-plugin-datagen"), settings)
+	row("datagen → host across the plugin boundary", bRows, bBytes, bDur, fmt.Sprintf("go-plugin gRPC + AutoMTLS, 1 MiB chunks; %.0f%% of in-process", 100*float64(bRows)/bDur.Seconds()/(float64(inRows)/inDur.Seconds())))
+
+	e2e(ctx, *binDir, *e2eRows)
+	fmt.Printf("\npeak RSS: bench process (engine side) %s, plugin processes (largest) %s\n", mib(peakRSS()), mib(childrenPeakRSS()))
+}
+
+func row(name string, rows, bytes int64, d time.Duration, note string) {
+	mbs := "—"
+	if bytes > 0 {
+		mbs = fmt.Sprintf("%.1f", float64(bytes)/d.Seconds()/1e6)
+	}
+	fmt.Printf("| %s | %d | %.0f | %s | %s |\n", name, rows, float64(rows)/d.Seconds(), mbs, note)
+}
+
+// countingEmitter encodes like the plugin side does, and stops reading when the source says it is idle.
+type countingEmitter struct {
+	rows, bytes int64
+	cancel      func()
+}
+
+func (e *countingEmitter) Batch(_ context.Context, _ string, rec arrow.RecordBatch) error {
+	b, err := protocol.EncodeRecord(memory.DefaultAllocator, rec)
+	if err != nil {
+		return err
+	}
+	e.rows += rec.NumRows()
+	e.bytes += int64(len(b))
+	return nil
+}
+func (e *countingEmitter) SchemaChange(context.Context, serve.Stream) error { return nil }
+func (e *countingEmitter) Checkpoint(_ context.Context, cp serve.Checkpoint) error {
+	if cp.Idle {
+		e.cancel()
+	}
+	return nil
+}
+
+func inProcess(ctx context.Context, settings []byte) (int64, int64, time.Duration) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e := &countingEmitter{cancel: cancel}
+	start := time.Now()
+	src := &gen.Source{Version: "bench"}
+	if err := src.Read(ctx, serve.ReadRequest{Settings: settings}, e); err != nil && ctx.Err() == nil {
+		log.Fatal(err)
+	}
+	return e.rows, e.bytes, time.Since(start)
+}
+
+func startPlugin(ctx context.Context, path string) *client.Client {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		log.Fatalf("%v (run `make build` first)", err)
+	}
+	sum := sha256.Sum256(b)
+	c, err := client.Start(ctx, client.Config{Path: path, SHA256: sum[:]})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return c
+}
+
+func boundary(ctx context.Context, bin string, settings []byte) (int64, int64, time.Duration) {
+	c := startPlugin(ctx, bin)
+	defer c.Kill()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	rs, err := c.Read(ctx, settings, nil, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var rows, bytes int64
+	for {
+		m, err := rs.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		if m.Batch != nil {
+			rows += m.Batch.Rows
+			bytes += int64(len(m.Batch.IPC))
+		}
+		if m.Checkpoint != nil && m.Checkpoint.Idle {
+			break
+		}
+	}
+	return rows, bytes, time.Since(start)
+}
+
+// e2e runs datagen → local WAL → testdest, once with apply paused (the ledger alone) and once end to end.
+func e2e(ctx context.Context, binDir string, rows int64) {
+	settings := []byte(fmt.Sprintf(`{"seed": 2, "rows": %d, "batch_size": 10000, "update_ratio": 0.2, "delete_ratio": 0.05}`, rows))
+	for _, paused := range []bool{true, false} {
+		src := startPlugin(ctx, filepath.Join(binDir, "skippr-plugin-datagen"))
+		dst := startPlugin(ctx, filepath.Join(binDir, "skippr-plugin-testdest"))
+		walDir, _ := os.MkdirTemp("", "skippr-bench-wal-")
+		outDir, _ := os.MkdirTemp("", "skippr-bench-out-")
+		l, err := wal.Open(ctx, "file://"+walDir, wal.Options{})
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := l.Acquire(ctx); err != nil {
+			log.Fatal(err)
+		}
+		var last pipeline.Status
+		start := time.Now()
+		err = pipeline.Run(ctx, pipeline.Config{
+			Name:         "bench",
+			Source:       pipeline.Endpoint[pipeline.Source]{Name: "gen", Plugin: src, Settings: settings},
+			Destinations: []pipeline.Endpoint[pipeline.Destination]{{Name: "sink", Plugin: dst, Settings: []byte(fmt.Sprintf(`{"dir": %q}`, outDir))}},
+			Log:          l, ExactlyOnce: true, ApplyPaused: paused, Once: true,
+			OnStatus: func(s pipeline.Status) { last = s },
+		})
+		d := time.Since(start)
+		if err != nil {
+			log.Fatal(err)
+		}
+		l.Close()
+		src.Kill()
+		dst.Kill()
+		os.RemoveAll(walDir)
+		os.RemoveAll(outDir)
+		name, note := "datagen → WAL (local, apply paused)", fmt.Sprintf("%d WAL entries, default group commit", last.WAL.LastCommitted)
+		if !paused {
+			name, note = "datagen → WAL → testdest (end to end)", "testdest JSON-encodes every row and fsyncs each apply; 20% updates, 5% deletes"
+		}
+		row(name, last.RowsCommitted, 0, d, note)
+	}
+}
+
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			f := strings.Fields(line)
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func childrenPeakRSS() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return ru.Maxrss << 10
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.0f MiB", float64(n)/(1<<20)) }

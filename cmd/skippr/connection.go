@@ -1,0 +1,51 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/pluginhost"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+)
+
+// started is a connection's running plugin with its validated settings.
+type started struct {
+	conn     *config.Connection
+	client   *client.Client
+	spec     *pluginv1.SpecResponse
+	settings []byte
+}
+
+// startConnection starts a connection's plugin and validates its settings against the plugin's JSON Schema.
+// The caller kills the plugin.
+func startConnection(ctx context.Context, host *pluginhost.Host, cn *config.Connection) (*started, error) {
+	cl, _, err := host.Start(ctx, hostConnection(cn))
+	if err != nil {
+		return nil, withCode(registryExitCode(err), err)
+	}
+	spec, err := cl.Spec(ctx)
+	if err != nil {
+		cl.Kill()
+		return nil, err
+	}
+	if spec.Name != cn.Plugin && cn.Path == "" {
+		cl.Kill()
+		return nil, withCode(exitVerify, fmt.Errorf("connection %s: the binary installed as plugin %s says it is %q", cn.Name, cn.Plugin, spec.Name))
+	}
+	if err := config.ValidateSettings(cn, spec.SettingsSchema); err != nil {
+		cl.Kill()
+		return nil, withCode(exitUsage, err)
+	}
+	settings, err := cn.SettingsJSON()
+	if err != nil {
+		cl.Kill()
+		return nil, withCode(exitUsage, fmt.Errorf("connection %s: %w", cn.Name, err))
+	}
+	return &started{conn: cn, client: cl, spec: spec, settings: settings}, nil
+}
+
+func (s *started) hasKind(k pluginv1.Kind) bool {
+	return s.spec.Kind == k || s.spec.Kind == pluginv1.Kind_KIND_BOTH
+}

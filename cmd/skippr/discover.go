@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/urfave/cli/v2"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+)
+
+type discoveredField struct {
+	Name     string `json:"name"`
+	Type     string `json:"type"`
+	Nullable bool   `json:"nullable"`
+}
+
+type discoveredStream struct {
+	Name       string            `json:"name"`
+	PrimaryKey []string          `json:"primary_key"`
+	Modes      []string          `json:"modes"`
+	SchemaID   string            `json:"schema_id"`
+	Fields     []discoveredField `json:"fields"`
+}
+
+func discoverCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:      "discover",
+		Usage:     "list a source connection's streams and their schemas",
+		ArgsUsage: "CONNECTION",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"},
+			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return withCode(exitUsage, fmt.Errorf("discover: want one connection name"))
+			}
+			cfg, err := loadConfig(g)
+			if err != nil {
+				return err
+			}
+			cn, ok := cfg.Connection(c.Args().First())
+			if !ok {
+				return withCode(exitUsage, fmt.Errorf("no connection %q in %s (known: %v)", c.Args().First(), cfg.Path, cfg.ConnectionNames()))
+			}
+			host, err := newHost(c, g, cfg, c.Bool("offline"))
+			if err != nil {
+				return err
+			}
+			s, err := startConnection(c.Context, host, cn)
+			if err != nil {
+				return err
+			}
+			defer s.client.Kill()
+			if !s.hasKind(pluginv1.Kind_KIND_SOURCE) {
+				return withCode(exitUsage, fmt.Errorf("connection %s: plugin %s is not a source", cn.Name, cn.Plugin))
+			}
+			streams, err := s.client.Discover(c.Context, s.settings)
+			if err != nil {
+				return err
+			}
+			var out []discoveredStream
+			for _, st := range streams {
+				sc, err := protocol.DecodeSchema(memory.DefaultAllocator, st.ArrowSchema)
+				if err != nil {
+					return fmt.Errorf("stream %s: %w", st.Name, err)
+				}
+				ds := discoveredStream{Name: st.Name, PrimaryKey: st.PrimaryKey, SchemaID: st.SchemaId}
+				for _, m := range st.Modes {
+					ds.Modes = append(ds.Modes, strings.ToLower(strings.TrimPrefix(m.String(), "SYNC_MODE_")))
+				}
+				for _, f := range change.DataFields(sc) {
+					ds.Fields = append(ds.Fields, discoveredField{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})
+				}
+				out = append(out, ds)
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			for _, ds := range out {
+				fmt.Fprintf(c.App.Writer, "stream %s  key (%s)  modes %s\n", ds.Name, strings.Join(ds.PrimaryKey, ", "), strings.Join(ds.Modes, ", "))
+				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				for _, f := range ds.Fields {
+					null := "not null"
+					if f.Nullable {
+						null = "null"
+					}
+					fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Name, f.Type, null)
+				}
+				tw.Flush()
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/pluginhost"
+	"github.com/skippr-dev/skippr/registry"
+)
+
+// loadConfig reads the pipeline config; its errors already name file, line and key.
+func loadConfig(g *globals) (*config.Config, error) {
+	cfg, err := config.Load(g.ConfigPath, os.LookupEnv)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, withCode(exitUsage, fmt.Errorf("config %s not found (set --config or SKIPPR_CONFIG)", g.ConfigPath))
+		}
+		return nil, withCode(exitUsage, err)
+	}
+	return cfg, nil
+}
+
+func lockPath(g *globals) string { return filepath.Join(filepath.Dir(g.ConfigPath), "skippr.lock") }
+
+// configRegistries converts the config's registries; key files are relative to the config's directory.
+func configRegistries(cfg *config.Config) ([]registry.Registry, error) {
+	var out []registry.Registry
+	for _, r := range cfg.Registries {
+		reg := registry.Registry{URL: r.URL}
+		for _, k := range r.Keys {
+			pk, err := registry.ParsePublicKey(k)
+			if err != nil {
+				return nil, withCode(exitUsage, fmt.Errorf("%s: registries: %s: key: %w", r.Pos, r.URL, err))
+			}
+			reg.Keys = append(reg.Keys, pk)
+		}
+		for _, f := range r.KeyFiles {
+			if !filepath.IsAbs(f) {
+				f = filepath.Join(cfg.Dir, f)
+			}
+			pk, err := registry.ReadPublicKeyFile(f)
+			if err != nil {
+				return nil, withCode(exitUsage, fmt.Errorf("%s: registries: %s: key file: %w", r.Pos, r.URL, err))
+			}
+			reg.Keys = append(reg.Keys, pk)
+		}
+		out = append(out, reg)
+	}
+	return out, nil
+}
+
+// newHost builds the plugin host for a config: registries from the config first, then the user's trust store,
+// then the project's own registry.
+func newHost(c *cli.Context, g *globals, cfg *config.Config, offline bool) (*pluginhost.Host, error) {
+	fromConfig, err := configRegistries(cfg)
+	if err != nil {
+		return nil, err
+	}
+	trusted, err := registry.ReadTrustStore(g.Home)
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	rc, err := registry.New(registry.Options{
+		Home:       g.Home,
+		Registries: registry.MergeRegistries(fromConfig, trusted, []registry.Registry{registry.DefaultRegistry()}),
+		Protocols:  pluginhost.Protocols,
+		Progress:   c.App.ErrWriter,
+		Log:        g.Log,
+	})
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	return &pluginhost.Host{
+		Installer: rc,
+		LockPath:  lockPath(g),
+		Offline:   offline,
+		Logger:    g.Log,
+		PluginLog: hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: c.App.ErrWriter, Level: hclog.Warn}),
+	}, nil
+}
+
+func hostConnection(cn *config.Connection) pluginhost.Connection {
+	return pluginhost.Connection{Name: cn.Name, Plugin: cn.Plugin, Constraint: cn.Version, Path: cn.Path}
+}
+
+// registryExitCode maps registry errors to exit codes.
+func registryExitCode(err error) int {
+	switch {
+	case errors.Is(err, registry.ErrChecksum), errors.Is(err, registry.ErrSignature), errors.Is(err, registry.ErrLockMismatch):
+		return exitVerify
+	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrUnreachable), errors.Is(err, registry.ErrIncompatible), errors.Is(err, registry.ErrNotInstalled):
+		return exitNotFound
+	case errors.Is(err, registry.ErrInvalid):
+		return exitUsage
+	}
+	return exitFailure
+}

@@ -1,0 +1,122 @@
+// Command skippr is the engine's command line: plugins, registries, pipelines and the WAL.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Exit codes. Scripts rely on these, so they never change meaning.
+const (
+	exitOK       = 0
+	exitFailure  = 1 // the work failed (a plugin error, a WAL error, a destination error)
+	exitUsage    = 2 // bad flags, bad config, unknown names: fix the input and run again
+	exitNotFound = 3 // a plugin, version or registry that does not exist or cannot be reached
+	exitVerify   = 4 // checksum, signature or lock-file verification failed
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0-dev"
+
+// globals carries what every command shares; commands read it instead of package state.
+type globals struct {
+	ConfigPath string // path to skippr.yml
+	Home       string // $SKIPPR_HOME: installed plugins, state
+	Log        *slog.Logger
+}
+
+// exitError carries an exit code through urfave/cli to main.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{code: code, err: err}
+}
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr *os.File) int {
+	g := &globals{}
+	app := newApp(g)
+	app.Writer = stdout
+	app.ErrWriter = stderr
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := app.RunContext(ctx, args)
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "skippr: %v\n", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	var ce cli.ExitCoder
+	if errors.As(err, &ce) {
+		return ce.ExitCode()
+	}
+	return exitFailure
+}
+
+func defaultHome() string {
+	if h := os.Getenv("SKIPPR_HOME"); h != "" {
+		return h
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".skippr")
+	}
+	return ".skippr"
+}
+
+func newApp(g *globals) *cli.App {
+	return &cli.App{
+		Name:                 "skippr",
+		Usage:                "continuous change-data-capture ingest through a write-ahead log",
+		Version:              version,
+		EnableBashCompletion: true,
+		ExitErrHandler:       func(*cli.Context, error) {}, // run() prints and maps exit codes
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "skippr.yml", EnvVars: []string{"SKIPPR_CONFIG"}, Usage: "pipeline configuration file"},
+			&cli.StringFlag{Name: "home", Value: defaultHome(), EnvVars: []string{"SKIPPR_HOME"}, Usage: "directory for installed plugins and local state"},
+			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SKIPPR_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SKIPPR_LOG_FORMAT"}, Usage: "text or json"},
+		},
+		Before: func(c *cli.Context) error {
+			g.ConfigPath = c.String("config")
+			g.Home = c.String("home")
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+				return withCode(exitUsage, fmt.Errorf("--log-level: %w", err))
+			}
+			opts := &slog.HandlerOptions{Level: lvl}
+			switch c.String("log-format") {
+			case "json":
+				g.Log = slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts))
+			case "text":
+				g.Log = slog.New(slog.NewTextHandler(c.App.ErrWriter, opts))
+			default:
+				return withCode(exitUsage, fmt.Errorf("--log-format %q: want text or json", c.String("log-format")))
+			}
+			return nil
+		},
+		Commands: commands(g),
+	}
+}

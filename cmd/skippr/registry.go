@@ -1,0 +1,203 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/skippr-dev/skippr/registry"
+)
+
+// registryCommand is `skippr registry`: publish plugins into a registry folder and trust registries.
+func registryCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "registry",
+		Usage: "publish plugins into a registry folder, and trust registries",
+		Description: `A registry is a folder of static files: index.json, its signature index.json.sig and the plugin
+binaries. Serve it from any web server or bucket, or use it as file:///path. Publishing:
+
+  skippr registry keygen --out keys/
+  skippr registry add reg/ ./skippr-plugin-echo --name echo --version 1.0.0 --os linux --arch amd64
+  skippr registry sign reg/ --key keys/skippr-ed25519.key
+
+Using it (once per machine, or list it under registries: in the config):
+
+  skippr registry trust https://example.com/reg --key skippr-ed25519.pub`,
+		Subcommands: []*cli.Command{
+			registryKeygenCommand(),
+			registryAddCommand(),
+			registrySignCommand(),
+			registryTrustCommand(g),
+			registryYankCommand(),
+		},
+	}
+}
+
+func registryKeygenCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "keygen",
+		Usage:     "create a signing key pair",
+		ArgsUsage: " ",
+		Description: `Writes DIR/` + registry.PrivateKeyFile + ` (mode 0600: keep it secret, it signs your index) and
+DIR/` + registry.PublicKeyFile + ` (publish it: users trust your registry with it). Never overwrites a key.`,
+		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "directory for the key files (required)"}},
+		Action: func(c *cli.Context) error {
+			if _, err := commandArgs(c); err != nil {
+				return err
+			}
+			if err := requireFlags(c, "out"); err != nil {
+				return err
+			}
+			pub, priv, id, err := registry.Keygen(c.String("out"))
+			if err != nil {
+				return withCode(exitFailure, err)
+			}
+			fmt.Fprintf(c.App.Writer, "key id %s\n  private: %s (keep secret)\n  public:  %s\n", id, priv, pub)
+			return nil
+		},
+	}
+}
+
+func registryAddCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "add",
+		Usage:     "add a plugin binary to a registry folder",
+		ArgsUsage: "DIR ARTIFACT",
+		Description: `Copies ARTIFACT to DIR/<name>/<version>/<os>_<arch>/skippr-plugin-<name>, records its size and sha256
+in DIR/index.json and deletes DIR/index.json.sig (sign again afterwards). For a binary of this machine's platform
+the protocol versions and kind are read by running ARTIFACT --skippr-plugin-info, and name and version must
+match; for another platform give --protocol and --kind. A published version's bytes never change: adding
+different bytes for an existing version and platform fails.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "name", Usage: "plugin name (required)"},
+			&cli.StringFlag{Name: "version", Usage: "plugin version, semver (required)"},
+			&cli.StringFlag{Name: "os", Usage: "target GOOS (default: this machine's)"},
+			&cli.StringFlag{Name: "arch", Usage: "target GOARCH (default: this machine's)"},
+			&cli.IntSliceFlag{Name: "protocol", Usage: "protocol version the binary speaks (repeatable; required for another platform)"},
+			&cli.StringFlag{Name: "kind", Usage: "source, destination or both (required for another platform)"},
+		},
+		Action: func(c *cli.Context) error {
+			args, err := commandArgs(c)
+			if err != nil {
+				return err
+			}
+			if len(args) != 2 {
+				return withCode(exitUsage, fmt.Errorf("registry add: want DIR ARTIFACT, got %d arguments", len(args)))
+			}
+			if err := requireFlags(c, "name", "version"); err != nil {
+				return err
+			}
+			art, err := registry.Add(c.Context, registry.AddRequest{
+				Dir: args[0], Artifact: args[1],
+				Name: c.String("name"), Version: c.String("version"),
+				OS: c.String("os"), Arch: c.String("arch"),
+				ProtocolVersions: c.IntSlice("protocol"), Kind: c.String("kind"),
+			})
+			if err != nil {
+				return withCode(registryExitCode(err), err)
+			}
+			fmt.Fprintf(c.App.Writer, "added %s (%d bytes, sha256 %s)\nindex.json changed: run `skippr registry sign %s --key KEYFILE`\n", art.URL, art.Size, art.SHA256, args[0])
+			return nil
+		},
+	}
+}
+
+func registrySignCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "sign",
+		Usage:     "sign a registry folder's index.json",
+		ArgsUsage: "DIR",
+		Description: `Writes DIR/index.json.sig, an ed25519 signature over the exact bytes of DIR/index.json. Signatures by
+other keys already in the file are kept, so signing with an old and a new key rotates keys without breaking
+users who trust only one of them.`,
+		Flags: []cli.Flag{&cli.StringFlag{Name: "key", Usage: "private key file from `skippr registry keygen` (required)"}},
+		Action: func(c *cli.Context) error {
+			args, err := commandArgs(c)
+			if err != nil {
+				return err
+			}
+			if len(args) != 1 {
+				return withCode(exitUsage, fmt.Errorf("registry sign: want DIR, got %d arguments", len(args)))
+			}
+			if err := requireFlags(c, "key"); err != nil {
+				return err
+			}
+			id, err := registry.Sign(args[0], c.String("key"))
+			if err != nil {
+				return withCode(registryExitCode(err), err)
+			}
+			fmt.Fprintf(c.App.Writer, "signed %s/%s with key %s\n", args[0], registry.IndexFile, id)
+			return nil
+		},
+	}
+}
+
+func registryTrustCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:      "trust",
+		Usage:     "trust a registry and its signing key",
+		ArgsUsage: "URL",
+		Description: `Records URL with the public key(s) in $SKIPPR_HOME/trust.json. Plugins are then installed from it
+when its index is signed by one of its keys. Registries are consulted in the order they were first trusted.
+URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoint=URL&path_style=true&anonymous=true].`,
+		Flags: []cli.Flag{&cli.StringSliceFlag{Name: "key", Usage: "public key file (required, repeatable)"}},
+		Action: func(c *cli.Context) error {
+			args, err := commandArgs(c)
+			if err != nil {
+				return err
+			}
+			if len(args) != 1 {
+				return withCode(exitUsage, fmt.Errorf("registry trust: want URL, got %d arguments", len(args)))
+			}
+			if err := requireFlags(c, "key"); err != nil {
+				return err
+			}
+			var keys []registry.PublicKey
+			for _, f := range c.StringSlice("key") {
+				k, err := registry.ReadPublicKeyFile(f)
+				if err != nil {
+					return withCode(exitUsage, fmt.Errorf("--key: %w", err))
+				}
+				keys = append(keys, k)
+			}
+			r, err := registry.Trust(g.Home, args[0], keys...)
+			if err != nil {
+				return withCode(registryExitCode(err), err)
+			}
+			fmt.Fprintf(c.App.Writer, "trusting %s with key", r.URL)
+			for _, k := range r.Keys {
+				fmt.Fprintf(c.App.Writer, " %s", k.ID())
+			}
+			fmt.Fprintln(c.App.Writer)
+			return nil
+		},
+	}
+}
+
+func registryYankCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "yank",
+		Usage:     "withdraw a published version",
+		ArgsUsage: "DIR NAME VERSION",
+		Description: `Marks VERSION as yanked with a reason users will see. New installs skip it unless they pin it exactly;
+lock files that pin it still install it, with a warning. The binaries stay. Sign the index again afterwards.`,
+		Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why the version was withdrawn (required)"}},
+		Action: func(c *cli.Context) error {
+			args, err := commandArgs(c)
+			if err != nil {
+				return err
+			}
+			if len(args) != 3 {
+				return withCode(exitUsage, fmt.Errorf("registry yank: want DIR NAME VERSION, got %d arguments", len(args)))
+			}
+			if err := requireFlags(c, "reason"); err != nil {
+				return err
+			}
+			if err := registry.Yank(args[0], args[1], args[2], c.String("reason")); err != nil {
+				return withCode(registryExitCode(err), err)
+			}
+			fmt.Fprintf(c.App.Writer, "yanked %s %s\nindex.json changed: run `skippr registry sign %s --key KEYFILE`\n", args[1], args[2], args[0])
+			return nil
+		},
+	}
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/skippr-dev/skippr/engine/pipeline"
+)
+
+// pipelineStatus is one row of `skippr status`.
+type pipelineStatus struct {
+	Pipeline string `json:"pipeline"`
+	Running  bool   `json:"running"`
+	// Live is the runner's last published status; nil when the pipeline never ran on this host.
+	Live *pipeline.Status `json:"live,omitempty"`
+	// WAL is read from the log itself, so it is right even when nothing runs.
+	WAL struct {
+		URL              string `json:"url"`
+		Entries          int    `json:"entries"`
+		Bytes            int64  `json:"bytes"`
+		LastCommitted    uint64 `json:"last_committed"`
+		ReclaimedThrough uint64 `json:"reclaimed_through"`
+		Holder           string `json:"holder,omitempty"`
+		Error            string `json:"error,omitempty"`
+	} `json:"wal"`
+}
+
+func statusCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:      "status",
+		Usage:     "show each pipeline's WAL depth, committed and applied points, source progress and lag",
+		ArgsUsage: "[PIPELINE...]",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
+		Action: func(c *cli.Context) error {
+			cfg, err := loadConfig(g)
+			if err != nil {
+				return err
+			}
+			pipes, err := selectPipelines(cfg, c.Args().Slice())
+			if err != nil {
+				return err
+			}
+			var out []pipelineStatus
+			for _, p := range pipes {
+				ps := pipelineStatus{Pipeline: p.Name}
+				ps.WAL.URL = p.WAL.URL
+				if b, err := os.ReadFile(statusFile(g.Home, p.Name)); err == nil {
+					var st pipeline.Status
+					if json.Unmarshal(b, &st) == nil {
+						ps.Live = &st
+						ps.Running = processAlive(st.PID) && st.State != "stopped"
+					}
+				} else if !errors.Is(err, fs.ErrNotExist) {
+					return err
+				}
+				if wl, err := openWAL(c.Context, p, g.Log); err != nil {
+					ps.WAL.Error = err.Error()
+				} else if h, err := wl.Head(c.Context); err != nil {
+					ps.WAL.Error = err.Error()
+				} else {
+					ps.WAL.Entries, ps.WAL.Bytes, ps.WAL.LastCommitted, ps.WAL.ReclaimedThrough, ps.WAL.Holder = h.Entries, h.Bytes, h.LastSeq, h.ReclaimedThrough, h.Holder
+				}
+				out = append(out, ps)
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.App.Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "PIPELINE\tSTATE\tWAL ENTRIES\tWAL BYTES\tCOMMITTED\tRECLAIMED\tAPPLIED\tSOURCE\tLAG")
+			for _, ps := range out {
+				state, applied, source, lag := "stopped", "-", "-", "-"
+				if ps.Live != nil {
+					if ps.Running {
+						state = ps.Live.State
+					}
+					applied = ""
+					for i, d := range ps.Live.Destinations {
+						if i > 0 {
+							applied += ","
+						}
+						applied += fmt.Sprintf("%s=%d", d.Name, d.LastApplied)
+					}
+					if s := ps.Live.Source; s.RowsTotal > 0 {
+						source = fmt.Sprintf("%d/%d (%.1f%%)", s.RowsDone, s.RowsTotal, 100*float64(s.RowsDone)/float64(s.RowsTotal))
+					} else if s.RowsDone > 0 {
+						source = fmt.Sprint(s.RowsDone)
+					}
+					lag = (time.Duration(ps.Live.Source.LagMS) * time.Millisecond).String()
+					if ps.Live.Backpressure && ps.Running {
+						state += " (backpressure)"
+					}
+				}
+				if ps.WAL.Error != "" {
+					state += " (WAL: " + ps.WAL.Error + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", ps.Pipeline, state, ps.WAL.Entries, ps.WAL.Bytes, ps.WAL.LastCommitted, ps.WAL.ReclaimedThrough, applied, source, lag)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	return p.Signal(syscall.Signal(0)) == nil
+}

@@ -1,0 +1,206 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-version"
+)
+
+// Defaults applied by Load when a key is absent. doc.go explains each one.
+const (
+	DefaultDelivery            = ExactlyOnce
+	DefaultGroupCommitMaxBytes = 8 << 20 // 8MiB
+	DefaultGroupCommitMaxDelay = 200 * time.Millisecond
+	DefaultMaxUnappliedBytes   = 1 << 30 // 1GiB
+)
+
+// RedactedValue replaces every settings value that came from ${…} when settings are
+// rendered for logs.
+const RedactedValue = "<redacted>"
+
+// Config is one loaded skippr.yml. Slices keep file order.
+type Config struct {
+	// Path is the file as it was named to Load; every error and Pos uses it.
+	Path string
+	// Dir is the absolute directory of Path; relative paths in the file resolve against it.
+	Dir string
+
+	Registries  []*Registry
+	Connections []*Connection
+	Pipelines   []*Pipeline
+
+	pos map[string]Pos
+}
+
+// Connection returns the connection with the given name.
+func (c *Config) Connection(name string) (*Connection, bool) {
+	for _, conn := range c.Connections {
+		if conn.Name == name {
+			return conn, true
+		}
+	}
+	return nil, false
+}
+
+// Pipeline returns the pipeline with the given name.
+func (c *Config) Pipeline(name string) (*Pipeline, bool) {
+	for _, p := range c.Pipelines {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return nil, false
+}
+
+// ConnectionNames lists the connection names in file order.
+func (c *Config) ConnectionNames() []string {
+	names := make([]string, len(c.Connections))
+	for i, conn := range c.Connections {
+		names[i] = conn.Name
+	}
+	return names
+}
+
+// Pos returns where a key came from. keyPath uses the same spelling as errors:
+// "pipelines.orders.wal.group_commit.max_bytes", "pipelines.orders.destinations[1]",
+// "connections.gen.settings.tables[0].name"; keys that are not plain words are quoted:
+// `connections.gen.settings["a.b"]`. Only keys present in the file have a position.
+func (c *Config) Pos(keyPath string) (Pos, bool) {
+	p, ok := c.pos[keyPath]
+	return p, ok
+}
+
+// Registry is a plugin registry the config trusts, with the public keys that sign it.
+type Registry struct {
+	// URL is normalized: file:///absolute/dir for local registries (relative paths were resolved
+	// against the config directory), otherwise the http(s) URL as written.
+	URL string
+	// Keys are inline public keys, as written.
+	Keys []string
+	// KeyFiles are absolute paths of public key files. They are not read here.
+	KeyFiles []string
+	Pos      Pos
+}
+
+// Connection is a named, configured plugin instance.
+type Connection struct {
+	Name   string
+	Plugin string
+	// Version is the constraint as written ("~> 0.1"); "" accepts any version.
+	Version string
+	// Constraints is Version parsed; nil when Version is "".
+	Constraints version.Constraints
+	// Path is an absolute path to a local plugin binary that overrides the registry
+	// (unverified); "" when not set.
+	Path     string
+	Settings Settings
+	Pos      Pos
+}
+
+// SettingsJSON returns the interpolated settings as a JSON object, keys in file order,
+// ready to hand to the plugin. It contains secrets: never log it.
+func (c *Connection) SettingsJSON() ([]byte, error) {
+	b, err := c.Settings.JSON()
+	if err != nil {
+		return nil, fmt.Errorf("connection %s: settings: %w", c.Name, err)
+	}
+	return b, nil
+}
+
+// Delivery is a pipeline's delivery guarantee.
+type Delivery string
+
+const (
+	ExactlyOnce Delivery = "exactly-once"
+	AtLeastOnce Delivery = "at-least-once"
+)
+
+// Pipeline moves changes from one source connection to one or more destinations through a WAL.
+type Pipeline struct {
+	Name         string
+	Source       string   // a connection name; Load checked it exists
+	Destinations []string // connection names, at least one, no duplicates
+	Streams      []string // empty means every stream the source discovers
+	Delivery     Delivery
+	WAL          WALConfig
+	Apply        ApplyConfig
+	Pos          Pos
+}
+
+// WALConfig says where and how a pipeline's write-ahead log is written.
+type WALConfig struct {
+	// URL is normalized: file:///absolute/dir or s3://bucket/prefix.
+	URL string
+	// Scheme is "file" or "s3".
+	Scheme string
+	// Dir is the absolute WAL directory when Scheme is "file".
+	Dir string
+	// Bucket and Prefix locate the WAL when Scheme is "s3". Prefix has no leading or
+	// trailing slash and may be empty.
+	Bucket, Prefix string
+	S3             S3Config
+	GroupCommit    GroupCommit
+	// MaxUnappliedBytes bounds committed-but-not-applied WAL bytes; the source is
+	// back-pressured beyond it.
+	MaxUnappliedBytes int64
+	Pos               Pos
+}
+
+// S3Config tunes the S3 client for an s3:// WAL. Zero values defer to the AWS SDK's
+// usual configuration chain (environment, shared config, instance metadata).
+type S3Config struct {
+	Endpoint  string // e.g. http://127.0.0.1:9000 for MinIO; "" = AWS
+	Region    string
+	PathStyle bool
+}
+
+// GroupCommit batches WAL appends into one durable write.
+type GroupCommit struct {
+	MaxBytes int64
+	MaxDelay time.Duration
+}
+
+// ApplyConfig controls the loop that hands committed WAL batches to destinations.
+type ApplyConfig struct {
+	// Paused stops applying; the source keeps writing to the WAL up to MaxUnappliedBytes.
+	Paused bool
+}
+
+// Pos is where a key (or list item) sits in a config file.
+type Pos struct {
+	File   string
+	Line   int // 1-based; 0 when unknown
+	Column int // 1-based
+}
+
+func (p Pos) String() string {
+	switch {
+	case p.Line == 0:
+		return p.File
+	case p.Column == 0:
+		return fmt.Sprintf("%s:%d", p.File, p.Line)
+	}
+	return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Column)
+}
+
+// Error is one problem in a config file. Load and ValidateSettings return several of
+// them joined with errors.Join; use errors.As to get the first.
+type Error struct {
+	Pos Pos
+	Key string // key path, e.g. pipelines.orders.delivery; "" for the whole document
+	Msg string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if pos := e.Pos.String(); pos != "" {
+		b.WriteString(pos + ": ")
+	}
+	if e.Key != "" {
+		b.WriteString(e.Key + ": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}

@@ -1,0 +1,94 @@
+// Package testplugins builds the repository's plugin binaries for tests, once per test process, so tests run
+// real plugin processes built from the same source tree.
+package testplugins
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+var (
+	mu    sync.Mutex
+	dir   string
+	built = map[string]string{}
+)
+
+// Main runs the tests and removes the binaries afterwards. Call it from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	mu.Lock()
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
+	mu.Unlock()
+	os.Exit(code)
+}
+
+// Root is the repository root (the directory holding go.work).
+func Root(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			t.Fatalf("no go.work above %s", wd)
+		}
+	}
+}
+
+// Build returns the path of plugins/<name> built as skippr-plugin-<name>.
+func Build(t testing.TB, name string) string {
+	t.Helper()
+	return build(t, name, "skippr-plugin-"+name, filepath.Join("plugins", name), ".")
+}
+
+// BuildSkippr returns the path of the skippr command built from cmd/skippr.
+func BuildSkippr(t testing.TB) string {
+	t.Helper()
+	return build(t, "skippr", "skippr", ".", "./cmd/skippr")
+}
+
+func build(t testing.TB, key, binary, moduleDir, pkg string) string {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if p, ok := built[key]; ok {
+		return p
+	}
+	if dir == "" {
+		d, err := os.MkdirTemp("", "skippr-testplugins-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = d
+	}
+	out := filepath.Join(dir, binary)
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = filepath.Join(Root(t), moduleDir)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", key, err, b)
+	}
+	built[key] = out
+	return out
+}
+
+// SHA256 is the checksum of a file.
+func SHA256(t testing.TB, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(fmt.Errorf("checksum %s: %w", path, err))
+	}
+	s := sha256.Sum256(b)
+	return s[:]
+}

@@ -1,0 +1,96 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/skippr-dev/skippr/engine/wal"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+)
+
+// applyLoop hands committed entries to destination i in sequence order, one Apply per entry.
+func (r *runner) applyLoop(ctx context.Context, i int) error {
+	cfg := r.cfg
+	d := cfg.Destinations[i]
+	for {
+		r.mu.Lock()
+		applied, committed, ch := r.applied[i], r.committed, r.changed
+		r.mu.Unlock()
+		if applied >= committed {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-ch:
+				continue
+			}
+		}
+		entries, err := cfg.Log.Entries(ctx, applied)
+		if err != nil {
+			return fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
+		}
+		for _, e := range entries {
+			if e.Seq != applied+1 {
+				return fmt.Errorf("pipeline %s: destination %s: WAL entry %d follows %d: entries are missing", cfg.Name, d.Name, e.Seq, applied)
+			}
+			frames, err := cfg.Log.ReadSegment(ctx, e)
+			if err != nil {
+				// A corrupt or missing segment stops apply: skipping it would lose data silently.
+				return fmt.Errorf("pipeline %s: destination %s: apply stopped: %w", cfg.Name, d.Name, err)
+			}
+			resp, err := d.Plugin.Apply(ctx, d.Settings, cfg.Name, e.Seq, items(frames))
+			if err != nil {
+				return fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
+			}
+			applied = e.Seq
+			r.log.Debug("applied", "destination", d.Name, "seq", e.Seq, "rows", resp.Rows, "skipped", resp.Skipped)
+			if err := r.advance(ctx, i, e.Seq, resp.Rows); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func items(frames []wal.Frame) []client.ApplyItem {
+	out := make([]client.ApplyItem, 0, len(frames))
+	for _, f := range frames {
+		switch f.Kind {
+		case wal.FrameBatch:
+			out = append(out, client.ApplyItem{Batch: &protocol.Batch{Stream: f.Stream, Rows: f.Rows, IPC: f.Data}})
+		case wal.FrameSchema:
+			out = append(out, client.ApplyItem{Schema: &pluginv1.Stream{Name: f.Stream, ArrowSchema: f.Data}})
+		}
+	}
+	return out
+}
+
+// advance records destination i's progress and reclaims what every destination has applied.
+func (r *runner) advance(ctx context.Context, i int, seq uint64, rows int64) error {
+	r.mu.Lock()
+	r.applied[i] = seq
+	r.status.RowsApplied += rows
+	lo := r.minApplied()
+	reclaim := lo > r.reclaimed
+	r.notify()
+	r.mu.Unlock()
+	if reclaim {
+		// Reclaim is idempotent and safe to race with a concurrent one: both delete only what all applied.
+		if err := r.cfg.Log.Reclaim(ctx, lo); err != nil {
+			return fmt.Errorf("pipeline %s: reclaim through %d: %w", r.cfg.Name, lo, err)
+		}
+		r.mu.Lock()
+		if lo > r.reclaimed {
+			r.reclaimed = lo
+		}
+		for s := range r.sizes {
+			if s <= lo {
+				delete(r.sizes, s)
+			}
+		}
+		r.notify()
+		r.mu.Unlock()
+	}
+	r.publish(false)
+	return nil
+}

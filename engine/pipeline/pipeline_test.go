@@ -1,0 +1,241 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/skippr-dev/skippr/engine/internal/testplugins"
+	"github.com/skippr-dev/skippr/engine/pipeline"
+	"github.com/skippr-dev/skippr/engine/wal"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+)
+
+func TestMain(m *testing.M) { testplugins.Main(m) }
+
+func start(t *testing.T, name string) *client.Client {
+	t.Helper()
+	bin := testplugins.Build(t, name)
+	c, err := client.Start(context.Background(), client.Config{Path: bin, SHA256: testplugins.SHA256(t, bin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Kill)
+	return c
+}
+
+func openLog(t *testing.T, dir string) *wal.Log {
+	t.Helper()
+	l, err := wal.Open(context.Background(), "file://"+dir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// expected reads the source from the beginning until it is idle and folds its rows the way a destination must.
+func expected(t *testing.T, src *client.Client, settings []byte) map[string]map[string]map[string]any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rs, err := src.Read(ctx, settings, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := map[string]map[string]map[string]any{}
+	for {
+		m, err := rs.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Checkpoint != nil && m.Checkpoint.Idle {
+			return tables
+		}
+		if m.Batch == nil {
+			continue
+		}
+		recs, _, err := protocol.DecodeRecords(memory.DefaultAllocator, m.Batch.IPC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			rows, err := filedest.ToRows(m.Batch.Stream, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := filedest.Replay(tables, rows); err != nil {
+				t.Fatal(err)
+			}
+			r.Release()
+		}
+	}
+}
+
+func config(name string, src *client.Client, srcSettings []byte, dst *client.Client, dstSettings []byte, log pipeline.Log) pipeline.Config {
+	return pipeline.Config{
+		Name:         name,
+		Source:       pipeline.Endpoint[pipeline.Source]{Name: "gen", Plugin: src, Settings: srcSettings},
+		Destinations: []pipeline.Endpoint[pipeline.Destination]{{Name: "sink", Plugin: dst, Settings: dstSettings}},
+		Log:          log,
+		ExactlyOnce:  true,
+		MaxDelay:     20 * time.Millisecond,
+		Once:         true,
+	}
+}
+
+func assertExactlyOnce(t *testing.T, outDir, pipelineName string, want map[string]map[string]map[string]any) {
+	t.Helper()
+	st, err := filedest.Load(outDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := st.Sequences[pipelineName]
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Fatalf("applied sequence numbers not contiguous and unique: %v", seqs)
+		}
+	}
+	if !reflect.DeepEqual(st.Tables, want) {
+		for stream, rows := range want {
+			got := st.Tables[stream]
+			t.Errorf("stream %s: destination has %d rows, source produced %d", stream, len(got), len(rows))
+			n := 0
+			for k, v := range rows {
+				if !reflect.DeepEqual(got[k], v) && n < 3 {
+					t.Errorf("key %s: got %v, want %v", k, got[k], v)
+					n++
+				}
+			}
+		}
+		t.FailNow()
+	}
+}
+
+func TestDatagenToFileDestExactlyOnce(t *testing.T) {
+	src, dst := start(t, "datagen"), start(t, "testdest")
+	srcSettings := []byte(`{"seed": 11, "rows": 20000, "batch_size": 700, "nested": true, "update_ratio": 0.2, "delete_ratio": 0.05}`)
+	out := t.TempDir()
+	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, out))
+	log := openLog(t, t.TempDir())
+	cfg := config("orders", src, srcSettings, dst, dstSettings, log)
+	cfg.MaxBatchBytes = 64 << 10 // many entries
+	var last pipeline.Status
+	cfg.OnStatus = func(s pipeline.Status) { last = s }
+	if err := pipeline.Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := expected(t, src, srcSettings)
+	assertExactlyOnce(t, out, "orders", want)
+	if last.WAL.LastCommitted < 5 || last.Destinations[0].LastApplied != last.WAL.LastCommitted {
+		t.Fatalf("status: %+v", last)
+	}
+	if last.WAL.Entries != 0 || last.WAL.ReclaimedThrough != last.WAL.LastCommitted {
+		t.Fatalf("applied entries not reclaimed: %+v", last.WAL)
+	}
+	head, err := log.Head(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(head.LastCheckpoint) != "20000" {
+		t.Fatalf("WAL head checkpoint %q, want 20000", head.LastCheckpoint)
+	}
+	// A second run finds nothing new and duplicates nothing.
+	if err := pipeline.Run(context.Background(), config("orders", src, srcSettings, dst, dstSettings, log)); err != nil {
+		t.Fatal(err)
+	}
+	assertExactlyOnce(t, out, "orders", want)
+}
+
+func TestRefusesExactlyOnceWithoutCapability(t *testing.T) {
+	src, dst := start(t, "datagen"), start(t, "testdest")
+	dstSettings := []byte(fmt.Sprintf(`{"dir": %q, "at_least_once": true}`, t.TempDir()))
+	cfg := config("p", src, []byte(`{"rows": 10}`), dst, dstSettings, openLog(t, t.TempDir()))
+	err := pipeline.Run(context.Background(), cfg)
+	if !errors.Is(err, pipeline.ErrGuarantee) || !strings.Contains(err.Error(), "destination sink cannot honour it") {
+		t.Fatalf("err = %v, want ErrGuarantee naming the destination", err)
+	}
+	cfg.ExactlyOnce = false
+	if err := pipeline.Run(context.Background(), cfg); err != nil {
+		t.Fatalf("at-least-once run: %v", err)
+	}
+}
+
+func TestLostLogIsDetected(t *testing.T) {
+	src, dst := start(t, "datagen"), start(t, "testdest")
+	srcSettings := []byte(`{"rows": 1000, "batch_size": 100}`)
+	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, t.TempDir()))
+	if err := pipeline.Run(context.Background(), config("p", src, srcSettings, dst, dstSettings, openLog(t, t.TempDir()))); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh, empty log for a destination that already holds entries would restart at sequence 1 and have
+	// every new entry skipped as already applied.
+	err := pipeline.Run(context.Background(), config("p", src, srcSettings, dst, dstSettings, openLog(t, t.TempDir())))
+	if !errors.Is(err, pipeline.ErrLogBehind) {
+		t.Fatalf("err = %v, want ErrLogBehind", err)
+	}
+}
+
+func TestCorruptSegmentStopsApply(t *testing.T) {
+	src, dst := start(t, "datagen"), start(t, "testdest")
+	srcSettings := []byte(`{"rows": 3000, "batch_size": 1000}`)
+	out := t.TempDir()
+	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, out))
+	walDir := t.TempDir()
+	log := openLog(t, walDir)
+	cfg := config("p", src, srcSettings, dst, dstSettings, log)
+	cfg.ApplyPaused = true
+	cfg.MaxBatchBytes = 1 // one entry per checkpoint
+	if err := pipeline.Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := log.Entries(context.Background(), 0)
+	if err != nil || len(entries) != 3 {
+		t.Fatalf("entries = %d, %v; want 3", len(entries), err)
+	}
+	// Flip a byte in the second segment.
+	var seg string
+	filepath.WalkDir(walDir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.Contains(p, entries[1].Segment) {
+			seg = p
+		}
+		return nil
+	})
+	if seg == "" {
+		t.Fatalf("segment %s not found under %s", entries[1].Segment, walDir)
+	}
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x55
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ApplyPaused = false
+	err = pipeline.Run(context.Background(), cfg)
+	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprint(entries[1].Seq)) {
+		t.Fatalf("err = %v, want ErrCorrupt naming entry %d", err, entries[1].Seq)
+	}
+	st, err := filedest.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Sequences["p"]; !reflect.DeepEqual(got, []uint64{1}) {
+		t.Fatalf("applied %v; want only entry 1 before the corrupt one", got)
+	}
+}
+

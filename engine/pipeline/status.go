@@ -1,0 +1,77 @@
+package pipeline
+
+import (
+	"time"
+)
+
+// Status is what `skippr status` shows of a running pipeline.
+type Status struct {
+	Pipeline      string              `json:"pipeline"`
+	PID           int                 `json:"pid"`
+	Updated       time.Time           `json:"updated"`
+	State         string              `json:"state"`
+	Backpressure  bool                `json:"backpressure"`
+	WAL           WALStatus           `json:"wal"`
+	Destinations  []DestinationStatus `json:"destinations"`
+	Source        SourceStatus        `json:"source"`
+	RowsCommitted int64               `json:"rows_committed"`
+	RowsApplied   int64               `json:"rows_applied"`
+}
+
+// WALStatus is the log's depth and cut points.
+type WALStatus struct {
+	URL              string `json:"url"`
+	Entries          int    `json:"entries"`
+	Bytes            int64  `json:"bytes"`
+	LastCommitted    uint64 `json:"last_committed"`
+	ReclaimedThrough uint64 `json:"reclaimed_through"`
+	UnappliedBytes   int64  `json:"unapplied_bytes"`
+}
+
+// DestinationStatus is one destination's applied point.
+type DestinationStatus struct {
+	Name        string `json:"name"`
+	LastApplied uint64 `json:"last_applied"`
+}
+
+// SourceStatus is the source's latest checkpoint and progress.
+type SourceStatus struct {
+	Checkpoint string `json:"checkpoint"`
+	RowsDone   int64  `json:"rows_done"`
+	RowsTotal  int64  `json:"rows_total"`
+	LagMS      int64  `json:"lag_ms"`
+	Idle       bool   `json:"idle"`
+}
+
+// publish sends a status snapshot to OnStatus, at most every StatusEvery unless forced.
+func (r *runner) publish(force bool) {
+	if r.cfg.OnStatus == nil {
+		return
+	}
+	r.mu.Lock()
+	now := time.Now()
+	if !force && now.Sub(r.lastStatus) < r.cfg.StatusEvery {
+		r.mu.Unlock()
+		return
+	}
+	r.lastStatus = now
+	s := r.status
+	s.Updated = now
+	s.WAL.LastCommitted = r.committed
+	s.WAL.ReclaimedThrough = r.reclaimed
+	s.WAL.Entries = len(r.sizes)
+	s.WAL.Bytes = 0
+	for _, sz := range r.sizes {
+		s.WAL.Bytes += sz
+	}
+	s.WAL.UnappliedBytes = r.unappliedBytes()
+	if s.Backpressure {
+		s.State = "backpressure"
+	}
+	s.Destinations = nil
+	for i, d := range r.cfg.Destinations {
+		s.Destinations = append(s.Destinations, DestinationStatus{Name: d.Name, LastApplied: r.applied[i]})
+	}
+	r.mu.Unlock()
+	r.cfg.OnStatus(s)
+}

@@ -1,0 +1,122 @@
+// Package pluginhost turns a configured connection into a running, verified plugin process: it finds the
+// binary (installed from a registry and pinned in the lock file, or a local path override), re-checks its
+// checksum, and starts it with nothing of the host's environment.
+package pluginhost
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/skippr-dev/skippr/registry"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+)
+
+// Protocols are the plugin protocol versions this engine speaks.
+var Protocols = []int{protocol.Version}
+
+// Connection names the plugin a connection uses.
+type Connection struct {
+	Name       string // the connection's name in the config
+	Plugin     string // the plugin's name in a registry
+	Constraint string // version constraint
+	Path       string // local override: use this binary, unverified
+}
+
+// Installer installs or finds a pinned plugin; *registry.Client is one.
+type Installer interface {
+	Ensure(ctx context.Context, req registry.EnsureRequest) (registry.Installed, error)
+}
+
+// Binary is a plugin binary ready to start.
+type Binary struct {
+	Path    string
+	Version string
+	SHA256  []byte // nil for an unverified local override
+}
+
+// Host starts plugins.
+type Host struct {
+	Installer Installer
+	LockPath  string
+	Offline   bool
+	Logger    *slog.Logger
+	// PluginLog receives the plugins' own log lines (hclog format); nil discards them.
+	PluginLog    hclog.Logger
+	StartTimeout time.Duration
+}
+
+// Resolve finds the binary of a connection, installing it on first use.
+func (h *Host) Resolve(ctx context.Context, c Connection) (Binary, error) {
+	if c.Path != "" {
+		if _, err := os.Stat(c.Path); err != nil {
+			return Binary{}, fmt.Errorf("connection %s: local plugin path: %w", c.Name, err)
+		}
+		h.logger().Warn("plugin runs from a local path: its checksum is not verified", "connection", c.Name, "path", c.Path)
+		return Binary{Path: c.Path, Version: "local"}, nil
+	}
+	if h.Installer == nil {
+		return Binary{}, fmt.Errorf("connection %s: no registry configured to install plugin %s", c.Name, c.Plugin)
+	}
+	inst, err := h.Installer.Ensure(ctx, registry.EnsureRequest{Name: c.Plugin, Constraint: c.Constraint, LockPath: h.LockPath, Offline: h.Offline})
+	if err != nil {
+		return Binary{}, fmt.Errorf("connection %s: %w", c.Name, err)
+	}
+	sum, err := hex.DecodeString(inst.SHA256)
+	if err != nil {
+		return Binary{}, fmt.Errorf("connection %s: plugin %s: bad checksum %q: %w", c.Name, c.Plugin, inst.SHA256, err)
+	}
+	return Binary{Path: inst.Path, Version: inst.Version, SHA256: sum}, nil
+}
+
+// Start resolves and starts the plugin of a connection.
+func (h *Host) Start(ctx context.Context, c Connection) (*client.Client, Binary, error) {
+	b, err := h.Resolve(ctx, c)
+	if err != nil {
+		return nil, b, err
+	}
+	if b.SHA256 != nil {
+		// go-plugin checks too, but this error says which file and which pin.
+		if err := registry.VerifyFile(b.Path, hex.EncodeToString(b.SHA256)); err != nil {
+			return nil, b, fmt.Errorf("connection %s: refusing to start plugin %s: %w", c.Name, c.Plugin, err)
+		}
+	}
+	cl, err := client.Start(ctx, client.Config{
+		Path:         b.Path,
+		SHA256:       b.SHA256,
+		Env:          pluginEnv(),
+		Protocols:    Protocols,
+		StartTimeout: h.StartTimeout,
+		Logger:       h.PluginLog,
+	})
+	if err != nil {
+		return nil, b, fmt.Errorf("connection %s: %w", c.Name, err)
+	}
+	h.logger().Debug("plugin started", "connection", c.Name, "plugin", c.Plugin, "version", b.Version, "protocol", cl.Protocol)
+	return cl, b, nil
+}
+
+func (h *Host) logger() *slog.Logger {
+	if h.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return h.Logger
+}
+
+// pluginEnv is all a plugin sees of the environment: a temp dir and a time zone. Settings, secrets included,
+// travel in the protocol, already interpolated from the engine's environment.
+func pluginEnv() []string {
+	var env []string
+	for _, k := range []string{"TMPDIR", "TZ"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}

@@ -1,0 +1,43 @@
+package wal
+
+import "errors"
+
+// Sentinel errors. Callers test with errors.Is; the wrapping error names the
+// log, the sequence number and the object involved.
+var (
+	// ErrLocked: another live writer holds the lease (or the lock file).
+	ErrLocked = errors.New("wal locked by another writer")
+	// ErrFenced: this writer lost its lease or another writer committed the
+	// sequence number it wanted; it must stop and reopen.
+	ErrFenced = errors.New("wal writer fenced")
+	// ErrCorrupt: an object's size, CRC-32C or framing is wrong.
+	ErrCorrupt = errors.New("wal data corrupt")
+	// ErrMissing: a commit record names a segment that does not exist.
+	ErrMissing = errors.New("wal object missing")
+	// ErrReclaimed: the caller asked for entries that Reclaim already deleted.
+	ErrReclaimed = errors.New("wal entries reclaimed")
+	// ErrReadOnly: a write was attempted before Acquire.
+	ErrReadOnly = errors.New("wal opened read-only: call Acquire first")
+	// ErrClosed: the Log was closed.
+	ErrClosed = errors.New("wal closed")
+)
+
+// Internal store outcomes; never returned to callers unwrapped.
+var (
+	errNotFound = errors.New("not found")
+	errExists   = errors.New("already exists")
+	errCASLost  = errors.New("precondition failed")
+)
+
+// reasonError carries a precise reason ("crc mismatch: want 1 got 2") while
+// still matching a sentinel with errors.Is, without repeating the sentinel's
+// text in the message.
+type reasonError struct {
+	reason string
+	kind   error
+}
+
+func (e *reasonError) Error() string { return e.reason }
+func (e *reasonError) Unwrap() error { return e.kind }
+
+func corrupt(reason string) error { return &reasonError{reason: reason, kind: ErrCorrupt} }

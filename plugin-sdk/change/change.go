@@ -1,0 +1,154 @@
+// Package change defines how a change row travels: an ordinary Arrow record batch of one stream with two
+// reserved columns, and the stream's primary key in the schema's metadata. plugin-sdk/README.md is the
+// user-facing description; this file is the one definition.
+package change
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// Op is what happened to a row.
+type Op int8
+
+const (
+	// OpRead is a row read by a snapshot: an upsert that is not a change event.
+	OpRead Op = 0
+	// OpInsert is a new row.
+	OpInsert Op = 1
+	// OpUpdate replaces the row with the same key; all columns carry the new values.
+	OpUpdate Op = 2
+	// OpDelete removes the row with the same key; only key columns need values, the rest are null.
+	OpDelete Op = 3
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpRead:
+		return "read"
+	case OpInsert:
+		return "insert"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	}
+	return fmt.Sprintf("op(%d)", int8(o))
+}
+
+const (
+	// OpColumn is the required int8 column holding each row's Op.
+	OpColumn = "_skippr_op"
+	// PosColumn is the optional, nullable utf8 column holding each row's source position (an LSN, a binlog
+	// position, a row counter), for lineage and debugging; ordering comes from the batch order, not from it.
+	PosColumn = "_skippr_pos"
+	// PrimaryKeyMeta is the schema metadata key listing the primary key columns, comma separated.
+	PrimaryKeyMeta = "skippr.primary_key"
+	// ReservedPrefix marks columns that belong to the protocol, not to the user's data.
+	ReservedPrefix = "_skippr_"
+)
+
+// OpField and PosField are the reserved fields as sources should declare them.
+var (
+	OpField  = arrow.Field{Name: OpColumn, Type: arrow.PrimitiveTypes.Int8}
+	PosField = arrow.Field{Name: PosColumn, Type: arrow.BinaryTypes.String, Nullable: true}
+)
+
+// Schema builds a change schema: the data fields, then the reserved columns, with the primary key recorded.
+func Schema(fields []arrow.Field, primaryKey []string) *arrow.Schema {
+	all := append(append([]arrow.Field{}, fields...), OpField, PosField)
+	md := arrow.NewMetadata([]string{PrimaryKeyMeta}, []string{strings.Join(primaryKey, ",")})
+	return arrow.NewSchema(all, &md)
+}
+
+// PrimaryKey returns the key columns recorded in the schema, nil when the stream has none.
+func PrimaryKey(s *arrow.Schema) []string {
+	v, ok := s.Metadata().GetValue(PrimaryKeyMeta)
+	if !ok || v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// DataFields returns the schema's fields without the reserved columns.
+func DataFields(s *arrow.Schema) []arrow.Field {
+	var out []arrow.Field
+	for _, f := range s.Fields() {
+		if !strings.HasPrefix(f.Name, ReservedPrefix) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Ops returns the op column of a change batch, checked.
+func Ops(rec arrow.RecordBatch) (*array.Int8, error) {
+	idx := rec.Schema().FieldIndices(OpColumn)
+	if len(idx) != 1 {
+		return nil, fmt.Errorf("change batch has no %s column", OpColumn)
+	}
+	col, ok := rec.Column(idx[0]).(*array.Int8)
+	if !ok {
+		return nil, fmt.Errorf("change batch column %s is %s, want int8", OpColumn, rec.Column(idx[0]).DataType())
+	}
+	return col, nil
+}
+
+// StripReserved returns the batch without the reserved columns. The caller releases the result.
+func StripReserved(rec arrow.RecordBatch) arrow.RecordBatch {
+	var (
+		fields []arrow.Field
+		cols   []arrow.Array
+	)
+	for i, f := range rec.Schema().Fields() {
+		if strings.HasPrefix(f.Name, ReservedPrefix) {
+			continue
+		}
+		fields = append(fields, f)
+		cols = append(cols, rec.Column(i))
+	}
+	md := rec.Schema().Metadata()
+	return array.NewRecordBatch(arrow.NewSchema(fields, &md), cols, rec.NumRows())
+}
+
+// Builder accumulates change rows of one schema. Append the data columns through Field, then call Row.
+type Builder struct {
+	b      *array.RecordBuilder
+	op     *array.Int8Builder
+	pos    *array.StringBuilder
+	nData  int
+	schema *arrow.Schema
+}
+
+// NewBuilder makes a builder for a schema made by Schema.
+func NewBuilder(mem memory.Allocator, s *arrow.Schema) *Builder {
+	b := array.NewRecordBuilder(mem, s)
+	n := len(s.Fields())
+	return &Builder{b: b, op: b.Field(n - 2).(*array.Int8Builder), pos: b.Field(n - 1).(*array.StringBuilder), nData: n - 2, schema: s}
+}
+
+// Field returns the builder of data column i.
+func (b *Builder) Field(i int) array.Builder { return b.b.Field(i) }
+
+// Row records the op and position of the row whose data columns were just appended.
+func (b *Builder) Row(op Op, pos string) {
+	b.op.Append(int8(op))
+	if pos == "" {
+		b.pos.AppendNull()
+	} else {
+		b.pos.Append(pos)
+	}
+}
+
+// Len is the number of rows so far.
+func (b *Builder) Len() int { return b.op.Len() }
+
+// NewBatch returns the rows so far and resets the builder. The caller releases the batch.
+func (b *Builder) NewBatch() arrow.RecordBatch { return b.b.NewRecordBatch() }
+
+// Release frees the builder.
+func (b *Builder) Release() { b.b.Release() }

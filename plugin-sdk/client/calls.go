@@ -1,0 +1,170 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+)
+
+// Spec asks the plugin to describe itself.
+func (c *Client) Spec(ctx context.Context) (*pluginv1.SpecResponse, error) {
+	r, err := c.rpc.Spec(ctx, &pluginv1.SpecRequest{})
+	return r, c.wrap("spec", err)
+}
+
+// Check tests settings; a failed check is an error carrying the plugin's explanation.
+func (c *Client) Check(ctx context.Context, settings []byte) error {
+	r, err := c.rpc.Check(ctx, &pluginv1.CheckRequest{Settings: settings})
+	if err != nil {
+		return c.wrap("check", err)
+	}
+	if !r.Ok {
+		return &CheckError{Plugin: c.name, Message: r.Error}
+	}
+	return nil
+}
+
+// CheckError is a failed Check.
+type CheckError struct {
+	Plugin  string
+	Message string
+}
+
+func (e *CheckError) Error() string { return fmt.Sprintf("check %s: %s", e.Plugin, e.Message) }
+
+// Discover lists the source's streams.
+func (c *Client) Discover(ctx context.Context, settings []byte) ([]*pluginv1.Stream, error) {
+	r, err := c.rpc.Discover(ctx, &pluginv1.DiscoverRequest{Settings: settings})
+	if err != nil {
+		return nil, c.wrap("discover", err)
+	}
+	return r.Streams, nil
+}
+
+// Capabilities asks a destination what it honours.
+func (c *Client) Capabilities(ctx context.Context, settings []byte) (*pluginv1.CapabilitiesResponse, error) {
+	r, err := c.rpc.Capabilities(ctx, &pluginv1.CapabilitiesRequest{Settings: settings})
+	return r, c.wrap("capabilities", err)
+}
+
+// LastApplied asks a destination for the highest sequence number it holds for a pipeline.
+func (c *Client) LastApplied(ctx context.Context, settings []byte, pipeline string) (*pluginv1.LastAppliedResponse, error) {
+	r, err := c.rpc.LastApplied(ctx, &pluginv1.LastAppliedRequest{Settings: settings, Pipeline: pipeline})
+	return r, c.wrap("last applied", err)
+}
+
+// Ack tells the source a checkpoint is durable.
+func (c *Client) Ack(ctx context.Context, checkpoint []byte) error {
+	_, err := c.rpc.Ack(ctx, &pluginv1.AckRequest{Checkpoint: checkpoint})
+	return c.wrap("ack", err)
+}
+
+// Message is one element of a Read: exactly one field is set.
+type Message struct {
+	Batch      *protocol.Batch
+	Schema     *pluginv1.Stream
+	Checkpoint *pluginv1.Checkpoint
+}
+
+// ReadStream is a running Read.
+type ReadStream struct {
+	c   *Client
+	s   pluginv1.Plugin_ReadClient
+	asm protocol.Assembler
+}
+
+// Read starts reading from a checkpoint (nil: the beginning).
+func (c *Client) Read(ctx context.Context, settings []byte, streams []string, checkpoint []byte) (*ReadStream, error) {
+	s, err := c.rpc.Read(ctx, &pluginv1.ReadRequest{Settings: settings, Streams: streams, Checkpoint: checkpoint})
+	if err != nil {
+		return nil, c.wrap("read", err)
+	}
+	return &ReadStream{c: c, s: s}, nil
+}
+
+// Next returns the next message; io.EOF when the source ended the stream.
+func (r *ReadStream) Next() (Message, error) {
+	for {
+		m, err := r.s.Recv()
+		if errors.Is(err, io.EOF) {
+			if r.asm.Pending() {
+				return Message{}, r.c.wrap("read", io.ErrUnexpectedEOF)
+			}
+			return Message{}, io.EOF
+		}
+		if err != nil {
+			return Message{}, r.c.wrap("read", err)
+		}
+		switch v := m.Msg.(type) {
+		case *pluginv1.ReadMessage_Batch:
+			b, done, err := r.asm.Add(v.Batch)
+			if err != nil {
+				return Message{}, r.c.wrap("read", err)
+			}
+			if done {
+				return Message{Batch: &b}, nil
+			}
+		case *pluginv1.ReadMessage_Schema:
+			return Message{Schema: v.Schema.Stream}, nil
+		case *pluginv1.ReadMessage_Checkpoint:
+			return Message{Checkpoint: v.Checkpoint}, nil
+		default:
+			return Message{}, r.c.wrap("read", fmt.Errorf("unexpected message %T", m.Msg))
+		}
+	}
+}
+
+// ApplyItem is one element of an apply: a batch or a schema change.
+type ApplyItem struct {
+	Batch  *protocol.Batch
+	Schema *pluginv1.Stream
+}
+
+// Apply sends the content of one WAL sequence number to a destination and waits for its commit.
+func (c *Client) Apply(ctx context.Context, settings []byte, pipeline string, seq uint64, items []ApplyItem) (*pluginv1.ApplyResponse, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s, err := c.rpc.Apply(ctx)
+	if err != nil {
+		return nil, c.wrap("apply", err)
+	}
+	send := func(m *pluginv1.ApplyMessage) error {
+		if err := s.Send(m); err != nil {
+			if errors.Is(err, io.EOF) {
+				// The server ended the call early; CloseAndRecv has its reason.
+				_, rerr := s.CloseAndRecv()
+				if rerr != nil {
+					return rerr
+				}
+			}
+			return err
+		}
+		return nil
+	}
+	if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Header{Header: &pluginv1.ApplyHeader{Settings: settings, Pipeline: pipeline, Sequence: seq}}}); err != nil {
+		return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
+	}
+	for _, it := range items {
+		switch {
+		case it.Schema != nil:
+			if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: it.Schema}}}); err != nil {
+				return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
+			}
+		case it.Batch != nil:
+			for _, ch := range protocol.Chunks(*it.Batch) {
+				if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}}); err != nil {
+					return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
+				}
+			}
+		}
+	}
+	r, err := s.CloseAndRecv()
+	if err != nil {
+		return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
+	}
+	return r, nil
+}

@@ -1,0 +1,215 @@
+// Package client starts a plugin binary and speaks the protocol to it. The engine's plugin host and the
+// conformance kit both use it, so a third party tests its plugin exactly the way the engine will run it.
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+)
+
+// Config says how to start a plugin.
+type Config struct {
+	// Path is the plugin binary.
+	Path string
+	// SHA256 is the expected checksum of the binary; go-plugin refuses to start a binary that differs.
+	// Nil starts it unverified (a local-path override); the caller says so in its log.
+	SHA256 []byte
+	// Env is the plugin's whole environment: the host's own is never passed on.
+	Env []string
+	// Protocols are the protocol versions the host speaks (default: protocol.Version).
+	Protocols []int
+	// StartTimeout bounds the handshake (default 60s).
+	StartTimeout time.Duration
+	// Logger receives the plugin's structured log lines; nil discards them (the stderr tail is kept anyway).
+	Logger hclog.Logger
+	// Stderr, if set, also receives the plugin's raw stderr.
+	Stderr io.Writer
+}
+
+// Client is a running plugin process.
+type Client struct {
+	name string
+	pc   *plugin.Client
+	rpc  pluginv1.PluginClient
+	tail *tailBuffer
+	// Protocol is the negotiated protocol version.
+	Protocol int
+}
+
+// ErrProtocol is returned when host and plugin share no protocol version.
+var ErrProtocol = errors.New("plugin protocol mismatch")
+
+// Start launches the plugin and completes the handshake.
+func Start(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("start plugin: no binary path")
+	}
+	if _, err := os.Stat(cfg.Path); err != nil {
+		return nil, fmt.Errorf("start plugin: %w", err)
+	}
+	protos := cfg.Protocols
+	if len(protos) == 0 {
+		protos = []int{protocol.Version}
+	}
+	sets := map[int]plugin.PluginSet{}
+	for _, v := range protos {
+		sets[v] = plugin.PluginSet{protocol.PluginName: &protocol.GRPCPlugin{}}
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	tail := newTailBuffer(16 << 10)
+	var stderr io.Writer = tail
+	if cfg.Stderr != nil {
+		stderr = io.MultiWriter(tail, cfg.Stderr)
+	}
+	timeout := cfg.StartTimeout
+	if timeout == 0 {
+		timeout = 60 * time.Second
+	}
+	cmd := exec.CommandContext(ctx, cfg.Path)
+	cmd.Env = append([]string{}, cfg.Env...)
+	var secure *plugin.SecureConfig
+	if cfg.SHA256 != nil {
+		secure = &plugin.SecureConfig{Checksum: cfg.SHA256, Hash: sha256.New()}
+	}
+	hs := protocol.Handshake
+	hs.ProtocolVersion = uint(protos[0])
+	pc := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  hs,
+		VersionedPlugins: sets,
+		Cmd:              cmd,
+		SecureConfig:     secure,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		SkipHostEnv:      true,
+		StartTimeout:     timeout,
+		Logger:           logger,
+		Stderr:           stderr,
+		// go-plugin sends what the plugin writes to os.Stderr after Serve over gRPC; keep it in the tail too.
+		SyncStderr: stderr,
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(protocol.MaxMessageSize), grpc.MaxCallSendMsgSize(protocol.MaxMessageSize))},
+	})
+	name := filepath.Base(cfg.Path)
+	rpcClient, err := pc.Client()
+	if err != nil {
+		pc.Kill()
+		return nil, startError(name, protos, err, tail)
+	}
+	raw, err := rpcClient.Dispense(protocol.PluginName)
+	if err != nil {
+		pc.Kill()
+		return nil, fmt.Errorf("start plugin %s: %w%s", name, err, tail.suffix())
+	}
+	return &Client{name: name, pc: pc, rpc: raw.(pluginv1.PluginClient), tail: tail, Protocol: pc.NegotiatedVersion()}, nil
+}
+
+func startError(name string, protos []int, err error, tail *tailBuffer) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(strings.ToLower(msg), "incompatible api version"):
+		// go-plugin's message says "Plugin version: N, Client versions: [...]"; say it in our words too.
+		return fmt.Errorf("start plugin %s: %w: this engine speaks protocol versions %v; %s", name, ErrProtocol, protos, msg)
+	case strings.Contains(msg, "checksums did not match"):
+		return fmt.Errorf("start plugin %s: refusing a binary whose SHA-256 differs from the pinned one (tampered or replaced?): %w", name, err)
+	}
+	return fmt.Errorf("start plugin %s: %w%s", name, err, tail.suffix())
+}
+
+// Name is the binary's file name.
+func (c *Client) Name() string { return c.name }
+
+// Exited reports whether the plugin process has ended.
+func (c *Client) Exited() bool { return c.pc.Exited() }
+
+// StderrTail returns the last lines the plugin wrote to stderr.
+func (c *Client) StderrTail() string { return c.tail.String() }
+
+// Kill ends the plugin process (gracefully first, then by force).
+func (c *Client) Kill() { c.pc.Kill() }
+
+// Pid is the plugin process id, for tests that kill it.
+func (c *Client) Pid() int {
+	if rc := c.pc.ReattachConfig(); rc != nil {
+		return rc.Pid
+	}
+	return 0
+}
+
+// wrap adds the plugin's name, and its stderr tail when the process has died, to an RPC error.
+func (c *Client) wrap(call string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if c.pc.Exited() {
+		return fmt.Errorf("plugin %s %s: process exited: %w%s", c.name, call, err, c.tail.suffix())
+	}
+	if st, ok := status.FromError(err); ok {
+		return fmt.Errorf("plugin %s %s: %w", c.name, call, &RemoteError{Code: st.Code().String(), Message: st.Message()})
+	}
+	return fmt.Errorf("plugin %s %s: %w", c.name, call, err)
+}
+
+// RemoteError is an error the plugin returned.
+type RemoteError struct {
+	Code    string
+	Message string
+}
+
+func (e *RemoteError) Error() string { return e.Message }
+
+// tailBuffer keeps the last n bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	n   int
+	buf []byte
+}
+
+func newTailBuffer(n int) *tailBuffer { return &tailBuffer{n: n} }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.n {
+		t.buf = append([]byte{}, t.buf[len(t.buf)-t.n:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+func (t *tailBuffer) suffix() string {
+	s := strings.TrimSpace(t.String())
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(s, "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return "\nplugin stderr (last lines):\n  " + strings.Join(lines, "\n  ")
+}

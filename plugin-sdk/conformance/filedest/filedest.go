@@ -1,0 +1,335 @@
+// Package filedest is a destination for tests: it keeps every apply in an append-only log file, so that a test
+// can check exactly-once delivery without a database. It runs as a real plugin process (plugins/testdest).
+//
+// On disk, DIR/applied.log is a sequence of records:
+//
+//	uint32 length | uint32 CRC-32C of the payload | payload (JSON of Record)
+//
+// An apply appends one record and fsyncs: that is the commit. A torn record at the end (a crash during the
+// write) fails its length or CRC check and is cut off when the log is next opened, so an apply is all or
+// nothing, and LastApplied is the highest sequence number of the records that survive.
+package filedest
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+)
+
+const logName = "applied.log"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Settings of the destination.
+type Settings struct {
+	Dir string `json:"dir"`
+	// AtLeastOnce makes the destination declare that it cannot honour exactly-once (to test the engine's refusal).
+	AtLeastOnce bool `json:"at_least_once"`
+}
+
+// SettingsSchema is the JSON Schema of Settings.
+const SettingsSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "additionalProperties": false,
+  "required": ["dir"],
+  "properties": {
+    "dir": {"type": "string", "minLength": 1, "description": "directory of the apply log"},
+    "at_least_once": {"type": "boolean"}
+  }
+}`
+
+// Row is one change as stored.
+type Row struct {
+	Stream string         `json:"stream"`
+	Op     change.Op      `json:"op"`
+	Key    string         `json:"key"`
+	Values map[string]any `json:"values,omitempty"`
+}
+
+// Record is one apply.
+type Record struct {
+	Pipeline string   `json:"pipeline"`
+	Sequence uint64   `json:"sequence"`
+	Schemas  []string `json:"schemas,omitempty"` // streams whose schema changed in this apply
+	Rows     []Row    `json:"rows"`
+}
+
+// Destination implements serve.Destination.
+type Destination struct {
+	Version string
+	mu      sync.Mutex
+}
+
+var _ serve.Destination = (*Destination)(nil)
+
+func (d *Destination) Spec() serve.Spec {
+	return serve.Spec{Name: "testdest", Version: d.Version, Kind: serve.KindDestination,
+		Description: "append-only apply log for tests", SettingsSchema: json.RawMessage(SettingsSchema)}
+}
+
+func parse(raw json.RawMessage) (Settings, error) {
+	var s Settings
+	if err := serve.DecodeSettings(raw, &s); err != nil {
+		return s, err
+	}
+	if s.Dir == "" {
+		return s, errors.New("settings: dir is required")
+	}
+	return s, nil
+}
+
+func (d *Destination) Check(_ context.Context, raw json.RawMessage) error {
+	s, err := parse(raw)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return fmt.Errorf("directory %s is not writable: %w", s.Dir, err)
+	}
+	return nil
+}
+
+func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serve.Capabilities, error) {
+	s, err := parse(raw)
+	if err != nil {
+		return serve.Capabilities{}, err
+	}
+	if s.AtLeastOnce {
+		return serve.Capabilities{Deletes: true, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
+	}
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true}, nil
+}
+
+func (d *Destination) LastApplied(_ context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
+	s, err := parse(raw)
+	if err != nil {
+		return serve.Applied{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	recs, _, err := readLog(filepath.Join(s.Dir, logName))
+	if err != nil {
+		return serve.Applied{}, err
+	}
+	a := serve.Applied{Streams: map[string]uint64{}}
+	for _, r := range recs {
+		if r.Pipeline != pipeline {
+			continue
+		}
+		a.Sequence = max(a.Sequence, r.Sequence)
+		for _, row := range r.Rows {
+			a.Streams[row.Stream] = max(a.Streams[row.Stream], r.Sequence)
+		}
+	}
+	return a, nil
+}
+
+func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
+	s, err := parse(req.Settings)
+	if err != nil {
+		return serve.ApplyResult{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return serve.ApplyResult{}, err
+	}
+	path := filepath.Join(s.Dir, logName)
+	recs, good, err := readLog(path)
+	if err != nil {
+		return serve.ApplyResult{}, err
+	}
+	if !s.AtLeastOnce {
+		for _, r := range recs {
+			if r.Pipeline == req.Pipeline && r.Sequence >= req.Sequence {
+				return serve.ApplyResult{Skipped: true}, nil
+			}
+		}
+	}
+	rec := Record{Pipeline: req.Pipeline, Sequence: req.Sequence, Rows: []Row{}}
+	for _, it := range req.Items {
+		if it.Schema != nil {
+			rec.Schemas = append(rec.Schemas, it.Stream)
+			continue
+		}
+		rows, err := ToRows(it.Stream, it.Record)
+		if err != nil {
+			return serve.ApplyResult{}, err
+		}
+		rec.Rows = append(rec.Rows, rows...)
+	}
+	payload, err := json.Marshal(rec)
+	if err != nil {
+		return serve.ApplyResult{}, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return serve.ApplyResult{}, err
+	}
+	defer f.Close()
+	// Cut a torn tail left by a crash before appending after it.
+	if err := f.Truncate(good); err != nil {
+		return serve.ApplyResult{}, err
+	}
+	var hdr [8]byte
+	binary.LittleEndian.PutUint32(hdr[0:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(hdr[4:], crc32.Checksum(payload, castagnoli))
+	if _, err := f.WriteAt(append(hdr[:], payload...), good); err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("append apply %d: %w", req.Sequence, err)
+	}
+	if err := f.Sync(); err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("sync apply %d: %w", req.Sequence, err)
+	}
+	return serve.ApplyResult{Rows: int64(len(rec.Rows))}, ctx.Err()
+}
+
+// ToRows converts a change batch to stored rows; tests use it to build the state they expect.
+func ToRows(stream string, rec arrow.RecordBatch) ([]Row, error) {
+	ops, err := change.Ops(rec)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	sc := rec.Schema()
+	pk := change.PrimaryKey(sc)
+	var pkIdx []int
+	for _, k := range pk {
+		idx := sc.FieldIndices(k)
+		if len(idx) != 1 {
+			return nil, fmt.Errorf("stream %s: primary key column %q not in schema", stream, k)
+		}
+		pkIdx = append(pkIdx, idx[0])
+	}
+	rows := make([]Row, 0, rec.NumRows())
+	for i := 0; i < int(rec.NumRows()); i++ {
+		r := Row{Stream: stream, Op: change.Op(ops.Value(i))}
+		var key []string
+		for _, j := range pkIdx {
+			b, _ := json.Marshal(rec.Column(j).GetOneForMarshal(i))
+			key = append(key, string(b))
+		}
+		r.Key = strings.Join(key, "|")
+		if r.Op != change.OpDelete {
+			r.Values = map[string]any{}
+			for j, f := range sc.Fields() {
+				if strings.HasPrefix(f.Name, change.ReservedPrefix) {
+					continue
+				}
+				r.Values[f.Name] = rec.Column(j).GetOneForMarshal(i)
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// readLog returns the intact records and the offset where they end.
+func readLog(path string) ([]Record, int64, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 1<<20)
+	var (
+		out []Record
+		off int64
+		hdr [8]byte
+	)
+	for {
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			return out, off, nil // end, or a torn header
+		}
+		n := binary.LittleEndian.Uint32(hdr[0:])
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(br, payload); err != nil {
+			return out, off, nil
+		}
+		if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(hdr[4:]) {
+			return out, off, nil
+		}
+		var r Record
+		if err := json.Unmarshal(payload, &r); err != nil {
+			return nil, 0, fmt.Errorf("%s at offset %d: %w", path, off, err)
+		}
+		out = append(out, r)
+		off += 8 + int64(n)
+	}
+}
+
+// State is what a destination directory holds after replaying its log: per stream, per key, the row's values.
+type State struct {
+	Tables map[string]map[string]map[string]any
+	// Sequences lists the applied sequence numbers per pipeline in log order; a duplicate is a bug.
+	Sequences map[string][]uint64
+	Rows      int64 // change rows applied in all
+}
+
+// Load replays the log in dir into the table state a database would hold.
+func Load(dir string) (State, error) {
+	recs, _, err := readLog(filepath.Join(dir, logName))
+	if err != nil {
+		return State{}, err
+	}
+	st := State{Tables: map[string]map[string]map[string]any{}, Sequences: map[string][]uint64{}}
+	for _, r := range recs {
+		st.Sequences[r.Pipeline] = append(st.Sequences[r.Pipeline], r.Sequence)
+		for _, row := range r.Rows {
+			st.Rows++
+			t := st.Tables[row.Stream]
+			if t == nil {
+				t = map[string]map[string]any{}
+				st.Tables[row.Stream] = t
+			}
+			if row.Op == change.OpDelete {
+				delete(t, row.Key)
+			} else {
+				t[row.Key] = row.Values
+			}
+		}
+	}
+	return st, nil
+}
+
+// Replay folds rows into tables the way Load does, so a test can compute the state it expects from a source's
+// own output. Values go through JSON, as they do in the log, so both sides compare alike.
+func Replay(tables map[string]map[string]map[string]any, rows []Row) error {
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return err
+	}
+	var norm []Row
+	if err := json.Unmarshal(b, &norm); err != nil {
+		return err
+	}
+	for _, row := range norm {
+		t := tables[row.Stream]
+		if t == nil {
+			t = map[string]map[string]any{}
+			tables[row.Stream] = t
+		}
+		if row.Op == change.OpDelete {
+			delete(t, row.Key)
+		} else {
+			t[row.Key] = row.Values
+		}
+	}
+	return nil
+}

@@ -1,0 +1,73 @@
+package protocol
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// EncodeRecord writes one record batch as a self-contained Arrow IPC stream.
+func EncodeRecord(mem memory.Allocator, rec arrow.RecordBatch) ([]byte, error) {
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(rec.Schema()), ipc.WithAllocator(mem))
+	if err := w.Write(rec); err != nil {
+		return nil, fmt.Errorf("encode arrow batch: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("encode arrow batch: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeRecords reads every record batch of an Arrow IPC stream. The caller releases each record.
+func DecodeRecords(mem memory.Allocator, data []byte) ([]arrow.RecordBatch, *arrow.Schema, error) {
+	r, err := ipc.NewReader(bytes.NewReader(data), ipc.WithAllocator(mem))
+	if err != nil {
+		return nil, nil, fmt.Errorf("decode arrow batch: %w", err)
+	}
+	defer r.Release()
+	var out []arrow.RecordBatch
+	for r.Next() {
+		rec := r.RecordBatch()
+		rec.Retain()
+		out = append(out, rec)
+	}
+	if err := r.Err(); err != nil {
+		for _, rec := range out {
+			rec.Release()
+		}
+		return nil, nil, fmt.Errorf("decode arrow batch: %w", err)
+	}
+	return out, r.Schema(), nil
+}
+
+// EncodeSchema writes a schema alone as an Arrow IPC stream.
+func EncodeSchema(mem memory.Allocator, s *arrow.Schema) ([]byte, error) {
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(s), ipc.WithAllocator(mem))
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("encode arrow schema: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeSchema reads the schema of an Arrow IPC stream.
+func DecodeSchema(mem memory.Allocator, data []byte) (*arrow.Schema, error) {
+	r, err := ipc.NewReader(bytes.NewReader(data), ipc.WithAllocator(mem))
+	if err != nil {
+		return nil, fmt.Errorf("decode arrow schema: %w", err)
+	}
+	defer r.Release()
+	return r.Schema(), nil
+}
+
+// SchemaID is a stable fingerprint of a schema, fields and metadata included.
+func SchemaID(s *arrow.Schema) string {
+	sum := sha256.Sum256([]byte(s.String()))
+	return hex.EncodeToString(sum[:8])
+}

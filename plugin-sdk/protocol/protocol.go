@@ -1,0 +1,73 @@
+// Package protocol holds what both sides of the plugin boundary must agree on: the go-plugin handshake, the
+// protocol versions, the Arrow IPC codec and the chunking of IPC bytes into gRPC messages.
+package protocol
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+)
+
+// Version is the protocol version this SDK speaks. A host lists the versions it speaks; go-plugin picks the
+// highest both sides share and refuses the plugin when they share none.
+const Version = 1
+
+// InfoFlag makes a plugin binary print its Info as JSON and exit, without a handshake. Registries read a
+// binary's protocol versions this way.
+const InfoFlag = "--skippr-plugin-info"
+
+// PluginName is the key of the one plugin a skippr plugin binary serves.
+const PluginName = "skippr"
+
+// Handshake is shared by host and plugin. The cookie only stops a plugin binary from being run by hand by
+// mistake; it is not a security measure (the checksum is).
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  Version,
+	MagicCookieKey:   "SKIPPR_PLUGIN_MAGIC_COOKIE",
+	MagicCookieValue: "7c2f9d3e-skippr-wal-first",
+}
+
+// Info is what InfoFlag prints.
+type Info struct {
+	Name             string `json:"name"`
+	Version          string `json:"version"`
+	Kind             string `json:"kind"`
+	ProtocolVersions []int  `json:"protocol_versions"`
+}
+
+// ChunkSize bounds the data bytes in one gRPC message so a batch of any size stays under gRPC's 4 MiB default.
+const ChunkSize = 1 << 20
+
+// MaxMessageSize is set on both ends anyway, so a chunk plus its envelope always fits.
+const MaxMessageSize = 16 << 20
+
+// GRPCPlugin adapts a pluginv1.PluginServer to go-plugin. On the host side Impl is nil.
+type GRPCPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	Impl pluginv1.PluginServer
+}
+
+// GRPCServer registers the plugin's service on go-plugin's gRPC server.
+func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	if p.Impl == nil {
+		return fmt.Errorf("skippr plugin: no implementation to serve")
+	}
+	pluginv1.RegisterPluginServer(s, p.Impl)
+	return nil
+}
+
+// GRPCClient returns the protocol client over go-plugin's connection.
+func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return pluginv1.NewPluginClient(c), nil
+}
+
+// PluginSets returns the versioned plugin sets for go-plugin, one per protocol version this side speaks.
+func PluginSets(impl pluginv1.PluginServer) map[int]plugin.PluginSet {
+	return map[int]plugin.PluginSet{
+		Version: {PluginName: &GRPCPlugin{Impl: impl}},
+	}
+}

@@ -1,0 +1,156 @@
+// Package serve is what a plugin author imports: the Go interfaces a source or destination implements, and
+// Serve, which runs the plugin process under go-plugin. A plugin's main is one call:
+//
+//	func main() { serve.Serve(mySource{}) }
+package serve
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// Kind says which roles a plugin plays.
+type Kind int
+
+const (
+	KindSource Kind = iota + 1
+	KindDestination
+	KindBoth
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindSource:
+		return "source"
+	case KindDestination:
+		return "destination"
+	case KindBoth:
+		return "both"
+	}
+	return "unknown"
+}
+
+// Spec describes a plugin.
+type Spec struct {
+	Name        string
+	Version     string // semantic version of the plugin binary
+	Kind        Kind
+	Description string
+	// SettingsSchema is the JSON Schema of the settings object; the engine validates configs against it.
+	SettingsSchema json.RawMessage
+}
+
+// Plugin is what every plugin implements, plus Source, Destination or both.
+type Plugin interface {
+	Spec() Spec
+	// Check tests the settings for real (connect, authenticate, look for privileges) and returns an error
+	// that tells the user what is missing and how to fix it.
+	Check(ctx context.Context, settings json.RawMessage) error
+}
+
+// SyncMode says how a stream can be read.
+type SyncMode int
+
+const (
+	ModeSnapshot SyncMode = iota + 1
+	ModeCDC
+	ModeAppendOnly
+)
+
+// Stream is one table or feed.
+type Stream struct {
+	Name string
+	// Schema is the change schema (see package change): data fields, reserved columns, primary key metadata.
+	Schema     *arrow.Schema
+	PrimaryKey []string
+	Modes      []SyncMode
+}
+
+// Checkpoint marks a point in the source after which reading can resume. Everything emitted before it belongs
+// to it: the engine acknowledges it only when all of that is durable, and never splits what lies between two
+// checkpoints across a crash, so a source emits checkpoints only at transaction boundaries.
+type Checkpoint struct {
+	Position  []byte
+	RowsDone  int64 // progress, when known
+	RowsTotal int64
+	LagMS     int64
+	// Idle says the source has nothing more for now (`skippr sync --once` stops at the first idle checkpoint
+	// once it is applied).
+	Idle bool
+}
+
+// Emitter carries what a source reads to the engine. Its methods are safe for concurrent use, but the order
+// of calls is the order of the log.
+type Emitter interface {
+	// Batch sends a change batch of one stream. The emitter does not keep rec; the caller still releases it.
+	Batch(ctx context.Context, stream string, rec arrow.RecordBatch) error
+	// SchemaChange announces a stream's new schema before the first batch that uses it.
+	SchemaChange(ctx context.Context, s Stream) error
+	Checkpoint(ctx context.Context, cp Checkpoint) error
+}
+
+// Source reads changes.
+type Source interface {
+	Plugin
+	Discover(ctx context.Context, settings json.RawMessage) ([]Stream, error)
+	// Read emits changes after checkpoint (nil: from the beginning) until ctx is cancelled or an error occurs.
+	// A source that has read everything emits an idle checkpoint and keeps waiting for new changes.
+	Read(ctx context.Context, req ReadRequest, out Emitter) error
+	// Ack says a checkpoint and everything before it is durable in the engine: the source may release it
+	// (advance a replication slot, delete a spool file). Acks arrive in order; one may cover several checkpoints.
+	Ack(ctx context.Context, checkpoint []byte) error
+}
+
+// ReadRequest is the input of Source.Read.
+type ReadRequest struct {
+	Settings   json.RawMessage
+	Streams    []string // empty: all
+	Checkpoint []byte
+}
+
+// Capabilities tells the engine what a destination honours.
+type Capabilities struct {
+	ExactlyOnce     bool
+	Deletes         bool
+	SchemaEvolution bool
+	// ExactlyOnceNote says why exactly-once is not offered; the engine quotes it when it refuses a pipeline.
+	ExactlyOnceNote string
+}
+
+// Item is one element of an apply, in log order: a batch or a schema change.
+type Item struct {
+	Stream string
+	Record arrow.RecordBatch // a change batch, or nil for a schema change
+	Schema *Stream           // the new schema, for a schema change
+}
+
+// ApplyRequest carries the content of one WAL sequence number.
+type ApplyRequest struct {
+	Settings json.RawMessage
+	Pipeline string
+	Sequence uint64
+	Items    []Item
+}
+
+// ApplyResult reports an apply.
+type ApplyResult struct {
+	Skipped bool // the destination already held this sequence number
+	Rows    int64
+}
+
+// Applied is what a destination holds.
+type Applied struct {
+	Sequence uint64
+	Streams  map[string]uint64
+}
+
+// Destination writes changes. Apply must be atomic: after a crash, either the whole sequence number and the
+// record of it are in the destination, or neither is; a sequence number at or below LastApplied is skipped.
+type Destination interface {
+	Plugin
+	Capabilities(ctx context.Context, settings json.RawMessage) (Capabilities, error)
+	Apply(ctx context.Context, req ApplyRequest) (ApplyResult, error)
+	LastApplied(ctx context.Context, settings json.RawMessage, pipeline string) (Applied, error)
+}

@@ -1,0 +1,110 @@
+package serve
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+)
+
+
+// Option changes how Serve runs.
+type Option func(*options)
+
+type options struct {
+	protocols []int
+}
+
+// WithProtocolVersions overrides the protocol versions the plugin offers. Only tests of version negotiation
+// need it.
+func WithProtocolVersions(v ...int) Option { return func(o *options) { o.protocols = v } }
+
+// Serve runs p as a plugin process and returns when the host ends it. Run with protocol.InfoFlag as the only
+// argument, it prints the plugin's Info and exits instead.
+func Serve(p Plugin, opts ...Option) {
+	o := options{protocols: []int{protocol.Version}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	sp := p.Spec()
+	if len(os.Args) == 2 && os.Args[1] == protocol.InfoFlag {
+		_ = json.NewEncoder(os.Stdout).Encode(protocol.Info{Name: sp.Name, Version: sp.Version, Kind: sp.Kind.String(), ProtocolVersions: o.protocols})
+		os.Exit(0)
+	}
+	// The host parses hclog-style JSON lines from our stderr and logs them at their level.
+	slog.SetDefault(Logger(sp.Name))
+	impl := NewServer(p, nil)
+	sets := map[int]plugin.PluginSet{}
+	for _, v := range o.protocols {
+		sets[v] = protocol.PluginSets(impl)[protocol.Version]
+	}
+	hs := protocol.Handshake
+	hs.ProtocolVersion = uint(o.protocols[0])
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig:  hs,
+		VersionedPlugins: sets,
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(protocol.MaxMessageSize), grpc.MaxSendMsgSize(protocol.MaxMessageSize))...)
+		},
+	})
+}
+
+// Logger returns a slog logger whose JSON lines the host understands (hclog's @level/@message keys).
+func Logger(name string) *slog.Logger {
+	h := slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{
+		Level: slog.LevelDebug,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) > 0 {
+				return a
+			}
+			switch a.Key {
+			case slog.LevelKey:
+				a.Key = "@level"
+				a.Value = slog.StringValue(levelName(a.Value.Any()))
+			case slog.MessageKey:
+				a.Key = "@message"
+			case slog.TimeKey:
+				a.Key = "@timestamp"
+			}
+			return a
+		},
+	})
+	return slog.New(h).With("@module", name)
+}
+
+func levelName(v any) string {
+	l, ok := v.(slog.Level)
+	if !ok {
+		return "info"
+	}
+	switch {
+	case l >= slog.LevelError:
+		return "error"
+	case l >= slog.LevelWarn:
+		return "warn"
+	case l >= slog.LevelInfo:
+		return "info"
+	}
+	return "debug"
+}
+
+// DecodeSettings unmarshals settings JSON into v, rejecting unknown fields so a typo is not silently ignored.
+func DecodeSettings(settings json.RawMessage, v any) error {
+	if len(settings) == 0 {
+		settings = json.RawMessage("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(settings))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("settings: %w", err)
+	}
+	return nil
+}
+
+

@@ -1,0 +1,290 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+)
+
+// server adapts a Plugin to the gRPC service.
+type server struct {
+	pluginv1.UnimplementedPluginServer
+	p   Plugin
+	mem memory.Allocator
+}
+
+// NewServer returns the gRPC implementation of p. Serve uses it; tests may too.
+func NewServer(p Plugin, mem memory.Allocator) pluginv1.PluginServer {
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	return &server{p: p, mem: mem}
+}
+
+func (s *server) source() (Source, error) {
+	src, ok := s.p.(Source)
+	if !ok {
+		return nil, status.Errorf(codes.Unimplemented, "plugin %s is not a source", s.p.Spec().Name)
+	}
+	return src, nil
+}
+
+func (s *server) destination() (Destination, error) {
+	d, ok := s.p.(Destination)
+	if !ok {
+		return nil, status.Errorf(codes.Unimplemented, "plugin %s is not a destination", s.p.Spec().Name)
+	}
+	return d, nil
+}
+
+func (s *server) Spec(context.Context, *pluginv1.SpecRequest) (*pluginv1.SpecResponse, error) {
+	sp := s.p.Spec()
+	return &pluginv1.SpecResponse{Name: sp.Name, Version: sp.Version, Kind: pluginv1.Kind(sp.Kind), SettingsSchema: sp.SettingsSchema, Description: sp.Description}, nil
+}
+
+func (s *server) Check(ctx context.Context, req *pluginv1.CheckRequest) (*pluginv1.CheckResponse, error) {
+	if err := s.p.Check(ctx, req.Settings); err != nil {
+		return &pluginv1.CheckResponse{Ok: false, Error: err.Error()}, nil
+	}
+	return &pluginv1.CheckResponse{Ok: true}, nil
+}
+
+func (s *server) Discover(ctx context.Context, req *pluginv1.DiscoverRequest) (*pluginv1.DiscoverResponse, error) {
+	src, err := s.source()
+	if err != nil {
+		return nil, err
+	}
+	streams, err := src.Discover(ctx, req.Settings)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pluginv1.DiscoverResponse{}
+	for _, st := range streams {
+		pb, err := s.streamToProto(st)
+		if err != nil {
+			return nil, err
+		}
+		out.Streams = append(out.Streams, pb)
+	}
+	return out, nil
+}
+
+func (s *server) streamToProto(st Stream) (*pluginv1.Stream, error) {
+	if st.Schema == nil {
+		return nil, status.Errorf(codes.Internal, "stream %s has no schema", st.Name)
+	}
+	b, err := protocol.EncodeSchema(s.mem, st.Schema)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "stream %s: %v", st.Name, err)
+	}
+	pb := &pluginv1.Stream{Name: st.Name, ArrowSchema: b, PrimaryKey: st.PrimaryKey, SchemaId: protocol.SchemaID(st.Schema)}
+	for _, m := range st.Modes {
+		pb.Modes = append(pb.Modes, pluginv1.SyncMode(m))
+	}
+	return pb, nil
+}
+
+// StreamFromProto decodes a stream description.
+func StreamFromProto(mem memory.Allocator, pb *pluginv1.Stream) (Stream, error) {
+	sc, err := protocol.DecodeSchema(mem, pb.ArrowSchema)
+	if err != nil {
+		return Stream{}, fmt.Errorf("stream %s: %w", pb.Name, err)
+	}
+	st := Stream{Name: pb.Name, Schema: sc, PrimaryKey: pb.PrimaryKey}
+	if len(st.PrimaryKey) == 0 {
+		st.PrimaryKey = change.PrimaryKey(sc)
+	}
+	for _, m := range pb.Modes {
+		st.Modes = append(st.Modes, SyncMode(m))
+	}
+	return st, nil
+}
+
+// emitter sends a source's output on the Read stream.
+type emitter struct {
+	s   *server
+	mu  sync.Mutex
+	out pluginv1.Plugin_ReadServer
+}
+
+func (e *emitter) send(m *pluginv1.ReadMessage) error {
+	if err := e.out.Send(m); err != nil {
+		return fmt.Errorf("send to engine: %w", err)
+	}
+	return nil
+}
+
+func (e *emitter) Batch(ctx context.Context, stream string, rec arrow.RecordBatch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b, err := protocol.EncodeRecord(e.s.mem, rec)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", stream, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range protocol.Chunks(protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(rec.Schema()), Rows: rec.NumRows(), IPC: b}) {
+		if err := e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Batch{Batch: c}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *emitter) SchemaChange(ctx context.Context, st Stream) error {
+	pb, err := e.s.streamToProto(st)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: pb}}})
+}
+
+func (e *emitter) Checkpoint(ctx context.Context, cp Checkpoint) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Checkpoint{Checkpoint: &pluginv1.Checkpoint{
+		Position: cp.Position, RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMs: cp.LagMS, Idle: cp.Idle,
+	}}})
+}
+
+func (s *server) Read(req *pluginv1.ReadRequest, out pluginv1.Plugin_ReadServer) error {
+	src, err := s.source()
+	if err != nil {
+		return err
+	}
+	err = src.Read(out.Context(), ReadRequest{Settings: json.RawMessage(req.Settings), Streams: req.Streams, Checkpoint: req.Checkpoint}, &emitter{s: s, out: out})
+	if err != nil && out.Context().Err() != nil {
+		return status.FromContextError(out.Context().Err()).Err()
+	}
+	return toStatus(err)
+}
+
+func (s *server) Ack(ctx context.Context, req *pluginv1.AckRequest) (*pluginv1.AckResponse, error) {
+	src, err := s.source()
+	if err != nil {
+		return nil, err
+	}
+	if err := src.Ack(ctx, req.Checkpoint); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pluginv1.AckResponse{}, nil
+}
+
+func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesRequest) (*pluginv1.CapabilitiesResponse, error) {
+	d, err := s.destination()
+	if err != nil {
+		return nil, err
+	}
+	c, err := d.Capabilities(ctx, req.Settings)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote}, nil
+}
+
+func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {
+	d, err := s.destination()
+	if err != nil {
+		return err
+	}
+	first, err := in.Recv()
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "apply: read header: %v", err)
+	}
+	h := first.GetHeader()
+	if h == nil {
+		return status.Errorf(codes.InvalidArgument, "apply: first message is not a header")
+	}
+	req := ApplyRequest{Settings: h.Settings, Pipeline: h.Pipeline, Sequence: h.Sequence}
+	defer func() {
+		for _, it := range req.Items {
+			if it.Record != nil {
+				it.Record.Release()
+			}
+		}
+	}()
+	var asm protocol.Assembler
+	for {
+		m, err := in.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return status.Errorf(codes.Aborted, "apply %d: receive: %v", h.Sequence, err)
+		}
+		switch v := m.Msg.(type) {
+		case *pluginv1.ApplyMessage_Batch:
+			b, done, err := asm.Add(v.Batch)
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "apply %d: %v", h.Sequence, err)
+			}
+			if !done {
+				continue
+			}
+			recs, _, err := protocol.DecodeRecords(s.mem, b.IPC)
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "apply %d: stream %s: %v", h.Sequence, b.Stream, err)
+			}
+			for _, r := range recs {
+				req.Items = append(req.Items, Item{Stream: b.Stream, Record: r})
+			}
+		case *pluginv1.ApplyMessage_Schema:
+			st, err := StreamFromProto(s.mem, v.Schema.Stream)
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "apply %d: %v", h.Sequence, err)
+			}
+			req.Items = append(req.Items, Item{Stream: st.Name, Schema: &st})
+		default:
+			return status.Errorf(codes.InvalidArgument, "apply %d: unexpected message %T", h.Sequence, m.Msg)
+		}
+	}
+	if asm.Pending() {
+		return status.Errorf(codes.InvalidArgument, "apply %d: stream ended inside a batch", h.Sequence)
+	}
+	res, err := d.Apply(in.Context(), req)
+	if err != nil {
+		return toStatus(fmt.Errorf("apply %d: %w", h.Sequence, err))
+	}
+	return in.SendAndClose(&pluginv1.ApplyResponse{Skipped: res.Skipped, Rows: res.Rows})
+}
+
+func (s *server) LastApplied(ctx context.Context, req *pluginv1.LastAppliedRequest) (*pluginv1.LastAppliedResponse, error) {
+	d, err := s.destination()
+	if err != nil {
+		return nil, err
+	}
+	a, err := d.LastApplied(ctx, req.Settings, req.Pipeline)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pluginv1.LastAppliedResponse{Sequence: a.Sequence, Streams: a.Streams}, nil
+}
+
+// toStatus keeps a plugin's error message intact across the boundary.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return status.FromContextError(err).Err()
+	}
+	return status.Error(codes.Unknown, err.Error())
+}

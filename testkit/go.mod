@@ -1,0 +1,3 @@
+module github.com/skippr-dev/skippr/testkit
+
+go 1.26.0
