@@ -217,18 +217,22 @@ func (c *Client) download(ctx context.Context, si *SignedIndex, name, version st
 	dest := filepath.Join(nameDir, version)
 	// A version directory that failed verification (tampered or damaged) is
 	// moved aside first: rename cannot replace a non-empty directory.
+	aside := ""
 	if _, statErr := os.Lstat(dest); statErr == nil {
 		trash, err := os.MkdirTemp(plugins, trashPrefix)
 		if err != nil {
 			return fmt.Errorf("install %s: %w", where, err)
 		}
-		if err := os.Rename(dest, filepath.Join(trash, "old")); err != nil {
-			os.RemoveAll(trash)
+		defer os.RemoveAll(trash)
+		aside = filepath.Join(trash, "old")
+		if err := os.Rename(dest, aside); err != nil {
 			return fmt.Errorf("install %s: move aside %s: %w", where, dest, err)
 		}
-		defer os.RemoveAll(trash)
 	}
 	if err := os.Rename(tmp, dest); err != nil {
+		if aside != "" {
+			os.Rename(aside, dest) // put back what was there
+		}
 		return fmt.Errorf("install %s: rename into %s: %w", where, dest, err)
 	}
 	if err := syncDir(nameDir); err != nil {

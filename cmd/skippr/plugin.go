@@ -367,11 +367,11 @@ func commandArgs(c *cli.Context) ([]string, error) {
 				}
 			}
 		}
-		if flag == nil && (name == "h" || name == "help") {
-			return nil, withCode(exitUsage, fmt.Errorf("for help put --help before the arguments: skippr %s --help", c.Command.FullName()))
+		if name == "h" || name == "help" {
+			return nil, withCode(exitUsage, fmt.Errorf("for help put --help before the arguments: %s --help", c.Command.HelpName))
 		}
 		if flag == nil {
-			return nil, withCode(exitUsage, fmt.Errorf("%s: unknown flag %s (see --help)", c.Command.FullName(), a))
+			return nil, withCode(exitUsage, fmt.Errorf("%s: unknown flag %s (see --help)", cmdName(c), a))
 		}
 		if _, isBool := flag.(*cli.BoolFlag); isBool {
 			if !hasVal {
@@ -379,13 +379,13 @@ func commandArgs(c *cli.Context) ([]string, error) {
 			}
 		} else if !hasVal {
 			if i+1 >= len(args) {
-				return nil, withCode(exitUsage, fmt.Errorf("%s: flag %s needs a value", c.Command.FullName(), a))
+				return nil, withCode(exitUsage, fmt.Errorf("%s: flag %s needs a value", cmdName(c), a))
 			}
 			i++
 			val = args[i]
 		}
 		if err := c.Set(name, val); err != nil {
-			return nil, withCode(exitUsage, fmt.Errorf("%s: %s: %w", c.Command.FullName(), a, err))
+			return nil, withCode(exitUsage, fmt.Errorf("%s: %s: %w", cmdName(c), a, err))
 		}
 	}
 	return pos, nil
@@ -401,7 +401,13 @@ func requireFlags(c *cli.Context, names ...string) error {
 		}
 	}
 	if len(missing) > 0 {
-		return withCode(exitUsage, fmt.Errorf("%s: missing %s (see --help)", c.Command.FullName(), strings.Join(missing, ", ")))
+		return withCode(exitUsage, fmt.Errorf("%s: missing %s (see --help)", cmdName(c), strings.Join(missing, ", ")))
 	}
 	return nil
+}
+
+// cmdName is the command path without the program name ("registry sign"):
+// run() already prefixes errors with "skippr: ".
+func cmdName(c *cli.Context) string {
+	return strings.TrimPrefix(c.Command.HelpName, c.App.Name+" ")
 }

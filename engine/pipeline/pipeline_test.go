@@ -11,14 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/memory"
-
 	"github.com/skippr-dev/skippr/engine/internal/testplugins"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
-	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 func TestMain(m *testing.M) { testplugins.Main(m) }
@@ -47,42 +44,15 @@ func openLog(t *testing.T, dir string) *wal.Log {
 	return l
 }
 
-// expected reads the source from the beginning until it is idle and folds its rows the way a destination must.
 func expected(t *testing.T, src *client.Client, settings []byte) map[string]map[string]map[string]any {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rs, err := src.Read(ctx, settings, nil, nil)
+	want, err := filedest.ReadSource(ctx, src, settings)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables := map[string]map[string]map[string]any{}
-	for {
-		m, err := rs.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Checkpoint != nil && m.Checkpoint.Idle {
-			return tables
-		}
-		if m.Batch == nil {
-			continue
-		}
-		recs, _, err := protocol.DecodeRecords(memory.DefaultAllocator, m.Batch.IPC)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range recs {
-			rows, err := filedest.ToRows(m.Batch.Stream, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := filedest.Replay(tables, rows); err != nil {
-				t.Fatal(err)
-			}
-			r.Release()
-		}
-	}
+	return want
 }
 
 func config(name string, src *client.Client, srcSettings []byte, dst *client.Client, dstSettings []byte, log pipeline.Log) pipeline.Config {
@@ -238,4 +208,3 @@ func TestCorruptSegmentStopsApply(t *testing.T) {
 		t.Fatalf("applied %v; want only entry 1 before the corrupt one", got)
 	}
 }
-

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
-
 
 // Option changes how Serve runs.
 type Option func(*options)
@@ -39,6 +39,7 @@ func Serve(p Plugin, opts ...Option) {
 	}
 	// The host parses hclog-style JSON lines from our stderr and logs them at their level.
 	slog.SetDefault(Logger(sp.Name))
+	go exitWithParent(os.Getppid())
 	impl := NewServer(p, nil)
 	sets := map[int]plugin.PluginSet{}
 	for _, v := range o.protocols {
@@ -107,4 +108,14 @@ func DecodeSettings(settings json.RawMessage, v any) error {
 	return nil
 }
 
-
+// exitWithParent ends the plugin when its host dies (a SIGKILLed engine cannot stop its plugins): once the
+// process is re-parented, nobody will ever call it again, and an orphan would keep holding connections,
+// replication slots or ports.
+func exitWithParent(ppid int) {
+	for range time.Tick(500 * time.Millisecond) {
+		if os.Getppid() != ppid {
+			slog.Warn("host process is gone; exiting")
+			os.Exit(2)
+		}
+	}
+}
