@@ -18,9 +18,12 @@ var (
 	built = map[string]string{}
 )
 
-// Main runs the tests and removes the binaries afterwards. Call it from TestMain.
-func Main(m *testing.M) {
+// Main runs the tests, then the cleanups, and removes the binaries. Call it from TestMain.
+func Main(m *testing.M, cleanups ...func()) {
 	code := m.Run()
+	for _, c := range cleanups {
+		c()
+	}
 	mu.Lock()
 	if dir != "" {
 		os.RemoveAll(dir)

@@ -1,0 +1,343 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skippr-dev/skippr/internal/s3test"
+	"github.com/skippr-dev/skippr/internal/testplugins"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
+)
+
+var versity s3test.Shared
+
+func TestMain(m *testing.M) { testplugins.Main(m, versity.Stop) }
+
+// env is one user's machine: a home, a config directory, and a signed registry holding datagen and testdest,
+// built from this tree and installed the way users install them.
+type env struct {
+	t        *testing.T
+	dir      string
+	home     string
+	skippr   string
+	registry string
+	pubKey   string
+	extraEnv []string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, dir: t.TempDir(), skippr: testplugins.BuildSkippr(t)}
+	e.home = filepath.Join(e.dir, "home")
+	e.registry = filepath.Join(e.dir, "registry")
+	keys := filepath.Join(e.dir, "keys")
+	e.mustRun("registry", "keygen", "--out", keys)
+	for _, name := range []string{"datagen", "testdest"} {
+		e.mustRun("registry", "add", e.registry, testplugins.Build(t, name), "--name", name, "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
+	}
+	e.mustRun("registry", "sign", e.registry, "--key", filepath.Join(keys, "skippr-ed25519.key"))
+	e.pubKey = filepath.Join(keys, "skippr-ed25519.pub")
+	return e
+}
+
+func (e *env) cmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, e.skippr, args...)
+	cmd.Dir = e.dir
+	cmd.Env = append([]string{"SKIPPR_HOME=" + e.home, "PATH=" + os.Getenv("PATH"), "TMPDIR=" + os.TempDir()}, e.extraEnv...)
+	return cmd
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func (e *env) run(args ...string) result {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := e.cmd(ctx, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.t.Fatalf("skippr %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+func (e *env) mustRun(args ...string) result {
+	e.t.Helper()
+	r := e.run(args...)
+	if r.code != 0 {
+		e.t.Fatalf("skippr %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// writeConfig writes skippr.yml with the test's registry and the given connections and pipelines.
+func (e *env) writeConfig(body string) {
+	e.t.Helper()
+	head := fmt.Sprintf("registries:\n  - url: file://%s\n    key_files: [%s]\n", e.registry, e.pubKey)
+	if err := os.WriteFile(filepath.Join(e.dir, "skippr.yml"), []byte(head+body), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// pipelineConfig is datagen → testdest with a WAL at walURL (and walExtra under wal:).
+func pipelineConfig(genSettings, outDir, destExtra, walURL, walExtra string) string {
+	return fmt.Sprintf(`connections:
+  gen:
+    plugin: datagen
+    version: "~> 0.1"
+    settings: %s
+  out:
+    plugin: testdest
+    version: ">= 0.1"
+    settings: { dir: %s%s }
+pipelines:
+  orders:
+    source: gen
+    destinations: [out]
+    wal:
+      url: %s
+%s`, genSettings, outDir, destExtra, walURL, walExtra)
+}
+
+// want is the state a destination must hold after datagen with these settings: read straight from the
+// plugin, independent of the engine.
+func want(t *testing.T, genSettings string) map[string]map[string]map[string]any {
+	t.Helper()
+	bin := testplugins.Build(t, "datagen")
+	c, err := client.Start(context.Background(), client.Config{Path: bin, SHA256: testplugins.SHA256(t, bin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill()
+	js, err := yamlFlowToJSON(genSettings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, err := filedest.ReadSource(ctx, c, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// yamlFlowToJSON turns the tests' `{ key: value, … }` settings into JSON.
+func yamlFlowToJSON(s string) ([]byte, error) {
+	s = strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(s), "{"), "}"))
+	m := map[string]json.RawMessage{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, ":")
+		if !ok {
+			return nil, fmt.Errorf("bad setting %q", kv)
+		}
+		m[strings.TrimSpace(k)] = json.RawMessage(strings.TrimSpace(v))
+	}
+	return json.Marshal(m)
+}
+
+func compare(t *testing.T, outDir string, want map[string]map[string]map[string]any) filedest.State {
+	t.Helper()
+	st, err := filedest.Load(outDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := st.Sequences["orders"]
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Fatalf("WAL sequence numbers applied out of order or twice: %v", seqs)
+		}
+	}
+	var missing, extra, differ int
+	for stream, rows := range want {
+		got := st.Tables[stream]
+		for k, v := range rows {
+			g, ok := got[k]
+			switch {
+			case !ok:
+				missing++
+			case !reflect.DeepEqual(g, v):
+				differ++
+			}
+		}
+		for k := range got {
+			if _, ok := rows[k]; !ok {
+				extra++
+			}
+		}
+		t.Logf("stream %s: source %d rows, destination %d rows; missing %d, extra %d, different %d", stream, len(rows), len(got), missing, extra, differ)
+	}
+	if missing+extra+differ > 0 || len(st.Tables) != len(want) {
+		t.Fatalf("destination differs from source: missing %d, extra %d, different %d", missing, extra, differ)
+	}
+	return st
+}
+
+func TestSyncInstallsOnFirstUseAndIsExactlyOnce(t *testing.T) {
+	e := newEnv(t)
+	gen := `{ seed: 5, rows: 30000, batch_size: 1000, nested: true, update_ratio: 0.2, delete_ratio: 0.05 }`
+	out := filepath.Join(e.dir, "out")
+	e.writeConfig(pipelineConfig(gen, out, "", "file://"+filepath.Join(e.dir, "wal"), ""))
+	r := e.mustRun("sync", "--once")
+	if !strings.Contains(r.stderr, "installed plugin") {
+		t.Errorf("first sync did not install the plugins:\n%s", r.stderr)
+	}
+	w := want(t, gen)
+	compare(t, out, w)
+
+	// The lock pins both plugins with a checksum per platform.
+	var lock struct {
+		Plugins map[string]struct {
+			Version string            `json:"version"`
+			SHA256  map[string]string `json:"sha256"`
+		} `json:"plugins"`
+	}
+	b, err := os.ReadFile(filepath.Join(e.dir, "skippr.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &lock); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"datagen", "testdest"} {
+		if p := lock.Plugins[name]; p.Version != "0.1.0" || len(p.SHA256["linux_amd64"]) != 64 {
+			t.Errorf("lock entry for %s: %+v", name, p)
+		}
+	}
+
+	// Offline, with everything installed: runs, and duplicates nothing.
+	e.mustRun("sync", "--once", "--offline")
+	compare(t, out, w)
+
+	var st []struct {
+		Pipeline string `json:"pipeline"`
+		WAL      struct {
+			LastCommitted    uint64 `json:"last_committed"`
+			ReclaimedThrough uint64 `json:"reclaimed_through"`
+			Entries          int    `json:"entries"`
+		} `json:"wal"`
+	}
+	r = e.mustRun("status", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	if len(st) != 1 || st[0].WAL.LastCommitted == 0 || st[0].WAL.ReclaimedThrough != st[0].WAL.LastCommitted || st[0].WAL.Entries != 0 {
+		t.Fatalf("status: %+v", st)
+	}
+
+	// A tampered installed binary refuses to start.
+	bin := filepath.Join(e.home, "plugins", "testdest", "0.1.0", "skippr-plugin-testdest")
+	f, err := os.OpenFile(bin, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("tampered"))
+	f.Close()
+	r = e.run("sync", "--once", "--offline")
+	if r.code != 4 || !strings.Contains(r.stderr, "testdest") {
+		t.Fatalf("sync with a tampered plugin: exit %d, want 4 naming the plugin\n%s", r.code, r.stderr)
+	}
+}
+
+func TestSyncRefusals(t *testing.T) {
+	e := newEnv(t)
+	out := filepath.Join(e.dir, "out")
+	walURL := "file://" + filepath.Join(e.dir, "wal")
+	for _, tc := range []struct {
+		name     string
+		config   string
+		args     []string
+		code     int
+		contains []string
+	}{
+		{
+			name:     "exactly-once into a destination without it",
+			config:   pipelineConfig(`{ rows: 10 }`, out, ", at_least_once: true", walURL, ""),
+			code:     1,
+			contains: []string{"asks for exactly-once", "destination out cannot honour it"},
+		},
+		{
+			name:     "config error names file, line and key",
+			config:   pipelineConfig(`{ rows: 10 }`, out, "", walURL, "    delivery: exactly-twice\n"),
+			code:     2,
+			contains: []string{"skippr.yml:", "delivery"},
+		},
+		{
+			name:     "settings violate the plugin's schema",
+			config:   pipelineConfig(`{ rows: -5 }`, out, "", walURL, ""),
+			code:     2,
+			contains: []string{"skippr.yml:", "connections.gen.settings.rows"},
+		},
+		{
+			name:     "unknown pipeline",
+			config:   pipelineConfig(`{ rows: 10 }`, out, "", walURL, ""),
+			args:     []string{"nope"},
+			code:     2,
+			contains: []string{`no pipeline "nope"`, "orders"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.writeConfig(tc.config)
+			r := e.run(append([]string{"sync", "--once"}, tc.args...)...)
+			if r.code != tc.code {
+				t.Fatalf("exit %d, want %d\n%s", r.code, tc.code, r.stderr)
+			}
+			for _, s := range tc.contains {
+				if !strings.Contains(r.stderr, s) {
+					t.Errorf("stderr lacks %q:\n%s", s, r.stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestSecondWriterRefused(t *testing.T) {
+	e := newEnv(t)
+	out := filepath.Join(e.dir, "out")
+	e.writeConfig(pipelineConfig(`{ rows: 0, rows_per_second: 1000, batch_size: 100 }`, out, "", "file://"+filepath.Join(e.dir, "wal"), ""))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := e.cmd(ctx, "sync")
+	var firstErr bytes.Buffer
+	first.Stderr = &firstErr
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer first.Process.Kill()
+	waitFor(t, 30*time.Second, func() bool { return strings.Contains(e.run("status").stdout, "running") })
+	r := e.run("sync", "--once")
+	if r.code != 5 || !strings.Contains(r.stderr, "locked") {
+		t.Fatalf("second sync: exit %d, want 5 (WAL held)\n%s", r.code, r.stderr)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
