@@ -12,23 +12,47 @@ import (
 func connectCommand(g *globals) *cli.Command {
 	return &cli.Command{
 		Name:      "connect",
-		Usage:     "check a connection: install its plugin, validate its settings and test it for real",
+		Usage:     "add a connection to the config and check it: install its plugin, validate its settings, test it for real",
 		ArgsUsage: "CONNECTION",
-		Description: `Runs the plugin's Check on a connection declared in the config (connections.NAME): it installs the
-plugin if needed, validates the settings against the plugin's JSON Schema (errors name file, line and key)
-and asks the plugin to connect, so a wrong password or a missing privilege shows up before a sync starts.`,
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"}},
+		Description: `With --plugin, adds connections.CONNECTION to the config file (creating it if needed; comments are
+kept), e.g.
+
+    skippr connect pg --plugin postgres --version "~> 0.1" --set host=127.0.0.1 --set 'password=${PG_PASSWORD}'
+
+Then, or without --plugin for a connection the config already declares, it runs the plugin's Check: it
+installs the plugin if needed, validates the settings against the plugin's JSON Schema (errors name file,
+line and key) and asks the plugin to connect, so a wrong password or a missing privilege shows up before a
+sync starts. Keep secrets as ${ENV} references: the config file is meant for git.`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
+			&cli.StringFlag{Name: "plugin", Usage: "add the connection with this plugin"},
+			&cli.StringFlag{Name: "version", Usage: "version constraint of the plugin, e.g. \"~> 1.2\""},
+			&cli.StringFlag{Name: "path", Usage: "use a local plugin binary (unverified; for plugin authors)"},
+			&cli.StringSliceFlag{Name: "set", Usage: "a setting as key=value (repeatable; the value is read as YAML)"},
+			&cli.BoolFlag{Name: "replace", Usage: "replace a connection of the same name"},
+		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
+			args, err := commandArgs(c)
+			if err != nil {
+				return err
+			}
+			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("connect: want one connection name"))
+			}
+			if c.String("plugin") != "" {
+				nc := newConnection{name: args[0], plugin: c.String("plugin"), constraint: c.String("version"), path: c.String("path"), settings: c.StringSlice("set")}
+				if err := addConnection(g.ConfigPath, nc, c.Bool("replace")); err != nil {
+					return err
+				}
+				fmt.Fprintf(c.App.Writer, "added connection %s to %s\n", nc.name, g.ConfigPath)
 			}
 			cfg, err := loadConfig(g)
 			if err != nil {
 				return err
 			}
-			cn, ok := cfg.Connection(c.Args().First())
+			cn, ok := cfg.Connection(args[0])
 			if !ok {
-				return withCode(exitUsage, fmt.Errorf("no connection %q in %s (known: %v); declare it under connections: first", c.Args().First(), cfg.Path, cfg.ConnectionNames()))
+				return withCode(exitUsage, fmt.Errorf("no connection %q in %s (known: %v); declare it under connections: first", args[0], cfg.Path, cfg.ConnectionNames()))
 			}
 			host, err := newHost(c, g, cfg, c.Bool("offline"))
 			if err != nil {

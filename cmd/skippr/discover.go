@@ -38,16 +38,20 @@ func discoverCommand(g *globals) *cli.Command {
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
+			args, err := commandArgs(c)
+			if err != nil {
+				return err
+			}
+			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("discover: want one connection name"))
 			}
 			cfg, err := loadConfig(g)
 			if err != nil {
 				return err
 			}
-			cn, ok := cfg.Connection(c.Args().First())
+			cn, ok := cfg.Connection(args[0])
 			if !ok {
-				return withCode(exitUsage, fmt.Errorf("no connection %q in %s (known: %v)", c.Args().First(), cfg.Path, cfg.ConnectionNames()))
+				return withCode(exitUsage, fmt.Errorf("no connection %q in %s (known: %v)", args[0], cfg.Path, cfg.ConnectionNames()))
 			}
 			host, err := newHost(c, g, cfg, c.Bool("offline"))
 			if err != nil {

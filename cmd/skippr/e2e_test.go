@@ -341,3 +341,43 @@ func waitFor(t *testing.T, d time.Duration, cond func() bool) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func TestConnectAddsAndChecks(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig("# our pipelines\n")
+	r := e.mustRun("connect", "gen", "--plugin", "datagen", "--version", "~> 0.1", "--set", "rows=100", "--set", "seed=3")
+	if !strings.Contains(r.stdout, "connection gen ok") {
+		t.Fatalf("connect: %s", r.stdout)
+	}
+	b, err := os.ReadFile(filepath.Join(e.dir, "skippr.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "# our pipelines") || !strings.Contains(string(b), "rows: 100") {
+		t.Fatalf("config after connect:\n%s", b)
+	}
+	r = e.run("connect", "gen", "--plugin", "datagen", "--set", "rows=100")
+	if r.code != 2 || !strings.Contains(r.stderr, "exists") {
+		t.Fatalf("adding an existing connection: exit %d\n%s", r.code, r.stderr)
+	}
+	r = e.run("connect", "gen", "--plugin", "datagen", "--set", "batch_size=0", "--replace")
+	if r.code != 2 || !strings.Contains(r.stderr, "connections.gen.settings.batch_size") {
+		t.Fatalf("bad setting: exit %d, want 2 naming the key\n%s", r.code, r.stderr)
+	}
+	e.mustRun("connect", "gen", "--plugin", "datagen", "--set", "nested=true", "--replace")
+	r = e.mustRun("discover", "gen", "--json")
+	var streams []struct {
+		Name       string   `json:"name"`
+		PrimaryKey []string `json:"primary_key"`
+		Fields     []struct {
+			Name string `json:"name"`
+			Type string `json:"type"`
+		} `json:"fields"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &streams); err != nil {
+		t.Fatalf("discover --json: %v\n%s", err, r.stdout)
+	}
+	if len(streams) != 1 || streams[0].Name != "events" || len(streams[0].PrimaryKey) != 1 || len(streams[0].Fields) != 7 {
+		t.Fatalf("discover: %+v", streams)
+	}
+}

@@ -44,7 +44,11 @@ func statusCommand(g *globals) *cli.Command {
 			if err != nil {
 				return err
 			}
-			pipes, err := selectPipelines(cfg, c.Args().Slice())
+			args, err := commandArgs(c)
+			if err != nil {
+				return err
+			}
+			pipes, err := selectPipelines(cfg, args)
 			if err != nil {
 				return err
 			}

@@ -43,7 +43,11 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 			if err != nil {
 				return err
 			}
-			pipes, err := selectPipelines(cfg, c.Args().Slice())
+			args, err := commandArgs(c)
+			if err != nil {
+				return err
+			}
+			pipes, err := selectPipelines(cfg, args)
 			if err != nil {
 				return err
 			}
