@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/wal"
+	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
 )
