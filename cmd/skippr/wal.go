@@ -78,10 +78,14 @@ type inspectReport struct {
 }
 
 func walInspect(c *cli.Context, g *globals) error {
-	if c.NArg() != 1 {
-		return withCode(exitUsage, fmt.Errorf("wal inspect: want one URL (file:///abs/dir or s3://bucket/prefix), got %d arguments", c.NArg()))
+	args, err := commandArgs(c)
+	if err != nil {
+		return err
 	}
-	raw := c.Args().First()
+	if len(args) != 1 {
+		return withCode(exitUsage, fmt.Errorf("wal inspect: want one URL (file:///abs/dir or s3://bucket/prefix), got %d arguments", len(args)))
+	}
+	raw := args[0]
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "file" && u.Scheme != "s3") {
 		return withCode(exitUsage, fmt.Errorf("wal inspect: %q is not a file:///abs/dir or s3://bucket/prefix URL", raw))

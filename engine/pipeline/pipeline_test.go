@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 )
 
 func TestMain(m *testing.M) { testplugins.Main(m) }
@@ -55,7 +57,7 @@ func expected(t *testing.T, src *client.Client, settings []byte) map[string]map[
 	return want
 }
 
-func config(name string, src *client.Client, srcSettings []byte, dst *client.Client, dstSettings []byte, log pipeline.Log) pipeline.Config {
+func config(name string, src *client.Client, srcSettings []byte, dst pipeline.Destination, dstSettings []byte, log pipeline.Log) pipeline.Config {
 	return pipeline.Config{
 		Name:         name,
 		Source:       pipeline.Endpoint[pipeline.Source]{Name: "gen", Plugin: src, Settings: srcSettings},
@@ -206,5 +208,72 @@ func TestCorruptSegmentStopsApply(t *testing.T) {
 	}
 	if got := st.Sequences["p"]; !reflect.DeepEqual(got, []uint64{1}) {
 		t.Fatalf("applied %v; want only entry 1 before the corrupt one", got)
+	}
+}
+
+// slowDestination is the real testdest plugin with a pause before each apply: a destination that cannot keep up.
+type slowDestination struct {
+	pipeline.Destination
+	delay time.Duration
+}
+
+func (s slowDestination) Apply(ctx context.Context, settings []byte, p string, seq uint64, items []client.ApplyItem) (*pluginv1.ApplyResponse, error) {
+	time.Sleep(s.delay)
+	return s.Destination.Apply(ctx, settings, p, seq, items)
+}
+
+func TestBackpressureBoundsTheLog(t *testing.T) {
+	src, dst := start(t, "datagen"), start(t, "testdest")
+	srcSettings := []byte(`{"seed": 4, "rows": 20000, "batch_size": 200}`)
+	out := t.TempDir()
+	cfg := config("p", src, srcSettings, slowDestination{dst, 30 * time.Millisecond}, []byte(fmt.Sprintf(`{"dir": %q}`, out)), openLog(t, t.TempDir()))
+	cfg.MaxBatchBytes = 16 << 10
+	cfg.MaxUnappliedBytes = 64 << 10
+	cfg.StatusEvery = time.Nanosecond
+	var (
+		mu              sync.Mutex
+		sawBackpressure bool
+		maxUnapplied    int64
+		maxEntry        int64
+	)
+	cfg.OnStatus = func(s pipeline.Status) {
+		mu.Lock()
+		defer mu.Unlock()
+		sawBackpressure = sawBackpressure || s.Backpressure
+		maxUnapplied = max(maxUnapplied, s.WAL.UnappliedBytes)
+		if s.WAL.Entries > 0 {
+			maxEntry = max(maxEntry, s.WAL.Bytes/int64(s.WAL.Entries))
+		}
+	}
+	if err := pipeline.Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	assertExactlyOnce(t, out, "p", expected(t, src, srcSettings))
+	if !sawBackpressure {
+		t.Fatal("a destination 30 ms per apply behind a 64 KiB bound never caused backpressure")
+	}
+	// The reader stops before the entry that crosses the bound is followed by another.
+	if limit := cfg.MaxUnappliedBytes + 4*maxEntry; maxUnapplied > limit {
+		t.Fatalf("unapplied bytes reached %d, bound %d (+ slack %d)", maxUnapplied, cfg.MaxUnappliedBytes, limit)
+	}
+}
+
+func TestTwoDestinationsEachGetEverything(t *testing.T) {
+	src, d1, d2 := start(t, "datagen"), start(t, "testdest"), start(t, "testdest")
+	srcSettings := []byte(`{"seed": 8, "rows": 8000, "batch_size": 500, "update_ratio": 0.3, "delete_ratio": 0.1}`)
+	out1, out2 := t.TempDir(), t.TempDir()
+	cfg := config("p", src, srcSettings, d1, []byte(fmt.Sprintf(`{"dir": %q}`, out1)), openLog(t, t.TempDir()))
+	cfg.Destinations = append(cfg.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: "slow", Plugin: slowDestination{d2, 20 * time.Millisecond}, Settings: []byte(fmt.Sprintf(`{"dir": %q}`, out2))})
+	cfg.MaxBatchBytes = 32 << 10
+	var last pipeline.Status
+	cfg.OnStatus = func(s pipeline.Status) { last = s }
+	if err := pipeline.Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	want := expected(t, src, srcSettings)
+	assertExactlyOnce(t, out1, "p", want)
+	assertExactlyOnce(t, out2, "p", want)
+	if last.WAL.ReclaimedThrough != last.WAL.LastCommitted || last.Destinations[0].LastApplied != last.Destinations[1].LastApplied {
+		t.Fatalf("status after both applied: %+v", last)
 	}
 }
