@@ -77,11 +77,12 @@ func newHost(c *cli.Context, g *globals, cfg *config.Config, offline bool) (*plu
 		return nil, withCode(exitUsage, err)
 	}
 	return &pluginhost.Host{
-		Installer: rc,
-		LockPath:  lockPath(g),
-		Offline:   offline,
-		Logger:    g.Log,
-		PluginLog: hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: c.App.ErrWriter, Level: hclog.Warn}),
+		Installer:    rc,
+		LockPath:     lockPath(g),
+		Offline:      offline,
+		Logger:       g.Log,
+		PluginLog:    hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: c.App.ErrWriter, Level: hclog.Warn}),
+		StartTimeout: g.PluginStartTimeout,
 	}, nil
 }
 

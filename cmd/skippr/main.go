@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 )
@@ -31,6 +32,8 @@ type globals struct {
 	ConfigPath string // path to skippr.yml
 	Home       string // $SKIPPR_HOME: installed plugins, state
 	Log        *slog.Logger
+	// PluginStartTimeout bounds a plugin's handshake (go-plugin's own default is 60s).
+	PluginStartTimeout time.Duration
 }
 
 // exitError carries an exit code through urfave/cli to main.
@@ -98,10 +101,12 @@ func newApp(g *globals) *cli.App {
 			&cli.StringFlag{Name: "home", Value: defaultHome(), EnvVars: []string{"SKIPPR_HOME"}, Usage: "directory for installed plugins and local state"},
 			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SKIPPR_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SKIPPR_LOG_FORMAT"}, Usage: "text or json"},
+			&cli.DurationFlag{Name: "plugin-start-timeout", Value: 60 * time.Second, EnvVars: []string{"SKIPPR_PLUGIN_START_TIMEOUT"}, Usage: "how long a plugin may take to start (a large binary on a slow disk may need more)"},
 		},
 		Before: func(c *cli.Context) error {
 			g.ConfigPath = c.String("config")
 			g.Home = c.String("home")
+			g.PluginStartTimeout = c.Duration("plugin-start-timeout")
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 				return withCode(exitUsage, fmt.Errorf("--log-level: %w", err))
