@@ -46,23 +46,12 @@ sync starts. Keep secrets as ${ENV} references: the config file is meant for git
 				}
 				fmt.Fprintf(c.App.Writer, "added connection %s to %s\n", nc.name, g.ConfigPath)
 			}
-			cfg, err := loadConfig(g)
-			if err != nil {
-				return err
-			}
-			cn, ok := cfg.Connection(args[0])
-			if !ok {
-				return withCode(exitUsage, fmt.Errorf("no connection %q in %s (known: %v); declare it under connections: first", args[0], cfg.Path, cfg.ConnectionNames()))
-			}
-			host, err := newHost(c, g, cfg, c.Bool("offline"))
-			if err != nil {
-				return err
-			}
-			s, err := startConnection(c.Context, host, cn)
+			s, err := startNamedConnection(c, g, args[0])
 			if err != nil {
 				return err
 			}
 			defer s.client.Kill()
+			cn := s.conn
 			if err := s.client.Check(c.Context, s.settings); err != nil {
 				var ce *client.CheckError
 				if errors.As(err, &ce) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
@@ -44,6 +46,24 @@ func startConnection(ctx context.Context, host *pluginhost.Host, cn *config.Conn
 		return nil, withCode(exitUsage, fmt.Errorf("connection %s: %w", cn.Name, err))
 	}
 	return &started{conn: cn, client: cl, spec: spec, settings: settings}, nil
+}
+
+// startNamedConnection loads the config and starts the plugin of one of its connections (honouring the
+// command's --offline flag). The caller kills the plugin.
+func startNamedConnection(c *cli.Context, g *globals, name string) (*started, error) {
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return nil, err
+	}
+	cn, ok := cfg.Connection(name)
+	if !ok {
+		return nil, withCode(exitUsage, fmt.Errorf("no connection %q in %s (known: %v); declare it under connections: or add it with skippr connect --plugin", name, cfg.Path, cfg.ConnectionNames()))
+	}
+	host, err := newHost(c, g, cfg, c.Bool("offline"))
+	if err != nil {
+		return nil, err
+	}
+	return startConnection(c.Context, host, cn)
 }
 
 func (s *started) hasKind(k pluginv1.Kind) bool {

@@ -45,23 +45,12 @@ func discoverCommand(g *globals) *cli.Command {
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("discover: want one connection name"))
 			}
-			cfg, err := loadConfig(g)
-			if err != nil {
-				return err
-			}
-			cn, ok := cfg.Connection(args[0])
-			if !ok {
-				return withCode(exitUsage, fmt.Errorf("no connection %q in %s (known: %v)", args[0], cfg.Path, cfg.ConnectionNames()))
-			}
-			host, err := newHost(c, g, cfg, c.Bool("offline"))
-			if err != nil {
-				return err
-			}
-			s, err := startConnection(c.Context, host, cn)
+			s, err := startNamedConnection(c, g, args[0])
 			if err != nil {
 				return err
 			}
 			defer s.client.Kill()
+			cn := s.conn
 			if !s.hasKind(pluginv1.Kind_KIND_SOURCE) {
 				return withCode(exitUsage, fmt.Errorf("connection %s: plugin %s is not a source", cn.Name, cn.Plugin))
 			}

@@ -40,15 +40,7 @@ func statusCommand(g *globals) *cli.Command {
 		ArgsUsage: "[PIPELINE...]",
 		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
 		Action: func(c *cli.Context) error {
-			cfg, err := loadConfig(g)
-			if err != nil {
-				return err
-			}
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
-			pipes, err := selectPipelines(cfg, args)
+			_, pipes, err := configuredPipelines(c, g)
 			if err != nil {
 				return err
 			}

@@ -39,15 +39,7 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 			&cli.DurationFlag{Name: "progress-every", Value: 5 * time.Second, Usage: "how often to log progress"},
 		},
 		Action: func(c *cli.Context) error {
-			cfg, err := loadConfig(g)
-			if err != nil {
-				return err
-			}
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
-			pipes, err := selectPipelines(cfg, args)
+			cfg, pipes, err := configuredPipelines(c, g)
 			if err != nil {
 				return err
 			}
@@ -79,6 +71,20 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 			return errors.Join(errs...)
 		},
 	}
+}
+
+// configuredPipelines loads the config and picks the pipelines named in the arguments (all by default).
+func configuredPipelines(c *cli.Context, g *globals) (*config.Config, []*config.Pipeline, error) {
+	args, err := commandArgs(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := loadConfig(g)
+	if err != nil {
+		return nil, nil, err
+	}
+	pipes, err := selectPipelines(cfg, args)
+	return cfg, pipes, err
 }
 
 func selectPipelines(cfg *config.Config, names []string) ([]*config.Pipeline, error) {
