@@ -190,7 +190,17 @@ func (r *runner) waitApplied(ctx context.Context) error {
 
 func (r *runner) sourceProgress(cp *pluginv1.Checkpoint) {
 	r.mu.Lock()
-	r.status.Source = SourceStatus{Checkpoint: string(cp.Position), RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMS: cp.LagMs, Idle: cp.Idle}
+	r.status.Source = SourceStatus{Checkpoint: displayCheckpoint(cp.Position), RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMS: cp.LagMs, Idle: cp.Idle}
 	r.mu.Unlock()
 	r.publish(false)
+}
+
+// displayCheckpoint keeps status readable: a checkpoint is opaque bytes, sometimes large (a source may keep its
+// schemas in it).
+func displayCheckpoint(b []byte) string {
+	const limit = 64
+	if len(b) <= limit {
+		return string(b)
+	}
+	return fmt.Sprintf("%s… (%d bytes)", b[:limit], len(b))
 }

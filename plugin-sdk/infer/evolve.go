@@ -47,9 +47,14 @@ func Infer(records []map[string]any, opt Options) ([]arrow.Field, error) {
 // holds data fields only (change.DataFields of a change schema) and is not modified. Nothing is returned but
 // the error when a record cannot be taken: a caller applies all of a batch of records or none.
 func Evolve(current []arrow.Field, records []map[string]any, opt Options) ([]arrow.Field, bool, error) {
+	for _, f := range current {
+		if strings.HasPrefix(f.Name, change.ReservedPrefix) {
+			return nil, false, fmt.Errorf("current schema: %s is a change-protocol column; pass the data fields only (change.DataFields)", f.Name)
+		}
+	}
 	cur, err := fromArrowFields(current, nil)
 	if err != nil {
-		return nil, false, &Error{Record: -1, Path: "", Reason: err.Error()}
+		return nil, false, fmt.Errorf("current schema: %w", err)
 	}
 	before := &node{kind: kindStruct, fields: cur}
 	root := before.clone()
@@ -69,11 +74,11 @@ func Evolve(current []arrow.Field, records []map[string]any, opt Options) ([]arr
 func Merge(a, b []arrow.Field, opt Options) ([]arrow.Field, bool, error) {
 	na, err := fromArrowFields(a, nil)
 	if err != nil {
-		return nil, false, &Error{Record: -1, Reason: err.Error()}
+		return nil, false, fmt.Errorf("merge: %w", err)
 	}
 	nb, err := fromArrowFields(b, nil)
 	if err != nil {
-		return nil, false, &Error{Record: -1, Reason: err.Error()}
+		return nil, false, fmt.Errorf("merge: %w", err)
 	}
 	before := &node{kind: kindStruct, fields: na}
 	e := evolver{opt: opt, record: -1}

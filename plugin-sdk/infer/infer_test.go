@@ -2,6 +2,7 @@ package infer
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -231,5 +232,39 @@ func TestErrorMessage(t *testing.T) {
 	_, err = Infer(mustNDJSON(`{"a":1}`+"\n"+`{"a":123456789012345678901234567890}`), Options{Conflict: Reject})
 	if err == nil || !strings.Contains(err.Error(), "beyond int64 or float64 can only be kept as text") {
 		t.Fatalf("got %q, want it to explain why a huge number is text", err)
+	}
+}
+
+func TestWideRecords(t *testing.T) {
+	// Past 8 fields a struct finds its children through an index; it must stay right as fields are appended.
+	var first, second []string
+	for i := range 40 {
+		first = append(first, fmt.Sprintf(`"f%02d":%d`, i, i))
+	}
+	for i := 30; i < 60; i += 2 {
+		second = append(second, fmt.Sprintf(`"f%02d":{"x":%d}`, i, i))
+	}
+	recs := mustNDJSON("{" + strings.Join(first, ",") + "}\n{" + strings.Join(second, ",") + "}")
+	fs, err := Infer(recs, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) != 50 {
+		t.Fatalf("%d fields, want 50", len(fs))
+	}
+	for i, f := range fs {
+		name, want := fmt.Sprintf("f%02d", i), "int64"
+		switch {
+		case i >= 40:
+			name, want = fmt.Sprintf("f%02d", 40+2*(i-40)), "{x:int64?}"
+		case i >= 30 && i%2 == 0:
+			want = "utf8" // int and struct clash
+		}
+		if f.Name != name || typeSig(f.Type, f.Metadata) != want {
+			t.Errorf("field %d: %s %s, want %s %s", i, f.Name, typeSig(f.Type, f.Metadata), name, want)
+		}
+	}
+	if _, changed, err := Evolve(fs, recs, Options{}); err != nil || changed {
+		t.Fatalf("the schema does not hold its own records: changed=%v err=%v", changed, err)
 	}
 }

@@ -66,6 +66,9 @@ type node struct {
 	big    bool     // kindInt: has held an integer beyond ±2^53
 	fields []*field // kindStruct, in order
 	elem   *node    // kindList; list items are always nullable
+	// index finds fields by name in wide structs; fields are only ever appended, so it is current while
+	// it has as many entries as fields.
+	index map[string]*field
 }
 
 type field struct {
@@ -75,12 +78,23 @@ type field struct {
 }
 
 func (n *node) child(name string) *field {
-	for _, f := range n.fields {
-		if f.name == name {
-			return f
+	if len(n.fields) <= 8 {
+		for _, f := range n.fields {
+			if f.name == name {
+				return f
+			}
+		}
+		return nil
+	}
+	if len(n.index) != len(n.fields) {
+		if n.index == nil {
+			n.index = make(map[string]*field, len(n.fields))
+		}
+		for _, f := range n.fields[len(n.index):] {
+			n.index[f.name] = f
 		}
 	}
-	return nil
+	return n.index[name]
 }
 
 func (n *node) clone() *node {
@@ -199,4 +213,11 @@ func fromArrow(t arrow.DataType, md arrow.Metadata, path []string) (*node, error
 		return &node{kind: kindList, elem: e}, nil
 	}
 	return nil, fmt.Errorf("schema field %s: type %s is not one inference manages (bool, int64, float64, utf8, timestamp[us, UTC], struct, list)", Pointer(path), t)
+}
+
+// NullOnly returns a field that has held only nulls: a placeholder that takes the type of the first value it
+// meets (a primary key column known by name before any record, say).
+func NullOnly(name string, nullable bool) arrow.Field {
+	t, md := (&node{kind: kindNull}).arrowType()
+	return arrow.Field{Name: name, Type: t, Nullable: nullable, Metadata: md}
 }
