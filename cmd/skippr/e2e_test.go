@@ -43,7 +43,7 @@ func newEnv(t *testing.T) *env {
 	e.registry = filepath.Join(e.dir, "registry")
 	keys := filepath.Join(e.dir, "keys")
 	e.mustRun("registry", "keygen", "--out", keys)
-	for _, name := range []string{"datagen", "testdest"} {
+	for _, name := range []string{"datagen", "testdest", "http"} {
 		e.mustRun("registry", "add", e.registry, testplugins.Build(t, name), "--name", name, "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
 	}
 	e.mustRun("registry", "sign", e.registry, "--key", filepath.Join(keys, "skippr-ed25519.key"))
@@ -219,7 +219,7 @@ func TestSyncInstallsOnFirstUseAndIsExactlyOnce(t *testing.T) {
 	if err := json.Unmarshal(b, &lock); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"datagen", "testdest"} {
+	for _, name := range []string{"datagen", "testdest", "http"} {
 		if p := lock.Plugins[name]; p.Version != "0.1.0" || len(p.SHA256["linux_amd64"]) != 64 {
 			t.Errorf("lock entry for %s: %+v", name, p)
 		}
