@@ -31,6 +31,8 @@ import (
 func main() {
 	rows := flag.Int64("rows", 5_000_000, "rows for the boundary benchmark")
 	e2eRows := flag.Int64("e2e-rows", 1_000_000, "rows for the end-to-end benchmark")
+	httpClients := flag.Int("http-clients", 32, "concurrent HTTP clients")
+	httpRequests := flag.Int("http-requests", 4000, "HTTP requests in all")
 	binDir := flag.String("bin", "bin", "directory with skippr-plugin-datagen and skippr-plugin-testdest")
 	flag.Parse()
 	ctx := context.Background()
@@ -45,6 +47,9 @@ func main() {
 	row("datagen → host across the plugin boundary", bRows, bBytes, bDur, fmt.Sprintf("go-plugin gRPC + AutoMTLS, 1 MiB chunks; %.0f%% of in-process", 100*float64(bRows)/bDur.Seconds()/(float64(inRows)/inDur.Seconds())))
 
 	e2e(ctx, *binDir, *e2eRows)
+	for _, backend := range []string{"local", "s3"} {
+		httpLoad(ctx, *binDir, backend, pipeline.DefaultMaxDelay, *httpClients, *httpRequests, 50)
+	}
 	fmt.Printf("\npeak RSS: bench process (engine side) %s, plugin processes (largest) %s\n", mib(peakRSS()), mib(childrenPeakRSS()))
 }
 

@@ -16,7 +16,7 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 	d := cfg.Destinations[i]
 	for {
 		r.mu.Lock()
-		applied, committed, ch := r.applied[i], r.committed, r.changed
+		applied, committed, ch := r.applied[i], r.committedSeq, r.changed
 		r.mu.Unlock()
 		if applied >= committed {
 			select {

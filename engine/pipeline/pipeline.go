@@ -95,14 +95,14 @@ type runner struct {
 	cfg Config
 	log *slog.Logger
 
-	mu         sync.Mutex
-	changed    chan struct{} // closed and replaced whenever committed or applied moves
-	committed  uint64
-	reclaimed  uint64
-	applied    []uint64
-	sizes      map[uint64]int64 // live entry sizes, for WAL depth and backpressure
-	status     Status
-	lastStatus time.Time
+	mu           sync.Mutex
+	changed      chan struct{} // closed and replaced whenever committed or applied moves
+	committedSeq uint64
+	reclaimed    uint64
+	applied      []uint64
+	sizes        map[uint64]int64 // live entry sizes, for WAL depth and backpressure
+	status       Status
+	lastStatus   time.Time
 }
 
 // Run runs the pipeline until ctx ends, an error occurs, or (with Once) it has caught up.
@@ -184,7 +184,7 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 	if err != nil {
 		return head, fmt.Errorf("pipeline %s: %w", cfg.Name, err)
 	}
-	r.committed, r.reclaimed = head.LastSeq, head.ReclaimedThrough
+	r.committedSeq, r.reclaimed = head.LastSeq, head.ReclaimedThrough
 	entries, err := cfg.Log.Entries(ctx, head.ReclaimedThrough)
 	if err != nil {
 		return head, fmt.Errorf("pipeline %s: %w", cfg.Name, err)

@@ -163,20 +163,20 @@ func TestLostLogIsDetected(t *testing.T) {
 
 func TestCorruptSegmentStopsApply(t *testing.T) {
 	src, dst := start(t, "datagen"), start(t, "testdest")
-	srcSettings := []byte(`{"rows": 3000, "batch_size": 1000}`)
+	srcSettings := []byte(`{"rows": 3000, "batch_size": 100}`)
 	out := t.TempDir()
 	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, out))
 	walDir := t.TempDir()
 	log := openLog(t, walDir)
 	cfg := config("p", src, srcSettings, dst, dstSettings, log)
 	cfg.ApplyPaused = true
-	cfg.MaxBatchBytes = 1 // one entry per checkpoint
+	cfg.MaxBatchBytes = 1 // an entry at every checkpoint when no commit is running
 	if err := pipeline.Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
 	entries, err := log.Entries(context.Background(), 0)
-	if err != nil || len(entries) != 3 {
-		t.Fatalf("entries = %d, %v; want 3", len(entries), err)
+	if err != nil || len(entries) < 3 {
+		t.Fatalf("entries = %d, %v; want several", len(entries), err)
 	}
 	// Flip a byte in the second segment.
 	var seg string

@@ -23,9 +23,31 @@ type group struct {
 	bytes       int64 // of frames[:committable]
 	pending     int64 // of frames[committable:]
 	checkpoint  *pluginv1.Checkpoint
+	idle        bool      // the checkpoint said the source has nothing more right now
 	since       time.Time // arrival of the oldest uncommitted frame
 }
 
+// due reports whether the committable part should become a WAL entry now.
+func (g *group) due(cfg Config) bool {
+	return g.committable > 0 && (g.idle || g.bytes >= cfg.MaxBatchBytes || time.Since(g.since) >= cfg.MaxDelay)
+}
+
+// take cuts the committable frames off the group.
+func (g *group) take() ([]wal.Frame, *pluginv1.Checkpoint) {
+	frames, cp := g.frames[:g.committable], g.checkpoint
+	// idle stays: it describes the source after its last checkpoint, and any frame since has cleared it.
+	*g = group{frames: append([]wal.Frame(nil), g.frames[g.committable:]...), pending: g.pending, since: time.Now(), idle: g.idle}
+	return frames, cp
+}
+
+type commitResult struct {
+	rec wal.CommitRecord
+	err error
+}
+
+// readLoop reads the source and cuts WAL entries. One commit runs at a time, beside the reading: whatever
+// arrives while it runs goes into the next entry, so under load entries grow and commits stay few (group
+// commit), and a lone request is committed at once.
 func (r *runner) readLoop(ctx context.Context, from []byte) error {
 	cfg := r.cfg
 	rs, err := cfg.Source.Plugin.Read(ctx, cfg.Source.Settings, cfg.Streams, from)
@@ -46,26 +68,42 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 			}
 		}
 	}()
-	var g group
-	timer := time.NewTimer(time.Hour)
+	var (
+		g        group
+		inflight bool
+		results  = make(chan commitResult, 1)
+		timer    = time.NewTimer(time.Hour)
+	)
 	defer timer.Stop()
-	idle := false
+	startCommit := func() {
+		frames, cp := g.take()
+		r.arm(&g, timer)
+		inflight = true
+		go func() {
+			rec, err := r.commit(ctx, frames, cp)
+			results <- commitResult{rec, err}
+		}()
+	}
 	for {
 		if err := r.waitBackpressure(ctx); err != nil {
 			return err
 		}
-		if idle && cfg.Once && g.committable == 0 && len(g.frames) == 0 {
+		if !inflight && g.due(cfg) {
+			startCommit()
+		}
+		if cfg.Once && g.idle && !inflight && len(g.frames) == 0 {
 			return r.waitApplied(ctx)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-timer.C:
-			if g.committable > 0 && time.Since(g.since) >= cfg.MaxDelay {
-				if err := r.commit(ctx, &g); err != nil {
-					return err
-				}
+		case res := <-results:
+			inflight = false
+			if res.err != nil {
+				return res.err
 			}
+			r.committed(res.rec)
+		case <-timer.C:
 			r.arm(&g, timer)
 		case res := <-msgs:
 			if res.err != nil {
@@ -75,20 +113,13 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 			switch {
 			case m.Batch != nil:
 				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameBatch, Stream: m.Batch.Stream, Rows: m.Batch.Rows, Data: m.Batch.IPC})
-				idle = false
+				g.idle = false
 			case m.Schema != nil:
 				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameSchema, Stream: m.Schema.Name, Data: m.Schema.ArrowSchema})
 			case m.Checkpoint != nil:
 				g.committable, g.bytes, g.pending = len(g.frames), g.bytes+g.pending, 0
-				g.checkpoint = m.Checkpoint
-				idle = m.Checkpoint.Idle
+				g.checkpoint, g.idle = m.Checkpoint, m.Checkpoint.Idle
 				r.sourceProgress(m.Checkpoint)
-				if g.committable > 0 && (g.bytes >= cfg.MaxBatchBytes || time.Since(g.since) >= cfg.MaxDelay || idle) {
-					if err := r.commit(ctx, &g); err != nil {
-						return err
-					}
-					r.arm(&g, timer)
-				}
 			}
 		}
 	}
@@ -116,33 +147,35 @@ func (r *runner) arm(g *group, timer *time.Timer) {
 	timer.Reset(max(time.Until(g.since.Add(r.cfg.MaxDelay)), time.Millisecond))
 }
 
-// commit makes frames[:committable] a WAL entry, then acknowledges the source. The order is the product: an
-// Ack before the commit record exists could lose the batch in a crash.
-func (r *runner) commit(ctx context.Context, g *group) error {
+// commit makes frames a WAL entry, then acknowledges the source. The order is the product: an Ack before the
+// commit record exists could lose the batch in a crash.
+func (r *runner) commit(ctx context.Context, frames []wal.Frame, cp *pluginv1.Checkpoint) (wal.CommitRecord, error) {
 	cfg := r.cfg
 	start := time.Now()
-	rec, err := cfg.Log.Commit(ctx, g.frames[:g.committable], g.checkpoint.Position)
+	rec, err := cfg.Log.Commit(ctx, frames, cp.Position)
 	if err != nil {
-		return fmt.Errorf("pipeline %s: %w", cfg.Name, err)
+		return rec, fmt.Errorf("pipeline %s: %w", cfg.Name, err)
 	}
-	if err := cfg.Source.Plugin.Ack(ctx, g.checkpoint.Position); err != nil {
-		return fmt.Errorf("pipeline %s: source %s: ack WAL entry %d: %w", cfg.Name, cfg.Source.Name, rec.Seq, err)
+	if err := cfg.Source.Plugin.Ack(ctx, cp.Position); err != nil {
+		return rec, fmt.Errorf("pipeline %s: source %s: ack WAL entry %d: %w", cfg.Name, cfg.Source.Name, rec.Seq, err)
 	}
+	r.log.Debug("committed", "seq", rec.Seq, "bytes", rec.Size, "took", time.Since(start))
+	return rec, nil
+}
+
+// committed records a durable entry and wakes the apply loops.
+func (r *runner) committed(rec wal.CommitRecord) {
 	var rows int64
 	for _, n := range rec.Rows {
 		rows += n
 	}
-	r.log.Debug("committed", "seq", rec.Seq, "rows", rows, "bytes", rec.Size, "took", time.Since(start))
-	rest := append([]wal.Frame(nil), g.frames[g.committable:]...)
-	*g = group{frames: rest, pending: g.pending, since: time.Now()}
 	r.mu.Lock()
-	r.committed = rec.Seq
+	r.committedSeq = rec.Seq
 	r.sizes[rec.Seq] = rec.Size
 	r.status.RowsCommitted += rows
 	r.notify()
 	r.mu.Unlock()
 	r.publish(false)
-	return nil
 }
 
 // waitBackpressure blocks while the WAL holds more unapplied bytes than allowed.
@@ -174,7 +207,7 @@ func (r *runner) waitBackpressure(ctx context.Context) error {
 func (r *runner) waitApplied(ctx context.Context) error {
 	for {
 		r.mu.Lock()
-		done := r.cfg.ApplyPaused || len(r.applied) == 0 || r.reclaimed >= r.committed
+		done := r.cfg.ApplyPaused || len(r.applied) == 0 || r.reclaimed >= r.committedSeq
 		ch := r.changed
 		r.mu.Unlock()
 		if done {

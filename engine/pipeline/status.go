@@ -57,7 +57,7 @@ func (r *runner) publish(force bool) {
 	r.lastStatus = now
 	s := r.status
 	s.Updated = now
-	s.WAL.LastCommitted = r.committed
+	s.WAL.LastCommitted = r.committedSeq
 	s.WAL.ReclaimedThrough = r.reclaimed
 	s.WAL.Entries = len(r.sizes)
 	s.WAL.Bytes = 0

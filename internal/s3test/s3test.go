@@ -217,13 +217,20 @@ type Bucket struct {
 func (s *Server) NewBucket(t testing.TB) *Bucket {
 	t.Helper()
 	name := bucketName(t.Name())
-	c := s.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
-		t.Fatalf("create bucket %s on %s: %v", name, s.Endpoint, err)
+	if err := s.CreateBucket(ctx, name); err != nil {
+		t.Fatal(err)
 	}
-	return &Bucket{Server: s, Name: name, Client: c}
+	return &Bucket{Server: s, Name: name, Client: s.Client()}
+}
+
+// CreateBucket creates a bucket (benchmarks use it outside tests).
+func (s *Server) CreateBucket(ctx context.Context, name string) error {
+	if _, err := s.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		return fmt.Errorf("create bucket %s on %s: %w", name, s.Endpoint, err)
+	}
+	return nil
 }
 
 // bucketName makes a valid bucket name (3-63 of [a-z0-9-], alphanumeric at
