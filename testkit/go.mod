@@ -1,3 +1,11 @@
 module github.com/skippr-dev/skippr/testkit
 
 go 1.26.0
+
+require github.com/jackc/pgx/v5 v5.13.0
+
+require (
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)

@@ -1,0 +1,493 @@
+package lake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	iceio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+)
+
+// maxCommitAttempts bounds how often one table's commit is rebuilt after losing a race to another writer.
+const maxCommitAttempts = 8
+
+type tableResult struct {
+	skipped bool
+	rows    int64
+}
+
+// applyTable commits one table's part of an apply, rebuilding it from a fresh table state when another writer
+// committed first. The SQL catalog reports such a race as an unwrapped "requirement failed: branch main has
+// changed", which iceberg-go's own retry does not recognise, so the loop lives here.
+func (d *Destination) applyTable(ctx context.Context, oc *openCatalog, s Settings, req serve.ApplyRequest, g *tableGroup) (tableResult, error) {
+	for attempt := 1; ; attempt++ {
+		a := &tableAttempt{d: d, oc: oc, s: s, req: req, g: g, attempt: attempt, mem: memory.DefaultAllocator}
+		r, err := a.run(ctx)
+		if err == nil {
+			return r, nil
+		}
+		conflict := isConflict(err)
+		// Files of an attempt that never reached the catalog, or that the catalog refused outright, belong to
+		// nobody. After any other commit error the catalog may have taken the commit: keep them.
+		if !a.committing || conflict {
+			a.cleanup(ctx)
+		}
+		if !conflict || attempt >= maxCommitAttempts {
+			if conflict {
+				return tableResult{}, fmt.Errorf("commit lost to concurrent writers %d times: %w", attempt, err)
+			}
+			return tableResult{}, err
+		}
+		d.retries.Add(1)
+		d.log().Info("iceberg commit conflict, retrying", "table", g.table, "sequence", req.Sequence, "attempt", attempt, "err", err)
+		wait := time.Duration(10<<min(attempt, 6))*time.Millisecond + time.Duration(rand.Int64N(int64(20*time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			return tableResult{}, context.Cause(ctx)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// isConflict says the catalog refused a commit because the table moved: nothing was committed, and rebuilding
+// the commit on the new table state will do.
+func isConflict(err error) bool {
+	if errors.Is(err, table.ErrCommitFailed) {
+		return true
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "requirement failed") && (strings.Contains(msg, "has changed") || strings.Contains(msg, "created concurrently"))
+}
+
+// tableAttempt is one try at committing a table's part of an apply.
+type tableAttempt struct {
+	d       *Destination
+	oc      *openCatalog
+	s       Settings
+	req     serve.ApplyRequest
+	g       *tableGroup
+	attempt int
+	mem     memory.Allocator
+
+	fs         iceio.IO
+	files      []string // written by this attempt
+	committing bool     // the catalog commit was sent
+}
+
+func (a *tableAttempt) cleanup(ctx context.Context) {
+	if a.fs == nil {
+		return
+	}
+	for _, f := range a.files {
+		if err := a.fs.Remove(f); err != nil {
+			a.d.log().Warn("iceberg: could not remove the file of a failed commit; it is an orphan for compaction to delete", "file", f, "err", err)
+		}
+	}
+	a.files = nil
+}
+
+func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
+	ident := append(a.s.NamespaceIdent(), a.g.table)
+	tbl, err := a.loadOrCreate(ctx, ident)
+	if err != nil {
+		return tableResult{}, err
+	}
+	done, err := tableSeq(tbl, a.req.Pipeline)
+	if err != nil {
+		return tableResult{}, err
+	}
+	if done >= a.req.Sequence {
+		return tableResult{skipped: true}, nil
+	}
+	if a.fs, err = tbl.FS(ctx); err != nil {
+		return tableResult{}, fmt.Errorf("file system: %w", err)
+	}
+	tx := tbl.NewTransaction()
+	key, err := a.key(tbl)
+	if err != nil {
+		return tableResult{}, err
+	}
+
+	// Evolve the schema for every schema the items carry, in log order, before writing anything: the rows
+	// are written once, in the final schema.
+	var (
+		batches []arrow.RecordBatch
+		ops     [][]change.Op
+		seen    = map[string]bool{}
+	)
+	defer func() {
+		for _, b := range batches {
+			b.Release()
+		}
+	}()
+	evolve := func(sc *arrow.Schema) error {
+		fp := sc.String()
+		if seen[fp] {
+			return nil
+		}
+		seen[fp] = true
+		staged, err := tx.StagedTable()
+		if err != nil {
+			return err
+		}
+		changes, err := planEvolution(strings.Join(ident, "."), staged.Schema(), sc, key)
+		if err != nil {
+			return err
+		}
+		if len(changes) > 0 {
+			a.d.log().Info("iceberg schema evolution", "table", strings.Join(ident, "."), "sequence", a.req.Sequence, "changes", describe(changes))
+		}
+		return applyEvolution(tx, changes)
+	}
+	for i, it := range a.g.items {
+		if it.Schema != nil {
+			if it.Schema.Schema == nil {
+				return tableResult{}, fmt.Errorf("stream %s: schema change without a schema", it.Stream)
+			}
+			if err := evolve(it.Schema.Schema); err != nil {
+				return tableResult{}, err
+			}
+			continue
+		}
+		rec := it.Record
+		col, err := change.Ops(rec)
+		if err != nil {
+			return tableResult{}, fmt.Errorf("stream %s item %d: %w", it.Stream, i, err)
+		}
+		o := make([]change.Op, rec.NumRows())
+		for r := range o {
+			o[r] = change.Op(col.Value(r))
+			if o[r] < change.OpRead || o[r] > change.OpDelete {
+				return tableResult{}, fmt.Errorf("stream %s item %d row %d: unknown op %d", it.Stream, i, r, o[r])
+			}
+		}
+		stripped := change.StripReserved(rec)
+		if err := evolve(stripped.Schema()); err != nil {
+			stripped.Release()
+			return tableResult{}, err
+		}
+		batches = append(batches, stripped)
+		ops = append(ops, o)
+	}
+	if err := a.partition(tx, tbl); err != nil {
+		return tableResult{}, err
+	}
+
+	staged, err := tx.StagedTable()
+	if err != nil {
+		return tableResult{}, err
+	}
+	sch := staged.Schema()
+	target, err := table.SchemaToArrowSchema(sch, nil, true, false)
+	if err != nil {
+		return tableResult{}, fmt.Errorf("arrow schema of %s: %w", strings.Join(ident, "."), err)
+	}
+	var obs []opBatch
+	defer func() {
+		for _, b := range obs {
+			b.rec.Release()
+		}
+	}()
+	for i, b := range batches {
+		c, err := conform(ctx, a.mem, b, target, fmt.Sprintf("stream %s batch %d", a.g.stream, i))
+		if err != nil {
+			return tableResult{}, err
+		}
+		obs = append(obs, opBatch{rec: c, ops: ops[i]})
+	}
+	keyIdx := make([]int, len(key))
+	keyFields := make([]arrow.Field, len(key))
+	eqIDs := make([]int, len(key))
+	for i, k := range key {
+		idx := target.FieldIndices(k)
+		f, ok := sch.FindFieldByName(k)
+		if len(idx) != 1 || !ok {
+			return tableResult{}, fmt.Errorf("key column %s is not in table %s", k, strings.Join(ident, "."))
+		}
+		keyIdx[i], keyFields[i], eqIDs[i] = idx[0], target.Field(idx[0]), f.ID
+	}
+	fo, err := fold(ctx, a.mem, obs, keyIdx, arrow.NewSchema(keyFields, nil), a.s.UpsertInserts, "stream "+a.g.stream)
+	if err != nil {
+		return tableResult{}, err
+	}
+	defer fo.release()
+
+	for _, rec := range fo.data {
+		if err := checkRequired(rec, "stream "+a.g.stream); err != nil {
+			return tableResult{}, err
+		}
+	}
+	var dataFiles, delFiles []iceberg.DataFile
+	if len(fo.data) > 0 {
+		for df, err := range table.WriteRecords(ctx, staged.Table, target, retained(fo.data), table.WithTargetFileSize(a.s.TargetFileSize)) {
+			if err != nil {
+				return tableResult{}, fmt.Errorf("write data files: %w", err)
+			}
+			a.files = append(a.files, df.FilePath())
+			dataFiles = append(dataFiles, df)
+		}
+	}
+	if len(fo.deletes) > 0 {
+		if delFiles, err = a.writeDeletes(ctx, tx, staged, eqIDs, fo.deletes); err != nil {
+			return tableResult{}, fmt.Errorf("write equality deletes: %w", err)
+		}
+	}
+	seq := strconv.FormatUint(a.req.Sequence, 10)
+	if len(dataFiles)+len(delFiles) > 0 {
+		props := iceberg.Properties{seqKey(a.req.Pipeline): seq, propStream: a.g.stream}
+		if err := tx.NewRowDelta(props).AddRows(dataFiles...).AddDeletes(delFiles...).Commit(ctx); err != nil {
+			return tableResult{}, fmt.Errorf("stage row delta: %w", err)
+		}
+		a.noteSnapshotFiles(tx)
+	}
+	if err := tx.SetProperties(iceberg.Properties{seqKey(a.req.Pipeline): seq}); err != nil {
+		return tableResult{}, err
+	}
+	if h := a.d.hooks.beforeCommit; h != nil {
+		if err := h(a.g.table, a.attempt); err != nil {
+			return tableResult{}, err
+		}
+	}
+	a.committing = true
+	if _, err := tx.Commit(ctx); err != nil {
+		return tableResult{}, fmt.Errorf("commit: %w", err)
+	}
+	if h := a.d.hooks.afterCommit; h != nil {
+		if err := h(a.g.table); err != nil {
+			return tableResult{}, err
+		}
+	}
+	return tableResult{rows: fo.rows}, nil
+}
+
+// noteSnapshotFiles adds the manifest list and manifests the staged snapshot wrote to the attempt's files, so
+// that a refused commit leaves none of them behind.
+func (a *tableAttempt) noteSnapshotFiles(tx *table.Transaction) {
+	st, err := tx.StagedTable()
+	if err != nil {
+		return
+	}
+	snap := st.CurrentSnapshot()
+	if snap == nil {
+		return
+	}
+	a.files = append(a.files, snap.ManifestList)
+	manifests, err := snap.Manifests(a.fs)
+	if err != nil {
+		return
+	}
+	for _, m := range manifests {
+		if m.SnapshotID() == snap.SnapshotID {
+			a.files = append(a.files, m.FilePath())
+		}
+	}
+}
+
+// retained yields the batches with an extra reference for consumers that release what they take.
+func retained(recs []arrow.RecordBatch) iter.Seq2[arrow.RecordBatch, error] {
+	return func(yield func(arrow.RecordBatch, error) bool) {
+		for _, r := range recs {
+			r.Retain()
+			if !yield(r, nil) {
+				r.Release()
+				return
+			}
+		}
+	}
+}
+
+func plain(recs []arrow.RecordBatch) iter.Seq2[arrow.RecordBatch, error] {
+	return func(yield func(arrow.RecordBatch, error) bool) {
+		for _, r := range recs {
+			if !yield(r, nil) {
+				return
+			}
+		}
+	}
+}
+
+// writeDeletes writes equality delete files for the keys. An equality delete reaches only data of its own
+// partition unless its spec is unpartitioned. When every partition source column is a key column, a key never
+// moves between partitions, so partition-scoped deletes are exact. Otherwise the previous version of a row may
+// sit in any partition (and a delete row carries only the key), so the deletes are written under the table's
+// unpartitioned spec, which applies them to every partition.
+func (a *tableAttempt) writeDeletes(ctx context.Context, tx *table.Transaction, staged *table.StagedTable, eqIDs []int, recs []arrow.RecordBatch) ([]iceberg.DataFile, error) {
+	spec := staged.Spec()
+	scoped := true
+	for _, f := range spec.Fields() {
+		for _, src := range f.SourceIDs {
+			if !slices.Contains(eqIDs, src) {
+				scoped = false
+			}
+		}
+	}
+	writer := tx
+	if !scoped {
+		meta := staged.Metadata()
+		unpartitioned := -1
+		for _, sp := range meta.PartitionSpecs() {
+			if sp.IsUnpartitioned() {
+				unpartitioned = sp.ID()
+				break
+			}
+		}
+		if unpartitioned < 0 {
+			return nil, fmt.Errorf("table is partitioned by %s on non-key columns and has no unpartitioned partition spec to write global equality deletes under; partition by key columns only, or let skippr create the table", spec)
+		}
+		b, err := table.MetadataBuilderFromBase(meta, staged.MetadataLocation())
+		if err != nil {
+			return nil, err
+		}
+		if err := b.SetDefaultSpecID(unpartitioned); err != nil {
+			return nil, err
+		}
+		view, err := b.Build()
+		if err != nil {
+			return nil, err
+		}
+		fsF := func(ctx context.Context) (iceio.IO, error) { return staged.FS(ctx) }
+		writer = table.New(staged.Identifier(), view, staged.MetadataLocation(), fsF, a.oc.cat).NewTransaction()
+	}
+	files, err := writer.WriteEqualityDeletes(ctx, eqIDs, plain(recs))
+	for _, f := range files {
+		a.files = append(a.files, f.FilePath())
+	}
+	return files, err
+}
+
+// partition adds the configured partition spec to a table skippr created and has not written yet. Tables are
+// created unpartitioned (spec 0) and gain their spec with their first rows, so that spec 0 stays available for
+// global equality deletes. An existing table's spec is never changed.
+func (a *tableAttempt) partition(tx *table.Transaction, tbl *table.Table) error {
+	fields := a.s.Partitions[a.g.stream]
+	if len(fields) == 0 || tbl.CurrentSnapshot() != nil || !tbl.Spec().IsUnpartitioned() {
+		if len(fields) > 0 && tbl.CurrentSnapshot() != nil && tbl.Spec().IsUnpartitioned() {
+			a.d.log().Warn("iceberg: table already holds data unpartitioned; the configured partition spec is not applied", "table", a.g.table)
+		}
+		return nil
+	}
+	staged, err := tx.StagedTable()
+	if err != nil {
+		return err
+	}
+	us := tx.UpdateSpec(true)
+	for _, f := range fields {
+		pf, err := ParsePartitionField(f)
+		if err != nil {
+			return fmt.Errorf("partitions.%s: %w", a.g.stream, err)
+		}
+		if _, ok := staged.Schema().FindFieldByName(pf.Source); !ok {
+			return fmt.Errorf("partitions.%s: %q: column %s is not in the table", a.g.stream, f, pf.Source)
+		}
+		us.AddField(pf.Source, pf.Transform, "")
+	}
+	if err := us.Commit(); err != nil {
+		return fmt.Errorf("partitions.%s: %w", a.g.stream, err)
+	}
+	return nil
+}
+
+// key returns the table's key columns: its identifier fields, which must match the stream's primary key when
+// the stream declares one (deleting by another key would remove the wrong rows).
+func (a *tableAttempt) key(tbl *table.Table) ([]string, error) {
+	sch := tbl.Schema()
+	var tk []string
+	for _, id := range sch.IdentifierFieldIDs {
+		name, ok := sch.FindColumnName(id)
+		if !ok {
+			return nil, fmt.Errorf("identifier field id %d is not in the table schema", id)
+		}
+		tk = append(tk, name)
+	}
+	sk := a.streamKey()
+	switch {
+	case len(tk) == 0:
+		for _, k := range sk {
+			if _, ok := sch.FindFieldByName(k); !ok {
+				return nil, fmt.Errorf("stream %s: primary key column %s is not in the table", a.g.stream, k)
+			}
+		}
+		return sk, nil
+	case sk != nil && !slices.Equal(tk, sk):
+		return nil, fmt.Errorf("stream %s: primary key (%s) differs from the table's identifier fields (%s)", a.g.stream, strings.Join(sk, ", "), strings.Join(tk, ", "))
+	}
+	return tk, nil
+}
+
+// streamKey is the primary key the group's schemas declare (the last one wins).
+func (a *tableAttempt) streamKey() []string {
+	var k []string
+	for _, it := range a.g.items {
+		var sc *arrow.Schema
+		if it.Schema != nil {
+			sc = it.Schema.Schema
+			if sc != nil && change.PrimaryKey(sc) == nil && len(it.Schema.PrimaryKey) > 0 {
+				k = it.Schema.PrimaryKey
+				continue
+			}
+		} else {
+			sc = it.Record.Schema()
+		}
+		if sc != nil {
+			if pk := change.PrimaryKey(sc); pk != nil {
+				k = pk
+			}
+		}
+	}
+	return k
+}
+
+// loadOrCreate loads the table, creating it from the group's first schema when it does not exist.
+func (a *tableAttempt) loadOrCreate(ctx context.Context, ident table.Identifier) (*table.Table, error) {
+	tbl, err := a.oc.cat.LoadTable(ctx, ident)
+	if err == nil {
+		return tbl, nil
+	}
+	if !errors.Is(err, catalog.ErrNoSuchTable) {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	var first *arrow.Schema
+	for _, it := range a.g.items {
+		if it.Schema != nil && it.Schema.Schema != nil {
+			first = it.Schema.Schema
+		} else if it.Record != nil {
+			first = it.Record.Schema()
+		}
+		if first != nil {
+			break
+		}
+	}
+	sch, err := newTableSchema(a.g.stream, first, a.streamKey())
+	if err != nil {
+		return nil, err
+	}
+	props := iceberg.Properties{
+		"format-version":                  strconv.Itoa(a.s.FormatVersion),
+		propStream:                        a.g.stream,
+		table.WriteTargetFileSizeBytesKey: strconv.FormatInt(a.s.TargetFileSize, 10),
+	}
+	tbl, err = a.oc.cat.CreateTable(ctx, ident, sch, catalog.WithProperties(props))
+	if errors.Is(err, catalog.ErrTableAlreadyExists) {
+		// Another writer created it first.
+		tbl, err = a.oc.cat.LoadTable(ctx, ident)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	a.d.log().Info("iceberg table created", "table", strings.Join(ident, "."), "location", tbl.Location())
+	return tbl, nil
+}

@@ -1,0 +1,288 @@
+package lake
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/apache/iceberg-go/catalog"
+	iceio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+)
+
+// Destination writes change batches into Iceberg tables. It implements serve.Destination.
+type Destination struct {
+	Version string
+	Log     *slog.Logger
+
+	mu   sync.Mutex
+	cats map[string]*openCatalog // by raw settings: one connection per catalog for the process's life
+
+	// retries counts commits that lost a race and were rebuilt; tests read it.
+	retries atomic.Int64
+	// hooks let tests stop an apply at the points a crash or a race matters.
+	hooks hooks
+}
+
+type hooks struct {
+	// beforeCommit runs after a table's files are written, before its catalog commit.
+	beforeCommit func(table string, attempt int) error
+	// afterCommit runs after a table's commit succeeded.
+	afterCommit func(table string) error
+}
+
+var _ serve.Destination = (*Destination)(nil)
+
+func (d *Destination) log() *slog.Logger {
+	if d.Log != nil {
+		return d.Log
+	}
+	return slog.Default()
+}
+
+func (d *Destination) Spec() serve.Spec {
+	return serve.Spec{Name: "iceberg", Version: d.Version, Kind: serve.KindDestination,
+		Description:    "Apache Iceberg tables (embedded SQLite catalog or REST catalog; local or S3 warehouse), exactly-once with row-level updates and deletes",
+		SettingsSchema: json.RawMessage(SettingsSchema)}
+}
+
+// catalog returns the open catalog for these settings, connecting on first use.
+func (d *Destination) catalog(ctx context.Context, raw json.RawMessage, s Settings) (*openCatalog, error) {
+	key := string(raw)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if oc, ok := d.cats[key]; ok {
+		return oc, nil
+	}
+	oc, err := connect(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	if d.cats == nil {
+		d.cats = map[string]*openCatalog{}
+	}
+	d.cats[key] = oc
+	return oc, nil
+}
+
+// Close closes every catalog connection.
+func (d *Destination) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for k, oc := range d.cats {
+		errs = append(errs, oc.Close())
+		delete(d.cats, k)
+	}
+	return errors.Join(errs...)
+}
+
+// Check connects to the catalog, makes sure the namespace can be used, and writes and removes a probe file in
+// the warehouse, so that wrong credentials or an unwritable directory show up before the first apply.
+func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
+	s, err := ParseSettings(raw)
+	if err != nil {
+		return err
+	}
+	oc, err := d.catalog(ctx, raw, s)
+	if err != nil {
+		return err
+	}
+	if err := ensureNamespace(ctx, oc.cat, s.NamespaceIdent()); err != nil {
+		return err
+	}
+	if s.Catalog.Warehouse == "" {
+		return nil // the REST catalog chooses locations; nothing to probe without one
+	}
+	fs, err := iceio.LoadFS(ctx, s.ioProps(), s.Catalog.Warehouse)
+	if err != nil {
+		return fmt.Errorf("warehouse %s: %w", s.Catalog.Warehouse, err)
+	}
+	wfs, ok := fs.(iceio.WriteFileIO)
+	if !ok {
+		return fmt.Errorf("warehouse %s: file system is read-only", s.Catalog.Warehouse)
+	}
+	probe := strings.TrimSuffix(s.Catalog.Warehouse, "/") + "/.skippr-check-" + uuid.NewString()
+	if err := wfs.WriteFile(probe, []byte("skippr check\n")); err != nil {
+		return fmt.Errorf("warehouse %s is not writable: %w", s.Catalog.Warehouse, err)
+	}
+	if err := wfs.Remove(probe); err != nil {
+		return fmt.Errorf("warehouse %s: remove probe %s: %w", s.Catalog.Warehouse, probe, err)
+	}
+	return nil
+}
+
+func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serve.Capabilities, error) {
+	if _, err := ParseSettings(raw); err != nil {
+		return serve.Capabilities{}, err
+	}
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true}, nil
+}
+
+// Property keys: see doc.go.
+const (
+	propStream = "skippr.stream"
+)
+
+func seqKey(pipeline string) string { return "skippr.pipeline." + pipeline + ".sequence" }
+
+func parseSeq(props map[string]string, key, where string) (uint64, error) {
+	v, ok := props[key]
+	if !ok || v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: property %s=%q is not a sequence number", where, key, v)
+	}
+	return n, nil
+}
+
+// readMarker returns the last sequence number whose every table commit is done.
+func readMarker(ctx context.Context, cat catalog.Catalog, ns []string, pipeline string) (uint64, error) {
+	props, err := cat.LoadNamespaceProperties(ctx, ns)
+	if errors.Is(err, catalog.ErrNoSuchNamespace) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("namespace %s: %w", strings.Join(ns, "."), err)
+	}
+	return parseSeq(props, seqKey(pipeline), "namespace "+strings.Join(ns, "."))
+}
+
+func tableSeq(tbl *table.Table, pipeline string) (uint64, error) {
+	return parseSeq(tbl.Properties(), seqKey(pipeline), "table "+strings.Join(tbl.Identifier(), "."))
+}
+
+// LastApplied returns the pipeline's completion marker as Sequence, and each table's own fence in Streams.
+func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
+	s, err := ParseSettings(raw)
+	if err != nil {
+		return serve.Applied{}, err
+	}
+	oc, err := d.catalog(ctx, raw, s)
+	if err != nil {
+		return serve.Applied{}, err
+	}
+	ns := s.NamespaceIdent()
+	a := serve.Applied{Streams: map[string]uint64{}}
+	if a.Sequence, err = readMarker(ctx, oc.cat, ns, pipeline); err != nil {
+		return a, err
+	}
+	exists, err := oc.cat.CheckNamespaceExists(ctx, ns)
+	if err != nil {
+		return a, fmt.Errorf("namespace %s: %w", s.Namespace, err)
+	}
+	if !exists {
+		return a, nil
+	}
+	for ident, err := range oc.cat.ListTables(ctx, ns) {
+		if err != nil {
+			return a, fmt.Errorf("list tables of %s: %w", s.Namespace, err)
+		}
+		tbl, err := oc.cat.LoadTable(ctx, ident)
+		if err != nil {
+			return a, fmt.Errorf("load table %s: %w", strings.Join(ident, "."), err)
+		}
+		n, err := tableSeq(tbl, pipeline)
+		if err != nil {
+			return a, err
+		}
+		if n == 0 {
+			continue
+		}
+		stream := tbl.Properties()[propStream]
+		if stream == "" {
+			stream = ident[len(ident)-1]
+		}
+		a.Streams[stream] = max(a.Streams[stream], n)
+	}
+	return a, nil
+}
+
+// Apply commits one WAL sequence number: one Iceberg commit per table touched, each recording the sequence
+// number in the same commit, then the pipeline's completion marker. See doc.go for why both exist.
+func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
+	s, err := ParseSettings(req.Settings)
+	if err != nil {
+		return serve.ApplyResult{}, err
+	}
+	if req.Pipeline == "" {
+		return serve.ApplyResult{}, errors.New("apply: pipeline name is empty")
+	}
+	oc, err := d.catalog(ctx, req.Settings, s)
+	if err != nil {
+		return serve.ApplyResult{}, err
+	}
+	ns := s.NamespaceIdent()
+	marker, err := readMarker(ctx, oc.cat, ns, req.Pipeline)
+	if err != nil {
+		return serve.ApplyResult{}, err
+	}
+	if req.Sequence <= marker {
+		return serve.ApplyResult{Skipped: true}, nil
+	}
+	if err := ensureNamespace(ctx, oc.cat, ns); err != nil {
+		return serve.ApplyResult{}, err
+	}
+	groups, err := groupByTable(s, req.Items)
+	if err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
+	}
+	var (
+		res     serve.ApplyResult
+		skipped = len(groups) > 0
+	)
+	for _, g := range groups {
+		r, err := d.applyTable(ctx, oc, s, req, g)
+		if err != nil {
+			return serve.ApplyResult{}, fmt.Errorf("apply %d: table %s: %w", req.Sequence, g.table, err)
+		}
+		skipped = skipped && r.skipped
+		res.Rows += r.rows
+	}
+	// Every table now holds req.Sequence; only now may LastApplied report it.
+	if _, err := oc.cat.UpdateNamespaceProperties(ctx, ns, nil, map[string]string{seqKey(req.Pipeline): strconv.FormatUint(req.Sequence, 10)}); err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: record completion in namespace %s: %w", req.Sequence, s.Namespace, err)
+	}
+	res.Skipped = skipped
+	return res, nil
+}
+
+// tableGroup is the part of an apply that goes to one table, in log order.
+type tableGroup struct {
+	stream, table string
+	items         []serve.Item
+}
+
+func groupByTable(s Settings, items []serve.Item) ([]*tableGroup, error) {
+	var (
+		groups  []*tableGroup
+		byTable = map[string]*tableGroup{}
+	)
+	for _, it := range items {
+		if it.Record == nil && it.Schema == nil {
+			return nil, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
+		}
+		name := s.TableName(it.Stream)
+		g, ok := byTable[name]
+		if !ok {
+			g = &tableGroup{stream: it.Stream, table: name}
+			byTable[name] = g
+			groups = append(groups, g)
+		} else if g.stream != it.Stream {
+			return nil, fmt.Errorf("streams %s and %s both map to table %s", g.stream, it.Stream, name)
+		}
+		g.items = append(g.items, it)
+	}
+	return groups, nil
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+// TestCheck: each misconfiguration fails Check with a message naming the problem and its fix; a correct
+// non-superuser setup passes.
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	owner := db.Server.CreateRole(t, "REPLICATION")
+	plain := db.Server.CreateRole(t)
+	reader := db.Server.CreateRole(t, "REPLICATION")
+	db.Exec(t, `CREATE TABLE good (id int PRIMARY KEY, n int);
+		CREATE TABLE nokey (a int);
+		CREATE TABLE toasty (id int PRIMARY KEY, body text);
+		CREATE TABLE nothing (id int PRIMARY KEY); ALTER TABLE nothing REPLICA IDENTITY NOTHING;
+		ALTER TABLE good OWNER TO `+owner.Name+`;
+		GRANT CREATE ON DATABASE `+db.Name+` TO `+owner.Name+`;
+		GRANT SELECT ON good TO `+plain.Name)
+	as := func(r pgtest.Role, extra map[string]any) []byte {
+		extra["user"], extra["password"] = r.Name, r.Password
+		extra["slot"] = slot(db)
+		return settings(db, extra)
+	}
+	src := startPlugin(t)
+	for _, tc := range []struct {
+		name     string
+		settings []byte
+		want     []string // every one must appear; none: the check passes
+	}{
+		{"good non-superuser", as(owner, map[string]any{"tables": []string{"good"}}), nil},
+		{"wrong password", as(pgtest.Role{Name: owner.Name, Password: "nope"}, map[string]any{"tables": []string{"good"}}),
+			[]string{"wrong password", owner.Name}},
+		{"no REPLICATION attribute", as(plain, map[string]any{"tables": []string{"good"}}),
+			[]string{"lacks the REPLICATION attribute", "ALTER ROLE"}},
+		{"unknown table", as(owner, map[string]any{"tables": []string{"good", "public.missing"}}),
+			[]string{"table public.missing does not exist"}},
+		{"no primary key", settings(db, map[string]any{"tables": []string{"nokey"}, "slot": slot(db)}),
+			[]string{"public.nokey has no primary key", "ADD PRIMARY KEY"}},
+		{"TOAST without REPLICA IDENTITY FULL", settings(db, map[string]any{"tables": []string{"toasty"}, "slot": slot(db)}),
+			[]string{"body (text)", "REPLICA IDENTITY FULL", "unchanged_toast: fetch"}},
+		{"TOAST with fetch", settings(db, map[string]any{"tables": []string{"toasty"}, "slot": slot(db), "unchanged_toast": "fetch"}), nil},
+		{"REPLICA IDENTITY NOTHING", settings(db, map[string]any{"tables": []string{"nothing"}, "slot": slot(db)}),
+			[]string{"REPLICA IDENTITY NOTHING"}},
+		{"cannot read the table", as(reader, map[string]any{"tables": []string{"good"}}),
+			[]string{"cannot read table public.good", "GRANT SELECT ON"}},
+		{"cannot create the publication", as(reader, map[string]any{"tables": []string{"good"}, "publication": "p_" + db.Name}),
+			[]string{"does not exist and role", "cannot create it", "CREATE PUBLICATION"}},
+		{"bad settings", settings(db, map[string]any{"tables": []string{"good"}, "batch_size": -1, "truncate": "drop"}),
+			[]string{"batch_size must be positive", `truncate "drop"`}},
+		{"destination without the right to create", as(plain, map[string]any{"schema": "nope"}),
+			[]string{`schema "nope" does not exist`, "CREATE SCHEMA"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := src.Check(ctx, tc.settings)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("check failed: %v", err)
+				}
+				return
+			}
+			var ce *client.CheckError
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %v, want a failed check", err)
+			}
+			t.Log(ce.Message)
+			for _, w := range tc.want {
+				if !strings.Contains(ce.Message, w) {
+					t.Errorf("message %q lacks %q", ce.Message, w)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckServerSettings: wal_level below logical and a server without free slots, on servers of their own.
+func TestCheckServerSettings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		conf  map[string]string
+		setup string
+		want  []string
+	}{
+		{"wal_level replica", map[string]string{"wal_level": "replica"}, "",
+			[]string{`wal_level is "replica"`, "ALTER SYSTEM SET wal_level = logical"}},
+		{"slots exhausted", map[string]string{"max_replication_slots": "2"},
+			`SELECT pg_create_physical_replication_slot('one'); SELECT pg_create_physical_replication_slot('two')`,
+			[]string{"all 2 replication slots are taken", "one, two", "pg_drop_replication_slot"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := pgtest.StartServer(t, pgtest.Options{Settings: tc.conf})
+			db := srv.NewDB(t)
+			db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY)`)
+			if tc.setup != "" {
+				db.Exec(t, tc.setup)
+			}
+			src := startPlugin(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := src.Check(ctx, settings(db, map[string]any{"tables": []string{"t"}, "slot": "s"}))
+			var ce *client.CheckError
+			if !errors.As(err, &ce) {
+				t.Fatalf("got %v, want a failed check", err)
+			}
+			t.Log(ce.Message)
+			for _, w := range tc.want {
+				if !strings.Contains(ce.Message, w) {
+					t.Errorf("message %q lacks %q", ce.Message, w)
+				}
+			}
+		})
+	}
+}

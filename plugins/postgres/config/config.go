@@ -1,0 +1,339 @@
+// Package config holds the plugin's settings (one object for both roles), how they become connections, and
+// how connection errors become sentences a user can act on.
+package config
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
+)
+
+// Schema is the JSON Schema of Settings.
+//
+//go:embed settings.schema.json
+var Schema []byte
+
+// Settings of the plugin. The connection settings serve both roles; Tables and the settings after it are the
+// source's, TargetSchema the destination's.
+type Settings struct {
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	User     string `json:"user"`
+	Password string `json:"password"`
+	Database string `json:"database"`
+	SSLMode  string `json:"sslmode"`
+
+	Tables              []string `json:"tables"`
+	Publication         string   `json:"publication"`
+	Slot                string   `json:"slot"`
+	Snapshot            *bool    `json:"snapshot"`
+	BatchSize           int      `json:"batch_size"`
+	Heartbeat           string   `json:"heartbeat"`
+	MaxRetainedWALBytes int64    `json:"max_retained_wal_bytes"`
+	Truncate            string   `json:"truncate"`
+	UnchangedToast      string   `json:"unchanged_toast"`
+
+	TargetSchema string `json:"schema"`
+
+	// Parsed forms.
+	TableNames     []TableName   `json:"-"`
+	HeartbeatEvery time.Duration `json:"-"`
+}
+
+// Truncate and UnchangedToast values.
+const (
+	TruncateError       = "error"
+	TruncateIgnore      = "ignore"
+	ToastRequireFull    = "require_full"
+	ToastFetch          = "fetch"
+	DefaultBatchSize    = 10000
+	DefaultRetainedWAL  = 1 << 30
+	DefaultHeartbeat    = 10 * time.Second
+	DefaultPublication  = "skippr"
+	DefaultSlot         = "skippr"
+	DefaultTargetSchema = "public"
+)
+
+// TableName is a schema-qualified table.
+type TableName struct{ Schema, Name string }
+
+// String is the stream name: schema.table, unquoted.
+func (t TableName) String() string { return t.Schema + "." + t.Name }
+
+// Quoted is the name for SQL.
+func (t TableName) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// Parse decodes and validates settings, filling defaults.
+func Parse(raw json.RawMessage) (Settings, error) {
+	var s Settings
+	if err := serve.DecodeSettings(raw, &s); err != nil {
+		return s, err
+	}
+	if s.Port == 0 {
+		s.Port = 5432
+	}
+	if s.SSLMode == "" {
+		s.SSLMode = "prefer"
+	}
+	if s.Publication == "" {
+		s.Publication = DefaultPublication
+	}
+	if s.Slot == "" {
+		s.Slot = DefaultSlot
+	}
+	if s.Snapshot == nil {
+		t := true
+		s.Snapshot = &t
+	}
+	if s.BatchSize == 0 {
+		s.BatchSize = DefaultBatchSize
+	}
+	if s.MaxRetainedWALBytes == 0 {
+		s.MaxRetainedWALBytes = DefaultRetainedWAL
+	}
+	if s.Truncate == "" {
+		s.Truncate = TruncateError
+	}
+	if s.UnchangedToast == "" {
+		s.UnchangedToast = ToastRequireFull
+	}
+	if s.TargetSchema == "" {
+		s.TargetSchema = DefaultTargetSchema
+	}
+	s.HeartbeatEvery = DefaultHeartbeat
+	var problems []string
+	switch {
+	case s.Host == "":
+		problems = append(problems, "host is required")
+	case s.Port < 1 || s.Port > 65535:
+		problems = append(problems, fmt.Sprintf("port %d is not a TCP port", s.Port))
+	}
+	if s.User == "" {
+		problems = append(problems, "user is required")
+	}
+	if s.Database == "" {
+		problems = append(problems, "database is required")
+	}
+	switch s.SSLMode {
+	case "disable", "allow", "prefer", "require", "verify-ca", "verify-full":
+	default:
+		problems = append(problems, fmt.Sprintf("sslmode %q is not one of disable, allow, prefer, require, verify-ca, verify-full", s.SSLMode))
+	}
+	if !slotName.MatchString(s.Slot) {
+		problems = append(problems, fmt.Sprintf("slot %q: a replication slot name has 1 to 63 lower-case letters, digits and underscores", s.Slot))
+	}
+	if len(s.Publication) > 63 {
+		problems = append(problems, fmt.Sprintf("publication %q is longer than 63 bytes", s.Publication))
+	}
+	if s.BatchSize < 1 {
+		problems = append(problems, fmt.Sprintf("batch_size must be positive, got %d", s.BatchSize))
+	}
+	if s.MaxRetainedWALBytes < 0 {
+		problems = append(problems, "max_retained_wal_bytes must not be negative")
+	}
+	if s.Heartbeat != "" {
+		d, err := time.ParseDuration(s.Heartbeat)
+		if err != nil || d <= 0 {
+			problems = append(problems, fmt.Sprintf("heartbeat %q is not a positive duration like 10s", s.Heartbeat))
+		}
+		s.HeartbeatEvery = d
+	}
+	if s.Truncate != TruncateError && s.Truncate != TruncateIgnore {
+		problems = append(problems, fmt.Sprintf("truncate %q is not one of error, ignore", s.Truncate))
+	}
+	if s.UnchangedToast != ToastRequireFull && s.UnchangedToast != ToastFetch {
+		problems = append(problems, fmt.Sprintf("unchanged_toast %q is not one of require_full, fetch", s.UnchangedToast))
+	}
+	seen := map[string]bool{}
+	for _, t := range s.Tables {
+		tn, err := ParseTableName(t)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		if seen[tn.String()] {
+			problems = append(problems, fmt.Sprintf("table %s is listed twice", tn))
+			continue
+		}
+		seen[tn.String()] = true
+		s.TableNames = append(s.TableNames, tn)
+	}
+	if len(problems) > 0 {
+		return s, fmt.Errorf("settings: %s", strings.Join(problems, "; "))
+	}
+	return s, nil
+}
+
+// ParseTableName reads "table", "schema.table" or the same with "double quoted" parts; an unquoted part is
+// folded to lower case as PostgreSQL does.
+func ParseTableName(s string) (TableName, error) {
+	var parts []string
+	rest := strings.TrimSpace(s)
+	for {
+		var part string
+		if strings.HasPrefix(rest, `"`) {
+			var b strings.Builder
+			i := 1
+			for {
+				if i >= len(rest) {
+					return TableName{}, fmt.Errorf("table %q: unterminated quoted name", s)
+				}
+				if rest[i] == '"' {
+					if i+1 < len(rest) && rest[i+1] == '"' {
+						b.WriteByte('"')
+						i += 2
+						continue
+					}
+					break
+				}
+				b.WriteByte(rest[i])
+				i++
+			}
+			part, rest = b.String(), rest[i+1:]
+		} else {
+			j := strings.IndexByte(rest, '.')
+			if j < 0 {
+				j = len(rest)
+			}
+			part, rest = strings.ToLower(rest[:j]), rest[j:]
+		}
+		if part == "" {
+			return TableName{}, fmt.Errorf("table %q: empty name", s)
+		}
+		parts = append(parts, part)
+		if rest == "" {
+			break
+		}
+		if rest[0] != '.' {
+			return TableName{}, fmt.Errorf("table %q: unexpected %q", s, rest)
+		}
+		rest = rest[1:]
+	}
+	switch len(parts) {
+	case 1:
+		return TableName{Schema: "public", Name: parts[0]}, nil
+	case 2:
+		return TableName{Schema: parts[0], Name: parts[1]}, nil
+	}
+	return TableName{}, fmt.Errorf("table %q: want schema.table", s)
+}
+
+func quoteDSN(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+}
+
+// connString is a keyword/value string: nothing is read from the environment or files, as the plugin has
+// neither (settings travel in the calls).
+func (s Settings) connString() string {
+	return fmt.Sprintf("host=%s port=%d user=%s password=%s dbname=%s sslmode=%s application_name=skippr connect_timeout=15",
+		quoteDSN(s.Host), s.Port, quoteDSN(s.User), quoteDSN(s.Password), quoteDSN(s.Database), s.SSLMode)
+}
+
+// ConnConfig is the configuration of an ordinary session.
+func (s Settings) ConnConfig() (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(s.connString())
+	if err != nil {
+		return nil, fmt.Errorf("connection settings: %w", err)
+	}
+	for k, v := range typemap.SessionParams {
+		cfg.RuntimeParams[k] = v
+	}
+	return cfg, nil
+}
+
+// ReplicationConfig is the configuration of a logical replication session.
+func (s Settings) ReplicationConfig() (*pgconn.Config, error) {
+	cfg, err := pgconn.ParseConfig(s.connString() + " replication=database")
+	if err != nil {
+		return nil, fmt.Errorf("connection settings: %w", err)
+	}
+	for k, v := range typemap.SessionParams {
+		cfg.RuntimeParams[k] = v
+	}
+	// A cancel request would end START_REPLICATION with an error; an expired context must only interrupt
+	// the read, which is what a deadline does.
+	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	return cfg, nil
+}
+
+// Connect opens an ordinary session, explaining a failure.
+func (s Settings) Connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := s.ConnConfig()
+	if err != nil {
+		return nil, err
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, s.Explain(err)
+	}
+	return c, nil
+}
+
+// ConnectReplication opens a logical replication session, explaining a failure.
+func (s Settings) ConnectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := s.ReplicationConfig()
+	if err != nil {
+		return nil, err
+	}
+	c, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, s.Explain(err)
+	}
+	return c, nil
+}
+
+// Explain turns a connection or statement error into a sentence that says what is wrong and what to do,
+// keeping the original error wrapped.
+func (s Settings) Explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	where := fmt.Sprintf("PostgreSQL at %s:%d", s.Host, s.Port)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "28P01":
+			return fmt.Errorf("%s refused user %q: wrong password (check the password setting): %w", where, s.User, err)
+		case "28000":
+			return fmt.Errorf("%s refused user %q for database %q: %s (pg_hba.conf needs a line allowing this host, user and database): %w", where, s.User, s.Database, pgErr.Message, err)
+		case "3D000":
+			return fmt.Errorf("%s has no database %q (check the database setting): %w", where, s.Database, err)
+		case "42501":
+			return fmt.Errorf("%s: user %q lacks a privilege: %s: %w", where, s.User, pgErr.Message, err)
+		case "53300":
+			return fmt.Errorf("%s has no free connection slot (max_connections or the role's connection limit): %w", where, err)
+		case "57P03":
+			return fmt.Errorf("%s is starting up or shutting down; try again: %w", where, err)
+		}
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	var netErr *net.OpError
+	if errors.As(err, &netErr) {
+		return fmt.Errorf("cannot reach %s (%v); check host and port, and that the server listens there: %w", where, netErr.Err, err)
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return fmt.Errorf("cannot resolve host %q: %w", s.Host, err)
+	}
+	if strings.Contains(err.Error(), "server refused TLS connection") {
+		return fmt.Errorf("%s does not offer TLS but sslmode is %s: %w", where, s.SSLMode, err)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}

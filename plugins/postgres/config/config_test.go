@@ -1,0 +1,59 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseTableName(t *testing.T) {
+	for _, tc := range []struct {
+		in, schema, name, err string
+	}{
+		{in: "users", schema: "public", name: "users"},
+		{in: "Sales.Orders", schema: "sales", name: "orders"},
+		{in: `"Sales"."Order.Lines"`, schema: "Sales", name: "Order.Lines"},
+		{in: `app."say ""hi"""`, schema: "app", name: `say "hi"`},
+		{in: "a.b.c", err: "want schema.table"},
+		{in: `"open`, err: "unterminated"},
+		{in: "a..b", err: "empty name"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseTableName(tc.in)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Schema != tc.schema || got.Name != tc.name {
+				t.Errorf("got %q.%q, want %q.%q", got.Schema, got.Name, tc.schema, tc.name)
+			}
+		})
+	}
+}
+
+func TestParse(t *testing.T) {
+	s, err := Parse([]byte(`{"host": "h", "user": "u", "database": "d", "tables": ["t"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Port != 5432 || s.Slot != DefaultSlot || !*s.Snapshot || s.BatchSize != DefaultBatchSize || s.Truncate != TruncateError ||
+		s.UnchangedToast != ToastRequireFull || s.TargetSchema != "public" || s.HeartbeatEvery != DefaultHeartbeat || s.TableNames[0].String() != "public.t" {
+		t.Errorf("defaults not filled: %+v", s)
+	}
+	for _, tc := range []struct{ in, err string }{
+		{`{"user": "u", "database": "d"}`, "host is required"},
+		{`{"host": "h", "user": "u", "database": "d", "slot": "Bad-Name"}`, `slot "Bad-Name"`},
+		{`{"host": "h", "user": "u", "database": "d", "heartbeat": "soon"}`, `heartbeat "soon"`},
+		{`{"host": "h", "user": "u", "database": "d", "tables": ["t", "public.t"]}`, "listed twice"},
+		{`{"host": "h", "user": "u", "database": "d", "sslmode": "maybe"}`, `sslmode "maybe"`},
+		{`{"host": "h", "user": "u", "database": "d", "tabels": ["t"]}`, "unknown field"},
+	} {
+		if _, err := Parse([]byte(tc.in)); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.in, err, tc.err)
+		}
+	}
+}

@@ -1,0 +1,19 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	db.Exec(t, `CREATE TABLE items (id bigint PRIMARY KEY, name text, price numeric(10,2));
+		ALTER TABLE items REPLICA IDENTITY FULL;
+		INSERT INTO items SELECT g, 'item ' || g, g * 1.5 FROM generate_series(1, 45) g`)
+	good := settings(db, map[string]any{"tables": []string{"public.items"}, "slot": slot(db), "batch_size": 10, "schema": "conformance_dest"})
+	bad := settings(db, map[string]any{"tables": []string{"public.items"}, "password": "wrong", "user": db.Server.CreateRole(t).Name})
+	conformance.Run(t, conformance.Config{Binary: pluginBin, Settings: good, BadSettings: bad})
+}

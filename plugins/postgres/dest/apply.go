@@ -1,0 +1,541 @@
+package dest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/postgres/config"
+	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
+)
+
+// applier is one Apply: one connection, one transaction.
+type applier struct {
+	cfg    config.Settings
+	conn   *pgx.Conn
+	tx     pgx.Tx
+	staged map[string]bool // staging tables filled in this transaction
+	hints  map[string]bool // type names the database knows (to_regtype)
+	tables map[string]*tableState
+}
+
+// tableState is what this apply knows of a destination table.
+type tableState struct {
+	name    string // quoted, schema-qualified
+	columns map[string]string
+	key     []string
+}
+
+// row is the last change of a key within an apply.
+type row struct {
+	op  change.Op
+	rec arrow.RecordBatch
+	i   int
+}
+
+// streamPlan collects a stream's surviving rows, keyed by the key's text form.
+type streamPlan struct {
+	stream  string
+	schemas []*arrow.Schema // in order of appearance
+	rows    map[string]row
+	order   []string // keys in first-seen order, so statements are deterministic
+	inserts []row    // rows of a stream without a key: appended as they come
+}
+
+func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
+	cfg := a.cfg
+	tx, err := a.conn.Begin(ctx)
+	if err != nil {
+		return serve.ApplyResult{}, cfg.Explain(err)
+	}
+	defer tx.Rollback(context.Background())
+	a.tx = tx
+	a.tables = map[string]*tableState{}
+	schema := pgx.Identifier{cfg.TargetSchema}.Sanitize()
+	state := stateTable(cfg)
+	// CREATE ... IF NOT EXISTS checks the privilege to create before it looks: create only what is missing,
+	// so a role with rights on an existing schema needs none on the database.
+	var haveSchema, haveState bool
+	if err := tx.QueryRow(ctx, `SELECT to_regnamespace($1) IS NOT NULL, to_regclass($2) IS NOT NULL`, schema, state).Scan(&haveSchema, &haveState); err != nil {
+		return serve.ApplyResult{}, cfg.Explain(err)
+	}
+	if !haveSchema {
+		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+schema); err != nil {
+			return serve.ApplyResult{}, fmt.Errorf("create schema %s: %w", cfg.TargetSchema, cfg.Explain(err))
+		}
+	}
+	if !haveState {
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+state+` (pipeline text PRIMARY KEY, sequence bigint NOT NULL, streams jsonb NOT NULL DEFAULT '{}')`); err != nil {
+			return serve.ApplyResult{}, fmt.Errorf("create %s: %w", state, cfg.Explain(err))
+		}
+	}
+	// The row lock serialises applies of one pipeline; the check below then sees the latest commit.
+	if _, err := tx.Exec(ctx, `INSERT INTO `+state+` (pipeline, sequence) VALUES ($1, 0) ON CONFLICT DO NOTHING`, req.Pipeline); err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, cfg.Explain(err))
+	}
+	var last int64
+	if err := tx.QueryRow(ctx, `SELECT sequence FROM `+state+` WHERE pipeline = $1 FOR UPDATE`, req.Pipeline).Scan(&last); err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, cfg.Explain(err))
+	}
+	if req.Sequence <= uint64(last) {
+		return serve.ApplyResult{Skipped: true}, nil
+	}
+
+	var (
+		plans   []*streamPlan
+		byName  = map[string]*streamPlan{}
+		touched = map[string]uint64{}
+		rows    int64
+	)
+	plan := func(stream string) *streamPlan {
+		sp := byName[stream]
+		if sp == nil {
+			sp = &streamPlan{stream: stream, rows: map[string]row{}}
+			byName[stream] = sp
+			plans = append(plans, sp)
+		}
+		return sp
+	}
+	for _, it := range req.Items {
+		touched[it.Stream] = req.Sequence
+		if it.Schema != nil {
+			sp := plan(it.Stream)
+			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
+			continue
+		}
+		if it.Record == nil {
+			continue
+		}
+		sp := plan(it.Stream)
+		sp.schemas = appendSchema(sp.schemas, it.Record.Schema())
+		n, err := sp.add(it.Record)
+		if err != nil {
+			return serve.ApplyResult{}, fmt.Errorf("apply %d: stream %s: %w", req.Sequence, it.Stream, err)
+		}
+		rows += n
+	}
+	for _, sp := range plans {
+		if err := a.writeStream(ctx, sp); err != nil {
+			return serve.ApplyResult{}, fmt.Errorf("apply %d: stream %s: %w", req.Sequence, sp.stream, err)
+		}
+	}
+	streams, _ := json.Marshal(touched)
+	if _, err := tx.Exec(ctx, `UPDATE `+state+` SET sequence = $2, streams = streams || $3::jsonb WHERE pipeline = $1`,
+		req.Pipeline, int64(req.Sequence), string(streams)); err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: record the sequence number: %w", req.Sequence, cfg.Explain(err))
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: commit: %w", req.Sequence, cfg.Explain(err))
+	}
+	return serve.ApplyResult{Rows: rows}, nil
+}
+
+func appendSchema(list []*arrow.Schema, s *arrow.Schema) []*arrow.Schema {
+	for _, x := range list {
+		if x.Equal(s) && protocol.SchemaID(x) == protocol.SchemaID(s) {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+// add folds a batch into the plan: the last change of a key wins.
+func (sp *streamPlan) add(rec arrow.RecordBatch) (int64, error) {
+	ops, err := change.Ops(rec)
+	if err != nil {
+		return 0, err
+	}
+	key := change.PrimaryKey(rec.Schema())
+	if len(key) == 0 {
+		for i := 0; i < int(rec.NumRows()); i++ {
+			op := change.Op(ops.Value(i))
+			if op == change.OpUpdate || op == change.OpDelete {
+				return 0, fmt.Errorf("the stream has no primary key (%s metadata), so a %s cannot be applied", change.PrimaryKeyMeta, op)
+			}
+			sp.inserts = append(sp.inserts, row{op: op, rec: rec, i: i})
+		}
+		return rec.NumRows(), nil
+	}
+	encs := make([]typemap.Encoder, len(key))
+	cols := make([]arrow.Array, len(key))
+	for j, k := range key {
+		idx := rec.Schema().FieldIndices(k)
+		if len(idx) != 1 {
+			return 0, fmt.Errorf("primary key column %q is not in the batch", k)
+		}
+		cols[j] = rec.Column(idx[0])
+		encs[j], err = typemap.NewEncoder(rec.Schema().Field(idx[0]), cols[j])
+		if err != nil {
+			return 0, err
+		}
+	}
+	var buf []byte
+	for i := 0; i < int(rec.NumRows()); i++ {
+		buf = buf[:0]
+		for j := range encs {
+			if cols[j].IsNull(i) {
+				return 0, fmt.Errorf("row %d has a null in primary key column %s", i, key[j])
+			}
+			buf = encs[j](buf, i)
+			buf = append(buf, 0)
+		}
+		k := string(buf)
+		if _, seen := sp.rows[k]; !seen {
+			sp.order = append(sp.order, k)
+		}
+		op := change.Op(ops.Value(i))
+		if op < change.OpRead || op > change.OpDelete {
+			return 0, fmt.Errorf("row %d has unknown op %d", i, op)
+		}
+		sp.rows[k] = row{op: op, rec: rec, i: i}
+	}
+	return rec.NumRows(), nil
+}
+
+// writeStream brings the table up to the stream's schemas, then deletes and upserts the surviving rows.
+func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
+	for _, s := range sp.schemas {
+		if err := a.ensureTable(ctx, sp.stream, s); err != nil {
+			return err
+		}
+	}
+	ts := a.tables[sp.stream]
+	if ts == nil {
+		return nil // only schema changes of a stream without rows yet: the table exists now
+	}
+	// Group surviving rows: deletes by key schema, upserts by batch schema (one COPY and merge each).
+	type group struct {
+		schema *arrow.Schema
+		rows   []row
+	}
+	var (
+		upserts, deletes []*group
+		find             = func(gs *[]*group, s *arrow.Schema) *group {
+			for _, g := range *gs {
+				if g.schema == s || (g.schema.Equal(s) && protocol.SchemaID(g.schema) == protocol.SchemaID(s)) {
+					return g
+				}
+			}
+			g := &group{schema: s}
+			*gs = append(*gs, g)
+			return g
+		}
+	)
+	for _, k := range sp.order {
+		r := sp.rows[k]
+		if r.op == change.OpDelete {
+			g := find(&deletes, r.rec.Schema())
+			g.rows = append(g.rows, r)
+		} else {
+			g := find(&upserts, r.rec.Schema())
+			g.rows = append(g.rows, r)
+		}
+	}
+	for _, g := range deletes {
+		if err := a.delete(ctx, ts, g.schema, g.rows); err != nil {
+			return err
+		}
+	}
+	for _, g := range upserts {
+		if err := a.upsert(ctx, ts, g.schema, g.rows, true); err != nil {
+			return err
+		}
+	}
+	if len(sp.inserts) > 0 {
+		var ins []*group
+		for _, r := range sp.inserts {
+			g := find(&ins, r.rec.Schema())
+			g.rows = append(g.rows, r)
+		}
+		for _, g := range ins {
+			if err := a.upsert(ctx, ts, g.schema, g.rows, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// knownType says whether the destination database has a type of that name.
+func (a *applier) knownType(ctx context.Context, name string) bool {
+	if ok, seen := a.hints[name]; seen {
+		return ok
+	}
+	var ok bool
+	// A savepoint keeps a malformed name from aborting the transaction.
+	sp, err := a.tx.Begin(ctx)
+	if err == nil {
+		err = sp.QueryRow(ctx, `SELECT to_regtype($1) IS NOT NULL`, name).Scan(&ok)
+		if err != nil {
+			sp.Rollback(ctx)
+			ok = false
+		} else {
+			sp.Commit(ctx)
+		}
+	}
+	a.hints[name] = ok
+	return ok
+}
+
+// columnType is a field's destination type: the source's PostgreSQL type when it travels as text and the
+// database has it, else the Arrow mapping.
+func (a *applier) columnType(ctx context.Context, f arrow.Field) (string, error) {
+	hint := ""
+	if h, ok := f.Metadata.GetValue(typemap.MetaType); ok && h != "" && typemap.HintApplies(f) && a.knownType(ctx, h) {
+		hint = h
+	}
+	return typemap.ColumnType(f, hint)
+}
+
+// ensureTable creates the stream's table, or adds the columns it lacks and changes column types that differ.
+func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schema) error {
+	name := pgx.Identifier{a.cfg.TargetSchema, TableName(stream)}.Sanitize()
+	ts := a.tables[stream]
+	if ts == nil {
+		ts = &tableState{name: name, columns: map[string]string{}}
+		rows, err := a.tx.Query(ctx, `
+			SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+			FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, name)
+		if err != nil {
+			return a.cfg.Explain(err)
+		}
+		for rows.Next() {
+			var c, t string
+			if err := rows.Scan(&c, &t); err != nil {
+				rows.Close()
+				return err
+			}
+			ts.columns[c] = t
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return a.cfg.Explain(err)
+		}
+		a.tables[stream] = ts
+	}
+	fields := change.DataFields(s)
+	key := change.PrimaryKey(s)
+	if len(ts.columns) == 0 {
+		defs := make([]string, 0, len(fields)+1)
+		for _, f := range fields {
+			t, err := a.columnType(ctx, f)
+			if err != nil {
+				return err
+			}
+			defs = append(defs, pgx.Identifier{f.Name}.Sanitize()+" "+t)
+			ts.columns[f.Name] = t
+		}
+		if len(key) > 0 {
+			defs = append(defs, "PRIMARY KEY ("+quoteAll(key)+")")
+		}
+		if _, err := a.tx.Exec(ctx, "CREATE TABLE "+name+" ("+strings.Join(defs, ", ")+")"); err != nil {
+			return fmt.Errorf("create table %s: %w", name, a.cfg.Explain(err))
+		}
+		ts.key = key
+		return nil
+	}
+	if ts.key == nil {
+		ts.key = key
+	}
+	for _, f := range fields {
+		t, err := a.columnType(ctx, f)
+		if err != nil {
+			return err
+		}
+		col := pgx.Identifier{f.Name}.Sanitize()
+		have, ok := ts.columns[f.Name]
+		switch {
+		case !ok:
+			if _, err := a.tx.Exec(ctx, "ALTER TABLE "+name+" ADD COLUMN IF NOT EXISTS "+col+" "+t); err != nil {
+				return fmt.Errorf("add column %s to %s: %w", f.Name, name, a.cfg.Explain(err))
+			}
+		case !sameType(have, t):
+			if _, err := a.tx.Exec(ctx, "ALTER TABLE "+name+" ALTER COLUMN "+col+" TYPE "+t+" USING "+col+"::"+t); err != nil {
+				return fmt.Errorf("change column %s of %s from %s to %s: %w", f.Name, name, have, t, a.cfg.Explain(err))
+			}
+		default:
+			continue
+		}
+		ts.columns[f.Name] = t
+	}
+	return nil
+}
+
+// sameType compares format_type output with a type we wrote; the short names we write are the
+// canonical ones, except for these spellings.
+func sameType(have, want string) bool {
+	if have == want {
+		return true
+	}
+	alias := map[string]string{
+		"timestamptz": "timestamp with time zone", "timestamp": "timestamp without time zone",
+		"time": "time without time zone", "varchar": "character varying", "bool": "boolean",
+		"int": "integer", "int4": "integer", "int8": "bigint", "int2": "smallint", "float8": "double precision", "float4": "real",
+	}
+	norm := func(s string) string {
+		base, arr := strings.CutSuffix(s, "[]")
+		if a, ok := alias[base]; ok {
+			base = a
+		}
+		if arr {
+			return base + "[]"
+		}
+		return base
+	}
+	return norm(have) == norm(want)
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = pgx.Identifier{n}.Sanitize()
+	}
+	return strings.Join(q, ", ")
+}
+
+// stage fills a temporary table (kept for the session, emptied at commit) with the given columns of rows.
+func (a *applier) stage(ctx context.Context, ts *tableState, s *arrow.Schema, cols []string, rows []row) (string, error) {
+	h := sha256.Sum256([]byte(ts.name + "\x00" + strings.Join(cols, "\x00") + "\x00" + typesOf(ts, cols)))
+	stage := "skippr_stage_" + hex.EncodeToString(h[:8])
+	qcols := quoteAll(cols)
+	if _, err := a.tx.Exec(ctx, "CREATE TEMP TABLE IF NOT EXISTS "+stage+" ON COMMIT DELETE ROWS AS SELECT "+qcols+" FROM "+ts.name+" WITH NO DATA"); err != nil {
+		return "", fmt.Errorf("create staging table for %s: %w", ts.name, a.cfg.Explain(err))
+	}
+	if a.staged[stage] {
+		if _, err := a.tx.Exec(ctx, "TRUNCATE "+stage); err != nil {
+			return "", a.cfg.Explain(err)
+		}
+	}
+	a.staged[stage] = true
+	encs := make([]map[arrow.RecordBatch]typemap.Encoder, len(cols))
+	idx := make([]int, len(cols))
+	for j, c := range cols {
+		fi := s.FieldIndices(c)
+		if len(fi) != 1 {
+			return "", fmt.Errorf("column %s is not in the batch", c)
+		}
+		idx[j] = fi[0]
+		encs[j] = map[arrow.RecordBatch]typemap.Encoder{}
+	}
+	var (
+		buf bytes.Buffer
+		tmp []byte
+	)
+	for _, r := range rows {
+		for j := range cols {
+			if j > 0 {
+				buf.WriteByte('\t')
+			}
+			arr := r.rec.Column(idx[j])
+			if arr.IsNull(r.i) {
+				buf.WriteString(`\N`)
+				continue
+			}
+			enc, ok := encs[j][r.rec]
+			if !ok {
+				var err error
+				enc, err = typemap.NewEncoder(s.Field(idx[j]), arr)
+				if err != nil {
+					return "", err
+				}
+				encs[j][r.rec] = enc
+			}
+			tmp = enc(tmp[:0], r.i)
+			writeCopyText(&buf, tmp)
+		}
+		buf.WriteByte('\n')
+	}
+	if _, err := a.conn.PgConn().CopyFrom(ctx, &buf, "COPY "+stage+" ("+qcols+") FROM STDIN"); err != nil {
+		return "", fmt.Errorf("copy into the staging table of %s: %w", ts.name, a.cfg.Explain(err))
+	}
+	return stage, nil
+}
+
+func typesOf(ts *tableState, cols []string) string {
+	t := make([]string, len(cols))
+	for i, c := range cols {
+		t[i] = ts.columns[c]
+	}
+	return strings.Join(t, "\x00")
+}
+
+// writeCopyText escapes a value for COPY's text format.
+func writeCopyText(buf *bytes.Buffer, v []byte) {
+	for _, c := range v {
+		switch c {
+		case '\\':
+			buf.WriteString(`\\`)
+		case '\t':
+			buf.WriteString(`\t`)
+		case '\n':
+			buf.WriteString(`\n`)
+		case '\r':
+			buf.WriteString(`\r`)
+		default:
+			buf.WriteByte(c)
+		}
+	}
+}
+
+// upsert writes rows (all of one batch schema) with one merge; without a key (merge false) it inserts.
+func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, rows []row, merge bool) error {
+	var cols []string
+	for _, f := range change.DataFields(s) {
+		cols = append(cols, f.Name)
+	}
+	stage, err := a.stage(ctx, ts, s, cols, rows)
+	if err != nil {
+		return err
+	}
+	qcols := quoteAll(cols)
+	sql := "INSERT INTO " + ts.name + " (" + qcols + ") SELECT " + qcols + " FROM " + stage
+	if merge {
+		key := change.PrimaryKey(s)
+		var sets []string
+		for _, c := range cols {
+			if !slices.Contains(key, c) {
+				q := pgx.Identifier{c}.Sanitize()
+				sets = append(sets, q+" = EXCLUDED."+q)
+			}
+		}
+		sql += " ON CONFLICT (" + quoteAll(key) + ")"
+		if len(sets) == 0 {
+			sql += " DO NOTHING"
+		} else {
+			sql += " DO UPDATE SET " + strings.Join(sets, ", ")
+		}
+	}
+	if _, err := a.tx.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("write %d rows into %s: %w", len(rows), ts.name, a.cfg.Explain(err))
+	}
+	return nil
+}
+
+// delete removes rows by key.
+func (a *applier) delete(ctx context.Context, ts *tableState, s *arrow.Schema, rows []row) error {
+	key := change.PrimaryKey(s)
+	stage, err := a.stage(ctx, ts, s, key, rows)
+	if err != nil {
+		return err
+	}
+	conds := make([]string, len(key))
+	for i, k := range key {
+		q := pgx.Identifier{k}.Sanitize()
+		conds[i] = "t." + q + " = s." + q
+	}
+	if _, err := a.tx.Exec(ctx, "DELETE FROM "+ts.name+" t USING "+stage+" s WHERE "+strings.Join(conds, " AND ")); err != nil {
+		return fmt.Errorf("delete %d rows from %s: %w", len(rows), ts.name, a.cfg.Explain(err))
+	}
+	return nil
+}

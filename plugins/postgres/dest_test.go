@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+// kvRow is one change of the test stream: id, v, and w when the schema has it.
+type kvRow struct {
+	op change.Op
+	id int64
+	v  string
+	w  *int64
+}
+
+func kvBatch(t *testing.T, stream string, withW bool, key []string, rows ...kvRow) client.ApplyItem {
+	t.Helper()
+	fields := []arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "v", Type: arrow.BinaryTypes.String, Nullable: true}}
+	if withW {
+		fields = append(fields, arrow.Field{Name: "w", Type: arrow.PrimitiveTypes.Int64, Nullable: true})
+	}
+	sc := change.Schema(fields, key)
+	b := change.NewBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for _, r := range rows {
+		b.Field(0).(*array.Int64Builder).Append(r.id)
+		if r.op == change.OpDelete {
+			b.Field(1).AppendNull()
+		} else {
+			b.Field(1).(*array.StringBuilder).Append(r.v)
+		}
+		if withW {
+			if r.w == nil {
+				b.Field(2).AppendNull()
+			} else {
+				b.Field(2).(*array.Int64Builder).Append(*r.w)
+			}
+		}
+		b.Row(r.op, "")
+	}
+	rec := b.NewBatch()
+	defer rec.Release()
+	ipc, err := protocol.EncodeRecord(memory.DefaultAllocator, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.ApplyItem{Batch: &protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipc}}
+}
+
+// TestApply: rows collapse per key within an apply (the last change wins), a replayed sequence number is
+// skipped, a new column is added, and a stream without a key takes inserts only.
+func TestApply(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	dst := startPlugin(t)
+	set := settings(db, map[string]any{"schema": "out"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	apply := func(seq uint64, items ...client.ApplyItem) (bool, error) {
+		r, err := dst.Apply(ctx, set, "p", seq, items)
+		if err != nil {
+			return false, err
+		}
+		return r.Skipped, nil
+	}
+	key := []string{"id"}
+	seven := int64(7)
+	for _, tc := range []struct {
+		name    string
+		seq     uint64
+		items   []client.ApplyItem
+		skipped bool
+		want    string // out.kv after the apply
+		err     string
+	}{
+		{name: "collapse per key", seq: 1, items: []client.ApplyItem{
+			kvBatch(t, "public.kv", false, key, kvRow{op: change.OpRead, id: 1, v: "a"}, kvRow{op: change.OpInsert, id: 2, v: "b"}, kvRow{op: change.OpUpdate, id: 1, v: "a2"}),
+			kvBatch(t, "public.kv", false, key, kvRow{op: change.OpDelete, id: 2}, kvRow{op: change.OpInsert, id: 3, v: "c"}, kvRow{op: change.OpDelete, id: 3}, kvRow{op: change.OpInsert, id: 3, v: "c2"}, kvRow{op: change.OpUpdate, id: 1, v: "a3"}),
+		}, want: "(1,a3) (3,c2)"},
+		{name: "replay is skipped", seq: 1, items: []client.ApplyItem{kvBatch(t, "public.kv", false, key, kvRow{op: change.OpInsert, id: 9, v: "x"})}, skipped: true, want: "(1,a3) (3,c2)"},
+		{name: "older is skipped", seq: 0, items: []client.ApplyItem{kvBatch(t, "public.kv", false, key, kvRow{op: change.OpInsert, id: 9, v: "x"})}, skipped: true, want: "(1,a3) (3,c2)"},
+		{name: "new column", seq: 2, items: []client.ApplyItem{
+			kvBatch(t, "public.kv", true, key, kvRow{op: change.OpUpdate, id: 3, v: "c3", w: &seven}, kvRow{op: change.OpInsert, id: 4, v: "d"}),
+		}, want: "(1,a3,) (3,c3,7) (4,d,)"},
+		{name: "delete of a missing key", seq: 3, items: []client.ApplyItem{kvBatch(t, "public.kv", false, key, kvRow{op: change.OpDelete, id: 100}, kvRow{op: change.OpDelete, id: 1})},
+			want: "(3,c3,7) (4,d,)"},
+		{name: "no key: inserts", seq: 4, items: []client.ApplyItem{kvBatch(t, "log", false, nil, kvRow{op: change.OpInsert, id: 1, v: "x"}, kvRow{op: change.OpInsert, id: 1, v: "x"})},
+			want: "(3,c3,7) (4,d,)"},
+		{name: "no key: no updates", seq: 5, items: []client.ApplyItem{kvBatch(t, "log", false, nil, kvRow{op: change.OpUpdate, id: 1, v: "y"})},
+			err: "no primary key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			skipped, err := apply(tc.seq, tc.items...)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if skipped != tc.skipped {
+				t.Errorf("skipped = %v, want %v", skipped, tc.skipped)
+			}
+			if got := strings.Join(rowsText(t, db, "out.kv"), " "); got != tc.want {
+				t.Errorf("out.kv = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	if got := strings.Join(rowsText(t, db, "out.log"), " "); got != "(1,x) (1,x)" {
+		t.Errorf("out.log = %s, want both inserts", got)
+	}
+	la, err := dst.LastApplied(ctx, set, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.Sequence != 4 || la.Streams["public.kv"] != 3 || la.Streams["log"] != 4 {
+		t.Errorf("last applied: %d %v, want 4 with public.kv at 3 and log at 4", la.Sequence, la.Streams)
+	}
+	if la, err := dst.LastApplied(ctx, set, "other"); err != nil || la.Sequence != 0 {
+		t.Errorf("last applied of another pipeline: %v %v, want 0", la, err)
+	}
+
+	// Nested Arrow types (as datagen's nested mode makes them): structs become jsonb, lists of scalars arrays.
+	nsc := change.Schema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "address", Nullable: true, Type: arrow.StructOf(
+			arrow.Field{Name: "city", Type: arrow.BinaryTypes.String, Nullable: true},
+			arrow.Field{Name: "zip", Type: arrow.PrimitiveTypes.Int32, Nullable: true})},
+		{Name: "tags", Nullable: true, Type: arrow.ListOf(arrow.BinaryTypes.String)},
+		{Name: "ts", Nullable: true, Type: &arrow.TimestampType{Unit: arrow.Nanosecond, TimeZone: "UTC"}},
+	}, key)
+	nrec, _, err := array.RecordFromJSON(memory.DefaultAllocator, nsc, strings.NewReader(`[
+		{"id": 1, "address": {"city": "Zürich", "zip": 8000}, "tags": ["a", "b\"c", null], "ts": "2024-01-02T03:04:05.123456789Z", "_skippr_op": 1},
+		{"id": 2, "address": null, "tags": [], "ts": null, "_skippr_op": 1}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nrec.Release()
+	nipc, err := protocol.EncodeRecord(memory.DefaultAllocator, nrec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := apply(5, client.ApplyItem{Batch: &protocol.Batch{Stream: "nested", SchemaID: protocol.SchemaID(nsc), Rows: nrec.NumRows(), IPC: nipc}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(rowsText(t, db, "out.nested"), " "), `(1,"{""zip"": 8000, ""city"": ""Zürich""}","{a,""b\\""c"",NULL}","2024-01-02 03:04:05.123456+00") (2,,{},)`; got != want {
+		t.Errorf("out.nested = %s, want %s", got, want)
+	}
+
+	// A role with rights on an existing schema only (none on the database) can apply.
+	r := db.Server.CreateRole(t)
+	db.Exec(t, `CREATE SCHEMA limited; GRANT USAGE, CREATE ON SCHEMA limited TO `+r.Name)
+	limited := settings(db, map[string]any{"schema": "limited", "user": r.Name, "password": r.Password})
+	if err := dst.Check(ctx, limited); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	if _, err := dst.Apply(ctx, limited, "p", 1, []client.ApplyItem{kvBatch(t, "kv", false, key, kvRow{op: change.OpInsert, id: 1, v: "a"})}); err != nil {
+		t.Fatalf("apply as a role with schema rights only: %v", err)
+	}
+}

@@ -1,0 +1,213 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/postgres/config"
+	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
+)
+
+// column is a replicated column: pgoutput sends every column that is neither dropped nor generated, in
+// attnum order, and so does the snapshot.
+type column struct {
+	Name    string
+	TypeOID uint32
+	Typmod  int32
+	Type    *typemap.Type
+	// Toastable: a varlena stored out of line when large (storage extended or external).
+	Toastable bool
+}
+
+// table is what the catalog says about a configured table.
+type table struct {
+	Name      config.TableName
+	OID       uint32
+	Kind      string // r: table, p: partitioned table
+	Columns   []column
+	Generated []string // generated columns: pgoutput (before PostgreSQL 18) does not send them
+	// Key is the primary key, or the replica identity index's columns when there is no primary key.
+	Key           []string
+	HasPrimaryKey bool
+	// ReplicaIdentity is d (default), f (full), i (index) or n (nothing); for a partitioned table, that of
+	// its partitions, "mixed" when they differ.
+	ReplicaIdentity string
+	// IdentityIsKey is false when the replica identity index is not the primary key.
+	IdentityIsKey bool
+	CanSelect     bool
+	Owned         bool
+	Estimate      int64 // pg_class.reltuples over the leaves, 0 when never analysed
+}
+
+// errNoTable marks a configured table the database does not have.
+var errNoTable = errors.New("no such table")
+
+// loadTable reads a table's description. Types are resolved with r.
+func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.TableName) (*table, error) {
+	t := &table{Name: name}
+	var relreplident string
+	err := q.QueryRow(ctx, `
+		SELECT c.oid, c.relkind::text, c.relreplident::text, GREATEST(c.reltuples, 0)::bigint,
+		       has_table_privilege(c.oid, 'SELECT'), pg_has_role(c.relowner, 'USAGE')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = $2`, name.Schema, name.Name).Scan(&t.OID, &t.Kind, &relreplident, &t.Estimate, &t.CanSelect, &t.Owned)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("table %s: %w", name, errNoTable)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("table %s: look up in pg_class: %w", name, err)
+	}
+	if t.Kind != "r" && t.Kind != "p" {
+		return nil, fmt.Errorf("table %s is not a table (relkind %s): only tables and partitioned tables can be replicated", name, t.Kind)
+	}
+	rows, err := q.Query(ctx, `
+		SELECT a.attname, a.atttypid, a.atttypmod, a.attgenerated <> '', a.attstorage IN ('x', 'e') AND ty.typlen = -1
+		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, t.OID)
+	if err != nil {
+		return nil, fmt.Errorf("table %s: read columns: %w", name, err)
+	}
+	for rows.Next() {
+		var (
+			c   column
+			gen bool
+		)
+		if err := rows.Scan(&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("table %s: read columns: %w", name, err)
+		}
+		if gen {
+			t.Generated = append(t.Generated, c.Name)
+			continue
+		}
+		t.Columns = append(t.Columns, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("table %s: read columns: %w", name, err)
+	}
+	for i := range t.Columns {
+		typ, err := r.Resolve(ctx, q, t.Columns[i].TypeOID, t.Columns[i].Typmod)
+		if err != nil {
+			return nil, fmt.Errorf("table %s column %s: %w", name, t.Columns[i].Name, err)
+		}
+		t.Columns[i].Type = typ
+	}
+	// The key: the primary key, else the replica identity index.
+	var pk, ident []string
+	rows, err = q.Query(ctx, `
+		SELECT i.indisprimary, i.indisreplident,
+		       array(SELECT a.attname FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(n, o)
+		             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n ORDER BY k.o)
+		FROM pg_index i WHERE i.indrelid = $1 AND (i.indisprimary OR i.indisreplident)`, t.OID)
+	if err != nil {
+		return nil, fmt.Errorf("table %s: read indexes: %w", name, err)
+	}
+	for rows.Next() {
+		var (
+			primary, replident bool
+			cols               []string
+		)
+		if err := rows.Scan(&primary, &replident, &cols); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("table %s: read indexes: %w", name, err)
+		}
+		if primary {
+			pk = cols
+		}
+		if replident {
+			ident = cols
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("table %s: read indexes: %w", name, err)
+	}
+	t.HasPrimaryKey = pk != nil
+	t.Key = pk
+	if t.Key == nil {
+		t.Key = ident
+	}
+	t.IdentityIsKey = ident == nil || strings.Join(ident, ",") == strings.Join(t.Key, ",")
+	if t.Kind == "r" {
+		t.ReplicaIdentity = relreplident
+		return t, nil
+	}
+	// Replica identity and size live on the leaves: a partitioned table has neither itself.
+	t.Estimate = 0
+	rows, err = q.Query(ctx, `
+		SELECT c.relreplident::text, GREATEST(c.reltuples, 0)::bigint
+		FROM pg_partition_tree($1) p JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf`, t.OID)
+	if err != nil {
+		return nil, fmt.Errorf("table %s: read partitions: %w", name, err)
+	}
+	idents := map[string]bool{}
+	for rows.Next() {
+		var (
+			ri string
+			n  int64
+		)
+		if err := rows.Scan(&ri, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		idents[ri] = true
+		t.Estimate += n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("table %s: read partitions: %w", name, err)
+	}
+	switch {
+	case len(idents) == 1:
+		for ri := range idents {
+			t.ReplicaIdentity = ri
+		}
+	case len(idents) == 0:
+		t.ReplicaIdentity = relreplident // no partitions yet
+	default:
+		t.ReplicaIdentity = "mixed"
+	}
+	return t, nil
+}
+
+// querier is what catalog reads need: a *pgx.Conn, a pgx.Tx or a *pgxpool.Pool.
+type querier interface {
+	typemap.Querier
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// schema builds the change schema of columns with key; the snapshot and the stream both use it, so an
+// unchanged table never looks like a schema change.
+func schema(cols []column, key []string) *arrow.Schema {
+	fields := make([]arrow.Field, len(cols))
+	for i, c := range cols {
+		fields[i] = typemap.Field(c.Name, c.Type)
+	}
+	return change.Schema(fields, key)
+}
+
+// stream is the table as a serve.Stream.
+func (t *table) stream() serve.Stream {
+	return serve.Stream{Name: t.Name.String(), Schema: schema(t.Columns, t.Key), PrimaryKey: t.Key,
+		Modes: []serve.SyncMode{serve.ModeSnapshot, serve.ModeCDC}}
+}
+
+// toastable lists the columns an update may leave out (unchanged TOAST values).
+func (t *table) toastable() []string {
+	var out []string
+	for _, c := range t.Columns {
+		if c.Toastable {
+			out = append(out, fmt.Sprintf("%s (%s)", c.Name, c.Type.Name))
+		}
+	}
+	return out
+}

@@ -1,0 +1,255 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/plugins/postgres/config"
+	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
+)
+
+// Problems is a failed check: every problem found, each saying what to do.
+type Problems []string
+
+func (p Problems) Error() string {
+	if len(p) == 1 {
+		return p[0]
+	}
+	return fmt.Sprintf("%d problems:\n  - %s", len(p), strings.Join(p, "\n  - "))
+}
+
+// Check tests the source settings against the server: connection, wal_level, the REPLICATION attribute,
+// each table (exists, readable, has a key, replica identity fit for updates and TOAST), the publication (or
+// the right to create it), the slot (or room for one) and a replication session.
+func Check(ctx context.Context, cfg config.Settings) error {
+	conn, err := cfg.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	var problems Problems
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+
+	var walLevel string
+	if err := conn.QueryRow(ctx, `SHOW wal_level`).Scan(&walLevel); err != nil {
+		return cfg.Explain(err)
+	}
+	if walLevel != "logical" {
+		add("wal_level is %q but logical replication needs \"logical\": run ALTER SYSTEM SET wal_level = logical as a superuser, then restart the server", walLevel)
+	}
+	var canReplicate, super bool
+	if err := conn.QueryRow(ctx, `SELECT rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&canReplicate, &super); err != nil {
+		return cfg.Explain(err)
+	}
+	if !canReplicate && !super {
+		add("role %q lacks the REPLICATION attribute that replication slots need: run ALTER ROLE %s REPLICATION as a superuser", cfg.User, pgx.Identifier{cfg.User}.Sanitize())
+	}
+
+	if len(cfg.TableNames) == 0 {
+		add("tables is empty: list the tables to replicate as schema.table")
+	}
+	resolver := typemap.NewResolver()
+	var tables []*table
+	for _, tn := range cfg.TableNames {
+		t, err := loadTable(ctx, conn, resolver, tn)
+		if errors.Is(err, errNoTable) {
+			add("table %s does not exist in database %q (check the tables setting)", tn, cfg.Database)
+			continue
+		}
+		if err != nil {
+			add("%v", err)
+			continue
+		}
+		tables = append(tables, t)
+		problems = append(problems, tableProblems(cfg, t)...)
+	}
+
+	problems = append(problems, publicationProblems(ctx, conn, cfg, tables)...)
+	p, err := slotProblems(ctx, conn, cfg)
+	if err != nil {
+		return cfg.Explain(err)
+	}
+	problems = append(problems, p...)
+
+	if canReplicate || super {
+		repl, err := cfg.ConnectReplication(ctx)
+		if err != nil {
+			add("cannot open a replication session: %v", err)
+		} else {
+			if _, err := pglogrepl.IdentifySystem(ctx, repl); err != nil {
+				add("replication session: %v", cfg.Explain(err))
+			}
+			repl.Close(context.Background())
+		}
+	}
+	if len(problems) > 0 {
+		return problems
+	}
+	return nil
+}
+
+func tableProblems(cfg config.Settings, t *table) Problems {
+	var out Problems
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	if !t.CanSelect {
+		add("role %q cannot read table %s: run GRANT SELECT ON %s TO %s", cfg.User, t.Name, t.Name.Quoted(), pgx.Identifier{cfg.User}.Sanitize())
+	}
+	switch {
+	case len(t.Key) == 0:
+		add("table %s has no primary key, so changes cannot be matched to rows: add one (ALTER TABLE %s ADD PRIMARY KEY (...)) or make a unique index on NOT NULL columns its replica identity (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...)", t.Name, t.Name.Quoted(), t.Name.Quoted())
+	case !t.IdentityIsKey:
+		add("table %s has a replica identity index other than its primary key, so an update of the primary key could not be followed: run ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL)", t.Name, t.Name.Quoted())
+	}
+	switch t.ReplicaIdentity {
+	case "n":
+		add("table %s has REPLICA IDENTITY NOTHING, so deletes and key updates carry no key: run ALTER TABLE %s REPLICA IDENTITY DEFAULT", t.Name, t.Name.Quoted())
+	case "mixed":
+		add("the partitions of %s have different replica identities: give every partition the same one (ALTER TABLE <partition> REPLICA IDENTITY ...)", t.Name)
+	}
+	if cfg.UnchangedToast == config.ToastRequireFull && t.ReplicaIdentity != "f" {
+		if cols := t.toastable(); len(cols) > 0 {
+			what := "ALTER TABLE " + t.Name.Quoted() + " REPLICA IDENTITY FULL"
+			if t.Kind == "p" {
+				what += " on each partition"
+			}
+			add("table %s has columns PostgreSQL may store out of line (TOAST): %s. An update that leaves such a value unchanged does not carry it, and it must not be replaced by NULL: run %s so the old row carries it, or set unchanged_toast: fetch to read it from the table",
+				t.Name, strings.Join(cols, ", "), what)
+		}
+	}
+	if len(t.Generated) > 0 {
+		slog.Warn("generated columns are not replicated (pgoutput does not send them before PostgreSQL 18)", "table", t.Name.String(), "columns", strings.Join(t.Generated, ","))
+	}
+	return out
+}
+
+func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.Settings, tables []*table) Problems {
+	var out Problems
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	var allTables, viaRoot, ins, upd, del bool
+	err := conn.QueryRow(ctx, `SELECT puballtables, pubviaroot, pubinsert, pubupdate, pubdelete FROM pg_publication WHERE pubname = $1`,
+		cfg.Publication).Scan(&allTables, &viaRoot, &ins, &upd, &del)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var canCreate bool
+		if err := conn.QueryRow(ctx, `SELECT has_database_privilege(current_database(), 'CREATE')`).Scan(&canCreate); err != nil {
+			add("check the right to create publication %s: %v", cfg.Publication, err)
+			return out
+		}
+		var notOwned []string
+		for _, t := range tables {
+			if !t.Owned {
+				notOwned = append(notOwned, t.Name.String())
+			}
+		}
+		if !canCreate || len(notOwned) > 0 {
+			why := "it needs the CREATE privilege on the database"
+			if len(notOwned) > 0 {
+				why = "it needs to own the tables (" + strings.Join(notOwned, ", ") + ")"
+			}
+			add("publication %q does not exist and role %q cannot create it (%s): create it as the tables' owner: %s",
+				cfg.Publication, cfg.User, why, createPublicationSQL(cfg))
+		}
+		return out
+	}
+	if err != nil {
+		add("read publication %s: %v", cfg.Publication, cfg.Explain(err))
+		return out
+	}
+	if !ins || !upd || !del {
+		add("publication %q does not publish every insert, update and delete: run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate')",
+			cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize())
+	}
+	for _, t := range tables {
+		if t.Kind == "p" && !viaRoot {
+			add("publication %q must publish partitioned table %s through its root: run ALTER PUBLICATION %s SET (publish_via_partition_root = true)",
+				cfg.Publication, t.Name, pgx.Identifier{cfg.Publication}.Sanitize())
+			continue
+		}
+		var attnames []string
+		var rowFilter *string
+		err := conn.QueryRow(ctx, `SELECT attnames, rowfilter FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`,
+			cfg.Publication, t.Name.Schema, t.Name.Name).Scan(&attnames, &rowFilter)
+		if errors.Is(err, pgx.ErrNoRows) {
+			add("publication %q does not include table %s: run ALTER PUBLICATION %s ADD TABLE %s",
+				cfg.Publication, t.Name, pgx.Identifier{cfg.Publication}.Sanitize(), t.Name.Quoted())
+			continue
+		}
+		if err != nil {
+			add("read publication %s: %v", cfg.Publication, err)
+			continue
+		}
+		if attnames != nil && len(attnames) < len(t.Columns) {
+			add("publication %q publishes only some columns of %s (%s), but the snapshot copies all of them: drop the column list (ALTER PUBLICATION %s SET TABLE ...)",
+				cfg.Publication, t.Name, strings.Join(attnames, ", "), pgx.Identifier{cfg.Publication}.Sanitize())
+		}
+		if rowFilter != nil {
+			slog.Warn("the publication filters rows; the snapshot copies every row", "publication", cfg.Publication, "table", t.Name.String(), "filter", *rowFilter)
+		}
+	}
+	return out
+}
+
+func createPublicationSQL(cfg config.Settings) string {
+	names := make([]string, len(cfg.TableNames))
+	for i, t := range cfg.TableNames {
+		names[i] = t.Quoted()
+	}
+	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)",
+		pgx.Identifier{cfg.Publication}.Sanitize(), strings.Join(names, ", "))
+}
+
+func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings) (Problems, error) {
+	var out Problems
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	var (
+		plugin, slotType string
+		database         *string
+		pid              *int32
+		walStatus        *string
+	)
+	err := conn.QueryRow(ctx, `SELECT coalesce(plugin, ''), slot_type, database, active_pid, wal_status FROM pg_replication_slots WHERE slot_name = $1`,
+		cfg.Slot).Scan(&plugin, &slotType, &database, &pid, &walStatus)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		var used, max int
+		var names []string
+		if err := conn.QueryRow(ctx, `SELECT count(*), current_setting('max_replication_slots')::int, coalesce(array_agg(slot_name::text ORDER BY slot_name), '{}') FROM pg_replication_slots`).Scan(&used, &max, &names); err != nil {
+			return nil, err
+		}
+		if used >= max {
+			add("all %d replication slots are taken (max_replication_slots = %d; slots: %s): drop one that is no longer needed (SELECT pg_drop_replication_slot('name')) or raise max_replication_slots and restart the server",
+				used, max, strings.Join(names, ", "))
+		}
+	case err != nil:
+		return nil, err
+	default:
+		if slotType != "logical" || plugin != "pgoutput" {
+			add("replication slot %q exists but is a %s slot with plugin %q, not a logical pgoutput slot: choose another slot name", cfg.Slot, slotType, plugin)
+		} else if database == nil || *database != cfg.Database {
+			db := ""
+			if database != nil {
+				db = *database
+			}
+			add("replication slot %q belongs to database %q, not %q: choose another slot name", cfg.Slot, db, cfg.Database)
+		}
+		if walStatus != nil && *walStatus == "lost" {
+			add("replication slot %q has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size) and cannot continue: drop it (SELECT pg_drop_replication_slot('%s')) and sync again from a snapshot", cfg.Slot, cfg.Slot)
+		}
+		if pid != nil {
+			add("replication slot %q is in use by server process %d (another pipeline, or one that has not stopped yet)", cfg.Slot, *pid)
+		}
+	}
+	var senders, maxSenders int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_replication), current_setting('max_wal_senders')::int`).Scan(&senders, &maxSenders); err != nil {
+		return nil, err
+	}
+	if senders >= maxSenders {
+		add("all %d WAL senders are busy (max_wal_senders = %d): raise max_wal_senders and restart the server", senders, maxSenders)
+	}
+	return out, nil
+}

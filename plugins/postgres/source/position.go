@@ -1,0 +1,75 @@
+package source
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pglogrepl"
+)
+
+// Phases of a position.
+const (
+	PhaseSnapshot = "snapshot"
+	PhaseStream   = "stream"
+)
+
+// positionVersion changes when the format does; a position of another version is refused, not guessed at.
+const positionVersion = 1
+
+// Position is a checkpoint's content, as JSON (readable in `skippr status`).
+//
+// In the snapshot phase, LSN is the slot's consistent point (where streaming will start), Table the table
+// being copied and Key the text form of the last key copied from it (none: the table was not started).
+// Tables before Table in Tables are done. In the stream phase, LSN is the end of the last transaction
+// delivered (or a position the server reported with nothing undelivered before it): streaming resumes there.
+type Position struct {
+	V      int      `json:"v"`
+	Phase  string   `json:"phase"`
+	Slot   string   `json:"slot"`
+	LSN    string   `json:"lsn"`
+	Tables []string `json:"tables"`
+	Table  string   `json:"table,omitempty"`
+	Key    []string `json:"key,omitempty"`
+	// Rows counts the snapshot rows copied so far.
+	Rows int64 `json:"rows,omitempty"`
+}
+
+// Encode is the checkpoint bytes: deterministic, so a replayed read reaches byte-identical checkpoints.
+func (p Position) Encode() []byte {
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic(err) // a struct of strings and ints always marshals
+	}
+	return b
+}
+
+// LSNValue is the position's LSN, parsed.
+func (p Position) LSNValue() pglogrepl.LSN {
+	l, _ := pglogrepl.ParseLSN(p.LSN)
+	return l
+}
+
+// DecodePosition parses checkpoint bytes; nil for an empty checkpoint (read from the beginning).
+func DecodePosition(b []byte) (*Position, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var p Position
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("checkpoint %q is not a postgres source position: %w", b, err)
+	}
+	if p.V != positionVersion {
+		return nil, fmt.Errorf("checkpoint %q has format version %d, this plugin reads version %d", b, p.V, positionVersion)
+	}
+	if p.Phase != PhaseSnapshot && p.Phase != PhaseStream {
+		return nil, fmt.Errorf("checkpoint %q: unknown phase %q", b, p.Phase)
+	}
+	if _, err := pglogrepl.ParseLSN(p.LSN); err != nil {
+		return nil, fmt.Errorf("checkpoint %q: bad lsn %q: %w", b, p.LSN, err)
+	}
+	if p.Phase == PhaseSnapshot && !slices.Contains(p.Tables, p.Table) {
+		return nil, fmt.Errorf("checkpoint %q: table %q is not among its tables", b, p.Table)
+	}
+	return &p, nil
+}

@@ -1,0 +1,323 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/postgres/config"
+	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
+)
+
+// reader is one Read call.
+type reader struct {
+	cfg      config.Settings
+	st       *slotState
+	pool     *pgxpool.Pool
+	out      serve.Emitter
+	mem      memory.Allocator
+	resolver *typemap.Resolver
+	tables   map[string]*table // by stream name
+	log      *slog.Logger
+	// announced holds the schema id last announced per stream (SchemaChange before the first batch that
+	// needs it).
+	announced map[string]string
+	// emitted says data (batches or schema changes) went out since the last checkpoint.
+	emitted bool
+}
+
+// Read emits the snapshot (when the position is in it, or there is none) and then streams changes.
+func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emitter) error {
+	cfg, err := config.Parse(req.Settings)
+	if err != nil {
+		return err
+	}
+	if len(cfg.TableNames) == 0 {
+		return errors.New("settings: tables is empty: list the tables to replicate as schema.table")
+	}
+	pos, err := DecodePosition(req.Checkpoint)
+	if err != nil {
+		return err
+	}
+	st, err := s.register(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer s.unregister(cfg.Slot, st)
+	pool, err := newPool(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	r := &reader{cfg: cfg, st: st, pool: pool, out: out, mem: memory.DefaultAllocator, resolver: typemap.NewResolver(),
+		tables: map[string]*table{}, announced: map[string]string{},
+		log: slog.Default().With("slot", cfg.Slot)}
+	if len(req.Streams) > 0 {
+		// The slot and the publication cover the configured tables; a subset would need its own slot.
+		for _, name := range req.Streams {
+			if !slices.ContainsFunc(cfg.TableNames, func(t config.TableName) bool { return t.String() == name }) {
+				return fmt.Errorf("stream %s is not among the configured tables", name)
+			}
+		}
+	}
+	for _, tn := range cfg.TableNames {
+		t, err := loadTable(ctx, pool, r.resolver, tn)
+		if err != nil {
+			return cfg.Explain(err)
+		}
+		if len(t.Key) == 0 {
+			return fmt.Errorf("table %s has no primary key or replica identity index (run check for the fix)", tn)
+		}
+		r.tables[tn.String()] = t
+	}
+	if pos != nil {
+		if err := r.validate(pos); err != nil {
+			return err
+		}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hbErr := make(chan error, 1)
+	go func() { hbErr <- r.heartbeat(ctx) }()
+	err = r.run(ctx, pos)
+	cancel()
+	if hb := <-hbErr; hb != nil && !errors.Is(hb, context.Canceled) && (err == nil || errors.Is(err, context.Canceled)) {
+		return hb
+	}
+	return err
+}
+
+func (r *reader) run(ctx context.Context, pos *Position) error {
+	var snap pgx.Tx
+	if pos == nil {
+		if err := r.ensurePublication(ctx); err != nil {
+			return err
+		}
+		var err error
+		pos, snap, err = r.start(ctx)
+		if err != nil {
+			return err
+		}
+	}
+	if pos.Phase == PhaseSnapshot {
+		var err error
+		pos, err = r.snapshot(ctx, snap, pos)
+		if err != nil {
+			return err
+		}
+	} else {
+		// A stream checkpoint handed to Read is the engine's last durable one.
+		r.st.mu.Lock()
+		r.st.base = pos.LSNValue()
+		r.st.mu.Unlock()
+	}
+	// Nothing moves the slot past where streaming starts before that is durable: after a snapshot, its
+	// last checkpoint must be acknowledged first.
+	r.st.mu.Lock()
+	r.st.dataCP = max(r.st.dataCP, pos.LSNValue())
+	r.st.mu.Unlock()
+	return r.stream(ctx, pos)
+}
+
+// validate refuses a checkpoint of another slot or table set: the slot holds changes of the tables it was
+// started with, and a table added later would have no snapshot.
+func (r *reader) validate(p *Position) error {
+	if p.Slot != r.cfg.Slot {
+		return fmt.Errorf("checkpoint belongs to slot %s, but the settings name slot %s", p.Slot, r.cfg.Slot)
+	}
+	var now []string
+	for _, t := range r.cfg.TableNames {
+		now = append(now, t.String())
+	}
+	a, b := slices.Clone(p.Tables), slices.Clone(now)
+	slices.Sort(a)
+	slices.Sort(b)
+	if !slices.Equal(a, b) {
+		return fmt.Errorf("the tables changed since this pipeline started (checkpoint: %s; settings: %s): changing the table set of a running pipeline is not supported; start a new pipeline with its own slot",
+			strings.Join(p.Tables, ", "), strings.Join(now, ", "))
+	}
+	return nil
+}
+
+func (r *reader) tableNames() []string {
+	out := make([]string, len(r.cfg.TableNames))
+	for i, t := range r.cfg.TableNames {
+		out[i] = t.String()
+	}
+	return out
+}
+
+// ensurePublication creates the publication when it is missing. An existing one is used as it is (check
+// says what it lacks).
+func (r *reader) ensurePublication(ctx context.Context) error {
+	var exists bool
+	if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, r.cfg.Publication).Scan(&exists); err != nil {
+		return r.cfg.Explain(err)
+	}
+	if exists {
+		// A publication made by hand must cover the tables, or their changes would silently never come.
+		var tables []*table
+		for _, tn := range r.cfg.TableNames {
+			tables = append(tables, r.tables[tn.String()])
+		}
+		if p := publicationProblems(ctx, r.pool, r.cfg, tables); len(p) > 0 {
+			return p
+		}
+		return nil
+	}
+	pub := pgx.Identifier{r.cfg.Publication}.Sanitize()
+	_, err := r.pool.Exec(ctx, createPublicationSQL(r.cfg)+"; COMMENT ON PUBLICATION "+pub+" IS '"+publicationComment+"'")
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
+		return nil // created meanwhile by someone else
+	}
+	if err != nil {
+		return fmt.Errorf("create publication %s (run check for what is missing): %w", r.cfg.Publication, r.cfg.Explain(err))
+	}
+	r.log.Info("created publication", "publication", r.cfg.Publication)
+	return nil
+}
+
+// start begins a pipeline that has no checkpoint. A new slot exports its snapshot, which a REPEATABLE READ
+// transaction imports, so the copy is exactly the state before the slot's first change. An existing slot
+// (a crash before the first checkpoint was durable, or a slot made by hand) has no snapshot any more: the
+// copy then reads the current state, and streaming from the slot's confirmed position replays every change
+// since, so the destination converges (each change is an upsert or a delete by key).
+func (r *reader) start(ctx context.Context) (*Position, pgx.Tx, error) {
+	pos := &Position{V: positionVersion, Phase: PhaseStream, Slot: r.cfg.Slot, Tables: r.tableNames()}
+	if *r.cfg.Snapshot {
+		pos.Phase, pos.Table = PhaseSnapshot, pos.Tables[0]
+	}
+	var (
+		confirmed *string
+		plugin    string
+		database  *string
+	)
+	err := r.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, coalesce(plugin, ''), database FROM pg_replication_slots WHERE slot_name = $1`,
+		r.cfg.Slot).Scan(&confirmed, &plugin, &database)
+	switch {
+	case err == nil:
+		if plugin != "pgoutput" || database == nil || *database != r.cfg.Database || confirmed == nil {
+			return nil, nil, fmt.Errorf("replication slot %s exists but is not a pgoutput slot of database %s: choose another slot name", r.cfg.Slot, r.cfg.Database)
+		}
+		pos.LSN = *confirmed
+		r.log.Info("replication slot exists: copying the current rows, then streaming from the slot's position", "lsn", pos.LSN)
+		return pos, nil, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, nil, r.cfg.Explain(err)
+	}
+
+	repl, err := r.cfg.ConnectReplication(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer repl.Close(context.Background())
+	action := "NOEXPORT_SNAPSHOT"
+	if *r.cfg.Snapshot {
+		action = "EXPORT_SNAPSHOT"
+	}
+	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, r.cfg.Slot, "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create replication slot %s (run check for what is missing): %w", r.cfg.Slot, r.cfg.Explain(err))
+	}
+	pos.LSN = res.ConsistentPoint
+	r.log.Info("created replication slot", "lsn", pos.LSN)
+	if !*r.cfg.Snapshot {
+		return pos, nil, nil
+	}
+	// Import the snapshot now: it dies with the next command on the replication session.
+	tx, err := r.beginSnapshot(ctx, res.SnapshotName)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pos, tx, nil
+}
+
+// beginSnapshot opens the snapshot's transaction: the exported snapshot when there is one, else a fresh one.
+func (r *reader) beginSnapshot(ctx context.Context, exported string) (pgx.Tx, error) {
+	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, r.cfg.Explain(err)
+	}
+	if exported != "" {
+		if _, err := tx.Exec(ctx, `SET TRANSACTION SNAPSHOT '`+exported+`'`); err != nil {
+			tx.Rollback(context.Background())
+			return nil, fmt.Errorf("import snapshot %s: %w", exported, r.cfg.Explain(err))
+		}
+	}
+	return tx, nil
+}
+
+// emitBatch sends a batch, announcing the stream's schema first when it is new to this Read or changed.
+func (r *reader) emitBatch(ctx context.Context, stream string, key []string, rec arrow.RecordBatch) error {
+	id := protocol.SchemaID(rec.Schema())
+	if r.announced[stream] != id {
+		if err := r.out.SchemaChange(ctx, serve.Stream{Name: stream, Schema: rec.Schema(), PrimaryKey: key,
+			Modes: []serve.SyncMode{serve.ModeSnapshot, serve.ModeCDC}}); err != nil {
+			return err
+		}
+		r.announced[stream] = id
+	}
+	r.emitted = true
+	return r.out.Batch(ctx, stream, rec)
+}
+
+// heartbeat runs for the whole Read: it writes a WAL message (so the server's position moves and reaches
+// the slot even when nothing else happens), warns when the slot holds back too much WAL, fails the Read when
+// the slot has lost WAL, and lets the slot move over data-free WAL.
+func (r *reader) heartbeat(ctx context.Context) error {
+	every := r.cfg.HeartbeatEvery
+	t := time.NewTicker(every)
+	defer t.Stop()
+	warned, emitFailed := false, false
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var (
+			retained  *int64
+			walStatus *string
+		)
+		err := r.pool.QueryRow(qctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status FROM pg_replication_slots WHERE slot_name = $1`,
+			r.cfg.Slot).Scan(&retained, &walStatus)
+		if err == nil && walStatus != nil && *walStatus == "lost" {
+			cancel()
+			return fmt.Errorf("replication slot %s has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size): it cannot continue; drop it and sync again from a snapshot", r.cfg.Slot)
+		}
+		if err == nil && retained != nil {
+			if *retained > r.cfg.MaxRetainedWALBytes && !warned {
+				r.log.Warn("replication slot holds back more WAL than max_retained_wal_bytes", "retained_bytes", *retained, "max_retained_wal_bytes", r.cfg.MaxRetainedWALBytes)
+				warned = true
+			} else if *retained <= r.cfg.MaxRetainedWALBytes {
+				warned = false
+			}
+		}
+		if _, err := r.pool.Exec(qctx, `SELECT pg_logical_emit_message(false, 'skippr-heartbeat', '')`); err != nil && !emitFailed && ctx.Err() == nil {
+			r.log.Warn("heartbeat: cannot write a WAL message; an idle database may hold WAL until the next change", "error", err)
+			emitFailed = true
+		}
+		cancel()
+		r.st.mu.Lock()
+		r.st.mayIdle = true
+		r.st.mu.Unlock()
+		r.st.poke()
+	}
+}

@@ -1,0 +1,146 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
+)
+
+// snapshot copies the tables in key order, batch_size rows at a time, with a checkpoint after each chunk,
+// and returns the stream position that follows it.
+//
+// tx is the transaction holding the slot's exported snapshot, or nil when resuming: an exported snapshot
+// does not outlive the session that created the slot, so a resumed copy continues from the last key under a
+// fresh REPEATABLE READ snapshot. That is still correct: the slot stays at its consistent point until the
+// snapshot is done, so streaming replays every change made after it, and replaying a change over a newer
+// row converges to the same final row (upserts and deletes by key, in commit order).
+func (r *reader) snapshot(ctx context.Context, tx pgx.Tx, pos *Position) (*Position, error) {
+	if tx == nil {
+		var confirmed *string
+		if err := r.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&confirmed); err != nil {
+			return nil, fmt.Errorf("replication slot %s: %w (was it dropped? the pipeline must start again from an empty checkpoint)", r.cfg.Slot, r.cfg.Explain(err))
+		}
+		if c, err := parseLSN(confirmed); err != nil || c > pos.LSNValue() {
+			return nil, fmt.Errorf("replication slot %s is at %v, past the snapshot's start %s, so changes made during the snapshot are gone: drop the slot and start the pipeline again", r.cfg.Slot, deref(confirmed), pos.LSN)
+		}
+		var err error
+		if tx, err = r.beginSnapshot(ctx, ""); err != nil {
+			return nil, err
+		}
+		r.log.Info("resuming the snapshot under a new snapshot", "table", pos.Table, "rows_done", pos.Rows)
+	}
+	defer tx.Rollback(context.Background())
+
+	var total int64
+	for _, name := range pos.Tables {
+		total += r.tables[name].Estimate
+	}
+	next := *pos
+	start := slices.Index(next.Tables, next.Table)
+	for i := start; i < len(next.Tables); i++ {
+		t := r.tables[next.Tables[i]]
+		if i > start {
+			next.Table, next.Key = t.Name.String(), nil
+		}
+		if err := r.copyTable(ctx, tx, t, &next, total); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, r.cfg.Explain(err)
+	}
+	done := Position{V: positionVersion, Phase: PhaseStream, Slot: next.Slot, LSN: next.LSN, Tables: next.Tables}
+	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: done.Encode(), RowsDone: next.Rows, RowsTotal: next.Rows}); err != nil {
+		return nil, err
+	}
+	r.emitted = false
+	r.log.Info("snapshot done", "rows", next.Rows)
+	return &done, nil
+}
+
+// copyTable copies one table from next.Key on, updating next after each chunk.
+func (r *reader) copyTable(ctx context.Context, tx pgx.Tx, t *table, next *Position, total int64) error {
+	cols := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		cols[i] = pgx.Identifier{c.Name}.Sanitize()
+	}
+	keys := make([]string, len(t.Key))
+	keyIdx := make([]int, len(t.Key))
+	params := make([]string, len(t.Key))
+	for i, k := range t.Key {
+		keys[i] = pgx.Identifier{k}.Sanitize()
+		keyIdx[i] = slices.IndexFunc(t.Columns, func(c column) bool { return c.Name == k })
+		params[i] = fmt.Sprintf("$%d", i+1)
+	}
+	from := t.Name.Quoted()
+	if t.Kind == "r" {
+		from = "ONLY " + from // publications publish inheritance children as tables of their own
+	}
+	first := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s LIMIT %d", strings.Join(cols, ", "), from, strings.Join(keys, ", "), r.cfg.BatchSize)
+	after := fmt.Sprintf("SELECT %s FROM %s WHERE (%s) > (%s) ORDER BY %s LIMIT %d", strings.Join(cols, ", "), from,
+		strings.Join(keys, ", "), strings.Join(params, ", "), strings.Join(keys, ", "), r.cfg.BatchSize)
+	sc := schema(t.Columns, t.Key)
+	b := change.NewBuilder(r.mem, sc)
+	defer b.Release()
+	pgc := tx.Conn().PgConn()
+	stream := t.Name.String()
+	for {
+		sql, args := first, [][]byte(nil)
+		if next.Key != nil {
+			sql = after
+			for _, k := range next.Key {
+				args = append(args, []byte(k))
+			}
+		}
+		// Text results: the same text pgoutput sends, decoded by the same code.
+		rr := pgc.ExecParams(ctx, sql, args, nil, nil, nil)
+		last := make([]string, len(keyIdx))
+		n := 0
+		for rr.NextRow() {
+			vals := rr.Values()
+			for i, c := range t.Columns {
+				if vals[i] == nil {
+					b.Field(i).AppendNull()
+					continue
+				}
+				if err := typemap.Append(c.Type, b.Field(i), vals[i]); err != nil {
+					rr.Close()
+					return fmt.Errorf("snapshot of %s, column %s: %w", stream, c.Name, err)
+				}
+			}
+			b.Row(change.OpRead, "")
+			n++
+			for i, j := range keyIdx {
+				last[i] = string(vals[j])
+			}
+		}
+		if _, err := rr.Close(); err != nil {
+			return fmt.Errorf("snapshot of %s: %w", stream, r.cfg.Explain(err))
+		}
+		if n == 0 {
+			return nil
+		}
+		rec := b.NewBatch()
+		err := r.emitBatch(ctx, stream, t.Key, rec)
+		rec.Release()
+		if err != nil {
+			return err
+		}
+		next.Rows += int64(n)
+		next.Key = last
+		if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: next.Encode(), RowsDone: next.Rows, RowsTotal: max(total, next.Rows)}); err != nil {
+			return err
+		}
+		r.emitted = false
+		if n < r.cfg.BatchSize {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,679 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/postgres/config"
+	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
+)
+
+const (
+	// statusEvery keeps the walsender (wal_sender_timeout, 60 s by default) sure we are alive, even while
+	// the engine applies backpressure.
+	statusEvery = 10 * time.Second
+	// quietAfter is how long without changes before the loop asks the server whether it is caught up.
+	quietAfter = 200 * time.Millisecond
+	// queueLen bounds the decoded messages between the replication loop and the emitter.
+	queueLen = 256
+)
+
+// item is what the replication loop hands to the processor, in server order.
+type item struct {
+	walStart pglogrepl.LSN
+	msg      pglogrepl.Message
+	// A keepalive: the server has sent everything before walEnd. caughtUp: and it had reached the end of
+	// the WAL as it was when we last had nothing to do.
+	keepalive bool
+	walEnd    pglogrepl.LSN
+	caughtUp  bool
+}
+
+// stream runs logical replication from pos until ctx ends or something fails.
+func (r *reader) stream(ctx context.Context, pos *Position) error {
+	conn, err := r.startReplication(ctx, pos.LSNValue())
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn.Close(cctx)
+		cancel()
+	}()
+	r.st.mu.Lock()
+	r.st.streaming = true
+	r.st.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	items := make(chan item, queueLen)
+	ownDone := make(chan struct{})
+	var ownErr error
+	go func() {
+		ownErr = r.own(ctx, conn, items)
+		close(ownDone)
+	}()
+	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows}
+	defer p.release()
+	err = p.run(ctx, items, ownDone)
+	cancel()
+	<-ownDone
+	if errors.Is(err, errOwnerEnded) {
+		return ownErr
+	}
+	return err
+}
+
+var errOwnerEnded = errors.New("replication loop ended")
+
+// startReplication opens a replication session and starts streaming from lsn. A slot still held by a
+// session that is going away (a Read that just ended) is waited for.
+func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgconn.PgConn, error) {
+	var (
+		confirmed *string
+		walStatus *string
+	)
+	err := r.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, wal_status FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&confirmed, &walStatus)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("replication slot %s does not exist (dropped?): the pipeline must start again from an empty checkpoint", r.cfg.Slot)
+	}
+	if err != nil {
+		return nil, r.cfg.Explain(err)
+	}
+	if walStatus != nil && *walStatus == "lost" {
+		return nil, fmt.Errorf("replication slot %s has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size): it cannot continue; drop it and sync again from a snapshot", r.cfg.Slot)
+	}
+	if c, err := parseLSN(confirmed); err == nil && c > lsn {
+		// Only data-free WAL is skipped this way (see package doc); the server starts at its own position.
+		r.log.Info("the slot is ahead of the checkpoint; streaming starts at the slot's position", "checkpoint", lsn.String(), "slot_position", c.String())
+	}
+	args := []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(pgx.Identifier{r.cfg.Publication}.Sanitize(), "'", "''") + "'"}
+	for attempt := 0; ; attempt++ {
+		conn, err := r.cfg.ConnectReplication(ctx)
+		if err != nil {
+			return nil, err
+		}
+		err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, lsn, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
+		if err == nil {
+			r.log.Debug("streaming", "from", lsn.String())
+			return conn, nil
+		}
+		conn.Close(context.Background())
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" && attempt < 100 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		return nil, fmt.Errorf("start replication from slot %s at %s: %w", r.cfg.Slot, lsn, r.cfg.Explain(err))
+	}
+}
+
+// own is the only user of the replication session: it receives messages, hands them on in order, reports
+// the flush position (the acknowledged one; see slotState.target) and answers the server.
+func (r *reader) own(ctx context.Context, conn *pgconn.PgConn, items chan<- item) error {
+	st := r.st
+	var (
+		lastStatus  time.Time
+		lastData    = time.Now()
+		quietTarget pglogrepl.LSN
+		asked       bool // a keepalive was requested since the last change
+		reply       bool // the server asked for a status update
+		askReply    bool // we want a keepalive
+	)
+	sendStatus := func(force bool) error {
+		t, usedIdle := st.target()
+		st.mu.Lock()
+		sent := st.sent
+		st.mu.Unlock()
+		if !force && t <= sent && time.Since(lastStatus) < statusEvery && !reply && !askReply {
+			return nil
+		}
+		t = max(t, sent) // the server ignores a position that goes back; so do we
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: t, WALFlushPosition: t, WALApplyPosition: t, ReplyRequested: askReply})
+		if err != nil {
+			return fmt.Errorf("send standby status to the server: %w", err)
+		}
+		st.markSent(t, usedIdle)
+		lastStatus, reply, askReply = time.Now(), false, false
+		return nil
+	}
+	forward := func(it item) error {
+		select {
+		case items <- it:
+			return nil
+		default:
+		}
+		timer := time.NewTimer(time.Until(lastStatus.Add(statusEvery)))
+		defer timer.Stop()
+		for {
+			select {
+			case items <- it:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-st.wake:
+				if err := sendStatus(false); err != nil {
+					return err
+				}
+			case <-timer.C:
+				// The engine is holding us back: keep the session alive meanwhile.
+				if err := sendStatus(true); err != nil {
+					return err
+				}
+				timer.Reset(statusEvery)
+			}
+		}
+	}
+	// Waits are bounded by the socket's read deadline rather than a context per message (pgx would start a
+	// goroutine for each); an Ack, and the end of the Read, pull the deadline to now.
+	netConn := conn.Conn()
+	interrupt := func() { _ = netConn.SetReadDeadline(time.Now()) }
+	st.mu.Lock()
+	st.cancelRecv = interrupt
+	st.mu.Unlock()
+	defer func() {
+		st.mu.Lock()
+		st.cancelRecv = nil
+		st.mu.Unlock()
+	}()
+	stop := context.AfterFunc(ctx, interrupt)
+	defer stop()
+	if err := sendStatus(true); err != nil {
+		return err
+	}
+	armed := false
+	for {
+		select {
+		case <-st.wake:
+		default:
+		}
+		if err := sendStatus(false); err != nil {
+			return err
+		}
+		if !armed {
+			deadline := lastStatus.Add(statusEvery)
+			if !asked {
+				if d := lastData.Add(quietAfter); d.Before(deadline) {
+					deadline = d
+				}
+			}
+			if err := netConn.SetReadDeadline(deadline); err != nil {
+				return fmt.Errorf("replication session: %w", err)
+			}
+			armed = true
+			// An Ack that came since the status update above must not wait for the deadline.
+			if len(st.wake) > 0 {
+				interrupt()
+			}
+		}
+		msg, err := conn.ReceiveMessage(context.Background())
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				armed = false
+				if !asked && time.Since(lastData) >= quietAfter {
+					w, err := r.serverFlushLSN(ctx)
+					if err != nil {
+						return err
+					}
+					quietTarget, asked, askReply = w, true, true
+				}
+				continue
+			}
+			return fmt.Errorf("receive from replication slot %s: %w", r.cfg.Slot, r.cfg.Explain(err))
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("parse keepalive: %w", err)
+				}
+				if pkm.ReplyRequested {
+					reply = true
+				}
+				caught := asked && quietTarget != 0 && pkm.ServerWALEnd >= quietTarget
+				if asked && !caught {
+					// Still decoding: ask again after another quiet spell.
+					asked, lastData = false, time.Now()
+				}
+				if err := forward(item{keepalive: true, walEnd: pkm.ServerWALEnd, caughtUp: caught}); err != nil {
+					return err
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("parse XLogData: %w", err)
+				}
+				// The receive buffer is reused by the next read; the processor gets its own copy.
+				lm, err := pglogrepl.Parse(bytes.Clone(xld.WALData))
+				if err != nil {
+					return fmt.Errorf("decode pgoutput message at %s: %w", xld.WALStart, err)
+				}
+				lastData, asked, quietTarget = time.Now(), false, 0
+				if err := forward(item{walStart: xld.WALStart, msg: lm}); err != nil {
+					return err
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication slot %s: %w", r.cfg.Slot, r.cfg.Explain(pgconn.ErrorResponseToPgError(m)))
+		case *pgproto3.CopyDone:
+			return fmt.Errorf("replication slot %s: the server ended replication", r.cfg.Slot)
+		}
+	}
+}
+
+// serverFlushLSN is how far the server's WAL goes now.
+func (r *reader) serverFlushLSN(ctx context.Context) (pglogrepl.LSN, error) {
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var s string
+	if err := r.pool.QueryRow(qctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&s); err != nil {
+		return 0, fmt.Errorf("read the server's WAL position: %w", r.cfg.Explain(err))
+	}
+	return pglogrepl.ParseLSN(s)
+}
+
+// relation is a table as the stream describes it.
+type relation struct {
+	id     uint32
+	stream string
+	table  *table // nil: not a configured table (a FOR ALL TABLES publication)
+	cols   []column
+	key    []string
+	keyIdx []int
+	schema *arrow.Schema
+}
+
+// processor turns pgoutput messages into batches and checkpoints.
+type processor struct {
+	r          *reader
+	rels       map[uint32]*relation
+	inTx       bool
+	commitTime time.Time
+	cur        *relation
+	b          *change.Builder
+	// pos: everything before it is delivered; lastCP: the last checkpoint's position.
+	pos, lastCP pglogrepl.LSN
+	lastIdle    bool
+	rows        int64
+}
+
+func (p *processor) release() {
+	if p.b != nil {
+		p.b.Release()
+		p.b = nil
+	}
+}
+
+func (p *processor) run(ctx context.Context, items <-chan item, ownDone <-chan struct{}) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ownDone:
+			return errOwnerEnded
+		case it := <-items:
+			if err := p.handle(ctx, it); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (p *processor) setIdle(lsn pglogrepl.LSN, data bool) {
+	st := p.r.st
+	st.mu.Lock()
+	if data {
+		st.dataCP = max(st.dataCP, lsn)
+	}
+	st.idle = max(st.idle, lsn)
+	st.mu.Unlock()
+}
+
+func (p *processor) handle(ctx context.Context, it item) error {
+	r := p.r
+	if it.keepalive {
+		if p.inTx {
+			return nil // a position inside a transaction says nothing about what is delivered
+		}
+		if it.walEnd > p.pos {
+			p.pos = it.walEnd
+			p.setIdle(p.pos, false)
+		}
+		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) {
+			cp := Position{V: positionVersion, Phase: PhaseStream, Slot: r.cfg.Slot, LSN: p.pos.String(), Tables: r.tableNames()}
+			if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true}); err != nil {
+				return err
+			}
+			p.lastCP, p.lastIdle = p.pos, true
+		}
+		return nil
+	}
+	switch m := it.msg.(type) {
+	case *pglogrepl.BeginMessage:
+		p.inTx, p.commitTime = true, m.CommitTime
+	case *pglogrepl.CommitMessage:
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+		p.inTx = false
+		end := m.TransactionEndLSN
+		if end > p.pos {
+			p.pos = end
+		}
+		if !r.emitted {
+			// Nothing of ours in it: a later checkpoint carries the position on.
+			p.setIdle(p.pos, false)
+			return nil
+		}
+		cp := Position{V: positionVersion, Phase: PhaseStream, Slot: r.cfg.Slot, LSN: p.pos.String(), Tables: r.tableNames()}
+		lag := time.Since(m.CommitTime).Milliseconds()
+		if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, LagMS: max(lag, 0)}); err != nil {
+			return err
+		}
+		r.emitted = false
+		p.lastCP, p.lastIdle = p.pos, false
+		p.setIdle(p.pos, true)
+	case *pglogrepl.RelationMessage:
+		return p.relation(ctx, m)
+	case *pglogrepl.TypeMessage:
+		r.resolver.Forget()
+	case *pglogrepl.InsertMessage:
+		rel, err := p.rel(m.RelationID)
+		if err != nil || rel.table == nil {
+			return err
+		}
+		vals, err := tupleValues(rel, m.Tuple, nil)
+		if err != nil {
+			return fmt.Errorf("insert into %s at %s: %w", rel.stream, it.walStart, err)
+		}
+		return p.appendRow(ctx, rel, change.OpInsert, vals, it.walStart)
+	case *pglogrepl.UpdateMessage:
+		rel, err := p.rel(m.RelationID)
+		if err != nil || rel.table == nil {
+			return err
+		}
+		return p.update(ctx, rel, m, it.walStart)
+	case *pglogrepl.DeleteMessage:
+		rel, err := p.rel(m.RelationID)
+		if err != nil || rel.table == nil {
+			return err
+		}
+		if m.OldTuple == nil {
+			return fmt.Errorf("delete from %s at %s carries no key (REPLICA IDENTITY NOTHING?): run ALTER TABLE %s REPLICA IDENTITY DEFAULT", rel.stream, it.walStart, rel.table.Name.Quoted())
+		}
+		vals, err := keyValues(rel, m.OldTuple)
+		if err != nil {
+			return fmt.Errorf("delete from %s at %s: %w", rel.stream, it.walStart, err)
+		}
+		return p.appendRow(ctx, rel, change.OpDelete, vals, it.walStart)
+	case *pglogrepl.TruncateMessage:
+		var ours []string
+		for _, id := range m.RelationIDs {
+			if rel := p.rels[id]; rel != nil && rel.table != nil {
+				ours = append(ours, rel.stream)
+			}
+		}
+		if len(ours) == 0 {
+			return nil
+		}
+		if r.cfg.Truncate == config.TruncateIgnore {
+			r.log.Warn("TRUNCATE skipped (truncate: ignore): the destination keeps the rows", "tables", strings.Join(ours, ","), "lsn", it.walStart.String())
+			return nil
+		}
+		return fmt.Errorf("table %s was truncated (at %s); a TRUNCATE cannot be replicated as row changes: set truncate: ignore to skip it (the destination keeps its rows), or re-sync the table with a new pipeline", strings.Join(ours, ", "), it.walStart)
+	}
+	return nil
+}
+
+func (p *processor) rel(id uint32) (*relation, error) {
+	rel := p.rels[id]
+	if rel == nil {
+		return nil, fmt.Errorf("change for relation %d before its Relation message", id)
+	}
+	return rel, nil
+}
+
+// relation handles a Relation message: the table's columns as of this point of the stream.
+func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
+	r := p.r
+	name := m.Namespace + "." + m.RelationName
+	t := r.tables[name]
+	if p.cur != nil && p.cur.id == m.RelationID {
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+	}
+	if t == nil {
+		p.rels[m.RelationID] = &relation{id: m.RelationID, stream: name}
+		return nil
+	}
+	// The key comes from the catalog (a Relation message flags replica identity columns, which for REPLICA
+	// IDENTITY FULL are all of them).
+	fresh, err := loadTable(ctx, r.pool, r.resolver, t.Name)
+	if err != nil {
+		return fmt.Errorf("table %s changed: %w", name, err)
+	}
+	rel := &relation{id: m.RelationID, stream: name, table: fresh, key: fresh.Key}
+	for _, c := range m.Columns {
+		typ, err := r.resolver.Resolve(ctx, r.pool, c.DataType, c.TypeModifier)
+		if err != nil {
+			return fmt.Errorf("table %s column %s: %w", name, c.Name, err)
+		}
+		rel.cols = append(rel.cols, column{Name: c.Name, TypeOID: c.DataType, Typmod: c.TypeModifier, Type: typ})
+	}
+	for _, k := range rel.key {
+		i := slices.IndexFunc(rel.cols, func(c column) bool { return c.Name == k })
+		if i < 0 {
+			return fmt.Errorf("table %s: key column %s is not in the replicated columns", name, k)
+		}
+		rel.keyIdx = append(rel.keyIdx, i)
+	}
+	rel.schema = schema(rel.cols, rel.key)
+	r.tables[name] = fresh
+	p.rels[m.RelationID] = rel
+	return nil
+}
+
+// tupleValues returns a tuple's values in text form (nil for NULL). Unchanged TOAST values come from old
+// when it carries them; the others are listed in missing.
+func tupleValues(rel *relation, tup *pglogrepl.TupleData, old *pglogrepl.TupleData) ([][]byte, error) {
+	vals, _, err := tupleValuesMissing(rel, tup, old)
+	if err != nil {
+		return nil, err
+	}
+	return vals, nil
+}
+
+func tupleValuesMissing(rel *relation, tup *pglogrepl.TupleData, old *pglogrepl.TupleData) ([][]byte, []int, error) {
+	if tup == nil || len(tup.Columns) != len(rel.cols) {
+		return nil, nil, fmt.Errorf("tuple has %d columns, the relation %d", tupleLen(tup), len(rel.cols))
+	}
+	vals := make([][]byte, len(rel.cols))
+	var missing []int
+	for i, c := range tup.Columns {
+		switch c.DataType {
+		case pglogrepl.TupleDataTypeNull:
+		case pglogrepl.TupleDataTypeText:
+			vals[i] = c.Data
+		case pglogrepl.TupleDataTypeToast:
+			if old != nil && i < len(old.Columns) {
+				switch oc := old.Columns[i]; oc.DataType {
+				case pglogrepl.TupleDataTypeText:
+					vals[i] = oc.Data
+					continue
+				case pglogrepl.TupleDataTypeNull:
+					continue
+				}
+			}
+			missing = append(missing, i)
+		default:
+			return nil, nil, fmt.Errorf("column %s: unexpected tuple data kind %q", rel.cols[i].Name, c.DataType)
+		}
+	}
+	return vals, missing, nil
+}
+
+func tupleLen(t *pglogrepl.TupleData) int {
+	if t == nil {
+		return 0
+	}
+	return len(t.Columns)
+}
+
+// keyValues returns a row holding only the key columns of an old tuple.
+func keyValues(rel *relation, old *pglogrepl.TupleData) ([][]byte, error) {
+	vals := make([][]byte, len(rel.cols))
+	for _, i := range rel.keyIdx {
+		if i >= len(old.Columns) || old.Columns[i].DataType != pglogrepl.TupleDataTypeText {
+			return nil, fmt.Errorf("the old row has no value for key column %s", rel.cols[i].Name)
+		}
+		vals[i] = old.Columns[i].Data
+	}
+	return vals, nil
+}
+
+func (p *processor) update(ctx context.Context, rel *relation, m *pglogrepl.UpdateMessage, lsn pglogrepl.LSN) error {
+	r := p.r
+	vals, missing, err := tupleValuesMissing(rel, m.NewTuple, m.OldTuple)
+	if err != nil {
+		return fmt.Errorf("update of %s at %s: %w", rel.stream, lsn, err)
+	}
+	if len(missing) > 0 {
+		if r.cfg.UnchangedToast != config.ToastFetch {
+			names := make([]string, len(missing))
+			for i, j := range missing {
+				names[i] = rel.cols[j].Name
+			}
+			return fmt.Errorf("update of %s at %s left %s unchanged (stored out of line, TOAST) and the old row does not carry the value, which must not be written as NULL: run ALTER TABLE %s REPLICA IDENTITY FULL, or set unchanged_toast: fetch",
+				rel.stream, lsn, strings.Join(names, ", "), rel.table.Name.Quoted())
+		}
+		if err := p.fetch(ctx, rel, vals, missing); err != nil {
+			return fmt.Errorf("update of %s at %s: %w", rel.stream, lsn, err)
+		}
+	}
+	if m.OldTuple != nil {
+		oldKey, err := keyValues(rel, m.OldTuple)
+		if err != nil {
+			return fmt.Errorf("update of %s at %s: %w", rel.stream, lsn, err)
+		}
+		for _, i := range rel.keyIdx {
+			if !bytes.Equal(oldKey[i], vals[i]) {
+				// The key changed: the old row goes away.
+				if err := p.appendRow(ctx, rel, change.OpDelete, oldKey, lsn); err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
+	return p.appendRow(ctx, rel, change.OpUpdate, vals, lsn)
+}
+
+// fetch reads the current values of columns an update left out (unchanged_toast: fetch). The value may be
+// newer than the update; a later change of it follows in the stream, so the destination converges. A row
+// that is gone has been deleted since, and that delete follows too.
+func (p *processor) fetch(ctx context.Context, rel *relation, vals [][]byte, missing []int) error {
+	r := p.r
+	cols := make([]string, len(missing))
+	for i, j := range missing {
+		cols[i] = pgx.Identifier{rel.cols[j].Name}.Sanitize()
+	}
+	conds := make([]string, len(rel.keyIdx))
+	args := make([][]byte, len(rel.keyIdx))
+	for i, j := range rel.keyIdx {
+		conds[i] = fmt.Sprintf("%s = $%d", pgx.Identifier{rel.cols[j].Name}.Sanitize(), i+1)
+		args[i] = vals[j]
+	}
+	sql := fmt.Sprintf("SELECT %s FROM %s WHERE %s", strings.Join(cols, ", "), rel.table.Name.Quoted(), strings.Join(conds, " AND "))
+	c, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return r.cfg.Explain(err)
+	}
+	defer c.Release()
+	rr := c.Conn().PgConn().ExecParams(ctx, sql, args, nil, nil, nil)
+	for rr.NextRow() {
+		for i, v := range rr.Values() {
+			vals[missing[i]] = bytes.Clone(v)
+		}
+	}
+	if _, err := rr.Close(); err != nil {
+		return fmt.Errorf("fetch unchanged values: %w", r.cfg.Explain(err))
+	}
+	return nil
+}
+
+func (p *processor) appendRow(ctx context.Context, rel *relation, op change.Op, vals [][]byte, lsn pglogrepl.LSN) error {
+	if p.cur != rel {
+		if err := p.flush(ctx); err != nil {
+			return err
+		}
+		p.release()
+		p.cur, p.b = rel, change.NewBuilder(p.r.mem, rel.schema)
+	}
+	for i, c := range rel.cols {
+		if vals[i] == nil {
+			p.b.Field(i).AppendNull()
+			continue
+		}
+		if err := typemap.Append(c.Type, p.b.Field(i), vals[i]); err != nil {
+			return fmt.Errorf("%s of %s at %s, column %s: %w", op, rel.stream, lsn, c.Name, err)
+		}
+	}
+	p.b.Row(op, lsn.String())
+	p.rows++
+	if p.b.Len() >= p.r.cfg.BatchSize {
+		return p.flush(ctx)
+	}
+	return nil
+}
+
+// flush emits the rows built so far. Within a transaction this keeps memory to one batch: the checkpoint
+// that covers the batches comes only with the commit.
+func (p *processor) flush(ctx context.Context) error {
+	if p.b == nil || p.b.Len() == 0 {
+		return nil
+	}
+	rec := p.b.NewBatch()
+	defer rec.Release()
+	return p.r.emitBatch(ctx, p.cur.stream, p.cur.key, rec)
+}
+
+func parseLSN(s *string) (pglogrepl.LSN, error) {
+	if s == nil {
+		return 0, errors.New("no LSN")
+	}
+	return pglogrepl.ParseLSN(*s)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<none>"
+	}
+	return *s
+}

@@ -1,0 +1,539 @@
+package typemap
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+)
+
+// Infinite dates and timestamps have no Arrow value; they travel as the extreme values of the Arrow type
+// (which no finite PostgreSQL value reaches) and the destination turns them back into 'infinity'.
+const (
+	DateInfinity      = math.MaxInt32
+	DateMinusInfinity = math.MinInt32
+	TSInfinity        = math.MaxInt64
+	TSMinusInfinity   = math.MinInt64
+)
+
+// Append decodes one value in PostgreSQL's text form and appends it to b, a builder of t.Arrow().
+func Append(t *Type, b array.Builder, text []byte) error {
+	s := string(text)
+	switch t.Kind {
+	case KindString:
+		if !utf8.Valid(text) {
+			return fmt.Errorf("%s value is not valid UTF-8", t.Name)
+		}
+		b.(*array.StringBuilder).Append(s)
+	case KindBool:
+		switch s {
+		case "t":
+			b.(*array.BooleanBuilder).Append(true)
+		case "f":
+			b.(*array.BooleanBuilder).Append(false)
+		default:
+			return fmt.Errorf("boolean %q: want t or f", s)
+		}
+	case KindInt16:
+		v, err := strconv.ParseInt(s, 10, 16)
+		if err != nil {
+			return err
+		}
+		b.(*array.Int16Builder).Append(int16(v))
+	case KindInt32:
+		v, err := strconv.ParseInt(s, 10, 32)
+		if err != nil {
+			return err
+		}
+		b.(*array.Int32Builder).Append(int32(v))
+	case KindInt64:
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return err
+		}
+		b.(*array.Int64Builder).Append(v)
+	case KindFloat32:
+		v, err := strconv.ParseFloat(s, 32)
+		if err != nil {
+			return err
+		}
+		b.(*array.Float32Builder).Append(float32(v))
+	case KindFloat64:
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return err
+		}
+		b.(*array.Float64Builder).Append(v)
+	case KindDecimal:
+		n, err := ParseDecimal(s, t.Precision, t.Scale)
+		if err != nil {
+			return err
+		}
+		b.(*array.Decimal128Builder).Append(n)
+	case KindBytes:
+		v, err := ParseBytea(s)
+		if err != nil {
+			return err
+		}
+		b.(*array.BinaryBuilder).Append(v)
+	case KindUUID:
+		v, err := ParseUUID(s)
+		if err != nil {
+			return err
+		}
+		b.(*array.FixedSizeBinaryBuilder).Append(v[:])
+	case KindDate:
+		v, err := ParseDate(s)
+		if err != nil {
+			return err
+		}
+		b.(*array.Date32Builder).Append(arrow.Date32(v))
+	case KindTime:
+		v, err := ParseTime(s)
+		if err != nil {
+			return err
+		}
+		b.(*array.Time64Builder).Append(arrow.Time64(v))
+	case KindTimestamp, KindTimestampTZ:
+		v, err := ParseTimestamp(s)
+		if err != nil {
+			return err
+		}
+		b.(*array.TimestampBuilder).Append(arrow.Timestamp(v))
+	case KindInterval:
+		v, err := ParseInterval(s)
+		if err != nil {
+			return err
+		}
+		b.(*array.MonthDayNanoIntervalBuilder).Append(v)
+	case KindList:
+		elems, err := ParseArray(s)
+		if err != nil {
+			return err
+		}
+		lb := b.(*array.ListBuilder)
+		lb.Append(true)
+		vb := lb.ValueBuilder()
+		for _, e := range elems {
+			if e == nil {
+				vb.AppendNull()
+				continue
+			}
+			if err := Append(t.Elem, vb, []byte(*e)); err != nil {
+				return fmt.Errorf("array element: %w", err)
+			}
+		}
+	default:
+		return fmt.Errorf("type %s: unknown kind %d", t.Name, t.Kind)
+	}
+	return nil
+}
+
+// ParseDecimal parses a numeric's text exactly (no floating point on the way) into a decimal of the column's
+// precision and scale.
+func ParseDecimal(s string, precision, scale int32) (decimal128.Num, error) {
+	switch s {
+	case "NaN", "Infinity", "-Infinity":
+		return decimal128.Num{}, fmt.Errorf("numeric %s cannot be represented as decimal128(%d,%d): map the column to an unconstrained numeric (text) or remove the value", s, precision, scale)
+	}
+	neg := strings.HasPrefix(s, "-")
+	digits := strings.TrimPrefix(s, "-")
+	intPart, frac, _ := strings.Cut(digits, ".")
+	if int32(len(frac)) > scale {
+		return decimal128.Num{}, fmt.Errorf("numeric %s has more than %d decimal places", s, scale)
+	}
+	frac += strings.Repeat("0", int(scale)-len(frac))
+	all := strings.TrimLeft(intPart+frac, "0")
+	if all == "" {
+		return decimal128.Num{}, nil
+	}
+	if int32(len(all)) > precision {
+		return decimal128.Num{}, fmt.Errorf("numeric %s does not fit decimal128(%d,%d)", s, precision, scale)
+	}
+	for _, c := range all {
+		if c < '0' || c > '9' {
+			return decimal128.Num{}, fmt.Errorf("numeric %q is not a decimal number", s)
+		}
+	}
+	var n decimal128.Num
+	if len(all) <= 18 {
+		v, _ := strconv.ParseInt(all, 10, 64)
+		n = decimal128.FromI64(v)
+	} else {
+		bi, ok := new(big.Int).SetString(all, 10)
+		if !ok {
+			return decimal128.Num{}, fmt.Errorf("numeric %q is not a decimal number", s)
+		}
+		n = decimal128.FromBigInt(bi)
+	}
+	if neg {
+		n = n.Negate()
+	}
+	return n, nil
+}
+
+// ParseBytea decodes bytea's hex text form (\x0102...).
+func ParseBytea(s string) ([]byte, error) {
+	if !strings.HasPrefix(s, `\x`) {
+		return nil, errors.New(`bytea value is not in hex form (\x...); the session must set bytea_output = hex`)
+	}
+	return hex.DecodeString(s[2:])
+}
+
+// ParseUUID decodes a UUID's canonical text form.
+func ParseUUID(s string) ([16]byte, error) {
+	var out [16]byte
+	h := strings.ReplaceAll(s, "-", "")
+	if len(h) != 32 {
+		return out, fmt.Errorf("uuid %q: want 32 hex digits", s)
+	}
+	if _, err := hex.Decode(out[:], []byte(h)); err != nil {
+		return out, fmt.Errorf("uuid %q: %w", s, err)
+	}
+	return out, nil
+}
+
+// daysFromCivil counts days from 1970-01-01 to a proleptic Gregorian date (astronomical years: 1 BC is 0).
+func daysFromCivil(y, m, d int64) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	if y < 0 && y%400 != 0 {
+		era = (y - 399) / 400
+	}
+	yoe := y - era*400
+	mp := (m + 9) % 12
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468
+}
+
+// civilFromDays is the inverse of daysFromCivil.
+func civilFromDays(z int64) (y, m, d int64) {
+	z += 719468
+	era := z / 146097
+	if z < 0 && z%146097 != 0 {
+		era = (z - 146096) / 146097
+	}
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	y = yoe + era*400
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d = doy - (153*mp+2)/5 + 1
+	m = mp + 3
+	if m > 12 {
+		m -= 12
+	}
+	if m <= 2 {
+		y++
+	}
+	return y, m, d
+}
+
+// parseYMD reads "Y-MM-DD" (any number of year digits) and returns the rest of s.
+func parseYMD(s string) (y, m, d int64, rest string, err error) {
+	i := strings.IndexByte(s, '-')
+	if i <= 0 || len(s) < i+6 || s[i+3] != '-' {
+		return 0, 0, 0, "", fmt.Errorf("date %q: want YYYY-MM-DD", s)
+	}
+	if y, err = strconv.ParseInt(s[:i], 10, 64); err == nil {
+		if m, err = strconv.ParseInt(s[i+1:i+3], 10, 64); err == nil {
+			d, err = strconv.ParseInt(s[i+4:i+6], 10, 64)
+		}
+	}
+	if err != nil || m < 1 || m > 12 || d < 1 || d > 31 {
+		return 0, 0, 0, "", fmt.Errorf("date %q: want YYYY-MM-DD", s)
+	}
+	return y, m, d, s[i+6:], nil
+}
+
+func bc(s string) (string, bool) {
+	if strings.HasSuffix(s, " BC") {
+		return strings.TrimSuffix(s, " BC"), true
+	}
+	return s, false
+}
+
+// ParseDate returns days since 1970-01-01 (DateInfinity and DateMinusInfinity for ±infinity).
+func ParseDate(s string) (int32, error) {
+	switch s {
+	case "infinity":
+		return DateInfinity, nil
+	case "-infinity":
+		return DateMinusInfinity, nil
+	}
+	s2, isBC := bc(s)
+	y, m, d, rest, err := parseYMD(s2)
+	if err != nil {
+		return 0, err
+	}
+	if rest != "" {
+		return 0, fmt.Errorf("date %q: unexpected %q", s, rest)
+	}
+	if isBC {
+		y = 1 - y
+	}
+	return int32(daysFromCivil(y, m, d)), nil
+}
+
+// parseClock reads "HH:MM:SS[.ffffff]" and returns microseconds and the rest of s.
+func parseClock(s string) (int64, string, error) {
+	if len(s) < 8 || s[2] != ':' || s[5] != ':' {
+		return 0, "", fmt.Errorf("time %q: want HH:MM:SS", s)
+	}
+	h, err1 := strconv.Atoi(s[0:2])
+	mi, err2 := strconv.Atoi(s[3:5])
+	se, err3 := strconv.Atoi(s[6:8])
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, "", fmt.Errorf("time %q: want HH:MM:SS", s)
+	}
+	us := (int64(h)*3600 + int64(mi)*60 + int64(se)) * 1e6
+	rest := s[8:]
+	if strings.HasPrefix(rest, ".") {
+		j := 1
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
+		}
+		frac := rest[1:j]
+		if len(frac) > 6 {
+			return 0, "", fmt.Errorf("time %q: more than 6 fractional digits", s)
+		}
+		f, _ := strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64)
+		us += f
+		rest = rest[j:]
+	}
+	return us, rest, nil
+}
+
+// ParseTime returns microseconds since midnight (24:00:00 is 86 400 000 000, as PostgreSQL allows it).
+func ParseTime(s string) (int64, error) {
+	us, rest, err := parseClock(s)
+	if err != nil {
+		return 0, err
+	}
+	if rest != "" {
+		return 0, fmt.Errorf("time %q: unexpected %q", s, rest)
+	}
+	return us, nil
+}
+
+// ParseTimestamp returns microseconds since 1970-01-01 00:00:00 UTC for timestamp and timestamptz text forms
+// (an offset, if present, is applied; TSInfinity and TSMinusInfinity stand for ±infinity).
+func ParseTimestamp(s string) (int64, error) {
+	switch s {
+	case "infinity":
+		return TSInfinity, nil
+	case "-infinity":
+		return TSMinusInfinity, nil
+	}
+	s2, isBC := bc(s)
+	y, m, d, rest, err := parseYMD(s2)
+	if err != nil {
+		return 0, fmt.Errorf("timestamp %q: %w", s, err)
+	}
+	if !strings.HasPrefix(rest, " ") {
+		return 0, fmt.Errorf("timestamp %q: want a time after the date", s)
+	}
+	us, rest, err := parseClock(rest[1:])
+	if err != nil {
+		return 0, fmt.Errorf("timestamp %q: %w", s, err)
+	}
+	var offset int64
+	if rest != "" {
+		sign := int64(1)
+		switch rest[0] {
+		case '+':
+		case '-':
+			sign = -1
+		default:
+			return 0, fmt.Errorf("timestamp %q: unexpected %q", s, rest)
+		}
+		parts := strings.Split(rest[1:], ":")
+		mult := []int64{3600, 60, 1}
+		if len(parts) > 3 {
+			return 0, fmt.Errorf("timestamp %q: bad offset %q", s, rest)
+		}
+		for i, p := range parts {
+			v, err := strconv.ParseInt(p, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("timestamp %q: bad offset %q", s, rest)
+			}
+			offset += v * mult[i]
+		}
+		offset *= sign * 1e6
+	}
+	if isBC {
+		y = 1 - y
+	}
+	days := daysFromCivil(y, m, d)
+	// Days beyond what int64 microseconds can hold (about year 294 247) are out of range for Arrow.
+	if days > math.MaxInt64/int64(86400e6)-1 || days < math.MinInt64/int64(86400e6)+1 {
+		return 0, fmt.Errorf("timestamp %q is outside the range of timestamp[us]", s)
+	}
+	return days*86400e6 + us - offset, nil
+}
+
+// ParseInterval parses the iso_8601 IntervalStyle (P1Y2M3DT4H5M6.5S, each part possibly negative).
+func ParseInterval(s string) (arrow.MonthDayNanoInterval, error) {
+	var out arrow.MonthDayNanoInterval
+	if !strings.HasPrefix(s, "P") {
+		return out, fmt.Errorf("interval %q is not in ISO 8601 form; the session must set IntervalStyle = iso_8601", s)
+	}
+	rest, inTime := s[1:], false
+	var nanos int64
+	for rest != "" {
+		if rest[0] == 'T' {
+			inTime, rest = true, rest[1:]
+			continue
+		}
+		j := 0
+		for j < len(rest) && (rest[j] == '-' || rest[j] == '+' || rest[j] == '.' || (rest[j] >= '0' && rest[j] <= '9')) {
+			j++
+		}
+		if j == 0 || j == len(rest) {
+			return out, fmt.Errorf("interval %q: bad part %q", s, rest)
+		}
+		num, unit := rest[:j], rest[j]
+		rest = rest[j+1:]
+		if !inTime {
+			v, err := strconv.ParseInt(num, 10, 32)
+			if err != nil {
+				return out, fmt.Errorf("interval %q: %w", s, err)
+			}
+			switch unit {
+			case 'Y':
+				out.Months += int32(v) * 12
+			case 'M':
+				out.Months += int32(v)
+			case 'W':
+				out.Days += int32(v) * 7
+			case 'D':
+				out.Days += int32(v)
+			default:
+				return out, fmt.Errorf("interval %q: unknown unit %c", s, unit)
+			}
+			continue
+		}
+		var mult int64
+		switch unit {
+		case 'H':
+			mult = 3600e9
+		case 'M':
+			mult = 60e9
+		case 'S':
+			mult = 1e9
+		default:
+			return out, fmt.Errorf("interval %q: unknown unit %c", s, unit)
+		}
+		whole, frac, _ := strings.Cut(num, ".")
+		neg := strings.HasPrefix(whole, "-")
+		w, err := strconv.ParseInt(whole, 10, 64)
+		if err != nil && whole != "-" && whole != "" {
+			return out, fmt.Errorf("interval %q: %w", s, err)
+		}
+		v := w * mult
+		if frac != "" {
+			if len(frac) > 9 {
+				frac = frac[:9]
+			}
+			f, err := strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
+			if err != nil {
+				return out, fmt.Errorf("interval %q: %w", s, err)
+			}
+			f = f * (mult / 1e9)
+			if neg {
+				v -= f
+			} else {
+				v += f
+			}
+		}
+		nanos += v
+	}
+	out.Nanoseconds = nanos
+	return out, nil
+}
+
+// ParseArray splits a one-dimensional array's text form into its elements (nil for NULL). A dimension
+// decoration ([0:2]={...}) is dropped: Arrow lists start at 0.
+func ParseArray(s string) ([]*string, error) {
+	if strings.HasPrefix(s, "[") {
+		i := strings.Index(s, "={")
+		if i < 0 {
+			return nil, fmt.Errorf("array %q: bad dimension decoration", s)
+		}
+		if strings.Count(s[:i], "[") > 1 {
+			return nil, fmt.Errorf("array %.40q: multi-dimensional arrays are not supported", s)
+		}
+		s = s[i+1:]
+	}
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return nil, fmt.Errorf("array %.40q: want {...}", s)
+	}
+	body := s[1 : len(s)-1]
+	var out []*string
+	if body == "" {
+		return out, nil
+	}
+	i := 0
+	for {
+		if i < len(body) && body[i] == '{' {
+			return nil, fmt.Errorf("array %.40q: multi-dimensional arrays are not supported", s)
+		}
+		var (
+			b      strings.Builder
+			quoted bool
+		)
+		if i < len(body) && body[i] == '"' {
+			quoted = true
+			i++
+			for {
+				if i >= len(body) {
+					return nil, fmt.Errorf("array %.40q: unterminated quoted element", s)
+				}
+				c := body[i]
+				if c == '\\' && i+1 < len(body) {
+					b.WriteByte(body[i+1])
+					i += 2
+					continue
+				}
+				if c == '"' {
+					i++
+					break
+				}
+				b.WriteByte(c)
+				i++
+			}
+		} else {
+			for i < len(body) && body[i] != ',' {
+				if body[i] == '\\' && i+1 < len(body) {
+					i++
+				}
+				b.WriteByte(body[i])
+				i++
+			}
+		}
+		v := b.String()
+		if !quoted && strings.EqualFold(v, "NULL") {
+			out = append(out, nil)
+		} else {
+			out = append(out, &v)
+		}
+		if i >= len(body) {
+			return out, nil
+		}
+		if body[i] != ',' {
+			return nil, fmt.Errorf("array %.40q: want , after an element", s)
+		}
+		i++
+	}
+}

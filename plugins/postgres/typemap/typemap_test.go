@@ -1,0 +1,186 @@
+package typemap
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+func ptr(s string) *string { return &s }
+
+func TestParseArray(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []*string
+		err  string
+	}{
+		{in: "{}", want: nil},
+		{in: "{1,2,3}", want: []*string{ptr("1"), ptr("2"), ptr("3")}},
+		{in: `{NULL,"NULL",null}`, want: []*string{nil, ptr("NULL"), nil}},
+		{in: `{"a,b","q\"uote","back\\slash",""}`, want: []*string{ptr("a,b"), ptr(`q"uote`), ptr(`back\slash`), ptr("")}},
+		{in: "[0:1]={7,8}", want: []*string{ptr("7"), ptr("8")}},
+		{in: "{{1,2},{3,4}}", err: "multi-dimensional"},
+		{in: "[1:2][1:2]={{1,2},{3,4}}", err: "multi-dimensional"},
+		{in: `{"unterminated}`, err: "unterminated"},
+		{in: "1,2", err: "want {...}"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseArray(tc.in)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d elements, want %d", len(got), len(tc.want))
+			}
+			for i := range got {
+				if (got[i] == nil) != (tc.want[i] == nil) || (got[i] != nil && *got[i] != *tc.want[i]) {
+					t.Errorf("element %d: got %v, want %v", i, deref(got[i]), deref(tc.want[i]))
+				}
+			}
+		})
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<NULL>"
+	}
+	return `"` + *s + `"`
+}
+
+func TestParseDecimal(t *testing.T) {
+	for _, tc := range []struct {
+		in        string
+		p, s      int32
+		want, err string
+	}{
+		{in: "200.00", p: 10, s: 2, want: "200.00"},
+		{in: "-0.05", p: 4, s: 2, want: "-0.05"},
+		{in: "12345678901234567890.1234", p: 24, s: 4, want: "12345678901234567890.1234"},
+		{in: "99999999999999999999999999999999999999", p: 38, s: 0, want: "99999999999999999999999999999999999999"},
+		{in: "1.5", p: 3, s: 2, want: "1.50"},
+		{in: "NaN", p: 10, s: 2, err: "cannot be represented"},
+		{in: "1.234", p: 10, s: 2, err: "more than 2 decimal places"},
+		{in: "123456", p: 4, s: 0, err: "does not fit"},
+		{in: "1e5", p: 10, s: 0, err: "not a decimal"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			n, err := ParseDecimal(tc.in, tc.p, tc.s)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := n.ToString(tc.s); got != tc.want {
+				t.Errorf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// Dates and timestamps go text → Arrow → text; the text must come back the same.
+func TestDateTimeRoundTrip(t *testing.T) {
+	for _, in := range []string{"2024-02-29", "1970-01-01", "1969-12-31", "0001-01-01", "0001-12-31 BC", "4713-01-01 BC", "5874897-12-31", "2000-03-01", "1900-02-28", "infinity", "-infinity"} {
+		d, err := ParseDate(in)
+		if err != nil {
+			t.Errorf("ParseDate(%q): %v", in, err)
+			continue
+		}
+		if got := string(AppendDate(nil, int64(d))); got != in {
+			t.Errorf("date %q came back as %q", in, got)
+		}
+	}
+	for _, tc := range []struct{ in, out string }{
+		{"2024-01-02 03:04:05.123456", "2024-01-02 03:04:05.123456"},
+		{"1969-12-31 23:59:59.5", "1969-12-31 23:59:59.500000"},
+		{"0001-01-01 00:00:00 BC", "0001-01-01 00:00:00 BC"},
+		{"infinity", "infinity"},
+		{"2024-01-02 03:04:05+05:30", "2024-01-01 21:34:05"},
+		{"2024-01-02 03:04:05-08", "2024-01-02 11:04:05"},
+		{"1900-01-01 00:00:00+00:19:32", "1899-12-31 23:40:28"},
+	} {
+		us, err := ParseTimestamp(tc.in)
+		if err != nil {
+			t.Errorf("ParseTimestamp(%q): %v", tc.in, err)
+			continue
+		}
+		if got := string(AppendTimestamp(nil, arrow.Timestamp(us), arrow.Microsecond, false)); got != tc.out {
+			t.Errorf("timestamp %q came back as %q, want %q", tc.in, got, tc.out)
+		}
+	}
+	if _, err := ParseTimestamp("294276-12-31 23:59:59"); err == nil || !strings.Contains(err.Error(), "outside the range") {
+		t.Errorf("a timestamp beyond int64 microseconds: got %v", err)
+	}
+	for _, in := range []string{"00:00:00", "23:59:59.999999", "24:00:00", "12:30:00.5"} {
+		us, err := ParseTime(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if back, _ := ParseTime(string(appendClock(nil, us))); back != us {
+			t.Errorf("time %q: %d came back as %d", in, us, back)
+		}
+	}
+}
+
+func TestParseInterval(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want arrow.MonthDayNanoInterval
+	}{
+		{"PT0S", arrow.MonthDayNanoInterval{}},
+		{"P1Y2M3DT4H5M6.789S", arrow.MonthDayNanoInterval{Months: 14, Days: 3, Nanoseconds: (4*3600+5*60+6)*1e9 + 789e6}},
+		{"P-1Y2DT-3H-0.000001S", arrow.MonthDayNanoInterval{Months: -12, Days: 2, Nanoseconds: -3*3600e9 - 1000}},
+		{"PT-0.5S", arrow.MonthDayNanoInterval{Nanoseconds: -5e8}},
+	} {
+		got, err := ParseInterval(tc.in)
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+	if _, err := ParseInterval("1 year"); err == nil {
+		t.Error("an interval in postgres style must be refused (the session sets iso_8601)")
+	}
+}
+
+// A list column decodes through its element type and encodes back to an array literal.
+func TestListAppendEncode(t *testing.T) {
+	typ := &Type{Name: "numeric(6,2)[]", Kind: KindList, Elem: &Type{Name: "numeric(6,2)", Kind: KindDecimal, Precision: 6, Scale: 2}}
+	b := array.NewBuilder(memory.DefaultAllocator, typ.Arrow())
+	defer b.Release()
+	for _, v := range []string{"{1.50,NULL,-2.25}", "{}"} {
+		if err := Append(typ, b, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	arr := b.NewArray()
+	defer arr.Release()
+	enc, err := NewEncoder(Field("c", typ), arr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{`{"1.50",NULL,"-2.25"}`, "{}"} {
+		if got := string(enc(nil, i)); got != want {
+			t.Errorf("row %d: got %s, want %s", i, got, want)
+		}
+	}
+	if err := Append(typ, b, []byte("{1.234}")); err == nil {
+		t.Error("a value with more decimals than the column's scale must fail")
+	}
+}

@@ -1,0 +1,402 @@
+// Package pgtest runs throwaway PostgreSQL servers for tests on 127.0.0.1: one shared server per test binary
+// (started on first use, stopped by Main), and a fresh database per test.
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+//
+//	func TestX(t *testing.T) {
+//		db := pgtest.NewDB(t) // dropped when the test ends
+//		db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY)`)
+//	}
+//
+// The servers are configured for logical replication (wal_level=logical, 20 WAL senders and slots) and for
+// speed, not durability (fsync=off). PostgreSQL refuses to run as root, so when the tests run as root the
+// server runs as the "postgres" OS user in a temporary directory it owns. The superuser "postgres" connects
+// without a password; roles made by CreateRole must use their password (scram-sha-256).
+//
+// The binaries are found in $PGTEST_BIN, else the newest /usr/lib/postgresql/*/bin, else PATH. Without them
+// the test fails, naming the Debian package to install.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AptPackage is the Debian package that provides the server binaries.
+const AptPackage = "postgresql"
+
+// Options change a server's configuration.
+type Options struct {
+	// Settings are postgresql.conf parameters added to (or replacing) the defaults, e.g. {"wal_level": "replica"}.
+	Settings map[string]string
+}
+
+// Server is a running PostgreSQL server.
+type Server struct {
+	Host string // always 127.0.0.1
+	Port int
+	// Dir holds the data directory ("data"), the Unix socket and the server log ("server.log").
+	Dir string
+
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	waitErr error
+	dbSeq   atomic.Int64
+	roleSeq atomic.Int64
+}
+
+// binDir finds the directory holding initdb and postgres.
+func binDir() (string, error) {
+	has := func(dir string) bool {
+		for _, b := range []string{"initdb", "postgres"} {
+			if st, err := os.Stat(filepath.Join(dir, b)); err != nil || st.IsDir() {
+				return false
+			}
+		}
+		return true
+	}
+	if d := os.Getenv("PGTEST_BIN"); d != "" {
+		if has(d) {
+			return d, nil
+		}
+		return "", fmt.Errorf("PGTEST_BIN=%s does not hold initdb and postgres", d)
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	// Newest major version first.
+	sort.Slice(dirs, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return vi > vj
+	})
+	for _, d := range dirs {
+		if has(d) {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("postgres"); err == nil && has(filepath.Dir(p)) {
+		return filepath.Dir(p), nil
+	}
+	return "", fmt.Errorf("PostgreSQL server binaries (initdb, postgres) not found in $PGTEST_BIN, /usr/lib/postgresql/*/bin or PATH: install the Debian package %q (apt-get install -y %s)", AptPackage, AptPackage)
+}
+
+// runAs returns the credential the server must run under: the postgres OS user when we are root.
+func runAs() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root, and PostgreSQL refuses to run as root, but there is no \"postgres\" OS user to run it as (the %s package creates it): %w", AptPackage, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func command(cred *syscall.Credential, name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	cmd.Env = []string{"LC_ALL=C.UTF-8", "PATH=/usr/bin:/bin"}
+	return cmd
+}
+
+func chownAll(dir string, cred *syscall.Credential) error {
+	if cred == nil {
+		return nil
+	}
+	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(cred.Uid), int(cred.Gid))
+	})
+}
+
+// templates caches one initdb result per process: copying it is faster than running initdb again.
+var templates struct {
+	mu  sync.Mutex
+	dir string
+}
+
+func initdb(bin string, cred *syscall.Credential, data string) error {
+	templates.mu.Lock()
+	defer templates.mu.Unlock()
+	if templates.dir == "" {
+		dir, err := os.MkdirTemp("", "pgtest-template-")
+		if err != nil {
+			return err
+		}
+		if err := chownAll(dir, cred); err != nil {
+			return fmt.Errorf("chown %s to the postgres user: %w", dir, err)
+		}
+		tmpl := filepath.Join(dir, "data")
+		cmd := command(cred, filepath.Join(bin, "initdb"), "-D", tmpl, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			return fmt.Errorf("initdb: %w\n%s", err, out)
+		}
+		// Our own rules: the superuser connects freely, other roles need their password, so tests can check
+		// what a wrong password does.
+		hba := "local all all trust\n" +
+			"host all postgres 127.0.0.1/32 trust\n" +
+			"host replication postgres 127.0.0.1/32 trust\n" +
+			"host all all 127.0.0.1/32 scram-sha-256\n" +
+			"host replication all 127.0.0.1/32 scram-sha-256\n"
+		if err := os.WriteFile(filepath.Join(tmpl, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+			return err
+		}
+		if err := chownAll(dir, cred); err != nil {
+			return err
+		}
+		templates.dir = dir
+	}
+	// cp -a keeps owner and modes.
+	if out, err := exec.Command("cp", "-a", filepath.Join(templates.dir, "data"), data).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy template data directory: %w\n%s", err, out)
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start initialises and starts a new server. The caller stops it with Stop.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	cred, err := runAs()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		return nil, err
+	}
+	if err := chownAll(dir, cred); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("chown %s to the postgres user: %w", dir, err)
+	}
+	if err := initdb(bin, cred, filepath.Join(dir, "data")); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		s, err := start(ctx, bin, cred, dir, opts)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+		// A port taken between freePort and bind is worth another try; anything else is not.
+		if !strings.Contains(err.Error(), "could not bind") && !strings.Contains(err.Error(), "could not create any TCP/IP sockets") {
+			break
+		}
+	}
+	os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func start(ctx context.Context, bin string, cred *syscall.Credential, dir string, opts Options) (*Server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	conf := map[string]string{
+		"listen_addresses":        "127.0.0.1",
+		"port":                    strconv.Itoa(port),
+		"unix_socket_directories": dir,
+		"wal_level":               "logical",
+		"max_wal_senders":         "20",
+		"max_replication_slots":   "20",
+		"max_connections":         "100",
+		"fsync":                   "off",
+		"full_page_writes":        "off",
+		"shared_buffers":          "64MB",
+		"logging_collector":       "off",
+	}
+	for k, v := range opts.Settings {
+		conf[k] = v
+	}
+	args := []string{"-D", filepath.Join(dir, "data")}
+	keys := make([]string, 0, len(conf))
+	for k := range conf {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		args = append(args, "-c", k+"="+conf[k])
+	}
+	logPath := filepath.Join(dir, "server.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd := command(cred, filepath.Join(bin, "postgres"), args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// If the test binary dies without stopping us, the server shuts down immediately instead of lingering.
+	// (The signal follows the OS thread that started the server; Go ends threads only when a goroutine
+	// locked to one exits, which tests do not do.)
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	s := &Server{Host: "127.0.0.1", Port: port, Dir: dir, cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		s.waitErr = cmd.Wait()
+		close(s.exited)
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := pgx.Connect(ctx, s.connString("postgres", "postgres", ""))
+		if err == nil {
+			c.Close(ctx)
+			return s, nil
+		}
+		select {
+		case <-s.exited:
+			return nil, fmt.Errorf("postgres exited during start-up (%v):\n%s", s.waitErr, s.logTail())
+		case <-ctx.Done():
+			s.kill()
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.kill()
+			return nil, fmt.Errorf("postgres did not accept connections within 60s: %v\n%s", err, s.logTail())
+		}
+	}
+}
+
+func (s *Server) kill() {
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "server.log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Log returns the server log so far.
+func (s *Server) Log() string {
+	b, _ := os.ReadFile(filepath.Join(s.Dir, "server.log"))
+	return string(b)
+}
+
+// Stop shuts the server down (fast shutdown, then kill after 20 s) and removes its directory.
+func (s *Server) Stop() error {
+	var err error
+	select {
+	case <-s.exited:
+	default:
+		_ = s.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-s.exited:
+		case <-time.After(20 * time.Second):
+			err = errors.New("postgres did not stop within 20s of SIGINT; killed")
+			s.kill()
+		}
+	}
+	if rmErr := os.RemoveAll(s.Dir); rmErr != nil && err == nil {
+		err = rmErr
+	}
+	return err
+}
+
+func quoteDSN(v string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v) + "'"
+}
+
+func (s *Server) connString(db, user, password string) string {
+	cs := fmt.Sprintf("host=%s port=%d dbname=%s user=%s sslmode=disable", s.Host, s.Port, quoteDSN(db), quoteDSN(user))
+	if password != "" {
+		cs += " password=" + quoteDSN(password)
+	}
+	return cs
+}
+
+// ConnString is a keyword/value connection string for the superuser to database db.
+func (s *Server) ConnString(db string) string { return s.connString(db, "postgres", "") }
+
+// admin runs a statement as the superuser in database "postgres".
+func (s *Server) admin(ctx context.Context, sql string, args ...any) error {
+	c, err := pgx.Connect(ctx, s.ConnString("postgres"))
+	if err != nil {
+		return err
+	}
+	defer c.Close(context.Background())
+	_, err = c.Exec(ctx, sql, args...)
+	return err
+}
+
+// Exec runs a statement as the superuser in database "postgres" (roles, server settings).
+func (s *Server) Exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := s.admin(ctx, sql, args...); err != nil {
+		t.Fatalf("pgtest: %s: %v", sql, err)
+	}
+}
+
+// Role is a login role with a password, created by CreateRole.
+type Role struct {
+	Name     string
+	Password string
+}
+
+// CreateRole creates a login role with a unique name and a password. attrs are extra role attributes
+// ("REPLICATION", "SUPERUSER"...). Roles live as long as the server.
+func (s *Server) CreateRole(t testing.TB, attrs ...string) Role {
+	t.Helper()
+	n := s.roleSeq.Add(1)
+	r := Role{Name: fmt.Sprintf("role_%d_%s", n, sanitize(t.Name(), 40)), Password: fmt.Sprintf("pw-%d-%d", n, time.Now().UnixNano())}
+	s.Exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s' %s", pgx.Identifier{r.Name}.Sanitize(), r.Password, strings.Join(attrs, " ")))
+	return r
+}
+
+func sanitize(name string, max int) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(name) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	out := b.String()
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	return out
+}
