@@ -18,11 +18,15 @@ import (
 	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
+	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
 var versity s3test.Shared
 
-func TestMain(m *testing.M) { testplugins.Main(m, versity.Stop) }
+// e2ePlugins are published into every test's registry.
+var e2ePlugins = []string{"datagen", "testdest", "http", "postgres"}
+
+func TestMain(m *testing.M) { pgtest.Main(m, versity.Stop, testplugins.Cleanup) }
 
 // env is one user's machine: a home, a config directory, and a signed registry holding datagen and testdest,
 // built from this tree and installed the way users install them.
@@ -43,7 +47,7 @@ func newEnv(t *testing.T) *env {
 	e.registry = filepath.Join(e.dir, "registry")
 	keys := filepath.Join(e.dir, "keys")
 	e.mustRun("registry", "keygen", "--out", keys)
-	for _, name := range []string{"datagen", "testdest", "http"} {
+	for _, name := range e2ePlugins {
 		e.mustRun("registry", "add", e.registry, testplugins.Build(t, name), "--name", name, "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
 	}
 	e.mustRun("registry", "sign", e.registry, "--key", filepath.Join(keys, "skippr-ed25519.key"))
@@ -219,7 +223,7 @@ func TestSyncInstallsOnFirstUseAndIsExactlyOnce(t *testing.T) {
 	if err := json.Unmarshal(b, &lock); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"datagen", "testdest", "http"} {
+	for _, name := range e2ePlugins {
 		if p := lock.Plugins[name]; p.Version != "0.1.0" || len(p.SHA256["linux_amd64"]) != 64 {
 			t.Errorf("lock entry for %s: %+v", name, p)
 		}

@@ -24,12 +24,19 @@ func Main(m *testing.M, cleanups ...func()) {
 	for _, c := range cleanups {
 		c()
 	}
+	Cleanup()
+	os.Exit(code)
+}
+
+// Cleanup removes the built binaries; for a TestMain that exits through another harness's Main.
+func Cleanup() {
 	mu.Lock()
+	defer mu.Unlock()
 	if dir != "" {
 		os.RemoveAll(dir)
+		dir = ""
 	}
-	mu.Unlock()
-	os.Exit(code)
+	built = map[string]string{}
 }
 
 // Root is the repository root (the directory holding go.work).
