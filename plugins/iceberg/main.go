@@ -5,6 +5,10 @@
 // is meant to call (settings as JSON on stdin, so secrets stay out of argv; the result as JSON on stdout):
 //
 //	skippr-plugin-iceberg compact [-expire-older-than 24h] [-retain-last 10] [-orphans-older-than 72h] STREAM
+//
+// and prints a table's current rows (deletes applied) as JSON lines, for checks from outside the engine:
+//
+//	skippr-plugin-iceberg scan STREAM
 package main
 
 import (
@@ -15,6 +19,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+
+	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 
@@ -31,7 +37,39 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "scan" {
+		if err := scan(os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "skippr-plugin-iceberg scan:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	serve.Serve(&lake.Destination{Version: version})
+}
+
+func scan(args []string, stdin io.Reader, stdout io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("want one stream (or table) name, got %d arguments; settings come on stdin", len(args))
+	}
+	settings, err := io.ReadAll(stdin)
+	if err != nil {
+		return fmt.Errorf("read settings from stdin: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	enc := json.NewEncoder(stdout)
+	return lake.Scan(ctx, settings, args[0], func(rec arrow.RecordBatch) error {
+		for i := 0; i < int(rec.NumRows()); i++ {
+			row := map[string]any{}
+			for j, f := range rec.Schema().Fields() {
+				row[f.Name] = rec.Column(j).GetOneForMarshal(i)
+			}
+			if err := enc.Encode(row); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func compact(args []string, stdin io.Reader, stdout io.Writer) error {
