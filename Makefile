@@ -30,9 +30,10 @@ proto:
 		--go-grpc_out=. --go-grpc_opt=module=github.com/skippr-dev/skippr/plugin-sdk proto/skippr/plugin/v1/plugin.proto
 
 # A local registry signed with a development key, so the quickstart and the tests install plugins the way
-# users do. The key stays in .dev (not in git).
+# users do. The key stays in .dev (not in git). Published versions are immutable, so the development registry
+# is made anew from this tree's binaries each time.
 registry: build
-	@mkdir -p $(REGISTRY)
+	@rm -rf $(REGISTRY) && mkdir -p $(REGISTRY)
 	@test -f $(DEVKEY)/skippr-ed25519.pub || $(BIN)/skippr registry keygen --out $(DEVKEY)
 	@for p in $(PLUGINS); do \
 		v=$$($(BIN)/skippr-plugin-$$p --skippr-plugin-info | sed -E 's/.*"version":"([^"]+)".*/\1/'); \

@@ -98,7 +98,7 @@ func (g *generator) batch(from, n int64) arrow.RecordBatch {
 			st := g.b.Field(5).(*array.StructBuilder)
 			st.Append(true)
 			st.FieldBuilder(0).(*array.StringBuilder).Append(cities[(h>>8)%uint64(len(cities))])
-			st.FieldBuilder(1).(*array.Int32Builder).Append(int32(h>>20) % 100000)
+			st.FieldBuilder(1).(*array.Int32Builder).Append(int32((h >> 20) % 100000))
 			lb := g.b.Field(6).(*array.ListBuilder)
 			lb.Append(true)
 			vb := lb.ValueBuilder().(*array.StringBuilder)
