@@ -73,6 +73,56 @@ type Record struct {
 type Destination struct {
 	Version string
 	mu      sync.Mutex
+	// logs caches what each log file holds, keyed by path, so an apply reads the file only when another
+	// process may have changed it (its size differs from what this process last wrote or read).
+	logs map[string]*logSummary
+}
+
+// logSummary is what Apply and LastApplied need of a log: where its intact records end and, per pipeline,
+// the applied sequence numbers.
+type logSummary struct {
+	size    int64
+	applied map[string]serve.Applied
+}
+
+func (s *logSummary) add(r Record) {
+	a := s.applied[r.Pipeline]
+	if a.Streams == nil {
+		a.Streams = map[string]uint64{}
+	}
+	a.Sequence = max(a.Sequence, r.Sequence)
+	for _, row := range r.Rows {
+		a.Streams[row.Stream] = max(a.Streams[row.Stream], r.Sequence)
+	}
+	s.applied[r.Pipeline] = a
+}
+
+// summary returns the cached summary of the log at path, re-reading the file if its size changed. Callers
+// hold d.mu.
+func (d *Destination) summary(path string) (*logSummary, error) {
+	if d.logs == nil {
+		d.logs = map[string]*logSummary{}
+	}
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		fi, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s, ok := d.logs[path]; ok && fi != nil && fi.Size() == s.size {
+		return s, nil
+	}
+	recs, good, err := readLog(path)
+	if err != nil {
+		return nil, err
+	}
+	s := &logSummary{size: good, applied: map[string]serve.Applied{}}
+	for _, r := range recs {
+		s.add(r)
+	}
+	d.logs[path] = s
+	return s, nil
 }
 
 var _ serve.Destination = (*Destination)(nil)
@@ -122,19 +172,13 @@ func (d *Destination) LastApplied(_ context.Context, raw json.RawMessage, pipeli
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	recs, _, err := readLog(filepath.Join(s.Dir, logName))
+	sum, err := d.summary(filepath.Join(s.Dir, logName))
 	if err != nil {
 		return serve.Applied{}, err
 	}
-	a := serve.Applied{Streams: map[string]uint64{}}
-	for _, r := range recs {
-		if r.Pipeline != pipeline {
-			continue
-		}
-		a.Sequence = max(a.Sequence, r.Sequence)
-		for _, row := range r.Rows {
-			a.Streams[row.Stream] = max(a.Streams[row.Stream], r.Sequence)
-		}
+	a := sum.applied[pipeline]
+	if a.Streams == nil {
+		a.Streams = map[string]uint64{}
 	}
 	return a, nil
 }
@@ -150,16 +194,13 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 		return serve.ApplyResult{}, err
 	}
 	path := filepath.Join(s.Dir, logName)
-	recs, good, err := readLog(path)
+	sum, err := d.summary(path)
 	if err != nil {
 		return serve.ApplyResult{}, err
 	}
-	if !s.AtLeastOnce {
-		for _, r := range recs {
-			if r.Pipeline == req.Pipeline && r.Sequence >= req.Sequence {
-				return serve.ApplyResult{Skipped: true}, nil
-			}
-		}
+	good := sum.size
+	if !s.AtLeastOnce && sum.applied[req.Pipeline].Sequence >= req.Sequence {
+		return serve.ApplyResult{Skipped: true}, nil
 	}
 	rec := Record{Pipeline: req.Pipeline, Sequence: req.Sequence, Rows: []Row{}}
 	for _, it := range req.Items {
@@ -195,6 +236,8 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 	if err := f.Sync(); err != nil {
 		return serve.ApplyResult{}, fmt.Errorf("sync apply %d: %w", req.Sequence, err)
 	}
+	sum.size = good + int64(len(hdr)+len(payload))
+	sum.add(rec)
 	return serve.ApplyResult{Rows: int64(len(rec.Rows))}, ctx.Err()
 }
 
