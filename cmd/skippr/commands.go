@@ -20,6 +20,7 @@ func commands(g *globals) []*cli.Command {
 		syncCommand(g),
 		statusCommand(g),
 		walCommand(g),
+		teardownCommand(g),
 	}
 }
 

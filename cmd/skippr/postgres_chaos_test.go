@@ -135,4 +135,14 @@ pipelines:
 		}
 	}
 	t.Logf("%d SIGKILLs during snapshot and streaming; %d rows equal in source and destination", kills, len(want))
+
+	// Removing the pipeline: teardown drops the slot, so it stops holding the source's WAL.
+	r := e.mustRun("teardown", "orders")
+	if !strings.Contains(r.stdout, "released replication slot chaos") || !strings.Contains(r.stdout, "released publication chaos") {
+		t.Fatalf("teardown: %s", r.stdout)
+	}
+	var slots int
+	if err := sc.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'chaos'`).Scan(&slots); err != nil || slots != 0 {
+		t.Fatalf("slot chaos still exists after teardown (%d, %v)", slots, err)
+	}
 }

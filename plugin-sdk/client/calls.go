@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"io"
 
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
@@ -55,6 +57,19 @@ func (c *Client) Capabilities(ctx context.Context, settings []byte) (*pluginv1.C
 func (c *Client) LastApplied(ctx context.Context, settings []byte, pipeline string) (*pluginv1.LastAppliedResponse, error) {
 	r, err := c.rpc.LastApplied(ctx, &pluginv1.LastAppliedRequest{Settings: settings, Pipeline: pipeline})
 	return r, c.wrap("last applied", err)
+}
+
+// Teardown asks a source to release its server-side resources for a pipeline. A plugin that has none
+// returns an empty list.
+func (c *Client) Teardown(ctx context.Context, settings []byte) ([]string, error) {
+	r, err := c.rpc.Teardown(ctx, &pluginv1.TeardownRequest{Settings: settings})
+	if status.Code(err) == codes.Unimplemented {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, c.wrap("teardown", err)
+	}
+	return r.Released, nil
 }
 
 // Ack tells the source a checkpoint is durable.

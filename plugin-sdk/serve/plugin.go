@@ -154,3 +154,9 @@ type Destination interface {
 	Apply(ctx context.Context, req ApplyRequest) (ApplyResult, error)
 	LastApplied(ctx context.Context, settings json.RawMessage, pipeline string) (Applied, error)
 }
+
+// TearingDown is implemented by a source that holds server-side resources for a pipeline (a replication
+// slot, a publication). `skippr teardown` calls it when a pipeline is dropped; it returns what it released.
+type TearingDown interface {
+	Teardown(ctx context.Context, settings json.RawMessage) ([]string, error)
+}

@@ -275,6 +275,18 @@ func (s *server) LastApplied(ctx context.Context, req *pluginv1.LastAppliedReque
 	return &pluginv1.LastAppliedResponse{Sequence: a.Sequence, Streams: a.Streams}, nil
 }
 
+func (s *server) Teardown(ctx context.Context, req *pluginv1.TeardownRequest) (*pluginv1.TeardownResponse, error) {
+	td, ok := s.p.(TearingDown)
+	if !ok {
+		return nil, status.Errorf(codes.Unimplemented, "plugin %s holds nothing to tear down", s.p.Spec().Name)
+	}
+	released, err := td.Teardown(ctx, req.Settings)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pluginv1.TeardownResponse{Released: released}, nil
+}
+
 // toStatus keeps a plugin's error message intact across the boundary.
 func toStatus(err error) error {
 	if err == nil {

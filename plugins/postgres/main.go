@@ -56,6 +56,11 @@ func (p *plugin) Check(ctx context.Context, raw json.RawMessage) error {
 	return errors.Join(errs...)
 }
 
+// Teardown drops the pipeline's replication slot and the publication this plugin created.
+func (p *plugin) Teardown(ctx context.Context, raw json.RawMessage) ([]string, error) {
+	return source.Drop(ctx, raw)
+}
+
 func main() {
 	d := dest.New()
 	defer d.Close()

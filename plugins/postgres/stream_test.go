@@ -461,13 +461,13 @@ func TestDrop(t *testing.T) {
 	r.mustNext(time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := source.Drop(ctx, set); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := source.Drop(ctx, set); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("drop while reading: got %v, want an in-use error", err)
 	}
 	r.stop()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := source.Drop(ctx, set)
+		_, err := source.Drop(ctx, set)
 		if err == nil {
 			break
 		}
@@ -483,7 +483,7 @@ func TestDrop(t *testing.T) {
 	}
 	// A publication the plugin did not create stays.
 	db.Exec(t, `CREATE PUBLICATION mine FOR TABLE t`)
-	if err := source.Drop(ctx, settings(db, map[string]any{"tables": []string{"t"}, "slot": slot(db), "publication": "mine"})); err != nil {
+	if _, err := source.Drop(ctx, settings(db, map[string]any{"tables": []string{"t"}, "slot": slot(db), "publication": "mine"})); err != nil {
 		t.Fatal(err)
 	}
 	db.QueryRow(t, []any{&pubs}, `SELECT count(*) FROM pg_publication WHERE pubname = 'mine'`)

@@ -255,16 +255,16 @@ func advance(ctx context.Context, cfg config.Settings, lsn pglogrepl.LSN) error 
 }
 
 // Drop removes the pipeline's replication slot, and its publication when this plugin created it (the
-// publication's comment says so). The engine calls it when a pipeline is deleted; without it the slot keeps
-// WAL forever.
-func Drop(ctx context.Context, raw json.RawMessage) error {
+// publication's comment says so), and says what it removed. `skippr teardown` calls it (through the
+// protocol's Teardown) when a pipeline is deleted; without it the slot keeps WAL forever.
+func Drop(ctx context.Context, raw json.RawMessage) (released []string, err error) {
 	cfg, err := config.Parse(raw)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn, err := cfg.Connect(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer conn.Close(context.Background())
 	var pid *int32
@@ -272,29 +272,30 @@ func Drop(ctx context.Context, raw json.RawMessage) error {
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
-		return cfg.Explain(err)
+		return nil, cfg.Explain(err)
 	case pid != nil:
-		return fmt.Errorf("slot %s is in use by server process %d: stop the pipeline first", cfg.Slot, *pid)
+		return nil, fmt.Errorf("slot %s is in use by server process %d: stop the pipeline first", cfg.Slot, *pid)
 	default:
 		if _, err := conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, cfg.Slot); err != nil {
-			return fmt.Errorf("drop slot %s: %w", cfg.Slot, cfg.Explain(err))
+			return nil, fmt.Errorf("drop slot %s: %w", cfg.Slot, cfg.Explain(err))
 		}
 		slog.Info("dropped replication slot", "slot", cfg.Slot)
+		released = append(released, "replication slot "+cfg.Slot)
 	}
 	var ours bool
 	err = conn.QueryRow(ctx, `SELECT coalesce(obj_description(oid, 'pg_publication') = $2, false) FROM pg_publication WHERE pubname = $1`,
 		cfg.Publication, publicationComment).Scan(&ours)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !ours) {
-		return nil
+		return released, nil
 	}
 	if err != nil {
-		return cfg.Explain(err)
+		return released, cfg.Explain(err)
 	}
 	if _, err := conn.Exec(ctx, `DROP PUBLICATION `+pgx.Identifier{cfg.Publication}.Sanitize()); err != nil {
-		return fmt.Errorf("drop publication %s: %w", cfg.Publication, cfg.Explain(err))
+		return released, fmt.Errorf("drop publication %s: %w", cfg.Publication, cfg.Explain(err))
 	}
 	slog.Info("dropped publication", "publication", cfg.Publication)
-	return nil
+	return append(released, "publication "+cfg.Publication), nil
 }
 
 // publicationComment marks a publication this plugin created, so Drop removes only its own.

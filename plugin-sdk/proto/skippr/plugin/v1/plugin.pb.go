@@ -1367,6 +1367,95 @@ func (x *LastAppliedResponse) GetStreams() map[string]uint64 {
 	return nil
 }
 
+type TeardownRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TeardownRequest) Reset() {
+	*x = TeardownRequest{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TeardownRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TeardownRequest) ProtoMessage() {}
+
+func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
+func (*TeardownRequest) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TeardownRequest) GetSettings() []byte {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+type TeardownResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What was released, for the user, e.g. "replication slot orders".
+	Released      []string `protobuf:"bytes,1,rep,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TeardownResponse) Reset() {
+	*x = TeardownResponse{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TeardownResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TeardownResponse) ProtoMessage() {}
+
+func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
+func (*TeardownResponse) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *TeardownResponse) GetReleased() []string {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
 var File_skippr_plugin_v1_plugin_proto protoreflect.FileDescriptor
 
 const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
@@ -1457,7 +1546,11 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\astreams\x18\x02 \x03(\v22.skippr.plugin.v1.LastAppliedResponse.StreamsEntryR\astreams\x1a:\n" +
 	"\fStreamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01*R\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"-\n" +
+	"\x0fTeardownRequest\x12\x1a\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\".\n" +
+	"\x10TeardownResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased*R\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vKIND_SOURCE\x10\x01\x12\x14\n" +
@@ -1467,7 +1560,7 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x15SYNC_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12SYNC_MODE_SNAPSHOT\x10\x01\x12\x11\n" +
 	"\rSYNC_MODE_CDC\x10\x02\x12\x19\n" +
-	"\x15SYNC_MODE_APPEND_ONLY\x10\x032\xff\x04\n" +
+	"\x15SYNC_MODE_APPEND_ONLY\x10\x032\xd2\x05\n" +
 	"\x06Plugin\x12E\n" +
 	"\x04Spec\x12\x1d.skippr.plugin.v1.SpecRequest\x1a\x1e.skippr.plugin.v1.SpecResponse\x12H\n" +
 	"\x05Check\x12\x1e.skippr.plugin.v1.CheckRequest\x1a\x1f.skippr.plugin.v1.CheckResponse\x12Q\n" +
@@ -1476,7 +1569,8 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x03Ack\x12\x1c.skippr.plugin.v1.AckRequest\x1a\x1d.skippr.plugin.v1.AckResponse\x12]\n" +
 	"\fCapabilities\x12%.skippr.plugin.v1.CapabilitiesRequest\x1a&.skippr.plugin.v1.CapabilitiesResponse\x12J\n" +
 	"\x05Apply\x12\x1e.skippr.plugin.v1.ApplyMessage\x1a\x1f.skippr.plugin.v1.ApplyResponse(\x01\x12Z\n" +
-	"\vLastApplied\x12$.skippr.plugin.v1.LastAppliedRequest\x1a%.skippr.plugin.v1.LastAppliedResponseBIZGgithub.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1;pluginv1b\x06proto3"
+	"\vLastApplied\x12$.skippr.plugin.v1.LastAppliedRequest\x1a%.skippr.plugin.v1.LastAppliedResponse\x12Q\n" +
+	"\bTeardown\x12!.skippr.plugin.v1.TeardownRequest\x1a\".skippr.plugin.v1.TeardownResponseBIZGgithub.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1;pluginv1b\x06proto3"
 
 var (
 	file_skippr_plugin_v1_plugin_proto_rawDescOnce sync.Once
@@ -1491,7 +1585,7 @@ func file_skippr_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_skippr_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(Kind)(0),                    // 0: skippr.plugin.v1.Kind
 	(SyncMode)(0),                // 1: skippr.plugin.v1.SyncMode
@@ -1516,7 +1610,9 @@ var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(*ApplyResponse)(nil),        // 20: skippr.plugin.v1.ApplyResponse
 	(*LastAppliedRequest)(nil),   // 21: skippr.plugin.v1.LastAppliedRequest
 	(*LastAppliedResponse)(nil),  // 22: skippr.plugin.v1.LastAppliedResponse
-	nil,                          // 23: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	(*TeardownRequest)(nil),      // 23: skippr.plugin.v1.TeardownRequest
+	(*TeardownResponse)(nil),     // 24: skippr.plugin.v1.TeardownResponse
+	nil,                          // 25: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 }
 var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: skippr.plugin.v1.SpecResponse.kind:type_name -> skippr.plugin.v1.Kind
@@ -1529,7 +1625,7 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	18, // 7: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
 	10, // 8: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
 	11, // 9: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
-	23, // 10: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	25, // 10: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 	2,  // 11: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
 	4,  // 12: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
 	6,  // 13: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
@@ -1538,16 +1634,18 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	16, // 16: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
 	19, // 17: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
 	21, // 18: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
-	3,  // 19: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
-	5,  // 20: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
-	8,  // 21: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
-	13, // 22: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
-	15, // 23: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
-	17, // 24: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
-	20, // 25: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
-	22, // 26: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
-	19, // [19:27] is the sub-list for method output_type
-	11, // [11:19] is the sub-list for method input_type
+	23, // 19: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
+	3,  // 20: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
+	5,  // 21: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
+	8,  // 22: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
+	13, // 23: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
+	15, // 24: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
+	17, // 25: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
+	20, // 26: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
+	22, // 27: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
+	24, // 28: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
+	20, // [20:29] is the sub-list for method output_type
+	11, // [11:20] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1574,7 +1672,7 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

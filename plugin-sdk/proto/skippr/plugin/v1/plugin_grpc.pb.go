@@ -33,6 +33,7 @@ const (
 	Plugin_Capabilities_FullMethodName = "/skippr.plugin.v1.Plugin/Capabilities"
 	Plugin_Apply_FullMethodName        = "/skippr.plugin.v1.Plugin/Apply"
 	Plugin_LastApplied_FullMethodName  = "/skippr.plugin.v1.Plugin/LastApplied"
+	Plugin_Teardown_FullMethodName     = "/skippr.plugin.v1.Plugin/Teardown"
 )
 
 // PluginClient is the client API for Plugin service.
@@ -55,6 +56,10 @@ type PluginClient interface {
 	Apply(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ApplyMessage, ApplyResponse], error)
 	// LastApplied returns the highest WAL sequence number the destination holds, per stream.
 	LastApplied(ctx context.Context, in *LastAppliedRequest, opts ...grpc.CallOption) (*LastAppliedResponse, error)
+	// Teardown releases what a source holds on the server side for a pipeline (a replication slot, a
+	// publication it created), so a dropped pipeline does not pin resources forever. Optional: a plugin
+	// without such resources answers UNIMPLEMENTED.
+	Teardown(ctx context.Context, in *TeardownRequest, opts ...grpc.CallOption) (*TeardownResponse, error)
 }
 
 type pluginClient struct {
@@ -157,6 +162,16 @@ func (c *pluginClient) LastApplied(ctx context.Context, in *LastAppliedRequest, 
 	return out, nil
 }
 
+func (c *pluginClient) Teardown(ctx context.Context, in *TeardownRequest, opts ...grpc.CallOption) (*TeardownResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TeardownResponse)
+	err := c.cc.Invoke(ctx, Plugin_Teardown_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PluginServer is the server API for Plugin service.
 // All implementations must embed UnimplementedPluginServer
 // for forward compatibility.
@@ -177,6 +192,10 @@ type PluginServer interface {
 	Apply(grpc.ClientStreamingServer[ApplyMessage, ApplyResponse]) error
 	// LastApplied returns the highest WAL sequence number the destination holds, per stream.
 	LastApplied(context.Context, *LastAppliedRequest) (*LastAppliedResponse, error)
+	// Teardown releases what a source holds on the server side for a pipeline (a replication slot, a
+	// publication it created), so a dropped pipeline does not pin resources forever. Optional: a plugin
+	// without such resources answers UNIMPLEMENTED.
+	Teardown(context.Context, *TeardownRequest) (*TeardownResponse, error)
 	mustEmbedUnimplementedPluginServer()
 }
 
@@ -210,6 +229,9 @@ func (UnimplementedPluginServer) Apply(grpc.ClientStreamingServer[ApplyMessage, 
 }
 func (UnimplementedPluginServer) LastApplied(context.Context, *LastAppliedRequest) (*LastAppliedResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method LastApplied not implemented")
+}
+func (UnimplementedPluginServer) Teardown(context.Context, *TeardownRequest) (*TeardownResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Teardown not implemented")
 }
 func (UnimplementedPluginServer) mustEmbedUnimplementedPluginServer() {}
 func (UnimplementedPluginServer) testEmbeddedByValue()                {}
@@ -358,6 +380,24 @@ func _Plugin_LastApplied_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Plugin_Teardown_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TeardownRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PluginServer).Teardown(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Plugin_Teardown_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PluginServer).Teardown(ctx, req.(*TeardownRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Plugin_ServiceDesc is the grpc.ServiceDesc for Plugin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -388,6 +428,10 @@ var Plugin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "LastApplied",
 			Handler:    _Plugin_LastApplied_Handler,
+		},
+		{
+			MethodName: "Teardown",
+			Handler:    _Plugin_Teardown_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

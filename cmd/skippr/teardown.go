@@ -1,0 +1,73 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/skippr-dev/skippr/engine/pipeline"
+)
+
+func teardownCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:      "teardown",
+		Usage:     "release what a pipeline's source holds on its server (a replication slot, a publication)",
+		ArgsUsage: "PIPELINE",
+		Description: `Asks the pipeline's source plugin to release its server-side resources — for Postgres, the replication
+slot and the publication skippr created — so a pipeline you are removing does not keep the database's WAL
+forever. Run it before you delete the pipeline from the config; a later sync of the same pipeline starts
+over with a new snapshot. The WAL itself is left where it is (delete its directory or prefix yourself).
+Refuses while the pipeline's sync is running on this host.`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, pipes, err := configuredPipelines(c, g)
+			if err != nil {
+				return err
+			}
+			if c.Args().Len() == 0 || len(pipes) != 1 {
+				return withCode(exitUsage, fmt.Errorf("teardown: name one pipeline"))
+			}
+			p := pipes[0]
+			if b, err := os.ReadFile(statusFile(g.Home, p.Name)); err == nil {
+				var st pipeline.Status
+				if json.Unmarshal(b, &st) == nil && st.State != "stopped" && processAlive(st.PID) {
+					return withCode(exitUsage, fmt.Errorf("pipeline %s is running (pid %d): stop it first", p.Name, st.PID))
+				}
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			host, err := newHost(c, g, cfg, c.Bool("offline"))
+			if err != nil {
+				return err
+			}
+			cn, _ := cfg.Connection(p.Source)
+			s, err := startConnection(c.Context, host, cn)
+			if err != nil {
+				return err
+			}
+			defer s.client.Kill()
+			released, err := s.client.Teardown(c.Context, s.settings)
+			if err != nil {
+				return err
+			}
+			os.Remove(statusFile(g.Home, p.Name))
+			if c.Bool("json") {
+				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"pipeline": p.Name, "released": released})
+			}
+			if len(released) == 0 {
+				fmt.Fprintf(c.App.Writer, "pipeline %s: source %s held nothing to release\n", p.Name, cn.Name)
+			}
+			for _, r := range released {
+				fmt.Fprintf(c.App.Writer, "pipeline %s: released %s\n", p.Name, r)
+			}
+			return nil
+		},
+	}
+}
