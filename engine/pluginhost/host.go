@@ -90,7 +90,7 @@ func (h *Host) Start(ctx context.Context, c Connection) (*client.Client, Binary,
 	cl, err := client.Start(ctx, client.Config{
 		Path:         b.Path,
 		SHA256:       b.SHA256,
-		Env:          pluginEnv(),
+		Env:          Env(),
 		Protocols:    Protocols,
 		StartTimeout: h.StartTimeout,
 		Logger:       h.PluginLog,
@@ -109,9 +109,9 @@ func (h *Host) logger() *slog.Logger {
 	return h.Logger
 }
 
-// pluginEnv is all a plugin sees of the environment: a temp dir and a time zone. Settings, secrets included,
+// Env is all a plugin sees of the environment: a temp dir and a time zone. Settings, secrets included,
 // travel in the protocol, already interpolated from the engine's environment.
-func pluginEnv() []string {
+func Env() []string {
 	var env []string
 	for _, k := range []string{"TMPDIR", "TZ"} {
 		if v, ok := os.LookupEnv(k); ok {
