@@ -97,7 +97,7 @@ func TestHTTPSource(t *testing.T) {
 			if got := column(t, rec, change.PosColumn)[0]; !strings.HasSuffix(got, ":0") {
 				t.Errorf("step %d: position %q", i, got)
 			}
-			if ops, err := change.Ops(rec); err != nil || ops.Value(0) != int8(change.OpInsert) {
+			if ops, err := change.Ops(rec); err != nil || ops.Value(0) != int8(change.OpUpdate) {
 				t.Errorf("step %d: op %v %v", i, ops, err)
 			}
 			if st.check != nil {
@@ -152,11 +152,11 @@ func TestHTTPSource(t *testing.T) {
 			ops   []change.Op
 			names string
 		}{
-			{"json array", req{body: []byte(`[{"id":1,"name":"a"},{"id":2,"name":"b"}]`)}, "[1 2]", []change.Op{change.OpInsert, change.OpInsert}, `[a b]`},
-			{"ndjson", req{ctype: "application/x-ndjson", body: []byte("{\"id\":3,\"name\":\"c\"}\n\n{\"id\":1,\"name\":\"a2\",\"_op\":\"upsert\"}\r\n")}, "[3 1]", []change.Op{change.OpInsert, change.OpInsert}, `[c a2]`},
+			{"json array", req{body: []byte(`[{"id":1,"name":"a"},{"id":2,"name":"b"}]`)}, "[1 2]", []change.Op{change.OpUpdate, change.OpUpdate}, `[a b]`},
+			{"ndjson", req{ctype: "application/x-ndjson", body: []byte("{\"id\":3,\"name\":\"c\"}\n\n{\"id\":1,\"name\":\"a2\",\"_op\":\"upsert\"}\r\n")}, "[3 1]", []change.Op{change.OpUpdate, change.OpUpdate}, `[c a2]`},
 			{"gzip ndjson with a delete", req{ctype: "application/x-ndjson; charset=utf-8", headers: map[string]string{"Content-Encoding": "gzip"},
-				body: gz(t, []byte("{\"id\":4,\"name\":\"d\"}\n{\"id\":2,\"_op\":\"delete\",\"name\":\"ignored\"}\n"))}, "[4 2]", []change.Op{change.OpInsert, change.OpDelete}, `[d (null)]`},
-			{"gzip json", req{headers: map[string]string{"Content-Encoding": "gzip"}, body: gz(t, []byte(`{"id":5,"name":"e"}`))}, "[5]", []change.Op{change.OpInsert}, `[e]`},
+				body: gz(t, []byte("{\"id\":4,\"name\":\"d\"}\n{\"id\":2,\"_op\":\"delete\",\"name\":\"ignored\"}\n"))}, "[4 2]", []change.Op{change.OpUpdate, change.OpDelete}, `[d (null)]`},
+			{"gzip json", req{headers: map[string]string{"Content-Encoding": "gzip"}, body: gz(t, []byte(`{"id":5,"name":"e"}`))}, "[5]", []change.Op{change.OpUpdate}, `[e]`},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				c, res := r.roundTrip(tc.q)

@@ -159,7 +159,13 @@ func toRows(recs []map[string]any, keys []string) ([]row, *requestError) {
 		fail := func(field, format string, args ...any) *requestError {
 			return &requestError{Status: http.StatusUnprocessableEntity, Record: intp(i), Field: field, Msg: fmt.Sprintf("record %d, field %s: %s", i, field, fmt.Sprintf(format, args...))}
 		}
+		// With a key the record is the row's new state whether or not the row exists: an upsert, which the
+		// protocol spells as an update (a destination replaces the row with that key, or creates it). Without a
+		// key every record is a new row.
 		op := change.OpInsert
+		if len(keys) > 0 {
+			op = change.OpUpdate
+		}
 		if v, ok := r[opField]; ok {
 			switch v {
 			case nil, "upsert", "insert":

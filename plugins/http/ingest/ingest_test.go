@@ -85,7 +85,7 @@ func TestToRows(t *testing.T) {
 		record int
 	}{
 		{name: "upserts", body: `[{"id":1,"a":2},{"id":2,"_op":"upsert"},{"id":3,"_op":"insert"},{"id":4,"_op":null}]`, keys: []string{"id"},
-			ops: []change.Op{change.OpInsert, change.OpInsert, change.OpInsert, change.OpInsert}, values: `[{"a":2,"id":1},{"id":2},{"id":3},{"id":4}]`},
+			ops: []change.Op{change.OpUpdate, change.OpUpdate, change.OpUpdate, change.OpUpdate}, values: `[{"a":2,"id":1},{"id":2},{"id":3},{"id":4}]`},
 		{name: "delete keeps only the key", body: `{"t":"x","id":1,"a":2,"_op":"delete"}`, keys: []string{"t", "id"},
 			ops: []change.Op{change.OpDelete}, values: `[{"id":1,"t":"x"}]`},
 		{name: "no key configured", body: `{"a":1}`, ops: []change.Op{change.OpInsert}, values: `[{"a":1}]`},
