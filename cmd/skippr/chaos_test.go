@@ -106,3 +106,28 @@ func childPid(pid int, rng *rand.Rand) int {
 	}
 	return kids[rng.IntN(len(kids))]
 }
+
+// killSyncAtRandom starts `skippr sync --wait-lock` n times and SIGKILLs each run after a random time in
+// [lo, hi).
+func (e *env) killSyncAtRandom(n int, lo, hi time.Duration) {
+	e.t.Helper()
+	seed := time.Now().UnixNano()
+	e.t.Logf("kill seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 13))
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		cmd := e.cmd(ctx, "sync", "--wait-lock")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			e.t.Fatal(err)
+		}
+		time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo))))
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		cancel()
+		if cmd.ProcessState.Exited() {
+			e.t.Fatalf("run %d: sync exited by itself (%d) before it was killed:\n%s", i, cmd.ProcessState.ExitCode(), stderr.String())
+		}
+	}
+}

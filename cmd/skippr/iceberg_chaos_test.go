@@ -3,15 +3,12 @@ package main_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -45,21 +42,8 @@ pipelines:
       group_commit: { max_bytes: 128KiB, max_delay: 100ms }
 `, gen, lakeSettings, filepath.Join(e.dir, "wal")))
 
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	kills := 10
-	for i := 0; i < kills; i++ {
-		ctx, cancel := context.WithCancel(context.Background())
-		cmd := e.cmd(ctx, "sync", "--wait-lock")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Duration(500+rng.IntN(2000)) * time.Millisecond)
-		cmd.Process.Signal(syscall.SIGKILL)
-		cmd.Wait()
-		cancel()
-	}
+	e.killSyncAtRandom(kills, 500*time.Millisecond, 2500*time.Millisecond)
 	e.mustRun("sync", "--once")
 	// Compaction folds the deletes into the data files; the table must read the same afterwards.
 	r := e.mustRun("lake", "compact", "events", "--expire-older-than", "1ns", "--retain-last", "1")

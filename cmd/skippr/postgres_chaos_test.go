@@ -1,14 +1,12 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -91,24 +89,8 @@ pipelines:
 		}
 	}()
 
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
 	kills := 10
-	for i := 0; i < kills; i++ {
-		runCtx, runCancel := context.WithCancel(ctx)
-		cmd := e.cmd(runCtx, "sync", "--wait-lock")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Duration(500+rng.IntN(2000)) * time.Millisecond)
-		cmd.Process.Signal(syscall.SIGKILL)
-		cmd.Wait()
-		runCancel()
-		if strings.Contains(stderr.String(), "level=ERROR") && !strings.Contains(stderr.String(), "restarting") {
-			t.Logf("run %d logged:\n%s", i, stderr.String())
-		}
-	}
+	e.killSyncAtRandom(kills, 500*time.Millisecond, 2500*time.Millisecond)
 	stopWriter()
 	wg.Wait()
 	// Catch up: the source turns idle once the slot has sent everything written so far.
