@@ -1,21 +1,17 @@
 package main_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/skippr-dev/skippr/internal/testplugins"
 )
 
 // TestHTTPToIcebergSchemaEvolution posts records whose schema grows — a new top-level field, then a new
@@ -77,21 +73,8 @@ pipelines:
 	cmd.Wait()
 	e.mustRun("sync", "--once")
 
-	scan := exec.Command(testplugins.Build(t, "iceberg"), "scan", "orders")
-	scan.Stdin = strings.NewReader(lakeSettings)
-	var out, errb bytes.Buffer
-	scan.Stdout, scan.Stderr = &out, &errb
-	if err := scan.Run(); err != nil {
-		t.Fatalf("scan: %v\n%s", err, errb.String())
-	}
 	got := map[string]string{}
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		var row map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
-			t.Fatal(err)
-		}
-		id := fmt.Sprint(row["id"])
+	for id, row := range scanLake(t, lakeSettings, "orders") {
 		delete(row, "id")
 		b, _ := json.Marshal(row)
 		got[id] = string(b)

@@ -57,30 +57,7 @@ pipelines:
 		t.Fatalf("compaction of a table with many small files and deletes did nothing: %s", r.stdout)
 	}
 
-	// Scan the table with the plugin binary itself, outside the engine.
-	scan := exec.Command(testplugins.Build(t, "iceberg"), "scan", "events")
-	scan.Stdin = strings.NewReader(lakeSettings)
-	var out, errb bytes.Buffer
-	scan.Stdout, scan.Stderr = &out, &errb
-	if err := scan.Run(); err != nil {
-		t.Fatalf("scan: %v\n%s", err, errb.String())
-	}
-	got := map[string]map[string]any{}
-	sc := bufio.NewScanner(&out)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var row map[string]any
-		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-		dec.UseNumber()
-		if err := dec.Decode(&row); err != nil {
-			t.Fatal(err)
-		}
-		key := fmt.Sprint(row["id"]) // a json.Number: the digits as written
-		if _, dup := got[key]; dup {
-			t.Fatalf("the lake holds id %s twice", key)
-		}
-		got[key] = row
-	}
+	got := scanLake(t, lakeSettings, "events")
 	want := want(t, gen)["events"]
 	if len(got) != len(want) {
 		t.Fatalf("lake has %d rows, source produced %d", len(got), len(want))
@@ -102,4 +79,34 @@ func normalizeJSON(v any) any {
 	var out any
 	json.Unmarshal(b, &out)
 	return out
+}
+
+// scanLake reads a lake table (deletes applied) with the iceberg plugin binary itself, outside the engine,
+// keyed by the id column's digits; a key held twice fails the test.
+func scanLake(t *testing.T, lakeSettings, stream string) map[string]map[string]any {
+	t.Helper()
+	scan := exec.Command(testplugins.Build(t, "iceberg"), "scan", stream)
+	scan.Stdin = strings.NewReader(lakeSettings)
+	var out, errb bytes.Buffer
+	scan.Stdout, scan.Stderr = &out, &errb
+	if err := scan.Run(); err != nil {
+		t.Fatalf("scan: %v\n%s", err, errb.String())
+	}
+	got := map[string]map[string]any{}
+	sc := bufio.NewScanner(&out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var row map[string]any
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.UseNumber()
+		if err := dec.Decode(&row); err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprint(row["id"]) // a json.Number: the digits as written
+		if _, dup := got[key]; dup {
+			t.Fatalf("the lake table %s holds id %s twice", stream, key)
+		}
+		got[key] = row
+	}
+	return got
 }
