@@ -4,7 +4,7 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 TOOLS     := $(CURDIR)/.cache/bin
 VERSION   ?= 0.1.0-dev
-PLUGINS   := datagen testdest http postgres iceberg
+PLUGINS   := datagen testdest http postgres iceberg duckdb
 MODULES   := . plugin-sdk bench testkit $(addprefix plugins/,$(PLUGINS))
 REGISTRY  := $(CURDIR)/.dev/registry
 DEVKEY    := $(CURDIR)/.dev/keys
@@ -45,6 +45,7 @@ registry: build
 bench: build tools
 	$(GO) run ./bench -bin $(BIN)
 	cd engine/wal && VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench . -benchtime 20x .
+	cd plugins/iceberg && for v in snapshot/pqarrow snapshot/iceberg changes/pqarrow changes/iceberg; do SKIPPR_ICEBERG_BENCH_ROWS=10000000 $(GO) test -run '^$$' -bench "BenchmarkLake/$$v" -benchtime 1x -timeout 60m ./lake/ || exit 1; done
 
 chaos: build tools
 	cd cmd/skippr && VERSITYGW=$(VERSITYGW) SKIPPR_CHAOS_KILLS=100 $(GO) test -count=1 -timeout 60m -run Chaos -v .

@@ -4,9 +4,12 @@ go 1.26.0
 
 require (
 	github.com/apache/arrow-go/v18 v18.9.0
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/skippr-dev/skippr v0.0.0
 	github.com/skippr-dev/skippr/plugin-sdk v0.0.0
 	github.com/skippr-dev/skippr/plugins/datagen v0.0.0
+	github.com/skippr-dev/skippr/testkit v0.0.0
 )
 
 require (
@@ -35,6 +38,9 @@ require (
 	github.com/hashicorp/go-hclog v1.6.3 // indirect
 	github.com/hashicorp/go-plugin v1.8.0 // indirect
 	github.com/hashicorp/yamux v0.1.2 // indirect
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.2 // indirect
 	github.com/mattn/go-colorable v0.1.12 // indirect
@@ -55,4 +61,5 @@ replace (
 	github.com/skippr-dev/skippr => ../
 	github.com/skippr-dev/skippr/plugin-sdk => ../plugin-sdk
 	github.com/skippr-dev/skippr/plugins/datagen => ../plugins/datagen
+	github.com/skippr-dev/skippr/testkit => ../testkit
 )

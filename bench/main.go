@@ -34,8 +34,29 @@ func main() {
 	httpClients := flag.Int("http-clients", 32, "concurrent HTTP clients")
 	httpRequests := flag.Int("http-requests", 4000, "HTTP requests in all")
 	binDir := flag.String("bin", "bin", "directory with skippr-plugin-datagen and skippr-plugin-testdest")
+	pgRun := flag.Bool("postgres", true, "run the Postgres source benchmarks (needs PostgreSQL's server binaries and skippr-plugin-postgres)")
+	pgOnly := flag.Bool("postgres-only", false, "run only the Postgres source benchmarks")
+	var pg pgOptions
+	flag.Int64Var(&pg.rows, "pg-rows", 10_000_000, "rows of the Postgres snapshot table")
+	flag.Int64Var(&pg.streamRows, "pg-stream-rows", 500_000, "rows of the Postgres streaming backlog")
+	flag.IntVar(&pg.repeat, "pg-repeat", 3, "drains of the Postgres streaming backlog (the median is reported)")
+	flag.IntVar(&pg.rate, "pg-rate", 20_000, "rows/s of the fixed-rate Postgres inserter")
+	flag.DurationVar(&pg.duration, "pg-duration", 30*time.Second, "duration of the fixed-rate Postgres load")
+	flag.IntVar(&pg.txRows, "pg-tx-rows", 200, "rows per inserted transaction while streaming")
+	queryRun := flag.Bool("query", true, "run the skippr query benchmark (needs skippr, and the datagen, iceberg and duckdb plugins)")
+	queryOnly := flag.Bool("query-only", false, "run only the skippr query benchmark")
+	queryRows := flag.Int64("query-rows", 10_000_000, "rows of the lake table for the query benchmark")
+	queryWAL := flag.Int64("query-wal-rows", 100_000, "unapplied WAL events for the query benchmark")
 	flag.Parse()
 	ctx := context.Background()
+	if *queryOnly {
+		queryBench(ctx, *binDir, *queryRows, *queryWAL, 7)
+		return
+	}
+	if *pgOnly {
+		postgresBench(ctx, *binDir, pg)
+		return
+	}
 	fmt.Printf("# skippr benchmarks — %s, %d cores, %s\n\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version())
 	fmt.Println("| benchmark | rows | rows/s | MB/s | notes |")
 	fmt.Println("|---|---:|---:|---:|---|")
@@ -51,6 +72,13 @@ func main() {
 		httpLoad(ctx, *binDir, backend, pipeline.DefaultMaxDelay, *httpClients, *httpRequests, 50)
 	}
 	fmt.Printf("\npeak RSS: bench process (engine side) %s, plugin processes (largest) %s\n", mib(peakRSS()), mib(childrenPeakRSS()))
+	// Last: its server's processes would count in the children's peak RSS above.
+	if *pgRun {
+		postgresBench(ctx, *binDir, pg)
+	}
+	if *queryRun {
+		queryBench(ctx, *binDir, *queryRows, *queryWAL, 7)
+	}
 }
 
 func row(name string, rows, bytes int64, d time.Duration, note string) {

@@ -1,54 +1,143 @@
 #!/usr/bin/env bash
-# The quickstart: a real sync from a deterministic source (inserts, updates, deletes, nested columns) through
-# the WAL into an embedded Iceberg lake (SQLite catalog + local Parquet files), with the plugins installed from
-# a local signed registry exactly as users install them; then the lake is read back. Run it with
-# `make quickstart`.
+# The quickstart: the whole product on one machine. A Postgres (a throwaway one on 127.0.0.1 unless PGHOST is
+# set) gets a sample schema with nested JSON; `skippr sync` installs the plugins from a local signed registry on
+# first use, snapshots the tables into an embedded Iceberg lake (SQLite catalog + local Parquet files), then
+# streams inserts, updates and deletes through its WAL; `skippr query` answers SQL over the lake plus the rows
+# that just arrived. Run it with `make quickstart`. Nothing is left running.
+#
+# Your own Postgres instead of the throwaway one: set PGHOST, PGPORT, PGUSER, PGDATABASE (and PGPASSWORD);
+# it needs wal_level=logical and a user with REPLICATION. The quickstart creates tables qs_customers and
+# qs_orders there and drops its replication slot at the end.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 qs="$root/quickstart"
 skippr="$root/bin/skippr"
+if [ -f "$qs/pg/postmaster.pid" ]; then
+	pg_ctl_old=$(ls /usr/lib/postgresql/*/bin/pg_ctl 2>/dev/null | sort -V | tail -1 || true)
+	[ -n "$pg_ctl_old" ] && { "$pg_ctl_old" -D "$qs/pg" stop -m immediate >/dev/null 2>&1 || runuser -u postgres -- "$pg_ctl_old" -D "$qs/pg" stop -m immediate >/dev/null 2>&1 || true; }
+fi
 rm -rf "$qs"
 mkdir -p "$qs"
 export SKIPPR_HOME="$qs/home"
+step() { printf '\n== %s\n' "$*"; }
 
-cat > "$qs/skippr.yml" <<YAML
+# --- Postgres -------------------------------------------------------------------------------------------
+pgbin=""
+cleanup() {
+	if [ -n "${sync_pid:-}" ] && kill -0 "$sync_pid" 2>/dev/null; then kill -TERM "$sync_pid"; wait "$sync_pid" || true; fi
+	if [ -n "$pgbin" ] && [ -f "$qs/pg/postmaster.pid" ]; then as_pg "$pgbin/pg_ctl" -D "$qs/pg" stop -m fast >/dev/null || true; fi
+}
+trap cleanup EXIT
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+if [ -z "${PGHOST:-}" ]; then
+	pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+	if [ -z "$pgbin" ]; then
+		if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+			step "installing PostgreSQL's server binaries (apt-get install postgresql)"
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+			pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+		else
+			echo "quickstart: no PostgreSQL server binaries: apt-get install postgresql (as root), or set PGHOST to use yours" >&2
+			exit 1
+		fi
+	fi
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 55432)
+	step "starting a throwaway Postgres on 127.0.0.1:$port (data in $qs/pg; stopped at the end)"
+	mkdir -p "$qs/pg"
+	[ "$(id -u)" = 0 ] && chown postgres "$qs" "$qs/pg"
+	as_pg "$pgbin/initdb" -D "$qs/pg" -U postgres --auth=trust >/dev/null
+	as_pg "$pgbin/pg_ctl" -D "$qs/pg" -l "$qs/pg/log" -w -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$qs/pg -c wal_level=logical -c max_wal_senders=4 -c max_replication_slots=4" start >/dev/null
+	export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
+	psql() { "$pgbin/psql" "$@"; }
+fi
+password=""
+[ -n "${PGPASSWORD:-}" ] && password=', password: "${PGPASSWORD}"'
+export PGPORT=${PGPORT:-5432} PGUSER=${PGUSER:-postgres} PGDATABASE=${PGDATABASE:-postgres}
+sql() { psql -X -q -v ON_ERROR_STOP=1 -c "$1"; }
+
+step "a sample schema: customers with a nested JSON address, orders with JSON line items"
+sql "DROP TABLE IF EXISTS qs_orders, qs_customers;
+CREATE TABLE qs_customers (id int PRIMARY KEY, name text NOT NULL, address jsonb);
+CREATE TABLE qs_orders (id bigint PRIMARY KEY, customer_id int NOT NULL, status text NOT NULL, amount numeric(10,2),
+  items jsonb, tags text[], created_at timestamptz NOT NULL DEFAULT now());
+INSERT INTO qs_customers SELECT i, 'customer ' || i,
+  jsonb_build_object('city', (ARRAY['Oslo','Lima','Pune','Accra'])[1 + i % 4], 'geo', jsonb_build_object('lat', i % 90, 'lon', i % 180))
+  FROM generate_series(1, 1000) i;
+INSERT INTO qs_orders (id, customer_id, status, amount, items, tags)
+  SELECT i, 1 + i % 1000, (ARRAY['new','paid','shipped'])[1 + i % 3], (i % 500) + 0.99,
+  jsonb_build_array(jsonb_build_object('sku', 'sku-' || (i % 50), 'qty', 1 + i % 4)), ARRAY['web', 'promo-' || (i % 5)]
+  FROM generate_series(1, 50000) i;"
+
+# --- skippr ---------------------------------------------------------------------------------------------
+config() {
+	cat > "$qs/skippr.yml" <<YAML
 registries:
   - url: file://$root/.dev/registry
     key_files: [$root/.dev/keys/skippr-ed25519.pub]
 connections:
-  gen:
-    plugin: datagen
+  shop:
+    plugin: postgres
     version: "~> 0.1"
-    settings: { seed: 42, rows: 200000, batch_size: 5000, nested: true, update_ratio: 0.2, delete_ratio: 0.05 }
+    settings: { host: $PGHOST, port: $PGPORT, user: $PGUSER, database: $PGDATABASE, sslmode: disable$password,
+                tables: [public.qs_customers, public.qs_orders], slot: skippr_quickstart, publication: skippr_quickstart }
   lake:
     plugin: iceberg
     version: "~> 0.1"
-    settings: { catalog: { warehouse: $qs/lake }, namespace: quickstart }
+    settings: { catalog: { warehouse: $qs/lake }, namespace: shop,
+                tables: { public.qs_customers: customers, public.qs_orders: orders } }
 pipelines:
-  orders:
-    source: gen
+  shop:
+    source: shop
     destinations: [lake]
     delivery: exactly-once
+    apply: { paused: $1 }
     wal:
       url: file://$qs/wal
+      group_commit: { max_bytes: 8MiB, max_delay: 100ms }
 YAML
-
+}
 cd "$qs"
-echo "== skippr discover gen   (installs datagen from the local registry on first use)"
-"$skippr" discover gen
-echo
-echo "== skippr sync --once    (datagen → WAL → Iceberg, exactly-once)"
-"$skippr" sync --once --progress-every 1s
-echo
-echo "== skippr status"
+config false
+step "skippr sync --once   (installs postgres + iceberg from the local registry, snapshots both tables into the lake)"
+"$skippr" sync --once --progress-every 2s
+
+step "skippr query   (duckdb is installed on first use; SQL over the lake)"
+"$skippr" query "SELECT c.address->>'\$.city' AS city, count(*) AS orders, sum(o.amount) AS revenue
+  FROM shop.orders o JOIN shop.customers c ON c.id = o.customer_id GROUP BY city ORDER BY revenue DESC"
+
+step "streaming with apply paused: changes land in the WAL, the lake does not have them yet"
+config true
+"$skippr" --log-level warn sync &
+sync_pid=$!
+sleep 2
+sql "INSERT INTO qs_orders (id, customer_id, status, amount, items, tags) VALUES
+  (50001, 7, 'new', 42.00, '[{\"sku\": \"sku-new\", \"qty\": 2}]', ARRAY['app']),
+  (50002, 8, 'new', 17.50, '[{\"sku\": \"sku-new\", \"qty\": 1}]', ARRAY['app']);
+UPDATE qs_orders SET status = 'refunded', amount = 0 WHERE id IN (1, 2, 3);
+DELETE FROM qs_orders WHERE id BETWEEN 10 AND 19;
+UPDATE qs_customers SET address = jsonb_set(address, '{city}', '\"Quito\"') WHERE id = 7;"
+sleep 2
+q="SELECT id, status, amount, items->>'\$[0].sku' AS first_sku FROM shop.orders WHERE id IN (1, 2, 3, 10, 50001, 50002) ORDER BY id"
+echo "$q"
+step "skippr query --as-of-lake   (the lake alone: the old rows)"
+"$skippr" query --as-of-lake "$q"
+step "skippr query   (lake + the WAL's just-arrived rows: updates, deletes and inserts visible at once)"
+"$skippr" query "$q"
+"$skippr" query --format csv "SELECT id, address->>'\$.city' AS city FROM shop.customers WHERE id = 7"
+
+step "resume apply: skippr sync --once commits the WAL to the lake"
+kill -TERM "$sync_pid"; wait "$sync_pid" || true; sync_pid=""
+config false
+"$skippr" sync --once
 "$skippr" status
+step "skippr query --as-of-lake   (the lake now has them)"
+"$skippr" query --as-of-lake "$q"
+
+step "skippr teardown shop   (drops the replication slot so Postgres does not keep WAL for it)"
+"$skippr" teardown shop
+
 echo
-echo "== skippr plugin list"
-"$skippr" plugin list
-echo
-echo "== the lake: table quickstart.events, current snapshot with deletes applied (first 5 rows as JSON)"
-plugin=$(ls "$SKIPPR_HOME"/plugins/iceberg/*/skippr-plugin-iceberg | head -1)
-echo '{"catalog": {"warehouse": "'"$qs/lake"'"}, "namespace": "quickstart"}' | "$plugin" scan events > "$qs/events.jsonl"
-head -5 "$qs/events.jsonl"
-echo "... $(wc -l < "$qs/events.jsonl") rows in the lake (Parquet files under $qs/lake); SQL over lake + WAL (skippr query) is the next milestone"
-echo "Done. Nothing is left running; everything is under $qs (delete it to start over)."
+echo "Done. Nothing is left running (the throwaway Postgres is stopped); everything is under $qs:"
+echo "  skippr.yml (the config), wal/ (skippr's WAL), lake/ (Iceberg: catalog.db + Parquet files), home/ (installed plugins)."
+echo "Try: cd $qs && SKIPPR_HOME=$qs/home $skippr query     (an interactive prompt over the lake)"

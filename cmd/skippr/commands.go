@@ -22,6 +22,7 @@ func commands(g *globals) []*cli.Command {
 		walCommand(g),
 		teardownCommand(g),
 		lakeCommand(g),
+		queryCommand(g),
 	}
 }
 

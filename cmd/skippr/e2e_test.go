@@ -24,7 +24,7 @@ import (
 var versity s3test.Shared
 
 // e2ePlugins are published into every test's registry.
-var e2ePlugins = []string{"datagen", "testdest", "http", "postgres", "iceberg"}
+var e2ePlugins = []string{"datagen", "testdest", "http", "postgres", "iceberg", "duckdb"}
 
 func TestMain(m *testing.M) { pgtest.Main(m, versity.Stop, testplugins.Cleanup) }
 

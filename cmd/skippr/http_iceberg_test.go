@@ -93,4 +93,10 @@ pipelines:
 			t.Errorf("id %s: lake %s, want %s", id, got[id], w)
 		}
 	}
+	// The grown schema, nested struct fields and lists included, reads the same through skippr query.
+	q := e.queryJSON(`SELECT id, name, address.city AS city, address.zip AS zip, tags[2] AS tag2 FROM lake.orders ORDER BY id`, false)
+	if s := show(q); s != `[{"city":null,"id":1,"name":"a2","tag2":null,"zip":null},{"city":null,"id":3,"name":"c","tag2":null,"zip":null},`+
+		`{"city":"Oslo","id":4,"name":"d","tag2":null,"zip":null},{"city":"Lima","id":5,"name":"e","tag2":"y","zip":15001}]` {
+		t.Fatalf("skippr query over the evolved table: %s", s)
+	}
 }

@@ -53,20 +53,15 @@ binary does not link Iceberg: this runs the pinned plugin binary, verified like 
 				if err != nil {
 					return err
 				}
-				bin, err := host.Resolve(c.Context, hostConnection(cn))
+				bin, err := verifiedBinary(c, host, hostConnection(cn))
 				if err != nil {
-					return withCode(registryExitCode(err), err)
-				}
-				if bin.SHA256 != nil {
-					if err := registry.VerifyFile(bin.Path, hex.EncodeToString(bin.SHA256)); err != nil {
-						return withCode(exitVerify, fmt.Errorf("connection %s: refusing to run plugin %s: %w", cn.Name, cn.Plugin, err))
-					}
+					return err
 				}
 				settings, err := cn.SettingsJSON()
 				if err != nil {
 					return withCode(exitUsage, err)
 				}
-				cmd := exec.CommandContext(c.Context, bin.Path, "compact",
+				cmd := exec.CommandContext(c.Context, bin, "compact",
 					"-expire-older-than", c.String("expire-older-than"),
 					"-retain-last", fmt.Sprint(c.Int("retain-last")),
 					"-orphans-older-than", c.String("orphans-older-than"),
@@ -82,6 +77,21 @@ binary does not link Iceberg: this runs the pinned plugin binary, verified like 
 			},
 		}},
 	}
+}
+
+// verifiedBinary resolves a connection's plugin (installing it if needed) and verifies the file against its
+// pin, as a start through the plugin host would: for subcommands run outside the plugin protocol.
+func verifiedBinary(c *cli.Context, host *pluginhost.Host, conn pluginhost.Connection) (string, error) {
+	bin, err := host.Resolve(c.Context, conn)
+	if err != nil {
+		return "", withCode(registryExitCode(err), err)
+	}
+	if bin.SHA256 != nil {
+		if err := registry.VerifyFile(bin.Path, hex.EncodeToString(bin.SHA256)); err != nil {
+			return "", withCode(exitVerify, fmt.Errorf("connection %s: refusing to run plugin %s: %w", conn.Name, conn.Plugin, err))
+		}
+	}
+	return bin.Path, nil
 }
 
 // icebergConnection picks the config's iceberg connection: the named one, or the only one.

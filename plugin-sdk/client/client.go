@@ -85,7 +85,9 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 	if timeout == 0 {
 		timeout = 60 * time.Second
 	}
-	cmd := exec.CommandContext(ctx, cfg.Path)
+	// Not CommandContext: cancelling ctx (the engine's SIGTERM) would SIGKILL the plugin at once, before
+	// Kill's graceful shutdown reaches it. Every caller defers Kill; ctx only bounds the start below.
+	cmd := exec.Command(cfg.Path)
 	cmd.Env = append([]string{}, cfg.Env...)
 	var secure *plugin.SecureConfig
 	if cfg.SHA256 != nil {
@@ -110,6 +112,15 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 			grpc.MaxCallRecvMsgSize(protocol.MaxMessageSize), grpc.MaxCallSendMsgSize(protocol.MaxMessageSize))},
 	})
 	name := filepath.Base(cfg.Path)
+	started := make(chan struct{})
+	defer close(started)
+	go func() {
+		select {
+		case <-ctx.Done():
+			pc.Kill()
+		case <-started:
+		}
+	}()
 	rpcClient, err := pc.Client()
 	if err != nil {
 		pc.Kill()

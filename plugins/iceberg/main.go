@@ -9,6 +9,11 @@
 // and prints a table's current rows (deletes applied) as JSON lines, for checks from outside the engine:
 //
 //	skippr-plugin-iceberg scan STREAM
+//
+// and plans tables' current snapshots for `skippr query` (files, the deletes that apply to each, schema with
+// field ids, the pipeline's fence; see lake.Plan), copying remote files into -fetch-dir:
+//
+//	skippr-plugin-iceberg plan [-pipeline P] [-fetch-dir DIR] [STREAM...]
 package main
 
 import (
@@ -44,7 +49,36 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "plan" {
+		if err := plan(os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "skippr-plugin-iceberg plan:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	serve.Serve(&lake.Destination{Version: version})
+}
+
+func plan(args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	var opts lake.PlanOptions
+	fs.StringVar(&opts.Pipeline, "pipeline", "", "report this pipeline's fence for each table")
+	fs.StringVar(&opts.FetchDir, "fetch-dir", "", "copy files that are not local (s3://) into this directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	opts.Streams = fs.Args()
+	settings, err := io.ReadAll(stdin)
+	if err != nil {
+		return fmt.Errorf("read settings from stdin: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	p, err := lake.PlanTables(ctx, settings, opts)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(p)
 }
 
 func scan(args []string, stdin io.Reader, stdout io.Writer) error {

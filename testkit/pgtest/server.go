@@ -134,6 +134,17 @@ var templates struct {
 	dir string
 }
 
+// RemoveTemplate removes the initdb result this process cached. Main does it for tests; a program that calls
+// Start outside tests (the benchmarks) calls it when it is done with its servers.
+func RemoveTemplate() {
+	templates.mu.Lock()
+	defer templates.mu.Unlock()
+	if templates.dir != "" {
+		os.RemoveAll(templates.dir)
+		templates.dir = ""
+	}
+}
+
 func initdb(bin string, cred *syscall.Credential, data string) error {
 	templates.mu.Lock()
 	defer templates.mu.Unlock()

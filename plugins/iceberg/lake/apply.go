@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"iter"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -42,8 +45,9 @@ func (d *Destination) applyTable(ctx context.Context, oc *openCatalog, s Setting
 		}
 		conflict := isConflict(err)
 		// Files of an attempt that never reached the catalog, or that the catalog refused outright, belong to
-		// nobody. After any other commit error the catalog may have taken the commit: keep them.
-		if !a.committing || conflict {
+		// nobody. After any other commit error the catalog may have taken the commit: keep them, unless the
+		// catalog shows it did not.
+		if !a.committing || conflict || a.notCommitted(ctx) {
 			a.cleanup(ctx)
 		}
 		if !conflict || attempt >= maxCommitAttempts {
@@ -83,21 +87,129 @@ type tableAttempt struct {
 	attempt int
 	mem     memory.Allocator
 
-	fs         iceio.IO
-	files      []string // written by this attempt
-	committing bool     // the catalog commit was sent
+	fs         *recordingIO // the table's file system, noting every file this attempt creates
+	committing bool         // the catalog commit was sent
+	loaded     string       // metadata location of the table state the attempt built on
+}
+
+// notCommitted says whether a commit that failed is known not to have landed. Only the embedded SQL catalog
+// can say: its commit is one local transaction that is over when the call returns, and it moves the table's
+// metadata location, so a table still at the location the attempt started from did not take it. (A full disk
+// fails commits this way, while writing the new metadata file; keeping their files would fill it further on
+// every retry.) A REST server may still apply a request whose response was lost, so there the files stay.
+func (a *tableAttempt) notCommitted(ctx context.Context) bool {
+	if a.oc.db == nil || a.loaded == "" {
+		return false
+	}
+	tbl, err := a.oc.cat.LoadTable(ctx, append(a.s.NamespaceIdent(), a.g.table))
+	if err != nil {
+		return false
+	}
+	return tbl.MetadataLocation() == a.loaded
 }
 
 func (a *tableAttempt) cleanup(ctx context.Context) {
 	if a.fs == nil {
 		return
 	}
-	for _, f := range a.files {
-		if err := a.fs.Remove(f); err != nil {
+	for _, f := range a.fs.created() {
+		// A file whose creation failed may not exist; it needs no removal.
+		if err := a.fs.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			a.d.log().Warn("iceberg: could not remove the file of a failed commit; it is an orphan for compaction to delete", "file", f, "err", err)
 		}
 	}
-	a.files = nil
+}
+
+// recordingIO is a table's file IO that notes the name of every file created through it. iceberg-go reports
+// only the files it finished (a data file whose write failed halfway, on a full disk, is never returned), and
+// manifests only through the staged snapshot; noting names at creation lets a failed attempt remove all it
+// wrote. It keeps the optional ReadFile and Stat of the file systems iceberg-go uses (local and blob).
+type recordingIO struct {
+	base iceio.IO
+	mu   sync.Mutex
+	seen map[string]bool
+	list []string
+}
+
+func (r *recordingIO) note(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.seen[name] {
+		if r.seen == nil {
+			r.seen = map[string]bool{}
+		}
+		r.seen[name] = true
+		r.list = append(r.list, name)
+	}
+}
+
+// noted returns the files created so far, in order.
+func (r *recordingIO) noted() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.list...)
+}
+
+// created returns the files created so far, in order, and forgets them.
+func (r *recordingIO) created() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.list
+	r.list, r.seen = nil, nil
+	return out
+}
+
+func (r *recordingIO) Open(name string) (iceio.File, error) { return r.base.Open(name) }
+func (r *recordingIO) Remove(name string) error             { return r.base.Remove(name) }
+
+func (r *recordingIO) writer() (iceio.WriteFileIO, error) {
+	w, ok := r.base.(iceio.WriteFileIO)
+	if !ok {
+		return nil, fmt.Errorf("file system %T is read-only", r.base)
+	}
+	return w, nil
+}
+
+func (r *recordingIO) Create(name string) (iceio.FileWriter, error) {
+	w, err := r.writer()
+	if err != nil {
+		return nil, err
+	}
+	r.note(name)
+	return w.Create(name)
+}
+
+func (r *recordingIO) WriteFile(name string, p []byte) error {
+	w, err := r.writer()
+	if err != nil {
+		return err
+	}
+	r.note(name)
+	return w.WriteFile(name, p)
+}
+
+func (r *recordingIO) ReadFile(name string) ([]byte, error) {
+	if rf, ok := r.base.(iceio.ReadFileIO); ok {
+		return rf.ReadFile(name)
+	}
+	f, err := r.base.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+func (r *recordingIO) Stat(name string) (fs.FileInfo, error) {
+	if st, ok := r.base.(iceio.StatIO); ok {
+		return st.Stat(name)
+	}
+	f, err := r.base.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Stat()
 }
 
 func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
@@ -113,9 +225,15 @@ func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
 	if done >= a.req.Sequence {
 		return tableResult{skipped: true}, nil
 	}
-	if a.fs, err = tbl.FS(ctx); err != nil {
+	a.loaded = tbl.MetadataLocation()
+	base, err := tbl.FS(ctx)
+	if err != nil {
 		return tableResult{}, fmt.Errorf("file system: %w", err)
 	}
+	// The same table state over an IO that notes what this attempt creates. (The catalog's metrics reporter,
+	// which skippr does not configure, is not carried over.)
+	a.fs = &recordingIO{base: base}
+	tbl = table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), func(context.Context) (iceio.IO, error) { return a.fs, nil }, a.oc.cat)
 	tx := tbl.NewTransaction()
 	key, err := a.key(tbl)
 	if err != nil {
@@ -237,7 +355,6 @@ func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
 			if err != nil {
 				return tableResult{}, fmt.Errorf("write data files: %w", err)
 			}
-			a.files = append(a.files, df.FilePath())
 			dataFiles = append(dataFiles, df)
 		}
 	}
@@ -252,7 +369,6 @@ func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
 		if err := tx.NewRowDelta(props).AddRows(dataFiles...).AddDeletes(delFiles...).Commit(ctx); err != nil {
 			return tableResult{}, fmt.Errorf("stage row delta: %w", err)
 		}
-		a.noteSnapshotFiles(tx)
 	}
 	if err := tx.SetProperties(iceberg.Properties{seqKey(a.req.Pipeline): seq}); err != nil {
 		return tableResult{}, err
@@ -262,9 +378,19 @@ func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
 			return tableResult{}, err
 		}
 	}
+	// Data files and manifests reach the disk before the catalog names them.
+	if err := syncFiles(a.fs.noted()); err != nil {
+		return tableResult{}, err
+	}
 	a.committing = true
-	if _, err := tx.Commit(ctx); err != nil {
-		return tableResult{}, fmt.Errorf("commit: %w", err)
+	committed, err := tx.Commit(ctx)
+	if err != nil {
+		// SQLite's "database or disk is full (13)" names no file: say which catalog refused.
+		return tableResult{}, fmt.Errorf("commit to %s: %w", a.oc.name, err)
+	}
+	// The catalog wrote the new metadata file without fsync; it must be on disk before the engine reclaims.
+	if err := syncFiles([]string{committed.MetadataLocation()}); err != nil {
+		return tableResult{}, fmt.Errorf("commit to %s: %w", a.oc.name, err)
 	}
 	if h := a.d.hooks.afterCommit; h != nil {
 		if err := h(a.g.table); err != nil {
@@ -272,29 +398,6 @@ func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
 		}
 	}
 	return tableResult{rows: fo.rows}, nil
-}
-
-// noteSnapshotFiles adds the manifest list and manifests the staged snapshot wrote to the attempt's files, so
-// that a refused commit leaves none of them behind.
-func (a *tableAttempt) noteSnapshotFiles(tx *table.Transaction) {
-	st, err := tx.StagedTable()
-	if err != nil {
-		return
-	}
-	snap := st.CurrentSnapshot()
-	if snap == nil {
-		return
-	}
-	a.files = append(a.files, snap.ManifestList)
-	manifests, err := snap.Manifests(a.fs)
-	if err != nil {
-		return
-	}
-	for _, m := range manifests {
-		if m.SnapshotID() == snap.SnapshotID {
-			a.files = append(a.files, m.FilePath())
-		}
-	}
 }
 
 // retained yields the batches with an extra reference for consumers that release what they take.
@@ -362,11 +465,7 @@ func (a *tableAttempt) writeDeletes(ctx context.Context, tx *table.Transaction, 
 		fsF := func(ctx context.Context) (iceio.IO, error) { return staged.FS(ctx) }
 		writer = table.New(staged.Identifier(), view, staged.MetadataLocation(), fsF, a.oc.cat).NewTransaction()
 	}
-	files, err := writer.WriteEqualityDeletes(ctx, eqIDs, plain(recs))
-	for _, f := range files {
-		a.files = append(a.files, f.FilePath())
-	}
-	return files, err
+	return writer.WriteEqualityDeletes(ctx, eqIDs, plain(recs))
 }
 
 // partition adds the configured partition spec to a table skippr created and has not written yet. Tables are

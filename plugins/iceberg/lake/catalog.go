@@ -20,8 +20,9 @@ import (
 
 // openCatalog is a connected catalog and what must be closed with it.
 type openCatalog struct {
-	cat catalog.Catalog
-	db  *sql.DB // nil for a REST catalog
+	cat  catalog.Catalog
+	db   *sql.DB // nil for a REST catalog
+	name string  // "sql catalog PATH" or "rest catalog URI", for errors that would not say which
 }
 
 func (o *openCatalog) Close() error {
@@ -63,7 +64,7 @@ func connect(ctx context.Context, s Settings) (*openCatalog, error) {
 			db.Close()
 			return nil, fmt.Errorf("sql catalog %s: %w", s.Catalog.Path, err)
 		}
-		return &openCatalog{cat: cat, db: db}, nil
+		return &openCatalog{cat: cat, db: db, name: "sql catalog " + s.Catalog.Path}, nil
 	case "rest":
 		opts := []rest.Option{rest.WithAdditionalProps(props)}
 		if s.Catalog.Token != "" {
@@ -79,7 +80,7 @@ func connect(ctx context.Context, s Settings) (*openCatalog, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rest catalog %s: %w", s.Catalog.URI, err)
 		}
-		return &openCatalog{cat: cat}, nil
+		return &openCatalog{cat: cat, name: "rest catalog " + s.Catalog.URI}, nil
 	}
 	return nil, fmt.Errorf("catalog type %q is not sql or rest", s.Catalog.Type)
 }

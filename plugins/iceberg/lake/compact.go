@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"time"
 
+	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/table/compaction"
 )
@@ -45,7 +47,8 @@ type CompactResult struct {
 // every data file that equality deletes apply to into files of the target size with the deletes applied,
 // removes the delete files nothing needs any more, then expires old snapshots (deleting the files only they
 // referenced). Table properties — skippr's fences — are untouched, so compaction never disturbs
-// exactly-once. A compaction that loses a race with a pipeline commit is planned again, like an apply.
+// exactly-once. On the embedded SQL catalog it holds the catalog lock, so applies (which hold it shared)
+// wait for it; elsewhere a compaction that loses a race with a pipeline commit is planned again, like an apply.
 func Compact(ctx context.Context, raw json.RawMessage, stream string, opts CompactOptions) (CompactResult, error) {
 	s, err := ParseSettings(raw)
 	if err != nil {
@@ -56,6 +59,12 @@ func Compact(ctx context.Context, raw json.RawMessage, stream string, opts Compa
 		return CompactResult{}, err
 	}
 	defer oc.Close()
+	// Applies wait while this holds the lock, so a compaction lands beside a busy sync (lock.go).
+	lk, err := lockCatalog(ctx, s, true)
+	if err != nil {
+		return CompactResult{}, err
+	}
+	defer lk.unlock()
 	ident := append(s.NamespaceIdent(), s.TableName(stream))
 	res := CompactResult{Table: strings.Join(ident, ".")}
 	if opts.TargetFileSize == 0 {
@@ -184,11 +193,31 @@ func compactOnce(ctx context.Context, oc *openCatalog, ident []string, opts Comp
 	return nil
 }
 
+// goneIsRemoved is a file system (writes, reads and stats passed through) whose Remove of a missing file
+// succeeds.
+type goneIsRemoved struct{ *recordingIO }
+
+func (g goneIsRemoved) Remove(name string) error {
+	if err := g.recordingIO.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 func expire(ctx context.Context, oc *openCatalog, ident []string, opts CompactOptions, res *CompactResult) error {
 	tbl, err := oc.cat.LoadTable(ctx, ident)
 	if err != nil {
 		return err
 	}
+	base, err := tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	// iceberg-go's expiry also deletes the files that an expired compaction snapshot's manifests list as
+	// DELETED — already deleted by the expiry of the snapshots before it — and fails on the first that is
+	// gone, after its commit landed. A file that is already gone is what the removal wanted.
+	tbl = table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(),
+		func(context.Context) (iceio.IO, error) { return goneIsRemoved{&recordingIO{base: base}}, nil }, oc.cat)
 	tx := tbl.NewTransaction()
 	if err := tx.ExpireSnapshots(table.WithOlderThan(opts.ExpireOlderThan), table.WithRetainLast(opts.RetainLast)); err != nil {
 		return err

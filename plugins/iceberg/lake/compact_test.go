@@ -89,3 +89,33 @@ func TestCompactFoldsDeletesAndExpiresSnapshots(t *testing.T) {
 		})
 	}
 }
+
+// With auto_compact, an apply that leaves a table over the limits compacts it; the contents stay exact and
+// the files stay bounded.
+func TestAutoCompact(t *testing.T) {
+	e := newEnv(t, map[string]any{"auto_compact": map[string]any{"max_data_files": 3, "max_delete_files": 2}})
+	sc := eventsSchema()
+	day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e.apply(1, schemaItem("events", sc))
+	maxData, maxDeletes := 0, 0
+	for seq := 2; seq <= 12; seq++ {
+		rows := []row{r(opI, 100+seq, day, "eu", seq)}
+		for id := 100; id < 100+seq; id += 2 {
+			rows = append(rows, r(opU, id, day, "us", id*seq))
+		}
+		if seq%4 == 0 {
+			rows = append(rows, r(opD, 100+seq-1, nil, nil, nil))
+		}
+		e.apply(uint64(seq), items("events", batch(t, sc, rows...))...)
+		data, deletes := tableFiles(t, e.table("events"))
+		maxData, maxDeletes = max(maxData, len(data)), max(maxDeletes, len(deletes))
+	}
+	e.check("events", "events", "id")
+	// After an apply the table holds at most the limit plus what that one apply added, before it compacts.
+	if maxData > 4 || maxDeletes > 3 {
+		t.Fatalf("the table reached %d data files and %d delete files; auto_compact should keep it near 3 and 2", maxData, maxDeletes)
+	}
+	if a := e.lastApplied(); a.Sequence != 12 {
+		t.Fatalf("last applied %+v after auto compaction, want 12", a)
+	}
+}

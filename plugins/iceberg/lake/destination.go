@@ -223,6 +223,12 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 	if err != nil {
 		return serve.ApplyResult{}, err
 	}
+	// Shared with other applies; a compaction holding it exclusively makes this wait (lock.go).
+	lk, err := lockCatalog(ctx, s, false)
+	if err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
+	}
+	defer func() { lk.unlock() }()
 	ns := s.NamespaceIdent()
 	marker, err := readMarker(ctx, oc.cat, ns, req.Pipeline)
 	if err != nil {
@@ -252,10 +258,42 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 	}
 	// Every table now holds req.Sequence; only now may LastApplied report it.
 	if _, err := oc.cat.UpdateNamespaceProperties(ctx, ns, nil, map[string]string{seqKey(req.Pipeline): strconv.FormatUint(req.Sequence, 10)}); err != nil {
-		return serve.ApplyResult{}, fmt.Errorf("apply %d: record completion in namespace %s: %w", req.Sequence, s.Namespace, err)
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: record completion in namespace %s of %s: %w", req.Sequence, s.Namespace, oc.name, err)
 	}
 	res.Skipped = skipped
+	if s.AutoCompact != nil && !skipped {
+		// The compaction takes the lock exclusively: this apply's share must go first.
+		lk.unlock()
+		lk = nil
+		d.autoCompact(ctx, oc, s, req.Settings, groups)
+	}
 	return res, nil
+}
+
+// autoCompact compacts the tables of an apply that hold more files than the policy allows. The apply has
+// committed: a failed compaction is logged and tried again after a later apply.
+func (d *Destination) autoCompact(ctx context.Context, oc *openCatalog, s Settings, raw json.RawMessage, groups []*tableGroup) {
+	for _, g := range groups {
+		tbl, err := oc.cat.LoadTable(ctx, append(s.NamespaceIdent(), g.table))
+		if err != nil || tbl.CurrentSnapshot() == nil || tbl.CurrentSnapshot().Summary == nil {
+			continue
+		}
+		props := tbl.CurrentSnapshot().Summary.Properties
+		data, _ := strconv.Atoi(props["total-data-files"])
+		deletes, _ := strconv.Atoi(props["total-delete-files"])
+		p := s.AutoCompact
+		if (p.MaxDataFiles == 0 || data <= p.MaxDataFiles) && (p.MaxDeleteFiles == 0 || deletes <= p.MaxDeleteFiles) {
+			continue
+		}
+		res, err := Compact(ctx, raw, g.stream, CompactOptions{})
+		if err != nil {
+			d.log().Warn("iceberg: automatic compaction failed; the next apply tries again", "table", g.table, "err", err)
+			continue
+		}
+		d.log().Info("iceberg: compacted", "table", res.Table, "data_files", data, "delete_files", deletes,
+			"removed_data_files", res.RemovedDataFiles, "added_data_files", res.AddedDataFiles,
+			"removed_delete_files", res.RemovedEqualityDeleteFiles+res.RemovedPositionDeleteFiles)
+	}
 }
 
 // tableGroup is the part of an apply that goes to one table, in log order.

@@ -64,40 +64,76 @@ func fold(ctx context.Context, mem memory.Allocator, batches []opBatch, keyIdx [
 		}
 		return out, nil
 	}
+	// Keys index slots, which are kept in first-seen order so that the output is deterministic. The maps are
+	// sized for every row up front: growing a map of a million keys rehashed it about as long as the Parquet
+	// writer ran (BENCHMARKS.md). A single integer key, the common case, is hashed as an int64 rather than as
+	// an encoded string.
+	total := 0
+	for _, b := range batches {
+		total += len(b.ops)
+	}
 	var (
-		slots = map[string]*slot{}
-		order []string // first-seen order of keys, so output is deterministic
-		buf   []byte
+		slots  = make([]slot, 0, total)
+		byInt  map[int64]int
+		byEnc  map[string]int
+		buf    []byte
+		intCol = len(keyIdx) == 1 && len(batches) > 0 && intKey(batches[0].rec.Column(keyIdx[0])) != nil
 	)
+	if intCol {
+		byInt = make(map[int64]int, total)
+	} else {
+		byEnc = make(map[string]int, total)
+	}
 	for bi, b := range batches {
 		keyCols := make([]arrow.Array, len(keyIdx))
 		for j, k := range keyIdx {
 			keyCols[j] = b.rec.Column(k)
 		}
+		var ints func(int) int64
+		if intCol {
+			if ints = intKey(keyCols[0]); ints == nil {
+				return nil, fmt.Errorf("%s: batch %d: key column is %s, not the type of the first batch", what, bi, keyCols[0].DataType())
+			}
+		}
 		for ri, op := range b.ops {
 			out.rows++
-			var err error
-			buf, err = appendKey(buf[:0], keyCols, ri)
-			if err != nil {
-				return nil, fmt.Errorf("%s: row %d: %w", what, ri, err)
+			var (
+				si int
+				ok bool
+			)
+			if intCol {
+				if keyCols[0].IsNull(ri) {
+					return nil, fmt.Errorf("%s: row %d: primary key column is null", what, ri)
+				}
+				k := ints(ri)
+				if si, ok = byInt[k]; !ok {
+					si = len(slots)
+					byInt[k] = si
+				}
+			} else {
+				var err error
+				buf, err = appendKey(buf[:0], keyCols, ri)
+				if err != nil {
+					return nil, fmt.Errorf("%s: row %d: %w", what, ri, err)
+				}
+				if si, ok = byEnc[string(buf)]; !ok {
+					si = len(slots)
+					byEnc[string(buf)] = si
+				}
 			}
-			del := op == change.OpUpdate || op == change.OpDelete || upsertInserts
-			s, ok := slots[string(buf)]
 			if !ok {
-				k := string(buf)
-				s = &slot{}
-				slots[k] = s
-				order = append(order, k)
+				slots = append(slots, slot{})
 			}
+			s := &slots[si]
 			s.batch, s.row, s.op = bi, ri, op
-			s.del = s.del || del
+			s.del = s.del || op == change.OpUpdate || op == change.OpDelete || upsertInserts
 		}
 	}
 	// Per batch, the rows whose version survives and the rows whose key needs a delete.
 	keep := make([][]int64, len(batches))
 	dels := make([][]int64, len(batches))
-	for _, k := range order {
-		s := slots[k]
+	for i := range slots {
+		s := &slots[i]
 		if s.op != change.OpDelete {
 			keep[s.batch] = append(keep[s.batch], int64(s.row))
 		}
@@ -160,6 +196,26 @@ func take(ctx context.Context, mem memory.Allocator, rec arrow.RecordBatch, rows
 	out := res.(*compute.RecordDatum).Value
 	out.Retain()
 	return out, nil
+}
+
+// intKey returns a reader of an integer key column's values as int64, or nil for other types. Two rows of one
+// column have equal keys exactly when the values are equal, as with appendKey.
+func intKey(c arrow.Array) func(int) int64 {
+	switch a := c.(type) {
+	case *array.Int64:
+		v := a.Int64Values()
+		return func(i int) int64 { return v[i] }
+	case *array.Int32:
+		v := a.Int32Values()
+		return func(i int) int64 { return int64(v[i]) }
+	case *array.Int16:
+		v := a.Int16Values()
+		return func(i int) int64 { return int64(v[i]) }
+	case *array.Int8:
+		v := a.Int8Values()
+		return func(i int) int64 { return int64(v[i]) }
+	}
+	return nil
 }
 
 // appendKey encodes a row's key so that two rows have equal encodings exactly when their keys are equal. All

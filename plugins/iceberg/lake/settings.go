@@ -34,6 +34,16 @@ type Settings struct {
 	// UpsertInserts makes inserts and snapshot reads replace any row with the same key (an equality delete per
 	// row) instead of plain appends, for sources that may emit a key twice.
 	UpsertInserts bool `json:"upsert_inserts"`
+	// AutoCompact, when set, compacts a table right after an apply left it with more files than it allows.
+	AutoCompact *AutoCompact `json:"auto_compact"`
+}
+
+// AutoCompact is the background compaction policy: the destination runs `compact` on a table (with its
+// defaults: expire snapshots older than 24 h beyond the last 10, orphans older than 72 h) once the table's
+// current snapshot holds more data files or more delete files than these. Zero means no limit of that kind.
+type AutoCompact struct {
+	MaxDataFiles   int `json:"max_data_files"`
+	MaxDeleteFiles int `json:"max_delete_files"`
 }
 
 // CatalogSettings say where table metadata lives.
@@ -95,7 +105,16 @@ const SettingsSchema = `{
     },
     "target_file_size": {"type": "integer", "minimum": 1048576, "description": "bytes per data file (default 134217728)"},
     "format_version": {"enum": [2, 3], "description": "format version of new tables (default 2)"},
-    "upsert_inserts": {"type": "boolean", "description": "inserts and snapshot reads replace rows with the same key"}
+    "upsert_inserts": {"type": "boolean", "description": "inserts and snapshot reads replace rows with the same key"},
+    "auto_compact": {
+      "type": "object",
+      "additionalProperties": false,
+      "description": "compact a table after an apply once it holds more files than this",
+      "properties": {
+        "max_data_files": {"type": "integer", "minimum": 0},
+        "max_delete_files": {"type": "integer", "minimum": 0}
+      }
+    }
   }
 }`
 

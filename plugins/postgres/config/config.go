@@ -4,6 +4,7 @@ package config
 
 import (
 	"context"
+	"crypto/tls"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -270,7 +272,53 @@ func (s Settings) ReplicationConfig() (*pgconn.Config, error) {
 	cfg.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &coalescingConn{Conn: c}, nil
+	}
 	return cfg, nil
+}
+
+// The walsender sends every change as its own write. A reader that keeps up therefore reads one change
+// per syscall and parks its goroutine between them, which cost the plugin more CPU than decoding the
+// change (measured: BENCHMARKS.md). Once streaming (CoalesceReads), after a short read coalescingConn
+// waits coalesceWait before reading again, so the changes sent meanwhile arrive in one read. A change
+// waits at most that long, against the engine's group commit of 200 ms; a reader that is behind gets full
+// reads and never waits. Commands before streaming are not slowed.
+const (
+	coalesceWait  = time.Millisecond
+	coalesceBelow = 4 << 10
+)
+
+type coalescingConn struct {
+	net.Conn
+	on    atomic.Bool
+	short bool // the last read returned less than coalesceBelow
+}
+
+func (c *coalescingConn) Read(p []byte) (int, error) {
+	if c.short && c.on.Load() {
+		time.Sleep(coalesceWait)
+	}
+	n, err := c.Conn.Read(p)
+	c.short = n < coalesceBelow
+	return n, err
+}
+
+// CoalesceReads makes a replication session opened by ConnectReplication gather the changes the server
+// sends into fewer reads; call it once the session streams.
+func CoalesceReads(c *pgconn.PgConn) {
+	nc := c.Conn()
+	if t, ok := nc.(*tls.Conn); ok {
+		nc = t.NetConn()
+	}
+	if cc, ok := nc.(*coalescingConn); ok {
+		cc.on.Store(true)
+	}
 }
 
 // Connect opens an ordinary session, explaining a failure.

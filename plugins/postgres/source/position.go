@@ -33,6 +33,17 @@ type Position struct {
 	Key    []string `json:"key,omitempty"`
 	// Rows counts the snapshot rows copied so far.
 	Rows int64 `json:"rows,omitempty"`
+	// Overlap is set when the snapshot was copied (or resumed) under a fresh snapshot rather than the slot's
+	// exported one: a transaction committed before this LSN may already be in the copy, so streaming sends its
+	// inserts as updates (upserts by key). An append-only destination (a lake) would otherwise hold such a row
+	// twice: once from the copy, once from the stream. Dropped once streaming has passed it.
+	Overlap string `json:"overlap,omitempty"`
+}
+
+// OverlapValue is the Overlap LSN, parsed (0 when there is none).
+func (p Position) OverlapValue() pglogrepl.LSN {
+	l, _ := pglogrepl.ParseLSN(p.Overlap)
+	return l
 }
 
 // Encode is the checkpoint bytes: deterministic, so a replayed read reaches byte-identical checkpoints.
@@ -67,6 +78,11 @@ func DecodePosition(b []byte) (*Position, error) {
 	}
 	if _, err := pglogrepl.ParseLSN(p.LSN); err != nil {
 		return nil, fmt.Errorf("checkpoint %q: bad lsn %q: %w", b, p.LSN, err)
+	}
+	if p.Overlap != "" {
+		if _, err := pglogrepl.ParseLSN(p.Overlap); err != nil {
+			return nil, fmt.Errorf("checkpoint %q: bad overlap lsn %q: %w", b, p.Overlap, err)
+		}
 	}
 	if p.Phase == PhaseSnapshot && !slices.Contains(p.Tables, p.Table) {
 		return nil, fmt.Errorf("checkpoint %q: table %q is not among its tables", b, p.Table)

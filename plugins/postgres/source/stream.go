@@ -27,8 +27,14 @@ const (
 	statusEvery = 10 * time.Second
 	// quietAfter is how long without changes before the loop asks the server whether it is caught up.
 	quietAfter = 200 * time.Millisecond
-	// queueLen bounds the decoded messages between the replication loop and the emitter.
-	queueLen = 256
+	// The replication loop hands decoded messages to the processor in runs of up to handOff messages or
+	// handOffBytes, queueLen runs at most in flight (so memory stays bounded with large rows). A hand-off
+	// per message cost more CPU than decoding it (a goroutine wake-up each: BENCHMARKS.md). A row waits
+	// for the rest of its run only until its commit, a keepalive or a read timeout, and no checkpoint can
+	// come before the commit anyway.
+	handOff      = 256
+	handOffBytes = 1 << 20
+	queueLen     = 8
 )
 
 // item is what the replication loop hands to the processor, in server order.
@@ -59,14 +65,14 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	items := make(chan item, queueLen)
+	items := make(chan []item, queueLen)
 	ownDone := make(chan struct{})
 	var ownErr error
 	go func() {
 		ownErr = r.own(ctx, conn, items)
 		close(ownDone)
 	}()
-	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows}
+	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows, overlap: pos.OverlapValue()}
 	defer p.release()
 	err = p.run(ctx, items, ownDone)
 	cancel()
@@ -109,6 +115,7 @@ func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgco
 		err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, lsn, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
 		if err == nil {
 			r.log.Debug("streaming", "from", lsn.String())
+			config.CoalesceReads(conn)
 			return conn, nil
 		}
 		conn.Close(context.Background())
@@ -127,7 +134,7 @@ func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgco
 
 // own is the only user of the replication session: it receives messages, hands them on in order, reports
 // the flush position (the acknowledged one; see slotState.target) and answers the server.
-func (r *reader) own(ctx context.Context, conn *pgconn.PgConn, items chan<- item) error {
+func (r *reader) own(ctx context.Context, conn *pgconn.PgConn, items chan<- []item) error {
 	st := r.st
 	var (
 		lastStatus  time.Time
@@ -155,9 +162,19 @@ func (r *reader) own(ctx context.Context, conn *pgconn.PgConn, items chan<- item
 		lastStatus, reply, askReply = time.Now(), false, false
 		return nil
 	}
-	forward := func(it item) error {
+	var (
+		run      []item
+		runBytes int
+	)
+	forward := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		it := run
+		runBytes = 0
 		select {
 		case items <- it:
+			run = make([]item, 0, handOff)
 			return nil
 		default:
 		}
@@ -166,6 +183,7 @@ func (r *reader) own(ctx context.Context, conn *pgconn.PgConn, items chan<- item
 		for {
 			select {
 			case items <- it:
+				run = make([]item, 0, handOff)
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
@@ -231,6 +249,9 @@ func (r *reader) own(ctx context.Context, conn *pgconn.PgConn, items chan<- item
 			}
 			if pgconn.Timeout(err) {
 				armed = false
+				if err := forward(); err != nil {
+					return err
+				}
 				if !asked && time.Since(lastData) >= quietAfter {
 					w, err := r.serverFlushLSN(ctx)
 					if err != nil {
@@ -261,7 +282,8 @@ func (r *reader) own(ctx context.Context, conn *pgconn.PgConn, items chan<- item
 					// Still decoding: ask again after another quiet spell.
 					asked, lastData = false, time.Now()
 				}
-				if err := forward(item{keepalive: true, walEnd: pkm.ServerWALEnd, caughtUp: caught}); err != nil {
+				run = append(run, item{keepalive: true, walEnd: pkm.ServerWALEnd, caughtUp: caught})
+				if err := forward(); err != nil {
 					return err
 				}
 			case pglogrepl.XLogDataByteID:
@@ -275,8 +297,12 @@ func (r *reader) own(ctx context.Context, conn *pgconn.PgConn, items chan<- item
 					return fmt.Errorf("decode pgoutput message at %s: %w", xld.WALStart, err)
 				}
 				lastData, asked, quietTarget = time.Now(), false, 0
-				if err := forward(item{walStart: xld.WALStart, msg: lm}); err != nil {
-					return err
+				run = append(run, item{walStart: xld.WALStart, msg: lm})
+				runBytes += len(xld.WALData)
+				if _, commit := lm.(*pglogrepl.CommitMessage); commit || len(run) >= handOff || runBytes >= handOffBytes {
+					if err := forward(); err != nil {
+						return err
+					}
 				}
 			}
 		case *pgproto3.ErrorResponse:
@@ -321,6 +347,19 @@ type processor struct {
 	pos, lastCP pglogrepl.LSN
 	lastIdle    bool
 	rows        int64
+	// overlap: inserts of transactions committed before it are sent as updates (see Position.Overlap);
+	// upsert says the current transaction is one of them.
+	overlap pglogrepl.LSN
+	upsert  bool
+}
+
+// position is the stream checkpoint at p.pos.
+func (p *processor) position() Position {
+	cp := Position{V: positionVersion, Phase: PhaseStream, Slot: p.r.cfg.Slot, LSN: p.pos.String(), Tables: p.r.tableNames()}
+	if p.pos < p.overlap {
+		cp.Overlap = p.overlap.String()
+	}
+	return cp
 }
 
 func (p *processor) release() {
@@ -330,16 +369,18 @@ func (p *processor) release() {
 	}
 }
 
-func (p *processor) run(ctx context.Context, items <-chan item, ownDone <-chan struct{}) error {
+func (p *processor) run(ctx context.Context, items <-chan []item, ownDone <-chan struct{}) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ownDone:
 			return errOwnerEnded
-		case it := <-items:
-			if err := p.handle(ctx, it); err != nil {
-				return err
+		case run := <-items:
+			for _, it := range run {
+				if err := p.handle(ctx, it); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -366,7 +407,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			p.setIdle(p.pos, false)
 		}
 		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) {
-			cp := Position{V: positionVersion, Phase: PhaseStream, Slot: r.cfg.Slot, LSN: p.pos.String(), Tables: r.tableNames()}
+			cp := p.position()
 			if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true}); err != nil {
 				return err
 			}
@@ -377,6 +418,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 	switch m := it.msg.(type) {
 	case *pglogrepl.BeginMessage:
 		p.inTx, p.commitTime = true, m.CommitTime
+		p.upsert = m.FinalLSN < p.overlap
 	case *pglogrepl.CommitMessage:
 		if err := p.flush(ctx); err != nil {
 			return err
@@ -391,7 +433,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			p.setIdle(p.pos, false)
 			return nil
 		}
-		cp := Position{V: positionVersion, Phase: PhaseStream, Slot: r.cfg.Slot, LSN: p.pos.String(), Tables: r.tableNames()}
+		cp := p.position()
 		lag := time.Since(m.CommitTime).Milliseconds()
 		if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, LagMS: max(lag, 0)}); err != nil {
 			return err
@@ -412,7 +454,11 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		if err != nil {
 			return fmt.Errorf("insert into %s at %s: %w", rel.stream, it.walStart, err)
 		}
-		return p.appendRow(ctx, rel, change.OpInsert, vals, it.walStart)
+		op := change.OpInsert
+		if p.upsert {
+			op = change.OpUpdate
+		}
+		return p.appendRow(ctx, rel, op, vals, it.walStart)
 	case *pglogrepl.UpdateMessage:
 		rel, err := p.rel(m.RelationID)
 		if err != nil || rel.table == nil {

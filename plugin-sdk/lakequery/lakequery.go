@@ -1,0 +1,215 @@
+// Package lakequery is the contract behind `skippr query`: SQL over a lake table merged with the rows still in
+// the WAL. Three programs take part, and this package is all they share:
+//
+//   - the lake plugin (iceberg) plans each table's current snapshot into a Plan: the data files, the delete
+//     files that apply to each, the schema with field ids and skippr's fence for a pipeline;
+//   - the engine reads the WAL's committed entries (never the plugins) and writes a query stream;
+//   - the query plugin (duckdb) reads the stream, applies the plans' deletes itself, and merges the WAL rows
+//     above the fence: for each primary key the newest version wins, a delete removes the row.
+//
+// # The query stream
+//
+// One JSON line (a Request, newline-terminated), then WAL entries as length-delimited (varint, as in
+// google.golang.org/protobuf/encoding/protodelim) skippr.plugin.v1.ApplyMessage values: a header
+// (pipeline, sequence) starts an entry, then its batches (one Chunk each, the whole Arrow IPC stream in data,
+// last set) and schema changes in log order. Entries come in sequence order per pipeline. EOF ends the stream.
+package lakequery
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"google.golang.org/protobuf/encoding/protodelim"
+
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+)
+
+// Output formats of a query.
+const (
+	FormatTable   = "table"
+	FormatCSV     = "csv"
+	FormatJSON    = "json"
+	FormatParquet = "parquet"
+)
+
+// Request is the first line of the stream.
+type Request struct {
+	SQL    string `json:"sql"`
+	Format string `json:"format"`
+	// AsOfLake ignores the WAL entries: the answer of the lake alone.
+	AsOfLake bool `json:"as_of_lake,omitempty"`
+	// Lakes are the plans of the lake destinations, one per (pipeline, destination).
+	Lakes []Lake `json:"lakes"`
+}
+
+// Lake is one destination's plan and the pipeline whose WAL entries merge into it.
+type Lake struct {
+	Pipeline string `json:"pipeline"`
+	Plan     Plan   `json:"plan"`
+}
+
+// Plan is the lake plugin's answer for one namespace.
+type Plan struct {
+	Namespace string      `json:"namespace"`
+	Tables    []TablePlan `json:"tables"`
+}
+
+// TablePlan is one table's current snapshot. Exists is false for a stream with no table yet (nothing applied).
+type TablePlan struct {
+	Stream string `json:"stream"`
+	// Name is "namespace.table"; Table is the table's own name (which may hold dots, as "public.orders").
+	Name       string `json:"name"`
+	Table      string `json:"table"`
+	Exists     bool   `json:"exists"`
+	SnapshotID int64  `json:"snapshot_id,omitempty"`
+	// Fence is the last WAL sequence number of the asked pipeline the table holds (0: none). Entries at or
+	// below it are in the lake already.
+	Fence uint64 `json:"fence"`
+	// ArrowSchema is the current schema as an Arrow IPC stream (schema only), each field's id in its metadata
+	// under PARQUET:field_id.
+	ArrowSchema []byte `json:"arrow_schema,omitempty"`
+	// Key holds the identifier fields' names.
+	Key   []string   `json:"key,omitempty"`
+	Files []PlanFile `json:"files,omitempty"`
+}
+
+// PlanFile is one data file and the delete files that apply to it. Path is a local file path (remote files
+// are fetched first); Location is the file's name in the table's metadata, which position deletes refer to.
+type PlanFile struct {
+	Path            string       `json:"path"`
+	Location        string       `json:"location"`
+	Rows            int64        `json:"rows"`
+	PositionDeletes []string     `json:"position_deletes,omitempty"`
+	EqualityDeletes []EqDeletion `json:"equality_deletes,omitempty"`
+}
+
+// EqDeletion is an equality-delete file and the field ids it matches on.
+type EqDeletion struct {
+	Path     string `json:"path"`
+	FieldIDs []int  `json:"field_ids"`
+}
+
+// Writer writes a query stream.
+type Writer struct {
+	w   io.Writer
+	err error
+}
+
+// NewWriter writes req's line and returns a Writer for the entries.
+func NewWriter(w io.Writer, req Request) (*Writer, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("query request: %w", err)
+	}
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		return nil, fmt.Errorf("write query request: %w", err)
+	}
+	return &Writer{w: w}, nil
+}
+
+func (w *Writer) put(m *pluginv1.ApplyMessage) error {
+	if w.err == nil {
+		if _, err := protodelim.MarshalTo(w.w, m); err != nil {
+			w.err = fmt.Errorf("write query stream: %w", err)
+		}
+	}
+	return w.err
+}
+
+// Entry starts WAL entry seq of pipeline.
+func (w *Writer) Entry(pipeline string, seq uint64) error {
+	return w.put(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Header{Header: &pluginv1.ApplyHeader{Pipeline: pipeline, Sequence: seq}}})
+}
+
+// Batch adds a batch (an Arrow IPC stream) of stream to the current entry.
+func (w *Writer) Batch(stream string, rows int64, ipc []byte) error {
+	return w.put(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: &pluginv1.Chunk{Stream: stream, Rows: rows, Data: ipc, Last: true}}})
+}
+
+// Schema adds a schema change (the stream's Arrow schema as IPC) to the current entry.
+func (w *Writer) Schema(stream string, schemaIPC []byte) error {
+	return w.put(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: &pluginv1.Stream{Name: stream, ArrowSchema: schemaIPC}}}})
+}
+
+// Entry is one WAL entry as the reader sees it.
+type Entry struct {
+	Pipeline string
+	Seq      uint64
+	// Batches are Arrow IPC streams by stream name, in log order.
+	Batches []Batch
+}
+
+// Batch is one batch of an entry.
+type Batch struct {
+	Stream string
+	IPC    []byte
+}
+
+// Reader reads a query stream.
+type Reader struct {
+	r    *bufio.Reader
+	next *pluginv1.ApplyHeader
+}
+
+// NewReader reads the request line.
+func NewReader(r io.Reader) (*Reader, Request, error) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return nil, Request{}, fmt.Errorf("read query request: %w", err)
+	}
+	var req Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		return nil, Request{}, fmt.Errorf("query request: %w", err)
+	}
+	return &Reader{r: br}, req, nil
+}
+
+// Next returns the next entry, or io.EOF after the last. Schema changes are not returned: every batch
+// carries its own schema.
+func (r *Reader) Next() (Entry, error) {
+	if r.next == nil {
+		m, err := r.read()
+		if err != nil {
+			return Entry{}, err
+		}
+		h := m.GetHeader()
+		if h == nil {
+			return Entry{}, fmt.Errorf("query stream: an entry must start with a header")
+		}
+		r.next = h
+	}
+	e := Entry{Pipeline: r.next.Pipeline, Seq: r.next.Sequence}
+	r.next = nil
+	for {
+		m, err := r.read()
+		if errors.Is(err, io.EOF) {
+			return e, nil
+		}
+		if err != nil {
+			return Entry{}, err
+		}
+		switch x := m.Msg.(type) {
+		case *pluginv1.ApplyMessage_Header:
+			r.next = x.Header
+			return e, nil
+		case *pluginv1.ApplyMessage_Batch:
+			e.Batches = append(e.Batches, Batch{Stream: x.Batch.Stream, IPC: x.Batch.Data})
+		}
+	}
+}
+
+func (r *Reader) read() (*pluginv1.ApplyMessage, error) {
+	m := &pluginv1.ApplyMessage{}
+	// Batches are as big as WAL entries make them (8 MiB by default, more for one wide row).
+	if err := (protodelim.UnmarshalOptions{MaxSize: -1}).UnmarshalFrom(r.r, m); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("read query stream: %w", err)
+	}
+	return m, nil
+}

@@ -1,0 +1,75 @@
+// Command skippr-plugin-duckdb is skippr's DuckDB plugin. It plays two parts, and links DuckDB (cgo) so the
+// core binary does not have to:
+//
+//   - a destination (package sink): `skippr sync` into a .duckdb file, each WAL sequence number applied in one
+//     DuckDB transaction together with a state row, so a replay is exactly-once;
+//
+//   - the query engine behind `skippr query` (package query), run as a subcommand with its input on stdin:
+//
+//     skippr-plugin-duckdb query [flags]
+//
+// `skippr-plugin-duckdb dump STREAM` (settings as JSON on stdin) prints a destination table as JSON lines
+// ordered by its key, for checks from outside the engine.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+
+	"github.com/skippr-dev/skippr/plugins/duckdb/query"
+	"github.com/skippr-dev/skippr/plugins/duckdb/sink"
+)
+
+var version = "0.1.0"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "query" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		err := query.Run(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		if errors.Is(err, query.ErrQuery) {
+			// DuckDB's own message, and the status the engine reports as bad SQL.
+			fmt.Fprintln(os.Stderr, strings.TrimPrefix(err.Error(), query.ErrQuery.Error()+": "))
+			os.Exit(2)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "skippr-plugin-duckdb query:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "dump" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		err := dump(ctx, os.Args[2:])
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "skippr-plugin-duckdb dump:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	d := &sink.Destination{Version: version}
+	serve.Serve(d)
+	// Serve returns when the host ends the plugin: closing checkpoints the database and releases its lock.
+	if err := d.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "skippr-plugin-duckdb:", err)
+	}
+}
+
+func dump(ctx context.Context, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("want one stream (or table) name, got %d arguments; settings come on stdin", len(args))
+	}
+	settings, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		return fmt.Errorf("read settings from stdin: %w", err)
+	}
+	return sink.Dump(ctx, settings, args[0], os.Stdout)
+}

@@ -1,0 +1,470 @@
+package sink
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/duckdb/duckdb-go/v2"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
+)
+
+// stageTable is the temporary table rows are appended to before they are merged; temporary tables belong to
+// the connection, which the destination never shares.
+const stageTable = "_skippr_stage"
+
+// TableName is the destination table of a stream: its last dot-separated part (public.users → users).
+func TableName(stream string) string {
+	if i := strings.LastIndexByte(stream, '.'); i >= 0 {
+		return stream[i+1:]
+	}
+	return stream
+}
+
+// applier is one Apply: one connection, one transaction.
+type applier struct {
+	s    Settings
+	conn *sql.Conn
+	// tables holds what this apply knows of each destination table's columns (lower-cased name → type),
+	// since DuckDB resolves column names without regard to case.
+	tables map[string]map[string]string
+}
+
+// row is one change row of a batch.
+type row struct {
+	op  change.Op
+	rec arrow.RecordBatch
+	i   int
+}
+
+// streamPlan collects a stream's surviving rows: per key the last change (keys in first-seen order, so
+// statements are deterministic), or every row for a stream without a key.
+type streamPlan struct {
+	stream  string
+	schemas []*arrow.Schema // in order of appearance
+	rows    map[string]row
+	order   []string
+	appends []row
+}
+
+func (a *applier) exec(ctx context.Context, q string, args ...any) error {
+	_, err := a.conn.ExecContext(ctx, q, args...)
+	return err
+}
+
+func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (res serve.ApplyResult, err error) {
+	// Plain BEGIN/COMMIT statements rather than a database/sql Tx: the appender needs the raw connection
+	// inside the transaction, which database/sql does not hand out while a Tx holds it.
+	if err := a.exec(ctx, "BEGIN TRANSACTION"); err != nil {
+		return res, fmt.Errorf("database %s: begin: %w", a.s.Path, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// A failed statement may have aborted the transaction already; the rollback's error adds nothing.
+			_ = a.exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	if err := ensureState(ctx, a.conn, a.s); err != nil {
+		return res, err
+	}
+	state, err := readState(ctx, a.conn, a.s, req.Pipeline)
+	if err != nil {
+		return res, err
+	}
+	if req.Sequence <= state.Sequence {
+		return serve.ApplyResult{Skipped: true}, nil
+	}
+	var (
+		plans  []*streamPlan
+		byName = map[string]*streamPlan{}
+	)
+	plan := func(stream string) *streamPlan {
+		sp := byName[stream]
+		if sp == nil {
+			sp = &streamPlan{stream: stream, rows: map[string]row{}}
+			byName[stream] = sp
+			plans = append(plans, sp)
+		}
+		return sp
+	}
+	for _, it := range req.Items {
+		state.Streams[it.Stream] = req.Sequence
+		switch {
+		case it.Schema != nil:
+			sp := plan(it.Stream)
+			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
+		case it.Record != nil:
+			sp := plan(it.Stream)
+			sp.schemas = appendSchema(sp.schemas, it.Record.Schema())
+			if err := sp.add(it.Record); err != nil {
+				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
+			}
+			res.Rows += it.Record.NumRows()
+		default:
+			return res, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
+		}
+	}
+	tables := map[string]string{}
+	for _, sp := range plans {
+		t := strings.ToLower(TableName(sp.stream))
+		if other, ok := tables[t]; ok {
+			return res, fmt.Errorf("streams %s and %s both map to table %s", other, sp.stream, TableName(sp.stream))
+		}
+		tables[t] = sp.stream
+	}
+	a.tables = map[string]map[string]string{}
+	for _, sp := range plans {
+		if err := a.writeStream(ctx, sp); err != nil {
+			return res, fmt.Errorf("stream %s: %w", sp.stream, err)
+		}
+	}
+	streams, err := json.Marshal(state.Streams)
+	if err != nil {
+		return res, err
+	}
+	if err := a.exec(ctx, "INSERT OR REPLACE INTO "+stateName(a.s)+" (pipeline, sequence, streams) VALUES (?, ?, ?)",
+		req.Pipeline, req.Sequence, string(streams)); err != nil {
+		return res, fmt.Errorf("database %s: record sequence %d: %w", a.s.Path, req.Sequence, err)
+	}
+	if err := a.exec(ctx, "COMMIT"); err != nil {
+		return res, fmt.Errorf("database %s: commit sequence %d: %w", a.s.Path, req.Sequence, err)
+	}
+	committed = true
+	return res, nil
+}
+
+func sameSchema(x, y *arrow.Schema) bool {
+	return x == y || (x.Equal(y) && protocol.SchemaID(x) == protocol.SchemaID(y))
+}
+
+func appendSchema(list []*arrow.Schema, s *arrow.Schema) []*arrow.Schema {
+	for _, x := range list {
+		if sameSchema(x, s) {
+			return list
+		}
+	}
+	return append(list, s)
+}
+
+// add folds a batch into the plan: the last change of a key wins.
+func (sp *streamPlan) add(rec arrow.RecordBatch) error {
+	ops, err := change.Ops(rec)
+	if err != nil {
+		return err
+	}
+	key := change.PrimaryKey(rec.Schema())
+	n := int(rec.NumRows())
+	for i := 0; i < n; i++ {
+		if op := change.Op(ops.Value(i)); ops.IsNull(i) || op < change.OpRead || op > change.OpDelete {
+			return fmt.Errorf("row %d has no valid %s (%s)", i, change.OpColumn, op)
+		}
+	}
+	if len(key) == 0 {
+		for i := 0; i < n; i++ {
+			op := change.Op(ops.Value(i))
+			if op == change.OpUpdate || op == change.OpDelete {
+				return fmt.Errorf("row %d is an %s, but the stream has no primary key (%s metadata) to find the row by", i, op, change.PrimaryKeyMeta)
+			}
+			sp.appends = append(sp.appends, row{op: op, rec: rec, i: i})
+		}
+		return nil
+	}
+	cols := make([]arrow.Array, len(key))
+	for j, k := range key {
+		idx := rec.Schema().FieldIndices(k)
+		if len(idx) != 1 {
+			return fmt.Errorf("primary key column %q is not in the batch", k)
+		}
+		cols[j] = rec.Column(idx[0])
+	}
+	var buf []byte
+	for i := 0; i < n; i++ {
+		buf = buf[:0]
+		for j, c := range cols {
+			if c.IsNull(i) {
+				return fmt.Errorf("row %d has a null in primary key column %s", i, key[j])
+			}
+			buf = appendKey(buf, c, i)
+		}
+		k := string(buf)
+		if _, seen := sp.rows[k]; !seen {
+			sp.order = append(sp.order, k)
+		}
+		sp.rows[k] = row{op: change.Op(ops.Value(i)), rec: rec, i: i}
+	}
+	return nil
+}
+
+// appendKey encodes one key value so that equal keys have equal encodings, whatever integer width a batch
+// used for the column (schemas may widen between batches).
+func appendKey(buf []byte, c arrow.Array, i int) []byte {
+	switch a := c.(type) {
+	case *array.Int8:
+		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
+	case *array.Int16:
+		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
+	case *array.Int32:
+		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
+	case *array.Int64:
+		return binary.AppendVarint(append(buf, 'i'), a.Value(i))
+	case *array.Uint8:
+		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
+	case *array.Uint16:
+		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
+	case *array.Uint32:
+		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
+	case *array.Uint64:
+		if v := a.Value(i); v <= math.MaxInt64 {
+			return binary.AppendVarint(append(buf, 'i'), int64(v))
+		}
+	case *array.String:
+		v := a.Value(i)
+		return append(binary.AppendUvarint(append(buf, 's'), uint64(len(v))), v...)
+	case *array.LargeString:
+		v := a.Value(i)
+		return append(binary.AppendUvarint(append(buf, 's'), uint64(len(v))), v...)
+	case *array.Binary:
+		v := a.Value(i)
+		return append(binary.AppendUvarint(append(buf, 'b'), uint64(len(v))), v...)
+	}
+	v := c.ValueStr(i)
+	return append(binary.AppendUvarint(append(buf, 'v'), uint64(len(v))), v...)
+}
+
+// writeStream brings the table up to the stream's schemas, then merges the surviving rows, one staging load
+// and one statement per batch schema.
+func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
+	// All DDL of the table comes before its rows, so the rows meet the grown table.
+	for _, s := range sp.schemas {
+		if err := a.ensureTable(ctx, sp.stream, s); err != nil {
+			return err
+		}
+	}
+	type group struct {
+		schema *arrow.Schema
+		rows   []row
+	}
+	var groups []*group
+	add := func(r row) {
+		s := r.rec.Schema()
+		for _, g := range groups {
+			if sameSchema(g.schema, s) {
+				g.rows = append(g.rows, r)
+				return
+			}
+		}
+		groups = append(groups, &group{schema: s, rows: []row{r}})
+	}
+	for _, k := range sp.order {
+		add(sp.rows[k])
+	}
+	for _, r := range sp.appends {
+		add(r)
+	}
+	for _, g := range groups {
+		if err := a.stage(ctx, g.schema, g.rows); err != nil {
+			return err
+		}
+		if err := a.merge(ctx, sp.stream, g.schema); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *applier) tableName(stream string) string {
+	return ducksql.Ident(a.s.Schema) + "." + ducksql.Ident(TableName(stream))
+}
+
+// columns reads a table's columns (nil when it does not exist), keyed by lower-cased name.
+func (a *applier) columns(ctx context.Context, stream string) (map[string]string, error) {
+	rows, err := a.conn.QueryContext(ctx, `SELECT column_name, data_type FROM duckdb_columns()
+		WHERE database_name = current_database() AND lower(schema_name) = lower(?) AND lower(table_name) = lower(?)
+		ORDER BY column_index`,
+		a.s.Schema, TableName(stream))
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", a.tableName(stream), err)
+	}
+	defer rows.Close()
+	var cols map[string]string
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return nil, err
+		}
+		if cols == nil {
+			cols = map[string]string{}
+		}
+		cols[strings.ToLower(name)] = typ
+	}
+	return cols, rows.Err()
+}
+
+// ensureTable creates the stream's table from s, or adds the columns of s it lacks. A column whose type
+// differs keeps its type: values are cast on the way in, and a cast that fails fails the apply.
+func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schema) error {
+	name := a.tableName(stream)
+	cols, ok := a.tables[stream]
+	if !ok {
+		var err error
+		if cols, err = a.columns(ctx, stream); err != nil {
+			return err
+		}
+	}
+	fields := change.DataFields(s)
+	if cols == nil {
+		if len(fields) == 0 {
+			return fmt.Errorf("schema of %s has no data columns", stream)
+		}
+		cols = map[string]string{}
+		defs := make([]string, 0, len(fields)+1)
+		for _, f := range fields {
+			t, err := ducksql.Type(f.Type)
+			if err != nil {
+				return fmt.Errorf("column %s: %w", f.Name, err)
+			}
+			defs = append(defs, ducksql.Ident(f.Name)+" "+t)
+			cols[strings.ToLower(f.Name)] = t
+		}
+		if key := change.PrimaryKey(s); len(key) > 0 {
+			defs = append(defs, "PRIMARY KEY ("+quoteAll(key)+")")
+		}
+		if err := a.exec(ctx, "CREATE TABLE "+name+" ("+strings.Join(defs, ", ")+")"); err != nil {
+			return fmt.Errorf("create table %s: %w", name, err)
+		}
+		a.tables[stream] = cols
+		return nil
+	}
+	for _, f := range fields {
+		if _, ok := cols[strings.ToLower(f.Name)]; ok {
+			continue
+		}
+		t, err := ducksql.Type(f.Type)
+		if err != nil {
+			return fmt.Errorf("column %s: %w", f.Name, err)
+		}
+		if err := a.exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+ducksql.Ident(f.Name)+" "+t); err != nil {
+			return fmt.Errorf("add column %s %s to %s: %w", f.Name, t, name, err)
+		}
+		cols[strings.ToLower(f.Name)] = t
+	}
+	a.tables[stream] = cols
+	return nil
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = ducksql.Ident(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// stage replaces the staging table with one of s's data columns plus the op, and appends rows to it.
+func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error {
+	var defs []string
+	var idx []int
+	for i, f := range s.Fields() {
+		if strings.HasPrefix(f.Name, change.ReservedPrefix) {
+			continue
+		}
+		t, err := ducksql.Type(f.Type)
+		if err != nil {
+			return fmt.Errorf("column %s: %w", f.Name, err)
+		}
+		defs = append(defs, ducksql.Ident(f.Name)+" "+t)
+		idx = append(idx, i)
+	}
+	defs = append(defs, ducksql.Ident(change.OpColumn)+" TINYINT")
+	if err := a.exec(ctx, "CREATE OR REPLACE TEMP TABLE "+stageTable+" ("+strings.Join(defs, ", ")+")"); err != nil {
+		return fmt.Errorf("create staging table: %w", err)
+	}
+	return a.conn.Raw(func(dc any) error {
+		c, ok := dc.(driver.Conn)
+		if !ok {
+			return fmt.Errorf("staging: connection is a %T, not a DuckDB connection", dc)
+		}
+		app, err := duckdb.NewAppender(c, "temp", "main", stageTable)
+		if err != nil {
+			return fmt.Errorf("staging: appender: %w", err)
+		}
+		vals := make([]driver.Value, len(idx)+1)
+		for _, r := range rows {
+			if err := ctx.Err(); err != nil {
+				app.Close()
+				return err
+			}
+			for j, ci := range idx {
+				v, err := Value(r.rec.Column(ci), r.i)
+				if err != nil {
+					app.Close()
+					return fmt.Errorf("staging: column %s: %w", s.Field(ci).Name, err)
+				}
+				vals[j] = v
+			}
+			vals[len(idx)] = int8(r.op)
+			if err := app.AppendRow(vals...); err != nil {
+				app.Close()
+				return fmt.Errorf("staging: row %d: %w", r.i, err)
+			}
+		}
+		if err := app.Close(); err != nil {
+			return fmt.Errorf("staging: flush %d rows: %w", len(rows), err)
+		}
+		return nil
+	})
+}
+
+// merge moves the staged rows into the stream's table: by key (delete, update or insert) when s has a key,
+// else appended.
+func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema) error {
+	name := a.tableName(stream)
+	var cols []string
+	for _, f := range change.DataFields(s) {
+		cols = append(cols, f.Name)
+	}
+	key := change.PrimaryKey(s)
+	vals := make([]string, len(cols))
+	for i, c := range cols {
+		vals[i] = "s." + ducksql.Ident(c)
+	}
+	op := "s." + ducksql.Ident(change.OpColumn)
+	var q string
+	if len(key) == 0 {
+		q = "INSERT INTO " + name + " (" + quoteAll(cols) + ") SELECT " + quoteAll(cols) + " FROM temp.main." + stageTable
+	} else {
+		on := make([]string, len(key))
+		for i, k := range key {
+			on[i] = "t." + ducksql.Ident(k) + " = s." + ducksql.Ident(k)
+		}
+		var sets []string
+		for _, c := range cols {
+			if !slices.ContainsFunc(key, func(k string) bool { return strings.EqualFold(k, c) }) {
+				sets = append(sets, ducksql.Ident(c)+" = s."+ducksql.Ident(c))
+			}
+		}
+		q = "MERGE INTO " + name + " AS t USING temp.main." + stageTable + " AS s ON (" + strings.Join(on, " AND ") + ")" +
+			fmt.Sprintf(" WHEN MATCHED AND %s = %d THEN DELETE", op, change.OpDelete)
+		if len(sets) > 0 {
+			q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
+		}
+		q += fmt.Sprintf(" WHEN NOT MATCHED AND %s <> %d THEN INSERT (%s) VALUES (%s)", op, change.OpDelete, quoteAll(cols), strings.Join(vals, ", "))
+	}
+	if err := a.exec(ctx, q); err != nil {
+		return fmt.Errorf("write into %s: %w", name, err)
+	}
+	return nil
+}
