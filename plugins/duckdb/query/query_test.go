@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -158,6 +159,31 @@ func TestQueryMergesLakeAndWAL(t *testing.T) {
 				t.Fatalf("stderr %q: want the row count and time", errOut)
 			}
 		})
+	}
+}
+
+// Parquet goes to stdout whole: DuckDB reads back what was written.
+func TestQueryParquetOutput(t *testing.T) {
+	out, errOut, err := run(t, "SELECT id, name FROM people ORDER BY id", "parquet", false)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	f := filepath.Join(t.TempDir(), "out.parquet")
+	if err := os.WriteFile(f, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	var names string
+	if err := db.QueryRow(fmt.Sprintf(`SELECT count(*), string_agg(name, '|' ORDER BY id) FROM read_parquet('%s')`, f)).Scan(&n, &names); err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 || names != "bob again|dee2|eve2" || !strings.Contains(errOut, "(3 rows, ") {
+		t.Fatalf("parquet output: %d rows %q, stderr %q", n, names, errOut)
 	}
 }
 
