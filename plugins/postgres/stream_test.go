@@ -459,6 +459,19 @@ func TestDrop(t *testing.T) {
 	set := settings(db, map[string]any{"tables": []string{"t"}, "slot": slot(db), "publication": "pub_" + db.Name})
 	r := startReading(t, src, set, nil)
 	r.mustNext(time.Minute)
+	// The first checkpoint (the empty table's snapshot) can come before the replication session starts:
+	// wait until the slot is in use, which is what this part tests.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var active bool
+		db.QueryRow(t, []any{&active}, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot(db))
+		if active {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slot never became active while reading")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := source.Drop(ctx, set); err == nil || !strings.Contains(err.Error(), "in use") {
