@@ -12,10 +12,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 qs="$root/quickstart"
 skippr="$root/bin/skippr"
-if [ -f "$qs/pg/postmaster.pid" ]; then
-	pg_ctl_old=$(ls /usr/lib/postgresql/*/bin/pg_ctl 2>/dev/null | sort -V | tail -1 || true)
-	[ -n "$pg_ctl_old" ] && { "$pg_ctl_old" -D "$qs/pg" stop -m immediate >/dev/null 2>&1 || runuser -u postgres -- "$pg_ctl_old" -D "$qs/pg" stop -m immediate >/dev/null 2>&1 || true; }
-fi
 rm -rf "$qs"
 mkdir -p "$qs"
 export SKIPPR_HOME="$qs/home"
@@ -25,7 +21,10 @@ step() { printf '\n== %s\n' "$*"; }
 pgbin=""
 cleanup() {
 	if [ -n "${sync_pid:-}" ] && kill -0 "$sync_pid" 2>/dev/null; then kill -TERM "$sync_pid"; wait "$sync_pid" || true; fi
-	if [ -n "$pgbin" ] && [ -f "$qs/pg/postmaster.pid" ]; then as_pg "$pgbin/pg_ctl" -D "$qs/pg" stop -m fast >/dev/null || true; fi
+	if [ -n "${pgdata:-}" ]; then
+		[ -f "$pgdata/postmaster.pid" ] && as_pg "$pgbin/pg_ctl" -D "$pgdata" stop -m fast >/dev/null || true
+		rm -rf "$pgdata"
+	fi
 }
 trap cleanup EXIT
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
@@ -42,12 +41,15 @@ if [ -z "${PGHOST:-}" ]; then
 			exit 1
 		fi
 	fi
-	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 55432)
-	step "starting a throwaway Postgres on 127.0.0.1:$port (data in $qs/pg; stopped at the end)"
-	mkdir -p "$qs/pg"
-	[ "$(id -u)" = 0 ] && chown postgres "$qs" "$qs/pg"
-	as_pg "$pgbin/initdb" -D "$qs/pg" -U postgres --auth=trust >/dev/null
-	as_pg "$pgbin/pg_ctl" -D "$qs/pg" -l "$qs/pg/log" -w -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$qs/pg -c wal_level=logical -c max_wal_senders=4 -c max_replication_slots=4" start >/dev/null
+	# A free port: nothing answers on it.
+	port=55432
+	for p in $(seq 55432 55532); do (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { port=$p; break; }; done
+	# Under /tmp, not the checkout: the postgres user may not be able to enter the checkout's parents.
+	pgdata=$(mktemp -d /tmp/skippr-quickstart-pg.XXXXXX)
+	step "starting a throwaway Postgres on 127.0.0.1:$port (data in $pgdata; stopped and removed at the end)"
+	[ "$(id -u)" = 0 ] && chown postgres "$pgdata"
+	as_pg "$pgbin/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null
+	as_pg "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/log" -w -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$pgdata -c wal_level=logical -c max_wal_senders=4 -c max_replication_slots=4" start >/dev/null
 	export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 	psql() { "$pgbin/psql" "$@"; }
 fi
