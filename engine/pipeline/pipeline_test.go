@@ -163,7 +163,9 @@ func TestLostLogIsDetected(t *testing.T) {
 
 func TestCorruptSegmentStopsApply(t *testing.T) {
 	src, dst := start(t, "datagen"), start(t, "testdest")
-	srcSettings := []byte(`{"rows": 3000, "batch_size": 100}`)
+	// Paced, so that batches arrive after the previous commit is done: unpaced, all but the first may land
+	// in one entry while the first commits.
+	srcSettings := []byte(`{"rows": 3000, "batch_size": 100, "rows_per_second": 6000}`)
 	out := t.TempDir()
 	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, out))
 	walDir := t.TempDir()

@@ -222,7 +222,9 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 		return 0, nil, err
 	}
 	defer f.Close()
-	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Snappy), parquet.WithAllocator(mem))
+	// A temp file read once, right away: neither compression nor dictionaries pay for their CPU here.
+	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Uncompressed),
+		parquet.WithDictionaryDefault(false), parquet.WithAllocator(mem))
 	w, err := pqarrow.NewFileWriter(out, f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(mem)))
 	if err != nil {
 		return 0, nil, fmt.Errorf("parquet writer: %w", err)
