@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skippr-dev/skippr/testkit/pgtest"
@@ -128,6 +131,13 @@ pipelines:
 	if out, err := stdin.Output(); err != nil || string(out) != "n\n52\n" {
 		t.Fatalf("SQL on stdin: %q %v, want 52 rows above id 500", out, err)
 	}
+	// The prompt: a statement over two lines, an error that does not end the session, history kept.
+	repl(t, e, ctx, "SELECT count(*) AS n\nFROM orders WHERE id > 500;\nSELEC 1;\nSELECT 41 + 1 AS answer;\n.quit\n",
+		"52", "Parser Error", "42")
+	if h, err := os.ReadFile(filepath.Join(e.home, "query_history")); err != nil || !strings.Contains(string(h), "SELECT 41 + 1 AS answer;") {
+		t.Fatalf("query history: %q %v", h, err)
+	}
+
 	// A query never blocks the running sync: a change made now still reaches the WAL and the answer.
 	exec(`UPDATE orders SET name = 'after queries' WHERE id = 1`)
 	waitFor(t, 60*time.Second, func() bool {
@@ -147,6 +157,33 @@ pipelines:
 			if got := e.queryJSON(q, asOfLake); !reflect.DeepEqual(got, answers[q]) {
 				t.Fatalf("after apply (as of lake: %v): %s\ngot  %s\nwant %s", asOfLake, q, show(got), show(answers[q]))
 			}
+		}
+	}
+}
+
+// repl types input into `skippr query` on a terminal and checks that the session printed each of want and
+// ended by itself.
+func repl(t *testing.T, e *env, ctx context.Context, input string, want ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := e.cmd(ctx, "query")
+	tty, err := pty.Start(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty.Close()
+	if _, err := tty.Write([]byte(input)); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	io.Copy(&out, tty) // ends with EIO once the session exits and closes the terminal
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("query prompt: %v\n%s", err, out.String())
+	}
+	for _, w := range want {
+		if !strings.Contains(out.String(), w) {
+			t.Fatalf("query prompt: %q missing from\n%s", w, out.String())
 		}
 	}
 }
