@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 )
@@ -99,14 +98,9 @@ pipelines:
 			out, d = run("query", "--format", "csv", "--as-of-lake", q.sql)
 			lake, lakeOut = append(lake, d), out
 		}
-		m, l := p50(merged), p50(lake)
+		m, _ := percentiles(merged)
+		l, _ := percentiles(lake)
 		fmt.Printf("| %s | %s | %s | %.2f× | %v |\n", q.name, m.Round(time.Millisecond), l.Round(time.Millisecond),
 			m.Seconds()/l.Seconds(), mergedOut != lakeOut)
 	}
-}
-
-func p50(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
 }

@@ -1,14 +1,12 @@
 package main_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -16,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/skippr-dev/skippr/internal/testplugins"
 )
 
 // TestDatagenToDuckDBSurvivesSIGKILL runs datagen (inserts, updates, deletes, nested columns) into a DuckDB
@@ -163,34 +159,10 @@ func childByName(pid int, name string) int {
 // first column's JSON text (the key comes first in every table here); a key held twice fails the test.
 func dumpDuckDB(t *testing.T, settings, stream string) map[string]map[string]any {
 	t.Helper()
-	cmd := exec.Command(testplugins.Build(t, "duckdb"), "dump", stream)
-	cmd.Stdin = strings.NewReader(settings)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("dump %s: %v\n%s", stream, err, errb.String())
-	}
-	got := map[string]map[string]any{}
-	sc := bufio.NewScanner(&out)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var row map[string]any
-		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
-		dec.UseNumber()
-		if err := dec.Decode(&row); err != nil {
-			t.Fatalf("dump %s: %v: %s", stream, err, sc.Text())
-		}
-		first := sc.Bytes()[bytes.IndexByte(sc.Bytes(), ':')+1:]
-		key := strings.TrimSpace(string(first[:bytes.IndexAny(first, ",}")]))
-		if _, dup := got[key]; dup {
-			t.Fatalf("the DuckDB table %s holds key %s twice", stream, key)
-		}
-		got[key] = row
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return got
+	return pluginRows(t, "duckdb", "dump", settings, stream, "the DuckDB table", func(line []byte, _ map[string]any) string {
+		first := line[bytes.IndexByte(line, ':')+1:]
+		return strings.TrimSpace(string(first[:bytes.IndexAny(first, ",}")]))
+	})
 }
 
 // sameDuckValue compares a value DuckDB's to_json wrote with Arrow's JSON form of the source value: numbers

@@ -141,12 +141,21 @@ func normalizeJSON(v any) any {
 // keyed by the id column's digits; a key held twice fails the test.
 func scanLake(t *testing.T, lakeSettings, stream string) map[string]map[string]any {
 	t.Helper()
-	scan := exec.Command(testplugins.Build(t, "iceberg"), "scan", stream)
-	scan.Stdin = strings.NewReader(lakeSettings)
+	return pluginRows(t, "iceberg", "scan", lakeSettings, stream, "the lake table", func(_ []byte, row map[string]any) string {
+		return fmt.Sprint(row["id"]) // a json.Number: the digits as written
+	})
+}
+
+// pluginRows runs a plugin binary's read-back subcommand (settings on stdin) for stream and returns its JSON
+// lines keyed by key(line, row); numbers stay json.Numbers. A key held twice fails the test, naming what.
+func pluginRows(t *testing.T, plugin, subcommand, settings, stream, what string, key func(line []byte, row map[string]any) string) map[string]map[string]any {
+	t.Helper()
+	cmd := exec.Command(testplugins.Build(t, plugin), subcommand, stream)
+	cmd.Stdin = strings.NewReader(settings)
 	var out, errb bytes.Buffer
-	scan.Stdout, scan.Stderr = &out, &errb
-	if err := scan.Run(); err != nil {
-		t.Fatalf("scan: %v\n%s", err, errb.String())
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", subcommand, stream, err, errb.String())
 	}
 	got := map[string]map[string]any{}
 	sc := bufio.NewScanner(&out)
@@ -156,13 +165,16 @@ func scanLake(t *testing.T, lakeSettings, stream string) map[string]map[string]a
 		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		dec.UseNumber()
 		if err := dec.Decode(&row); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s %s: %v: %s", subcommand, stream, err, sc.Text())
 		}
-		key := fmt.Sprint(row["id"]) // a json.Number: the digits as written
-		if _, dup := got[key]; dup {
-			t.Fatalf("the lake table %s holds id %s twice", stream, key)
+		k := key(sc.Bytes(), row)
+		if _, dup := got[k]; dup {
+			t.Fatalf("%s %s holds key %s twice", what, stream, k)
 		}
-		got[key] = row
+		got[k] = row
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return got
 }

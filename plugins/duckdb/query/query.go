@@ -187,7 +187,6 @@ func collect(req lakequery.Request, rd *lakequery.Reader, dir string) ([]*table,
 				continue
 			}
 			t.wal = append(t.wal, path)
-			t.walRows += rows
 			if len(key) > 0 {
 				t.walKey = key
 			}

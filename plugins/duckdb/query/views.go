@@ -33,7 +33,6 @@ type table struct {
 	schema    *arrow.Schema // the lake's current schema; nil when the table does not exist yet
 	wal       []string      // Parquet files of WAL batches, in log order
 	walKey    []string      // the primary key the WAL batches declare
-	walRows   int64
 }
 
 // schemaName is the DuckDB schema of the table: the lake's namespace.
@@ -98,7 +97,7 @@ func (t *table) lakeSQL(ctx context.Context, conn *sql.Conn, n int) (string, err
 	}
 	// Columns are read under neutral names (_c<field id>) so that no column can collide with read_parquet's
 	// filename and file_row_number, then renamed in the projection.
-	var mapEntries, project []string
+	var mapEntries, project, nulls []string
 	entries := map[int]string{} // field id -> its read_parquet schema entry
 	for _, f := range t.schema.Fields() {
 		id, err := fieldID(f)
@@ -113,13 +112,9 @@ func (t *table) lakeSQL(ctx context.Context, conn *sql.Conn, n int) (string, err
 		entries[id] = fmt.Sprintf("%d: {name: %s, type: %s, default_value: NULL}", id, ducksql.Literal(col), ducksql.Literal(dt))
 		mapEntries = append(mapEntries, entries[id])
 		project = append(project, fmt.Sprintf("d.%s AS %s", col, ducksql.Ident(f.Name)))
+		nulls = append(nulls, fmt.Sprintf("CAST(NULL AS %s) AS %s", dt, ducksql.Ident(f.Name)))
 	}
 	if len(t.plan.Files) == 0 {
-		nulls := make([]string, 0, len(t.schema.Fields()))
-		for _, f := range t.schema.Fields() {
-			dt, _ := ducksql.Type(f.Type)
-			nulls = append(nulls, fmt.Sprintf("CAST(NULL AS %s) AS %s", dt, ducksql.Ident(f.Name)))
-		}
 		return "SELECT " + strings.Join(nulls, ", ") + " WHERE false", nil
 	}
 	schemaArg := "MAP {" + strings.Join(mapEntries, ", ") + "}"
