@@ -313,8 +313,11 @@ func (q *querier) repl(c *cli.Context, g *globals) error {
 		return withCode(exitFailure, fmt.Errorf("query: prompt: %w", err))
 	}
 	defer rl.Close()
-	fmt.Fprintln(c.App.ErrWriter, "skippr query: end statements with ';', .quit to leave. Lake plus unapplied WAL rows"+
-		map[bool]string{true: " (no: --as-of-lake)", false: ""}[q.asOfLake]+".")
+	source := "the lake plus the WAL's unapplied rows"
+	if q.asOfLake {
+		source = "the lake alone (--as-of-lake)"
+	}
+	fmt.Fprintf(c.App.ErrWriter, "skippr query: answers from %s. End statements with ';', .quit to leave.\n", source)
 	var stmt strings.Builder
 	for {
 		line, err := rl.Readline()
