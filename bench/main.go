@@ -43,6 +43,7 @@ func main() {
 	flag.IntVar(&pg.rate, "pg-rate", 20_000, "rows/s of the fixed-rate Postgres inserter")
 	flag.DurationVar(&pg.duration, "pg-duration", 30*time.Second, "duration of the fixed-rate Postgres load")
 	flag.IntVar(&pg.txRows, "pg-tx-rows", 200, "rows per inserted transaction while streaming")
+	flag.BoolVar(&pg.snapOnly, "pg-snapshot-only", false, "of the Postgres benchmarks, run only the snapshot and its COPY baseline")
 	queryRun := flag.Bool("query", true, "run the skippr query benchmark (needs skippr, and the datagen, iceberg and duckdb plugins)")
 	queryOnly := flag.Bool("query-only", false, "run only the skippr query benchmark")
 	queryRows := flag.Int64("query-rows", 10_000_000, "rows of the lake table for the query benchmark")

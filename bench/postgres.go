@@ -38,6 +38,7 @@ type pgOptions struct {
 	rate       int           // rows/s of the fixed-rate inserter
 	duration   time.Duration // of the fixed-rate load
 	txRows     int           // rows per inserted transaction while streaming
+	snapOnly   bool          // stop after the snapshot rows
 }
 
 // pgColumns is the benchmark table: six columns of the kinds a CDC source meets most (FIELD-NOTES measured
@@ -115,6 +116,9 @@ func runPostgresBench(ctx context.Context, binDir string, o pgOptions) error {
 		fmt.Sprintf("%.0f%% of COPY; CPU µs/row: backends %.1f, plugin %.1f, engine %.1f; %d WAL entries, %s stored; peak RSS engine %s, plugin %s", 100*float64(sn.rows)/sn.dur.Seconds()/copyRate,
 			perRow(sn.backendCPU, sn.rows), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), sn.entries, mib(sn.walBytes), mib(sn.engineRSS), mib(sn.pluginRSS)))
 
+	if o.snapOnly {
+		return nil
+	}
 	if err := pg.streamTable(ctx); err != nil {
 		return err
 	}

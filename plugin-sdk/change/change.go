@@ -144,6 +144,10 @@ func (b *Builder) Row(op Op, pos string) {
 	}
 }
 
+// Reserve makes room for n more rows in every column's fixed-width buffers, so a batch of known size is not
+// built by repeated doubling and copying.
+func (b *Builder) Reserve(n int) { b.b.Reserve(n) }
+
 // Len is the number of rows so far.
 func (b *Builder) Len() int { return b.op.Len() }
 

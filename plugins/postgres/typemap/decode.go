@@ -441,6 +441,9 @@ func ParseInterval(s string) (arrow.MonthDayNanoInterval, error) {
 		if err != nil && whole != "-" && whole != "" {
 			return out, fmt.Errorf("interval %q: %w", s, err)
 		}
+		if w > math.MaxInt64/mult-1 || w < math.MinInt64/mult+1 {
+			return out, fmt.Errorf("interval %q is outside month_day_nano_interval's range", s)
+		}
 		v := w * mult
 		if frac != "" {
 			if len(frac) > 9 {
@@ -456,6 +459,9 @@ func ParseInterval(s string) (arrow.MonthDayNanoInterval, error) {
 			} else {
 				v += f
 			}
+		}
+		if (v > 0 && nanos > math.MaxInt64-v) || (v < 0 && nanos < math.MinInt64-v) {
+			return out, fmt.Errorf("interval %q is outside month_day_nano_interval's range", s)
 		}
 		nanos += v
 	}

@@ -1,8 +1,8 @@
-// Package typemap maps PostgreSQL column types to Arrow types and back. Values travel in PostgreSQL's text
-// form in both directions: the source decodes the text that pgoutput and a text-format SELECT produce (so a
-// snapshot row and a streamed row go through the same code), and the destination encodes Arrow values as
-// text for COPY, leaving the parsing to the server's input functions. plugins/postgres/README.md has the
-// mapping table; Kind is its one definition.
+// Package typemap maps PostgreSQL column types to Arrow types and back. The stream decodes the text that
+// pgoutput sends; the snapshot reads most columns in binary (binary.go), held to the same Arrow values as the
+// text decoders by TestBinaryMatchesText; the destination encodes Arrow values as text for COPY, leaving the
+// parsing to the server's input functions. plugins/postgres/README.md has the mapping table; Kind is its one
+// definition.
 //
 // Text forms depend on session settings; both the source's sessions and the destination's set them
 // (SessionParams) so that every value is unambiguous: ISO dates, ISO 8601 intervals, UTC, hex bytea, and
