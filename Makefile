@@ -1,5 +1,5 @@
 # skippr — see README.md. Every target works from a clean clone; `make tools` installs what the tests need
-# besides Go (an S3-compatible server) into .cache/bin.
+# besides Go (an S3-compatible server, and SeaweedFS for the Iceberg REST catalog) into .cache/bin.
 GO        ?= go
 BIN       := $(CURDIR)/bin
 TOOLS     := $(CURDIR)/.cache/bin
@@ -9,6 +9,10 @@ MODULES   := . plugin-sdk bench testkit $(addprefix plugins/,$(PLUGINS))
 REGISTRY  := $(CURDIR)/.dev/registry
 DEVKEY    := $(CURDIR)/.dev/keys
 VERSITYGW := $(TOOLS)/versitygw
+# SeaweedFS's `weed mini`: an S3 gateway with an embedded Iceberg REST catalog, for the iceberg plugin's REST
+# catalog tests (testkit/seaweedtest). The proxy serves only this pseudo-version of the module.
+SEAWEEDFS := $(TOOLS)/weed
+SEAWEEDFS_MODULE := github.com/seaweedfs/seaweedfs@v0.0.0-20261109003541-7506e5f91cd6
 export PATH := $(TOOLS):$(PATH)
 
 .PHONY: build test proto registry bench lint chaos tools quickstart clean
@@ -20,7 +24,7 @@ build:
 
 # Each module is tested on its own: `go test ./...` stops at module boundaries.
 test: tools
-	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && VERSITYGW=$(VERSITYGW) $(GO) test -count=1 -timeout 20m ./...); done
+	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) $(GO) test -count=1 -timeout 20m ./...); done
 
 # Regenerates the checked-in protobuf code (needs protoc; `apt-get install protobuf-compiler`).
 proto:
@@ -48,17 +52,25 @@ bench: build tools
 	cd plugins/iceberg && for v in snapshot/pqarrow snapshot/iceberg changes/pqarrow changes/iceberg; do SKIPPR_ICEBERG_BENCH_ROWS=10000000 $(GO) test -run '^$$' -bench "BenchmarkLake/$$v" -benchtime 1x -timeout 60m ./lake/ || exit 1; done
 
 chaos: build tools
-	cd cmd/skippr && VERSITYGW=$(VERSITYGW) SKIPPR_CHAOS_KILLS=100 $(GO) test -count=1 -timeout 60m -run Chaos -v .
+	cd cmd/skippr && VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) SKIPPR_CHAOS_KILLS=100 $(GO) test -count=1 -timeout 60m -run Chaos -v .
 
 lint:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-tools: $(VERSITYGW)
+tools: $(VERSITYGW) $(SEAWEEDFS)
 
 $(VERSITYGW):
 	@mkdir -p $(TOOLS)
 	GOBIN=$(TOOLS) $(GO) install github.com/versity/versitygw/cmd/versitygw@v1.8.0
+
+# `go install …/weed@VERSION` refuses the module (its go.mod has a replace directive), so weed is built in the
+# module's own directory in the module cache, with its own go.mod and go.sum; the cache is read-only, which
+# `go build -o` does not mind.
+$(SEAWEEDFS):
+	@mkdir -p $(TOOLS)
+	GOWORK=off GOFLAGS= $(GO) mod download $(SEAWEEDFS_MODULE)
+	cd "$$($(GO) env GOMODCACHE)/$(SEAWEEDFS_MODULE)" && GOWORK=off GOFLAGS= $(GO) build -o $(SEAWEEDFS) ./weed
 
 quickstart: registry
 	bash scripts/quickstart.sh

@@ -2,9 +2,13 @@ module github.com/skippr-dev/skippr/testkit
 
 go 1.26.0
 
-require github.com/jackc/pgx/v5 v5.13.0
+require (
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/jackc/pgx/v5 v5.13.0
+)
 
 require (
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	golang.org/x/text v0.41.0 // indirect

@@ -7,6 +7,7 @@ package serve
 import (
 	"context"
 	"encoding/json"
+	"iter"
 
 	"github.com/apache/arrow-go/v18/arrow"
 )
@@ -153,6 +154,21 @@ type Destination interface {
 	Capabilities(ctx context.Context, settings json.RawMessage) (Capabilities, error)
 	Apply(ctx context.Context, req ApplyRequest) (ApplyResult, error)
 	LastApplied(ctx context.Context, settings json.RawMessage, pipeline string) (Applied, error)
+}
+
+// StreamingDestination is a Destination that takes an apply's items as they arrive rather than all at once.
+// Apply receives the whole WAL entry in memory at once; a destination implementing this can bound its
+// memory by what it chooses to buffer, whatever the entry's size. Serve calls ApplyStream instead of Apply when
+// a plugin implements it; Apply stays for in-process callers.
+type StreamingDestination interface {
+	Destination
+	// ApplyStream applies one sequence number: req.Items is empty and items yields them in log order, each
+	// batch decoded as it arrives. A yielded record belongs to the SDK and is valid only until the loop asks
+	// for the next item: the SDK releases it then, so a destination that keeps a record longer must Retain
+	// it (and Release it when done). items is single-use; an error it yields (the engine's stream broke, a
+	// malformed batch) ends the apply, and ApplyStream must then return an error. ApplyStream may stop early
+	// (a skipped sequence number): the SDK discards the rest of the stream without decoding it.
+	ApplyStream(ctx context.Context, req ApplyRequest, items iter.Seq2[Item, error]) (ApplyResult, error)
 }
 
 // TearingDown is implemented by a source that holds server-side resources for a pipeline (a replication

@@ -211,6 +211,29 @@ func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {
 		return status.Errorf(codes.InvalidArgument, "apply: first message is not a header")
 	}
 	req := ApplyRequest{Settings: h.Settings, Pipeline: h.Pipeline, Sequence: h.Sequence}
+	src := &applySource{s: s, in: in, seq: h.Sequence}
+	var res ApplyResult
+	if sd, ok := d.(StreamingDestination); ok {
+		res, err = sd.ApplyStream(in.Context(), req, src.items)
+	} else {
+		res, err = s.applyAll(in.Context(), d, req, src)
+	}
+	if src.err != nil {
+		return src.err // the stream itself failed: its status, whatever the destination wrapped it in
+	}
+	if err != nil {
+		return toStatus(fmt.Errorf("apply %d: %w", h.Sequence, err))
+	}
+	// The engine sends the whole entry before it reads the answer: a destination that stopped early (a skipped
+	// sequence number) still has to let it finish, or the engine's next send fails instead of getting the result.
+	if err := src.drain(); err != nil {
+		return err
+	}
+	return in.SendAndClose(&pluginv1.ApplyResponse{Skipped: res.Skipped, Rows: res.Rows})
+}
+
+// applyAll collects every item, then calls Apply: what a destination without ApplyStream gets.
+func (s *server) applyAll(ctx context.Context, d Destination, req ApplyRequest, src *applySource) (ApplyResult, error) {
 	defer func() {
 		for _, it := range req.Items {
 			if it.Record != nil {
@@ -218,49 +241,109 @@ func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {
 			}
 		}
 	}()
-	var asm protocol.Assembler
-	for {
-		m, err := in.Recv()
+	for it, err := range src.items {
+		if err != nil {
+			return ApplyResult{}, err
+		}
+		if it.Record != nil {
+			it.Record.Retain() // the iterator releases what it yielded
+		}
+		req.Items = append(req.Items, it)
+	}
+	return d.Apply(ctx, req)
+}
+
+// applySource reads the items of one Apply call off the gRPC stream.
+type applySource struct {
+	s    *server
+	in   pluginv1.Plugin_ApplyServer
+	seq  uint64
+	asm  protocol.Assembler
+	done bool  // the stream's end was read
+	err  error // what ended the stream early, as a gRPC status
+}
+
+// items yields the stream's items in order, decoding each batch as its last chunk arrives, and releases each
+// record once the consumer asks for the next item (see StreamingDestination).
+func (a *applySource) items(yield func(Item, error) bool) {
+	for !a.done {
+		its, err := a.next()
+		if err != nil {
+			a.err = err
+			yield(Item{}, err)
+			return
+		}
+		for i, it := range its {
+			ok := yield(it, nil)
+			if it.Record != nil {
+				it.Record.Release()
+			}
+			if !ok {
+				for _, rest := range its[i+1:] {
+					if rest.Record != nil {
+						rest.Record.Release()
+					}
+				}
+				return
+			}
+		}
+	}
+}
+
+// next reads one message: the items it completes (none for a batch chunk that is not the last), or the end.
+func (a *applySource) next() ([]Item, error) {
+	m, err := a.in.Recv()
+	if errors.Is(err, io.EOF) {
+		a.done = true
+		if a.asm.Pending() {
+			return nil, status.Errorf(codes.InvalidArgument, "apply %d: stream ended inside a batch", a.seq)
+		}
+		return nil, nil
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Aborted, "apply %d: receive: %v", a.seq, err)
+	}
+	switch v := m.Msg.(type) {
+	case *pluginv1.ApplyMessage_Batch:
+		b, done, err := a.asm.Add(v.Batch)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "apply %d: %v", a.seq, err)
+		}
+		if !done {
+			return nil, nil
+		}
+		recs, _, err := protocol.DecodeRecords(a.s.mem, b.IPC)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "apply %d: stream %s: %v", a.seq, b.Stream, err)
+		}
+		its := make([]Item, len(recs))
+		for i, r := range recs {
+			its[i] = Item{Stream: b.Stream, Record: r}
+		}
+		return its, nil
+	case *pluginv1.ApplyMessage_Schema:
+		st, err := StreamFromProto(a.s.mem, v.Schema.Stream)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "apply %d: %v", a.seq, err)
+		}
+		return []Item{{Stream: st.Name, Schema: &st}}, nil
+	}
+	return nil, status.Errorf(codes.InvalidArgument, "apply %d: unexpected message %T", a.seq, m.Msg)
+}
+
+// drain reads the rest of the stream without decoding it.
+func (a *applySource) drain() error {
+	for !a.done {
+		_, err := a.in.Recv()
 		if errors.Is(err, io.EOF) {
+			a.done = true
 			break
 		}
 		if err != nil {
-			return status.Errorf(codes.Aborted, "apply %d: receive: %v", h.Sequence, err)
-		}
-		switch v := m.Msg.(type) {
-		case *pluginv1.ApplyMessage_Batch:
-			b, done, err := asm.Add(v.Batch)
-			if err != nil {
-				return status.Errorf(codes.InvalidArgument, "apply %d: %v", h.Sequence, err)
-			}
-			if !done {
-				continue
-			}
-			recs, _, err := protocol.DecodeRecords(s.mem, b.IPC)
-			if err != nil {
-				return status.Errorf(codes.InvalidArgument, "apply %d: stream %s: %v", h.Sequence, b.Stream, err)
-			}
-			for _, r := range recs {
-				req.Items = append(req.Items, Item{Stream: b.Stream, Record: r})
-			}
-		case *pluginv1.ApplyMessage_Schema:
-			st, err := StreamFromProto(s.mem, v.Schema.Stream)
-			if err != nil {
-				return status.Errorf(codes.InvalidArgument, "apply %d: %v", h.Sequence, err)
-			}
-			req.Items = append(req.Items, Item{Stream: st.Name, Schema: &st})
-		default:
-			return status.Errorf(codes.InvalidArgument, "apply %d: unexpected message %T", h.Sequence, m.Msg)
+			return status.Errorf(codes.Aborted, "apply %d: receive: %v", a.seq, err)
 		}
 	}
-	if asm.Pending() {
-		return status.Errorf(codes.InvalidArgument, "apply %d: stream ended inside a batch", h.Sequence)
-	}
-	res, err := d.Apply(in.Context(), req)
-	if err != nil {
-		return toStatus(fmt.Errorf("apply %d: %w", h.Sequence, err))
-	}
-	return in.SendAndClose(&pluginv1.ApplyResponse{Skipped: res.Skipped, Rows: res.Rows})
+	return nil
 }
 
 func (s *server) LastApplied(ctx context.Context, req *pluginv1.LastAppliedRequest) (*pluginv1.LastAppliedResponse, error) {

@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -56,7 +57,15 @@ func main() {
 		}
 		return
 	}
-	serve.Serve(&lake.Destination{Version: version})
+	d := &lake.Destination{Version: version}
+	// The settings' memory_limit becomes the Go runtime's soft memory limit. Arrow buffers come from Go's
+	// allocator, so what an apply folds, writes out and drops is garbage the collector frees only when the heap
+	// has doubled (GOGC=100): without a limit the process would hold about twice the apply's working set.
+	// With it, the collector runs harder as the heap nears the cap. A GOMEMLIMIT in the environment wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		d.SetMemoryLimit = debug.SetMemoryLimit
+	}
+	serve.Serve(d)
 }
 
 func plan(args []string, stdin io.Reader, stdout io.Writer) error {

@@ -90,6 +90,13 @@ type tableAttempt struct {
 	fs         *recordingIO // the table's file system, noting every file this attempt creates
 	committing bool         // the catalog commit was sent
 	loaded     string       // metadata location of the table state the attempt built on
+
+	tbl         *table.Table // the loaded table over fs
+	tx          *table.Transaction
+	keyCols     []string
+	seen        map[string]bool // schemas already evolved, by fingerprint
+	schemas     []*arrow.Schema // the schemas evolved, in order
+	partitioned bool            // the configured partition spec was considered
 }
 
 // notCommitted says whether a commit that failed is known not to have landed. Only the embedded SQL catalog
@@ -213,191 +220,259 @@ func (r *recordingIO) Stat(name string) (fs.FileInfo, error) {
 }
 
 func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
+	if skipped, err := a.begin(ctx); err != nil || skipped {
+		return tableResult{skipped: skipped}, err
+	}
+	// Evolve the schema for every schema the items carry, in log order, before writing anything: the rows
+	// are written once, in the final schema.
+	c, err := a.changes(ctx, a.g.items)
+	if err != nil {
+		return tableResult{}, err
+	}
+	defer c.release()
+	fo, err := fold(ctx, a.mem, c.batches, c.keyIdx, c.keySchema, a.s.UpsertInserts, "stream "+a.g.stream)
+	if err != nil {
+		return tableResult{}, err
+	}
+	defer fo.release()
+	dataFiles, delFiles, err := a.write(ctx, c, fo)
+	if err != nil {
+		return tableResult{}, err
+	}
+	if err := a.commit(ctx, dataFiles, delFiles, nil); err != nil {
+		return tableResult{}, err
+	}
+	return tableResult{rows: fo.rows}, nil
+}
+
+// begin loads (or creates) the table, checks its fence, and opens the attempt's transaction over an IO that
+// notes every file the attempt creates. skipped: the table already holds this sequence number.
+func (a *tableAttempt) begin(ctx context.Context) (skipped bool, err error) {
 	ident := append(a.s.NamespaceIdent(), a.g.table)
 	tbl, err := a.loadOrCreate(ctx, ident)
 	if err != nil {
-		return tableResult{}, err
+		return false, err
 	}
 	done, err := tableSeq(tbl, a.req.Pipeline)
 	if err != nil {
-		return tableResult{}, err
+		return false, err
 	}
 	if done >= a.req.Sequence {
-		return tableResult{skipped: true}, nil
+		return true, nil
 	}
 	a.loaded = tbl.MetadataLocation()
-	base, err := tbl.FS(ctx)
-	if err != nil {
-		return tableResult{}, fmt.Errorf("file system: %w", err)
+	if a.fs == nil {
+		base, err := tbl.FS(ctx)
+		if err != nil {
+			return false, fmt.Errorf("file system: %w", err)
+		}
+		// The same table state over an IO that notes what this attempt creates. (The catalog's metrics
+		// reporter, which skippr does not configure, is not carried over.)
+		a.fs = &recordingIO{base: base}
 	}
-	// The same table state over an IO that notes what this attempt creates. (The catalog's metrics reporter,
-	// which skippr does not configure, is not carried over.)
-	a.fs = &recordingIO{base: base}
-	tbl = table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), func(context.Context) (iceio.IO, error) { return a.fs, nil }, a.oc.cat)
-	tx := tbl.NewTransaction()
-	key, err := a.key(tbl)
-	if err != nil {
-		return tableResult{}, err
+	a.tbl = table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), func(context.Context) (iceio.IO, error) { return a.fs, nil }, a.oc.cat)
+	a.tx = a.tbl.NewTransaction()
+	a.seen = map[string]bool{}
+	a.partitioned = false
+	if a.keyCols, err = a.key(a.tbl); err != nil {
+		return false, err
 	}
+	return false, nil
+}
 
-	// Evolve the schema for every schema the items carry, in log order, before writing anything: the rows
-	// are written once, in the final schema.
+// evolve plans and stages the schema changes sc needs, once per distinct schema.
+func (a *tableAttempt) evolve(sc *arrow.Schema) error {
+	fp := sc.String()
+	if a.seen[fp] {
+		return nil
+	}
+	a.seen[fp] = true
+	a.schemas = append(a.schemas, sc)
+	staged, err := a.tx.StagedTable()
+	if err != nil {
+		return err
+	}
+	name := strings.Join(a.tbl.Identifier(), ".")
+	changes, err := planEvolution(name, staged.Schema(), sc, a.keyCols)
+	if err != nil {
+		return err
+	}
+	if len(changes) > 0 {
+		a.d.log().Info("iceberg schema evolution", "table", name, "sequence", a.req.Sequence, "changes", describe(changes))
+	}
+	return applyEvolution(a.tx, changes)
+}
+
+// changeSet is a run of items turned into batches in the staged table schema, with the key's columns.
+type changeSet struct {
+	batches   []opBatch
+	staged    *table.StagedTable
+	target    *arrow.Schema // the staged schema as Arrow, with field ids
+	keyIdx    []int         // key columns in target
+	keySchema *arrow.Schema // the key columns alone
+	eqIDs     []int         // key field ids
+}
+
+func (c *changeSet) release() {
+	for _, b := range c.batches {
+		b.rec.Release()
+	}
+	c.batches = nil
+}
+
+// changes evolves the schema for every schema the items carry, in log order, then conforms their batches to
+// the result. The first call also adds the configured partition spec to a new table.
+func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*changeSet, error) {
 	var (
-		batches []arrow.RecordBatch
-		ops     [][]change.Op
-		seen    = map[string]bool{}
+		stripped []arrow.RecordBatch
+		ops      [][]change.Op
 	)
 	defer func() {
-		for _, b := range batches {
+		for _, b := range stripped {
 			b.Release()
 		}
 	}()
-	evolve := func(sc *arrow.Schema) error {
-		fp := sc.String()
-		if seen[fp] {
-			return nil
-		}
-		seen[fp] = true
-		staged, err := tx.StagedTable()
-		if err != nil {
-			return err
-		}
-		changes, err := planEvolution(strings.Join(ident, "."), staged.Schema(), sc, key)
-		if err != nil {
-			return err
-		}
-		if len(changes) > 0 {
-			a.d.log().Info("iceberg schema evolution", "table", strings.Join(ident, "."), "sequence", a.req.Sequence, "changes", describe(changes))
-		}
-		return applyEvolution(tx, changes)
-	}
-	for i, it := range a.g.items {
+	for i, it := range items {
 		if it.Schema != nil {
 			if it.Schema.Schema == nil {
-				return tableResult{}, fmt.Errorf("stream %s: schema change without a schema", it.Stream)
+				return nil, fmt.Errorf("stream %s: schema change without a schema", it.Stream)
 			}
-			if err := evolve(it.Schema.Schema); err != nil {
-				return tableResult{}, err
+			if err := a.evolve(it.Schema.Schema); err != nil {
+				return nil, err
 			}
 			continue
 		}
 		rec := it.Record
 		col, err := change.Ops(rec)
 		if err != nil {
-			return tableResult{}, fmt.Errorf("stream %s item %d: %w", it.Stream, i, err)
+			return nil, fmt.Errorf("stream %s item %d: %w", it.Stream, i, err)
 		}
 		o := make([]change.Op, rec.NumRows())
 		for r := range o {
 			o[r] = change.Op(col.Value(r))
 			if o[r] < change.OpRead || o[r] > change.OpDelete {
-				return tableResult{}, fmt.Errorf("stream %s item %d row %d: unknown op %d", it.Stream, i, r, o[r])
+				return nil, fmt.Errorf("stream %s item %d row %d: unknown op %d", it.Stream, i, r, o[r])
 			}
 		}
-		stripped := change.StripReserved(rec)
-		if err := evolve(stripped.Schema()); err != nil {
-			stripped.Release()
-			return tableResult{}, err
+		st := change.StripReserved(rec)
+		stripped = append(stripped, st)
+		if err := a.evolve(st.Schema()); err != nil {
+			return nil, err
 		}
-		batches = append(batches, stripped)
 		ops = append(ops, o)
 	}
-	if err := a.partition(tx, tbl); err != nil {
-		return tableResult{}, err
+	if !a.partitioned {
+		if err := a.partition(a.tx, a.tbl); err != nil {
+			return nil, err
+		}
+		a.partitioned = true
 	}
-
-	staged, err := tx.StagedTable()
+	staged, err := a.tx.StagedTable()
 	if err != nil {
-		return tableResult{}, err
+		return nil, err
 	}
+	c := &changeSet{staged: staged}
 	sch := staged.Schema()
-	target, err := table.SchemaToArrowSchema(sch, nil, true, false)
-	if err != nil {
-		return tableResult{}, fmt.Errorf("arrow schema of %s: %w", strings.Join(ident, "."), err)
+	name := strings.Join(a.tbl.Identifier(), ".")
+	if c.target, err = table.SchemaToArrowSchema(sch, nil, true, false); err != nil {
+		return nil, fmt.Errorf("arrow schema of %s: %w", name, err)
 	}
-	var obs []opBatch
-	defer func() {
-		for _, b := range obs {
-			b.rec.Release()
-		}
-	}()
-	for i, b := range batches {
-		c, err := conform(ctx, a.mem, b, target, fmt.Sprintf("stream %s batch %d", a.g.stream, i))
+	for i, b := range stripped {
+		rec, err := conform(ctx, a.mem, b, c.target, fmt.Sprintf("stream %s batch %d", a.g.stream, i))
 		if err != nil {
-			return tableResult{}, err
+			c.release()
+			return nil, err
 		}
-		obs = append(obs, opBatch{rec: c, ops: ops[i]})
+		c.batches = append(c.batches, opBatch{rec: rec, ops: ops[i]})
 	}
-	keyIdx := make([]int, len(key))
-	keyFields := make([]arrow.Field, len(key))
-	eqIDs := make([]int, len(key))
-	for i, k := range key {
-		idx := target.FieldIndices(k)
+	keyFields := make([]arrow.Field, len(a.keyCols))
+	c.keyIdx = make([]int, len(a.keyCols))
+	c.eqIDs = make([]int, len(a.keyCols))
+	for i, k := range a.keyCols {
+		idx := c.target.FieldIndices(k)
 		f, ok := sch.FindFieldByName(k)
 		if len(idx) != 1 || !ok {
-			return tableResult{}, fmt.Errorf("key column %s is not in table %s", k, strings.Join(ident, "."))
+			c.release()
+			return nil, fmt.Errorf("key column %s is not in table %s", k, name)
 		}
-		keyIdx[i], keyFields[i], eqIDs[i] = idx[0], target.Field(idx[0]), f.ID
+		c.keyIdx[i], keyFields[i], c.eqIDs[i] = idx[0], c.target.Field(idx[0]), f.ID
 	}
-	fo, err := fold(ctx, a.mem, obs, keyIdx, arrow.NewSchema(keyFields, nil), a.s.UpsertInserts, "stream "+a.g.stream)
-	if err != nil {
-		return tableResult{}, err
-	}
-	defer fo.release()
+	c.keySchema = arrow.NewSchema(keyFields, nil)
+	return c, nil
+}
 
+// write writes folded changes as data files and equality-delete files, uncommitted.
+func (a *tableAttempt) write(ctx context.Context, c *changeSet, fo *folded) (dataFiles, delFiles []iceberg.DataFile, err error) {
 	for _, rec := range fo.data {
 		if err := checkRequired(rec, "stream "+a.g.stream); err != nil {
-			return tableResult{}, err
+			return nil, nil, err
 		}
 	}
-	var dataFiles, delFiles []iceberg.DataFile
 	if len(fo.data) > 0 {
-		for df, err := range table.WriteRecords(ctx, staged.Table, target, retained(fo.data), table.WithTargetFileSize(a.s.TargetFileSize)) {
+		for df, err := range table.WriteRecords(ctx, c.staged.Table, c.target, retained(fo.data), table.WithTargetFileSize(a.s.TargetFileSize)) {
 			if err != nil {
-				return tableResult{}, fmt.Errorf("write data files: %w", err)
+				return nil, nil, fmt.Errorf("write data files: %w", err)
 			}
 			dataFiles = append(dataFiles, df)
 		}
 	}
 	if len(fo.deletes) > 0 {
-		if delFiles, err = a.writeDeletes(ctx, tx, staged, eqIDs, fo.deletes); err != nil {
-			return tableResult{}, fmt.Errorf("write equality deletes: %w", err)
+		if delFiles, err = a.writeDeletes(ctx, a.tx, c.staged, c.eqIDs, fo.deletes); err != nil {
+			return nil, nil, fmt.Errorf("write equality deletes: %w", err)
 		}
 	}
+	return dataFiles, delFiles, nil
+}
+
+// commit stages one RowDelta of the files with the table's fence and commits the transaction, the files on
+// disk first.
+func (a *tableAttempt) commit(ctx context.Context, dataFiles, delFiles, posDelFiles []iceberg.DataFile) error {
 	seq := strconv.FormatUint(a.req.Sequence, 10)
-	if len(dataFiles)+len(delFiles) > 0 {
+	if len(dataFiles)+len(delFiles)+len(posDelFiles) > 0 {
 		props := iceberg.Properties{seqKey(a.req.Pipeline): seq, propStream: a.g.stream}
-		if err := tx.NewRowDelta(props).AddRows(dataFiles...).AddDeletes(delFiles...).Commit(ctx); err != nil {
-			return tableResult{}, fmt.Errorf("stage row delta: %w", err)
+		if err := a.tx.NewRowDelta(props).AddRows(dataFiles...).AddDeletes(append(slices.Clone(delFiles), posDelFiles...)...).Commit(ctx); err != nil {
+			return fmt.Errorf("stage row delta: %w", err)
 		}
 	}
-	if err := tx.SetProperties(iceberg.Properties{seqKey(a.req.Pipeline): seq}); err != nil {
-		return tableResult{}, err
+	if err := a.tx.SetProperties(iceberg.Properties{seqKey(a.req.Pipeline): seq}); err != nil {
+		return err
 	}
 	if h := a.d.hooks.beforeCommit; h != nil {
 		if err := h(a.g.table, a.attempt); err != nil {
-			return tableResult{}, err
+			return err
 		}
 	}
 	// Data files and manifests reach the disk before the catalog names them.
 	if err := syncFiles(a.fs.noted()); err != nil {
-		return tableResult{}, err
+		return err
 	}
 	a.committing = true
-	committed, err := tx.Commit(ctx)
+	committed, err := a.catalogCommit(ctx)
 	if err != nil {
 		// SQLite's "database or disk is full (13)" names no file: say which catalog refused.
-		return tableResult{}, fmt.Errorf("commit to %s: %w", a.oc.name, err)
+		return fmt.Errorf("commit to %s: %w", a.oc.name, err)
 	}
 	// The catalog wrote the new metadata file without fsync; it must be on disk before the engine reclaims.
 	if err := syncFiles([]string{committed.MetadataLocation()}); err != nil {
-		return tableResult{}, fmt.Errorf("commit to %s: %w", a.oc.name, err)
+		return fmt.Errorf("commit to %s: %w", a.oc.name, err)
 	}
 	if h := a.d.hooks.afterCommit; h != nil {
 		if err := h(a.g.table); err != nil {
-			return tableResult{}, err
+			return err
 		}
 	}
-	return tableResult{rows: fo.rows}, nil
+	return nil
+}
+
+// catalogCommit commits the transaction. Commits to one embedded SQLite catalog take turns in this process:
+// SQLite runs one writer at a time anyway, and a writer waiting on busy_timeout polls with growing sleeps,
+// while a mutex hands over at once. Only the catalog call waits; the tables' files are written in parallel.
+func (a *tableAttempt) catalogCommit(ctx context.Context) (*table.Table, error) {
+	if a.oc.db != nil {
+		a.d.commitMu.Lock()
+		defer a.d.commitMu.Unlock()
+	}
+	return a.tx.Commit(ctx)
 }
 
 // retained yields the batches with an extra reference for consumers that release what they take.

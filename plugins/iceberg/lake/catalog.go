@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -15,7 +16,9 @@ import (
 	"github.com/apache/iceberg-go/catalog/rest"
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
 	_ "github.com/apache/iceberg-go/io/gocloud/s3" // registers the s3:// FileIO
-	_ "modernc.org/sqlite"                         // pure-Go SQLite driver "sqlite"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	_ "modernc.org/sqlite" // pure-Go SQLite driver "sqlite"
 )
 
 // openCatalog is a connected catalog and what must be closed with it.
@@ -28,6 +31,10 @@ type openCatalog struct {
 func (o *openCatalog) Close() error {
 	if o.db != nil {
 		return o.db.Close()
+	}
+	// The REST catalog holds idle HTTP connections to the server.
+	if c, ok := o.cat.(io.Closer); ok {
+		return c.Close()
 	}
 	return nil
 }
@@ -76,8 +83,25 @@ func connect(ctx context.Context, s Settings) (*openCatalog, error) {
 		if s.Catalog.Warehouse != "" {
 			opts = append(opts, rest.WithWarehouseLocation(s.Catalog.Warehouse))
 		}
+		if v := s.Catalog.SigV4; v != nil {
+			opts = append(opts, rest.WithSigV4RegionSvc(v.Region, v.Service))
+			// Without keys of its own, iceberg-go loads the AWS default chain when it opens the session.
+			if v.AccessKeyID != "" {
+				opts = append(opts, rest.WithAwsConfig(aws.Config{
+					Region:      v.Region,
+					Credentials: credentials.NewStaticCredentialsProvider(v.AccessKeyID, v.SecretAccessKey, v.SessionToken),
+				}))
+			}
+		}
 		cat, err := rest.NewCatalog(ctx, "skippr", s.Catalog.URI, opts...)
 		if err != nil {
+			return nil, fmt.Errorf("rest catalog %s: %w", s.Catalog.URI, err)
+		}
+		// Some servers (SeaweedFS) answer /v1/config without authentication, so NewCatalog succeeds with wrong
+		// keys or a wrong token. A request that needs them makes bad credentials fail here, naming the catalog.
+		// A GET, not a HEAD: the server's explanation is in the body.
+		if _, err := cat.LoadNamespaceProperties(ctx, s.NamespaceIdent()); err != nil && !errors.Is(err, catalog.ErrNoSuchNamespace) {
+			cat.Close()
 			return nil, fmt.Errorf("rest catalog %s: %w", s.Catalog.URI, err)
 		}
 		return &openCatalog{cat: cat, name: "rest catalog " + s.Catalog.URI}, nil

@@ -23,12 +23,21 @@ import (
 type Destination struct {
 	Version string
 	Log     *slog.Logger
+	// SetMemoryLimit, when set, receives the settings' memory_limit before an apply (main passes
+	// debug.SetMemoryLimit; tests in one process with other code leave it nil).
+	SetMemoryLimit func(int64) int64
 
-	mu   sync.Mutex
-	cats map[string]*openCatalog // by raw settings: one connection per catalog for the process's life
+	mu       sync.Mutex
+	cats     map[string]*openCatalog // by raw settings: one connection per catalog for the process's life
+	memLimit int64                   // what SetMemoryLimit was last given
 
-	// retries counts commits that lost a race and were rebuilt; tests read it.
+	// commitMu makes commits to embedded SQLite catalogs take turns (tableAttempt.catalogCommit).
+	commitMu sync.Mutex
+
+	// retries counts commits that lost a race and were rebuilt; spills counts chunks written out before their
+	// commit (spill.go); tests read them.
 	retries atomic.Int64
+	spills  atomic.Int64
 	// hooks let tests stop an apply at the points a crash or a race matters.
 	hooks hooks
 }
@@ -38,6 +47,9 @@ type hooks struct {
 	beforeCommit func(table string, attempt int) error
 	// afterCommit runs after a table's commit succeeded.
 	afterCommit func(table string) error
+	// bufferBudget, when positive, replaces the share of memory_limit an apply buffers before it spills, so
+	// that tests spill with a few rows.
+	bufferBudget int64
 }
 
 var _ serve.Destination = (*Destination)(nil)
@@ -100,8 +112,10 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 	if err := ensureNamespace(ctx, oc.cat, s.NamespaceIdent()); err != nil {
 		return err
 	}
-	if s.Catalog.Warehouse == "" {
-		return nil // the REST catalog chooses locations; nothing to probe without one
+	if s.Catalog.Type == "rest" {
+		// The REST catalog chooses table locations, and a table bucket (SeaweedFS, S3 Tables) refuses writes
+		// outside them: the namespace call above already proved the credentials.
+		return nil
 	}
 	fs, err := iceio.LoadFS(ctx, s.ioProps(), s.Catalog.Warehouse)
 	if err != nil {
@@ -209,67 +223,6 @@ func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipe
 	return a, nil
 }
 
-// Apply commits one WAL sequence number: one Iceberg commit per table touched, each recording the sequence
-// number in the same commit, then the pipeline's completion marker. See doc.go for why both exist.
-func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
-	s, err := ParseSettings(req.Settings)
-	if err != nil {
-		return serve.ApplyResult{}, err
-	}
-	if req.Pipeline == "" {
-		return serve.ApplyResult{}, errors.New("apply: pipeline name is empty")
-	}
-	oc, err := d.catalog(ctx, req.Settings, s)
-	if err != nil {
-		return serve.ApplyResult{}, err
-	}
-	// Shared with other applies; a compaction holding it exclusively makes this wait (lock.go).
-	lk, err := lockCatalog(ctx, s, false)
-	if err != nil {
-		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
-	}
-	defer func() { lk.unlock() }()
-	ns := s.NamespaceIdent()
-	marker, err := readMarker(ctx, oc.cat, ns, req.Pipeline)
-	if err != nil {
-		return serve.ApplyResult{}, err
-	}
-	if req.Sequence <= marker {
-		return serve.ApplyResult{Skipped: true}, nil
-	}
-	if err := ensureNamespace(ctx, oc.cat, ns); err != nil {
-		return serve.ApplyResult{}, err
-	}
-	groups, err := groupByTable(s, req.Items)
-	if err != nil {
-		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
-	}
-	var (
-		res     serve.ApplyResult
-		skipped = len(groups) > 0
-	)
-	for _, g := range groups {
-		r, err := d.applyTable(ctx, oc, s, req, g)
-		if err != nil {
-			return serve.ApplyResult{}, fmt.Errorf("apply %d: table %s: %w", req.Sequence, g.table, err)
-		}
-		skipped = skipped && r.skipped
-		res.Rows += r.rows
-	}
-	// Every table now holds req.Sequence; only now may LastApplied report it.
-	if _, err := oc.cat.UpdateNamespaceProperties(ctx, ns, nil, map[string]string{seqKey(req.Pipeline): strconv.FormatUint(req.Sequence, 10)}); err != nil {
-		return serve.ApplyResult{}, fmt.Errorf("apply %d: record completion in namespace %s of %s: %w", req.Sequence, s.Namespace, oc.name, err)
-	}
-	res.Skipped = skipped
-	if s.AutoCompact != nil && !skipped {
-		// The compaction takes the lock exclusively: this apply's share must go first.
-		lk.unlock()
-		lk = nil
-		d.autoCompact(ctx, oc, s, req.Settings, groups)
-	}
-	return res, nil
-}
-
 // autoCompact compacts the tables of an apply that hold more files than the policy allows. The apply has
 // committed: a failed compaction is logged and tried again after a later apply.
 func (d *Destination) autoCompact(ctx context.Context, oc *openCatalog, s Settings, raw json.RawMessage, groups []*tableGroup) {
@@ -300,27 +253,4 @@ func (d *Destination) autoCompact(ctx context.Context, oc *openCatalog, s Settin
 type tableGroup struct {
 	stream, table string
 	items         []serve.Item
-}
-
-func groupByTable(s Settings, items []serve.Item) ([]*tableGroup, error) {
-	var (
-		groups  []*tableGroup
-		byTable = map[string]*tableGroup{}
-	)
-	for _, it := range items {
-		if it.Record == nil && it.Schema == nil {
-			return nil, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
-		}
-		name := s.TableName(it.Stream)
-		g, ok := byTable[name]
-		if !ok {
-			g = &tableGroup{stream: it.Stream, table: name}
-			byTable[name] = g
-			groups = append(groups, g)
-		} else if g.stream != it.Stream {
-			return nil, fmt.Errorf("streams %s and %s both map to table %s", g.stream, it.Stream, name)
-		}
-		g.items = append(g.items, it)
-	}
-	return groups, nil
 }

@@ -26,6 +26,11 @@
 //     expiry and compaction by other engines, which a snapshot-summary fence would not.
 //
 // Within one apply, ops on the same key collapse to the last one in log order before anything is written.
+// An apply larger than the memory budget (settings memory_limit) is folded and written in chunks as it
+// arrives, all added by the table's one commit; a chunk's change to a key an earlier chunk wrote adds a position
+// delete (v2: a Parquet position-delete file per data file, file-scoped by its file_path bounds; v3: a
+// deletion vector) of that row to the same RowDelta, since equality deletes do not reach files of their own
+// commit. The tables of an apply commit in parallel, each in its own commit.
 // Equality deletes are partition-scoped when every partition source column is a key column (a key then never
 // changes partition); otherwise they are written under the unpartitioned spec 0 and apply to all partitions.
 //

@@ -78,13 +78,15 @@ var errCrash = errors.New("simulated crash")
 // A crash after some of an apply's table commits: LastApplied must not claim the sequence, and the replay
 // must apply exactly the missing tables.
 func TestCrashBetweenTableCommits(t *testing.T) {
+	// The tables of an apply commit in parallel: a crash leaves any subset of them committed. The hooks stop
+	// orders either before its commit (users committed alone) or after it (both did, the marker did not).
 	cases := []struct {
-		name       string
-		crashAfter string // the table whose commit is the last before the crash
-		wantSkip   bool   // the replay finds every table done
+		name                    string
+		crashBefore, crashAfter string // the table whose commit the crash precedes or follows
+		wantSkip                bool   // the replay finds every table done
 	}{
-		{name: "after the first table", crashAfter: "users"},
-		{name: "after the last table, before the marker", crashAfter: "orders", wantSkip: true},
+		{name: "after one table, before the other", crashBefore: "orders"},
+		{name: "after both tables, before the marker", crashAfter: "orders", wantSkip: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -96,6 +98,12 @@ func TestCrashBetweenTableCommits(t *testing.T) {
 			two := []serve.Item{
 				{Stream: "users", Record: batch(t, us, user(opU, 1, "a2"), user(opD, 2, ""), user(opI, 3, "c"))},
 				{Stream: "orders", Record: batch(t, os, r(opD, "o1", nil), r(opU, "o2", 20))},
+			}
+			e.d.hooks.beforeCommit = func(tbl string, _ int) error {
+				if tbl == tc.crashBefore {
+					return errCrash
+				}
+				return nil
 			}
 			e.d.hooks.afterCommit = func(tbl string) error {
 				if tbl == tc.crashAfter {

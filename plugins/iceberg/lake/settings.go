@@ -36,6 +36,9 @@ type Settings struct {
 	UpsertInserts bool `json:"upsert_inserts"`
 	// AutoCompact, when set, compacts a table right after an apply left it with more files than it allows.
 	AutoCompact *AutoCompact `json:"auto_compact"`
+	// MemoryLimit caps the process's memory (memlimit.go): rows beyond a share of it are written out as
+	// uncommitted files during an apply. Default 1 GiB; NoMemoryLimit holds every apply whole.
+	MemoryLimit ByteSize `json:"memory_limit"`
 }
 
 // AutoCompact is the background compaction policy: the destination runs `compact` on a table (with its
@@ -59,6 +62,22 @@ type CatalogSettings struct {
 	// Warehouse is where table files go: a local path, file:///path or s3://bucket/prefix. A REST catalog may
 	// leave it empty (the server decides) or name a warehouse the server knows.
 	Warehouse string `json:"warehouse"`
+	// SigV4 signs a REST catalog's requests with AWS Signature V4, as AWS Glue, S3 Tables and SeaweedFS want,
+	// instead of sending a bearer token.
+	SigV4 *SigV4Settings `json:"sigv4"`
+}
+
+// SigV4Settings say how REST catalog requests are signed. Keys left empty are taken from the s3 settings;
+// when those have none either, from the AWS default chain (AWS_ACCESS_KEY_ID…, ~/.aws, instance role).
+type SigV4Settings struct {
+	// Region is the signing region (default: s3.region).
+	Region string `json:"region"`
+	// Service is the signing name: "execute-api" (the default, as in Iceberg's Java client), "glue",
+	// "s3tables"…
+	Service         string `json:"service"`
+	AccessKeyID     string `json:"access_key_id"`
+	SecretAccessKey string `json:"secret_access_key"`
+	SessionToken    string `json:"session_token"`
 }
 
 // S3Settings configure an S3 (or S3-compatible) warehouse.
@@ -86,7 +105,19 @@ const SettingsSchema = `{
         "uri": {"type": "string", "description": "base URL of a REST catalog"},
         "token": {"type": "string", "description": "bearer token for a REST catalog"},
         "credential": {"type": "string", "description": "client_id:client_secret for a REST catalog's OAuth endpoint"},
-        "warehouse": {"type": "string", "description": "local path, file:///path or s3://bucket/prefix"}
+        "warehouse": {"type": "string", "description": "local path, file:///path or s3://bucket/prefix"},
+        "sigv4": {
+          "type": "object",
+          "additionalProperties": false,
+          "description": "sign REST catalog requests with AWS Signature V4 (Glue, S3 Tables, SeaweedFS); keys default to the s3 settings, then to the AWS default chain",
+          "properties": {
+            "region": {"type": "string", "description": "signing region (default s3.region)"},
+            "service": {"type": "string", "description": "signing name (default execute-api)"},
+            "access_key_id": {"type": "string"},
+            "secret_access_key": {"type": "string"},
+            "session_token": {"type": "string"}
+          }
+        }
       }
     },
     "namespace": {"type": "string", "description": "namespace of the tables (default skippr); dots separate levels"},
@@ -106,6 +137,7 @@ const SettingsSchema = `{
     "target_file_size": {"type": "integer", "minimum": 1048576, "description": "bytes per data file (default 134217728)"},
     "format_version": {"enum": [2, 3], "description": "format version of new tables (default 2)"},
     "upsert_inserts": {"type": "boolean", "description": "inserts and snapshot reads replace rows with the same key"},
+    "memory_limit": {"oneOf": [{"type": "integer", "minimum": 33554432}, {"type": "string", "pattern": "^\\s*([0-9]+\\s*([KMGT]i?B|B)?|[oO][fF][fF])\\s*$"}], "description": "memory cap of the plugin process: bytes, or \"512MiB\", \"2GiB\"; \"off\" holds each apply whole (default 1GiB)"},
     "auto_compact": {
       "type": "object",
       "additionalProperties": false,
@@ -136,8 +168,8 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 		if c.Warehouse == "" {
 			return s, errors.New("settings: catalog.warehouse is required for a sql catalog (a local directory, file:///dir or s3://bucket/prefix)")
 		}
-		if c.URI != "" || c.Token != "" || c.Credential != "" {
-			return s, errors.New("settings: catalog.uri, token and credential belong to a rest catalog, not to catalog.type sql")
+		if c.URI != "" || c.Token != "" || c.Credential != "" || c.SigV4 != nil {
+			return s, errors.New("settings: catalog.uri, token, credential and sigv4 belong to a rest catalog, not to catalog.type sql")
 		}
 		wh, err := normalizeWarehouse(c.Warehouse)
 		if err != nil {
@@ -170,6 +202,9 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 				return s, err
 			}
 			c.Warehouse = wh
+		}
+		if err := s.fillSigV4(); err != nil {
+			return s, err
 		}
 	default:
 		return s, fmt.Errorf("settings: catalog.type %q is not sql or rest", c.Type)
@@ -206,10 +241,47 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 	if s.FormatVersion != 2 && s.FormatVersion != 3 {
 		return s, fmt.Errorf("settings: format_version %d is not 2 or 3 (row-level deletes need 2 or later)", s.FormatVersion)
 	}
+	if err := s.checkMemoryLimit(); err != nil {
+		return s, err
+	}
 	if s.S3 != nil && !strings.HasPrefix(c.Warehouse, "s3://") && c.Type == "sql" {
 		return s, fmt.Errorf("settings: s3 is set but the warehouse %s is not an s3:// location", c.Warehouse)
 	}
 	return s, nil
+}
+
+// fillSigV4 completes and checks the catalog's SigV4 settings: region and keys default to the s3 settings,
+// because a catalog that signs with AWS keys is nearly always reached with the keys of its warehouse.
+func (s *Settings) fillSigV4() error {
+	v := s.Catalog.SigV4
+	if v == nil {
+		return nil
+	}
+	if s.Catalog.Token != "" || s.Catalog.Credential != "" {
+		// Both would set the Authorization header; the signature would replace the token without a word.
+		return errors.New("settings: catalog.sigv4 and catalog.token/credential exclude each other: a SigV4 catalog authenticates by signature")
+	}
+	if v.Service == "" {
+		v.Service = "execute-api"
+	}
+	if s.S3 != nil {
+		if v.Region == "" {
+			v.Region = s.S3.Region
+		}
+		if v.AccessKeyID == "" && v.SecretAccessKey == "" {
+			v.AccessKeyID, v.SecretAccessKey = s.S3.AccessKeyID, s.S3.SecretAccessKey
+		}
+	}
+	if v.Region == "" {
+		return errors.New("settings: catalog.sigv4.region is required (or s3.region): requests are signed for a region")
+	}
+	if (v.AccessKeyID == "") != (v.SecretAccessKey == "") {
+		return errors.New("settings: catalog.sigv4 needs both access_key_id and secret_access_key, or neither (then the AWS default chain)")
+	}
+	if v.SessionToken != "" && v.AccessKeyID == "" {
+		return errors.New("settings: catalog.sigv4.session_token needs access_key_id and secret_access_key")
+	}
+	return nil
 }
 
 func normalizeWarehouse(w string) (string, error) {

@@ -45,6 +45,49 @@ func TestParseSettings(t *testing.T) {
 		{name: "relative file url", raw: `{"catalog": {"warehouse": "file://x/y"}}`, err: "absolute path"},
 		{name: "gs warehouse", raw: `{"catalog": {"warehouse": "gs://b"}}`, err: "only local paths, file:// and s3://"},
 		{name: "empty namespace level", raw: `{"catalog": {"warehouse": "/x"}, "namespace": "a..b"}`, err: "empty level"},
+		{name: "memory_limit default", raw: `{"catalog": {"warehouse": "/x"}}`, check: func(t *testing.T, s Settings) {
+			if s.MemoryLimit != 1<<30 || s.bufferBudget() != 256<<20 {
+				t.Fatalf("memory_limit %d, budget %d", s.MemoryLimit, s.bufferBudget())
+			}
+		}},
+		{name: "memory_limit as a size", raw: `{"catalog": {"warehouse": "/x"}, "memory_limit": "256MiB"}`, check: func(t *testing.T, s Settings) {
+			if s.MemoryLimit != 256<<20 {
+				t.Fatalf("memory_limit %d", s.MemoryLimit)
+			}
+		}},
+		{name: "memory_limit in bytes", raw: `{"catalog": {"warehouse": "/x"}, "memory_limit": 100000000}`, check: func(t *testing.T, s Settings) {
+			if s.MemoryLimit != 100000000 {
+				t.Fatalf("memory_limit %d", s.MemoryLimit)
+			}
+		}},
+		{name: "memory_limit off", raw: `{"catalog": {"warehouse": "/x"}, "memory_limit": "off"}`, check: func(t *testing.T, s Settings) {
+			if s.MemoryLimit != NoMemoryLimit || s.bufferBudget() != 0 {
+				t.Fatalf("memory_limit %d, budget %d", s.MemoryLimit, s.bufferBudget())
+			}
+		}},
+		{name: "memory_limit too small", raw: `{"catalog": {"warehouse": "/x"}, "memory_limit": "16MiB"}`, err: "memory_limit 16777216 is below 32 MiB"},
+		{name: "memory_limit not a size", raw: `{"catalog": {"warehouse": "/x"}, "memory_limit": "lots"}`, err: `"lots" is not a size`},
+		{name: "memory_limit negative", raw: `{"catalog": {"warehouse": "/x"}, "memory_limit": -1}`, err: "negative"},
+		{name: "sigv4 takes region and keys from s3", raw: `{"catalog": {"type": "rest", "uri": "http://127.0.0.1:9", "warehouse": "s3://w", "sigv4": {}}, "s3": {"region": "eu-west-1", "access_key_id": "k", "secret_access_key": "s"}}`, check: func(t *testing.T, s Settings) {
+			if v := s.Catalog.SigV4; *v != (SigV4Settings{Region: "eu-west-1", Service: "execute-api", AccessKeyID: "k", SecretAccessKey: "s"}) {
+				t.Fatalf("sigv4 %+v", v)
+			}
+		}},
+		{name: "sigv4 of its own", raw: `{"catalog": {"type": "rest", "uri": "http://127.0.0.1:9", "sigv4": {"region": "r", "service": "glue", "access_key_id": "k2", "secret_access_key": "s2", "session_token": "t"}}, "s3": {"region": "eu-west-1", "access_key_id": "k", "secret_access_key": "s"}}`, check: func(t *testing.T, s Settings) {
+			if v := s.Catalog.SigV4; *v != (SigV4Settings{Region: "r", Service: "glue", AccessKeyID: "k2", SecretAccessKey: "s2", SessionToken: "t"}) {
+				t.Fatalf("sigv4 %+v", v)
+			}
+		}},
+		{name: "sigv4 with the default chain", raw: `{"catalog": {"type": "rest", "uri": "http://127.0.0.1:9", "sigv4": {"region": "r"}}}`, check: func(t *testing.T, s Settings) {
+			if v := s.Catalog.SigV4; v.AccessKeyID != "" || v.Region != "r" {
+				t.Fatalf("sigv4 %+v", v)
+			}
+		}},
+		{name: "sigv4 without region", raw: `{"catalog": {"type": "rest", "uri": "http://127.0.0.1:9", "sigv4": {}}}`, err: "catalog.sigv4.region is required"},
+		{name: "sigv4 and token", raw: `{"catalog": {"type": "rest", "uri": "http://127.0.0.1:9", "token": "t", "sigv4": {"region": "r"}}}`, err: "exclude each other"},
+		{name: "sigv4 with half a key", raw: `{"catalog": {"type": "rest", "uri": "http://127.0.0.1:9", "sigv4": {"region": "r", "access_key_id": "k"}}}`, err: "both access_key_id and secret_access_key"},
+		{name: "sigv4 on a sql catalog", raw: `{"catalog": {"warehouse": "/x", "sigv4": {"region": "r"}}}`, err: "belong to a rest catalog"},
+		{name: "sigv4 unknown key", raw: `{"catalog": {"type": "rest", "uri": "http://127.0.0.1:9", "sigv4": {"region": "r", "signing_name": "x"}}}`, err: "signing_name"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
