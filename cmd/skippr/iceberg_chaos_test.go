@@ -89,6 +89,13 @@ func TestCompactionBesideRunningSync(t *testing.T) {
 // of up to maxBytes, and returns the lake's settings.
 func (e *env) datagenToLake(gen, maxBytes string) string {
 	lakeSettings := fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.dir, "lake"))
+	e.writeDatagenLakeConfig(gen, lakeSettings, maxBytes)
+	return lakeSettings
+}
+
+// writeDatagenLakeConfig writes a config of one pipeline, datagen (settings gen) → iceberg (lakeSettings, one
+// line of YAML flow or JSON), with a local WAL of entries of up to maxBytes.
+func (e *env) writeDatagenLakeConfig(gen, lakeSettings, maxBytes string) {
 	e.writeConfig(fmt.Sprintf(`connections:
   gen:
     plugin: datagen
@@ -106,7 +113,6 @@ pipelines:
       url: file://%s
       group_commit: { max_bytes: %s, max_delay: 100ms }
 `, gen, lakeSettings, filepath.Join(e.dir, "wal"), maxBytes))
-	return lakeSettings
 }
 
 // lakeEqualsSource compares the lake table events with what datagen settings gen produce, row by row, and

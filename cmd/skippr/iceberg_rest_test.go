@@ -2,8 +2,6 @@ package main_test
 
 import (
 	"encoding/json"
-	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -21,35 +19,19 @@ func TestDatagenToIcebergRESTSurvivesSIGKILL(t *testing.T) {
 	gen := `{ seed: 23, rows: 20000, rows_per_second: 4000, batch_size: 400, nested: true, update_ratio: 0.2, delete_ratio: 0.05 }`
 	// The keys reach the plugin the way users pass secrets: ${ENV} in skippr.yml, expanded by the engine.
 	e.extraEnv = append(e.extraEnv, "SEAWEED_ACCESS_KEY="+srv.AccessKey, "SEAWEED_SECRET_KEY="+srv.SecretKey)
-	e.writeConfig(fmt.Sprintf(`connections:
-  gen:
-    plugin: datagen
-    version: "~> 0.1"
-    settings: %s
-  lake:
-    plugin: iceberg
-    version: "~> 0.1"
-    settings:
-      catalog:
-        type: rest
-        uri: %s
-        warehouse: %s
-        sigv4: { service: s3tables }
-      s3:
-        endpoint: %s
-        region: %s
-        path_style: true
-        access_key_id: "${SEAWEED_ACCESS_KEY}"
-        secret_access_key: "${SEAWEED_SECRET_KEY}"
-      namespace: lake
-pipelines:
-  orders:
-    source: gen
-    destinations: [lake]
-    wal:
-      url: file://%s
-      group_commit: { max_bytes: 96KiB, max_delay: 100ms }
-`, gen, srv.CatalogURI, warehouse, srv.S3Endpoint, seaweedtest.Region, filepath.Join(e.dir, "wal")))
+	settings := func(accessKey, secretKey string) string {
+		b, err := json.Marshal(map[string]any{
+			"catalog": map[string]any{"type": "rest", "uri": srv.CatalogURI, "warehouse": warehouse, "sigv4": map[string]any{"service": "s3tables"}},
+			"s3": map[string]any{"endpoint": srv.S3Endpoint, "region": seaweedtest.Region, "path_style": true,
+				"access_key_id": accessKey, "secret_access_key": secretKey},
+			"namespace": "lake",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	e.writeDatagenLakeConfig(gen, settings("${SEAWEED_ACCESS_KEY}", "${SEAWEED_SECRET_KEY}"), "96KiB")
 
 	// The source needs 5 s of running time: most kills land while it reads, the WAL commits and the plugin
 	// writes to S3 and commits to the catalog.
@@ -58,16 +40,7 @@ pipelines:
 	e.mustRun("sync", "--once")
 
 	// The same settings, keys written out, for reading the lake outside the engine.
-	lake, err := json.Marshal(map[string]any{
-		"catalog": map[string]any{"type": "rest", "uri": srv.CatalogURI, "warehouse": warehouse, "sigv4": map[string]any{"service": "s3tables"}},
-		"s3": map[string]any{"endpoint": srv.S3Endpoint, "region": seaweedtest.Region, "path_style": true,
-			"access_key_id": srv.AccessKey, "secret_access_key": srv.SecretKey},
-		"namespace": "lake",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := lakeEqualsSource(t, string(lake), gen)
+	n := lakeEqualsSource(t, settings(srv.AccessKey, srv.SecretKey), gen)
 	// The engine reclaims WAL entries only up to what the destination reports applied (read back from the
 	// catalog's namespace properties): all of it, once the sync has caught up.
 	var st []struct {

@@ -29,23 +29,7 @@ func TestS3LakeWithAutoCompactSurvivesSIGKILL(t *testing.T) {
 		"auto_compact": {"max_data_files": %d, "max_delete_files": %d}}`,
 		filepath.Join(e.dir, "catalog.db"), b.Name, b.Endpoint, b.AccessKey, b.SecretKey, maxFiles, maxFiles)
 	gen := `{ seed: 24, rows: 20000, rows_per_second: 5000, batch_size: 400, nested: true, update_ratio: 0.2, delete_ratio: 0.05 }`
-	e.writeConfig(fmt.Sprintf(`connections:
-  gen:
-    plugin: datagen
-    version: "~> 0.1"
-    settings: %s
-  lake:
-    plugin: iceberg
-    version: "~> 0.1"
-    settings: %s
-pipelines:
-  orders:
-    source: gen
-    destinations: [lake]
-    wal:
-      url: file://%s
-      group_commit: { max_bytes: 64KiB, max_delay: 100ms }
-`, gen, strings.Join(strings.Fields(lakeSettings), " "), filepath.Join(e.dir, "wal")))
+	e.writeDatagenLakeConfig(gen, strings.Join(strings.Fields(lakeSettings), " "), "64KiB")
 
 	kills := 6
 	e.killSyncAtRandom(kills, 500*time.Millisecond, 2500*time.Millisecond)
