@@ -104,22 +104,7 @@ func TestConcurrentWritersOnOneTable(t *testing.T) {
 	if on := parquetFiles(t, tbl.Location()); !slices.Equal(on, live) {
 		t.Fatalf("files on disk are not exactly the live files (the lost attempt's files must be removed):\non disk %q\nlive    %q", on, live)
 	}
-	fsys, err := tbl.FS(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var avro []string
-	for _, s := range tbl.Metadata().Snapshots() {
-		avro = append(avro, s.ManifestList)
-		ms, err := s.Manifests(fsys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			avro = append(avro, m.FilePath())
-		}
-	}
-	avro = slices.Compact(slices.Sorted(slices.Values(avro)))
+	avro := referencedManifests(t, tbl)
 	if on := filesBySuffix(t, tbl.Location(), ".avro"); !slices.Equal(on, avro) {
 		t.Fatalf("manifests on disk are not exactly the referenced ones:\non disk %q\nreferenced %q", on, avro)
 	}

@@ -314,3 +314,24 @@ func tableFiles(t *testing.T, tbl *table.Table) (data, deletes []string) {
 	}
 	return data, deletes
 }
+
+// referencedManifests lists the manifest lists and manifests that tbl's snapshots reference, sorted, each once.
+func referencedManifests(t *testing.T, tbl *table.Table) []string {
+	t.Helper()
+	fsys, err := tbl.FS(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var avro []string
+	for _, s := range tbl.Metadata().Snapshots() {
+		avro = append(avro, s.ManifestList)
+		ms, err := s.Manifests(fsys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			avro = append(avro, m.FilePath())
+		}
+	}
+	return slices.Compact(slices.Sorted(slices.Values(avro)))
+}

@@ -317,22 +317,7 @@ func TestRESTCatalogConcurrentWritersOnOneTable(t *testing.T) {
 	if onS3 := s3Objects(t, tbl.Location(), ".parquet"); !slices.Equal(onS3, live) {
 		t.Fatalf("Parquet files in the warehouse are not exactly the live files (the lost attempt's files must be removed):\non S3 %q\nlive  %q", onS3, live)
 	}
-	fsys, err := tbl.FS(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var avro []string
-	for _, s := range tbl.Metadata().Snapshots() {
-		avro = append(avro, s.ManifestList)
-		ms, err := s.Manifests(fsys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			avro = append(avro, m.FilePath())
-		}
-	}
-	avro = slices.Compact(slices.Sorted(slices.Values(avro)))
+	avro := referencedManifests(t, tbl)
 	if onS3 := s3Objects(t, tbl.Location(), ".avro"); !slices.Equal(onS3, avro) {
 		t.Fatalf("manifests in the warehouse are not exactly the referenced ones:\non S3      %q\nreferenced %q", onS3, avro)
 	}

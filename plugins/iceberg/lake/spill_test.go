@@ -363,23 +363,7 @@ func TestSpilledApplyLosingCommitRace(t *testing.T) {
 }
 
 func countManifests(t *testing.T, e *env, name string) int {
-	tbl := e.table(name)
-	fsys, err := tbl.FS(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var avro []string
-	for _, s := range tbl.Metadata().Snapshots() {
-		avro = append(avro, s.ManifestList)
-		ms, err := s.Manifests(fsys)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			avro = append(avro, m.FilePath())
-		}
-	}
-	return len(slices.Compact(slices.Sorted(slices.Values(avro))))
+	return len(referencedManifests(t, e.table(name)))
 }
 
 // The tables of one apply commit in parallel, each in its own commit; the marker follows only when all did.
