@@ -39,7 +39,7 @@ func main() {
 	var pg pgOptions
 	flag.Int64Var(&pg.rows, "pg-rows", 10_000_000, "rows of the Postgres snapshot table")
 	flag.Int64Var(&pg.streamRows, "pg-stream-rows", 500_000, "rows of the Postgres streaming backlog")
-	flag.IntVar(&pg.repeat, "pg-repeat", 3, "drains of the Postgres streaming backlog (the median is reported)")
+	flag.IntVar(&pg.repeat, "pg-repeat", 3, "runs of the Postgres snapshot and its COPY baseline, and drains of the streaming backlog (medians are reported)")
 	flag.IntVar(&pg.rate, "pg-rate", 20_000, "rows/s of the fixed-rate Postgres inserter")
 	flag.DurationVar(&pg.duration, "pg-duration", 30*time.Second, "duration of the fixed-rate Postgres load")
 	flag.IntVar(&pg.txRows, "pg-tx-rows", 200, "rows per inserted transaction while streaming")

@@ -108,8 +108,9 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 		Stderr:           stderr,
 		// go-plugin sends what the plugin writes to os.Stderr after Serve over gRPC; keep it in the tail too.
 		SyncStderr: stderr,
-		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+		GRPCDialOptions: append([]grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(protocol.MaxMessageSize), grpc.MaxCallSendMsgSize(protocol.MaxMessageSize))},
+			protocol.DialOptions()...),
 	})
 	name := filepath.Base(cfg.Path)
 	started := make(chan struct{})

@@ -45,6 +45,28 @@ const ChunkSize = 1 << 20
 // MaxMessageSize is set on both ends anyway, so a chunk plus its envelope always fits.
 const MaxMessageSize = 16 << 20
 
+// Transport sizes for the plugin connection, the same on both ends. gRPC's defaults (32 KiB write buffers, a
+// 64 KiB flow-control window grown by probing) suit many small calls; a Read or Apply stream carries
+// megabytes of Arrow a second, and with them each side woke the other for every few KiB: in the Postgres
+// snapshot profile that was a sixth of the plugin's and the engine's CPU (BENCHMARKS.md). The window bounds
+// what a receiver buffers per stream and per connection before its reader takes it.
+const (
+	transportBuffer = 1 << 20
+	flowWindow      = 16 << 20
+)
+
+// DialOptions are the host's transport options for a plugin connection.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithWriteBufferSize(transportBuffer), grpc.WithReadBufferSize(transportBuffer),
+		grpc.WithInitialWindowSize(flowWindow), grpc.WithInitialConnWindowSize(flowWindow)}
+}
+
+// ServerOptions are the plugin's transport options.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.WriteBufferSize(transportBuffer), grpc.ReadBufferSize(transportBuffer),
+		grpc.InitialWindowSize(flowWindow), grpc.InitialConnWindowSize(flowWindow)}
+}
+
 // GRPCPlugin adapts a pluginv1.PluginServer to go-plugin. On the host side Impl is nil.
 type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin

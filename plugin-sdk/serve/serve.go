@@ -51,7 +51,8 @@ func Serve(p Plugin, opts ...Option) {
 		HandshakeConfig:  hs,
 		VersionedPlugins: sets,
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return grpc.NewServer(append(opts, grpc.MaxRecvMsgSize(protocol.MaxMessageSize), grpc.MaxSendMsgSize(protocol.MaxMessageSize))...)
+			opts = append(opts, grpc.MaxRecvMsgSize(protocol.MaxMessageSize), grpc.MaxSendMsgSize(protocol.MaxMessageSize))
+			return grpc.NewServer(append(opts, protocol.ServerOptions()...)...)
 		},
 	})
 }

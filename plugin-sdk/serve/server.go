@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -117,6 +118,10 @@ type emitter struct {
 	s   *server
 	mu  sync.Mutex
 	out pluginv1.Plugin_ReadServer
+	// ipc holds *bytes.Buffer for encoding batches. A buffer goes back once its batch is sent: gRPC has
+	// marshalled the message into its own buffers by the time Send returns, and this server installs no
+	// stats handler that could look at the message later.
+	ipc sync.Pool
 }
 
 func (e *emitter) send(m *pluginv1.ReadMessage) error {
@@ -130,13 +135,17 @@ func (e *emitter) Batch(ctx context.Context, stream string, rec arrow.RecordBatc
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	b, err := protocol.EncodeRecord(e.s.mem, rec)
-	if err != nil {
+	buf, _ := e.ipc.Get().(*bytes.Buffer)
+	if buf == nil {
+		buf = new(bytes.Buffer)
+	}
+	defer e.ipc.Put(buf)
+	if err := protocol.EncodeRecordTo(buf, e.s.mem, rec); err != nil {
 		return fmt.Errorf("stream %s: %w", stream, err)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, c := range protocol.Chunks(protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(rec.Schema()), Rows: rec.NumRows(), IPC: b}) {
+	for _, c := range protocol.Chunks(protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(rec.Schema()), Rows: rec.NumRows(), IPC: buf.Bytes()}) {
 		if err := e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Batch{Batch: c}}); err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/mempool"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
@@ -62,7 +63,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		return err
 	}
 	defer pool.Close()
-	r := &reader{cfg: cfg, st: st, pool: pool, out: out, mem: memory.DefaultAllocator, resolver: typemap.NewResolver(),
+	r := &reader{cfg: cfg, st: st, pool: pool, out: out, mem: mempool.New(), resolver: typemap.NewResolver(),
 		tables: map[string]*table{}, announced: map[string]string{},
 		log: slog.Default().With("slot", cfg.Slot)}
 	if len(req.Streams) > 0 {
@@ -259,6 +260,14 @@ func (r *reader) beginSnapshot(ctx context.Context, exported string) (pgx.Tx, er
 			tx.Rollback(context.Background())
 			return nil, fmt.Errorf("import snapshot %s: %w", exported, r.cfg.Explain(err))
 		}
+	}
+	// Each table is one key-ordered query read to its end (snapshot.go). Without a LIMIT the planner could
+	// prefer sorting the whole table before the first row, and a role's statement_timeout would cut a large
+	// table short again and again. SET takes no snapshot, so it disturbs neither the imported one nor the
+	// first statement of a resumed copy.
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_sort = off; SET LOCAL statement_timeout = 0`); err != nil {
+		tx.Rollback(context.Background())
+		return nil, fmt.Errorf("snapshot settings: %w", r.cfg.Explain(err))
 	}
 	return tx, nil
 }
