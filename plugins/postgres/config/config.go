@@ -43,6 +43,7 @@ type Settings struct {
 	Slot                string   `json:"slot"`
 	Snapshot            *bool    `json:"snapshot"`
 	BatchSize           int      `json:"batch_size"`
+	SnapshotParallel    int      `json:"snapshot_parallel"`
 	Heartbeat           string   `json:"heartbeat"`
 	MaxRetainedWALBytes int64    `json:"max_retained_wal_bytes"`
 	Truncate            string   `json:"truncate"`
@@ -62,6 +63,8 @@ const (
 	ToastRequireFull    = "require_full"
 	ToastFetch          = "fetch"
 	DefaultBatchSize    = 10000
+	DefaultParallel     = 4
+	MaxParallel         = 16
 	DefaultRetainedWAL  = 1 << 30
 	DefaultHeartbeat    = 10 * time.Second
 	DefaultPublication  = "skippr"
@@ -102,6 +105,9 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		t := true
 		s.Snapshot = &t
 	}
+	if s.SnapshotParallel == 0 {
+		s.SnapshotParallel = DefaultParallel
+	}
 	if s.BatchSize == 0 {
 		s.BatchSize = DefaultBatchSize
 	}
@@ -141,6 +147,9 @@ func Parse(raw json.RawMessage) (Settings, error) {
 	}
 	if len(s.Publication) > 63 {
 		problems = append(problems, fmt.Sprintf("publication %q is longer than 63 bytes", s.Publication))
+	}
+	if s.SnapshotParallel < 1 || s.SnapshotParallel > MaxParallel {
+		problems = append(problems, fmt.Sprintf("snapshot_parallel must be between 1 and %d, got %d", MaxParallel, s.SnapshotParallel))
 	}
 	if s.BatchSize < 1 {
 		problems = append(problems, fmt.Sprintf("batch_size must be positive, got %d", s.BatchSize))

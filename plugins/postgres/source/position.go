@@ -15,22 +15,26 @@ const (
 )
 
 // positionVersion changes when the format does; a position of another version is refused, not guessed at.
-const positionVersion = 1
+// Version 1 (one table copied at a time: tables before Table done, Table copied up to Key) is still read.
+const positionVersion = 2
 
 // Position is a checkpoint's content, as JSON (readable in `skippr status`).
 //
-// In the snapshot phase, LSN is the slot's consistent point (where streaming will start), Table the table
-// being copied and Key the text form of the last key copied from it (none: the table was not started).
-// Tables before Table in Tables are done. In the stream phase, LSN is the end of the last transaction
-// delivered (or a position the server reported with nothing undelivered before it): streaming resumes there.
+// In the snapshot phase, LSN is the slot's consistent point (where streaming will start), Progress each
+// started table's state (the text form of the last key copied, or done) and Table the table of the last
+// chunk, where the round of tables resumes (snapshot.go). In the stream phase, LSN is the end of the last
+// transaction delivered (or a position the server reported with nothing undelivered before it): streaming
+// resumes there.
 type Position struct {
-	V      int      `json:"v"`
-	Phase  string   `json:"phase"`
-	Slot   string   `json:"slot"`
-	LSN    string   `json:"lsn"`
-	Tables []string `json:"tables"`
-	Table  string   `json:"table,omitempty"`
-	Key    []string `json:"key,omitempty"`
+	V        int                      `json:"v"`
+	Phase    string                   `json:"phase"`
+	Slot     string                   `json:"slot"`
+	LSN      string                   `json:"lsn"`
+	Tables   []string                 `json:"tables"`
+	Table    string                   `json:"table,omitempty"`
+	Progress map[string]TableProgress `json:"progress,omitempty"`
+	// Key is version 1's last key of Table; DecodePosition moves it into Progress.
+	Key []string `json:"key,omitempty"`
 	// Rows counts the snapshot rows copied so far.
 	Rows int64 `json:"rows,omitempty"`
 	// Overlap is set when the snapshot was copied (or resumed) under a fresh snapshot rather than the slot's
@@ -38,6 +42,13 @@ type Position struct {
 	// inserts as updates (upserts by key). An append-only destination (a lake) would otherwise hold such a row
 	// twice: once from the copy, once from the stream. Dropped once streaming has passed it.
 	Overlap string `json:"overlap,omitempty"`
+}
+
+// TableProgress is how far the snapshot copied one table.
+type TableProgress struct {
+	Key  []string `json:"key,omitempty"`
+	Done bool     `json:"done,omitempty"`
+	Rows int64    `json:"rows,omitempty"` // rows copied of this table (of this copy, when version 1 started it)
 }
 
 // OverlapValue is the Overlap LSN, parsed (0 when there is none).
@@ -70,8 +81,8 @@ func DecodePosition(b []byte) (*Position, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("checkpoint %q is not a postgres source position: %w", b, err)
 	}
-	if p.V != positionVersion {
-		return nil, fmt.Errorf("checkpoint %q has format version %d, this plugin reads version %d", b, p.V, positionVersion)
+	if p.V != positionVersion && p.V != 1 {
+		return nil, fmt.Errorf("checkpoint %q has format version %d, this plugin reads versions 1 and %d", b, p.V, positionVersion)
 	}
 	if p.Phase != PhaseSnapshot && p.Phase != PhaseStream {
 		return nil, fmt.Errorf("checkpoint %q: unknown phase %q", b, p.Phase)
@@ -84,8 +95,31 @@ func DecodePosition(b []byte) (*Position, error) {
 			return nil, fmt.Errorf("checkpoint %q: bad overlap lsn %q: %w", b, p.Overlap, err)
 		}
 	}
-	if p.Phase == PhaseSnapshot && !slices.Contains(p.Tables, p.Table) {
+	if p.Phase != PhaseSnapshot {
+		return &p, nil
+	}
+	if p.Table != "" && !slices.Contains(p.Tables, p.Table) {
 		return nil, fmt.Errorf("checkpoint %q: table %q is not among its tables", b, p.Table)
+	}
+	if p.V == 1 {
+		// One table at a time: the ones before Table are done, Table is copied up to Key.
+		i := slices.Index(p.Tables, p.Table)
+		if i < 0 {
+			return nil, fmt.Errorf("checkpoint %q: no table being copied", b)
+		}
+		p.Progress = map[string]TableProgress{}
+		for _, t := range p.Tables[:i] {
+			p.Progress[t] = TableProgress{Done: true}
+		}
+		if p.Key != nil {
+			p.Progress[p.Table] = TableProgress{Key: p.Key}
+		}
+		p.V, p.Key = positionVersion, nil
+	}
+	for t := range p.Progress {
+		if !slices.Contains(p.Tables, t) {
+			return nil, fmt.Errorf("checkpoint %q: progress of table %q, which is not among its tables", b, t)
+		}
 	}
 	return &p, nil
 }

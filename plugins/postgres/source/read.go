@@ -201,7 +201,7 @@ func (r *reader) ensurePublication(ctx context.Context) error {
 func (r *reader) start(ctx context.Context) (*Position, pgx.Tx, error) {
 	pos := &Position{V: positionVersion, Phase: PhaseStream, Slot: r.cfg.Slot, Tables: r.tableNames()}
 	if *r.cfg.Snapshot {
-		pos.Phase, pos.Table = PhaseSnapshot, pos.Tables[0]
+		pos.Phase = PhaseSnapshot
 	}
 	var (
 		confirmed *string

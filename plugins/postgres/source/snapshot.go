@@ -3,8 +3,10 @@ package source
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/jackc/pglogrepl"
@@ -47,7 +49,7 @@ func (r *reader) snapshot(ctx context.Context, tx pgx.Tx, pos *Position) (*Posit
 		if l, err := pglogrepl.ParseLSN(cur); err == nil && l > pos.LSNValue() && l > pos.OverlapValue() {
 			pos.Overlap = l.String()
 		}
-		r.log.Info("resuming the snapshot under a new snapshot", "table", pos.Table, "rows_done", pos.Rows)
+		r.log.Info("resuming the snapshot under a new snapshot", "rows_done", pos.Rows)
 	}
 	defer tx.Rollback(context.Background())
 
@@ -56,15 +58,12 @@ func (r *reader) snapshot(ctx context.Context, tx pgx.Tx, pos *Position) (*Posit
 		total += r.tables[name].Estimate
 	}
 	next := *pos
-	start := slices.Index(next.Tables, next.Table)
-	for i := start; i < len(next.Tables); i++ {
-		t := r.tables[next.Tables[i]]
-		if i > start {
-			next.Table, next.Key = t.Name.String(), nil
-		}
-		if err := r.copyTable(ctx, tx, t, &next, total); err != nil {
-			return nil, err
-		}
+	next.Progress = maps.Clone(pos.Progress)
+	if next.Progress == nil {
+		next.Progress = map[string]TableProgress{}
+	}
+	if err := r.copyTables(ctx, tx, &next, total); err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, r.cfg.Explain(err)
@@ -85,45 +84,138 @@ type chunk struct {
 	last []string // the chunk's last key
 }
 
-// copyTable copies one table from next.Key on, updating next after each chunk.
-//
-// A chunk is sent (Arrow IPC, the engine's flow control, its checkpoint) while the next one is read and
-// decoded: done one after the other, the server, the plugin and the engine each sat idle most of the time
-// (BENCHMARKS.md). Chunks and their checkpoints still go out in key order, one behind at most.
-func (r *reader) copyTable(ctx context.Context, tx pgx.Tx, t *table, next *Position, total int64) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	chunks := make(chan chunk)
-	sent := make(chan error, 1)
-	stream := t.Name.String()
-	go func() {
-		var err error
-		for c := range chunks {
-			if err == nil {
-				err = r.emitChunk(ctx, stream, t.Key, c, next, total)
-				if err != nil {
-					cancel() // the query loop stops at its next row
-				}
-			}
-			c.rec.Release()
-		}
-		sent <- err
-	}()
-	err := r.queryChunks(ctx, tx, t, next.Key, chunks)
-	close(chunks)
-	if sendErr := <-sent; sendErr != nil {
-		return sendErr
-	}
-	return err
+// lane is a table being copied: queryChunks reads it over its own transaction and hands its chunks on.
+type lane struct {
+	t      *table
+	tx     pgx.Tx
+	chunks chan chunk
+	err    chan error // queryChunks' result, once chunks is closed
 }
 
-// emitChunk sends a chunk and the checkpoint after it.
-func (r *reader) emitChunk(ctx context.Context, stream string, key []string, c chunk, next *Position, total int64) error {
-	if err := r.emitBatch(ctx, stream, key, c.rec); err != nil {
+// copyTables copies the tables not done yet, snapshot_parallel at a time, updating next after each chunk.
+//
+// The tables in flight are a window: the first snapshot_parallel unfinished tables in the order of Tables,
+// each read by its own goroutine over its own transaction, which imported tx's snapshot. This goroutine
+// sends their chunks in turn, one per table per round, each followed by its checkpoint, so the server,
+// the decoding and the sending overlap (done one after the other, each sat idle most of the time;
+// BENCHMARKS.md). A table leaves the window when its turn finds it finished, and the next unfinished table
+// enters. The order of chunks therefore depends only on the rows and on the position the copy started
+// from: a replay from a checkpoint reaches the same checkpoints, and a resumed round continues after
+// next.Table, the table of the last chunk, exactly as the interrupted one would have. Memory in flight is
+// about one chunk per table in the window.
+func (r *reader) copyTables(ctx context.Context, tx pgx.Tx, next *Position, total int64) error {
+	var todo []*table
+	for _, name := range next.Tables {
+		if !next.Progress[name].Done {
+			todo = append(todo, r.tables[name])
+		}
+	}
+	n := min(r.cfg.SnapshotParallel, len(todo))
+	if n == 0 {
+		return nil
+	}
+	txs := []pgx.Tx{tx} // the caller ends tx; the others end here
+	defer func() {
+		for _, t := range txs[1:] {
+			t.Rollback(context.Background())
+		}
+	}()
+	if n > 1 {
+		// tx's snapshot, exported again: it can be imported while tx is open, by transactions that then
+		// see exactly what tx sees (the slot's exported snapshot, or a resumed copy's fresh one).
+		var id string
+		if err := tx.QueryRow(ctx, `SELECT pg_export_snapshot()`).Scan(&id); err != nil {
+			return fmt.Errorf("export the snapshot to the parallel readers: %w", r.cfg.Explain(err))
+		}
+		for len(txs) < n {
+			t, err := r.beginSnapshot(ctx, id)
+			if err != nil {
+				return err
+			}
+			txs = append(txs, t)
+		}
+	}
+	free := slices.Clone(txs) // the transactions no lane is using
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // before the Wait: the lanes stop at their next row or chunk
+	var window []*lane
+	open := func(t *table) {
+		l := &lane{t: t, tx: free[len(free)-1], chunks: make(chan chunk), err: make(chan error, 1)}
+		free = free[:len(free)-1]
+		from := next.Progress[t.Name.String()].Key
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := r.queryChunks(ctx, l.tx, t, from, l.chunks)
+			close(l.chunks)
+			l.err <- err
+		}()
+		window = append(window, l)
+		r.log.Info("copying table", "table", t.Name.String(), "rows_estimate", t.Estimate, "from_key", from)
+	}
+	for _, t := range todo[:n] {
+		open(t)
+	}
+	todo = todo[n:]
+	turn := 0
+	if last := slices.Index(next.Tables, next.Table); last >= 0 {
+		for i, l := range window {
+			if slices.Index(next.Tables, l.t.Name.String()) > last {
+				turn = i
+				break
+			}
+		}
+	}
+	for len(window) > 0 {
+		l := window[turn]
+		var (
+			c  chunk
+			ok bool
+		)
+		select {
+		case c, ok = <-l.chunks:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if ok {
+			err := r.emitChunk(ctx, l.t, c, next, total)
+			c.rec.Release()
+			if err != nil {
+				return err
+			}
+			turn = (turn + 1) % len(window)
+			continue
+		}
+		if err := <-l.err; err != nil {
+			return err
+		}
+		name := l.t.Name.String()
+		next.Progress[name] = TableProgress{Done: true, Rows: next.Progress[name].Rows}
+		r.log.Info("table copied", "table", name, "rows", next.Progress[name].Rows)
+		free = append(free, l.tx)
+		window = slices.Delete(window, turn, turn+1)
+		if len(todo) > 0 {
+			open(todo[0])
+			todo = todo[1:]
+		}
+		if turn >= len(window) {
+			turn = 0
+		}
+	}
+	return nil
+}
+
+// emitChunk sends a chunk of t and the checkpoint after it.
+func (r *reader) emitChunk(ctx context.Context, t *table, c chunk, next *Position, total int64) error {
+	name := t.Name.String()
+	if err := r.emitBatch(ctx, name, t.Key, c.rec); err != nil {
 		return err
 	}
 	next.Rows += int64(c.rows)
-	next.Key = c.last
+	next.Table = name
+	next.Progress[name] = TableProgress{Key: c.last, Rows: next.Progress[name].Rows + int64(c.rows)}
 	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: next.Encode(), RowsDone: next.Rows, RowsTotal: max(total, next.Rows)}); err != nil {
 		return err
 	}

@@ -311,7 +311,8 @@ func newPool(ctx context.Context, cfg config.Settings) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	pc.ConnConfig = cc
-	pc.MaxConns = 4
+	// The snapshot's readers, the heartbeat, and one for catalog reads and fetches beside them.
+	pc.MaxConns = int32(cfg.SnapshotParallel) + 2
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, cfg.Explain(err)
