@@ -226,8 +226,8 @@ func (r *reader) emitChunk(ctx context.Context, t *table, c chunk, next *Positio
 // queryChunks reads the table in key order after startKey and hands it on in chunks of batch_size rows.
 //
 // It is one query read to its end, not one LIMIT query per chunk: per chunk those cost the server a plan and
-// an index descent and left it idle for a round trip, and the snapshot reached 46–65% of binary COPY against
-// 79% now (BENCHMARKS.md). Resuming needs nothing more, since the checkpoint after each chunk holds its last
+// an index descent and left it idle for a round trip, and the snapshot reached 46–64% of binary COPY against
+// about 80% now (BENCHMARKS.md). Resuming needs nothing more, since the checkpoint after each chunk holds its last
 // key. beginSnapshot keeps the planner on the key index and lifts statement_timeout for it.
 func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey []string, chunks chan<- chunk) error {
 	cols := make([]string, len(t.Columns))
