@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/jackc/pglogrepl"
@@ -83,6 +84,9 @@ type chunk struct {
 	rows int
 	last []string // the chunk's last key
 }
+
+// progressEvery is how often the snapshot logs each table's rows beside its estimate.
+const progressEvery = 15 * time.Second
 
 // lane is a table being copied: queryChunks reads it over its own transaction and hands its chunks on.
 type lane struct {
@@ -168,7 +172,15 @@ func (r *reader) copyTables(ctx context.Context, tx pgx.Tx, next *Position, tota
 			}
 		}
 	}
+	lastReport := time.Now()
 	for len(window) > 0 {
+		if time.Since(lastReport) >= progressEvery {
+			// Checkpoints carry the copy's total; the per-table view is the log's.
+			for _, l := range window {
+				r.log.Info("snapshot progress", "table", l.t.Name.String(), "rows", next.Progress[l.t.Name.String()].Rows, "rows_estimate", l.t.Estimate)
+			}
+			lastReport = time.Now()
+		}
 		l := window[turn]
 		var (
 			c  chunk
