@@ -154,7 +154,7 @@ func TestParallelSnapshotResumesEachTable(t *testing.T) {
 }
 
 // TestParallelSnapshotReplaysByteForByte reads a three-table copy twice: the second time from a checkpoint in
-// the middle of a round. Both reach the same checkpoints, byte for byte, in the same order.
+// the middle of a round. Both reach the same checkpoints, byte for byte (but for overlap), in the same order.
 func TestParallelSnapshotReplaysByteForByte(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
@@ -188,7 +188,11 @@ func TestParallelSnapshotReplaysByteForByte(t *testing.T) {
 			t.Fatalf("replay from checkpoint %d: %d checkpoints, want %d", from, len(second), len(first)-from-1)
 		}
 		for i, cp := range second {
-			if string(cp) != string(first[from+1+i]) {
+			// A resumed copy records overlap when the server's WAL moved since the slot's start (other tests
+			// write to this server); everything else must be byte for byte what the first read reached.
+			p := position(t, cp)
+			p.Overlap = ""
+			if string(p.Encode()) != string(first[from+1+i]) {
 				t.Fatalf("replay from checkpoint %d, checkpoint %d:\n%s\nfirst read:\n%s", from, i, cp, first[from+1+i])
 			}
 		}
