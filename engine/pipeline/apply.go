@@ -14,6 +14,15 @@ import (
 func (r *runner) applyLoop(ctx context.Context, i int) error {
 	cfg := r.cfg
 	d := cfg.Destinations[i]
+	// A crash between the last destination's commit and the reclaim after it leaves entries that every
+	// destination applied still in the log. No apply would follow to reclaim them, and `sync --once` would
+	// wait for that forever.
+	r.mu.Lock()
+	resumed := r.applied[i]
+	r.mu.Unlock()
+	if err := r.advance(ctx, i, resumed, 0); err != nil {
+		return err
+	}
 	for {
 		r.mu.Lock()
 		applied, committed, ch := r.applied[i], r.committedSeq, r.changed
