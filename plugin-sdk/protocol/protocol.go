@@ -48,8 +48,8 @@ const MaxMessageSize = 16 << 20
 // Transport sizes for the plugin connection, the same on both ends. gRPC's defaults (32 KiB write buffers, a
 // 64 KiB flow-control window grown by probing) suit many small calls; a Read or Apply stream carries
 // megabytes of Arrow a second, and with them each side woke the other for every few KiB: in the Postgres
-// snapshot profile that was a sixth of the plugin's and the engine's CPU (BENCHMARKS.md). The window bounds
-// what a receiver buffers per stream and per connection before its reader takes it.
+// snapshot profile that was an eighth of the plugin's CPU and a sixth of the engine's (BENCHMARKS.md). The
+// window bounds what a receiver buffers per stream and per connection before its reader takes it.
 const (
 	transportBuffer = 1 << 20
 	flowWindow      = 16 << 20
