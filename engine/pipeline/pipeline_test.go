@@ -18,7 +18,6 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
-	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 func TestMain(m *testing.M) { testplugins.Main(m) }
@@ -308,16 +307,7 @@ func TestAppliedButUnreclaimedEntriesAreReclaimedAtStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var items []client.ApplyItem
-		for _, f := range frames {
-			switch f.Kind {
-			case wal.FrameBatch:
-				items = append(items, client.ApplyItem{Batch: &protocol.Batch{Stream: f.Stream, Rows: f.Rows, IPC: f.Data}})
-			case wal.FrameSchema:
-				items = append(items, client.ApplyItem{Schema: &pluginv1.Stream{Name: f.Stream, ArrowSchema: f.Data}})
-			}
-		}
-		if _, err := dst.Apply(ctx, dstSettings, "orders", e.Seq, items); err != nil {
+		if _, err := dst.Apply(ctx, dstSettings, "orders", e.Seq, pipeline.Items(frames)); err != nil {
 			t.Fatal(err)
 		}
 	}
