@@ -1,6 +1,7 @@
 package lake
 
 import (
+	"fmt"
 	"io/fs"
 	"path/filepath"
 	"slices"
@@ -51,15 +52,7 @@ func TestConcurrentWritersOnOneTable(t *testing.T) {
 	a.apply(1, append([]serve.Item{schemaItem("events", sc)}, items("events", batch(t, sc, first...))...)...)
 
 	// A writes its files, then waits at its commit until B has committed.
-	bDone := make(chan struct{})
-	aWaiting := make(chan struct{})
-	a.d.hooks.beforeCommit = func(_ string, attempt int) error {
-		if attempt == 1 {
-			close(aWaiting)
-			<-bDone
-		}
-		return nil
-	}
+	aWaiting, releaseA := holdFirstCommit(a)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var aRes serve.ApplyResult
@@ -77,7 +70,7 @@ func TestConcurrentWritersOnOneTable(t *testing.T) {
 	if res, err := b.d.Apply(ctxT(t), serve.ApplyRequest{Settings: b.raw, Pipeline: b.pipeline, Sequence: 1, Items: bItems}); err != nil || res.Skipped {
 		t.Fatalf("writer B: %+v %v", res, err)
 	}
-	close(bDone)
+	releaseA()
 	wg.Wait()
 	if t.Failed() {
 		return
@@ -113,13 +106,33 @@ func TestConcurrentWritersOnOneTable(t *testing.T) {
 // Writers racing freely: every commit lands, none is lost.
 func TestConcurrentWritersRace(t *testing.T) {
 	dir := t.TempDir()
-	envs := []*env{newEnvAt(t, dir, nil), newEnvAt(t, dir, nil), newEnvAt(t, dir, nil)}
+	raceWriters(t, []*env{newEnvAt(t, dir, nil), newEnvAt(t, dir, nil), newEnvAt(t, dir, nil)}, 4)
+}
+
+// holdFirstCommit makes e's next apply stop at its first commit attempt, after writing its files, until
+// release is called; at is closed when it gets there. Tests use it to let another writer commit first.
+func holdFirstCommit(e *env) (at <-chan struct{}, release func()) {
+	arrived, done := make(chan struct{}), make(chan struct{})
+	e.d.hooks.beforeCommit = func(_ string, attempt int) error {
+		if attempt == 1 {
+			close(arrived)
+			<-done
+		}
+		return nil
+	}
+	return arrived, sync.OnceFunc(func() { close(done) })
+}
+
+// raceWriters has each env, a pipeline of its own on one table, apply sequences 1..applies at the same time
+// as the others, then checks that every row landed in its last version and each pipeline's fence is at its
+// last sequence.
+func raceWriters(t *testing.T, envs []*env, applies int) {
+	t.Helper()
 	sc := eventsSchema()
 	envs[0].apply(1, schemaItem("events", sc))
-	const applies = 4
 	var wg sync.WaitGroup
 	for w, e := range envs {
-		e.pipeline = []string{"r0", "r1", "r2"}[w]
+		e.pipeline = fmt.Sprintf("r%d", w)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -135,6 +148,9 @@ func TestConcurrentWritersRace(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if t.Failed() {
+		return
+	}
 	got := envs[0].rows("events", "id")
 	if len(got) != len(envs)*applies {
 		t.Fatalf("table holds %d rows, want %d", len(got), len(envs)*applies)
@@ -147,7 +163,7 @@ func TestConcurrentWritersRace(t *testing.T) {
 	var retries int64
 	for _, e := range envs {
 		retries += e.d.retries.Load()
-		if a := e.lastApplied(); a.Sequence != applies {
+		if a := e.lastApplied(); a.Sequence != uint64(applies) {
 			t.Fatalf("pipeline %s last applied %d, want %d", e.pipeline, a.Sequence, applies)
 		}
 	}

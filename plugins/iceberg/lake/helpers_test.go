@@ -42,7 +42,12 @@ func newEnv(t *testing.T, extra map[string]any) *env {
 
 func newEnvAt(t *testing.T, dir string, extra map[string]any) *env {
 	t.Helper()
-	s := map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(dir, "wh")}, "namespace": "lake"}
+	return envWith(t, dir, map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(dir, "wh")}, "namespace": "lake"}, extra)
+}
+
+// envWith is an env over a fresh Destination with settings s, extra laid over them.
+func envWith(t *testing.T, dir string, s, extra map[string]any) *env {
+	t.Helper()
 	maps.Copy(s, extra)
 	raw, err := json.Marshal(s)
 	if err != nil {

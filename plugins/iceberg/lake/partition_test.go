@@ -57,16 +57,18 @@ func eventsSchema() *arrow.Schema {
 	}, []string{"id"})
 }
 
+// dayEvent is an events row on day d of March 2026; a delete carries only the key.
+func dayEvent(op change.Op, id, d int, region string, amount int) row {
+	if op == opD {
+		return r(op, id, nil, nil, nil)
+	}
+	return r(op, id, time.Date(2026, 3, d, 12, 30, 0, 0, time.UTC), region, amount)
+}
+
 // Updates and deletes reach rows in every partition, including rows whose update moves them to another
 // partition, and deletes that carry only the key.
 func TestPartitionedUpdatesAndDeletes(t *testing.T) {
-	day := func(d int) time.Time { return time.Date(2026, 3, d, 12, 30, 0, 0, time.UTC) }
-	ev := func(op change.Op, id, d int, region string, amount int) row {
-		if op == opD {
-			return r(op, id, nil, nil, nil)
-		}
-		return r(op, id, day(d), region, amount)
-	}
+	ev := dayEvent
 	cases := []struct {
 		name   string
 		fields []string

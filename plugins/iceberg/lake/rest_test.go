@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/testkit/seaweedtest"
 )
@@ -53,15 +50,7 @@ func newRESTEnv(t *testing.T, warehouse string, extra map[string]any) *env {
 	if warehouse == "" {
 		warehouse = srv.NewTableBucket(t)
 	}
-	s := restSettings(srv, warehouse, srv.AccessKey, srv.SecretKey)
-	maps.Copy(s, extra)
-	raw, err := json.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &Destination{Version: "test", Log: testLogger(t)}
-	t.Cleanup(func() { d.Close() })
-	return &env{t: t, dir: t.TempDir(), raw: raw, d: d, pipeline: "p1", expected: map[string]map[string]map[string]any{}}
+	return envWith(t, t.TempDir(), restSettings(srv, warehouse, srv.AccessKey, srv.SecretKey), extra)
 }
 
 func (e *env) warehouse() string {
@@ -100,13 +89,7 @@ func s3Objects(t *testing.T, location, suffix string) []string {
 // Changes of every kind, over several applies, land in a table of the REST catalog whose files are in the S3
 // warehouse, and the table read back with iceberg-go equals the changes folded, row by row.
 func TestRESTCatalogChangesFoldIntoTable(t *testing.T) {
-	day := func(d int) time.Time { return time.Date(2026, 3, d, 12, 30, 0, 0, time.UTC) }
-	ev := func(op change.Op, id, d int, region string, amount int) row {
-		if op == opD {
-			return r(op, id, nil, nil, nil)
-		}
-		return r(op, id, day(d), region, amount)
-	}
+	ev := dayEvent
 	cases := []struct {
 		name    string
 		stream  string
@@ -184,20 +167,10 @@ func TestRESTCatalogReplayIsSkipped(t *testing.T) {
 	if err := e.d.Check(ctxT(t), e.raw); err != nil {
 		t.Fatalf("check: %v", err)
 	}
-	us, os := usersSchema(), ordersSchema()
 	if a := e.lastApplied(); a.Sequence != 0 || len(a.Streams) != 0 {
 		t.Fatalf("last applied before anything: %+v", a)
 	}
-	one := []serve.Item{
-		{Stream: "users", Record: batch(t, us, user(opI, 1, "a"), user(opI, 2, "b"))},
-		{Stream: "orders", Record: batch(t, os, r(opI, "o1", 3))},
-	}
-	if res := e.apply(1, one...); res.Skipped || res.Rows != 3 {
-		t.Fatalf("apply 1: %+v", res)
-	}
-	two := []serve.Item{{Stream: "users", Record: batch(t, us, user(opU, 1, "a2"), user(opD, 2, ""))}}
-	e.apply(2, two...)
-	before := map[string]int64{"users": snapshotID(e, "users"), "orders": snapshotID(e, "orders")}
+	applied := applyUsersAndOrders(t, e)
 
 	// A new process: nothing but the catalog remembers.
 	e.d.Close()
@@ -207,17 +180,7 @@ func TestRESTCatalogReplayIsSkipped(t *testing.T) {
 	if a.Sequence != 2 || a.Streams["users"] != 2 || a.Streams["orders"] != 1 {
 		t.Fatalf("last applied %+v, want sequence 2, users 2, orders 1", a)
 	}
-	for seq, its := range map[uint64][]serve.Item{1: one, 2: two} {
-		if res := e.apply(seq, its...); !res.Skipped {
-			t.Fatalf("apply %d again: not skipped", seq)
-		}
-	}
-	after := map[string]int64{"users": snapshotID(e, "users"), "orders": snapshotID(e, "orders")}
-	if !reflect.DeepEqual(before, after) {
-		t.Fatalf("replay changed the tables: snapshots %v -> %v", before, after)
-	}
-	e.check("users", "users", "id")
-	e.check("orders", "orders", "order_id")
+	replayIsSkipped(t, e, applied)
 	// Another pipeline into the same tables starts from zero.
 	e.pipeline = "p2"
 	if a := e.lastApplied(); a.Sequence != 0 || len(a.Streams) != 0 {
@@ -265,15 +228,7 @@ func TestRESTCatalogConcurrentWritersOnOneTable(t *testing.T) {
 	a.apply(1, append([]serve.Item{schemaItem("events", sc)}, items("events", batch(t, sc, first...))...)...)
 
 	// A writes its files, then waits at its commit until B has committed.
-	bDone := make(chan struct{})
-	aWaiting := make(chan struct{})
-	a.d.hooks.beforeCommit = func(_ string, attempt int) error {
-		if attempt == 1 {
-			close(aWaiting)
-			<-bDone
-		}
-		return nil
-	}
+	aWaiting, releaseA := holdFirstCommit(a)
 	aItems := items("events", batch(t, sc, r(opU, 1, nil, "us", 10), r(opD, 2, nil, nil, nil), r(opI, 7, nil, "eu", 7)))
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -286,13 +241,13 @@ func TestRESTCatalogConcurrentWritersOnOneTable(t *testing.T) {
 	select {
 	case <-aWaiting:
 	case <-time.After(60 * time.Second):
-		close(bDone)
+		releaseA()
 		wg.Wait()
 		t.Fatalf("writer A never reached its commit: %v", aErr)
 	}
 	bItems := items("events", batch(t, sc, r(opU, 3, nil, "us", 30), r(opI, 8, nil, "us", 8)))
 	res, err := b.d.Apply(ctxT(t), serve.ApplyRequest{Settings: b.raw, Pipeline: b.pipeline, Sequence: 1, Items: bItems})
-	close(bDone)
+	releaseA()
 	wg.Wait()
 	if err != nil || res.Skipped {
 		t.Fatalf("writer B: %+v %v", res, err)
@@ -327,48 +282,7 @@ func TestRESTCatalogConcurrentWritersOnOneTable(t *testing.T) {
 // pipeline's fence ends at its last sequence.
 func TestRESTCatalogConcurrentWritersRace(t *testing.T) {
 	first := newRESTEnv(t, "", nil)
-	envs := []*env{first, newRESTEnv(t, first.warehouse(), nil), newRESTEnv(t, first.warehouse(), nil)}
-	sc := eventsSchema()
-	first.apply(1, schemaItem("events", sc))
-	const applies = 3
-	var wg sync.WaitGroup
-	for w, e := range envs {
-		e.pipeline = []string{"r0", "r1", "r2"}[w]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 1; i <= applies; i++ {
-				id := 1000*(w+1) + i
-				_, err := e.d.Apply(ctxT(t), serve.ApplyRequest{Settings: e.raw, Pipeline: e.pipeline, Sequence: uint64(i),
-					Items: items("events", batch(t, sc, r(opI, id, nil, "eu", id), r(opU, id, nil, "us", -id)))})
-				if err != nil {
-					t.Errorf("writer %d apply %d: %v", w, i, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
-	got := first.rows("events", "id")
-	if len(got) != len(envs)*applies {
-		t.Fatalf("table holds %d rows, want %d", len(got), len(envs)*applies)
-	}
-	for _, v := range got {
-		if v["region"] != "us" {
-			t.Fatalf("row %v kept its first version", v)
-		}
-	}
-	var retries int64
-	for _, e := range envs {
-		retries += e.d.retries.Load()
-		if a := e.lastApplied(); a.Sequence != applies {
-			t.Fatalf("pipeline %s last applied %d, want %d", e.pipeline, a.Sequence, applies)
-		}
-	}
-	t.Logf("%d commits rebuilt after losing a race", retries)
+	raceWriters(t, []*env{first, newRESTEnv(t, first.warehouse(), nil), newRESTEnv(t, first.warehouse(), nil)}, 3)
 }
 
 // Settings that reach a real REST catalog but cannot use it fail every call with an error that names the

@@ -308,15 +308,7 @@ func TestSpilledApplyLosingCommitRace(t *testing.T) {
 	sc := eventsSchema()
 	a.apply(1, schemaItem("events", sc), serve.Item{Stream: "events", Record: batch(t, sc, r(opI, 1, nil, "eu", 1), r(opI, 2, nil, "eu", 2))})
 
-	bDone := make(chan struct{})
-	aWaiting := make(chan struct{})
-	a.d.hooks.beforeCommit = func(_ string, attempt int) error {
-		if attempt == 1 {
-			close(aWaiting)
-			<-bDone
-		}
-		return nil
-	}
+	aWaiting, releaseA := holdFirstCommit(a)
 	aItems := items("events",
 		batch(t, sc, r(opU, 1, nil, "us", 10), r(opI, 3, nil, "eu", 3)),
 		batch(t, sc, r(opU, 3, nil, "us", 30), r(opD, 2, nil, nil, nil)),
@@ -339,7 +331,7 @@ func TestSpilledApplyLosingCommitRace(t *testing.T) {
 	if _, err := b.d.Apply(ctxT(t), serve.ApplyRequest{Settings: b.raw, Pipeline: b.pipeline, Sequence: 1, Items: bItems}); err != nil {
 		t.Fatalf("writer B: %v", err)
 	}
-	close(bDone)
+	releaseA()
 	wg.Wait()
 	if aErr != nil {
 		t.Fatalf("writer A: %v", aErr)
