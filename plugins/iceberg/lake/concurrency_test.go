@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
@@ -41,8 +42,15 @@ func filesBySuffix(t *testing.T, location, suffix string) []string {
 // same moment: the loser rebuilds its commit on the winner's and both land; the loser's first files are gone.
 func TestConcurrentWritersOnOneTable(t *testing.T) {
 	dir := t.TempDir()
-	a := newEnvAt(t, dir, nil)
-	b := newEnvAt(t, dir, nil)
+	twoWritersOnOneTable(t, newEnvAt(t, dir, nil), newEnvAt(t, dir, nil), filesBySuffix)
+}
+
+// twoWritersOnOneTable has a and b, two destinations on one catalog, commit to one table at the same moment:
+// A writes its files and waits at its commit until B has committed. A's commit must then be rebuilt on B's
+// exactly once, both must land with their fences, and stored (the files under a location with a suffix)
+// must hold exactly the live data and delete files and the referenced manifests: the lost attempt's are gone.
+func twoWritersOnOneTable(t *testing.T, a, b *env, stored func(t *testing.T, location, suffix string) []string) {
+	t.Helper()
 	a.pipeline, b.pipeline = "w1", "w2"
 	sc := eventsSchema()
 	var first []row
@@ -51,39 +59,39 @@ func TestConcurrentWritersOnOneTable(t *testing.T) {
 	}
 	a.apply(1, append([]serve.Item{schemaItem("events", sc)}, items("events", batch(t, sc, first...))...)...)
 
-	// A writes its files, then waits at its commit until B has committed.
 	aWaiting, releaseA := holdFirstCommit(a)
+	aItems := items("events", batch(t, sc, r(opU, 1, nil, "us", 10), r(opD, 2, nil, nil, nil), r(opI, 7, nil, "eu", 7)))
 	var wg sync.WaitGroup
 	wg.Add(1)
 	var aRes serve.ApplyResult
+	var aErr error
 	go func() {
 		defer wg.Done()
-		var err error
-		aRes, err = a.d.Apply(ctxT(t), serve.ApplyRequest{Settings: a.raw, Pipeline: a.pipeline, Sequence: 2,
-			Items: items("events", batch(t, sc, r(opU, 1, nil, "us", 10), r(opD, 2, nil, nil, nil), r(opI, 7, nil, "eu", 7)))})
-		if err != nil {
-			t.Errorf("writer A: %v", err)
-		}
+		aRes, aErr = a.d.Apply(ctxT(t), serve.ApplyRequest{Settings: a.raw, Pipeline: a.pipeline, Sequence: 2, Items: aItems})
 	}()
-	<-aWaiting
-	bItems := items("events", batch(t, sc, r(opU, 3, nil, "us", 30), r(opI, 8, nil, "us", 8)))
-	if res, err := b.d.Apply(ctxT(t), serve.ApplyRequest{Settings: b.raw, Pipeline: b.pipeline, Sequence: 1, Items: bItems}); err != nil || res.Skipped {
-		t.Fatalf("writer B: %+v %v", res, err)
+	select {
+	case <-aWaiting:
+	case <-time.After(60 * time.Second):
+		releaseA()
+		wg.Wait()
+		t.Fatalf("writer A never reached its commit: %v", aErr)
 	}
+	bItems := items("events", batch(t, sc, r(opU, 3, nil, "us", 30), r(opI, 8, nil, "us", 8)))
+	res, err := b.d.Apply(ctxT(t), serve.ApplyRequest{Settings: b.raw, Pipeline: b.pipeline, Sequence: 1, Items: bItems})
 	releaseA()
 	wg.Wait()
-	if t.Failed() {
-		return
+	if err != nil || res.Skipped {
+		t.Fatalf("writer B: %+v %v", res, err)
 	}
-	if aRes.Skipped {
-		t.Fatal("writer A skipped")
+	if aErr != nil || aRes.Skipped {
+		t.Fatalf("writer A: %+v %v", aRes, aErr)
 	}
 	if got := a.d.retries.Load(); got != 1 {
 		t.Fatalf("writer A rebuilt its commit %d times, want 1", got)
 	}
-	// Expected: apply 1, then B's changes, then A's (A committed last; the keys do not overlap).
+	// B committed first, then A; the keys do not overlap.
 	a.fold(bItems...)
-	a.fold(items("events", batch(t, sc, r(opU, 1, nil, "us", 10), r(opD, 2, nil, nil, nil), r(opI, 7, nil, "eu", 7)))...)
+	a.fold(aItems...)
 	a.check("events", "events", "id")
 
 	tbl := a.table("events")
@@ -92,14 +100,13 @@ func TestConcurrentWritersOnOneTable(t *testing.T) {
 		t.Fatalf("fences w1=%q w2=%q, want 2 and 1", props[seqKey("w1")], props[seqKey("w2")])
 	}
 	data, deletes := tableFiles(t, tbl)
-	live := slices.Sorted(slices.Values(append(data, deletes...)))
-	live = slices.Compact(live)
-	if on := parquetFiles(t, tbl.Location()); !slices.Equal(on, live) {
-		t.Fatalf("files on disk are not exactly the live files (the lost attempt's files must be removed):\non disk %q\nlive    %q", on, live)
+	live := slices.Compact(slices.Sorted(slices.Values(append(data, deletes...))))
+	if got := stored(t, tbl.Location(), ".parquet"); !slices.Equal(got, live) {
+		t.Fatalf("Parquet files stored are not exactly the live files (the lost attempt's files must be removed):\nstored %q\nlive   %q", got, live)
 	}
 	avro := referencedManifests(t, tbl)
-	if on := filesBySuffix(t, tbl.Location(), ".avro"); !slices.Equal(on, avro) {
-		t.Fatalf("manifests on disk are not exactly the referenced ones:\non disk %q\nreferenced %q", on, avro)
+	if got := stored(t, tbl.Location(), ".avro"); !slices.Equal(got, avro) {
+		t.Fatalf("manifests stored are not exactly the referenced ones:\nstored     %q\nreferenced %q", got, avro)
 	}
 }
 

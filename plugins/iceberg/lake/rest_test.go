@@ -7,9 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/apache/iceberg-go/table"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -218,64 +216,7 @@ func TestRESTCatalogConflictIsCommitFailed(t *testing.T) {
 // attempt are removed from the warehouse.
 func TestRESTCatalogConcurrentWritersOnOneTable(t *testing.T) {
 	a := newRESTEnv(t, "", nil)
-	b := newRESTEnv(t, a.warehouse(), nil)
-	a.pipeline, b.pipeline = "w1", "w2"
-	sc := eventsSchema()
-	var first []row
-	for id := 1; id <= 6; id++ {
-		first = append(first, r(opI, id, nil, "eu", id))
-	}
-	a.apply(1, append([]serve.Item{schemaItem("events", sc)}, items("events", batch(t, sc, first...))...)...)
-
-	// A writes its files, then waits at its commit until B has committed.
-	aWaiting, releaseA := holdFirstCommit(a)
-	aItems := items("events", batch(t, sc, r(opU, 1, nil, "us", 10), r(opD, 2, nil, nil, nil), r(opI, 7, nil, "eu", 7)))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	var aRes serve.ApplyResult
-	var aErr error
-	go func() {
-		defer wg.Done()
-		aRes, aErr = a.d.Apply(ctxT(t), serve.ApplyRequest{Settings: a.raw, Pipeline: a.pipeline, Sequence: 2, Items: aItems})
-	}()
-	select {
-	case <-aWaiting:
-	case <-time.After(60 * time.Second):
-		releaseA()
-		wg.Wait()
-		t.Fatalf("writer A never reached its commit: %v", aErr)
-	}
-	bItems := items("events", batch(t, sc, r(opU, 3, nil, "us", 30), r(opI, 8, nil, "us", 8)))
-	res, err := b.d.Apply(ctxT(t), serve.ApplyRequest{Settings: b.raw, Pipeline: b.pipeline, Sequence: 1, Items: bItems})
-	releaseA()
-	wg.Wait()
-	if err != nil || res.Skipped {
-		t.Fatalf("writer B: %+v %v", res, err)
-	}
-	if aErr != nil || aRes.Skipped {
-		t.Fatalf("writer A: %+v %v", aRes, aErr)
-	}
-	if got := a.d.retries.Load(); got != 1 {
-		t.Fatalf("writer A rebuilt its commit %d times, want 1", got)
-	}
-	// B committed first, then A; the keys do not overlap.
-	a.fold(bItems...)
-	a.fold(aItems...)
-	a.check("events", "events", "id")
-	tbl := a.table("events")
-	props := tbl.Properties()
-	if props[seqKey("w1")] != "2" || props[seqKey("w2")] != "1" {
-		t.Fatalf("fences w1=%q w2=%q, want 2 and 1", props[seqKey("w1")], props[seqKey("w2")])
-	}
-	data, deletes := tableFiles(t, tbl)
-	live := slices.Compact(slices.Sorted(slices.Values(append(data, deletes...))))
-	if onS3 := s3Objects(t, tbl.Location(), ".parquet"); !slices.Equal(onS3, live) {
-		t.Fatalf("Parquet files in the warehouse are not exactly the live files (the lost attempt's files must be removed):\non S3 %q\nlive  %q", onS3, live)
-	}
-	avro := referencedManifests(t, tbl)
-	if onS3 := s3Objects(t, tbl.Location(), ".avro"); !slices.Equal(onS3, avro) {
-		t.Fatalf("manifests in the warehouse are not exactly the referenced ones:\non S3      %q\nreferenced %q", onS3, avro)
-	}
+	twoWritersOnOneTable(t, a, newRESTEnv(t, a.warehouse(), nil), s3Objects)
 }
 
 // Writers racing freely on one table of the REST catalog: every commit lands, none is lost, and each
