@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
@@ -176,18 +177,21 @@ func (c *Client) wrap(call string, err error) error {
 		return fmt.Errorf("plugin %s %s: process exited: %w%s", c.name, call, err, c.tail.suffix())
 	}
 	if st, ok := status.FromError(err); ok {
-		return fmt.Errorf("plugin %s %s: %w", c.name, call, &RemoteError{Code: st.Code().String(), Message: st.Message()})
+		return fmt.Errorf("plugin %s %s: %w", c.name, call, &RemoteError{Code: st.Code().String(), Message: st.Message(), err: fault.FromStatus(st)})
 	}
 	return fmt.Errorf("plugin %s %s: %w", c.name, call, err)
 }
 
-// RemoteError is an error the plugin returned.
+// RemoteError is an error the plugin returned. It unwraps to the plugin's fault class (see package fault), so
+// errors.Is(err, fault.ErrConfig) works on it.
 type RemoteError struct {
 	Code    string
 	Message string
+	err     error
 }
 
 func (e *RemoteError) Error() string { return e.Message }
+func (e *RemoteError) Unwrap() error { return e.err }
 
 // tailBuffer keeps the last n bytes written to it.
 type tailBuffer struct {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
@@ -379,16 +380,5 @@ func (s *server) Teardown(ctx context.Context, req *pluginv1.TeardownRequest) (*
 	return &pluginv1.TeardownResponse{Released: released}, nil
 }
 
-// toStatus keeps a plugin's error message intact across the boundary.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return status.FromContextError(err).Err()
-	}
-	return status.Error(codes.Unknown, err.Error())
-}
+// toStatus keeps a plugin's error message, and its fault class, intact across the boundary.
+func toStatus(err error) error { return fault.ToStatus(err) }
