@@ -79,7 +79,7 @@ func credentials(tokens []namedToken, legacy string) ([]credential, error) {
 // authenticate returns the name of the token the request carries, comparing against every credential in
 // constant time (no early exit, so the timing does not say which one matched).
 func authenticate(r *http.Request, creds []credential) (string, bool) {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got, ok := bearerToken(r)
 	if !ok {
 		return "", false
 	}
@@ -94,6 +94,12 @@ func authenticate(r *http.Request, creds []credential) (string, bool) {
 		return "", false
 	}
 	return creds[match].name, true
+}
+
+// bearerToken returns the token of an Authorization header; the scheme is case-insensitive (RFC 7235).
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return token, ok && strings.EqualFold(scheme, "Bearer")
 }
 
 // authLog logs, by token name, the first request each token authorises (what an operator rotating a token
@@ -135,7 +141,7 @@ func (l *authLog) refused(r *http.Request) {
 	l.lastRefuse, l.suppressed = now, 0
 	l.mu.Unlock()
 	reason := "no bearer token"
-	if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+	if _, ok := bearerToken(r); ok {
 		reason = "a bearer token that matches none of tokens"
 	}
 	slog.Warn("refused a request (401)", "reason", reason, "remote", r.RemoteAddr, "path", r.URL.Path, "refusals_not_logged", n)
