@@ -192,8 +192,17 @@ func TestHTTPSourceTLS(t *testing.T) {
 		})
 		server.write(t, certFile, keyFile)
 		r, base := httpsReading(t, p)
-		withCert := httpsClient(ca.pool(), clientCA.valid("billing", true).tlsCert())
+		clientCert := clientCA.valid("billing", true).tlsCert()
+		withCert := httpsClient(ca.pool(), clientCert)
 		mustPost(t, r, withCert, base, req{body: []byte(`{"id":1}`), headers: bearer("new")}, http.StatusOK)
+		// HTTP/2 stays on with client certificates.
+		h2 := httpsClient(ca.pool(), clientCert)
+		h2.Transport.(*http.Transport).ForceAttemptHTTP2 = true
+		if resp, err := h2.Get(base + "/healthz"); err != nil || resp.ProtoMajor != 2 {
+			t.Fatalf("GET /healthz with HTTP/2 allowed: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
 		// A client certificate does not stand in for the token.
 		mustPost(t, r, withCert, base, req{body: []byte(`{"id":2}`)}, http.StatusUnauthorized)
 		r.expectNone(noWait, "a client certificate without a token")

@@ -115,6 +115,9 @@ func serverTLS(t *tlsSettings) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS12,
+		// Set here because http.Server adds them only to its own config, not to one GetConfigForClient
+		// returns (client certificates would otherwise turn HTTP/2 off).
+		NextProtos: []string{"h2", "http/1.1"},
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			return pair.get(), nil
 		},
@@ -155,13 +158,14 @@ type reloading[T any] struct {
 }
 
 func (r *reloading[T]) init() error {
-	stamp, err := stat(r.files)
-	if err != nil {
-		return fault.ConfigErr(fmt.Errorf("settings: tls: %w", err), "point the tls settings at files the plugin can read (absolute paths; check their permissions)")
-	}
+	// Stat before reading: a file that changes in between then looks changed at the next handshake.
+	stamp, serr := stat(r.files)
 	v, err := r.load()
 	if err != nil {
 		return err
+	}
+	if serr != nil {
+		stamp = nil
 	}
 	if r.valid != nil {
 		if err := r.valid(v); err != nil {
