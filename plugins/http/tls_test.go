@@ -8,6 +8,7 @@ import (
 	"errors"
 	"math/big"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -152,6 +153,13 @@ func TestHTTPSourceTLS(t *testing.T) {
 		ca.expired("127.0.0.1", false).write(t, certFile, keyFile)
 		if got := servedSerial(t, good, base); got.Cmp(renewed.cert.SerialNumber) != 0 {
 			t.Fatalf("after an expired certificate was written the server presents %s, want %s still", got, renewed.cert.SerialNumber)
+		}
+		// A certificate file that is gone (mid-rotation) does not stop the service either.
+		if err := os.Remove(certFile); err != nil {
+			t.Fatal(err)
+		}
+		if got := servedSerial(t, good, base); got.Cmp(renewed.cert.SerialNumber) != 0 {
+			t.Fatalf("with the certificate file removed the server presents %s, want %s still", got, renewed.cert.SerialNumber)
 		}
 		mustPost(t, r, good, base, req{body: []byte(`{"id":5}`), headers: bearer("new")}, http.StatusOK)
 
