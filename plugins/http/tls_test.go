@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"math/big"
 	"net/http"
@@ -223,6 +224,22 @@ func TestHTTPSourceTLS(t *testing.T) {
 
 		// The next good request is the next thing in the log.
 		mustPost(t, r, withCert, base, req{body: []byte(`{"id":3}`), headers: bearer("new")}, http.StatusOK)
+
+		// A new client CA written over client_ca_file takes effect at the next connection.
+		nextCA := newTestCA(t, "next client CA")
+		caPEM, err := os.ReadFile(nextCA.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(caPEM)
+		writePEM(t, clientCA.CAFile, "CERTIFICATE", block.Bytes)
+		refusedHandshake(t, r, withCert, base, "unknown certificate authority")
+		mustPost(t, r, httpsClient(ca.pool(), nextCA.valid("billing", true).tlsCert()), base,
+			req{body: []byte(`{"id":4}`), headers: bearer("new")}, http.StatusOK)
+		// One without certificates is not taken.
+		writePEM(t, clientCA.CAFile, "PRIVATE KEY", []byte("nothing"))
+		mustPost(t, r, httpsClient(ca.pool(), nextCA.valid("billing", true).tlsCert()), base,
+			req{body: []byte(`{"id":5}`), headers: bearer("new")}, http.StatusOK)
 	})
 
 	t.Run("an expired certificate at start is served until renewed on disk", func(t *testing.T) {
