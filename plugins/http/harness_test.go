@@ -280,6 +280,11 @@ func (r *reading) postAsync(q req) <-chan response {
 }
 
 func doPost(base string, q req) (response, error) {
+	return doPostWith(&http.Client{Timeout: 30 * time.Second}, base, q)
+}
+
+// doPostWith posts with hc, e.g. a client with its own TLS configuration.
+func doPostWith(hc *http.Client, base string, q req) (response, error) {
 	if q.path == "" {
 		q.path = "/v1/streams/events"
 	}
@@ -294,7 +299,6 @@ func doPost(base string, q req) (response, error) {
 	for k, v := range q.headers {
 		hr.Header.Set(k, v)
 	}
-	hc := &http.Client{Timeout: 30 * time.Second}
 	resp, err := hc.Do(hr)
 	if err != nil {
 		return response{}, err

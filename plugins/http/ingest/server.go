@@ -4,7 +4,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,18 +21,27 @@ import (
 // server is the HTTP listener. Its settings are those of the latest Read.
 type server struct {
 	src    *Source
-	listen string // as configured
-	addr   string // as bound
+	listen string       // as configured
+	tls    *tlsSettings // as configured; nil: plain HTTP
+	addr   string       // as bound
 	http   *http.Server
 	cfg    atomic.Pointer[settings]
+	auth   *authLog
 }
 
 func startServer(src *Source, cfg *settings) (*server, error) {
+	var tlsCfg *tls.Config
+	if cfg.TLS != nil {
+		var err error
+		if tlsCfg, err = serverTLS(cfg.TLS); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	srv := &server{src: src, listen: cfg.Listen, addr: ln.Addr().String()}
+	srv := &server{src: src, listen: cfg.Listen, tls: cfg.TLS, addr: ln.Addr().String(), auth: newAuthLog()}
 	srv.cfg.Store(cfg)
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/streams/{stream}", srv.post)
@@ -47,9 +56,15 @@ func startServer(src *Source, cfg *settings) (*server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(slog.Default().Handler(), slog.LevelWarn),
+		TLSConfig:         tlsCfg,
 	}
 	go func() {
-		if err := srv.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := srv.http.Serve
+		if tlsCfg != nil {
+			// The certificate comes from TLSConfig.GetCertificate, so no file names here.
+			serve = func(ln net.Listener) error { return srv.http.ServeTLS(ln, "", "") }
+		}
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			slog.Error("http server stopped", "addr", srv.addr, "err", err)
 		}
 	}()
@@ -97,11 +112,6 @@ func (srv *server) healthz(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
-}
-
-func authorized(r *http.Request, token string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 // bodyFormat reads the Content-Type and Content-Encoding headers.
@@ -183,9 +193,14 @@ type okBody struct {
 // and the answer waits for the engine's Ack of the request's checkpoint.
 func (srv *server) post(w http.ResponseWriter, r *http.Request) {
 	cfg := srv.cfg.Load()
-	if cfg.BearerToken != "" && !authorized(r, cfg.BearerToken) {
-		writeError(w, &requestError{Status: http.StatusUnauthorized, Msg: "missing or wrong bearer token (Authorization: Bearer <token>)"})
-		return
+	if len(cfg.creds) > 0 {
+		token, ok := authenticate(r, cfg.creds)
+		if !ok {
+			srv.auth.refused(r)
+			writeError(w, &requestError{Status: http.StatusUnauthorized, Msg: "missing or wrong bearer token (Authorization: Bearer <token>)"})
+			return
+		}
+		srv.auth.accepted(token, r)
 	}
 	name := r.PathValue("stream")
 	sc, ok := cfg.Streams[name]

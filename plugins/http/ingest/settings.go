@@ -23,7 +23,9 @@ type settings struct {
 	AddressFile       string                  `json:"address_file"`
 	Streams           map[string]streamConfig `json:"streams"`
 	BodyLimit         int64                   `json:"body_limit"`
-	BearerToken       string                  `json:"bearer_token"`
+	BearerToken       string                  `json:"bearer_token"` // deprecated: tokens
+	Tokens            []namedToken            `json:"tokens"`
+	TLS               *tlsSettings            `json:"tls"`
 	IdempotencyWindow string                  `json:"idempotency_window"`
 	AckTimeout        string                  `json:"ack_timeout"`
 	TypeConflict      string                  `json:"type_conflict"`
@@ -31,6 +33,8 @@ type settings struct {
 
 	idempotencyWindow time.Duration
 	ackTimeout        time.Duration
+	// creds are the tokens a POST may carry; none means no token is needed.
+	creds []credential
 }
 
 type streamConfig struct {
@@ -90,6 +94,14 @@ func parseSettings(raw json.RawMessage) (*settings, error) {
 		return nil, fmt.Errorf("settings: max_batch_rows must be positive, got %d", s.MaxBatchRows)
 	case s.TypeConflict != "string" && s.TypeConflict != "reject":
 		return nil, fmt.Errorf("settings: type_conflict must be \"string\" or \"reject\", got %q", s.TypeConflict)
+	}
+	if s.creds, err = credentials(s.Tokens, s.BearerToken); err != nil {
+		return nil, err
+	}
+	if s.TLS != nil {
+		if err := s.TLS.validate(); err != nil {
+			return nil, err
+		}
 	}
 	for name, sc := range s.Streams {
 		if !streamName.MatchString(name) {

@@ -17,11 +17,13 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/infer"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -58,14 +60,30 @@ func (s *Source) Spec() serve.Spec {
 	}
 }
 
-// Check validates the settings, reads the sample files and makes sure the listen address can be bound.
+// Check validates the settings, reads the sample files and the TLS files, and makes sure the listen address
+// can be bound.
 func (s *Source) Check(_ context.Context, raw json.RawMessage) error {
+	err := s.check(raw)
+	// A Check answer is text only (the class does not cross the boundary with it), so the fix goes into
+	// the message, where `skippr connect` shows it.
+	if fix := fault.FixOf(err); fix != "" {
+		return fmt.Errorf("%w; to fix: %s", err, fix)
+	}
+	return err
+}
+
+func (s *Source) check(raw json.RawMessage) error {
 	cfg, err := parseSettings(raw)
 	if err != nil {
 		return err
 	}
 	if _, err := initialStates(cfg); err != nil {
 		return err
+	}
+	if cfg.TLS != nil {
+		if err := cfg.TLS.check(time.Now()); err != nil {
+			return err
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -278,7 +296,7 @@ func (s *Source) Ack(_ context.Context, raw []byte) error {
 func (s *Source) serveHTTP(cfg *settings) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv == nil || s.srv.listen != cfg.Listen {
+	if s.srv == nil || s.srv.listen != cfg.Listen || !sameTLS(s.srv.tls, cfg.TLS) {
 		if s.srv != nil {
 			s.srv.close()
 			s.srv = nil
@@ -288,7 +306,10 @@ func (s *Source) serveHTTP(cfg *settings) error {
 			return err
 		}
 		s.srv = srv
-		slog.Info("listening", "addr", srv.addr)
+		slog.Info("listening", "addr", srv.addr, "tls", cfg.TLS != nil, "client_certificates", cfg.TLS != nil && cfg.TLS.ClientCAFile != "")
+		if cfg.BearerToken != "" {
+			slog.Warn("settings: bearer_token is deprecated; use tokens: [{name, token}], which lets a token be rotated without downtime")
+		}
 	}
 	s.srv.cfg.Store(cfg)
 	if cfg.AddressFile != "" {
