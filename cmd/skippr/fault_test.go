@@ -1,0 +1,156 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// walBackend is where a fault test keeps its WAL, and how it removes one object from it.
+type walBackend struct {
+	url, extra string
+	inspect    []string // `wal inspect` arguments
+	remove     func(t *testing.T, key string)
+}
+
+func walBackends(t *testing.T, e *env) map[string]func() walBackend {
+	return map[string]func() walBackend{
+		"local": func() walBackend {
+			dir := filepath.Join(e.dir, "wal")
+			return walBackend{url: "file://" + dir, inspect: []string{"wal", "inspect", "file://" + dir, "--json"}, remove: func(t *testing.T, key string) {
+				if err := os.Remove(filepath.Join(dir, filepath.FromSlash(key))); err != nil {
+					t.Fatal(err)
+				}
+			}}
+		},
+		"s3": func() walBackend {
+			b := versity.Get(t).NewBucket(t)
+			e.extraEnv = []string{"AWS_ACCESS_KEY_ID=" + b.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.SecretKey}
+			return walBackend{
+				url:     "s3://" + b.Name + "/faults",
+				inspect: []string{"wal", "inspect", "s3://" + b.Name + "/faults", "--json", "--s3-endpoint", b.Endpoint, "--s3-region", "us-east-1", "--s3-path-style"},
+				extra:   fmt.Sprintf("      s3: { endpoint: %s, region: us-east-1, path_style: true }\n", b.Endpoint),
+				remove: func(t *testing.T, key string) {
+					if _, err := b.Client.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(b.Name), Key: aws.String("faults/" + key)}); err != nil {
+						t.Fatal(err)
+					}
+				},
+			}
+		},
+	}
+}
+
+// statusRow is what the fault tests read of `status --json`.
+type statusRow struct {
+	Pipeline string `json:"pipeline"`
+	State    string `json:"state"`
+	Fault    *struct {
+		Message string    `json:"message"`
+		Class   string    `json:"class"`
+		Fix     string    `json:"fix"`
+		Since   time.Time `json:"since"`
+		Attempt int       `json:"attempt"`
+		Entry   uint64    `json:"entry"`
+		Segment string    `json:"segment"`
+	} `json:"fault"`
+}
+
+// syncFails runs `sync --once`, which must stop within seconds with exit 1, no retry, the message and a fix;
+// then `status` must show the same, exit 1, as text and as JSON.
+func (e *env) syncFails(class, fix string, message ...string) statusRow {
+	t := e.t
+	t.Helper()
+	start := time.Now()
+	r := e.run("sync", "--once")
+	took := time.Since(start)
+	if r.code != 1 {
+		t.Fatalf("sync --once: exit %d, want 1\n%s", r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr, "restarting") {
+		t.Fatalf("sync --once retried a permanent fault:\n%s", r.stderr)
+	}
+	// Plugin start-up dominates; a retry would add at least the 0.5+1+2+4 s of backoff.
+	if took > 20*time.Second {
+		t.Fatalf("sync --once took %s to fail", took)
+	}
+	for _, s := range append(message, "fix: "+fix, "("+class+")") {
+		if !strings.Contains(r.stderr, s) {
+			t.Fatalf("sync --once stderr lacks %q:\n%s", s, r.stderr)
+		}
+	}
+	rt := e.run("status")
+	if rt.code != 1 || !strings.Contains(rt.stdout, "orders: failed: ") || !strings.Contains(rt.stdout, "(since ") ||
+		!strings.Contains(rt.stdout, "class: "+class) || !strings.Contains(rt.stdout, "fix: "+fix) {
+		t.Fatalf("status: exit %d, want 1 showing the failure\n%s%s", rt.code, rt.stdout, rt.stderr)
+	}
+	rj := e.run("status", "--json")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(rj.stdout), &rows); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, rj.stdout)
+	}
+	if rj.code != 1 || len(rows) != 1 || rows[0].State != "failed" || rows[0].Fault == nil || rows[0].Fault.Class != class ||
+		!strings.Contains(rows[0].Fault.Fix, fix) || time.Since(rows[0].Fault.Since) > 5*time.Minute {
+		t.Fatalf("status --json: exit %d, %s", rj.code, rj.stdout)
+	}
+	for _, s := range message {
+		if !strings.Contains(rows[0].Fault.Message, s) {
+			t.Fatalf("status --json message lacks %q: %s", s, rows[0].Fault.Message)
+		}
+	}
+	return rows[0]
+}
+
+// A commit record missing in the middle of the log, and a destination reset under an exactly-once pipeline,
+// stop `sync --once` at once in state failed, on local disk and on S3.
+func TestWALFaultsFailAtOnce(t *testing.T) {
+	for _, backend := range []string{"local", "s3"} {
+		t.Run(backend+"/missing commit record", func(t *testing.T) {
+			e := newEnv(t)
+			w := walBackends(t, e)[backend]()
+			cfg := pipelineConfig(`{ rows: 3000, batch_size: 300 }`, filepath.Join(e.dir, "out"), "", w.url, w.extra+"      group_commit: { max_bytes: 1KiB }\n")
+			e.writeConfig(cfg + "    apply: { paused: true }\n")
+			e.mustRun("sync", "--once")
+			var inspect struct {
+				LastSeq uint64 `json:"last_seq"`
+			}
+			r := e.mustRun(w.inspect...)
+			if err := json.Unmarshal([]byte(r.stdout), &inspect); err != nil || inspect.LastSeq < 3 {
+				t.Fatalf("wal inspect: %v, want 3 entries or more\n%s", err, r.stdout)
+			}
+			mid := (inspect.LastSeq + 1) / 2
+			w.remove(t, fmt.Sprintf("commits/%020d.json", mid))
+			e.writeConfig(cfg)
+			e.syncFails("resnapshot", "re-snapshot the affected tables", fmt.Sprintf("entry %d is missing: entry %d is followed by entry %d", mid, mid-1, mid+1))
+		})
+		t.Run(backend+"/destination reset", func(t *testing.T) {
+			e := newEnv(t)
+			w := walBackends(t, e)[backend]()
+			out := filepath.Join(e.dir, "out")
+			e.writeConfig(pipelineConfig(`{ rows: 2000, batch_size: 200 }`, out, "", w.url, w.extra+"      group_commit: { max_bytes: 1KiB }\n"))
+			e.mustRun("sync", "--once")
+			if err := os.RemoveAll(out); err != nil {
+				t.Fatal(err)
+			}
+			e.syncFails("resnapshot", "give the pipeline a new name", "destination out has applied up to WAL sequence 0", "needs a fresh pipeline")
+		})
+	}
+}
+
+// A destination directory the plugin cannot create is the plugin's Config error: failed at once, with its fix.
+func TestDestinationDirFailsAtOnce(t *testing.T) {
+	e := newEnv(t)
+	file := filepath.Join(e.dir, "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.writeConfig(pipelineConfig(`{ rows: 100 }`, filepath.Join(file, "out"), "", "file://"+filepath.Join(e.dir, "wal"), ""))
+	e.syncFails("config", "set the connection's dir", "a-file/out is not writable")
+}
