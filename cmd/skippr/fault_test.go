@@ -12,6 +12,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
 // walBackend is where a fault test keeps its WAL, and how it removes one object from it.
@@ -153,4 +156,53 @@ func TestDestinationDirFailsAtOnce(t *testing.T) {
 	}
 	e.writeConfig(pipelineConfig(`{ rows: 100 }`, filepath.Join(file, "out"), "", "file://"+filepath.Join(e.dir, "wal"), ""))
 	e.syncFails("config", "set the connection's dir", "a-file/out is not writable")
+}
+
+// A Postgres source whose slot was dropped needs a re-snapshot, and a wrong password a new setting: both stop
+// `sync --once` at once in state failed, with the plugin's class and fix.
+func TestPostgresSourceFaultsFailAtOnce(t *testing.T) {
+	src := pgtest.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sc, err := pgx.Connect(ctx, src.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close(context.Background())
+	createOrders(t, ctx, sc, 500)
+	s := src.Server
+	config := func(e *env, user, password string) {
+		e.writeConfig(fmt.Sprintf(`connections:
+  src:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %s, port: %d, user: %s, password: "%s", database: %s, sslmode: disable, tables: [public.orders], slot: faults, publication: faults }
+  out:
+    plugin: testdest
+    version: ">= 0.1"
+    settings: { dir: %s }
+pipelines:
+  orders:
+    source: src
+    destinations: [out]
+    wal:
+      url: file://%s
+`, s.Host, s.Port, user, password, src.Name, filepath.Join(e.dir, "out"), filepath.Join(e.dir, "wal")))
+	}
+
+	t.Run("dropped slot", func(t *testing.T) {
+		e := newEnv(t)
+		config(e, "postgres", "")
+		e.mustRun("sync", "--once")
+		if _, err := sc.Exec(ctx, `SELECT pg_drop_replication_slot('faults')`); err != nil {
+			t.Fatal(err)
+		}
+		e.syncFails("resnapshot", "re-snapshot", "replication slot faults does not exist")
+	})
+	t.Run("wrong password", func(t *testing.T) {
+		e := newEnv(t)
+		r := s.CreateRole(t, "REPLICATION")
+		config(e, r.Name, "not-"+r.Password)
+		e.syncFails("config", "set the connection's password", "wrong password")
+	})
 }
