@@ -206,3 +206,37 @@ pipelines:
 		e.syncFails("config", "set the connection's password", "wrong password")
 	})
 }
+
+// A value from ${ENV} never reaches stderr or the status file: not in a plugin's error (a directory it cannot
+// create), not in a plugin's name.
+func TestSecretsRedacted(t *testing.T) {
+	e := newEnv(t)
+	const dirSecret, pluginSecret = "s3cr3t-dir-value", "s3cr3t-plugin-value"
+	e.extraEnv = []string{"SKIPPR_DIR_SECRET=" + dirSecret, "SKIPPR_PLUGIN_SECRET=" + pluginSecret}
+	e.writeConfig(pipelineConfig(`{ rows: 100 }`, `"/proc/${SKIPPR_DIR_SECRET}/out"`, "", "file://"+filepath.Join(e.dir, "wal"), ""))
+	e.syncFails("config", "set the connection's dir", "/proc/${SKIPPR_DIR_SECRET}/out is not writable")
+	r := e.run("sync", "--once")
+	var files []string
+	filepath.WalkDir(filepath.Join(e.home, "state"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, _ := os.ReadFile(p)
+			files = append(files, string(b))
+		}
+		return nil
+	})
+	if len(files) == 0 {
+		t.Fatal("no status file")
+	}
+	for _, out := range append(files, r.stderr, e.run("status").stdout, e.run("status", "--json").stdout) {
+		if strings.Contains(out, dirSecret) {
+			t.Fatalf("the secret leaked:\n%s", out)
+		}
+	}
+
+	e.writeConfig(strings.Replace(pipelineConfig(`{ rows: 100 }`, filepath.Join(e.dir, "out"), "", "file://"+filepath.Join(e.dir, "wal2"), ""),
+		"plugin: testdest", "plugin: ${SKIPPR_PLUGIN_SECRET}", 1))
+	r = e.run("sync", "--once")
+	if r.code == 0 || strings.Contains(r.stderr, pluginSecret) || !strings.Contains(r.stderr, "${SKIPPR_PLUGIN_SECRET}") {
+		t.Fatalf("sync with a secret plugin name: exit %d\n%s", r.code, r.stderr)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
+	"github.com/skippr-dev/skippr/engine/redact"
 	"github.com/skippr-dev/skippr/engine/supervise"
 	"github.com/skippr-dev/skippr/engine/wal"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
@@ -267,15 +268,16 @@ func readStatus(home string, p *config.Pipeline) (*pipeline.Status, error) {
 
 // statusWriter keeps the pipeline's last published status, so a fault reported between runs keeps its figures.
 type statusWriter struct {
-	path string
-	log  *slog.Logger
-	mu   sync.Mutex
-	last pipeline.Status
-	prog atomic.Uint64
+	path   string
+	log    *slog.Logger
+	redact *redact.Redactor
+	mu     sync.Mutex
+	last   pipeline.Status
+	prog   atomic.Uint64
 }
 
 func newStatusWriter(g *globals, p *config.Pipeline) *statusWriter {
-	w := &statusWriter{path: statusFile(g.Home, p), log: g.Log.With("pipeline", p.Name), last: pipeline.Status{Pipeline: p.Name}}
+	w := &statusWriter{path: statusFile(g.Home, p), log: g.Log.With("pipeline", p.Name), redact: g.Redact, last: pipeline.Status{Pipeline: p.Name}}
 	if st, err := readStatus(g.Home, p); err == nil && st != nil {
 		w.last = *st
 		w.last.Fault = nil
@@ -309,13 +311,19 @@ func (w *statusWriter) fault(state string, f pipeline.Fault) {
 }
 
 func (w *statusWriter) write(st pipeline.Status) {
-	if err := writeStatus(w.path, st); err != nil {
+	if st.Fault != nil {
+		// Before encoding: JSON escaping would hide a value with quotes from the redaction of the whole file.
+		f := *st.Fault
+		f.Message, f.Fix = w.redact.String(f.Message), w.redact.String(f.Fix)
+		st.Fault = &f
+	}
+	if err := writeStatus(w.path, st, w.redact); err != nil {
 		w.log.Warn("write status", "err", err)
 	}
 }
 
 // writeStatus replaces the status file atomically; it is advisory, so no fsync.
-func writeStatus(path string, st pipeline.Status) error {
+func writeStatus(path string, st pipeline.Status, red *redact.Redactor) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -323,6 +331,7 @@ func writeStatus(path string, st pipeline.Status) error {
 	if err != nil {
 		return err
 	}
+	b = []byte(red.String(string(b)))
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return err
