@@ -1,12 +1,14 @@
 package main_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -239,4 +241,46 @@ func TestSecretsRedacted(t *testing.T) {
 	if r.code == 0 || strings.Contains(r.stderr, pluginSecret) || !strings.Contains(r.stderr, "${SKIPPR_PLUGIN_SECRET}") {
 		t.Fatalf("sync with a secret plugin name: exit %d\n%s", r.code, r.stderr)
 	}
+}
+
+// A transient fault (the destination plugin process killed under it) is retried, shown as retrying, and
+// `sync --once` still ends with every row exactly once.
+func TestTransientFaultRetriesAndRecovers(t *testing.T) {
+	e := newEnv(t)
+	gen := `{ seed: 3, rows: 20000, rows_per_second: 5000, batch_size: 250 }`
+	out := filepath.Join(e.dir, "out")
+	e.writeConfig(pipelineConfig(gen, out, "", "file://"+filepath.Join(e.dir, "wal"), "      group_commit: { max_bytes: 16KiB, max_delay: 50ms }\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := e.cmd(ctx, "sync", "--once")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := 0
+	for end := time.Now().Add(60 * time.Second); pid == 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		pid = childByName(cmd.Process.Pid, "testdest")
+	}
+	if pid == 0 {
+		t.Fatalf("no testdest process within 60s:\n%s", stderr.String())
+	}
+	time.Sleep(time.Second)
+	syscall.Kill(pid, syscall.SIGKILL)
+	// The status file says retrying, with the attempt and the error, until the next run publishes.
+	sawRetrying := false
+	for end := time.Now().Add(20 * time.Second); !sawRetrying && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		var rows []statusRow
+		if json.Unmarshal([]byte(e.run("status", "--json").stdout), &rows) == nil && len(rows) == 1 &&
+			rows[0].State == "retrying" && rows[0].Fault != nil && rows[0].Fault.Attempt == 1 && rows[0].Fault.Message != "" {
+			sawRetrying = true
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("sync --once after a transient fault: %v\n%s", err, stderr.String())
+	}
+	if !sawRetrying || !strings.Contains(stderr.String(), "restarting from the last durable point") {
+		t.Fatalf("no retrying state seen (status: %v):\n%s", sawRetrying, stderr.String())
+	}
+	compare(t, out, want(t, gen))
 }
