@@ -120,7 +120,8 @@ func TestWALFaultsFailAtOnce(t *testing.T) {
 		t.Run(backend+"/missing commit record", func(t *testing.T) {
 			e := newEnv(t)
 			w := walBackends(t, e)[backend]()
-			cfg := pipelineConfig(`{ rows: 3000, batch_size: 300 }`, filepath.Join(e.dir, "out"), "", w.url, w.extra+"      group_commit: { max_bytes: 1KiB }\n")
+			// Paced, so a loaded machine's slow commits do not gather every batch into one or two entries.
+			cfg := pipelineConfig(`{ rows: 3000, batch_size: 100, rows_per_second: 1500 }`, filepath.Join(e.dir, "out"), "", w.url, w.extra+"      group_commit: { max_bytes: 1KiB }\n")
 			e.writeConfig(cfg + "    apply: { paused: true }\n")
 			e.mustRun("sync", "--once")
 			var inspect struct {
