@@ -435,6 +435,12 @@ func TestWALInspectAndCorruptSegment(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "wal entry 2") || !strings.Contains(r.stderr, filepath.Base(path)) {
 		t.Fatalf("sync over a corrupt segment: exit %d, want 1 naming entry 2 and its segment\n%s", r.code, r.stderr)
 	}
+	// status shows the failure, the entry and its segment, and the way out; and exits 1.
+	r = e.run("status")
+	if r.code != 1 || !strings.Contains(r.stdout, "orders: failed: ") || !strings.Contains(r.stdout, "wal entry: 2 (segment "+seg+")") ||
+		!strings.Contains(r.stdout, "fix: re-snapshot the affected tables") {
+		t.Fatalf("status after a corrupt segment: exit %d, want 1 with the entry and the fix\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	st, err := filedest.Load(out)
 	if err != nil {
 		t.Fatal(err)

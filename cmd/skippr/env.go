@@ -23,6 +23,7 @@ func loadConfig(g *globals) (*config.Config, error) {
 		}
 		return nil, withCode(exitUsage, err)
 	}
+	g.Redact.Add(cfg.Secrets())
 	return cfg, nil
 }
 
@@ -81,7 +82,7 @@ func newHost(c *cli.Context, g *globals, cfg *config.Config, offline bool) (*plu
 		LockPath:     lockPath(g),
 		Offline:      offline,
 		Logger:       g.Log,
-		PluginLog:    hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: c.App.ErrWriter, Level: hclog.Warn}),
+		PluginLog:    hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: g.Redact.Writer(c.App.ErrWriter), Level: hclog.Warn}),
 		StartTimeout: g.PluginStartTimeout,
 	}, nil
 }

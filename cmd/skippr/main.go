@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/skippr-dev/skippr/engine/redact"
 )
 
 // Exit codes. Scripts rely on these, so they never change meaning.
@@ -32,6 +34,8 @@ type globals struct {
 	ConfigPath string // path to skippr.yml
 	Home       string // $SKIPPR_HOME: installed plugins, state
 	Log        *slog.Logger
+	// Redact hides the config's ${ENV} values in everything printed; filled when the config is loaded.
+	Redact *redact.Redactor
 	// PluginStartTimeout bounds a plugin's handshake (go-plugin's own default is 60s).
 	PluginStartTimeout time.Duration
 }
@@ -57,17 +61,18 @@ func main() {
 }
 
 func run(args []string, stdout, stderr *os.File) int {
-	g := &globals{}
+	g := &globals{Redact: redact.New()}
 	app := newApp(g)
-	app.Writer = stdout
-	app.ErrWriter = stderr
+	// Everything printed passes the redactor: plugin names, paths and messages can hold ${ENV} values.
+	app.Writer = g.Redact.Writer(stdout)
+	app.ErrWriter = g.Redact.Writer(stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := app.RunContext(ctx, args)
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "skippr: %v\n", err)
+	fmt.Fprintf(stderr, "skippr: %s\n", g.Redact.String(err.Error()))
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
@@ -114,9 +119,9 @@ func newApp(g *globals) *cli.App {
 			opts := &slog.HandlerOptions{Level: lvl}
 			switch c.String("log-format") {
 			case "json":
-				g.Log = slog.New(slog.NewJSONHandler(c.App.ErrWriter, opts))
+				g.Log = slog.New(g.Redact.Handler(slog.NewJSONHandler(c.App.ErrWriter, opts)))
 			case "text":
-				g.Log = slog.New(slog.NewTextHandler(c.App.ErrWriter, opts))
+				g.Log = slog.New(g.Redact.Handler(slog.NewTextHandler(c.App.ErrWriter, opts)))
 			default:
 				return withCode(exitUsage, fmt.Errorf("--log-format %q: want text or json", c.String("log-format")))
 			}

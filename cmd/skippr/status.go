@@ -2,10 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
+	"io"
 	"os"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -19,6 +19,11 @@ import (
 type pipelineStatus struct {
 	Pipeline string `json:"pipeline"`
 	Running  bool   `json:"running"`
+	// State is "failed" (stopped for good until a person acts), the runner's state while it runs ("running",
+	// "retrying", "waiting", "backpressure", "apply paused"), or "stopped".
+	State string `json:"state"`
+	// Fault is why the pipeline failed or is retrying, with the fix.
+	Fault *pipeline.Fault `json:"fault,omitempty"`
 	// Live is the runner's last published status; nil when the pipeline never ran on this host.
 	Live *pipeline.Status `json:"live,omitempty"`
 	// WAL is read from the log itself, so it is right even when nothing runs.
@@ -38,7 +43,10 @@ func statusCommand(g *globals) *cli.Command {
 		Name:      "status",
 		Usage:     "show each pipeline's WAL depth, committed and applied points, source progress and lag",
 		ArgsUsage: "[PIPELINE...]",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
+		Description: `A pipeline that stopped for good shows as failed, with the reason, its class (config, data,
+resnapshot), the time, the WAL entry when the fault is in the log, and the fix; one that retries shows as
+retrying with the attempt and the last error. Exits 1 when any pipeline shown has failed.`,
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
 		Action: func(c *cli.Context) error {
 			_, pipes, err := configuredPipelines(c, g)
 			if err != nil {
@@ -48,14 +56,21 @@ func statusCommand(g *globals) *cli.Command {
 			for _, p := range pipes {
 				ps := pipelineStatus{Pipeline: p.Name}
 				ps.WAL.URL = p.WAL.URL
-				if b, err := os.ReadFile(statusFile(g.Home, p.Name)); err == nil {
-					var st pipeline.Status
-					if json.Unmarshal(b, &st) == nil {
-						ps.Live = &st
-						ps.Running = processAlive(st.PID) && st.State != "stopped"
-					}
-				} else if !errors.Is(err, fs.ErrNotExist) {
+				st, err := readStatus(g.Home, p)
+				if err != nil {
 					return err
+				}
+				if st != nil {
+					ps.Live = st
+					ps.Running = processAlive(st.PID) && st.State != "stopped" && st.State != pipeline.StateFailed
+					ps.Fault = st.Fault
+				}
+				ps.State = "stopped"
+				switch {
+				case st != nil && st.State == pipeline.StateFailed:
+					ps.State = st.State
+				case ps.Running:
+					ps.State = st.State
 				}
 				if wl, err := openWAL(c.Context, p, g.Log); err != nil {
 					ps.WAL.Error = err.Error()
@@ -66,44 +81,79 @@ func statusCommand(g *globals) *cli.Command {
 				}
 				out = append(out, ps)
 			}
+			var failed []string
+			for _, ps := range out {
+				if ps.State == pipeline.StateFailed {
+					failed = append(failed, ps.Pipeline)
+				}
+			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")
-				return enc.Encode(out)
-			}
-			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PIPELINE\tSTATE\tWAL ENTRIES\tWAL BYTES\tCOMMITTED\tRECLAIMED\tAPPLIED\tSOURCE\tLAG")
-			for _, ps := range out {
-				state, applied, source, lag := "stopped", "-", "-", "-"
-				if ps.Live != nil {
-					if ps.Running {
-						state = ps.Live.State
-					}
-					applied = ""
-					for i, d := range ps.Live.Destinations {
-						if i > 0 {
-							applied += ","
-						}
-						applied += fmt.Sprintf("%s=%d", d.Name, d.LastApplied)
-					}
-					if s := ps.Live.Source; s.RowsTotal > 0 {
-						source = fmt.Sprintf("%d/%d (%.1f%%)", s.RowsDone, s.RowsTotal, 100*float64(s.RowsDone)/float64(s.RowsTotal))
-					} else if s.RowsDone > 0 {
-						source = fmt.Sprint(s.RowsDone)
-					}
-					lag = (time.Duration(ps.Live.Source.LagMS) * time.Millisecond).String()
-					if ps.Live.Backpressure && ps.Running {
-						state += " (backpressure)"
-					}
+				if err := enc.Encode(out); err != nil {
+					return err
 				}
-				if ps.WAL.Error != "" {
-					state += " (WAL: " + ps.WAL.Error + ")"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", ps.Pipeline, state, ps.WAL.Entries, ps.WAL.Bytes, ps.WAL.LastCommitted, ps.WAL.ReclaimedThrough, applied, source, lag)
+			} else if err := printStatus(c.App.Writer, out); err != nil {
+				return err
 			}
-			return tw.Flush()
+			if len(failed) > 0 {
+				return withCode(exitFailure, fmt.Errorf("failed: %s", strings.Join(failed, ", ")))
+			}
+			return nil
 		},
 	}
+}
+
+func printStatus(w io.Writer, out []pipelineStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PIPELINE\tSTATE\tWAL ENTRIES\tWAL BYTES\tCOMMITTED\tRECLAIMED\tAPPLIED\tSOURCE\tLAG")
+	for _, ps := range out {
+		state, applied, source, lag := ps.State, "-", "-", "-"
+		if ps.Live != nil {
+			applied = ""
+			for i, d := range ps.Live.Destinations {
+				if i > 0 {
+					applied += ","
+				}
+				applied += fmt.Sprintf("%s=%d", d.Name, d.LastApplied)
+			}
+			if s := ps.Live.Source; s.RowsTotal > 0 {
+				source = fmt.Sprintf("%d/%d (%.1f%%)", s.RowsDone, s.RowsTotal, 100*float64(s.RowsDone)/float64(s.RowsTotal))
+			} else if s.RowsDone > 0 {
+				source = fmt.Sprint(s.RowsDone)
+			}
+			lag = (time.Duration(ps.Live.Source.LagMS) * time.Millisecond).String()
+			if ps.Live.Backpressure && ps.Running {
+				state += " (backpressure)"
+			}
+		}
+		if ps.WAL.Error != "" {
+			state += " (WAL: " + ps.WAL.Error + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", ps.Pipeline, state, ps.WAL.Entries, ps.WAL.Bytes, ps.WAL.LastCommitted, ps.WAL.ReclaimedThrough, applied, source, lag)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// The reason and the way out, below the table: they do not fit in a column.
+	for _, ps := range out {
+		f := ps.Fault
+		if f == nil || (ps.State != pipeline.StateFailed && !ps.Running) {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s: %s: %s (since %s)\n", ps.Pipeline, ps.State, f.Message, f.Since.UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, "  class: %s\n", f.Class)
+		if f.Attempt > 0 {
+			fmt.Fprintf(w, "  attempt: %d\n", f.Attempt)
+		}
+		if f.Entry > 0 {
+			fmt.Fprintf(w, "  wal entry: %d (segment %s)\n", f.Entry, f.Segment)
+		}
+		if f.Fix != "" {
+			fmt.Fprintf(w, "  fix: %s\n", f.Fix)
+		}
+	}
+	return nil
 }
 
 func processAlive(pid int) bool {

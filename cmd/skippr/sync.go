@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -16,6 +20,8 @@ import (
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
+	"github.com/skippr-dev/skippr/engine/redact"
+	"github.com/skippr-dev/skippr/engine/supervise"
 	"github.com/skippr-dev/skippr/engine/wal"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 )
@@ -27,8 +33,11 @@ func syncCommand(g *globals) *cli.Command {
 		ArgsUsage: "[PIPELINE...]",
 		Description: `Runs the named pipelines (all of them by default) until interrupted. Plugins pinned in skippr.lock
 are installed on first use. A failed run (a plugin crash, a network error) is retried with backoff from
-the last durable point; errors that a retry cannot fix (a refused delivery guarantee, a WAL held by another
-writer, a corrupt WAL segment) stop the pipeline.
+the last durable point, shown by ` + "`skippr status`" + ` as retrying; with --once, 5 attempts in a row without
+progress end the run. Errors that a retry cannot fix (wrong settings or credentials, a value the destination
+cannot hold, a source that lost its position, a refused delivery guarantee, a WAL held by another writer, a
+corrupt WAL) stop the pipeline at once in state failed, with the reason and the fix. sync exits when every
+pipeline it runs has stopped.
 
 Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 verification failed,
 5 the WAL is held by another writer.`,
@@ -56,8 +65,9 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					s := &supervisor{g: g, cfg: cfg, p: p, host: host, once: c.Bool("once"), waitLock: c.Bool("wait-lock"), progressEvery: c.Duration("progress-every")}
-					if err := s.run(c.Context); err != nil {
+					s := &pipelineRun{g: g, cfg: cfg, p: p, host: host, once: c.Bool("once"), progress: c.Duration("progress-every"),
+						status: newStatusWriter(g, p)}
+					if err := s.supervise(c.Context, c.Bool("wait-lock")); err != nil {
 						mu.Lock()
 						errs = append(errs, err)
 						mu.Unlock()
@@ -109,66 +119,41 @@ func selectPipelines(cfg *config.Config, names []string) ([]*config.Pipeline, er
 	return out, nil
 }
 
-// supervisor runs one pipeline, restarting it after failures a retry can fix.
-type supervisor struct {
-	g             *globals
-	cfg           *config.Config
-	p             *config.Pipeline
-	host          *pluginhost.Host
-	once          bool
-	waitLock      bool
-	progressEvery time.Duration
+// pipelineRun starts one pipeline's plugins and WAL and runs it once; engine/supervise decides what follows.
+type pipelineRun struct {
+	g        *globals
+	cfg      *config.Config
+	p        *config.Pipeline
+	host     *pluginhost.Host
+	once     bool
+	status   *statusWriter
+	progress time.Duration
 }
 
-const (
-	exitLocked     = 5
-	minBackoff     = 500 * time.Millisecond
-	maxBackoff     = 30 * time.Second
-	healthyRunTime = time.Minute
-)
+const exitLocked = 5
 
-func (s *supervisor) run(ctx context.Context) error {
+func (s *pipelineRun) supervise(ctx context.Context, waitLock bool) error {
 	log := s.g.Log.With("pipeline", s.p.Name)
-	backoff := minBackoff
-	for attempt := 1; ; attempt++ {
-		started := time.Now()
-		err := s.runOnce(ctx, log)
-		switch {
-		case err == nil:
-			return nil
-		case ctx.Err() != nil:
-			log.Info("stopped")
-			return nil
-		case s.waitLock && errors.Is(err, wal.ErrLocked):
-			log.Warn("WAL held by another writer; waiting for its lease to expire", "err", err)
-		case permanent(err):
-			return err
-		}
-		if time.Since(started) > healthyRunTime {
-			backoff = minBackoff
-		}
-		log.Error("pipeline failed; restarting from the last durable point", "err", err, "attempt", attempt, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, maxBackoff)
-	}
+	return supervise.Run(ctx, supervise.Config{
+		Name:      s.p.Name,
+		Run:       func(ctx context.Context) error { return s.runOnce(ctx, log) },
+		Once:      s.once,
+		WaitLock:  waitLock,
+		Progress:  s.status.progress,
+		Permanent: codedExit,
+		OnFault:   s.status.fault,
+		Logger:    log,
+	})
 }
 
-// permanent errors need a human: retrying cannot fix them.
-func permanent(err error) bool {
+// codedExit: errors that carry an exit code of their own (bad config, plugin not found, verification) need a
+// person, like the permanent classes.
+func codedExit(err error) bool {
 	var ee *exitError
-	if errors.As(err, &ee) && ee.code != exitFailure {
-		return true
-	}
-	return errors.Is(err, pipeline.ErrGuarantee) || errors.Is(err, pipeline.ErrLogBehind) ||
-		errors.Is(err, wal.ErrCorrupt) || errors.Is(err, wal.ErrMissing) ||
-		errors.Is(err, wal.ErrLocked) || errors.Is(err, wal.ErrFenced)
+	return errors.As(err, &ee) && ee.code != exitFailure
 }
 
-func (s *supervisor) runOnce(ctx context.Context, log *slog.Logger) (err error) {
+func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srcConn, _ := s.cfg.Connection(s.p.Source)
@@ -216,13 +201,10 @@ func (s *supervisor) runOnce(ctx context.Context, log *slog.Logger) (err error) 
 		return fmt.Errorf("pipeline %s: %w", s.p.Name, err)
 	}
 	pc.Log = wl
-	statusPath := statusFile(s.g.Home, s.p.Name)
 	var lastLog time.Time
 	pc.OnStatus = func(st pipeline.Status) {
-		if err := writeStatus(statusPath, st); err != nil {
-			log.Warn("write status", "err", err)
-		}
-		if time.Since(lastLog) >= s.progressEvery {
+		s.status.publish(st)
+		if time.Since(lastLog) >= s.progress {
 			lastLog = time.Now()
 			logProgress(log, st)
 		}
@@ -253,12 +235,95 @@ func openWAL(ctx context.Context, p *config.Pipeline, log *slog.Logger) (*wal.Lo
 	return wl, nil
 }
 
-func statusFile(home, pipelineName string) string {
-	return filepath.Join(home, "state", pipelineName, "status.json")
+// statusFile is keyed by the pipeline's name and WAL location, so two configs with a pipeline of the same name
+// keep their own figures.
+func statusFile(home string, p *config.Pipeline) string {
+	sum := sha256.Sum256([]byte(p.WAL.URL))
+	return filepath.Join(home, "state", p.Name+"-"+hex.EncodeToString(sum[:6]), "status.json")
+}
+
+// legacyStatusFile is where releases before the WAL-keyed name wrote the status; read it once after an upgrade.
+func legacyStatusFile(home, name string) string {
+	return filepath.Join(home, "state", name, "status.json")
+}
+
+// readStatus reads the pipeline's status file, falling back to the legacy location; nil when there is none.
+func readStatus(home string, p *config.Pipeline) (*pipeline.Status, error) {
+	for _, path := range []string{statusFile(home, p), legacyStatusFile(home, p.Name)} {
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var st pipeline.Status
+		if err := json.Unmarshal(b, &st); err != nil {
+			return nil, fmt.Errorf("status file %s: %w", path, err)
+		}
+		return &st, nil
+	}
+	return nil, nil
+}
+
+// statusWriter keeps the pipeline's last published status, so a fault reported between runs keeps its figures.
+type statusWriter struct {
+	path   string
+	log    *slog.Logger
+	redact *redact.Redactor
+	mu     sync.Mutex
+	last   pipeline.Status
+	prog   atomic.Uint64
+}
+
+func newStatusWriter(g *globals, p *config.Pipeline) *statusWriter {
+	w := &statusWriter{path: statusFile(g.Home, p), log: g.Log.With("pipeline", p.Name), redact: g.Redact, last: pipeline.Status{Pipeline: p.Name}}
+	if st, err := readStatus(g.Home, p); err == nil && st != nil {
+		w.last = *st
+		w.last.Fault = nil
+	}
+	return w
+}
+
+// progress grows with every commit and apply: the WAL's last sequence plus each destination's applied one.
+func (w *statusWriter) progress() uint64 { return w.prog.Load() }
+
+func (w *statusWriter) publish(st pipeline.Status) {
+	p := st.WAL.LastCommitted
+	for _, d := range st.Destinations {
+		p += d.LastApplied
+	}
+	if p > w.prog.Load() {
+		w.prog.Store(p)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = st
+	w.write(st)
+}
+
+func (w *statusWriter) fault(state string, f pipeline.Fault) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.last
+	st.State, st.Fault, st.PID, st.Updated = state, &f, os.Getpid(), time.Now()
+	w.write(st)
+}
+
+func (w *statusWriter) write(st pipeline.Status) {
+	if st.Fault != nil {
+		// Before encoding: JSON escaping would hide a value with quotes from the redaction of the whole file.
+		f := *st.Fault
+		f.Message, f.Fix = w.redact.String(f.Message), w.redact.String(f.Fix)
+		st.Fault = &f
+	}
+	if err := writeStatus(w.path, st, w.redact); err != nil {
+		w.log.Warn("write status", "err", err)
+	}
 }
 
 // writeStatus replaces the status file atomically; it is advisory, so no fsync.
-func writeStatus(path string, st pipeline.Status) error {
+func writeStatus(path string, st pipeline.Status, red *redact.Redactor) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -266,6 +331,7 @@ func writeStatus(path string, st pipeline.Status) error {
 	if err != nil {
 		return err
 	}
+	b = []byte(red.String(string(b)))
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return err

@@ -2,9 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -35,13 +33,10 @@ Refuses while the pipeline's sync is running on this host.`,
 				return withCode(exitUsage, fmt.Errorf("teardown: name one pipeline"))
 			}
 			p := pipes[0]
-			if b, err := os.ReadFile(statusFile(g.Home, p.Name)); err == nil {
-				var st pipeline.Status
-				if json.Unmarshal(b, &st) == nil && st.State != "stopped" && processAlive(st.PID) {
-					return withCode(exitUsage, fmt.Errorf("pipeline %s is running (pid %d): stop it first", p.Name, st.PID))
-				}
-			} else if !errors.Is(err, fs.ErrNotExist) {
+			if st, err := readStatus(g.Home, p); err != nil {
 				return err
+			} else if st != nil && st.State != "stopped" && st.State != pipeline.StateFailed && processAlive(st.PID) {
+				return withCode(exitUsage, fmt.Errorf("pipeline %s is running (pid %d): stop it first", p.Name, st.PID))
 			}
 			host, err := newHost(c, g, cfg, c.Bool("offline"))
 			if err != nil {
@@ -57,7 +52,8 @@ Refuses while the pipeline's sync is running on this host.`,
 			if err != nil {
 				return err
 			}
-			os.Remove(statusFile(g.Home, p.Name))
+			os.Remove(statusFile(g.Home, p))
+			os.Remove(legacyStatusFile(g.Home, p.Name))
 			if c.Bool("json") {
 				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"pipeline": p.Name, "released": released})
 			}

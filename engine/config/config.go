@@ -31,8 +31,13 @@ type Config struct {
 	Connections []*Connection
 	Pipelines   []*Pipeline
 
-	pos map[string]Pos
+	pos     map[string]Pos
+	secrets map[string]string
 }
+
+// Secrets returns the environment variables the file interpolated, name → value: every one is secret (see
+// doc.go), and whatever skippr prints must show ${NAME} instead of the value.
+func (c *Config) Secrets() map[string]string { return c.secrets }
 
 // Connection returns the connection with the given name.
 func (c *Config) Connection(name string) (*Connection, bool) {

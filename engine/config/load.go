@@ -34,10 +34,17 @@ func Parse(path string, data []byte, env func(string) (string, bool)) (*Config, 
 	if err != nil {
 		return nil, err
 	}
+	secrets := map[string]string{}
 	l := &loader{
-		file:   path,
-		dir:    filepath.Dir(abs),
-		env:    env,
+		file: path,
+		dir:  filepath.Dir(abs),
+		env: func(name string) (string, bool) {
+			v, ok := lookup(env, name)
+			if ok && v != "" {
+				secrets[name] = v
+			}
+			return v, ok
+		},
 		pos:    map[string]Pos{},
 		active: map[*yaml.Node]bool{},
 	}
@@ -45,6 +52,7 @@ func Parse(path string, data []byte, env func(string) (string, bool)) (*Config, 
 	if err := l.result(); err != nil {
 		return nil, err
 	}
+	cfg.secrets = secrets
 	return cfg, nil
 }
 

@@ -41,12 +41,12 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 		}
 		for _, e := range entries {
 			if e.Seq != applied+1 {
-				return fmt.Errorf("pipeline %s: destination %s: WAL entry %d follows %d: entries are missing", cfg.Name, d.Name, e.Seq, applied)
+				return fmt.Errorf("pipeline %s: destination %s: WAL entry %d follows %d: entries are missing: %w", cfg.Name, d.Name, e.Seq, applied, wal.ErrMissing)
 			}
 			frames, err := cfg.Log.ReadSegment(ctx, e)
 			if err != nil {
 				// A corrupt or missing segment stops apply: skipping it would lose data silently.
-				return fmt.Errorf("pipeline %s: destination %s: apply stopped: %w", cfg.Name, d.Name, err)
+				return fmt.Errorf("pipeline %s: destination %s: apply stopped: %w", cfg.Name, d.Name, &EntryError{Seq: e.Seq, Segment: e.Segment, Err: err})
 			}
 			resp, err := d.Plugin.Apply(ctx, d.Settings, cfg.Name, e.Seq, items(frames))
 			if err != nil {
@@ -103,3 +103,13 @@ func (r *runner) advance(ctx context.Context, i int, seq uint64, rows int64) err
 	r.publish(false)
 	return nil
 }
+
+// EntryError names the WAL entry and segment an apply stopped at, so `status` can point at them.
+type EntryError struct {
+	Seq     uint64
+	Segment string
+	Err     error
+}
+
+func (e *EntryError) Error() string { return e.Err.Error() }
+func (e *EntryError) Unwrap() error { return e.Err }

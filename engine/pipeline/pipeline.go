@@ -91,6 +91,10 @@ var ErrGuarantee = errors.New("delivery guarantee cannot be honoured")
 // or belongs to another pipeline, and carrying on would skip new data as "already applied".
 var ErrLogBehind = errors.New("destination is ahead of the WAL")
 
+// ErrDestinationReset is returned when an exactly-once destination has applied less than the WAL still holds:
+// it was reset or is new, and the entries it lacks are gone from the log, so only a fresh pipeline fills it.
+var ErrDestinationReset = errors.New("destination needs entries the WAL reclaimed")
+
 type runner struct {
 	cfg Config
 	log *slog.Logger
@@ -203,8 +207,8 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 			return head, fmt.Errorf("pipeline %s: destination %s has applied up to WAL sequence %d, but the WAL at %s ends at %d (lost, reset, or another pipeline's log?): %w",
 				cfg.Name, d.Name, la.Sequence, cfg.Log.URL(), head.LastSeq, ErrLogBehind)
 		case la.Sequence < head.ReclaimedThrough && cfg.ExactlyOnce:
-			return head, fmt.Errorf("pipeline %s: destination %s has applied up to WAL sequence %d, but the WAL at %s reclaimed entries through %d: the destination was reset or is new; it needs a fresh pipeline (a new name) to be filled again",
-				cfg.Name, d.Name, la.Sequence, cfg.Log.URL(), head.ReclaimedThrough)
+			return head, fmt.Errorf("pipeline %s: destination %s has applied up to WAL sequence %d, but the WAL at %s reclaimed entries through %d: the destination was reset or is new; it needs a fresh pipeline (a new name) to be filled again: %w",
+				cfg.Name, d.Name, la.Sequence, cfg.Log.URL(), head.ReclaimedThrough, ErrDestinationReset)
 		}
 		// An at-least-once destination records nothing: start it where the log starts.
 		r.applied[i] = max(la.Sequence, head.ReclaimedThrough)

@@ -16,7 +16,31 @@ type Status struct {
 	Source        SourceStatus        `json:"source"`
 	RowsCommitted int64               `json:"rows_committed"`
 	RowsApplied   int64               `json:"rows_applied"`
+	// Fault is set while the pipeline is retrying (State "retrying") or after it stopped for good (State
+	// "failed").
+	Fault *Fault `json:"fault,omitempty"`
 }
+
+// Fault is why a pipeline is not running normally, and what a person does about it.
+type Fault struct {
+	Message string    `json:"message"`
+	Class   string    `json:"class"`
+	Fix     string    `json:"fix,omitempty"`
+	Since   time.Time `json:"since"`
+	// Attempt counts consecutive failed runs (State "retrying").
+	Attempt int `json:"attempt,omitempty"`
+	// Entry and Segment name the WAL entry apply stopped at, when the fault is in the log.
+	Entry   uint64 `json:"entry,omitempty"`
+	Segment string `json:"segment,omitempty"`
+}
+
+// Pipeline states a supervisor sets around the runner's own ("running", "backpressure", "apply paused",
+// "stopped").
+const (
+	StateRetrying = "retrying"
+	StateFailed   = "failed"
+	StateWaiting  = "waiting"
+)
 
 // WALStatus is the log's depth and cut points.
 type WALStatus struct {

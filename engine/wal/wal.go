@@ -193,8 +193,8 @@ func (l *Log) commitSeqs(ctx context.Context, after uint64) ([]uint64, error) {
 			if len(seqs) > 0 {
 				prev = fmt.Sprintf("entry %d", seqs[len(seqs)-1])
 			}
-			return nil, fmt.Errorf("wal %s: entry %d is missing: %s is followed by entry %d (no %s)",
-				l.url, want, prev, seq, l.st.url(commitName(want)))
+			return nil, fmt.Errorf("wal %s: %w", l.url, &reasonError{fmt.Sprintf("entry %d is missing: %s is followed by entry %d (no %s)",
+				want, prev, seq, l.st.url(commitName(want))), ErrMissing})
 		}
 		seqs = append(seqs, seq)
 	}

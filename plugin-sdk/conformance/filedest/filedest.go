@@ -23,10 +23,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -107,6 +109,9 @@ func (d *Destination) summary(path string) (*logSummary, error) {
 	if errors.Is(err, os.ErrNotExist) {
 		fi, err = nil, nil
 	}
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.ENOTDIR) {
+		return nil, dirErr(filepath.Dir(path), err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +154,7 @@ func (d *Destination) Check(_ context.Context, raw json.RawMessage) error {
 		return err
 	}
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
-		return fmt.Errorf("directory %s is not writable: %w", s.Dir, err)
+		return dirErr(s.Dir, err)
 	}
 	return nil
 }
@@ -191,7 +196,7 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
-		return serve.ApplyResult{}, err
+		return serve.ApplyResult{}, dirErr(s.Dir, err)
 	}
 	path := filepath.Join(s.Dir, logName)
 	sum, err := d.summary(path)
@@ -375,4 +380,10 @@ func Replay(tables map[string]map[string]map[string]any, rows []Row) error {
 		}
 	}
 	return nil
+}
+
+// dirErr: a directory that cannot be created needs a person, not a retry.
+func dirErr(dir string, err error) error {
+	return fault.ConfigErr(fmt.Errorf("directory %s is not writable: %w", dir, err),
+		"set the connection's dir to a directory the plugin can create and write")
 }

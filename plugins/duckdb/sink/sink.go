@@ -24,6 +24,7 @@ import (
 
 	"github.com/duckdb/duckdb-go/v2"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
@@ -103,7 +104,7 @@ func Open(ctx context.Context, path string, readOnly bool, wait time.Duration) (
 		}
 		dsn += "?access_mode=READ_ONLY"
 	} else if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("database %s: create its directory: %w", path, err)
+		return nil, fault.ConfigErr(fmt.Errorf("database %s: create its directory: %w", path, err), "set the connection's path to a file in a directory the plugin can create and write")
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -135,11 +136,11 @@ func explainOpen(path string, err error) error {
 	msg := err.Error()
 	switch {
 	case isLockConflict(err):
-		return fmt.Errorf("database %s is open in another process (another skippr sync, or a DuckDB client holding it); DuckDB allows one writer per file: %w", path, err)
+		return fault.TransientErr(fmt.Errorf("database %s is open in another process (another skippr sync, or a DuckDB client holding it); DuckDB allows one writer per file: %w", path, err))
 	case strings.Contains(msg, "Permission denied") || strings.Contains(msg, "Read-only file system"):
-		return fmt.Errorf("database %s is not writable by this user (check the file's and its directory's permissions): %w", path, err)
+		return fault.ConfigErr(fmt.Errorf("database %s is not writable by this user (check the file's and its directory's permissions): %w", path, err), "make the file and its directory writable by the user running skippr, or set path elsewhere")
 	case strings.Contains(msg, "not a valid DuckDB database file"), strings.Contains(msg, "database file") && strings.Contains(msg, "version"):
-		return fmt.Errorf("%s is not a DuckDB database this plugin can open (another program's file, or a newer DuckDB's): %w", path, err)
+		return fault.ConfigErr(fmt.Errorf("%s is not a DuckDB database this plugin can open (another program's file, or a newer DuckDB's): %w", path, err), "set the connection's path to a new file or to a database written by this DuckDB version")
 	}
 	return fmt.Errorf("open database %s: %w", path, err)
 }
@@ -152,7 +153,7 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 		return err
 	}
 	if fi, err := os.Stat(s.Path); err == nil && fi.IsDir() {
-		return fmt.Errorf("path %s is a directory; name the .duckdb file inside it", s.Path)
+		return fault.ConfigErr(fmt.Errorf("path %s is a directory; name the .duckdb file inside it", s.Path), "set the connection's path to a .duckdb file")
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -170,7 +171,7 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 	}
 	probe, err := os.CreateTemp(filepath.Dir(s.Path), ".skippr-check-*")
 	if err != nil {
-		return fmt.Errorf("directory %s is not writable, but DuckDB writes %s.wal there on every commit: %w", filepath.Dir(s.Path), filepath.Base(s.Path), err)
+		return fault.ConfigErr(fmt.Errorf("directory %s is not writable, but DuckDB writes %s.wal there on every commit: %w", filepath.Dir(s.Path), filepath.Base(s.Path), err), "make the directory writable by the user running skippr, or set path elsewhere")
 	}
 	probe.Close()
 	if err := os.Remove(probe.Name()); err != nil {

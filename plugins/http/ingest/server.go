@@ -15,7 +15,10 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 )
 
 // server is the HTTP listener. Its settings are those of the latest Read.
@@ -39,7 +42,7 @@ func startServer(src *Source, cfg *settings) (*server, error) {
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		return nil, listenErr(cfg.Listen, err)
 	}
 	srv := &server{src: src, listen: cfg.Listen, tls: cfg.TLS, addr: ln.Addr().String(), auth: newAuthLog()}
 	srv.cfg.Store(cfg)
@@ -357,4 +360,14 @@ func (srv *server) submit(w http.ResponseWriter, r *http.Request, name string, r
 			writeError(w, timeout)
 		}
 	}
+}
+
+// listenErr: a port still held (often by this source's previous process, which is going away) is worth a
+// retry; any other refusal (no such address, a privileged port) needs another listen setting.
+func listenErr(addr string, err error) error {
+	err = fmt.Errorf("listen %s: %w", addr, err)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fault.TransientErr(err)
+	}
+	return fault.ConfigErr(err, "set the connection's listen to a free host:port this user may bind")
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/infer"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
@@ -63,7 +64,13 @@ func (p *pointers) UnmarshalJSON(b []byte) error {
 
 var streamName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 
-func parseSettings(raw json.RawMessage) (*settings, error) {
+func parseSettings(raw json.RawMessage) (_ *settings, err error) {
+	defer func() {
+		// Every refusal here is a setting to change; a retry would meet it again.
+		if err != nil {
+			err = fault.ConfigErr(err, "correct the connection's settings as the message says")
+		}
+	}()
 	s := &settings{
 		Listen:            "127.0.0.1:8080",
 		BodyLimit:         10 << 20,
@@ -78,7 +85,6 @@ func parseSettings(raw json.RawMessage) (*settings, error) {
 	if _, _, err := net.SplitHostPort(s.Listen); err != nil {
 		return nil, fmt.Errorf("settings: listen %q is not host:port: %w", s.Listen, err)
 	}
-	var err error
 	if s.idempotencyWindow, err = positiveDuration("idempotency_window", s.IdempotencyWindow); err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -597,7 +598,8 @@ func (a *tableAttempt) key(tbl *table.Table) ([]string, error) {
 		}
 		return sk, nil
 	case sk != nil && !slices.Equal(tk, sk):
-		return nil, fmt.Errorf("stream %s: primary key (%s) differs from the table's identifier fields (%s)", a.g.stream, strings.Join(sk, ", "), strings.Join(tk, ", "))
+		return nil, fault.DataErr(fmt.Errorf("stream %s: primary key (%s) differs from the table's identifier fields (%s)", a.g.stream, strings.Join(sk, ", "), strings.Join(tk, ", ")),
+			schemaFix)
 	}
 	return tk, nil
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	_ "modernc.org/sqlite" // pure-Go SQLite driver "sqlite"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 )
 
 // openCatalog is a connected catalog and what must be closed with it.
@@ -95,14 +97,14 @@ func connect(ctx context.Context, s Settings) (*openCatalog, error) {
 		}
 		cat, err := rest.NewCatalog(ctx, "skippr", s.Catalog.URI, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("rest catalog %s: %w", s.Catalog.URI, err)
+			return nil, restAuthErr(fmt.Errorf("rest catalog %s: %w", s.Catalog.URI, err))
 		}
 		// Some servers (SeaweedFS) answer /v1/config without authentication, so NewCatalog succeeds with wrong
 		// keys or a wrong token. A request that needs them makes bad credentials fail here, naming the catalog.
 		// A GET, not a HEAD: the server's explanation is in the body.
 		if _, err := cat.LoadNamespaceProperties(ctx, s.NamespaceIdent()); err != nil && !errors.Is(err, catalog.ErrNoSuchNamespace) {
 			cat.Close()
-			return nil, fmt.Errorf("rest catalog %s: %w", s.Catalog.URI, err)
+			return nil, restAuthErr(fmt.Errorf("rest catalog %s: %w", s.Catalog.URI, err))
 		}
 		return &openCatalog{cat: cat, name: "rest catalog " + s.Catalog.URI}, nil
 	}
@@ -131,4 +133,12 @@ func ensureNamespace(ctx context.Context, cat catalog.Catalog, ns []string) erro
 		return fmt.Errorf("create namespace %s: %w", strings.Join(ns, "."), err)
 	}
 	return nil
+}
+
+// restAuthErr: credentials the catalog refuses need a person, not a retry.
+func restAuthErr(err error) error {
+	if errors.Is(err, rest.ErrUnauthorized) || errors.Is(err, rest.ErrForbidden) {
+		return fault.ConfigErr(err, "set the catalog's credentials (token, credential or sigv4 keys) to ones the catalog accepts for this warehouse")
+	}
+	return err
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 )
 
 // dataSchema is a change schema without the reserved columns, keeping the metadata (primary key), with each
@@ -168,9 +169,13 @@ type planner struct {
 
 func (p *planner) fail(path []string, old, new iceberg.Type, reason string) {
 	if p.err == nil {
-		p.err = &IncompatibleSchemaError{Table: p.table, Column: strings.Join(path, "."), Old: old.String(), New: new.String(), Reason: reason}
+		p.err = fault.DataErr(&IncompatibleSchemaError{Table: p.table, Column: strings.Join(path, "."), Old: old.String(), New: new.String(), Reason: reason},
+			schemaFix)
 	}
 }
+
+// schemaFix is the way out of a schema change an Iceberg table cannot express.
+const schemaFix = "re-snapshot the table into a new Iceberg table (drop or rename the old one first), or undo the change at the source"
 
 func (p *planner) fields(parent []string, cur, in []iceberg.NestedField) {
 	for _, f := range in {
@@ -178,7 +183,8 @@ func (p *planner) fields(parent []string, cur, in []iceberg.NestedField) {
 		i := slices.IndexFunc(cur, func(c iceberg.NestedField) bool { return c.Name == f.Name })
 		if i < 0 {
 			if len(parent) == 0 && p.key[f.Name] {
-				p.err = fmt.Errorf("table %s: primary key column %s is not in the table; Iceberg cannot add an identifier column to existing rows", p.table, f.Name)
+				p.err = fault.DataErr(fmt.Errorf("table %s: primary key column %s is not in the table; Iceberg cannot add an identifier column to existing rows", p.table, f.Name),
+					schemaFix)
 				return
 			}
 			p.out = append(p.out, schemaChange{kind: addColumn, path: path, typ: f.Type})

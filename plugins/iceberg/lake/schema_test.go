@@ -13,6 +13,7 @@ import (
 	"github.com/apache/iceberg-go"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -171,6 +172,9 @@ func TestIncompatibleExistingTable(t *testing.T) {
 	if !errors.As(err, &ise) || ise.Column != "name" || ise.Old != "long" || ise.New != "string" {
 		t.Fatalf("err = %v, want an IncompatibleSchemaError for column name long -> string", err)
 	}
+	if !errors.Is(err, fault.ErrData) || fault.FixOf(err) == "" {
+		t.Fatalf("err = %v, want a Data fault with a fix", err)
+	}
 	if !strings.Contains(err.Error(), "apply 2") || !strings.Contains(err.Error(), "lake.users") {
 		t.Fatalf("error %q does not name the apply and the table", err)
 	}
@@ -181,7 +185,7 @@ func TestIncompatibleExistingTable(t *testing.T) {
 	}, []string{"name"})
 	_, err = e.d.Apply(ctxT(t), serve.ApplyRequest{Settings: e.raw, Pipeline: e.pipeline, Sequence: 2,
 		Items: items("users", batch(t, other, r(opU, 1, 6)))})
-	if err == nil || !strings.Contains(err.Error(), "primary key (name) differs from the table's identifier fields (id)") {
+	if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), "primary key (name) differs from the table's identifier fields (id)") {
 		t.Fatalf("err = %v, want a key mismatch", err)
 	}
 	if a := e.lastApplied(); a.Sequence != 1 {

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
@@ -367,30 +368,47 @@ func (s Settings) Explain(err error) error {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "28P01":
-			return fmt.Errorf("%s refused user %q: wrong password (check the password setting): %w", where, s.User, err)
+			return fault.ConfigErr(fmt.Errorf("%s refused user %q: wrong password (check the password setting): %w", where, s.User, err),
+				"set the connection's password to the role's password")
 		case "28000":
-			return fmt.Errorf("%s refused user %q for database %q: %s (pg_hba.conf needs a line allowing this host, user and database): %w", where, s.User, s.Database, pgErr.Message, err)
+			return fault.ConfigErr(fmt.Errorf("%s refused user %q for database %q: %s (pg_hba.conf needs a line allowing this host, user and database): %w", where, s.User, s.Database, pgErr.Message, err),
+				"add a pg_hba.conf line allowing this host, user and database, then reload the server")
 		case "3D000":
-			return fmt.Errorf("%s has no database %q (check the database setting): %w", where, s.Database, err)
+			return fault.ConfigErr(fmt.Errorf("%s has no database %q (check the database setting): %w", where, s.Database, err),
+				"set the connection's database to an existing database")
 		case "42501":
-			return fmt.Errorf("%s: user %q lacks a privilege: %s: %w", where, s.User, pgErr.Message, err)
+			return fault.ConfigErr(fmt.Errorf("%s: user %q lacks a privilege: %s: %w", where, s.User, pgErr.Message, err),
+				"grant the role the privilege the message names (`skippr connect` runs the full check)")
+		case "42P01", "42704":
+			// A table, or a publication or slot-related object, named in the settings does not exist.
+			return fault.ConfigErr(fmt.Errorf("%s: %s: %w", where, pgErr.Message, err),
+				"create the missing object, or correct the connection's settings that name it")
+		case "55000":
+			// object_not_in_prerequisite_state: wal_level below logical, among others.
+			return fault.ConfigErr(fmt.Errorf("%s: %s: %w", where, pgErr.Message, err),
+				"change the server's configuration the message names (for wal_level: ALTER SYSTEM SET wal_level = logical, then restart)")
+		case "58P01":
+			// undefined_file on START_REPLICATION: the WAL the slot needs was removed.
+			return fault.ResnapshotErr(fmt.Errorf("%s: %s: %w", where, pgErr.Message, err),
+				"re-snapshot: run `skippr teardown PIPELINE`, then sync the pipeline under a new name and wal.url so its tables are copied again")
 		case "53300":
-			return fmt.Errorf("%s has no free connection slot (max_connections or the role's connection limit): %w", where, err)
+			return fault.TransientErr(fmt.Errorf("%s has no free connection slot (max_connections or the role's connection limit): %w", where, err))
 		case "57P03":
-			return fmt.Errorf("%s is starting up or shutting down; try again: %w", where, err)
+			return fault.TransientErr(fmt.Errorf("%s is starting up or shutting down; try again: %w", where, err))
 		}
 		return fmt.Errorf("%s: %w", where, err)
 	}
 	var netErr *net.OpError
 	if errors.As(err, &netErr) {
-		return fmt.Errorf("cannot reach %s (%v); check host and port, and that the server listens there: %w", where, netErr.Err, err)
+		return fault.TransientErr(fmt.Errorf("cannot reach %s (%v); check host and port, and that the server listens there: %w", where, netErr.Err, err))
 	}
 	var dnsErr *net.DNSError
 	if errors.As(err, &dnsErr) {
 		return fmt.Errorf("cannot resolve host %q: %w", s.Host, err)
 	}
 	if strings.Contains(err.Error(), "server refused TLS connection") {
-		return fmt.Errorf("%s does not offer TLS but sslmode is %s: %w", where, s.SSLMode, err)
+		return fault.ConfigErr(fmt.Errorf("%s does not offer TLS but sslmode is %s: %w", where, s.SSLMode, err),
+			"set sslmode to disable or prefer, or enable TLS on the server")
 	}
 	return fmt.Errorf("%s: %w", where, err)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
@@ -89,7 +90,7 @@ func Check(ctx context.Context, cfg config.Settings) error {
 		}
 	}
 	if len(problems) > 0 {
-		return problems
+		return fault.ConfigErr(problems, "fix each problem listed (as a superuser where it says so), then run again")
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/mempool"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -309,7 +310,8 @@ func (r *reader) heartbeat(ctx context.Context) error {
 			r.cfg.Slot).Scan(&retained, &walStatus)
 		if err == nil && walStatus != nil && *walStatus == "lost" {
 			cancel()
-			return fmt.Errorf("replication slot %s has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size): it cannot continue; drop it and sync again from a snapshot", r.cfg.Slot)
+			return fault.ResnapshotErr(fmt.Errorf("replication slot %s has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size): it cannot continue; drop it and sync again from a snapshot", r.cfg.Slot),
+				"re-snapshot: run `skippr teardown PIPELINE`, then sync the pipeline under a new name and wal.url so its tables are copied again")
 		}
 		if err == nil && retained != nil {
 			if *retained > r.cfg.MaxRetainedWALBytes && !warned {

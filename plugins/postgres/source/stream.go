@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
@@ -94,13 +95,15 @@ func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgco
 	)
 	err := r.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text, wal_status FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&confirmed, &walStatus)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("replication slot %s does not exist (dropped?): the pipeline must start again from an empty checkpoint", r.cfg.Slot)
+		return nil, fault.ResnapshotErr(fmt.Errorf("replication slot %s does not exist (dropped?): the pipeline must start again from an empty checkpoint", r.cfg.Slot),
+			"re-snapshot: run `skippr teardown PIPELINE`, then sync the pipeline under a new name and wal.url so its tables are copied again")
 	}
 	if err != nil {
 		return nil, r.cfg.Explain(err)
 	}
 	if walStatus != nil && *walStatus == "lost" {
-		return nil, fmt.Errorf("replication slot %s has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size): it cannot continue; drop it and sync again from a snapshot", r.cfg.Slot)
+		return nil, fault.ResnapshotErr(fmt.Errorf("replication slot %s has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size): it cannot continue; drop it and sync again from a snapshot", r.cfg.Slot),
+			"re-snapshot: run `skippr teardown PIPELINE`, then sync the pipeline under a new name and wal.url so its tables are copied again")
 	}
 	if c, err := parseLSN(confirmed); err == nil && c > lsn {
 		// Only data-free WAL is skipped this way (see package doc); the server starts at its own position.
@@ -492,7 +495,8 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			r.log.Warn("TRUNCATE skipped (truncate: ignore): the destination keeps the rows", "tables", strings.Join(ours, ","), "lsn", it.walStart.String())
 			return nil
 		}
-		return fmt.Errorf("table %s was truncated (at %s); a TRUNCATE cannot be replicated as row changes: set truncate: ignore to skip it (the destination keeps its rows), or re-sync the table with a new pipeline", strings.Join(ours, ", "), it.walStart)
+		return fault.DataErr(fmt.Errorf("table %s was truncated (at %s); a TRUNCATE cannot be replicated as row changes: set truncate: ignore to skip it (the destination keeps its rows), or re-sync the table with a new pipeline", strings.Join(ours, ", "), it.walStart),
+			"set the source's truncate: ignore to skip it, or re-snapshot the table (`skippr teardown PIPELINE`, then a new pipeline name and wal.url)")
 	}
 	return nil
 }
@@ -616,8 +620,9 @@ func (p *processor) update(ctx context.Context, rel *relation, m *pglogrepl.Upda
 			for i, j := range missing {
 				names[i] = rel.cols[j].Name
 			}
-			return fmt.Errorf("update of %s at %s left %s unchanged (stored out of line, TOAST) and the old row does not carry the value, which must not be written as NULL: run ALTER TABLE %s REPLICA IDENTITY FULL, or set unchanged_toast: fetch",
-				rel.stream, lsn, strings.Join(names, ", "), rel.table.Name.Quoted())
+			return fault.DataErr(fmt.Errorf("update of %s at %s left %s unchanged (stored out of line, TOAST) and the old row does not carry the value, which must not be written as NULL: run ALTER TABLE %s REPLICA IDENTITY FULL, or set unchanged_toast: fetch",
+				rel.stream, lsn, strings.Join(names, ", "), rel.table.Name.Quoted()),
+				"set the source's unchanged_toast: fetch, or re-snapshot the table: REPLICA IDENTITY FULL helps only updates made after it, not those already in the slot")
 		}
 		if err := p.fetch(ctx, rel, vals, missing); err != nil {
 			return fmt.Errorf("update of %s at %s: %w", rel.stream, lsn, err)

@@ -1,0 +1,287 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+// walBackend is where a fault test keeps its WAL, and how it removes one object from it.
+type walBackend struct {
+	url, extra string
+	inspect    []string // `wal inspect` arguments
+	remove     func(t *testing.T, key string)
+}
+
+func walBackends(t *testing.T, e *env) map[string]func() walBackend {
+	return map[string]func() walBackend{
+		"local": func() walBackend {
+			dir := filepath.Join(e.dir, "wal")
+			return walBackend{url: "file://" + dir, inspect: []string{"wal", "inspect", "file://" + dir, "--json"}, remove: func(t *testing.T, key string) {
+				if err := os.Remove(filepath.Join(dir, filepath.FromSlash(key))); err != nil {
+					t.Fatal(err)
+				}
+			}}
+		},
+		"s3": func() walBackend {
+			b := versity.Get(t).NewBucket(t)
+			e.extraEnv = []string{"AWS_ACCESS_KEY_ID=" + b.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.SecretKey}
+			return walBackend{
+				url:     "s3://" + b.Name + "/faults",
+				inspect: []string{"wal", "inspect", "s3://" + b.Name + "/faults", "--json", "--s3-endpoint", b.Endpoint, "--s3-region", "us-east-1", "--s3-path-style"},
+				extra:   fmt.Sprintf("      s3: { endpoint: %s, region: us-east-1, path_style: true }\n", b.Endpoint),
+				remove: func(t *testing.T, key string) {
+					if _, err := b.Client.DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(b.Name), Key: aws.String("faults/" + key)}); err != nil {
+						t.Fatal(err)
+					}
+				},
+			}
+		},
+	}
+}
+
+// statusRow is what the fault tests read of `status --json`.
+type statusRow struct {
+	Pipeline string `json:"pipeline"`
+	State    string `json:"state"`
+	Fault    *struct {
+		Message string    `json:"message"`
+		Class   string    `json:"class"`
+		Fix     string    `json:"fix"`
+		Since   time.Time `json:"since"`
+		Attempt int       `json:"attempt"`
+		Entry   uint64    `json:"entry"`
+		Segment string    `json:"segment"`
+	} `json:"fault"`
+}
+
+// syncFails runs `sync --once`, which must stop within seconds with exit 1, no retry, the message and a fix;
+// then `status` must show the same, exit 1, as text and as JSON.
+func (e *env) syncFails(class, fix string, message ...string) statusRow {
+	t := e.t
+	t.Helper()
+	start := time.Now()
+	r := e.run("sync", "--once")
+	took := time.Since(start)
+	if r.code != 1 {
+		t.Fatalf("sync --once: exit %d, want 1\n%s", r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr, "restarting") {
+		t.Fatalf("sync --once retried a permanent fault:\n%s", r.stderr)
+	}
+	// Plugin start-up dominates; a retry would add at least the 0.5+1+2+4 s of backoff.
+	if took > 20*time.Second {
+		t.Fatalf("sync --once took %s to fail", took)
+	}
+	for _, s := range append(message, "fix: "+fix, "("+class+")") {
+		if !strings.Contains(r.stderr, s) {
+			t.Fatalf("sync --once stderr lacks %q:\n%s", s, r.stderr)
+		}
+	}
+	rt := e.run("status")
+	if rt.code != 1 || !strings.Contains(rt.stdout, "orders: failed: ") || !strings.Contains(rt.stdout, "(since ") ||
+		!strings.Contains(rt.stdout, "class: "+class) || !strings.Contains(rt.stdout, "fix: "+fix) {
+		t.Fatalf("status: exit %d, want 1 showing the failure\n%s%s", rt.code, rt.stdout, rt.stderr)
+	}
+	rj := e.run("status", "--json")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(rj.stdout), &rows); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, rj.stdout)
+	}
+	if rj.code != 1 || len(rows) != 1 || rows[0].State != "failed" || rows[0].Fault == nil || rows[0].Fault.Class != class ||
+		!strings.Contains(rows[0].Fault.Fix, fix) || time.Since(rows[0].Fault.Since) > 5*time.Minute {
+		t.Fatalf("status --json: exit %d, %s", rj.code, rj.stdout)
+	}
+	for _, s := range message {
+		if !strings.Contains(rows[0].Fault.Message, s) {
+			t.Fatalf("status --json message lacks %q: %s", s, rows[0].Fault.Message)
+		}
+	}
+	return rows[0]
+}
+
+// A commit record missing in the middle of the log, and a destination reset under an exactly-once pipeline,
+// stop `sync --once` at once in state failed, on local disk and on S3.
+func TestWALFaultsFailAtOnce(t *testing.T) {
+	for _, backend := range []string{"local", "s3"} {
+		t.Run(backend+"/missing commit record", func(t *testing.T) {
+			e := newEnv(t)
+			w := walBackends(t, e)[backend]()
+			// Paced, so a loaded machine's slow commits do not gather every batch into one or two entries.
+			cfg := pipelineConfig(`{ rows: 3000, batch_size: 100, rows_per_second: 1500 }`, filepath.Join(e.dir, "out"), "", w.url, w.extra+"      group_commit: { max_bytes: 1KiB }\n")
+			e.writeConfig(cfg + "    apply: { paused: true }\n")
+			e.mustRun("sync", "--once")
+			var inspect struct {
+				LastSeq uint64 `json:"last_seq"`
+			}
+			r := e.mustRun(w.inspect...)
+			if err := json.Unmarshal([]byte(r.stdout), &inspect); err != nil || inspect.LastSeq < 3 {
+				t.Fatalf("wal inspect: %v, want 3 entries or more\n%s", err, r.stdout)
+			}
+			mid := (inspect.LastSeq + 1) / 2
+			w.remove(t, fmt.Sprintf("commits/%020d.json", mid))
+			e.writeConfig(cfg)
+			e.syncFails("resnapshot", "re-snapshot the affected tables", fmt.Sprintf("entry %d is missing: entry %d is followed by entry %d", mid, mid-1, mid+1))
+		})
+		t.Run(backend+"/destination reset", func(t *testing.T) {
+			e := newEnv(t)
+			w := walBackends(t, e)[backend]()
+			out := filepath.Join(e.dir, "out")
+			e.writeConfig(pipelineConfig(`{ rows: 2000, batch_size: 200 }`, out, "", w.url, w.extra+"      group_commit: { max_bytes: 1KiB }\n"))
+			e.mustRun("sync", "--once")
+			if err := os.RemoveAll(out); err != nil {
+				t.Fatal(err)
+			}
+			e.syncFails("resnapshot", "give the pipeline a new name", "destination out has applied up to WAL sequence 0", "needs a fresh pipeline")
+		})
+	}
+}
+
+// A destination directory the plugin cannot create is the plugin's Config error: failed at once, with its fix.
+func TestDestinationDirFailsAtOnce(t *testing.T) {
+	e := newEnv(t)
+	file := filepath.Join(e.dir, "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.writeConfig(pipelineConfig(`{ rows: 100 }`, filepath.Join(file, "out"), "", "file://"+filepath.Join(e.dir, "wal"), ""))
+	e.syncFails("config", "set the connection's dir", "a-file/out is not writable")
+}
+
+// A Postgres source whose slot was dropped needs a re-snapshot, and a wrong password a new setting: both stop
+// `sync --once` at once in state failed, with the plugin's class and fix.
+func TestPostgresSourceFaultsFailAtOnce(t *testing.T) {
+	src := pgtest.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sc, err := pgx.Connect(ctx, src.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close(context.Background())
+	createOrders(t, ctx, sc, 500)
+	s := src.Server
+	config := func(e *env, user, password string) {
+		e.writeConfig(fmt.Sprintf(`connections:
+  src:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %s, port: %d, user: %s, password: "%s", database: %s, sslmode: disable, tables: [public.orders], slot: faults, publication: faults }
+  out:
+    plugin: testdest
+    version: ">= 0.1"
+    settings: { dir: %s }
+pipelines:
+  orders:
+    source: src
+    destinations: [out]
+    wal:
+      url: file://%s
+`, s.Host, s.Port, user, password, src.Name, filepath.Join(e.dir, "out"), filepath.Join(e.dir, "wal")))
+	}
+
+	t.Run("dropped slot", func(t *testing.T) {
+		e := newEnv(t)
+		config(e, "postgres", "")
+		e.mustRun("sync", "--once")
+		if _, err := sc.Exec(ctx, `SELECT pg_drop_replication_slot('faults')`); err != nil {
+			t.Fatal(err)
+		}
+		e.syncFails("resnapshot", "re-snapshot", "replication slot faults does not exist")
+	})
+	t.Run("wrong password", func(t *testing.T) {
+		e := newEnv(t)
+		r := s.CreateRole(t, "REPLICATION")
+		config(e, r.Name, "not-"+r.Password)
+		e.syncFails("config", "set the connection's password", "wrong password")
+	})
+}
+
+// A value from ${ENV} never reaches stderr or the status file: not in a plugin's error (a directory it cannot
+// create), not in a plugin's name.
+func TestSecretsRedacted(t *testing.T) {
+	e := newEnv(t)
+	const dirSecret, pluginSecret = "s3cr3t-dir-value", "s3cr3t-plugin-value"
+	e.extraEnv = []string{"SKIPPR_DIR_SECRET=" + dirSecret, "SKIPPR_PLUGIN_SECRET=" + pluginSecret}
+	e.writeConfig(pipelineConfig(`{ rows: 100 }`, `"/proc/${SKIPPR_DIR_SECRET}/out"`, "", "file://"+filepath.Join(e.dir, "wal"), ""))
+	e.syncFails("config", "set the connection's dir", "/proc/${SKIPPR_DIR_SECRET}/out is not writable")
+	r := e.run("sync", "--once")
+	var files []string
+	filepath.WalkDir(filepath.Join(e.home, "state"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, _ := os.ReadFile(p)
+			files = append(files, string(b))
+		}
+		return nil
+	})
+	if len(files) == 0 {
+		t.Fatal("no status file")
+	}
+	for _, out := range append(files, r.stderr, e.run("status").stdout, e.run("status", "--json").stdout) {
+		if strings.Contains(out, dirSecret) {
+			t.Fatalf("the secret leaked:\n%s", out)
+		}
+	}
+
+	e.writeConfig(strings.Replace(pipelineConfig(`{ rows: 100 }`, filepath.Join(e.dir, "out"), "", "file://"+filepath.Join(e.dir, "wal2"), ""),
+		"plugin: testdest", "plugin: ${SKIPPR_PLUGIN_SECRET}", 1))
+	r = e.run("sync", "--once")
+	if r.code == 0 || strings.Contains(r.stderr, pluginSecret) || !strings.Contains(r.stderr, "${SKIPPR_PLUGIN_SECRET}") {
+		t.Fatalf("sync with a secret plugin name: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// A transient fault (the destination plugin process killed under it) is retried, shown as retrying, and
+// `sync --once` still ends with every row exactly once.
+func TestTransientFaultRetriesAndRecovers(t *testing.T) {
+	e := newEnv(t)
+	gen := `{ seed: 3, rows: 20000, rows_per_second: 5000, batch_size: 250 }`
+	out := filepath.Join(e.dir, "out")
+	e.writeConfig(pipelineConfig(gen, out, "", "file://"+filepath.Join(e.dir, "wal"), "      group_commit: { max_bytes: 16KiB, max_delay: 50ms }\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := e.cmd(ctx, "sync", "--once")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := 0
+	for end := time.Now().Add(60 * time.Second); pid == 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		pid = childByName(cmd.Process.Pid, "testdest")
+	}
+	if pid == 0 {
+		t.Fatalf("no testdest process within 60s:\n%s", stderr.String())
+	}
+	time.Sleep(time.Second)
+	syscall.Kill(pid, syscall.SIGKILL)
+	// The status file says retrying, with the attempt and the error, until the next run publishes.
+	sawRetrying := false
+	for end := time.Now().Add(20 * time.Second); !sawRetrying && time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		var rows []statusRow
+		if json.Unmarshal([]byte(e.run("status", "--json").stdout), &rows) == nil && len(rows) == 1 &&
+			rows[0].State == "retrying" && rows[0].Fault != nil && rows[0].Fault.Attempt == 1 && rows[0].Fault.Message != "" {
+			sawRetrying = true
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("sync --once after a transient fault: %v\n%s", err, stderr.String())
+	}
+	if !sawRetrying || !strings.Contains(stderr.String(), "restarting from the last durable point") {
+		t.Fatalf("no retrying state seen (status: %v):\n%s", sawRetrying, stderr.String())
+	}
+	compare(t, out, want(t, gen))
+}
