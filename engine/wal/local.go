@@ -317,7 +317,7 @@ type localLease struct {
 
 func (l *localLease) epoch() uint64       { return l.ep }
 func (l *localLease) owner() string       { return l.own }
-func (l *localLease) takenOver() bool     { return false } // flock dies with its holder: no zombie writer
+func (l *localLease) takenOver() string   { return "" } // flock dies with its holder: no zombie writer
 func (l *localLease) deadline() time.Time { return time.Time{} }
 
 // check catches the one way two local writers could coexist: the directory or

@@ -51,9 +51,10 @@ type lockRequest struct {
 type writerLease interface {
 	epoch() uint64
 	owner() string
-	// takenOver reports that the previous holder never released the lease, so
-	// it may still have a write in flight: Acquire then writes a fence entry.
-	takenOver() bool
+	// takenOver says why the lease was taken from a holder that never released
+	// it ("" if it was free), so that holder may still have a write in flight:
+	// Acquire then writes a fence entry.
+	takenOver() string
 	// check returns an error wrapping ErrFenced once this writer may no longer write.
 	check() error
 	// deadline is when writes must have finished (zero: no time limit).

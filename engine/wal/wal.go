@@ -332,8 +332,8 @@ func (l *Log) Acquire(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if lease.takenOver() {
-		if err := l.fence(ctx, lease, &state); err != nil {
+	if why := lease.takenOver(); why != "" {
+		if err := l.fence(ctx, lease, &state, why); err != nil {
 			return err
 		}
 	}
@@ -351,7 +351,7 @@ func (l *Log) Acquire(ctx context.Context) error {
 // fence commits an empty entry under the new epoch. The previous holder never
 // released its lease and might have a commit in flight; its next seq is now
 // taken, so its conditional create fails and it can never commit after us.
-func (l *Log) fence(ctx context.Context, lease writerLease, s *logState) error {
+func (l *Log) fence(ctx context.Context, lease writerLease, s *logState, why string) error {
 	for range 100 {
 		seq := s.last + 1
 		rec := CommitRecord{Seq: seq, Checkpoint: s.lastCkpt, Epoch: lease.epoch(), Time: time.Now().UTC()}
@@ -363,7 +363,7 @@ func (l *Log) fence(ctx context.Context, lease writerLease, s *logState) error {
 		if err == nil {
 			s.last = seq
 			s.seqs = append(s.seqs, seq)
-			l.log.Warn("wal took over an expired lease; fenced the previous writer", "fence_seq", seq, "epoch", lease.epoch())
+			l.log.Warn("wal took over the lease of a writer that never released it; fenced that writer", "reason", why, "fence_seq", seq, "epoch", lease.epoch())
 			return nil
 		}
 		if !errors.Is(err, errExists) {
