@@ -60,8 +60,9 @@ type Config struct {
 	Log          Log
 	// ExactlyOnce refuses to start unless every destination can honour it.
 	ExactlyOnce bool
-	// Group commit: a WAL entry is cut at the first source checkpoint after MaxBatchBytes of frames, or after
-	// MaxDelay since the entry's first frame, whichever comes first.
+	// Group commit: a commit starts whenever frames up to a source checkpoint are waiting and no commit is in
+	// flight. While one is in flight the next entry gathers, for at most MaxBatchBytes of frames or MaxDelay
+	// since its first frame; then the reader waits for the commit.
 	MaxBatchBytes int64
 	MaxDelay      time.Duration
 	// MaxUnappliedBytes stops reading the source while the WAL holds more than this, unapplied.
