@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -43,9 +44,23 @@ func (g *group) take() ([]wal.Frame, *pluginv1.Checkpoint) {
 }
 
 type commitResult struct {
-	rec wal.CommitRecord
-	err error
+	rec    wal.CommitRecord
+	err    error
+	frames []wal.Frame // what was committed, kept to retry the same entry after a full disk
+	cp     *pluginv1.Checkpoint
 }
+
+// stalledEntry is an entry the WAL had no room for. It is retried as it is — the same frames under the same
+// checkpoint — so the source is acknowledged exactly as if the disk had never filled.
+type stalledEntry struct {
+	frames    []wal.Frame
+	cp        *pluginv1.Checkpoint
+	reclaimed uint64 // reclaimed through this when the commit failed: a reclaim past it freed space
+	retryNow  bool
+}
+
+// diskFullRetry is how often a stalled entry is retried when no reclaim frees space: someone else may.
+const diskFullRetry = 2 * time.Second
 
 // readLoop reads the source and cuts WAL entries. One commit runs at a time, beside the reading, and it starts
 // as soon as something is committable and no commit is in flight (the classic group commit): whatever arrives
@@ -75,42 +90,88 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 	var (
 		g        group
 		inflight bool
+		stalled  *stalledEntry // set while the WAL's disk is full
 		results  = make(chan commitResult, 1)
 		timer    = time.NewTimer(time.Hour)
+		retry    = time.NewTimer(time.Hour)
 	)
 	defer timer.Stop()
-	startCommit := func() {
-		frames, cp := g.take()
-		r.arm(&g, timer)
+	defer retry.Stop()
+	startCommit := func(frames []wal.Frame, cp *pluginv1.Checkpoint) {
 		inflight = true
 		go func() {
 			rec, err := r.commit(ctx, frames, cp)
-			results <- commitResult{rec, err}
+			results <- commitResult{rec, err, frames, cp}
 		}()
 	}
 	for {
 		if err := r.waitBackpressure(ctx); err != nil {
 			return err
 		}
-		if !inflight && g.committable > 0 {
-			startCommit()
+		switch {
+		case inflight:
+		case stalled != nil:
+			if stalled.retryNow {
+				stalled.retryNow = false
+				startCommit(stalled.frames, stalled.cp)
+			}
+		case g.committable > 0:
+			frames, cp := g.take()
+			r.arm(&g, timer)
+			startCommit(frames, cp)
 		}
-		if cfg.Once && g.idle && !inflight && len(g.frames) == 0 {
+		if cfg.Once && g.idle && !inflight && stalled == nil && len(g.frames) == 0 {
 			return r.waitApplied(ctx)
 		}
+		// A full disk stops the reading, not the pipeline: apply and reclaim go on and free the space.
 		input := msgs
-		if inflight && g.full(cfg) {
+		if stalled != nil || (inflight && g.full(cfg)) {
 			input = nil
+		}
+		var progress chan struct{}
+		if stalled != nil && !inflight {
+			r.mu.Lock()
+			progress = r.changed
+			stalled.retryNow = stalled.retryNow || r.reclaimed > stalled.reclaimed
+			r.mu.Unlock()
+			if stalled.retryNow {
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case res := <-results:
 			inflight = false
+			if errors.Is(res.err, wal.ErrNoSpace) {
+				if stalled == nil {
+					r.diskFull(true, res.err)
+				}
+				r.mu.Lock()
+				stalled = &stalledEntry{frames: res.frames, cp: res.cp, reclaimed: r.reclaimed}
+				r.mu.Unlock()
+				retry.Reset(diskFullRetry)
+				continue
+			}
 			if res.err != nil {
 				return res.err
 			}
+			if stalled != nil {
+				stalled = nil
+				retry.Stop()
+				r.diskFull(false, nil)
+			}
 			r.committed(res.rec)
+		case <-progress:
+		case <-retry.C:
+			if stalled != nil {
+				// A reclaim that failed for want of space itself is due again too.
+				if err := r.reclaim(ctx); err != nil {
+					return err
+				}
+				stalled.retryNow = true
+				retry.Reset(diskFullRetry)
+			}
 		case <-timer.C:
 			r.arm(&g, timer)
 		case res := <-input:
@@ -184,6 +245,19 @@ func (r *runner) committed(rec wal.CommitRecord) {
 	r.notify()
 	r.mu.Unlock()
 	r.publish(false)
+}
+
+// diskFull enters or leaves the disk-full state: logged once per episode, shown in status.
+func (r *runner) diskFull(on bool, err error) {
+	r.mu.Lock()
+	r.status.DiskFull = on
+	r.mu.Unlock()
+	if on {
+		r.log.Warn("disk full: no room for the next WAL entry; source reads paused while apply and reclaim go on; the entry is retried as space frees (free space under the WAL, or lower max_unapplied_bytes)", "wal", r.cfg.Log.URL(), "err", err)
+	} else {
+		r.log.Info("disk full: space is back; the WAL entry is committed and source reads resume", "wal", r.cfg.Log.URL())
+	}
+	r.publish(true)
 }
 
 // waitBackpressure blocks while the WAL holds more unapplied bytes than allowed.

@@ -110,7 +110,7 @@ func (s *localStore) create(ctx context.Context, name string, data []byte) error
 	dir := filepath.Dir(p)
 	tmp, err := writeTemp(dir, filepath.Base(p), data)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errNotWritten, err)
 	}
 	// link(2) fails with EEXIST instead of replacing: an existing record is never overwritten.
 	err = os.Link(tmp, p)
@@ -119,7 +119,7 @@ func (s *localStore) create(ctx context.Context, name string, data []byte) error
 		return fmt.Errorf("%s: %w", p, errExists)
 	}
 	if err != nil {
-		return fmt.Errorf("link %s: %w", p, err)
+		return fmt.Errorf("link %s: %w: %w", p, errNotWritten, err)
 	}
 	return syncDir(dir)
 }

@@ -506,6 +506,10 @@ func (l *Log) Commit(ctx context.Context, frames []Frame, checkpoint []byte) (Co
 	// The segment upload may take as long as it needs: a segment is harmless
 	// until a commit record names it, and its name carries our epoch.
 	if err := l.st.put(ctx, rec.Segment, seg); err != nil {
+		err = noSpace(err)
+		if errors.Is(err, ErrNoSpace) {
+			l.dropSegment(rec.Segment) // the store removed its temp file; a renamed but unsynced one goes too
+		}
 		return CommitRecord{}, fmt.Errorf("wal commit %d: write segment %s: %w", seq, l.st.url(rec.Segment), err)
 	}
 	if err := lease.check(); err != nil {
@@ -521,6 +525,12 @@ func (l *Log) Commit(ctx context.Context, frames []Frame, checkpoint []byte) (Co
 		l.dropSegment(rec.Segment)
 		l.broken = fmt.Errorf("wal commit %d: commit record %s was written by another writer: %w", seq, l.st.url(cname), ErrFenced)
 		return CommitRecord{}, l.broken
+	}
+	if errors.Is(err, errNotWritten) && errors.Is(noSpace(err), ErrNoSpace) {
+		// The record never existed, for want of space: the log is as before this Commit, which may be
+		// retried. Other failures still poison the log, the conservative reading.
+		l.dropSegment(rec.Segment)
+		return CommitRecord{}, fmt.Errorf("wal commit %d: commit record %s: %w", seq, l.st.url(cname), noSpace(err))
 	}
 	if err != nil {
 		l.broken = fmt.Errorf("wal commit %d: commit record %s: outcome unknown: %w", seq, l.st.url(cname), err)
@@ -649,7 +659,7 @@ func (l *Log) Reclaim(ctx context.Context, upTo uint64) error {
 	}
 	cname := checkpointName(upTo)
 	if err := l.st.create(ctx, cname, body); err != nil && !errors.Is(err, errExists) {
-		return fmt.Errorf("wal reclaim through %d: write %s: %w", upTo, l.st.url(cname), err)
+		return fmt.Errorf("wal reclaim through %d: write %s: %w", upTo, l.st.url(cname), noSpace(err))
 	}
 	// From here on entries <= upTo are gone for every reader; deleting is tidying.
 	var commits, segs, ckpts []string
