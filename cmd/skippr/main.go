@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/skippr-dev/skippr/engine/shutdown"
 )
 
 // Exit codes. Scripts rely on these, so they never change meaning.
@@ -61,7 +62,7 @@ func run(args []string, stdout, stderr *os.File) int {
 	app := newApp(g)
 	app.Writer = stdout
 	app.ErrWriter = stderr
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := shutdown.OnSignals(context.Background(), 0, os.Interrupt, syscall.SIGTERM) // sync sets a grace period
 	defer stop()
 	err := app.RunContext(ctx, args)
 	if err == nil {

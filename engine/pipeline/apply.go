@@ -32,6 +32,8 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 			select {
 			case <-ctx.Done():
 				return nil
+			case <-r.stopApply:
+				return nil
 			case <-ch:
 				continue
 			}
@@ -41,6 +43,11 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 			return fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
 		}
 		for _, e := range entries {
+			select {
+			case <-r.stopApply:
+				return nil
+			default:
+			}
 			if e.Seq != applied+1 {
 				return fmt.Errorf("pipeline %s: destination %s: WAL entry %d follows %d: entries are missing", cfg.Name, d.Name, e.Seq, applied)
 			}

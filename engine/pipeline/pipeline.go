@@ -98,6 +98,7 @@ type runner struct {
 
 	mu           sync.Mutex
 	changed      chan struct{} // closed and replaced whenever committed or applied moves
+	stopApply    chan struct{} // closed at a soft stop: apply loops finish their Apply and return
 	committedSeq uint64
 	reclaimed    uint64
 	applied      []uint64
@@ -124,7 +125,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	r := &runner{cfg: cfg, log: lg, changed: make(chan struct{}), sizes: map[uint64]int64{}}
+	r := &runner{cfg: cfg, log: lg, changed: make(chan struct{}), stopApply: make(chan struct{}), sizes: map[uint64]int64{}}
 	head, err := r.start(ctx)
 	if err != nil {
 		return err
@@ -144,9 +145,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	err = r.readLoop(ctx, head.LastCheckpoint)
-	if err != nil {
+	switch {
+	case errors.Is(err, errStopped):
+		// Soft stop: each apply loop finishes the Apply it is in and starts no other; only then end ctx.
+		close(r.stopApply)
+		wg.Wait()
+		err = nil
+		cancel(errDone)
+	case err != nil:
 		cancel(err)
-	} else {
+	default:
 		cancel(errDone)
 	}
 	wg.Wait()
@@ -163,7 +171,10 @@ func Run(ctx context.Context, cfg Config) error {
 	return err
 }
 
-var errDone = errors.New("pipeline caught up")
+var (
+	errDone    = errors.New("pipeline caught up")
+	errStopped = errors.New("pipeline stopped on request")
+)
 
 // start checks guarantees and reconstructs the applied points.
 func (r *runner) start(ctx context.Context) (wal.Head, error) {

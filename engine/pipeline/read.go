@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
@@ -97,6 +98,9 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 	)
 	defer timer.Stop()
 	defer retry.Stop()
+	// A soft stop (the first SIGTERM) stops the reading and lets the commit in flight finish; frames read but
+	// not committed are read again after the restart, since the source was never acknowledged for them.
+	drain, draining := shutdown.Draining(ctx), false
 	startCommit := func(frames []wal.Frame, cp *pluginv1.Checkpoint) {
 		inflight = true
 		go func() {
@@ -110,6 +114,8 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 		}
 		switch {
 		case inflight:
+		case draining:
+			return errStopped
 		case stalled != nil:
 			if stalled.retryNow {
 				stalled.retryNow = false
@@ -121,11 +127,11 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 			startCommit(frames, cp)
 		}
 		if cfg.Once && g.idle && !inflight && stalled == nil && len(g.frames) == 0 {
-			return r.waitApplied(ctx)
+			return r.waitApplied(ctx, drain)
 		}
 		// A full disk stops the reading, not the pipeline: apply and reclaim go on and free the space.
 		input := msgs
-		if stalled != nil || (inflight && g.full(cfg)) {
+		if draining || stalled != nil || (inflight && g.full(cfg)) {
 			input = nil
 		}
 		var progress chan struct{}
@@ -141,8 +147,14 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-drain:
+			drain, draining = nil, true
+			r.stopping()
 		case res := <-results:
 			inflight = false
+			if draining && errors.Is(res.err, wal.ErrNoSpace) {
+				return errStopped // the entry was not written and the source not acknowledged: nothing lost
+			}
 			if errors.Is(res.err, wal.ErrNoSpace) {
 				if stalled == nil {
 					r.diskFull(true, res.err)
@@ -285,8 +297,18 @@ func (r *runner) waitBackpressure(ctx context.Context) error {
 	}
 }
 
-// waitApplied returns once every destination has applied, and the log reclaimed, everything committed.
-func (r *runner) waitApplied(ctx context.Context) error {
+// stopping enters the soft stop.
+func (r *runner) stopping() {
+	r.mu.Lock()
+	r.status.State = "stopping"
+	r.mu.Unlock()
+	r.log.Info("stop requested: source reads stop; the WAL commit and destination applies in flight finish first (signal again to stop at once)")
+	r.publish(true)
+}
+
+// waitApplied returns once every destination has applied, and the log reclaimed, everything committed, or
+// with errStopped when a soft stop begins.
+func (r *runner) waitApplied(ctx context.Context, drain <-chan struct{}) error {
 	for {
 		r.mu.Lock()
 		done := r.cfg.ApplyPaused || len(r.applied) == 0 || r.reclaimed >= r.committedSeq
@@ -298,6 +320,9 @@ func (r *runner) waitApplied(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-drain:
+			r.stopping()
+			return errStopped
 		case <-ch:
 		}
 	}
