@@ -118,7 +118,11 @@
 // messages and Head); the kernel drops the lock when the process dies, so
 // there is never a live stale holder. EPOCH holds the last epoch (a record as
 // above), incremented by every Acquire. Before each commit the writer checks
-// that LOCK is still the file it locked.
+// that LOCK is still the file it locked. RESERVE (64 KiB of zeros) is space
+// set aside at Acquire: when the disk is full, Reclaim deletes it to write
+// its checkpoint record (it may delete nothing before that record exists) and
+// sets it aside again after freeing space. A commit that finds the disk full
+// leaves nothing behind and returns ErrNoSpace; it may be retried.
 //
 // S3: lease.json holds {owner, host, pid_space, pid, token, epoch, expires,
 // released}. Acquire creates it with If-None-Match: "*" or replaces an expired

@@ -85,6 +85,18 @@ func writeTemp(dir, base string, data []byte) (string, error) {
 	return tmp, nil
 }
 
+// reserveSize is ample for a checkpoint record (a few hundred bytes) and the directory block it may need.
+const reserveSize = 64 << 10
+
+func (s *localStore) reserve() error {
+	if _, err := os.Stat(s.path(reserveName)); err == nil {
+		return nil
+	}
+	return s.put(context.Background(), reserveName, make([]byte, reserveSize))
+}
+
+func (s *localStore) unreserve() error { return os.Remove(s.path(reserveName)) }
+
 func (s *localStore) put(ctx context.Context, name string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -53,6 +53,14 @@ func TestCommitOnFullDiskCanBeRetried(t *testing.T) {
 		}
 		return nil
 	})
+	// Fill the last bytes too: Reclaim must write its checkpoint record before it may delete anything.
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err = filler.Write(make([]byte, 4096)); err == nil; _, err = filler.Write(make([]byte, 4096)) {
+	}
+	filler.Close()
 	if err := l.Reclaim(ctxT(t), n); err != nil {
 		t.Fatalf("reclaim on the full disk: %v", err)
 	}

@@ -61,3 +61,15 @@ type writerLease interface {
 	deadline() time.Time
 	release(ctx context.Context) error
 }
+
+// reserver is a store that sets space aside for Reclaim. Reclaim must write a
+// checkpoint record before it may delete anything, so on a disk filled by
+// entries every destination has applied it could otherwise free nothing, and
+// the pipeline would wait forever. S3 does not fill, so only the local store
+// is one.
+type reserver interface {
+	// reserve sets the space aside unless it already is.
+	reserve() error
+	// unreserve gives it up; an error means there was none to give.
+	unreserve() error
+}

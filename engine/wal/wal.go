@@ -340,6 +340,11 @@ func (l *Log) Acquire(ctx context.Context) error {
 	if err := l.cleanup(ctx, state); err != nil {
 		return err
 	}
+	if r, isR := l.st.(reserver); isR {
+		if err := r.reserve(); err != nil {
+			l.log.Warn("wal: could not set space aside for reclaim; a full disk may then need space freed by hand", "err", noSpace(err))
+		}
+	}
 	ok = true
 	l.lease, l.last, l.broken = lease, state.last, nil
 	l.held.Store(&heldLease{epoch: lease.epoch(), owner: lease.owner()})
@@ -658,7 +663,13 @@ func (l *Log) Reclaim(ctx context.Context, upTo uint64) error {
 		return err
 	}
 	cname := checkpointName(upTo)
-	if err := l.st.create(ctx, cname, body); err != nil && !errors.Is(err, errExists) {
+	err = l.st.create(ctx, cname, body)
+	r, isR := l.st.(reserver)
+	if errors.Is(noSpace(err), ErrNoSpace) && isR && r.unreserve() == nil {
+		l.log.Warn("wal disk full: recording the reclaim in the space set aside for it", "through", upTo)
+		err = l.st.create(ctx, cname, body)
+	}
+	if err != nil && !errors.Is(err, errExists) {
 		return fmt.Errorf("wal reclaim through %d: write %s: %w", upTo, l.st.url(cname), noSpace(err))
 	}
 	// From here on entries <= upTo are gone for every reader; deleting is tidying.
@@ -695,6 +706,11 @@ func (l *Log) Reclaim(ctx context.Context, upTo uint64) error {
 			return l.st.remove(ctx, batch[i])
 		}); err != nil {
 			return fmt.Errorf("wal reclaim through %d: %w", upTo, err)
+		}
+	}
+	if isR {
+		if err := r.reserve(); err != nil {
+			l.log.Debug("wal: space for the next reclaim not set aside yet", "err", err)
 		}
 	}
 	l.log.Info("wal reclaimed", "through", upTo, "commit_records", len(commits), "segments", len(segs))
