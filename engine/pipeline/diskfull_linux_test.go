@@ -5,15 +5,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/skippr-dev/skippr/engine/pipeline"
+	"github.com/skippr-dev/skippr/internal/smalldisk"
 )
 
 // syncBuffer is a log sink the pipeline's goroutines share.
@@ -34,28 +32,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// smallDisk mounts a tmpfs of size bytes: a real file system that runs out of space (ENOSPC) like a full disk.
-func smallDisk(t *testing.T, size int64) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root (CI runs as root)")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
-		t.Fatalf("mount a %d-byte tmpfs on %s: %v", size, dir, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	return dir
-}
-
 // A WAL whose disk fills stops the reading, not the pipeline: apply and reclaim go on and free the space, the
 // same entry is retried, and every row arrives exactly once — in one Run, with no restart.
 func TestFullDiskPausesReadingUntilReclaimFreesSpace(t *testing.T) {
-	disk := smallDisk(t, 2<<20)
+	disk := smalldisk.Mount(t, 2<<20)
 	src, dst := start(t, "datagen"), start(t, "testdest")
 	srcSettings := []byte(`{"seed": 21, "rows": 200000, "batch_size": 2000, "update_ratio": 0.2, "delete_ratio": 0.05}`)
 	out := t.TempDir()
