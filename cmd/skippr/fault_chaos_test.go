@@ -74,7 +74,12 @@ func TestChaosFaults(t *testing.T) {
 		cmd.Wait()
 		cancel()
 		stalls += strings.Count(stderr.String(), "disk full: no room")
-		restarts += strings.Count(stderr.String(), "restarting from the last durable point")
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			if strings.Contains(line, "restarting from the last durable point") {
+				restarts++
+				t.Logf("restart: %s", line)
+			}
+		}
 		if cmd.ProcessState != nil && cmd.ProcessState.Exited() && cmd.ProcessState.ExitCode() != 0 {
 			t.Fatalf("sync exited by itself with %d before it was killed:\n%s", cmd.ProcessState.ExitCode(), stderr.String())
 		}
