@@ -40,7 +40,18 @@ func main() {
 	flag.Int64Var(&pg.rows, "pg-rows", 10_000_000, "rows of the Postgres snapshot table")
 	flag.Int64Var(&pg.streamRows, "pg-stream-rows", 500_000, "rows of the Postgres streaming backlog")
 	flag.IntVar(&pg.repeat, "pg-repeat", 3, "runs of the Postgres snapshot and its COPY baseline, and drains of the streaming backlog (medians are reported)")
-	flag.IntVar(&pg.rate, "pg-rate", 20_000, "rows/s of the fixed-rate Postgres inserter")
+	flag.Func("pg-rate", "rows/s of the fixed-rate Postgres inserter, comma-separated for one run per rate (default 5000,20000)", func(v string) error {
+		pg.rates = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return fmt.Errorf("want positive rows/s, got %q", f)
+			}
+			pg.rates = append(pg.rates, n)
+		}
+		return nil
+	})
+	flag.BoolVar(&pg.liveOnly, "pg-live-only", false, "of the Postgres benchmarks, run only the fixed-rate latency runs")
 	flag.DurationVar(&pg.duration, "pg-duration", 30*time.Second, "duration of the fixed-rate Postgres load")
 	flag.IntVar(&pg.txRows, "pg-tx-rows", 200, "rows per inserted transaction while streaming")
 	flag.BoolVar(&pg.snapOnly, "pg-snapshot-only", false, "of the Postgres benchmarks, run only the snapshot and its COPY baseline")
@@ -49,6 +60,9 @@ func main() {
 	queryRows := flag.Int64("query-rows", 10_000_000, "rows of the lake table for the query benchmark")
 	queryWAL := flag.Int64("query-wal-rows", 100_000, "unapplied WAL events for the query benchmark")
 	flag.Parse()
+	if len(pg.rates) == 0 {
+		pg.rates = []int{5_000, 20_000}
+	}
 	ctx := context.Background()
 	if *queryOnly {
 		queryBench(ctx, *binDir, *queryRows, *queryWAL, 7)

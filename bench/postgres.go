@@ -39,6 +39,8 @@ type pgOptions struct {
 	duration   time.Duration // of the fixed-rate load
 	txRows     int           // rows per inserted transaction while streaming
 	snapOnly   bool          // stop after the snapshot rows
+	liveOnly   bool          // run only the fixed-rate phases
+	rates      []int         // rows/s of the fixed-rate phases, one phase pair each
 }
 
 // pgColumns is the benchmark table: six columns of the kinds a CDC source meets most (FIELD-NOTES measured
@@ -92,6 +94,12 @@ func runPostgresBench(ctx context.Context, binDir string, o pgOptions) error {
 	fmt.Printf("\n## Postgres source — PostgreSQL %s on 127.0.0.1 (testkit/pgtest: fsync=off), load average %s\n\n", version, loadAverage())
 	fmt.Println("| benchmark | rows | rows/s | MB/s | notes |")
 	fmt.Println("|---|---:|---:|---:|---|")
+	if o.liveOnly {
+		if err := pg.streamTable(ctx); err != nil {
+			return err
+		}
+		return pg.live(ctx)
+	}
 	loadDur, err := pg.loadSnapshotTable(ctx)
 	if err != nil {
 		return err
@@ -146,6 +154,24 @@ func runPostgresBench(ctx context.Context, binDir string, o pgOptions) error {
 			len(sks), rateRange(sks), 100*rate(skMax)/rate(rawMax), perRow(skMax.pluginCPU, skMax.rows), perRow(skMax.engineCPU, skMax.rows), perRow(skMax.walsenderCPU, skMax.rows),
 			skMax.entries, mib(skMax.engineRSS), mib(skMax.pluginRSS)))
 
+	return pg.live(ctx)
+}
+
+// live measures commit → WAL-durable latency at each fixed rate, beside a pglogrepl client at the same rate.
+func (pg *pgBench) live(ctx context.Context) error {
+	o := pg.opts
+	for _, r := range o.rates {
+		o.rate = r
+		pg.opts.rate = r
+		if err := pg.liveAt(ctx, o); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\nload average after the Postgres benchmarks: %s\n", loadAverage())
+	return nil
+}
+
+func (pg *pgBench) liveAt(ctx context.Context, o pgOptions) error {
 	rawLive, err := pg.streamLiveRaw(ctx)
 	if err != nil {
 		return err
@@ -157,11 +183,10 @@ func runPostgresBench(ctx context.Context, binDir string, o pgOptions) error {
 		return err
 	}
 	row(fmt.Sprintf("Postgres stream → WAL, inserts at %d rows/s for %s", o.rate, o.duration), skLive.rows, 0, skLive.dur,
-		fmt.Sprintf("commit → WAL commit record durable: p50 %s, p99 %s, max %s (of which server commit → plugin checkpoint p50 %s, p99 %s; group commit waits up to max_delay %s; WAL commit call p50 %s, p99 %s); CPU µs/row: plugin %.1f, engine %.1f; %d WAL entries; peak RSS engine %s, plugin %s",
+		fmt.Sprintf("commit → WAL commit record durable: p50 %s, p99 %s, max %s (of which server commit → plugin checkpoint p50 %s, p99 %s; group commit max_delay %s; WAL commit call p50 %s, p99 %s); CPU µs/row: plugin %.1f, engine %.1f; %d WAL entries; peak RSS engine %s, plugin %s",
 			ms(skLive.p50), ms(skLive.p99), ms(skLive.max), ms(skLive.lagP50), ms(skLive.lagP99), pipeline.DefaultMaxDelay, ms(skLive.commitP50), ms(skLive.commitP99),
 			perRow(skLive.pluginCPU, skLive.rows), perRow(skLive.engineCPU, skLive.rows),
 			skLive.entries, mib(skLive.engineRSS), mib(skLive.pluginRSS)))
-	fmt.Printf("\nload average after the Postgres benchmarks: %s\n", loadAverage())
 	return nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skippr-dev/skippr/engine/redact"
+	"github.com/skippr-dev/skippr/engine/shutdown"
 )
 
 // Exit codes. Scripts rely on these, so they never change meaning.
@@ -66,7 +66,7 @@ func run(args []string, stdout, stderr *os.File) int {
 	// Everything printed passes the redactor: plugin names, paths and messages can hold ${ENV} values.
 	app.Writer = g.Redact.Writer(stdout)
 	app.ErrWriter = g.Redact.Writer(stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := shutdown.OnSignals(context.Background(), 0, os.Interrupt, syscall.SIGTERM) // sync sets a grace period
 	defer stop()
 	err := app.RunContext(ctx, args)
 	if err == nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
 	"github.com/skippr-dev/skippr/engine/redact"
+	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/engine/supervise"
 	"github.com/skippr-dev/skippr/engine/wal"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
@@ -46,8 +47,10 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry: refuse to start a plugin that is not installed"},
 			&cli.BoolFlag{Name: "wait-lock", Usage: "when another writer holds the WAL, wait for its lease to expire instead of exiting (for restarts after a crash)"},
 			&cli.DurationFlag{Name: "progress-every", Value: 5 * time.Second, Usage: "how often to log progress"},
+			&cli.DurationFlag{Name: "stop-timeout", Value: shutdown.DefaultGrace, Usage: "after SIGTERM/SIGINT, how long the WAL commit and applies in flight may take to finish before sync stops at once (a second signal stops at once too)"},
 		},
 		Action: func(c *cli.Context) error {
+			shutdown.SetGrace(c.Context, c.Duration("stop-timeout"))
 			cfg, pipes, err := configuredPipelines(c, g)
 			if err != nil {
 				return err

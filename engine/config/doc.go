@@ -96,9 +96,10 @@
 //     (e.g. http://127.0.0.1:9000 for MinIO); empty endpoint and region defer to the AWS
 //     SDK's usual configuration chain; path_style defaults to false. It is checked even
 //     next to a file URL, where it is unused.
-//   - group_commit: { max_bytes: 8MiB, max_delay: 200ms } (the defaults). Appends are
-//     made durable together once max_bytes have gathered or max_delay has passed.
-//     max_bytes must be positive; max_delay may be 0 (commit at once).
+//   - group_commit: { max_bytes: 8MiB, max_delay: 200ms } (the defaults). A commit starts
+//     as soon as the source has checkpointed something and no commit is in flight; what
+//     arrives meanwhile is made durable together in the next one, which gathers at most
+//     max_bytes or max_delay before the source is held back. max_bytes must be positive.
 //   - max_unapplied_bytes: 1GiB (default). The source is held back while more than this
 //     many committed bytes wait to be applied. It must be at least group_commit.max_bytes.
 //

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/skippr-dev/skippr/engine/wal"
@@ -31,6 +32,8 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 			select {
 			case <-ctx.Done():
 				return nil
+			case <-r.stopApply:
+				return nil
 			case <-ch:
 				continue
 			}
@@ -40,6 +43,11 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 			return fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
 		}
 		for _, e := range entries {
+			select {
+			case <-r.stopApply:
+				return nil
+			default:
+			}
 			if e.Seq != applied+1 {
 				return fmt.Errorf("pipeline %s: destination %s: WAL entry %d follows %d: entries are missing: %w", cfg.Name, d.Name, e.Seq, applied, wal.ErrMissing)
 			}
@@ -79,26 +87,10 @@ func (r *runner) advance(ctx context.Context, i int, seq uint64, rows int64) err
 	r.mu.Lock()
 	r.applied[i] = seq
 	r.status.RowsApplied += rows
-	lo := r.minApplied()
-	reclaim := lo > r.reclaimed
 	r.notify()
 	r.mu.Unlock()
-	if reclaim {
-		// Reclaim is idempotent and safe to race with a concurrent one: both delete only what all applied.
-		if err := r.cfg.Log.Reclaim(ctx, lo); err != nil {
-			return fmt.Errorf("pipeline %s: reclaim through %d: %w", r.cfg.Name, lo, err)
-		}
-		r.mu.Lock()
-		if lo > r.reclaimed {
-			r.reclaimed = lo
-		}
-		for s := range r.sizes {
-			if s <= lo {
-				delete(r.sizes, s)
-			}
-		}
-		r.notify()
-		r.mu.Unlock()
+	if err := r.reclaim(ctx); err != nil {
+		return err
 	}
 	r.publish(false)
 	return nil
@@ -113,3 +105,36 @@ type EntryError struct {
 
 func (e *EntryError) Error() string { return e.Err.Error() }
 func (e *EntryError) Unwrap() error { return e.Err }
+
+// reclaim deletes the entries every destination has applied.
+func (r *runner) reclaim(ctx context.Context) error {
+	r.mu.Lock()
+	lo := r.minApplied()
+	due := lo > r.reclaimed
+	r.mu.Unlock()
+	if !due {
+		return nil
+	}
+	// Reclaim is idempotent and safe to race with a concurrent one: both delete only what all applied.
+	if err := r.cfg.Log.Reclaim(ctx, lo); err != nil {
+		if errors.Is(err, wal.ErrNoSpace) {
+			// Its small checkpoint record found no room either; the next apply, or the stalled reader's
+			// retry, tries again. Stopping here would stop the one thing that frees space.
+			r.log.Warn("reclaim: no room for the checkpoint record; retrying later", "through", lo, "err", err)
+			return nil
+		}
+		return fmt.Errorf("pipeline %s: reclaim through %d: %w", r.cfg.Name, lo, err)
+	}
+	r.mu.Lock()
+	if lo > r.reclaimed {
+		r.reclaimed = lo
+	}
+	for s := range r.sizes {
+		if s <= lo {
+			delete(r.sizes, s)
+		}
+	}
+	r.notify()
+	r.mu.Unlock()
+	return nil
+}

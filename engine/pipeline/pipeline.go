@@ -60,8 +60,9 @@ type Config struct {
 	Log          Log
 	// ExactlyOnce refuses to start unless every destination can honour it.
 	ExactlyOnce bool
-	// Group commit: a WAL entry is cut at the first source checkpoint after MaxBatchBytes of frames, or after
-	// MaxDelay since the entry's first frame, whichever comes first.
+	// Group commit: a commit starts whenever frames up to a source checkpoint are waiting and no commit is in
+	// flight. While one is in flight the next entry gathers, for at most MaxBatchBytes of frames or MaxDelay
+	// since its first frame; then the reader waits for the commit.
 	MaxBatchBytes int64
 	MaxDelay      time.Duration
 	// MaxUnappliedBytes stops reading the source while the WAL holds more than this, unapplied.
@@ -101,6 +102,7 @@ type runner struct {
 
 	mu           sync.Mutex
 	changed      chan struct{} // closed and replaced whenever committed or applied moves
+	stopApply    chan struct{} // closed at a soft stop: apply loops finish their Apply and return
 	committedSeq uint64
 	reclaimed    uint64
 	applied      []uint64
@@ -127,7 +129,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	r := &runner{cfg: cfg, log: lg, changed: make(chan struct{}), sizes: map[uint64]int64{}}
+	r := &runner{cfg: cfg, log: lg, changed: make(chan struct{}), stopApply: make(chan struct{}), sizes: map[uint64]int64{}}
 	head, err := r.start(ctx)
 	if err != nil {
 		return err
@@ -147,9 +149,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	err = r.readLoop(ctx, head.LastCheckpoint)
-	if err != nil {
+	switch {
+	case errors.Is(err, errStopped):
+		// Soft stop: each apply loop finishes the Apply it is in and starts no other; only then end ctx.
+		close(r.stopApply)
+		wg.Wait()
+		err = nil
+		cancel(errDone)
+	case err != nil:
 		cancel(err)
-	} else {
+	default:
 		cancel(errDone)
 	}
 	wg.Wait()
@@ -166,7 +175,10 @@ func Run(ctx context.Context, cfg Config) error {
 	return err
 }
 
-var errDone = errors.New("pipeline caught up")
+var (
+	errDone    = errors.New("pipeline caught up")
+	errStopped = errors.New("pipeline stopped on request")
+)
 
 // start checks guarantees and reconstructs the applied points.
 func (r *runner) start(ctx context.Context) (wal.Head, error) {

@@ -11,6 +11,7 @@ type Status struct {
 	Updated       time.Time           `json:"updated"`
 	State         string              `json:"state"`
 	Backpressure  bool                `json:"backpressure"`
+	DiskFull      bool                `json:"disk_full,omitempty"` // the WAL's disk is full: reads wait, apply goes on
 	WAL           WALStatus           `json:"wal"`
 	Destinations  []DestinationStatus `json:"destinations"`
 	Source        SourceStatus        `json:"source"`
@@ -91,6 +92,9 @@ func (r *runner) publish(force bool) {
 	s.WAL.UnappliedBytes = r.unappliedBytes()
 	if s.Backpressure {
 		s.State = "backpressure"
+	}
+	if s.DiskFull {
+		s.State = "backpressure: disk full"
 	}
 	s.Destinations = nil
 	for i, d := range r.cfg.Destinations {

@@ -118,12 +118,20 @@
 // messages and Head); the kernel drops the lock when the process dies, so
 // there is never a live stale holder. EPOCH holds the last epoch (a record as
 // above), incremented by every Acquire. Before each commit the writer checks
-// that LOCK is still the file it locked.
+// that LOCK is still the file it locked. RESERVE (64 KiB of zeros) is space
+// set aside at Acquire: when the disk is full, Reclaim deletes it to write
+// its checkpoint record (it may delete nothing before that record exists) and
+// sets it aside again after freeing space. A commit that finds the disk full
+// leaves nothing behind and returns ErrNoSpace; it may be retried.
 //
-// S3: lease.json holds {owner, token, epoch, expires, released}. Acquire
-// creates it with If-None-Match: "*" or replaces an expired or released one
-// with If-Match: <ETag> (compare-and-swap), incrementing the epoch; a live,
-// unreleased lease gives ErrLocked naming owner and expiry. The holder renews
+// S3: lease.json holds {owner, host, pid_space, pid, token, epoch, expires,
+// released}. Acquire creates it with If-None-Match: "*" or replaces an expired
+// or released one with If-Match: <ETag> (compare-and-swap), incrementing the
+// epoch; a live, unreleased lease gives ErrLocked naming owner and expiry. One
+// shortcut: a holder whose pid_space (boot id and PID namespace inode) equals
+// the taker's and whose pid no longer exists is dead, and its lease is taken at
+// once. The host name never decides it: containers share host names but not
+// pids. The holder renews
 // every TTL/3 with If-Match on the ETag it last wrote; a 412 means another
 // writer took over, and the holder is fenced for good. Close writes
 // released=true the same way.

@@ -1,6 +1,10 @@
 package wal
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
 
 // Sentinel errors. Callers test with errors.Is; the wrapping error names the
 // log, the sequence number and the object involved.
@@ -20,13 +24,28 @@ var (
 	ErrReadOnly = errors.New("wal opened read-only: call Acquire first")
 	// ErrClosed: the Log was closed.
 	ErrClosed = errors.New("wal closed")
+	// ErrNoSpace: the WAL's file system is full (ENOSPC or EDQUOT). The write
+	// left nothing behind and the Log stays usable: retry the same Commit once
+	// Reclaim (or someone) has freed space.
+	ErrNoSpace = errors.New("no space left for the WAL")
 )
+
+// noSpace marks err with ErrNoSpace when the file system ran out of room.
+func noSpace(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
+	}
+	return err
+}
 
 // Internal store outcomes; never returned to callers unwrapped.
 var (
 	errNotFound = errors.New("not found")
 	errExists   = errors.New("already exists")
 	errCASLost  = errors.New("precondition failed")
+	// errNotWritten: a create failed before the object could exist, so its
+	// outcome is known (the local store's temp file or link(2) failed).
+	errNotWritten = errors.New("not written")
 )
 
 // reasonError carries a precise reason ("crc mismatch: want 1 got 2") while

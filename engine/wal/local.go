@@ -85,6 +85,18 @@ func writeTemp(dir, base string, data []byte) (string, error) {
 	return tmp, nil
 }
 
+// reserveSize is ample for a checkpoint record (a few hundred bytes) and the directory block it may need.
+const reserveSize = 64 << 10
+
+func (s *localStore) reserve() error {
+	if _, err := os.Stat(s.path(reserveName)); err == nil {
+		return nil
+	}
+	return s.put(context.Background(), reserveName, make([]byte, reserveSize))
+}
+
+func (s *localStore) unreserve() error { return os.Remove(s.path(reserveName)) }
+
 func (s *localStore) put(ctx context.Context, name string, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -110,7 +122,7 @@ func (s *localStore) create(ctx context.Context, name string, data []byte) error
 	dir := filepath.Dir(p)
 	tmp, err := writeTemp(dir, filepath.Base(p), data)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errNotWritten, err)
 	}
 	// link(2) fails with EEXIST instead of replacing: an existing record is never overwritten.
 	err = os.Link(tmp, p)
@@ -119,7 +131,7 @@ func (s *localStore) create(ctx context.Context, name string, data []byte) error
 		return fmt.Errorf("%s: %w", p, errExists)
 	}
 	if err != nil {
-		return fmt.Errorf("link %s: %w", p, err)
+		return fmt.Errorf("link %s: %w: %w", p, errNotWritten, err)
 	}
 	return syncDir(dir)
 }
@@ -317,7 +329,7 @@ type localLease struct {
 
 func (l *localLease) epoch() uint64       { return l.ep }
 func (l *localLease) owner() string       { return l.own }
-func (l *localLease) takenOver() bool     { return false } // flock dies with its holder: no zombie writer
+func (l *localLease) takenOver() string   { return "" } // flock dies with its holder: no zombie writer
 func (l *localLease) deadline() time.Time { return time.Time{} }
 
 // check catches the one way two local writers could coexist: the directory or

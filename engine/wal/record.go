@@ -87,6 +87,7 @@ const (
 	leaseName      = "lease.json"
 	lockName       = "LOCK"
 	epochName      = "EPOCH"
+	reserveName    = "RESERVE" // local only: space set aside for Reclaim (localStore.reserve)
 )
 
 func pad(n uint64) string { return fmt.Sprintf("%020d", n) }

@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +39,8 @@ type s3Store struct {
 	prefix string // no leading or trailing slash; may be empty
 	// pageSize caps keys per ListObjectsV2 page (0: server default, 1000 on AWS); tests lower it.
 	pageSize int32
+	// self is who this process is in the lease; tests set another PID namespace's.
+	self identity
 }
 
 func newS3Store(ctx context.Context, bucket, prefix string, o S3Options) (*s3Store, error) {
@@ -63,7 +64,7 @@ func newS3Store(ctx context.Context, bucket, prefix string, o S3Options) (*s3Sto
 		}
 		so.UsePathStyle = o.PathStyle
 	})
-	s := &s3Store{client: client, bucket: bucket, prefix: prefix}
+	s := &s3Store{client: client, bucket: bucket, prefix: prefix, self: thisProcess()}
 	if _, err := client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(bucket)}); err != nil {
 		return nil, fmt.Errorf("bucket s3://%s: %w", bucket, err)
 	}
@@ -224,10 +225,12 @@ func (s *s3Store) remove(ctx context.Context, name string) error {
 // leaseRecord is the body of lease.json.
 type leaseRecord struct {
 	Owner string `json:"owner"`
-	// Host and PID let a writer restarted on the same host take over at once from its own dead predecessor
-	// instead of waiting out the TTL: a dead process cannot commit.
-	Host string `json:"host,omitempty"`
-	PID  int    `json:"pid,omitempty"`
+	// PIDSpace and PID let a writer restarted in the same PID namespace of the same boot take over at once
+	// from its own dead predecessor instead of waiting out the TTL: a dead process cannot commit. Host is
+	// for people only (see identity).
+	Host     string `json:"host,omitempty"`
+	PIDSpace string `json:"pid_space,omitempty"`
+	PID      int    `json:"pid,omitempty"`
 	// Token is random per Acquire, so a writer recognises its own lease even
 	// when another Log runs under the same owner name.
 	Token    string    `json:"token"`
@@ -273,18 +276,27 @@ func (s *s3Store) lock(ctx context.Context, req lockRequest) (writerLease, error
 		if err != nil && !errors.Is(err, errNotFound) {
 			return nil, err
 		}
-		if found && !prev.Released && time.Now().Before(prev.Expires) && !deadOnThisHost(prev.Host, prev.PID) {
-			return nil, fmt.Errorf("wal %s: %w: held by %s (epoch %d) until %s",
-				s.url(""), ErrLocked, prev.Owner, prev.Epoch, prev.Expires.Format(time.RFC3339Nano))
+		var why string // why a lease nobody released may be taken now
+		if found && !prev.Released {
+			switch {
+			case !time.Now().Before(prev.Expires):
+				why = fmt.Sprintf("its lease expired at %s", prev.Expires.Format(time.RFC3339Nano))
+			case s.self.deadHere(prev.PIDSpace, prev.PID):
+				why = fmt.Sprintf("its process (pid %d, this machine and PID namespace) has exited; lease valid until %s", prev.PID, prev.Expires.Format(time.RFC3339Nano))
+			default:
+				return nil, fmt.Errorf("wal %s: %w: held by %s (epoch %d) until %s",
+					s.url(""), ErrLocked, prev.Owner, prev.Epoch, prev.Expires.Format(time.RFC3339Nano))
+			}
 		}
 		t0 := time.Now()
 		rec := leaseRecord{
-			Owner:   req.owner,
-			Host:    thisHost(),
-			PID:     os.Getpid(),
-			Token:   hex.EncodeToString(tok),
-			Epoch:   max(prev.Epoch, req.minEpoch) + 1,
-			Expires: t0.UTC().Add(req.ttl),
+			Owner:    req.owner,
+			Host:     s.self.host,
+			PIDSpace: s.self.pidSpace,
+			PID:      s.self.pid,
+			Token:    hex.EncodeToString(tok),
+			Epoch:    max(prev.Epoch, req.minEpoch) + 1,
+			Expires:  t0.UTC().Add(req.ttl),
 		}
 		body, err := sealRecord(kindLease, rec)
 		if err != nil {
@@ -305,7 +317,7 @@ func (s *s3Store) lock(ctx context.Context, req lockRequest) (writerLease, error
 		l := &s3Lease{
 			s: s, ttl: req.ttl, margin: req.ttl / 4, rec: rec, log: req.log,
 			ep: rec.Epoch, own: rec.Owner,
-			took:       found && !prev.Released,
+			took:       why,
 			etag:       newTag,
 			validUntil: t0.Add(req.ttl - req.ttl/4),
 			stop:       make(chan struct{}),
@@ -324,7 +336,7 @@ type s3Lease struct {
 	ttl    time.Duration
 	margin time.Duration
 	log    *slog.Logger
-	took   bool
+	took   string // why the previous holder's unreleased lease was taken; "" when it was free
 	ep     uint64 // immutable copies of rec's epoch and owner, read without mu
 	own    string
 	stop   chan struct{}
@@ -338,9 +350,9 @@ type s3Lease struct {
 	stopped    bool
 }
 
-func (l *s3Lease) epoch() uint64   { return l.ep }
-func (l *s3Lease) owner() string   { return l.own }
-func (l *s3Lease) takenOver() bool { return l.took }
+func (l *s3Lease) epoch() uint64     { return l.ep }
+func (l *s3Lease) owner() string     { return l.own }
+func (l *s3Lease) takenOver() string { return l.took }
 
 func (l *s3Lease) deadline() time.Time {
 	l.mu.Lock()

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -253,7 +256,7 @@ func TestFenceAdoptsLateCommit(t *testing.T) {
 	mustCommit(t, l, []Frame{batchFrame(t, "s", 1, 1)}, "a")
 	mustCommit(t, l, []Frame{batchFrame(t, "s", 1, 2)}, "b")
 	stale := logState{last: 1, lastCkpt: []byte("a"), seqs: []uint64{1}}
-	if err := l.fence(ctxT(t), l.lease, &stale); err != nil {
+	if err := l.fence(ctxT(t), l.lease, &stale, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if stale.last != 3 || string(stale.lastCkpt) != "b" || !slices.Equal(stale.seqs, []uint64{1, 2, 3}) {
@@ -355,4 +358,68 @@ func TestS3TakeoverFromDeadProcessOnThisHost(t *testing.T) {
 	if h := mustHead(t, l); h.LastSeq != 3 || string(h.LastCheckpoint) != "ckpt-2" {
 		t.Fatalf("head after takeover (want the fence entry 3 carrying ckpt-2): %+v", h)
 	}
+}
+
+// Containers share a host name but not pids: a holder in another PID namespace whose pid means nothing here
+// must keep its lease until it expires, however dead that pid looks from here.
+func TestS3NoTakeoverAcrossPIDNamespaces(t *testing.T) {
+	const ttl = time.Hour
+	b := versity.Get(t).NewBucket(t)
+	url, opts := s3Log(t, b, ttl)
+	here := thisProcess()
+	if here.pidSpace == "" {
+		t.Fatal("no boot id or PID namespace in /proc: the shortcut can never apply here")
+	}
+	dead := deadPID(t)
+	for _, tc := range []struct {
+		name     string
+		holder   identity
+		takeover bool
+	}{
+		{"same host name, another PID namespace", identity{host: here.host, pidSpace: here.pidSpace + "-other", pid: dead}, false},
+		{"same host name, another boot", identity{host: here.host, pidSpace: "boot 00000000 pidns 1", pid: dead}, false},
+		{"lease written before pid spaces were recorded", identity{host: here.host, pid: dead}, false},
+		{"same PID namespace, holder exited", identity{host: "another-name", pidSpace: here.pidSpace, pid: dead}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := url + "/" + strings.ReplaceAll(tc.name, " ", "-")
+			holder := mustOpen(t, u, opts)
+			holder.st.(*s3Store).self = tc.holder
+			if err := holder.Acquire(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			mustCommit(t, holder, []Frame{batchFrame(t, "s", 1, 1)}, "a")
+			var logs bytes.Buffer
+			o := opts
+			o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			taker := mustOpen(t, u, o)
+			err := taker.Acquire(ctxT(t))
+			if !tc.takeover {
+				wantErr(t, err, ErrLocked, "held by")
+				if _, cerr := holder.Commit(ctxT(t), []Frame{batchFrame(t, "s", 1, 2)}, []byte("b")); cerr != nil {
+					t.Fatalf("the holder lost its log to a writer that should have waited: %v", cerr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("acquire from a dead holder in this PID namespace: %v", err)
+			}
+			if !strings.Contains(logs.String(), "has exited") || strings.Contains(logs.String(), "expired at") {
+				t.Fatalf("takeover log should say the holder exited, not that its lease expired:\n%s", logs.String())
+			}
+		})
+	}
+}
+
+// deadPID returns the pid of a process that has exited and been reaped.
+func deadPID(t *testing.T) int {
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	if pidAlive(pid) {
+		t.Fatalf("pid %d reused at once", pid)
+	}
+	return pid
 }

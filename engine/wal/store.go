@@ -51,12 +51,25 @@ type lockRequest struct {
 type writerLease interface {
 	epoch() uint64
 	owner() string
-	// takenOver reports that the previous holder never released the lease, so
-	// it may still have a write in flight: Acquire then writes a fence entry.
-	takenOver() bool
+	// takenOver says why the lease was taken from a holder that never released
+	// it ("" if it was free), so that holder may still have a write in flight:
+	// Acquire then writes a fence entry.
+	takenOver() string
 	// check returns an error wrapping ErrFenced once this writer may no longer write.
 	check() error
 	// deadline is when writes must have finished (zero: no time limit).
 	deadline() time.Time
 	release(ctx context.Context) error
+}
+
+// reserver is a store that sets space aside for Reclaim. Reclaim must write a
+// checkpoint record before it may delete anything, so on a disk filled by
+// entries every destination has applied it could otherwise free nothing, and
+// the pipeline would wait forever. S3 does not fill, so only the local store
+// is one.
+type reserver interface {
+	// reserve sets the space aside unless it already is.
+	reserve() error
+	// unreserve gives it up; an error means there was none to give.
+	unreserve() error
 }

@@ -332,13 +332,18 @@ func (l *Log) Acquire(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if lease.takenOver() {
-		if err := l.fence(ctx, lease, &state); err != nil {
+	if why := lease.takenOver(); why != "" {
+		if err := l.fence(ctx, lease, &state, why); err != nil {
 			return err
 		}
 	}
 	if err := l.cleanup(ctx, state); err != nil {
 		return err
+	}
+	if r, isR := l.st.(reserver); isR {
+		if err := r.reserve(); err != nil {
+			l.log.Warn("wal: could not set space aside for reclaim; a full disk may then need space freed by hand", "err", noSpace(err))
+		}
 	}
 	ok = true
 	l.lease, l.last, l.broken = lease, state.last, nil
@@ -351,7 +356,7 @@ func (l *Log) Acquire(ctx context.Context) error {
 // fence commits an empty entry under the new epoch. The previous holder never
 // released its lease and might have a commit in flight; its next seq is now
 // taken, so its conditional create fails and it can never commit after us.
-func (l *Log) fence(ctx context.Context, lease writerLease, s *logState) error {
+func (l *Log) fence(ctx context.Context, lease writerLease, s *logState, why string) error {
 	for range 100 {
 		seq := s.last + 1
 		rec := CommitRecord{Seq: seq, Checkpoint: s.lastCkpt, Epoch: lease.epoch(), Time: time.Now().UTC()}
@@ -363,7 +368,7 @@ func (l *Log) fence(ctx context.Context, lease writerLease, s *logState) error {
 		if err == nil {
 			s.last = seq
 			s.seqs = append(s.seqs, seq)
-			l.log.Warn("wal took over an expired lease; fenced the previous writer", "fence_seq", seq, "epoch", lease.epoch())
+			l.log.Warn("wal took over the lease of a writer that never released it; fenced that writer", "reason", why, "fence_seq", seq, "epoch", lease.epoch())
 			return nil
 		}
 		if !errors.Is(err, errExists) {
@@ -506,6 +511,10 @@ func (l *Log) Commit(ctx context.Context, frames []Frame, checkpoint []byte) (Co
 	// The segment upload may take as long as it needs: a segment is harmless
 	// until a commit record names it, and its name carries our epoch.
 	if err := l.st.put(ctx, rec.Segment, seg); err != nil {
+		err = noSpace(err)
+		if errors.Is(err, ErrNoSpace) {
+			l.dropSegment(rec.Segment) // the store removed its temp file; a renamed but unsynced one goes too
+		}
 		return CommitRecord{}, fmt.Errorf("wal commit %d: write segment %s: %w", seq, l.st.url(rec.Segment), err)
 	}
 	if err := lease.check(); err != nil {
@@ -521,6 +530,12 @@ func (l *Log) Commit(ctx context.Context, frames []Frame, checkpoint []byte) (Co
 		l.dropSegment(rec.Segment)
 		l.broken = fmt.Errorf("wal commit %d: commit record %s was written by another writer: %w", seq, l.st.url(cname), ErrFenced)
 		return CommitRecord{}, l.broken
+	}
+	if errors.Is(err, errNotWritten) && errors.Is(noSpace(err), ErrNoSpace) {
+		// The record never existed, for want of space: the log is as before this Commit, which may be
+		// retried. Other failures still poison the log, the conservative reading.
+		l.dropSegment(rec.Segment)
+		return CommitRecord{}, fmt.Errorf("wal commit %d: commit record %s: %w", seq, l.st.url(cname), noSpace(err))
 	}
 	if err != nil {
 		l.broken = fmt.Errorf("wal commit %d: commit record %s: outcome unknown: %w", seq, l.st.url(cname), err)
@@ -648,8 +663,14 @@ func (l *Log) Reclaim(ctx context.Context, upTo uint64) error {
 		return err
 	}
 	cname := checkpointName(upTo)
-	if err := l.st.create(ctx, cname, body); err != nil && !errors.Is(err, errExists) {
-		return fmt.Errorf("wal reclaim through %d: write %s: %w", upTo, l.st.url(cname), err)
+	err = l.st.create(ctx, cname, body)
+	r, isR := l.st.(reserver)
+	if errors.Is(noSpace(err), ErrNoSpace) && isR && r.unreserve() == nil {
+		l.log.Warn("wal disk full: recording the reclaim in the space set aside for it", "through", upTo)
+		err = l.st.create(ctx, cname, body)
+	}
+	if err != nil && !errors.Is(err, errExists) {
+		return fmt.Errorf("wal reclaim through %d: write %s: %w", upTo, l.st.url(cname), noSpace(err))
 	}
 	// From here on entries <= upTo are gone for every reader; deleting is tidying.
 	var commits, segs, ckpts []string
@@ -685,6 +706,11 @@ func (l *Log) Reclaim(ctx context.Context, upTo uint64) error {
 			return l.st.remove(ctx, batch[i])
 		}); err != nil {
 			return fmt.Errorf("wal reclaim through %d: %w", upTo, err)
+		}
+	}
+	if isR {
+		if err := r.reserve(); err != nil {
+			l.log.Debug("wal: space for the next reclaim not set aside yet", "err", err)
 		}
 	}
 	l.log.Info("wal reclaimed", "through", upTo, "commit_records", len(commits), "segments", len(segs))

@@ -90,6 +90,7 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 	// Kill's graceful shutdown reaches it. Every caller defers Kill; ctx only bounds the start below.
 	cmd := exec.Command(cfg.Path)
 	cmd.Env = append([]string{}, cfg.Env...)
+	dieWithHost(cmd)
 	var secure *plugin.SecureConfig
 	if cfg.SHA256 != nil {
 		secure = &plugin.SecureConfig{Checksum: cfg.SHA256, Hash: sha256.New()}
@@ -123,7 +124,7 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 		case <-started:
 		}
 	}()
-	rpcClient, err := pc.Client()
+	rpcClient, err := onStartThread(pc.Client) // go-plugin forks the plugin inside Client
 	if err != nil {
 		pc.Kill()
 		return nil, startError(name, protos, err, tail)

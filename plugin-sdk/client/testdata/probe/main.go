@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strconv"
 
@@ -63,6 +64,12 @@ func (probe) Read(ctx context.Context, _ serve.ReadRequest, out serve.Emitter) e
 func (probe) Ack(context.Context, []byte) error { return nil }
 
 func main() {
+	if f := os.Getenv("PROBE_INFO"); f != "" {
+		// The test that kills the host reads who to watch, and how the host started us.
+		if err := os.WriteFile(f, []byte(fmt.Sprintf("%d %d\n", os.Getpid(), pdeathsig())), 0o644); err != nil {
+			panic(err)
+		}
+	}
 	var versions []int
 	if v := os.Getenv("PROBE_PROTOCOL"); v != "" {
 		n, _ := strconv.Atoi(v)

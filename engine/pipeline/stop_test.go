@@ -1,0 +1,74 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skippr-dev/skippr/engine/pipeline"
+	"github.com/skippr-dev/skippr/engine/shutdown"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+)
+
+// watchedDestination is the real testdest plugin, slowed down, telling which applies began and which finished.
+type watchedDestination struct {
+	pipeline.Destination
+	delay   time.Duration
+	began   chan uint64
+	mu      sync.Mutex
+	applied []uint64
+}
+
+func (w *watchedDestination) Apply(ctx context.Context, settings []byte, p string, seq uint64, items []client.ApplyItem) (*pluginv1.ApplyResponse, error) {
+	select {
+	case w.began <- seq:
+	default:
+	}
+	time.Sleep(w.delay)
+	resp, err := w.Destination.Apply(ctx, settings, p, seq, items)
+	if err == nil {
+		w.mu.Lock()
+		w.applied = append(w.applied, seq)
+		w.mu.Unlock()
+	}
+	return resp, err
+}
+
+// A soft stop lets the apply in flight finish (a hard one would cut it off) and Run returns nil.
+func TestSoftStopFinishesTheApplyInFlight(t *testing.T) {
+	src, dst := start(t, "datagen"), start(t, "testdest")
+	srcSettings := []byte(`{"seed": 3, "rows": 0, "rows_per_second": 2000, "batch_size": 200}`)
+	w := &watchedDestination{Destination: dst, delay: 700 * time.Millisecond, began: make(chan uint64, 1)}
+	cfg := config("soft", src, srcSettings, w, []byte(fmt.Sprintf(`{"dir": %q}`, t.TempDir())), openLog(t, t.TempDir()))
+	cfg.Once = false
+	ctx, release := shutdown.OnSignals(context.Background(), time.Minute, syscall.SIGUSR1)
+	defer release()
+	errc := make(chan error, 1)
+	go func() { errc <- pipeline.Run(ctx, cfg) }()
+	var inflight uint64
+	select {
+	case inflight = <-w.began:
+	case err := <-errc:
+		t.Fatalf("run ended before any apply: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no apply began")
+	}
+	syscall.Kill(syscall.Getpid(), syscall.SIGUSR1)
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("run after a soft stop: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("run did not end after a soft stop")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.applied) == 0 || w.applied[len(w.applied)-1] < inflight {
+		t.Fatalf("the apply of entry %d in flight at the stop did not finish; finished: %v", inflight, w.applied)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package main
+
+func pdeathsig() int { return 0 }
