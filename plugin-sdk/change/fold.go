@@ -103,6 +103,15 @@ func (k *Key) nullErr(row, col int) error {
 		"a primary key column must never be null: fix the source table's key or choose another key")
 }
 
+// IntKeyType says a single key column of type t is read by Key.Int (Key.IsInt).
+func IntKeyType(t arrow.DataType) bool {
+	switch t.ID() {
+	case arrow.INT8, arrow.INT16, arrow.INT32, arrow.INT64, arrow.UINT8, arrow.UINT16, arrow.UINT32:
+		return true
+	}
+	return false
+}
+
 // intValues returns a reader of an integer column's values as int64, or nil for other types (uint64 does not
 // always fit, so it goes through the encoding).
 func intValues(c arrow.Array) func(int) int64 {

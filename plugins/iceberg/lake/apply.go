@@ -343,16 +343,9 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 			continue
 		}
 		rec := it.Record
-		col, err := change.Ops(rec)
+		o, err := change.OpValues(rec)
 		if err != nil {
 			return nil, fmt.Errorf("stream %s item %d: %w", it.Stream, i, err)
-		}
-		o := make([]change.Op, rec.NumRows())
-		for r := range o {
-			o[r] = change.Op(col.Value(r))
-			if o[r] < change.OpRead || o[r] > change.OpDelete {
-				return nil, fmt.Errorf("stream %s item %d row %d: unknown op %d", it.Stream, i, r, o[r])
-			}
 		}
 		st := change.StripReserved(rec)
 		stripped = append(stripped, st)
