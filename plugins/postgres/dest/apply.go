@@ -115,6 +115,10 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
 			continue
 		}
+		if it.Truncate {
+			plan(it.Stream).fold.Truncate()
+			continue
+		}
 		if it.Record == nil {
 			continue
 		}
@@ -169,8 +173,24 @@ func (sp *streamPlan) add(rec arrow.RecordBatch) (int64, error) {
 	return rec.NumRows(), nil
 }
 
-// writeStream brings the table up to the stream's schemas, then deletes and upserts the surviving rows.
+// writeStream empties the table if the stream was truncated, brings it up to the stream's schemas, then
+// deletes and upserts the surviving rows: all in the apply's transaction, so a reader sees the truncate and
+// the rows after it together.
 func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
+	if sp.fold.Truncated() {
+		// DELETE rather than TRUNCATE: it takes no exclusive lock, so readers of the table are not blocked
+		// while the apply runs.
+		name := pgx.Identifier{a.cfg.TargetSchema, TableName(sp.stream)}.Sanitize()
+		var exists bool
+		if err := a.tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
+			return a.cfg.Explain(err)
+		}
+		if exists {
+			if _, err := a.tx.Exec(ctx, "DELETE FROM "+name); err != nil {
+				return fmt.Errorf("truncate %s: %w", name, a.cfg.Explain(err))
+			}
+		}
+	}
 	for _, s := range sp.schemas {
 		if err := a.ensureTable(ctx, sp.stream, s); err != nil {
 			return err
