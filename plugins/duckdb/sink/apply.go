@@ -102,6 +102,8 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 		case it.Schema != nil:
 			sp := plan(it.Stream)
 			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
+		case it.Truncate:
+			plan(it.Stream).fold.Truncate()
 		case it.Record != nil:
 			sp := plan(it.Stream)
 			sp.schemas = appendSchema(sp.schemas, it.Record.Schema())
@@ -172,9 +174,21 @@ func (sp *streamPlan) add(rec arrow.RecordBatch) error {
 	return nil
 }
 
-// writeStream brings the table up to the stream's schemas, then merges the surviving rows, one staging load
+// writeStream empties the table if the stream was truncated, brings it up to the stream's schemas, then merges the surviving rows, one staging load
 // and one statement per batch schema.
 func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
+	if sp.fold.Truncated() {
+		// In the apply's transaction: a reader sees the truncate and the rows after it together.
+		cols, err := a.columns(ctx, sp.stream)
+		if err != nil {
+			return err
+		}
+		if cols != nil {
+			if err := a.exec(ctx, "DELETE FROM "+a.tableName(sp.stream)); err != nil {
+				return fmt.Errorf("truncate %s: %w", a.tableName(sp.stream), err)
+			}
+		}
+	}
 	// All DDL of the table comes before its rows, so the rows meet the grown table.
 	for _, s := range sp.schemas {
 		if err := a.ensureTable(ctx, sp.stream, s); err != nil {
