@@ -490,4 +490,3 @@ func TestTruncateBetweenRows(t *testing.T) {
 	h.apply(4, serve.Item{Stream: "public.nothere", Truncate: true})
 	h.wantRows(`SELECT sequence FROM _skippr_state`, "4")
 }
-
