@@ -421,6 +421,14 @@ func (a *tableAttempt) write(ctx context.Context, c *changeSet, fo *folded) (dat
 // disk first.
 func (a *tableAttempt) commit(ctx context.Context, dataFiles, delFiles, posDelFiles []iceberg.DataFile) error {
 	seq := strconv.FormatUint(a.req.Sequence, 10)
+	if a.g.truncated && a.tbl.CurrentSnapshot() != nil {
+		// Every row the table held goes in this commit, before the rows that came after the truncate are
+		// added: one catalog commit, so a reader sees the table either before the truncate or after the apply.
+		props := iceberg.Properties{seqKey(a.req.Pipeline): seq, propStream: a.g.stream, propTruncate: "true"}
+		if err := a.tx.Delete(ctx, iceberg.AlwaysTrue{}, props); err != nil {
+			return fmt.Errorf("stage truncate: %w", err)
+		}
+	}
 	if len(dataFiles)+len(delFiles)+len(posDelFiles) > 0 {
 		props := iceberg.Properties{seqKey(a.req.Pipeline): seq, propStream: a.g.stream}
 		if err := a.tx.NewRowDelta(props).AddRows(dataFiles...).AddDeletes(append(slices.Clone(delFiles), posDelFiles...)...).Commit(ctx); err != nil {
