@@ -262,6 +262,8 @@ func writeQueryStream(w io.Writer, req lakequery.Request, lakes []queryLake, wal
 					err = qw.Batch(f.Stream, f.Rows, f.Data)
 				case wal.FrameSchema:
 					err = qw.Schema(f.Stream, f.Data)
+				case wal.FrameTruncate:
+					err = qw.Truncate(f.Stream)
 				}
 				if err != nil {
 					return err

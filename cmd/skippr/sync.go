@@ -173,6 +173,7 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		Source:            pipeline.Endpoint[pipeline.Source]{Name: srcConn.Name, Plugin: src.client, Settings: src.settings},
 		Streams:           s.p.Streams,
 		ExactlyOnce:       s.p.Delivery == config.ExactlyOnce,
+		SourceTruncates:   pipeline.SourceTruncates(src.spec.SettingsSchema, src.settings),
 		MaxBatchBytes:     s.p.WAL.GroupCommit.MaxBytes,
 		MaxDelay:          s.p.WAL.GroupCommit.MaxDelay,
 		MaxUnappliedBytes: s.p.WAL.MaxUnappliedBytes,

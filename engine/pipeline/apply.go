@@ -77,6 +77,8 @@ func items(frames []wal.Frame) []client.ApplyItem {
 			out = append(out, client.ApplyItem{Batch: &protocol.Batch{Stream: f.Stream, Rows: f.Rows, IPC: f.Data}})
 		case wal.FrameSchema:
 			out = append(out, client.ApplyItem{Schema: &pluginv1.Stream{Name: f.Stream, ArrowSchema: f.Data}})
+		case wal.FrameTruncate:
+			out = append(out, client.ApplyItem{Truncate: f.Stream})
 		}
 	}
 	return out

@@ -60,6 +60,8 @@ type Config struct {
 	Log          Log
 	// ExactlyOnce refuses to start unless every destination can honour it.
 	ExactlyOnce bool
+	// SourceTruncates: the source sends truncates (SourceTruncates), so every destination must apply them.
+	SourceTruncates bool
 	// Group commit: a commit starts whenever frames up to a source checkpoint are waiting and no commit is in
 	// flight. While one is in flight the next entry gathers, for at most MaxBatchBytes of frames or MaxDelay
 	// since its first frame; then the reader waits for the commit.
@@ -194,6 +196,9 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 				note = "it does not record applied sequence numbers"
 			}
 			return wal.Head{}, fmt.Errorf("pipeline %s asks for exactly-once, but destination %s cannot honour it (%s); set `delivery: at-least-once` to accept duplicates after a crash: %w", cfg.Name, d.Name, note, ErrGuarantee)
+		}
+		if cfg.SourceTruncates && !caps.Truncate {
+			return wal.Head{}, fmt.Errorf("pipeline %s: source %s propagates TRUNCATE, but destination %s cannot apply a truncate; set the source's `truncate: error` (stop at a TRUNCATE) or `truncate: ignore` (keep the rows): %w", cfg.Name, cfg.Source.Name, d.Name, ErrGuarantee)
 		}
 	}
 	head, err := cfg.Log.Head(ctx)

@@ -327,3 +327,42 @@ func TestAppliedButUnreclaimedEntriesAreReclaimedAtStart(t *testing.T) {
 	}
 	assertExactlyOnce(t, out, "orders", expected(t, src, srcSettings))
 }
+
+// TestRefusesTruncatingSourceWithoutCapability: a pipeline whose source propagates TRUNCATE does not start
+// with a destination that cannot apply one, and says how to go on.
+func TestRefusesTruncatingSourceWithoutCapability(t *testing.T) {
+	src, dst := start(t, "datagen"), start(t, "testdest")
+	dstSettings := []byte(fmt.Sprintf(`{"dir": %q, "no_truncate": true}`, t.TempDir()))
+	cfg := config("p", src, []byte(`{"rows": 10}`), dst, dstSettings, openLog(t, t.TempDir()))
+	cfg.SourceTruncates = true
+	err := pipeline.Run(context.Background(), cfg)
+	if !errors.Is(err, pipeline.ErrGuarantee) || !strings.Contains(err.Error(), "destination sink cannot apply a truncate") || !strings.Contains(err.Error(), "truncate: ignore") {
+		t.Fatalf("err = %v, want ErrGuarantee naming the destination and the settings that avoid it", err)
+	}
+	cfg.SourceTruncates = false
+	if err := pipeline.Run(context.Background(), cfg); err != nil {
+		t.Fatalf("run without truncates: %v", err)
+	}
+}
+
+func TestSourceTruncates(t *testing.T) {
+	schema := []byte(`{"properties": {"truncate": {"type": "string", "enum": ["propagate", "error", "ignore"], "default": "propagate"}}}`)
+	for _, tc := range []struct {
+		name             string
+		schema, settings string
+		want             bool
+	}{
+		{"default propagate", string(schema), `{}`, true},
+		{"set to propagate", string(schema), `{"truncate": "propagate"}`, true},
+		{"set to error", string(schema), `{"truncate": "error"}`, false},
+		{"set to ignore", string(schema), `{"truncate": "ignore"}`, false},
+		{"source without the setting", `{"properties": {"rows": {"type": "integer"}}}`, `{"rows": 3}`, false},
+		{"default error", `{"properties": {"truncate": {"default": "error"}}}`, `{}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pipeline.SourceTruncates([]byte(tc.schema), []byte(tc.settings)); got != tc.want {
+				t.Fatalf("SourceTruncates = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

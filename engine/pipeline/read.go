@@ -197,6 +197,9 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 				g.idle = false
 			case m.Schema != nil:
 				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameSchema, Stream: m.Schema.Name, Data: m.Schema.ArrowSchema})
+			case m.Truncate != "":
+				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameTruncate, Stream: m.Truncate})
+				g.idle = false
 			case m.Checkpoint != nil:
 				g.committable, g.bytes, g.pending = len(g.frames), g.bytes+g.pending, 0
 				g.checkpoint, g.idle = m.Checkpoint, m.Checkpoint.Idle

@@ -45,13 +45,18 @@
 // The frame block is the frames back to back, each:
 //
 //	1 byte   kind: 1 = batch (Arrow IPC stream bytes of one change batch),
-//	               2 = schema (Arrow IPC stream bytes of a schema alone: a schema change)
+//	               2 = schema (Arrow IPC stream bytes of a schema alone: a schema change),
+//	               3 = truncate (no data: every row of the stream before this frame
+//	                   is gone, rows after it are kept)
 //	2 bytes  length of the stream name (1..65535), then the UTF-8 name
-//	8 bytes  row count (signed, >= 0; 0 for a schema frame)
-//	8 bytes  data length, then the data
+//	8 bytes  row count (signed, >= 0; 0 for a schema or truncate frame)
+//	8 bytes  data length, then the data (0 for a truncate frame)
 //
 // A frame block must end exactly after the last frame. Commit checks that
-// every frame's data starts with a readable Arrow IPC schema message.
+// every batch and schema frame's data starts with a readable Arrow IPC schema
+// message. Kind 3 came later under the same segment version: every segment
+// written before it still reads, and a reader older than it refuses a segment
+// holding one as corrupt (unknown kind) rather than skipping the truncate.
 //
 // # Records
 //
@@ -66,7 +71,7 @@
 //	segment     segment object name relative to the root ("segments/…"); "" for a fence entry
 //	crc32c      CRC-32C of the segment object's bytes as stored (header and compressed stream)
 //	size        size in bytes of the segment object as stored
-//	rows        rows per stream (streams with only a schema frame appear with 0)
+//	rows        rows per stream (streams with only schema or truncate frames appear with 0)
 //	schema_ids  per stream, an opaque id of the schema in force after the entry
 //	            (the stream's last frame): "s1-" + 32 hex digits of SHA-256 over
 //	            the Arrow schema fingerprint and its metadata

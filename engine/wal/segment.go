@@ -24,6 +24,8 @@ const (
 	FrameBatch FrameKind = 1
 	// FrameSchema holds the Arrow IPC stream bytes of a schema alone: a schema change.
 	FrameSchema FrameKind = 2
+	// FrameTruncate holds nothing: the stream was emptied at this point of the entry.
+	FrameTruncate FrameKind = 3
 )
 
 func (k FrameKind) String() string {
@@ -32,6 +34,8 @@ func (k FrameKind) String() string {
 		return "batch"
 	case FrameSchema:
 		return "schema"
+	case FrameTruncate:
+		return "truncate"
 	}
 	return fmt.Sprintf("FrameKind(%d)", uint8(k))
 }
@@ -117,6 +121,10 @@ func checkFrame(i int, f Frame) error {
 	case FrameSchema:
 		if f.Rows != 0 {
 			return fmt.Errorf("frame %d (stream %q): schema frame with %d rows", i, f.Stream, f.Rows)
+		}
+	case FrameTruncate:
+		if f.Rows != 0 || len(f.Data) != 0 {
+			return fmt.Errorf("frame %d (stream %q): truncate frame with %d rows and %d data bytes", i, f.Stream, f.Rows, len(f.Data))
 		}
 	default:
 		return fmt.Errorf("frame %d (stream %q): unknown kind %d", i, f.Stream, uint8(f.Kind))
@@ -243,6 +251,10 @@ func summarize(frames []Frame) (map[string]int64, map[string]string, error) {
 	for i, f := range frames {
 		if err := checkFrame(i, f); err != nil {
 			return nil, nil, err
+		}
+		if f.Kind == FrameTruncate {
+			rows[f.Stream] += 0 // the stream appears, its schema is unchanged
+			continue
 		}
 		sc, err := ipcSchema(f.Data)
 		if err != nil {

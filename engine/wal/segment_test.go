@@ -24,6 +24,11 @@ func TestSegmentRoundTrip(t *testing.T) {
 			batchFrame(t, "public.customers", 5, 3),
 			batchFrame(t, "public.orders", 0, 4),
 		}},
+		{"a truncate between batches of one stream", []Frame{
+			batchFrame(t, "public.orders", 10, 1),
+			{Kind: FrameTruncate, Stream: "public.orders"},
+			batchFrame(t, "public.orders", 3, 2),
+		}},
 		{"unicode stream name and empty data", []Frame{{Kind: FrameBatch, Stream: "sales.überweisungen", Rows: 0, Data: nil}}},
 		{"1 MiB of data", []Frame{{Kind: FrameBatch, Stream: "s", Rows: 1, Data: big}}},
 	}
@@ -87,6 +92,8 @@ func TestEncodeSegmentRejectsBadFrames(t *testing.T) {
 		{"unknown kind", Frame{Kind: 9, Stream: "s"}, "unknown kind 9"},
 		{"empty stream", Frame{Kind: FrameBatch}, "empty stream name"},
 		{"schema with rows", Frame{Kind: FrameSchema, Stream: "s", Rows: 3}, "schema frame with 3 rows"},
+		{"truncate with rows", Frame{Kind: FrameTruncate, Stream: "s", Rows: 2}, "truncate frame with 2 rows"},
+		{"truncate with data", Frame{Kind: FrameTruncate, Stream: "s", Data: []byte("x")}, "truncate frame with 0 rows and 1 data bytes"},
 		{"negative rows", Frame{Kind: FrameBatch, Stream: "s", Rows: -1}, "negative row count"},
 		{"long stream name", Frame{Kind: FrameBatch, Stream: strings.Repeat("x", 70000)}, "stream name of 70000 bytes"},
 		{"invalid utf-8", Frame{Kind: FrameBatch, Stream: "\xff"}, "not UTF-8"},
@@ -109,11 +116,14 @@ func TestSummarize(t *testing.T) {
 		batchFrame(t, "a", 5, 2),
 		{Kind: FrameSchema, Stream: "b", Data: schemaIPC(t, withMeta)},
 		{Kind: FrameBatch, Stream: "c", Rows: 3, Data: batchIPC(t, narrower, 3, 1)},
+		{Kind: FrameTruncate, Stream: "a"},
+		{Kind: FrameTruncate, Stream: "d"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rows["a"] != 15 || rows["b"] != 0 || rows["c"] != 3 || len(rows) != 3 {
+	// A truncate keeps the stream's schema id and counts no rows; a stream with only a truncate appears.
+	if rows["a"] != 15 || rows["b"] != 0 || rows["c"] != 3 || rows["d"] != 0 || len(rows) != 4 {
 		t.Fatalf("rows = %v", rows)
 	}
 	if ids["a"] != SchemaID(ordersSchema) {

@@ -10,6 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 )
 
 // Op is what happened to a row.
@@ -85,7 +87,8 @@ func DataFields(s *arrow.Schema) []arrow.Field {
 	return out
 }
 
-// Ops returns the op column of a change batch, checked.
+// Ops returns the op column of a change batch, checked: the column exists, is int8, and every row holds one
+// of the four ops.
 func Ops(rec arrow.RecordBatch) (*array.Int8, error) {
 	idx := rec.Schema().FieldIndices(OpColumn)
 	if len(idx) != 1 {
@@ -94,6 +97,18 @@ func Ops(rec arrow.RecordBatch) (*array.Int8, error) {
 	col, ok := rec.Column(idx[0]).(*array.Int8)
 	if !ok {
 		return nil, fmt.Errorf("change batch column %s is %s, want int8", OpColumn, rec.Column(idx[0]).DataType())
+	}
+	// A null or unknown op is a source's bug, refused here instead of being read as a snapshot row.
+	vals := col.Int8Values()
+	for i := range vals {
+		if col.IsNull(i) {
+			return nil, fault.DataErr(fmt.Errorf("row %d: %s is null", i, OpColumn),
+				"the source must set "+OpColumn+" on every row (0 read, 1 insert, 2 update, 3 delete)")
+		}
+		if op := Op(vals[i]); op < OpRead || op > OpDelete {
+			return nil, fault.DataErr(fmt.Errorf("row %d: %s is %d, not an op", i, OpColumn, vals[i]),
+				"the source must set "+OpColumn+" to 0 (read), 1 (insert), 2 (update) or 3 (delete)")
+		}
 	}
 	return col, nil
 }

@@ -83,6 +83,7 @@ type Message struct {
 	Batch      *protocol.Batch
 	Schema     *pluginv1.Stream
 	Checkpoint *pluginv1.Checkpoint
+	Truncate   string // the stream a truncate empties, "" when the message is something else
 }
 
 // ReadStream is a running Read.
@@ -127,16 +128,22 @@ func (r *ReadStream) Next() (Message, error) {
 			return Message{Schema: v.Schema.Stream}, nil
 		case *pluginv1.ReadMessage_Checkpoint:
 			return Message{Checkpoint: v.Checkpoint}, nil
+		case *pluginv1.ReadMessage_Truncate:
+			if v.Truncate.Stream == "" {
+				return Message{}, r.c.wrap("read", fmt.Errorf("truncate without a stream"))
+			}
+			return Message{Truncate: v.Truncate.Stream}, nil
 		default:
 			return Message{}, r.c.wrap("read", fmt.Errorf("unexpected message %T", m.Msg))
 		}
 	}
 }
 
-// ApplyItem is one element of an apply: a batch or a schema change.
+// ApplyItem is one element of an apply: a batch, a schema change or a truncate.
 type ApplyItem struct {
-	Batch  *protocol.Batch
-	Schema *pluginv1.Stream
+	Batch    *protocol.Batch
+	Schema   *pluginv1.Stream
+	Truncate string // the stream a truncate empties
 }
 
 // Apply sends the content of one WAL sequence number to a destination and waits for its commit.
@@ -167,6 +174,10 @@ func (c *Client) Apply(ctx context.Context, settings []byte, pipeline string, se
 		switch {
 		case it.Schema != nil:
 			if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: it.Schema}}}); err != nil {
+				return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
+			}
+		case it.Truncate != "":
+			if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: it.Truncate}}}); err != nil {
 				return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
 			}
 		case it.Batch != nil:

@@ -12,7 +12,7 @@
 // One JSON line (a Request, newline-terminated), then WAL entries as length-delimited (varint, as in
 // google.golang.org/protobuf/encoding/protodelim) skippr.plugin.v1.ApplyMessage values: a header
 // (pipeline, sequence) starts an entry, then its batches (one Chunk each, the whole Arrow IPC stream in data,
-// last set) and schema changes in log order. Entries come in sequence order per pipeline. EOF ends the stream.
+// last set), schema changes and truncates in log order. Entries come in sequence order per pipeline. EOF ends the stream.
 package lakequery
 
 import (
@@ -134,6 +134,12 @@ func (w *Writer) Schema(stream string, schemaIPC []byte) error {
 	return w.put(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: &pluginv1.Stream{Name: stream, ArrowSchema: schemaIPC}}}})
 }
 
+// Truncate adds a truncate of stream to the current entry: the stream's rows before it (in the lake and in
+// earlier WAL entries and batches) are gone.
+func (w *Writer) Truncate(stream string) error {
+	return w.put(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: stream}}})
+}
+
 // Entry is one WAL entry as the reader sees it.
 type Entry struct {
 	Pipeline string
@@ -142,10 +148,11 @@ type Entry struct {
 	Batches []Batch
 }
 
-// Batch is one batch of an entry.
+// Batch is one batch of an entry, or a truncate of its stream (Truncate, no IPC).
 type Batch struct {
-	Stream string
-	IPC    []byte
+	Stream   string
+	IPC      []byte
+	Truncate bool
 }
 
 // Reader reads a query stream.
@@ -198,6 +205,8 @@ func (r *Reader) Next() (Entry, error) {
 			return e, nil
 		case *pluginv1.ApplyMessage_Batch:
 			e.Batches = append(e.Batches, Batch{Stream: x.Batch.Stream, IPC: x.Batch.Data})
+		case *pluginv1.ApplyMessage_Truncate:
+			e.Batches = append(e.Batches, Batch{Stream: x.Truncate.Stream, Truncate: true})
 		}
 	}
 }

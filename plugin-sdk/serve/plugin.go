@@ -89,6 +89,9 @@ type Emitter interface {
 	Batch(ctx context.Context, stream string, rec arrow.RecordBatch) error
 	// SchemaChange announces a stream's new schema before the first batch that uses it.
 	SchemaChange(ctx context.Context, s Stream) error
+	// Truncate says the stream was emptied at this point of the log: rows sent before it are gone, rows after
+	// it are kept. Destinations without Capabilities.Truncate are refused at start when a source may send it.
+	Truncate(ctx context.Context, stream string) error
 	Checkpoint(ctx context.Context, cp Checkpoint) error
 }
 
@@ -118,13 +121,17 @@ type Capabilities struct {
 	SchemaEvolution bool
 	// ExactlyOnceNote says why exactly-once is not offered; the engine quotes it when it refuses a pipeline.
 	ExactlyOnceNote string
+	// Truncate: the destination applies a truncate item in order with the rows around it, in the same commit.
+	Truncate bool
 }
 
-// Item is one element of an apply, in log order: a batch or a schema change.
+// Item is one element of an apply, in log order: a batch, a schema change or a truncate.
 type Item struct {
 	Stream string
-	Record arrow.RecordBatch // a change batch, or nil for a schema change
+	Record arrow.RecordBatch // a change batch, or nil for a schema change or truncate
 	Schema *Stream           // the new schema, for a schema change
+	// Truncate: the stream was emptied here; rows of earlier items of the stream are gone, later ones kept.
+	Truncate bool
 }
 
 // ApplyRequest carries the content of one WAL sequence number.

@@ -164,6 +164,15 @@ func (e *emitter) SchemaChange(ctx context.Context, st Stream) error {
 	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: pb}}})
 }
 
+func (e *emitter) Truncate(ctx context.Context, stream string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: stream}}})
+}
+
 func (e *emitter) Checkpoint(ctx context.Context, cp Checkpoint) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -204,7 +213,7 @@ func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesReq
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote}, nil
+	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate}, nil
 }
 
 func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {
@@ -337,6 +346,11 @@ func (a *applySource) next() ([]Item, error) {
 			return nil, status.Errorf(codes.InvalidArgument, "apply %d: %v", a.seq, err)
 		}
 		return []Item{{Stream: st.Name, Schema: &st}}, nil
+	case *pluginv1.ApplyMessage_Truncate:
+		if a.asm.Pending() {
+			return nil, status.Errorf(codes.InvalidArgument, "apply %d: truncate of %s inside a batch", a.seq, v.Truncate.Stream)
+		}
+		return []Item{{Stream: v.Truncate.Stream, Truncate: true}}, nil
 	}
 	return nil, status.Errorf(codes.InvalidArgument, "apply %d: unexpected message %T", a.seq, m.Msg)
 }

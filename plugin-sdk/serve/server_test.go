@@ -54,6 +54,9 @@ func describe(it Item) string {
 	if it.Record != nil {
 		return fmt.Sprintf("%s:%d", it.Stream, it.Record.NumRows())
 	}
+	if it.Truncate {
+		return it.Stream + ":truncate"
+	}
 	return it.Stream + ":schema"
 }
 

@@ -25,7 +25,8 @@ func TestCheck(t *testing.T) {
 		CREATE TABLE nothing (id int PRIMARY KEY); ALTER TABLE nothing REPLICA IDENTITY NOTHING;
 		ALTER TABLE good OWNER TO `+owner.Name+`;
 		GRANT CREATE ON DATABASE `+db.Name+` TO `+owner.Name+`;
-		GRANT SELECT ON good TO `+plain.Name)
+		GRANT SELECT ON good TO `+plain.Name+`;
+		CREATE PUBLICATION notrunc FOR TABLE good WITH (publish = 'insert, update, delete')`)
 	as := func(r pgtest.Role, extra map[string]any) []byte {
 		extra["user"], extra["password"] = r.Name, r.Password
 		extra["slot"] = slot(db)
@@ -55,6 +56,9 @@ func TestCheck(t *testing.T) {
 			[]string{"cannot read table public.good", "GRANT SELECT ON"}},
 		{"cannot create the publication", as(reader, map[string]any{"tables": []string{"good"}, "publication": "p_" + db.Name}),
 			[]string{"does not exist and role", "cannot create it", "CREATE PUBLICATION"}},
+		{"publication without TRUNCATE under truncate: propagate", settings(db, map[string]any{"tables": []string{"good"}, "slot": slot(db), "publication": "notrunc"}),
+			[]string{`publication "notrunc" does not publish TRUNCATE`, "truncate: ignore"}},
+		{"publication without TRUNCATE under truncate: ignore", settings(db, map[string]any{"tables": []string{"good"}, "slot": slot(db), "publication": "notrunc", "truncate": "ignore"}), nil},
 		{"bad settings", settings(db, map[string]any{"tables": []string{"good"}, "batch_size": -1, "truncate": "drop"}),
 			[]string{"batch_size must be positive", `truncate "drop"`}},
 		{"destination without the right to create", as(plain, map[string]any{"schema": "nope"}),

@@ -99,12 +99,30 @@ func TestApply(t *testing.T) {
 			want: "(3,c3,7) (4,d,)"},
 		{name: "no key: no updates", seq: 5, items: []client.ApplyItem{kvBatch(t, "log", false, nil, kvRow{op: change.OpUpdate, id: 1, v: "y"})},
 			err: "no primary key"},
+		// A truncate empties the table in the apply's transaction: rows before it in the apply go too, rows
+		// after it stay.
+		{name: "truncate between rows", seq: 5, items: []client.ApplyItem{
+			kvBatch(t, "public.kv", true, key, kvRow{op: change.OpInsert, id: 5, v: "e"}),
+			{Truncate: "public.kv"},
+			kvBatch(t, "public.kv", true, key, kvRow{op: change.OpInsert, id: 6, v: "f"}, kvRow{op: change.OpUpdate, id: 6, v: "f2"}),
+		}, want: "(6,f2,)"},
+		{name: "a failed apply leaves the truncate undone", seq: 6, items: []client.ApplyItem{
+			{Truncate: "public.kv"},
+			kvBatch(t, "log", false, nil, kvRow{op: change.OpUpdate, id: 1, v: "y"}),
+		}, err: "no primary key", want: "(6,f2,)"},
+		{name: "truncate of a table not created yet", seq: 6, items: []client.ApplyItem{{Truncate: "public.nothere"}}, want: "(6,f2,)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			skipped, err := apply(tc.seq, tc.items...)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("got %v, want an error containing %q", err, tc.err)
+				}
+				if tc.want == "" {
+					return
+				}
+				if got := strings.Join(rowsText(t, db, "out.kv"), " "); got != tc.want {
+					t.Errorf("out.kv = %s, want %s", got, tc.want)
 				}
 				return
 			}
@@ -126,8 +144,8 @@ func TestApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if la.Sequence != 4 || la.Streams["public.kv"] != 3 || la.Streams["log"] != 4 {
-		t.Errorf("last applied: %d %v, want 4 with public.kv at 3 and log at 4", la.Sequence, la.Streams)
+	if la.Sequence != 6 || la.Streams["public.kv"] != 5 || la.Streams["log"] != 4 {
+		t.Errorf("last applied: %d %v, want 6 with public.kv at 5 and log at 4", la.Sequence, la.Streams)
 	}
 	if la, err := dst.LastApplied(ctx, set, "other"); err != nil || la.Sequence != 0 {
 		t.Errorf("last applied of another pipeline: %v %v, want 0", la, err)
@@ -153,7 +171,7 @@ func TestApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := apply(5, client.ApplyItem{Batch: &protocol.Batch{Stream: "nested", SchemaID: protocol.SchemaID(nsc), Rows: nrec.NumRows(), IPC: nipc}}); err != nil {
+	if _, err := apply(7, client.ApplyItem{Batch: &protocol.Batch{Stream: "nested", SchemaID: protocol.SchemaID(nsc), Rows: nrec.NumRows(), IPC: nipc}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := strings.Join(rowsText(t, db, "out.nested"), " "), `(1,"{""zip"": 8000, ""city"": ""Zürich""}","{a,""b\\""c"",NULL}","2024-01-02 03:04:05.123456+00") (2,,{},)`; got != want {

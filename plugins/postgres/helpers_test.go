@@ -126,6 +126,8 @@ func (r *reading) next(timeout time.Duration) (chunk, error) {
 				c.rows += b.Rows
 			case m.Schema != nil:
 				c.items = append(c.items, client.ApplyItem{Schema: m.Schema})
+			case m.Truncate != "":
+				c.items = append(c.items, client.ApplyItem{Truncate: m.Truncate})
 			case m.Checkpoint != nil:
 				c.cp = m.Checkpoint
 				return c, nil

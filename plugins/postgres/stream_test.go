@@ -166,18 +166,33 @@ func TestSchemaChangesWhileStreaming(t *testing.T) {
 	}
 }
 
-// TestTruncate: a TRUNCATE stops the Read with an error naming the fix, or is skipped with truncate: ignore.
+// TestTruncate: a TRUNCATE empties the destination's table in order with the rows around it (truncate:
+// propagate, the default, here with rows before and after it in one transaction), stops the Read with an
+// error naming the fix, or is skipped with truncate: ignore.
 func TestTruncate(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []string{"error", "ignore"} {
+	for _, mode := range []string{"propagate", "default", "error", "ignore"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			db := pgtest.NewDB(t)
 			db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1), (2, 2)`)
 			src, dst := startPlugin(t), startPlugin(t)
-			p := newPipe(t, src, dst, settings(db, map[string]any{"tables": []string{"t"}, "slot": slot(db), "truncate": mode}), settings(db, map[string]any{"schema": "replica"}))
+			set := map[string]any{"tables": []string{"t"}, "slot": slot(db), "truncate": mode}
+			if mode == "default" {
+				delete(set, "truncate")
+			}
+			p := newPipe(t, src, dst, settings(db, set), settings(db, map[string]any{"schema": "replica"}))
 			p.start()
 			p.catchUp(db, time.Minute)
+			if mode == "propagate" || mode == "default" {
+				db.Exec(t, `BEGIN; INSERT INTO t VALUES (4, 4); UPDATE t SET v = 10 WHERE id = 1; TRUNCATE t; INSERT INTO t VALUES (5, 5), (1, 11); UPDATE t SET v = 55 WHERE id = 5; COMMIT`)
+				p.catchUp(db, time.Minute)
+				sameRows(t, db, "(SELECT id, v FROM public.t)", "(SELECT id, v FROM replica.t)")
+				if got := strings.Join(rowsText(t, db, "replica.t"), " "); got != "(1,11) (5,55)" {
+					t.Fatalf("after a TRUNCATE between rows the destination holds %v, want (1,11) (5,55)", got)
+				}
+				return
+			}
 			db.Exec(t, `TRUNCATE t; INSERT INTO t VALUES (3, 3)`)
 			if mode == "error" {
 				err := p.r.readErr(time.Minute)

@@ -41,6 +41,8 @@ type Settings struct {
 	Dir string `json:"dir"`
 	// AtLeastOnce makes the destination declare that it cannot honour exactly-once (to test the engine's refusal).
 	AtLeastOnce bool `json:"at_least_once"`
+	// NoTruncate makes the destination declare that it cannot apply a truncate (to test the engine's refusal).
+	NoTruncate bool `json:"no_truncate"`
 }
 
 // SettingsSchema is the JSON Schema of Settings.
@@ -51,7 +53,8 @@ const SettingsSchema = `{
   "required": ["dir"],
   "properties": {
     "dir": {"type": "string", "minLength": 1, "description": "directory of the apply log"},
-    "at_least_once": {"type": "boolean"}
+    "at_least_once": {"type": "boolean"},
+    "no_truncate": {"type": "boolean"}
   }
 }`
 
@@ -61,6 +64,8 @@ type Row struct {
 	Op     change.Op      `json:"op"`
 	Key    string         `json:"key"`
 	Values map[string]any `json:"values,omitempty"`
+	// Truncate marks a truncate of the stream at this point instead of a row: every earlier row is gone.
+	Truncate bool `json:"truncate,omitempty"`
 }
 
 // Record is one apply.
@@ -165,9 +170,9 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 		return serve.Capabilities{}, err
 	}
 	if s.AtLeastOnce {
-		return serve.Capabilities{Deletes: true, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
+		return serve.Capabilities{Deletes: true, Truncate: !s.NoTruncate, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: !s.NoTruncate}, nil
 }
 
 func (d *Destination) LastApplied(_ context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
@@ -208,16 +213,22 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 		return serve.ApplyResult{Skipped: true}, nil
 	}
 	rec := Record{Pipeline: req.Pipeline, Sequence: req.Sequence, Rows: []Row{}}
+	rows := int64(0)
 	for _, it := range req.Items {
 		if it.Schema != nil {
 			rec.Schemas = append(rec.Schemas, it.Stream)
 			continue
 		}
-		rows, err := ToRows(it.Stream, it.Record)
+		if it.Truncate {
+			rec.Rows = append(rec.Rows, Row{Stream: it.Stream, Truncate: true})
+			continue
+		}
+		recRows, err := ToRows(it.Stream, it.Record)
 		if err != nil {
 			return serve.ApplyResult{}, err
 		}
-		rec.Rows = append(rec.Rows, rows...)
+		rec.Rows = append(rec.Rows, recRows...)
+		rows += int64(len(recRows))
 	}
 	payload, err := json.Marshal(rec)
 	if err != nil {
@@ -243,7 +254,7 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 	}
 	sum.size = good + int64(len(hdr)+len(payload))
 	sum.add(rec)
-	return serve.ApplyResult{Rows: int64(len(rec.Rows))}, ctx.Err()
+	return serve.ApplyResult{Rows: rows}, ctx.Err()
 }
 
 // ToRows converts a change batch to stored rows; tests use it to build the state they expect.
@@ -340,12 +351,15 @@ func Load(dir string) (State, error) {
 	for _, r := range recs {
 		st.Sequences[r.Pipeline] = append(st.Sequences[r.Pipeline], r.Sequence)
 		for _, row := range r.Rows {
-			st.Rows++
 			t := st.Tables[row.Stream]
-			if t == nil {
+			if t == nil || row.Truncate {
 				t = map[string]map[string]any{}
 				st.Tables[row.Stream] = t
 			}
+			if row.Truncate {
+				continue
+			}
+			st.Rows++
 			if row.Op == change.OpDelete {
 				delete(t, row.Key)
 			} else {
@@ -369,9 +383,12 @@ func Replay(tables map[string]map[string]map[string]any, rows []Row) error {
 	}
 	for _, row := range norm {
 		t := tables[row.Stream]
-		if t == nil {
+		if t == nil || row.Truncate {
 			t = map[string]map[string]any{}
 			tables[row.Stream] = t
+		}
+		if row.Truncate {
+			continue
 		}
 		if row.Op == change.OpDelete {
 			delete(t, row.Key)

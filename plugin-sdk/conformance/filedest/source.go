@@ -28,6 +28,12 @@ func ReadSource(ctx context.Context, c *client.Client, settings []byte) (map[str
 		if m.Checkpoint != nil && m.Checkpoint.Idle {
 			return tables, nil
 		}
+		if m.Truncate != "" {
+			if err := Replay(tables, []Row{{Stream: m.Truncate, Truncate: true}}); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if m.Batch == nil {
 			continue
 		}

@@ -177,6 +177,12 @@ func collect(req lakequery.Request, rd *lakequery.Reader, dir string) ([]*table,
 			if e.Seq <= t.plan.Fence {
 				continue
 			}
+			if b.Truncate {
+				// Everything before it goes: the lake's rows and the WAL rows collected so far.
+				t.truncated = true
+				t.wal = nil
+				continue
+			}
 			path := filepath.Join(dir, fmt.Sprintf("wal-%08d.parquet", files))
 			files++
 			rows, key, err := writeWALBatch(path, b.IPC, &order)

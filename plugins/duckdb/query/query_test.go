@@ -198,3 +198,42 @@ func TestQueryErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryHonoursUnappliedTruncate: a truncate in a WAL entry above the fence hides the lake's rows and the
+// WAL rows before it; rows after it stay. A truncate at or below the fence is in the lake already.
+func TestQueryHonoursUnappliedTruncate(t *testing.T) {
+	query := func(t *testing.T, asOfLake bool) string {
+		var in bytes.Buffer
+		w, err := lakequery.NewWriter(&in, lakequery.Request{SQL: "SELECT id, name FROM people ORDER BY id", Format: "csv", AsOfLake: asOfLake,
+			Lakes: []lakequery.Lake{{Pipeline: "p", Plan: lakequery.Plan{Namespace: "lake", Tables: []lakequery.TablePlan{lakeFixture(t)}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Entry 2 is at the fence: its truncate is applied already, and the lake's rows 1 and 4 came after it.
+		must(w.Entry("p", 2))
+		must(w.Truncate("public.people"))
+		must(w.Entry("p", 3))
+		must(w.Batch("public.people", 2, walBatch(t, walRow{change.OpUpdate, 4, "dee2", ""}, walRow{change.OpInsert, 5, "eve", ""})))
+		must(w.Truncate("public.people"))
+		must(w.Batch("public.people", 1, walBatch(t, walRow{change.OpInsert, 7, "gus", ""})))
+		must(w.Entry("p", 4))
+		must(w.Batch("public.people", 2, walBatch(t, walRow{change.OpUpdate, 7, "gus2", ""}, walRow{change.OpInsert, 8, "hal", ""})))
+		var out, errOut bytes.Buffer
+		if err := Run(context.Background(), []string{"-temp-dir", t.TempDir()}, &in, &out, &errOut); err != nil {
+			t.Fatalf("%v\n%s", err, errOut.String())
+		}
+		return out.String()
+	}
+	if got, want := query(t, false), "id,name\n7,gus2\n8,hal\n"; got != want {
+		t.Fatalf("with the WAL: got\n%s\nwant\n%s", got, want)
+	}
+	if got, want := query(t, true), "id,name\n1,ann\n4,dee\n"; got != want {
+		t.Fatalf("as of the lake: got\n%s\nwant\n%s", got, want)
+	}
+}

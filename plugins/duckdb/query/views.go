@@ -33,6 +33,9 @@ type table struct {
 	schema    *arrow.Schema // the lake's current schema; nil when the table does not exist yet
 	wal       []string      // Parquet files of WAL batches, in log order
 	walKey    []string      // the primary key the WAL batches declare
+	// truncated: a WAL entry above the fence truncated the stream, so the lake's rows are gone and wal holds
+	// only the rows after the last truncate.
+	truncated bool
 }
 
 // schemaName is the DuckDB schema of the table: the lake's namespace.
@@ -62,6 +65,9 @@ func (t *table) create(ctx context.Context, conn *sql.Conn, n int, asOfLake bool
 	lake, err := t.lakeSQL(ctx, conn, n)
 	if err != nil {
 		return fmt.Errorf("table %s: %w", t.plan.Name, err)
+	}
+	if t.truncated && !asOfLake && lake != "" {
+		lake = "SELECT * FROM (" + lake + ") WHERE false" // the lake's columns, none of its rows
 	}
 	body := lake
 	if !asOfLake && len(t.wal) > 0 {

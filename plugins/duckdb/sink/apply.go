@@ -4,15 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
@@ -49,14 +46,13 @@ type row struct {
 	i   int
 }
 
-// streamPlan collects a stream's surviving rows: per key the last change (keys in first-seen order, so
-// statements are deterministic), or every row for a stream without a key.
+// streamPlan collects a stream's batches, folded (change.Fold): per key the last change, keys in first-seen
+// order so that statements are deterministic, or every row for a stream without a key.
 type streamPlan struct {
 	stream  string
 	schemas []*arrow.Schema // in order of appearance
-	rows    map[string]row
-	order   []string
-	appends []row
+	fold    *change.Fold
+	recs    []arrow.RecordBatch // the fold's batches, by number
 }
 
 func (a *applier) exec(ctx context.Context, q string, args ...any) error {
@@ -94,7 +90,7 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 	plan := func(stream string) *streamPlan {
 		sp := byName[stream]
 		if sp == nil {
-			sp = &streamPlan{stream: stream, rows: map[string]row{}}
+			sp = &streamPlan{stream: stream, fold: change.NewFold(change.FoldOptions{})}
 			byName[stream] = sp
 			plans = append(plans, sp)
 		}
@@ -106,6 +102,8 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 		case it.Schema != nil:
 			sp := plan(it.Stream)
 			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
+		case it.Truncate:
+			plan(it.Stream).fold.Truncate()
 		case it.Record != nil:
 			sp := plan(it.Stream)
 			sp.schemas = appendSchema(sp.schemas, it.Record.Schema())
@@ -161,92 +159,36 @@ func appendSchema(list []*arrow.Schema, s *arrow.Schema) []*arrow.Schema {
 
 // add folds a batch into the plan: the last change of a key wins.
 func (sp *streamPlan) add(rec arrow.RecordBatch) error {
-	ops, err := change.Ops(rec)
+	ops, err := change.OpValues(rec)
 	if err != nil {
 		return err
 	}
-	key := change.PrimaryKey(rec.Schema())
-	n := int(rec.NumRows())
-	for i := 0; i < n; i++ {
-		if op := change.Op(ops.Value(i)); ops.IsNull(i) || op < change.OpRead || op > change.OpDelete {
-			return fmt.Errorf("row %d has no valid %s (%s)", i, change.OpColumn, op)
-		}
+	key, err := change.KeyOf(rec)
+	if err != nil {
+		return err
 	}
-	if len(key) == 0 {
-		for i := 0; i < n; i++ {
-			op := change.Op(ops.Value(i))
-			if op == change.OpUpdate || op == change.OpDelete {
-				return fmt.Errorf("row %d is an %s, but the stream has no primary key (%s metadata) to find the row by", i, op, change.PrimaryKeyMeta)
-			}
-			sp.appends = append(sp.appends, row{op: op, rec: rec, i: i})
-		}
-		return nil
+	if err := sp.fold.Add(key, ops); err != nil {
+		return err
 	}
-	cols := make([]arrow.Array, len(key))
-	for j, k := range key {
-		idx := rec.Schema().FieldIndices(k)
-		if len(idx) != 1 {
-			return fmt.Errorf("primary key column %q is not in the batch", k)
-		}
-		cols[j] = rec.Column(idx[0])
-	}
-	var buf []byte
-	for i := 0; i < n; i++ {
-		buf = buf[:0]
-		for j, c := range cols {
-			if c.IsNull(i) {
-				return fmt.Errorf("row %d has a null in primary key column %s", i, key[j])
-			}
-			buf = appendKey(buf, c, i)
-		}
-		k := string(buf)
-		if _, seen := sp.rows[k]; !seen {
-			sp.order = append(sp.order, k)
-		}
-		sp.rows[k] = row{op: change.Op(ops.Value(i)), rec: rec, i: i}
-	}
+	sp.recs = append(sp.recs, rec)
 	return nil
 }
 
-// appendKey encodes one key value so that equal keys have equal encodings, whatever integer width a batch
-// used for the column (schemas may widen between batches).
-func appendKey(buf []byte, c arrow.Array, i int) []byte {
-	switch a := c.(type) {
-	case *array.Int8:
-		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
-	case *array.Int16:
-		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
-	case *array.Int32:
-		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
-	case *array.Int64:
-		return binary.AppendVarint(append(buf, 'i'), a.Value(i))
-	case *array.Uint8:
-		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
-	case *array.Uint16:
-		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
-	case *array.Uint32:
-		return binary.AppendVarint(append(buf, 'i'), int64(a.Value(i)))
-	case *array.Uint64:
-		if v := a.Value(i); v <= math.MaxInt64 {
-			return binary.AppendVarint(append(buf, 'i'), int64(v))
-		}
-	case *array.String:
-		v := a.Value(i)
-		return append(binary.AppendUvarint(append(buf, 's'), uint64(len(v))), v...)
-	case *array.LargeString:
-		v := a.Value(i)
-		return append(binary.AppendUvarint(append(buf, 's'), uint64(len(v))), v...)
-	case *array.Binary:
-		v := a.Value(i)
-		return append(binary.AppendUvarint(append(buf, 'b'), uint64(len(v))), v...)
-	}
-	v := c.ValueStr(i)
-	return append(binary.AppendUvarint(append(buf, 'v'), uint64(len(v))), v...)
-}
-
-// writeStream brings the table up to the stream's schemas, then merges the surviving rows, one staging load
+// writeStream empties the table if the stream was truncated, brings it up to the stream's schemas, then merges the surviving rows, one staging load
 // and one statement per batch schema.
 func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
+	if sp.fold.Truncated() {
+		// In the apply's transaction: a reader sees the truncate and the rows after it together.
+		cols, err := a.columns(ctx, sp.stream)
+		if err != nil {
+			return err
+		}
+		if cols != nil {
+			if err := a.exec(ctx, "DELETE FROM "+a.tableName(sp.stream)); err != nil {
+				return fmt.Errorf("truncate %s: %w", a.tableName(sp.stream), err)
+			}
+		}
+	}
 	// All DDL of the table comes before its rows, so the rows meet the grown table.
 	for _, s := range sp.schemas {
 		if err := a.ensureTable(ctx, sp.stream, s); err != nil {
@@ -268,11 +210,8 @@ func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
 		}
 		groups = append(groups, &group{schema: s, rows: []row{r}})
 	}
-	for _, k := range sp.order {
-		add(sp.rows[k])
-	}
-	for _, r := range sp.appends {
-		add(r)
+	for _, l := range sp.fold.Last() {
+		add(row{op: l.Op, rec: sp.recs[l.Batch], i: l.Row})
 	}
 	for _, g := range groups {
 		if err := a.stage(ctx, g.schema, g.rows); err != nil {

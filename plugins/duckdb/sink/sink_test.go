@@ -452,3 +452,41 @@ func TestCompositeKeyAndNameCase(t *testing.T) {
 		t.Fatalf("two streams of one apply into one table: %v", err)
 	}
 }
+
+// TestTruncateBetweenRows: a truncate empties the table inside the apply's transaction — rows before it in
+// the apply go too, rows after it stay — and a failed apply takes the truncate back.
+func TestTruncateBetweenRows(t *testing.T) {
+	h := newHarness(t, "")
+	trunc := serve.Item{Stream: "public.users", Truncate: true}
+	h.apply(1, batch(t, userSchema, chg{change.OpInsert, 1, "a"}, chg{change.OpInsert, 2, "b"}))
+	h.apply(2,
+		batch(t, userSchema, chg{change.OpInsert, 3, "c"}, chg{change.OpUpdate, 1, "a2"}),
+		trunc,
+		batch(t, userSchema, chg{change.OpInsert, 1, "a3"}, chg{change.OpInsert, 4, "d"}, chg{change.OpDelete, 4, nil}),
+	)
+	h.wantRows(`SELECT id, name FROM users ORDER BY id`, "1|a3")
+
+	one := func(dt arrow.DataType, v string) serve.Item {
+		sc := change.Schema([]arrow.Field{{Name: "v", Type: dt}}, nil)
+		rec, _, err := array.RecordFromJSON(memory.DefaultAllocator, sc, strings.NewReader(`[{"v": `+v+`, "_skippr_op": 1}]`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rec.Release)
+		return serve.Item{Stream: "zzz.items", Record: rec}
+	}
+	h.apply(3, one(arrow.PrimitiveTypes.Int64, "7"))
+	// users is written (truncated) before zzz.items fails to cast: the rollback must bring its rows back.
+	_, err := h.d.Apply(ctx(t), serve.ApplyRequest{Settings: h.settings, Pipeline: "p", Sequence: 4, Items: []serve.Item{
+		trunc, batch(t, userSchema, chg{change.OpInsert, 5, "e"}),
+		{Stream: "zzz.items", Truncate: true}, one(arrow.BinaryTypes.String, `"not a number"`),
+	}})
+	if err == nil || !strings.Contains(err.Error(), "stream zzz.items") {
+		t.Fatalf("apply with a value that does not fit after a truncate: %v", err)
+	}
+	h.wantRows(`SELECT id, name FROM users ORDER BY id`, "1|a3")
+	h.wantRows(`SELECT v FROM items`, "7")
+	// A truncate of a table that does not exist yet is nothing to do.
+	h.apply(4, serve.Item{Stream: "public.nothere", Truncate: true})
+	h.wantRows(`SELECT sequence FROM _skippr_state`, "4")
+}

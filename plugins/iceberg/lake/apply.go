@@ -344,16 +344,9 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 			continue
 		}
 		rec := it.Record
-		col, err := change.Ops(rec)
+		o, err := change.OpValues(rec)
 		if err != nil {
 			return nil, fmt.Errorf("stream %s item %d: %w", it.Stream, i, err)
-		}
-		o := make([]change.Op, rec.NumRows())
-		for r := range o {
-			o[r] = change.Op(col.Value(r))
-			if o[r] < change.OpRead || o[r] > change.OpDelete {
-				return nil, fmt.Errorf("stream %s item %d row %d: unknown op %d", it.Stream, i, r, o[r])
-			}
 		}
 		st := change.StripReserved(rec)
 		stripped = append(stripped, st)
@@ -429,6 +422,14 @@ func (a *tableAttempt) write(ctx context.Context, c *changeSet, fo *folded) (dat
 // disk first.
 func (a *tableAttempt) commit(ctx context.Context, dataFiles, delFiles, posDelFiles []iceberg.DataFile) error {
 	seq := strconv.FormatUint(a.req.Sequence, 10)
+	if a.g.truncated && a.tbl.CurrentSnapshot() != nil {
+		// Every row the table held goes in this commit, before the rows that came after the truncate are
+		// added: one catalog commit, so a reader sees the table either before the truncate or after the apply.
+		props := iceberg.Properties{seqKey(a.req.Pipeline): seq, propStream: a.g.stream, propTruncate: "true"}
+		if err := a.tx.Delete(ctx, iceberg.AlwaysTrue{}, props); err != nil {
+			return fmt.Errorf("stage truncate: %w", err)
+		}
+	}
 	if len(dataFiles)+len(delFiles)+len(posDelFiles) > 0 {
 		props := iceberg.Properties{seqKey(a.req.Pipeline): seq, propStream: a.g.stream}
 		if err := a.tx.NewRowDelta(props).AddRows(dataFiles...).AddDeletes(append(slices.Clone(delFiles), posDelFiles...)...).Commit(ctx); err != nil {

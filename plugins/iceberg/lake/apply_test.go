@@ -68,6 +68,17 @@ func TestChangesFoldIntoTable(t *testing.T) {
 			{{user(opR, 1, "a"), user(opR, 2, "b"), user(opR, 3, "c")}},
 			{{user(opU, 1, "a2"), user(opD, 2, ""), user(opI, 4, "d")}},
 		}},
+		// A nil batch is a truncate: rows before it in its apply go too, rows after it stay.
+		{name: "truncate between rows", applies: [][][]row{
+			{{user(opR, 1, "a"), user(opR, 2, "b"), user(opR, 3, "c")}},
+			{{user(opU, 1, "a2"), user(opI, 4, "d")}, nil, {user(opI, 1, "z"), user(opI, 5, "e"), user(opU, 5, "e2")}},
+			{{user(opU, 1, "z2"), user(opD, 5, "")}},
+		}},
+		{name: "truncate at the end of an apply, then rows", version: 3, applies: [][][]row{
+			{{user(opR, 1, "a"), user(opR, 2, "b")}},
+			{{user(opU, 1, "a2")}, nil},
+			{{user(opI, 1, "again")}},
+		}},
 		{name: "upsert inserts replace earlier rows", upsert: true, applies: [][][]row{
 			{{user(opR, 1, "a"), user(opR, 2, "b")}},
 			{{user(opR, 1, "a2"), user(opI, 2, "b2")}},
@@ -87,6 +98,10 @@ func TestChangesFoldIntoTable(t *testing.T) {
 					its = append(its, schemaItem("users", sc))
 				}
 				for _, rows := range ap {
+					if rows == nil {
+						its = append(its, serve.Item{Stream: "users", Truncate: true})
+						continue
+					}
 					its = append(its, items("users", batch(t, sc, rows...))...)
 				}
 				if res := e.apply(uint64(i+1), its...); res.Skipped {

@@ -139,12 +139,14 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 	if _, err := ParseSettings(raw); err != nil {
 		return serve.Capabilities{}, err
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true}, nil
 }
 
 // Property keys: see doc.go.
 const (
 	propStream = "skippr.stream"
+	// propTruncate marks the snapshot that emptied a table for a truncate of its stream.
+	propTruncate = "skippr.truncate"
 )
 
 func seqKey(pipeline string) string { return "skippr.pipeline." + pipeline + ".sequence" }
@@ -253,4 +255,7 @@ func (d *Destination) autoCompact(ctx context.Context, oc *openCatalog, s Settin
 type tableGroup struct {
 	stream, table string
 	items         []serve.Item
+	// truncated: the stream was truncated in this apply; items holds only what came after the truncate (and
+	// the schema changes before it), and the table's commit removes every row it held.
+	truncated bool
 }

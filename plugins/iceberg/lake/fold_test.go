@@ -141,7 +141,7 @@ func TestFold(t *testing.T) {
 	}
 }
 
-// TestFoldNullKey refuses a null key on both key paths.
+// TestFoldNullKey refuses a null key on both key paths, naming the stream, batch, row and column.
 func TestFoldNullKey(t *testing.T) {
 	for _, dt := range []arrow.DataType{arrow.PrimitiveTypes.Int64, arrow.BinaryTypes.String} {
 		t.Run(dt.String(), func(t *testing.T) {
@@ -152,7 +152,7 @@ func TestFoldNullKey(t *testing.T) {
 			b.Release()
 			defer rec.Release()
 			_, err := fold(context.Background(), memory.DefaultAllocator, []opBatch{{rec: rec, ops: []change.Op{change.OpInsert}}}, []int{0}, sc, false, "stream s")
-			if err == nil || err.Error() != "stream s: row 0: primary key column is null" {
+			if err == nil || err.Error() != "stream s: batch 0: row 0: primary key column k is null" {
 				t.Fatalf("err = %v, want the null key named", err)
 			}
 		})

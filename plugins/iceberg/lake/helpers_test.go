@@ -92,6 +92,12 @@ func (e *env) apply(seq uint64, items ...serve.Item) serve.ApplyResult {
 func (e *env) fold(items ...serve.Item) {
 	e.t.Helper()
 	for _, it := range items {
+		if it.Truncate {
+			if err := filedest.Replay(e.expected, []filedest.Row{{Stream: it.Stream, Truncate: true}}); err != nil {
+				e.t.Fatal(err)
+			}
+			continue
+		}
 		if it.Record == nil {
 			continue
 		}

@@ -12,11 +12,13 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/iceberg-go"
 	iceio "github.com/apache/iceberg-go/io"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
 )
 
 // keyIndex remembers, for each key an apply has written out so far, where its row is: the data file (its place
 // in spilledTable.files) and the row position, packed into one uint64. One integer key column, the common
-// case, is kept as an int64 (as fold does); other keys by their appendKey encoding. It grows by about 20–40
+// case, is kept as an int64 (as change.Fold does); other keys by their change.Key encoding. It grows by about 20–40
 // bytes per distinct key written out, and is the part of an apply's memory that the buffer budget does not
 // bound.
 type keyIndex struct {
@@ -38,37 +40,27 @@ const (
 )
 
 func newKeyIndex(c *changeSet) *keyIndex {
-	if len(c.keyIdx) == 1 && isIntType(c.keySchema.Field(0).Type) {
+	if len(c.keyIdx) == 1 && change.IntKeyType(c.keySchema.Field(0).Type) {
 		return &keyIndex{ints: map[int64]uint64{}}
 	}
 	return &keyIndex{encs: map[string]uint64{}}
 }
 
-func isIntType(t arrow.DataType) bool {
-	switch t.ID() {
-	case arrow.INT8, arrow.INT16, arrow.INT32, arrow.INT64:
-		return true
-	}
-	return false
-}
-
 // keyCursor reads the keys of one batch.
 type keyCursor struct {
-	ki   *keyIndex
-	ints func(int) int64
-	cols []arrow.Array
-	buf  []byte
+	ki  *keyIndex
+	key *change.Key
+	buf []byte
 }
 
 func (ki *keyIndex) keys(rec arrow.RecordBatch, keyIdx []int) (*keyCursor, error) {
-	k := &keyCursor{ki: ki, cols: make([]arrow.Array, len(keyIdx))}
+	cols := make([]arrow.Array, len(keyIdx))
 	for i, c := range keyIdx {
-		k.cols[i] = rec.Column(c)
+		cols[i] = rec.Column(c)
 	}
-	if ki.ints != nil {
-		if k.ints = intKey(k.cols[0]); k.ints == nil {
-			return nil, fmt.Errorf("key column is %s, not an integer as when the apply began", k.cols[0].DataType())
-		}
+	k := &keyCursor{ki: ki, key: change.NewKey(cols, nil)}
+	if ki.ints != nil && !k.key.IsInt() {
+		return nil, fmt.Errorf("key column is %s, not an integer as when the apply began", cols[0].DataType())
 	}
 	return k, nil
 }
@@ -76,14 +68,17 @@ func (ki *keyIndex) keys(rec arrow.RecordBatch, keyIdx []int) (*keyCursor, error
 // take returns where row r's key was written, and forgets it: the caller replaces that row.
 func (k *keyCursor) take(r int) (file int, pos int64, ok bool, err error) {
 	var loc uint64
-	if k.ints != nil {
-		key := k.ints(r)
+	if k.ki.ints != nil {
+		key, err := k.key.Int(r)
+		if err != nil {
+			return 0, 0, false, err
+		}
 		if loc, ok = k.ki.ints[key]; ok {
 			delete(k.ki.ints, key)
 			k.ki.bytes -= intEntryBytes
 		}
 	} else {
-		if k.buf, err = appendKey(k.buf[:0], k.cols, r); err != nil {
+		if k.buf, err = k.key.Append(k.buf[:0], r); err != nil {
 			return 0, 0, false, err
 		}
 		if loc, ok = k.ki.encs[string(k.buf)]; ok {
@@ -101,13 +96,17 @@ func (k *keyCursor) put(r, file int, pos int64) error {
 	}
 	loc := uint64(file)<<posBits | uint64(pos)
 	// A key is put once per file: fold left one version of it per chunk, and take removed the earlier one.
-	if k.ints != nil {
-		k.ki.ints[k.ints(r)] = loc
+	if k.ki.ints != nil {
+		key, err := k.key.Int(r)
+		if err != nil {
+			return err
+		}
+		k.ki.ints[key] = loc
 		k.ki.bytes += intEntryBytes
 		return nil
 	}
 	var err error
-	if k.buf, err = appendKey(k.buf[:0], k.cols, r); err != nil {
+	if k.buf, err = k.key.Append(k.buf[:0], r); err != nil {
 		return err
 	}
 	k.ki.encs[string(k.buf)] = loc

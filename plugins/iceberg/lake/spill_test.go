@@ -20,8 +20,9 @@ import (
 
 // spillBatch is one batch of a spill test apply: its schema (nil: the case's) and rows.
 type spillBatch struct {
-	schema *arrow.Schema
-	rows   []row
+	schema   *arrow.Schema
+	rows     []row
+	truncate bool // a truncate of the stream instead of a batch
 }
 
 func rows(rs ...row) spillBatch { return spillBatch{rows: rs} }
@@ -75,6 +76,8 @@ func TestSpillMatchesWholeApply(t *testing.T) {
 		wantPos bool
 		// wantDataFiles, if set, is how many data files the spilled table holds.
 		wantDataFiles int
+		// truncates: older snapshots keep the files a truncate dropped, so the disk holds more than the live files.
+		truncates bool
 	}{
 		{name: "updates and deletes of spilled keys", stream: "users", schema: us, key: "id", wantPos: true, applies: [][]spillBatch{{
 			rows(user(opI, 1, "a"), user(opI, 2, "b"), user(opI, 3, "c"), user(opI, 4, "d"), user(opI, 5, "e")),
@@ -119,6 +122,13 @@ func TestSpillMatchesWholeApply(t *testing.T) {
 				{schema: usersV2, rows: []row{u2(opU, 1, "a2", "a@x"), u2(opI, 3, "c", "c@x")}},
 				{schema: usersV2, rows: []row{u2(opU, 3, "c2", "c2@x"), u2(opD, 2, "", "")}}},
 		}},
+		// The truncate comes after chunks were written out: their files are dropped, the rows after it stay.
+		{name: "truncate after spilled chunks", stream: "users", schema: us, key: "id", truncates: true, applies: [][]spillBatch{
+			{rows(user(opI, 1, "a"), user(opI, 2, "b"), user(opI, 3, "c"))},
+			{rows(user(opU, 1, "a2"), user(opI, 4, "d")), rows(user(opD, 2, "")), {truncate: true},
+				rows(user(opI, 1, "z"), user(opI, 5, "e")), rows(user(opU, 5, "e2"))},
+			{rows(user(opU, 1, "z2")), {truncate: true}, rows(user(opI, 6, "f"))},
+		}},
 		{name: "no key: appends only", stream: "logs", key: "",
 			schema:  change.Schema([]arrow.Field{{Name: "msg", Type: arrow.BinaryTypes.String, Nullable: true}}, nil),
 			applies: [][]spillBatch{{rows(r(opI, "x")), rows(r(opI, "y")), rows(r(opI, "x"))}}},
@@ -138,6 +148,10 @@ func TestSpillMatchesWholeApply(t *testing.T) {
 					its = append(its, schemaItem(tc.stream, tc.schema))
 				}
 				for _, b := range ap {
+					if b.truncate {
+						its = append(its, serve.Item{Stream: tc.stream, Truncate: true})
+						continue
+					}
 					sc := tc.schema
 					if b.schema != nil {
 						sc = b.schema
@@ -185,6 +199,9 @@ func TestSpillMatchesWholeApply(t *testing.T) {
 				t.Fatalf("last applied %d, want %d", a.Sequence, len(tc.applies))
 			}
 			live := liveFiles(t, spilled, tc.stream)
+			if tc.truncates {
+				return
+			}
 			if on := parquetFiles(t, spilled.table(tc.stream).Location()); !slices.Equal(on, filter(live, ".parquet")) {
 				t.Fatalf("files on disk are not exactly the live files:\non disk %q\nlive    %q", on, live)
 			}

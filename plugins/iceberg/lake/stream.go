@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow/util"
+	"github.com/apache/iceberg-go/catalog"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
@@ -140,8 +141,8 @@ type tableBuf struct {
 }
 
 func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
-	if it.Record == nil && it.Schema == nil {
-		return fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
+	if it.Record == nil && it.Schema == nil && !it.Truncate {
+		return fmt.Errorf("stream %s: item holds neither a batch, a schema nor a truncate", it.Stream)
 	}
 	name := b.s.TableName(it.Stream)
 	tb, ok := b.byTable[name]
@@ -151,6 +152,10 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 		b.tables = append(b.tables, tb)
 	} else if tb.g.stream != it.Stream {
 		return fmt.Errorf("streams %s and %s both map to table %s", tb.g.stream, it.Stream, name)
+	}
+	if it.Truncate {
+		b.truncate(ctx, tb)
+		return nil
 	}
 	if it.Record != nil {
 		it.Record.Retain() // the stream releases what it yielded once we ask for the next item
@@ -203,6 +208,29 @@ func (b *applyBuffer) spill(ctx context.Context) error {
 		big.bytes = 0
 	}
 	return nil
+}
+
+// truncate forgets the table's rows buffered or written out so far in this apply, keeping its schema changes
+// (the table still evolves through them), and marks the table to be emptied in its commit.
+func (b *applyBuffer) truncate(ctx context.Context, tb *tableBuf) {
+	if tb.sp != nil {
+		// Files written for rows the truncate removes: never committed, so nobody else refers to them.
+		tb.sp.cleanup(context.WithoutCancel(ctx))
+		tb.sp = nil
+	}
+	kept := tb.g.items[:0]
+	for _, it := range tb.g.items {
+		if it.Record != nil {
+			it.Record.Release()
+			continue
+		}
+		kept = append(kept, it)
+	}
+	clear(tb.g.items[len(kept):])
+	tb.g.items = kept
+	b.bytes -= tb.bytes
+	tb.bytes = 0
+	tb.g.truncated = true
 }
 
 func (tb *tableBuf) releaseItems() {
@@ -281,6 +309,16 @@ func (b *applyBuffer) commitAll(ctx context.Context) (serve.ApplyResult, error) 
 }
 
 func (b *applyBuffer) commitTable(ctx context.Context, tb *tableBuf) (tableResult, error) {
+	if tb.sp == nil && len(tb.g.items) == 0 && tb.g.truncated {
+		// Only a truncate: a table that does not exist has nothing to remove, and nothing to create it from.
+		_, err := b.oc.cat.LoadTable(ctx, append(b.s.NamespaceIdent(), tb.g.table))
+		if errors.Is(err, catalog.ErrNoSuchTable) {
+			return tableResult{}, nil
+		}
+		if err != nil {
+			return tableResult{}, fmt.Errorf("load: %w", err)
+		}
+	}
 	if tb.sp == nil {
 		return b.d.applyTable(ctx, b.oc, b.s, b.req, tb.g)
 	}

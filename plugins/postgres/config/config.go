@@ -61,6 +61,7 @@ type Settings struct {
 const (
 	TruncateError       = "error"
 	TruncateIgnore      = "ignore"
+	TruncatePropagate   = "propagate"
 	ToastRequireFull    = "require_full"
 	ToastFetch          = "fetch"
 	DefaultBatchSize    = 10000
@@ -116,7 +117,7 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		s.MaxRetainedWALBytes = DefaultRetainedWAL
 	}
 	if s.Truncate == "" {
-		s.Truncate = TruncateError
+		s.Truncate = TruncatePropagate
 	}
 	if s.UnchangedToast == "" {
 		s.UnchangedToast = ToastRequireFull
@@ -165,8 +166,8 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		}
 		s.HeartbeatEvery = d
 	}
-	if s.Truncate != TruncateError && s.Truncate != TruncateIgnore {
-		problems = append(problems, fmt.Sprintf("truncate %q is not one of error, ignore", s.Truncate))
+	if s.Truncate != TruncatePropagate && s.Truncate != TruncateError && s.Truncate != TruncateIgnore {
+		problems = append(problems, fmt.Sprintf("truncate %q is not one of propagate, error, ignore", s.Truncate))
 	}
 	if s.UnchangedToast != ToastRequireFull && s.UnchangedToast != ToastFetch {
 		problems = append(problems, fmt.Sprintf("unchanged_toast %q is not one of require_full, fetch", s.UnchangedToast))

@@ -40,7 +40,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Port != 5432 || s.Slot != DefaultSlot || !*s.Snapshot || s.BatchSize != DefaultBatchSize || s.Truncate != TruncateError ||
+	if s.Port != 5432 || s.Slot != DefaultSlot || !*s.Snapshot || s.BatchSize != DefaultBatchSize || s.Truncate != TruncatePropagate ||
 		s.UnchangedToast != ToastRequireFull || s.TargetSchema != "public" || s.HeartbeatEvery != DefaultHeartbeat || s.TableNames[0].String() != "public.t" {
 		t.Errorf("defaults not filled: %+v", s)
 	}

@@ -44,13 +44,14 @@ type row struct {
 	i   int
 }
 
-// streamPlan collects a stream's surviving rows, keyed by the key's text form.
+// streamPlan collects a stream's batches, folded (change.Fold): per key the last change, keys in first-seen
+// order so that statements are deterministic, or every row for a stream without a key.
 type streamPlan struct {
 	stream  string
 	schemas []*arrow.Schema // in order of appearance
-	rows    map[string]row
-	order   []string // keys in first-seen order, so statements are deterministic
-	inserts []row    // rows of a stream without a key: appended as they come
+	fold    *change.Fold
+	recs    []arrow.RecordBatch // the fold's batches, by number
+	keyed   []bool              // per batch: its schema declares a key
 }
 
 func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
@@ -101,7 +102,7 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 	plan := func(stream string) *streamPlan {
 		sp := byName[stream]
 		if sp == nil {
-			sp = &streamPlan{stream: stream, rows: map[string]row{}}
+			sp = &streamPlan{stream: stream, fold: change.NewFold(change.FoldOptions{})}
 			byName[stream] = sp
 			plans = append(plans, sp)
 		}
@@ -112,6 +113,10 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 		if it.Schema != nil {
 			sp := plan(it.Stream)
 			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
+			continue
+		}
+		if it.Truncate {
+			plan(it.Stream).fold.Truncate()
 			continue
 		}
 		if it.Record == nil {
@@ -152,59 +157,40 @@ func appendSchema(list []*arrow.Schema, s *arrow.Schema) []*arrow.Schema {
 
 // add folds a batch into the plan: the last change of a key wins.
 func (sp *streamPlan) add(rec arrow.RecordBatch) (int64, error) {
-	ops, err := change.Ops(rec)
+	ops, err := change.OpValues(rec)
 	if err != nil {
 		return 0, err
 	}
-	key := change.PrimaryKey(rec.Schema())
-	if len(key) == 0 {
-		for i := 0; i < int(rec.NumRows()); i++ {
-			op := change.Op(ops.Value(i))
-			if op == change.OpUpdate || op == change.OpDelete {
-				return 0, fmt.Errorf("the stream has no primary key (%s metadata), so a %s cannot be applied", change.PrimaryKeyMeta, op)
-			}
-			sp.inserts = append(sp.inserts, row{op: op, rec: rec, i: i})
-		}
-		return rec.NumRows(), nil
+	key, err := change.KeyOf(rec)
+	if err != nil {
+		return 0, err
 	}
-	encs := make([]typemap.Encoder, len(key))
-	cols := make([]arrow.Array, len(key))
-	for j, k := range key {
-		idx := rec.Schema().FieldIndices(k)
-		if len(idx) != 1 {
-			return 0, fmt.Errorf("primary key column %q is not in the batch", k)
-		}
-		cols[j] = rec.Column(idx[0])
-		encs[j], err = typemap.NewEncoder(rec.Schema().Field(idx[0]), cols[j])
-		if err != nil {
-			return 0, err
-		}
+	if err := sp.fold.Add(key, ops); err != nil {
+		return 0, err
 	}
-	var buf []byte
-	for i := 0; i < int(rec.NumRows()); i++ {
-		buf = buf[:0]
-		for j := range encs {
-			if cols[j].IsNull(i) {
-				return 0, fmt.Errorf("row %d has a null in primary key column %s", i, key[j])
-			}
-			buf = encs[j](buf, i)
-			buf = append(buf, 0)
-		}
-		k := string(buf)
-		if _, seen := sp.rows[k]; !seen {
-			sp.order = append(sp.order, k)
-		}
-		op := change.Op(ops.Value(i))
-		if op < change.OpRead || op > change.OpDelete {
-			return 0, fmt.Errorf("row %d has unknown op %d", i, op)
-		}
-		sp.rows[k] = row{op: op, rec: rec, i: i}
-	}
+	sp.recs = append(sp.recs, rec)
+	sp.keyed = append(sp.keyed, key.Len() > 0)
 	return rec.NumRows(), nil
 }
 
-// writeStream brings the table up to the stream's schemas, then deletes and upserts the surviving rows.
+// writeStream empties the table if the stream was truncated, brings it up to the stream's schemas, then
+// deletes and upserts the surviving rows: all in the apply's transaction, so a reader sees the truncate and
+// the rows after it together.
 func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
+	if sp.fold.Truncated() {
+		// DELETE rather than TRUNCATE: it takes no exclusive lock, so readers of the table are not blocked
+		// while the apply runs.
+		name := pgx.Identifier{a.cfg.TargetSchema, TableName(sp.stream)}.Sanitize()
+		var exists bool
+		if err := a.tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
+			return a.cfg.Explain(err)
+		}
+		if exists {
+			if _, err := a.tx.Exec(ctx, "DELETE FROM "+name); err != nil {
+				return fmt.Errorf("truncate %s: %w", name, a.cfg.Explain(err))
+			}
+		}
+	}
 	for _, s := range sp.schemas {
 		if err := a.ensureTable(ctx, sp.stream, s); err != nil {
 			return err
@@ -232,12 +218,16 @@ func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
 			return g
 		}
 	)
-	for _, k := range sp.order {
-		r := sp.rows[k]
-		if r.op == change.OpDelete {
+	var inserts []row // rows of a stream without a key: appended as they come
+	for _, l := range sp.fold.Last() {
+		r := row{op: l.Op, rec: sp.recs[l.Batch], i: l.Row}
+		switch {
+		case !sp.keyed[l.Batch]:
+			inserts = append(inserts, r)
+		case r.op == change.OpDelete:
 			g := find(&deletes, r.rec.Schema())
 			g.rows = append(g.rows, r)
-		} else {
+		default:
 			g := find(&upserts, r.rec.Schema())
 			g.rows = append(g.rows, r)
 		}
@@ -252,9 +242,9 @@ func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
 			return err
 		}
 	}
-	if len(sp.inserts) > 0 {
+	if len(inserts) > 0 {
 		var ins []*group
-		for _, r := range sp.inserts {
+		for _, r := range inserts {
 			g := find(&ins, r.rec.Schema())
 			g.rows = append(g.rows, r)
 		}

@@ -132,9 +132,9 @@ func tableProblems(cfg config.Settings, t *table) Problems {
 func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.Settings, tables []*table) Problems {
 	var out Problems
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	var allTables, viaRoot, ins, upd, del bool
-	err := conn.QueryRow(ctx, `SELECT puballtables, pubviaroot, pubinsert, pubupdate, pubdelete FROM pg_publication WHERE pubname = $1`,
-		cfg.Publication).Scan(&allTables, &viaRoot, &ins, &upd, &del)
+	var allTables, viaRoot, ins, upd, del, trunc bool
+	err := conn.QueryRow(ctx, `SELECT puballtables, pubviaroot, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1`,
+		cfg.Publication).Scan(&allTables, &viaRoot, &ins, &upd, &del, &trunc)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var canCreate bool
 		if err := conn.QueryRow(ctx, `SELECT has_database_privilege(current_database(), 'CREATE')`).Scan(&canCreate); err != nil {
@@ -163,6 +163,10 @@ func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.S
 	}
 	if !ins || !upd || !del {
 		add("publication %q does not publish every insert, update and delete: run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate')",
+			cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize())
+	}
+	if !trunc && cfg.Truncate == config.TruncatePropagate {
+		add("publication %q does not publish TRUNCATE, so truncate: propagate would miss them and the destination would keep rows the source no longer has: run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), or set truncate: ignore",
 			cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize())
 	}
 	for _, t := range tables {

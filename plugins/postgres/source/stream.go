@@ -491,12 +491,27 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		if len(ours) == 0 {
 			return nil
 		}
-		if r.cfg.Truncate == config.TruncateIgnore {
+		switch r.cfg.Truncate {
+		case config.TruncateIgnore:
 			r.log.Warn("TRUNCATE skipped (truncate: ignore): the destination keeps the rows", "tables", strings.Join(ours, ","), "lsn", it.walStart.String())
 			return nil
+		case config.TruncatePropagate:
+			// Rows of this transaction built before the TRUNCATE go out first: the order is the meaning.
+			if err := p.flush(ctx); err != nil {
+				return err
+			}
+			p.release()
+			p.cur = nil
+			for _, stream := range ours {
+				if err := r.out.Truncate(ctx, stream); err != nil {
+					return err
+				}
+			}
+			r.emitted = true
+			return nil
 		}
-		return fault.DataErr(fmt.Errorf("table %s was truncated (at %s); a TRUNCATE cannot be replicated as row changes: set truncate: ignore to skip it (the destination keeps its rows), or re-sync the table with a new pipeline", strings.Join(ours, ", "), it.walStart),
-			"set the source's truncate: ignore to skip it, or re-snapshot the table (`skippr teardown PIPELINE`, then a new pipeline name and wal.url)")
+		return fault.DataErr(fmt.Errorf("table %s was truncated (at %s); truncate: error stops here", strings.Join(ours, ", "), it.walStart),
+			"set the source's truncate: propagate to empty the destination's table too, or truncate: ignore to skip it (the destination keeps its rows), or re-snapshot the table (`skippr teardown PIPELINE`, then a new pipeline name and wal.url)")
 	}
 	return nil
 }

@@ -770,6 +770,7 @@ type ReadMessage struct {
 	//	*ReadMessage_Batch
 	//	*ReadMessage_Schema
 	//	*ReadMessage_Checkpoint
+	//	*ReadMessage_Truncate
 	Msg           isReadMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -839,6 +840,15 @@ func (x *ReadMessage) GetCheckpoint() *Checkpoint {
 	return nil
 }
 
+func (x *ReadMessage) GetTruncate() *Truncate {
+	if x != nil {
+		if x, ok := x.Msg.(*ReadMessage_Truncate); ok {
+			return x.Truncate
+		}
+	}
+	return nil
+}
+
 type isReadMessage_Msg interface {
 	isReadMessage_Msg()
 }
@@ -855,11 +865,62 @@ type ReadMessage_Checkpoint struct {
 	Checkpoint *Checkpoint `protobuf:"bytes,3,opt,name=checkpoint,proto3,oneof"`
 }
 
+type ReadMessage_Truncate struct {
+	Truncate *Truncate `protobuf:"bytes,4,opt,name=truncate,proto3,oneof"`
+}
+
 func (*ReadMessage_Batch) isReadMessage_Msg() {}
 
 func (*ReadMessage_Schema) isReadMessage_Msg() {}
 
 func (*ReadMessage_Checkpoint) isReadMessage_Msg() {}
+
+func (*ReadMessage_Truncate) isReadMessage_Msg() {}
+
+// Truncate empties a stream: rows before it in the stream's order are gone, rows after it are kept.
+type Truncate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Truncate) Reset() {
+	*x = Truncate{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Truncate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Truncate) ProtoMessage() {}
+
+func (x *Truncate) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Truncate.ProtoReflect.Descriptor instead.
+func (*Truncate) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Truncate) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
 
 type AckRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -870,7 +931,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +943,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +956,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AckRequest) GetCheckpoint() []byte {
@@ -913,7 +974,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +986,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +999,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 type CapabilitiesRequest struct {
@@ -950,7 +1011,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1023,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1036,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CapabilitiesRequest) GetSettings() []byte {
@@ -991,13 +1052,14 @@ type CapabilitiesResponse struct {
 	Deletes         bool                   `protobuf:"varint,2,opt,name=deletes,proto3" json:"deletes,omitempty"`
 	SchemaEvolution bool                   `protobuf:"varint,3,opt,name=schema_evolution,json=schemaEvolution,proto3" json:"schema_evolution,omitempty"`
 	ExactlyOnceNote string                 `protobuf:"bytes,4,opt,name=exactly_once_note,json=exactlyOnceNote,proto3" json:"exactly_once_note,omitempty"` // why not, when exactly_once is false
+	Truncate        bool                   `protobuf:"varint,5,opt,name=truncate,proto3" json:"truncate,omitempty"`                                       // applies Truncate in order with the rows around it
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1071,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1084,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CapabilitiesResponse) GetExactlyOnce() bool {
@@ -1053,6 +1115,13 @@ func (x *CapabilitiesResponse) GetExactlyOnceNote() string {
 	return ""
 }
 
+func (x *CapabilitiesResponse) GetTruncate() bool {
+	if x != nil {
+		return x.Truncate
+	}
+	return false
+}
+
 type ApplyHeader struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Settings      []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
@@ -1064,7 +1133,7 @@ type ApplyHeader struct {
 
 func (x *ApplyHeader) Reset() {
 	*x = ApplyHeader{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1145,7 @@ func (x *ApplyHeader) String() string {
 func (*ApplyHeader) ProtoMessage() {}
 
 func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1158,7 @@ func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyHeader.ProtoReflect.Descriptor instead.
 func (*ApplyHeader) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApplyHeader) GetSettings() []byte {
@@ -1120,6 +1189,7 @@ type ApplyMessage struct {
 	//	*ApplyMessage_Header
 	//	*ApplyMessage_Batch
 	//	*ApplyMessage_Schema
+	//	*ApplyMessage_Truncate
 	Msg           isApplyMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1127,7 +1197,7 @@ type ApplyMessage struct {
 
 func (x *ApplyMessage) Reset() {
 	*x = ApplyMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1209,7 @@ func (x *ApplyMessage) String() string {
 func (*ApplyMessage) ProtoMessage() {}
 
 func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1222,7 @@ func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyMessage.ProtoReflect.Descriptor instead.
 func (*ApplyMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ApplyMessage) GetMsg() isApplyMessage_Msg {
@@ -1189,6 +1259,15 @@ func (x *ApplyMessage) GetSchema() *SchemaChange {
 	return nil
 }
 
+func (x *ApplyMessage) GetTruncate() *Truncate {
+	if x != nil {
+		if x, ok := x.Msg.(*ApplyMessage_Truncate); ok {
+			return x.Truncate
+		}
+	}
+	return nil
+}
+
 type isApplyMessage_Msg interface {
 	isApplyMessage_Msg()
 }
@@ -1205,11 +1284,17 @@ type ApplyMessage_Schema struct {
 	Schema *SchemaChange `protobuf:"bytes,3,opt,name=schema,proto3,oneof"`
 }
 
+type ApplyMessage_Truncate struct {
+	Truncate *Truncate `protobuf:"bytes,4,opt,name=truncate,proto3,oneof"`
+}
+
 func (*ApplyMessage_Header) isApplyMessage_Msg() {}
 
 func (*ApplyMessage_Batch) isApplyMessage_Msg() {}
 
 func (*ApplyMessage_Schema) isApplyMessage_Msg() {}
+
+func (*ApplyMessage_Truncate) isApplyMessage_Msg() {}
 
 type ApplyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1221,7 +1306,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1318,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1331,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApplyResponse) GetSkipped() bool {
@@ -1273,7 +1358,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1370,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1383,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LastAppliedRequest) GetSettings() []byte {
@@ -1325,7 +1410,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1422,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1435,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LastAppliedResponse) GetSequence() uint64 {
@@ -1376,7 +1461,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1473,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1486,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TeardownRequest) GetSettings() []byte {
@@ -1421,7 +1506,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1518,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1531,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TeardownResponse) GetReleased() []string {
@@ -1505,14 +1590,17 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"rows_total\x18\x03 \x01(\x03R\trowsTotal\x12\x15\n" +
 	"\x06lag_ms\x18\x04 \x01(\x03R\x05lagMs\x12\x12\n" +
-	"\x04idle\x18\x05 \x01(\bR\x04idle\"\xbf\x01\n" +
+	"\x04idle\x18\x05 \x01(\bR\x04idle\"\xf9\x01\n" +
 	"\vReadMessage\x12/\n" +
 	"\x05batch\x18\x01 \x01(\v2\x17.skippr.plugin.v1.ChunkH\x00R\x05batch\x128\n" +
 	"\x06schema\x18\x02 \x01(\v2\x1e.skippr.plugin.v1.SchemaChangeH\x00R\x06schema\x12>\n" +
 	"\n" +
 	"checkpoint\x18\x03 \x01(\v2\x1c.skippr.plugin.v1.CheckpointH\x00R\n" +
-	"checkpointB\x05\n" +
-	"\x03msg\",\n" +
+	"checkpoint\x128\n" +
+	"\btruncate\x18\x04 \x01(\v2\x1a.skippr.plugin.v1.TruncateH\x00R\btruncateB\x05\n" +
+	"\x03msg\"\"\n" +
+	"\bTruncate\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\",\n" +
 	"\n" +
 	"AckRequest\x12\x1e\n" +
 	"\n" +
@@ -1520,20 +1608,22 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"checkpoint\"\r\n" +
 	"\vAckResponse\"1\n" +
 	"\x13CapabilitiesRequest\x12\x1a\n" +
-	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xaa\x01\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xc6\x01\n" +
 	"\x14CapabilitiesResponse\x12!\n" +
 	"\fexactly_once\x18\x01 \x01(\bR\vexactlyOnce\x12\x18\n" +
 	"\adeletes\x18\x02 \x01(\bR\adeletes\x12)\n" +
 	"\x10schema_evolution\x18\x03 \x01(\bR\x0fschemaEvolution\x12*\n" +
-	"\x11exactly_once_note\x18\x04 \x01(\tR\x0fexactlyOnceNote\"a\n" +
+	"\x11exactly_once_note\x18\x04 \x01(\tR\x0fexactlyOnceNote\x12\x1a\n" +
+	"\btruncate\x18\x05 \x01(\bR\btruncate\"a\n" +
 	"\vApplyHeader\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x1a\n" +
 	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x1a\n" +
-	"\bsequence\x18\x03 \x01(\x04R\bsequence\"\xb9\x01\n" +
+	"\bsequence\x18\x03 \x01(\x04R\bsequence\"\xf3\x01\n" +
 	"\fApplyMessage\x127\n" +
 	"\x06header\x18\x01 \x01(\v2\x1d.skippr.plugin.v1.ApplyHeaderH\x00R\x06header\x12/\n" +
 	"\x05batch\x18\x02 \x01(\v2\x17.skippr.plugin.v1.ChunkH\x00R\x05batch\x128\n" +
-	"\x06schema\x18\x03 \x01(\v2\x1e.skippr.plugin.v1.SchemaChangeH\x00R\x06schemaB\x05\n" +
+	"\x06schema\x18\x03 \x01(\v2\x1e.skippr.plugin.v1.SchemaChangeH\x00R\x06schema\x128\n" +
+	"\btruncate\x18\x04 \x01(\v2\x1a.skippr.plugin.v1.TruncateH\x00R\btruncateB\x05\n" +
 	"\x03msg\"=\n" +
 	"\rApplyResponse\x12\x18\n" +
 	"\askipped\x18\x01 \x01(\bR\askipped\x12\x12\n" +
@@ -1585,7 +1675,7 @@ func file_skippr_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_skippr_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(Kind)(0),                    // 0: skippr.plugin.v1.Kind
 	(SyncMode)(0),                // 1: skippr.plugin.v1.SyncMode
@@ -1601,18 +1691,19 @@ var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(*SchemaChange)(nil),         // 11: skippr.plugin.v1.SchemaChange
 	(*Checkpoint)(nil),           // 12: skippr.plugin.v1.Checkpoint
 	(*ReadMessage)(nil),          // 13: skippr.plugin.v1.ReadMessage
-	(*AckRequest)(nil),           // 14: skippr.plugin.v1.AckRequest
-	(*AckResponse)(nil),          // 15: skippr.plugin.v1.AckResponse
-	(*CapabilitiesRequest)(nil),  // 16: skippr.plugin.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil), // 17: skippr.plugin.v1.CapabilitiesResponse
-	(*ApplyHeader)(nil),          // 18: skippr.plugin.v1.ApplyHeader
-	(*ApplyMessage)(nil),         // 19: skippr.plugin.v1.ApplyMessage
-	(*ApplyResponse)(nil),        // 20: skippr.plugin.v1.ApplyResponse
-	(*LastAppliedRequest)(nil),   // 21: skippr.plugin.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),  // 22: skippr.plugin.v1.LastAppliedResponse
-	(*TeardownRequest)(nil),      // 23: skippr.plugin.v1.TeardownRequest
-	(*TeardownResponse)(nil),     // 24: skippr.plugin.v1.TeardownResponse
-	nil,                          // 25: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	(*Truncate)(nil),             // 14: skippr.plugin.v1.Truncate
+	(*AckRequest)(nil),           // 15: skippr.plugin.v1.AckRequest
+	(*AckResponse)(nil),          // 16: skippr.plugin.v1.AckResponse
+	(*CapabilitiesRequest)(nil),  // 17: skippr.plugin.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil), // 18: skippr.plugin.v1.CapabilitiesResponse
+	(*ApplyHeader)(nil),          // 19: skippr.plugin.v1.ApplyHeader
+	(*ApplyMessage)(nil),         // 20: skippr.plugin.v1.ApplyMessage
+	(*ApplyResponse)(nil),        // 21: skippr.plugin.v1.ApplyResponse
+	(*LastAppliedRequest)(nil),   // 22: skippr.plugin.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),  // 23: skippr.plugin.v1.LastAppliedResponse
+	(*TeardownRequest)(nil),      // 24: skippr.plugin.v1.TeardownRequest
+	(*TeardownResponse)(nil),     // 25: skippr.plugin.v1.TeardownResponse
+	nil,                          // 26: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 }
 var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: skippr.plugin.v1.SpecResponse.kind:type_name -> skippr.plugin.v1.Kind
@@ -1622,33 +1713,35 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	10, // 4: skippr.plugin.v1.ReadMessage.batch:type_name -> skippr.plugin.v1.Chunk
 	11, // 5: skippr.plugin.v1.ReadMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
 	12, // 6: skippr.plugin.v1.ReadMessage.checkpoint:type_name -> skippr.plugin.v1.Checkpoint
-	18, // 7: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
-	10, // 8: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
-	11, // 9: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
-	25, // 10: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
-	2,  // 11: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
-	4,  // 12: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
-	6,  // 13: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
-	9,  // 14: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
-	14, // 15: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
-	16, // 16: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
-	19, // 17: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
-	21, // 18: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
-	23, // 19: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
-	3,  // 20: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
-	5,  // 21: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
-	8,  // 22: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
-	13, // 23: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
-	15, // 24: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
-	17, // 25: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
-	20, // 26: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
-	22, // 27: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
-	24, // 28: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	14, // 7: skippr.plugin.v1.ReadMessage.truncate:type_name -> skippr.plugin.v1.Truncate
+	19, // 8: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
+	10, // 9: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
+	11, // 10: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
+	14, // 11: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
+	26, // 12: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	2,  // 13: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
+	4,  // 14: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
+	6,  // 15: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
+	9,  // 16: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
+	15, // 17: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
+	17, // 18: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
+	20, // 19: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
+	22, // 20: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
+	24, // 21: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
+	3,  // 22: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
+	5,  // 23: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
+	8,  // 24: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
+	13, // 25: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
+	16, // 26: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
+	18, // 27: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
+	21, // 28: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
+	23, // 29: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
+	25, // 30: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
+	22, // [22:31] is the sub-list for method output_type
+	13, // [13:22] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_skippr_plugin_v1_plugin_proto_init() }
@@ -1660,11 +1753,13 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 		(*ReadMessage_Batch)(nil),
 		(*ReadMessage_Schema)(nil),
 		(*ReadMessage_Checkpoint)(nil),
+		(*ReadMessage_Truncate)(nil),
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[17].OneofWrappers = []any{
+	file_skippr_plugin_v1_plugin_proto_msgTypes[18].OneofWrappers = []any{
 		(*ApplyMessage_Header)(nil),
 		(*ApplyMessage_Batch)(nil),
 		(*ApplyMessage_Schema)(nil),
+		(*ApplyMessage_Truncate)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1672,7 +1767,7 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
