@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
 
@@ -48,12 +49,14 @@ type Settings struct {
 	MaxRetainedWALBytes int64    `json:"max_retained_wal_bytes"`
 	Truncate            string   `json:"truncate"`
 	UnchangedToast      string   `json:"unchanged_toast"`
+	OnUnrepresentable   string   `json:"on_unrepresentable"`
 
 	TargetSchema string `json:"schema"`
 
 	// Parsed forms.
 	TableNames     []TableName   `json:"-"`
 	HeartbeatEvery time.Duration `json:"-"`
+	Policy         values.Policy `json:"-"`
 }
 
 // Truncate and UnchangedToast values.
@@ -169,6 +172,11 @@ func Parse(raw json.RawMessage) (Settings, error) {
 	}
 	if s.UnchangedToast != ToastRequireFull && s.UnchangedToast != ToastFetch {
 		problems = append(problems, fmt.Sprintf("unchanged_toast %q is not one of require_full, fetch", s.UnchangedToast))
+	}
+	if p, err := values.ParsePolicy(s.OnUnrepresentable); err != nil {
+		problems = append(problems, err.Error())
+	} else {
+		s.Policy = p
 	}
 	seen := map[string]bool{}
 	for _, t := range s.Tables {

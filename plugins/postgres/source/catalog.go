@@ -11,6 +11,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
@@ -186,18 +187,19 @@ type querier interface {
 }
 
 // schema builds the change schema of columns with key; the snapshot and the stream both use it, so an
-// unchanged table never looks like a schema change.
-func schema(cols []column, key []string) *arrow.Schema {
+// unchanged table never looks like a schema change. The policy adds _skippr_meta after the columns (at index
+// len(cols)) when it records replaced values, whatever the data holds.
+func schema(cols []column, key []string, policy values.Policy) *arrow.Schema {
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {
 		fields[i] = typemap.Field(c.Name, c.Type)
 	}
-	return change.Schema(fields, key)
+	return change.Schema(policy.Fields(fields), key)
 }
 
 // stream is the table as a serve.Stream.
-func (t *table) stream() serve.Stream {
-	return serve.Stream{Name: t.Name.String(), Schema: schema(t.Columns, t.Key), PrimaryKey: t.Key,
+func (t *table) stream(policy values.Policy) serve.Stream {
+	return serve.Stream{Name: t.Name.String(), Schema: schema(t.Columns, t.Key, policy), PrimaryKey: t.Key,
 		Modes: []serve.SyncMode{serve.ModeSnapshot, serve.ModeCDC}}
 }
 

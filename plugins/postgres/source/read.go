@@ -19,6 +19,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/mempool"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
@@ -33,6 +34,8 @@ type reader struct {
 	resolver *typemap.Resolver
 	tables   map[string]*table // by stream name
 	log      *slog.Logger
+	// values applies on_unrepresentable to what the decoders cannot carry.
+	values *values.Handler
 	// announced holds the schema id last announced per stream (SchemaChange before the first batch that
 	// needs it).
 	announced map[string]string
@@ -66,6 +69,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	r := &reader{cfg: cfg, st: st, pool: pool, out: out, mem: mempool.New(), resolver: typemap.NewResolver(),
 		tables: map[string]*table{}, announced: map[string]string{},
 		log: slog.Default().With("slot", cfg.Slot)}
+	r.values = values.NewHandler(cfg.Policy, r.log)
 	if len(req.Streams) > 0 {
 		// The slot and the publication cover the configured tables; a subset would need its own slot.
 		for _, name := range req.Streams {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
@@ -343,6 +344,7 @@ type processor struct {
 	commitTime time.Time
 	cur        *relation
 	b          *change.Builder
+	row        values.Row // the changes on_unrepresentable made to the row being appended
 	// pos: everything before it is delivered; lastCP: the last checkpoint's position.
 	pos, lastCP pglogrepl.LSN
 	lastIdle    bool
@@ -540,7 +542,7 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		}
 		rel.keyIdx = append(rel.keyIdx, i)
 	}
-	rel.schema = schema(rel.cols, rel.key)
+	rel.schema = schema(rel.cols, rel.key, r.cfg.Policy)
 	r.tables[name] = fresh
 	p.rels[m.RelationID] = rel
 	return nil
@@ -682,15 +684,19 @@ func (p *processor) appendRow(ctx context.Context, rel *relation, op change.Op, 
 		p.release()
 		p.cur, p.b = rel, change.NewBuilder(p.r.mem, rel.schema)
 	}
+	p.row.Reset()
 	for i, c := range rel.cols {
 		if vals[i] == nil {
 			p.b.Field(i).AppendNull()
 			continue
 		}
 		if err := typemap.Append(c.Type, p.b.Field(i), vals[i]); err != nil {
-			return fmt.Errorf("%s of %s at %s, column %s: %w", op, rel.stream, lsn, c.Name, err)
+			if err := p.r.unrepresentable(rel.stream, rel.cols, rel.keyIdx, vals, i, p.b.Field(i), err, &p.row); err != nil {
+				return fmt.Errorf("%s of %s at %s, column %s: %w", op, rel.stream, lsn, c.Name, err)
+			}
 		}
 	}
+	appendMeta(p.b, len(rel.cols), p.r.cfg.Policy, &p.row)
 	p.b.Row(op, lsn.String())
 	p.rows++
 	if p.b.Len() >= p.r.cfg.BatchSize {

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+// oddTable holds legal PostgreSQL values that Arrow cannot (and, in id 4 and 6, values at the edge that it can).
+const oddTable = `CREATE TABLE odd (id int PRIMARY KEY, n numeric(10,2), ts timestamp, tstz timestamptz, d date, arr timestamp[])`
+
+// oddRows are inserted with ids base+1..base+6; oddChanges is what null_and_record must record for each
+// (column=value), oddKept the data the destination must hold (the unrepresentable values as NULL).
+var (
+	oddRows = []string{
+		`'NaN', '2024-01-01 00:00:00', NULL, NULL, NULL`,
+		`NULL, NULL, 'infinity', NULL, NULL`, // numeric(p,s) refuses ±Infinity itself: only NaN gets in
+		`'NaN', '-infinity', NULL, 'infinity', NULL`,
+		`NULL, '294247-01-10 04:00:54.775807', '294247-01-10 04:00:54.775807+00', '-infinity', NULL`,
+		`NULL, '294276-12-31 23:59:59', '294247-01-10 04:00:54.775808+00', NULL, '{"2024-01-01 00:00:00",infinity}'`,
+		`12.50, '4713-01-01 00:00:00 BC', '2000-01-01 00:00:00+00', '5874897-12-31', '{}'`,
+	}
+	oddChanges = [][]string{
+		{"n=NaN"},
+		{"tstz=infinity"},
+		{"n=NaN", "ts=-infinity", "d=infinity"},
+		{"d=-infinity"},
+		{"ts=294276-12-31 23:59:59", "tstz=294247-01-10 04:00:54.775808+00", `arr={"2024-01-01 00:00:00",infinity}`},
+		nil,
+	}
+	oddKept = []string{
+		`NULL, '2024-01-01 00:00:00', NULL, NULL, NULL`,
+		`NULL, NULL, NULL, NULL, NULL`,
+		`NULL, NULL, NULL, NULL, NULL`,
+		`NULL, '294247-01-10 04:00:54.775807', '294247-01-10 04:00:54.775807+00', NULL, NULL`,
+		`NULL, NULL, NULL, NULL, '{"2024-01-01 00:00:00",NULL}'`,
+		`12.50, '4713-01-01 00:00:00 BC', '2000-01-01 00:00:00+00', '5874897-12-31', '{}'`,
+	}
+)
+
+func insertOdd(t *testing.T, db *pgtest.DB, table string, rows []string, base int) {
+	t.Helper()
+	var stmts []string
+	for i, r := range rows {
+		stmts = append(stmts, fmt.Sprintf("INSERT INTO %s VALUES (%d, %s)", table, base+i+1, r))
+	}
+	db.Exec(t, strings.Join(stmts, ";\n"))
+}
+
+// TestNullAndRecord: under on_unrepresentable: null_and_record, every value Arrow cannot hold arrives as NULL
+// with the value recorded in _skippr_meta, in the snapshot and in the stream alike, and every value it can
+// hold (the last microsecond of timestamp[us] included) arrives exactly — in a PostgreSQL destination.
+func TestNullAndRecord(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	db.Exec(t, oddTable+`; CREATE TABLE kept (LIKE odd)`)
+	insertOdd(t, db, "odd", oddRows, 0)
+	insertOdd(t, db, "kept", oddKept, 0)
+
+	src, dst := startPlugin(t), startPlugin(t)
+	srcSet := settings(db, map[string]any{"tables": []string{"odd"}, "slot": slot(db), "on_unrepresentable": "null_and_record"})
+	p := newPipe(t, src, dst, srcSet, settings(db, map[string]any{"schema": "replica"}))
+	p.start()
+	defer p.r.stop()
+	p.catchUp(db, 2*time.Minute)
+
+	insertOdd(t, db, "odd", oddRows, 100) // the same values through the stream
+	insertOdd(t, db, "kept", oddKept, 100)
+	p.catchUp(db, 2*time.Minute)
+	if p.schemas != 1 {
+		t.Errorf("%d schema announcements: _skippr_meta must be in the schema from the start, whatever the data", p.schemas)
+	}
+
+	db.Exec(t, `CREATE VIEW replica.odd_data AS SELECT id, n, ts, tstz, d, arr FROM replica.odd`)
+	sameRows(t, db, "public.kept", "replica.odd_data")
+
+	conn := db.Connect(t)
+	rows, err := conn.Query(context.Background(), `SELECT id, _skippr_meta FROM replica.odd ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type metaRow struct {
+		ID   int
+		Meta *string
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[metaRow])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2*len(oddRows) {
+		t.Fatalf("%d rows in the destination, want %d", len(got), 2*len(oddRows))
+	}
+	for _, r := range got {
+		want := oddChanges[(r.ID%100)-1]
+		var have []string
+		if r.Meta != nil {
+			var m values.Meta
+			if err := json.Unmarshal([]byte(*r.Meta), &m); err != nil {
+				t.Fatalf("id %d: _skippr_meta %q: %v", r.ID, *r.Meta, err)
+			}
+			for _, c := range m.Changes {
+				if c.Reason == "" {
+					t.Errorf("id %d: change %+v has no reason", r.ID, c)
+				}
+				have = append(have, c.Column+"="+c.Value)
+			}
+		}
+		if !slices.Equal(have, want) {
+			t.Errorf("id %d: recorded %q, want %q", r.ID, have, want)
+		}
+	}
+}
+
+// TestFailNamesTheValue: under the default policy an unrepresentable value stops the read with a Data error
+// that names the table, column, key and value and the setting that gets past it — in the snapshot, and in the
+// stream after a clean snapshot.
+func TestFailNamesTheValue(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		snapshot bool // the value is there before the snapshot
+		row      string
+		want     string
+	}{
+		{"snapshot numeric NaN", true, `NULL, NULL, NULL, NULL, NULL), (2, 'NaN', NULL, NULL, NULL, NULL`, "table public.odd, column n, key id=2: value NaN: numeric NaN cannot be represented as decimal128(10,2)"},
+		{"snapshot timestamp past arrow", true, `NULL, '294276-12-31 23:59:59', NULL, NULL, NULL`, "table public.odd, column ts, key id=1: value 294276-12-31 23:59:59: timestamp 294276-12-31 23:59:59 is outside the range of timestamp[us]"},
+		{"stream timestamptz infinity", false, `NULL, NULL, 'infinity', NULL, NULL`, "table public.odd, column tstz, key id=1: value infinity: timestamp infinity has no timestamp[us] value"},
+		{"stream date -infinity", false, `NULL, NULL, NULL, '-infinity', NULL`, "table public.odd, column d, key id=1: value -infinity: date -infinity has no date32 value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.NewDB(t)
+			db.Exec(t, oddTable)
+			insert := func() { db.Exec(t, "INSERT INTO odd VALUES (1, "+tc.row+")") }
+			if tc.snapshot {
+				insert()
+			}
+			src := startPlugin(t)
+			r := startReading(t, src, settings(db, map[string]any{"tables": []string{"odd"}, "slot": slot(db)}), nil)
+			defer r.stop()
+			if !tc.snapshot {
+				// Wait until the snapshot is done and the stream runs, then write the value.
+				for {
+					c := r.mustNext(time.Minute)
+					if c.cp.Idle {
+						break
+					}
+				}
+				insert()
+			}
+			err := r.readErr(time.Minute)
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q\nwant one containing %q", err, tc.want)
+			}
+			if c := fault.ClassOf(err); c != fault.Data {
+				t.Errorf("class %v, want data (the pipeline stops as failed instead of retrying)", c)
+			}
+			if fix := fault.FixOf(err); !strings.Contains(fix, "on_unrepresentable: null_and_record") {
+				t.Errorf("fix %q does not name the setting", fix)
+			}
+		})
+	}
+}
