@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/mempool"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -84,7 +85,8 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 			return cfg.Explain(err)
 		}
 		if len(t.Key) == 0 {
-			return fmt.Errorf("table %s has no primary key or replica identity index (run check for the fix)", tn)
+			return fault.ConfigErr(fmt.Errorf("table %s has no primary key or replica identity index, so changes cannot be matched to rows", tn),
+				fmt.Sprintf("add a primary key (ALTER TABLE %s ADD PRIMARY KEY (...)) or make a unique index on NOT NULL columns its replica identity (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...)", tn.Quoted(), tn.Quoted()))
 		}
 		r.tables[tn.String()] = t
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
@@ -618,8 +619,11 @@ func (p *processor) update(ctx context.Context, rel *relation, m *pglogrepl.Upda
 			for i, j := range missing {
 				names[i] = rel.cols[j].Name
 			}
-			return fmt.Errorf("update of %s at %s left %s unchanged (stored out of line, TOAST) and the old row does not carry the value, which must not be written as NULL: run ALTER TABLE %s REPLICA IDENTITY FULL, or set unchanged_toast: fetch",
-				rel.stream, lsn, strings.Join(names, ", "), rel.table.Name.Quoted())
+			// Updates already in the slot were logged with the old identity: ALTER TABLE ... REPLICA IDENTITY FULL
+			// helps only those written after it, so the way past this one is fetch or a new snapshot.
+			return fault.ConfigErr(fmt.Errorf("update of %s at %s left %s unchanged (stored out of line, TOAST) and the old row does not carry the value, which must not be written as NULL",
+				rel.stream, lsn, strings.Join(names, ", ")),
+				fmt.Sprintf("set unchanged_toast: fetch to read the value from the table (the only way past updates already in the slot), or re-snapshot the table; ALTER TABLE %s REPLICA IDENTITY FULL then keeps later updates from needing either", rel.table.Name.Quoted()))
 		}
 		if err := p.fetch(ctx, rel, vals, missing); err != nil {
 			return fmt.Errorf("update of %s at %s: %w", rel.stream, lsn, err)
