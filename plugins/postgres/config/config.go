@@ -121,7 +121,9 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		s.Truncate = TruncateError
 	}
 	if s.UnchangedToast == "" {
-		s.UnchangedToast = ToastRequireFull
+		// fetch by default: it works on every table as it is, where require_full needs REPLICA IDENTITY FULL
+		// on each table with TOAST-able columns (README.md, TOAST, says what fetch costs).
+		s.UnchangedToast = ToastFetch
 	}
 	if s.TargetSchema == "" {
 		s.TargetSchema = DefaultTargetSchema

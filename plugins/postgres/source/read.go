@@ -84,9 +84,11 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		if err != nil {
 			return cfg.Explain(err)
 		}
-		if len(t.Key) == 0 {
-			return fault.ConfigErr(fmt.Errorf("table %s has no primary key or replica identity index, so changes cannot be matched to rows", tn),
-				fmt.Sprintf("add a primary key (ALTER TABLE %s ADD PRIMARY KEY (...)) or make a unique index on NOT NULL columns its replica identity (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...)", tn.Quoted(), tn.Quoted()))
+		// What would stop the stream hours later (no key, an identity that carries no key, TOAST under
+		// require_full without FULL) stops it now, before anything is read.
+		if p := tableProblems(cfg, t); len(p) > 0 {
+			return fault.ConfigErr(fmt.Errorf("refused at start: %w", p),
+				"do what each problem says, then start again; skippr connect runs the same checks")
 		}
 		r.tables[tn.String()] = t
 	}
