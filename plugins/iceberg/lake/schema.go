@@ -278,12 +278,11 @@ func promotable(from, to iceberg.Type) bool {
 	return false
 }
 
-// applyEvolution stages the changes in the transaction.
-func applyEvolution(tx *table.Transaction, changes []schemaChange) error {
-	if len(changes) == 0 {
-		return nil
-	}
-	us := tx.UpdateSchema(true, false)
+// stageEvolution adds the changes to us, the transaction's one schema update. One update per transaction,
+// not one per change set: iceberg-go (v0.7.0) asserts each UpdateSchema's starting schema id against the
+// catalog's table at commit, so a second update in the same transaction asserts the id the first one created
+// and fails as "current schema id has changed: expected 1, found 0" with no other writer.
+func stageEvolution(us *table.UpdateSchema, changes []schemaChange) {
 	for _, c := range changes {
 		switch c.kind {
 		case addColumn:
@@ -294,10 +293,6 @@ func applyEvolution(tx *table.Transaction, changes []schemaChange) error {
 			us.UpdateColumn(c.path, table.ColumnUpdate{Required: iceberg.Optional[bool]{Valid: true, Val: false}})
 		}
 	}
-	if err := us.Commit(); err != nil {
-		return fmt.Errorf("evolve schema (%s): %w", describe(changes), err)
-	}
-	return nil
 }
 
 func describe(changes []schemaChange) string {

@@ -237,3 +237,32 @@ func TestSourceTypesMapLosslessly(t *testing.T) {
 		}
 	}
 }
+
+// Two schema changes in one apply (ADD COLUMN a1; INSERT; ADD COLUMN a2 with a widened column; INSERT, within one
+// group commit) evolve the table in one step: no other writer exists, so the commit must not fail on its own
+// schema assertions.
+func TestTwoSchemaChangesInOneApply(t *testing.T) {
+	e := newEnv(t, nil)
+	id := arrow.Field{Name: "id", Type: arrow.PrimitiveTypes.Int64}
+	v1 := change.Schema([]arrow.Field{id, {Name: "n", Type: arrow.PrimitiveTypes.Int32, Nullable: true}}, []string{"id"})
+	v2 := change.Schema([]arrow.Field{id, {Name: "n", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+		{Name: "a1", Type: arrow.BinaryTypes.String, Nullable: true}}, []string{"id"})
+	v3 := change.Schema([]arrow.Field{id, {Name: "n", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+		{Name: "a1", Type: arrow.BinaryTypes.String, Nullable: true}, {Name: "a2", Type: arrow.PrimitiveTypes.Float64, Nullable: true}}, []string{"id"})
+	e.apply(1, append([]serve.Item{schemaItem("t", v1)}, items("t", batch(t, v1, r(opI, 1, 10)))...)...)
+	e.apply(2,
+		schemaItem("t", v2),
+		serve.Item{Stream: "t", Record: batch(t, v2, r(opI, 2, 20, "x"))},
+		schemaItem("t", v3),
+		serve.Item{Stream: "t", Record: batch(t, v3, r(opI, 3, 1<<40, "y", 1.5), r(opU, 1, 11, nil, 2.5))})
+	e.check("t", "t", "id")
+	sch := e.table("t").Schema()
+	for col, typ := range map[string]iceberg.Type{"n": iceberg.PrimitiveTypes.Int64, "a1": iceberg.PrimitiveTypes.String, "a2": iceberg.PrimitiveTypes.Float64} {
+		if f, ok := sch.FindFieldByName(col); !ok || !f.Type.Equals(typ) {
+			t.Errorf("column %s: %+v (found %v), want %s", col, f, ok, typ)
+		}
+	}
+	// The next apply starts from the evolved table as any other.
+	e.apply(3, items("t", batch(t, v3, r(opI, 4, 40, "z", 4.5)))...)
+	e.check("t", "t", "id")
+}
