@@ -52,6 +52,12 @@ const (
 	Default              = Fail
 )
 
+// MetaExistingRows is field metadata: the value, in the source's text form, that rows which existed before the
+// column was added hold without any change saying so (PostgreSQL's ADD COLUMN … DEFAULT x fills them in its
+// catalog, and logical decoding sends only the new column). A destination that adds the column gives its
+// existing rows this value, or says in its schema-change log line that it cannot.
+const MetaExistingRows = "skippr.existing_rows_value"
+
 // Setting is the settings key sources use for the policy.
 const Setting = "on_unrepresentable"
 

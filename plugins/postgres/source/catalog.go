@@ -25,6 +25,9 @@ type column struct {
 	Type    *typemap.Type
 	// Toastable: a varlena stored out of line when large (storage extended or external).
 	Toastable bool
+	// Missing is the value rows that existed before the column was added hold (attmissingval, set by ADD
+	// COLUMN … DEFAULT x), in text form; nil when there is none.
+	Missing *string
 }
 
 // table is what the catalog says about a configured table.
@@ -69,7 +72,8 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 		return nil, fmt.Errorf("table %s is not a table (relkind %s): only tables and partitioned tables can be replicated", name, t.Kind)
 	}
 	rows, err := q.Query(ctx, `
-		SELECT a.attname, a.atttypid, a.atttypmod, a.attgenerated <> '', a.attstorage IN ('x', 'e') AND ty.typlen = -1
+		SELECT a.attname, a.atttypid, a.atttypmod, a.attgenerated <> '', a.attstorage IN ('x', 'e') AND ty.typlen = -1,
+		       CASE WHEN a.atthasmissing THEN a.attmissingval::text END
 		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 		ORDER BY a.attnum`, t.OID)
@@ -78,12 +82,22 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 	}
 	for rows.Next() {
 		var (
-			c   column
-			gen bool
+			c       column
+			gen     bool
+			missing *string
 		)
-		if err := rows.Scan(&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable); err != nil {
+		if err := rows.Scan(&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable, &missing); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("table %s: read columns: %w", name, err)
+		}
+		if missing != nil {
+			// attmissingval is a one-element array of the column's type.
+			elems, err := typemap.ParseArray(*missing)
+			if err != nil || len(elems) != 1 {
+				rows.Close()
+				return nil, fmt.Errorf("table %s column %s: missing value %q: want one element (%v)", name, c.Name, *missing, err)
+			}
+			c.Missing = elems[0]
 		}
 		if gen {
 			t.Generated = append(t.Generated, c.Name)
@@ -193,6 +207,10 @@ func schema(cols []column, key []string, policy values.Policy) *arrow.Schema {
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {
 		fields[i] = typemap.Field(c.Name, c.Type)
+		if c.Missing != nil {
+			md := fields[i].Metadata
+			fields[i].Metadata = arrow.NewMetadata(append(md.Keys(), values.MetaExistingRows), append(md.Values(), *c.Missing))
+		}
 	}
 	return change.Schema(policy.Fields(fields), key)
 }

@@ -534,7 +534,12 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		if err != nil {
 			return fmt.Errorf("table %s column %s: %w", name, c.Name, err)
 		}
-		rel.cols = append(rel.cols, column{Name: c.Name, TypeOID: c.DataType, Typmod: c.TypeModifier, Type: typ})
+		col := column{Name: c.Name, TypeOID: c.DataType, Typmod: c.TypeModifier, Type: typ}
+		// A column added with a default: the rows before it hold the default, which no change carries.
+		if i := slices.IndexFunc(fresh.Columns, func(fc column) bool { return fc.Name == c.Name }); i >= 0 && fresh.Columns[i].TypeOID == c.DataType {
+			col.Missing = fresh.Columns[i].Missing
+		}
+		rel.cols = append(rel.cols, col)
 	}
 	for _, k := range rel.key {
 		i := slices.IndexFunc(rel.cols, func(c column) bool { return c.Name == k })
