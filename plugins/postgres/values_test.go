@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
@@ -169,5 +174,65 @@ func TestFailNamesTheValue(t *testing.T) {
 				t.Errorf("fix %q does not name the setting", fix)
 			}
 		})
+	}
+}
+
+// TestNullAndRecordIntoTestdest: the same values, snapshot and stream, into the conformance kit's file
+// destination (a real plugin process): each unrepresentable value is NULL with its record, the rest kept.
+func TestNullAndRecordIntoTestdest(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "skippr-plugin-testdest")
+	if out, err := exec.Command("go", "build", "-o", bin, "../testdest").CombinedOutput(); err != nil {
+		t.Fatalf("build testdest: %v\n%s", err, out)
+	}
+	db := pgtest.NewDB(t)
+	db.Exec(t, oddTable)
+	insertOdd(t, db, "odd", oddRows, 0)
+	dir := t.TempDir()
+	src, dst := startPlugin(t), conformance.Start(t, bin, nil)
+	dstSet, _ := json.Marshal(map[string]any{"dir": dir})
+	p := newPipe(t, src, dst, settings(db, map[string]any{"tables": []string{"odd"}, "slot": slot(db), "on_unrepresentable": "null_and_record"}), dstSet)
+	p.start()
+	defer p.r.stop()
+	p.catchUp(db, 2*time.Minute)
+	insertOdd(t, db, "odd", oddRows, 100)
+	p.catchUp(db, 2*time.Minute)
+
+	st, err := filedest.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := st.Tables["public.odd"]
+	if len(rows) != 2*len(oddRows) {
+		t.Fatalf("%d rows in testdest, want %d", len(rows), 2*len(oddRows))
+	}
+	for _, base := range []int{0, 100} {
+		for i, want := range oddChanges {
+			id := base + i + 1
+			row := rows[fmt.Sprint(id)]
+			var have []string
+			if m, ok := row[change.MetaColumn].(string); ok {
+				var meta values.Meta
+				if err := json.Unmarshal([]byte(m), &meta); err != nil {
+					t.Fatalf("id %d: %v", id, err)
+				}
+				for _, c := range meta.Changes {
+					have = append(have, c.Column+"="+c.Value)
+					if c.Column != "arr" && row[c.Column] != nil {
+						t.Errorf("id %d: column %s holds %v, want NULL", id, c.Column, row[c.Column])
+					}
+				}
+			} else if row[change.MetaColumn] != nil {
+				t.Errorf("id %d: %s is %T", id, change.MetaColumn, row[change.MetaColumn])
+			}
+			if !slices.Equal(have, want) {
+				t.Errorf("id %d: recorded %q, want %q", id, have, want)
+			}
+		}
+		// The last microsecond of timestamp[us] (294247-01-10 04:00:54.775807, int64's maximum in µs; testdest
+		// keeps timestamps as numbers) is a value, not a stand-in.
+		if ts := fmt.Sprint(rows[fmt.Sprint(base+4)]["ts"]); ts != "9223372036854775807" {
+			t.Errorf("id %d: ts = %s, want 9223372036854775807 µs", base+4, ts)
+		}
 	}
 }
