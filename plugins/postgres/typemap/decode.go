@@ -116,6 +116,9 @@ func Append(t *Type, b array.Builder, text []byte) error {
 	case KindList:
 		elems, err := ParseArray(s)
 		if err != nil {
+			if strings.Contains(err.Error(), errMultiDim) {
+				return values.Unrepresentablef(s, "%s arrays of more than one dimension have no list<%s> value", t.Name, t.Elem.Arrow())
+			}
 			return err
 		}
 		lb := b.(*array.ListBuilder)
@@ -144,6 +147,11 @@ func Append(t *Type, b array.Builder, text []byte) error {
 		}
 		if first != nil {
 			return first
+		}
+		if strings.HasPrefix(s, "[") {
+			// PostgreSQL prints the bounds only when the lower bound is not 1; a list has no lower bound.
+			bounds, _, _ := strings.Cut(s, "=")
+			return &values.Unrepresentable{Value: s, Reason: fmt.Sprintf("array bounds %s dropped: a list<%s> starts at its first element", bounds, t.Elem.Arrow()), Appended: true}
 		}
 	default:
 		return fmt.Errorf("type %s: unknown kind %d", t.Name, t.Kind)
@@ -501,6 +509,8 @@ func ParseInterval(s string) (arrow.MonthDayNanoInterval, error) {
 	return out, nil
 }
 
+const errMultiDim = "multi-dimensional arrays are not supported"
+
 // ParseArray splits a one-dimensional array's text form into its elements (nil for NULL). A dimension
 // decoration ([0:2]={...}) is dropped: Arrow lists start at 0.
 func ParseArray(s string) ([]*string, error) {
@@ -510,7 +520,7 @@ func ParseArray(s string) ([]*string, error) {
 			return nil, fmt.Errorf("array %q: bad dimension decoration", s)
 		}
 		if strings.Count(s[:i], "[") > 1 {
-			return nil, fmt.Errorf("array %.40q: multi-dimensional arrays are not supported", s)
+			return nil, fmt.Errorf("array %.40q: "+errMultiDim, s)
 		}
 		s = s[i+1:]
 	}
@@ -525,7 +535,7 @@ func ParseArray(s string) ([]*string, error) {
 	i := 0
 	for {
 		if i < len(body) && body[i] == '{' {
-			return nil, fmt.Errorf("array %.40q: multi-dimensional arrays are not supported", s)
+			return nil, fmt.Errorf("array %.40q: "+errMultiDim, s)
 		}
 		var (
 			b      strings.Builder

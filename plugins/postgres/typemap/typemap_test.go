@@ -229,3 +229,30 @@ func TestListUnrepresentableElement(t *testing.T) {
 		t.Errorf("list is %s, want one list with the first element and a NULL", arr)
 	}
 }
+
+// Arrays a list cannot carry exactly: two dimensions (nothing appended: the caller writes NULL) and bounds
+// other than 1 (the elements appended, the bounds reported as dropped).
+func TestArraysAListCannotHold(t *testing.T) {
+	typ := &Type{Name: "integer[]", Kind: KindList, Elem: &Type{Name: "integer", Kind: KindInt32}}
+	for _, tc := range []struct {
+		in, reason, list string
+		appended         bool
+	}{
+		{"{{1,2},{3,4}}", "more than one dimension", "[]", false},
+		{"[1:2][1:2]={{1,2},{3,4}}", "more than one dimension", "[]", false},
+		{"[0:2]={7,8,9}", "array bounds [0:2] dropped", "[[7 8 9]]", true},
+	} {
+		b := array.NewBuilder(memory.DefaultAllocator, typ.Arrow())
+		err := Append(typ, b, []byte(tc.in))
+		var u *values.Unrepresentable
+		if !errors.As(err, &u) || u.Appended != tc.appended || !strings.Contains(u.Reason, tc.reason) || u.Value != tc.in {
+			t.Errorf("%s: got %v, want Unrepresentable %q (appended %v)", tc.in, err, tc.reason, tc.appended)
+		}
+		arr := b.NewArray()
+		if arr.String() != tc.list {
+			t.Errorf("%s: list %s, want %s", tc.in, arr, tc.list)
+		}
+		arr.Release()
+		b.Release()
+	}
+}
