@@ -52,7 +52,16 @@ const (
 	PrimaryKeyMeta = "skippr.primary_key"
 	// ReservedPrefix marks columns that belong to the protocol, not to the user's data.
 	ReservedPrefix = "_skippr_"
+	// MetaColumn is the one column with the reserved prefix that is data: the nullable utf8 JSON a source adds
+	// when its on_unrepresentable policy is null_and_record (plugin-sdk/values), written by destinations like
+	// any other column.
+	MetaColumn = "_skippr_meta"
 )
+
+// Reserved says whether a column belongs to the protocol only (op, position...), not to the destination's table.
+func Reserved(name string) bool {
+	return strings.HasPrefix(name, ReservedPrefix) && name != MetaColumn
+}
 
 // OpField and PosField are the reserved fields as sources should declare them.
 var (
@@ -80,7 +89,7 @@ func PrimaryKey(s *arrow.Schema) []string {
 func DataFields(s *arrow.Schema) []arrow.Field {
 	var out []arrow.Field
 	for _, f := range s.Fields() {
-		if !strings.HasPrefix(f.Name, ReservedPrefix) {
+		if !Reserved(f.Name) {
 			out = append(out, f)
 		}
 	}
@@ -120,7 +129,7 @@ func StripReserved(rec arrow.RecordBatch) arrow.RecordBatch {
 		cols   []arrow.Array
 	)
 	for i, f := range rec.Schema().Fields() {
-		if strings.HasPrefix(f.Name, ReservedPrefix) {
+		if Reserved(f.Name) {
 			continue
 		}
 		fields = append(fields, f)

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/jackc/pglogrepl"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugins/postgres/source"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
@@ -166,6 +167,29 @@ func TestSchemaChangesWhileStreaming(t *testing.T) {
 	}
 }
 
+// TestAddColumnWithDefault: ADD COLUMN … DEFAULT x fills the existing rows without logging them; the
+// destination's existing rows get the same value, and rows after it keep their own (NULL included).
+func TestAddColumnWithDefault(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY, a text); INSERT INTO t VALUES (1, 'one'), (2, 'two')`)
+	src, dst := startPlugin(t), startPlugin(t)
+	p := newPipe(t, src, dst, settings(db, map[string]any{"tables": []string{"t"}, "slot": slot(db)}), settings(db, map[string]any{"schema": "replica"}))
+	p.start()
+	p.catchUp(db, time.Minute)
+
+	db.Exec(t, `ALTER TABLE t ADD COLUMN n int DEFAULT 42, ADD COLUMN s text DEFAULT E'it''s \\ {x}', ADD COLUMN ts timestamptz DEFAULT '2024-01-02 03:04:05+00', ADD COLUMN plain int;
+		INSERT INTO t VALUES (3, 'three', NULL, NULL, NULL, 7)`)
+	p.catchUp(db, time.Minute)
+	sameRows(t, db, "public.t", "replica.t")
+	// The destination keeps no default of its own: a row without a value stays NULL.
+	var def *string
+	db.QueryRow(t, []any{&def}, `SELECT column_default FROM information_schema.columns WHERE table_schema = 'replica' AND table_name = 't' AND column_name = 'n'`)
+	if def != nil {
+		t.Errorf("replica.t.n keeps default %q", *def)
+	}
+}
+
 // TestTruncate: a TRUNCATE empties the destination's table in order with the rows around it (truncate:
 // propagate, the default, here with rows before and after it in one transaction), stops the Read with an
 // error naming the fix, or is skipped with truncate: ignore.
@@ -214,11 +238,15 @@ func TestTruncate(t *testing.T) {
 func TestUnchangedToast(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name, identity, mode, err string
+		name, identity, mode string
+		// dropFull: the identity goes back to DEFAULT after the start checks passed, so the update reaches
+		// the stream without the value.
+		dropFull bool
 	}{
 		{name: "replica-identity-full", identity: "FULL", mode: "require_full"},
 		{name: "fetch", identity: "DEFAULT", mode: "fetch"},
-		{name: "refused", identity: "DEFAULT", mode: "require_full", err: "REPLICA IDENTITY FULL"},
+		{name: "default-is-fetch", identity: "DEFAULT"},
+		{name: "refused-in-stream", identity: "FULL", mode: "require_full", dropFull: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -227,21 +255,86 @@ func TestUnchangedToast(t *testing.T) {
 			db.Exec(t, `CREATE TABLE docs (id int PRIMARY KEY, body text, n int);
 				ALTER TABLE docs REPLICA IDENTITY `+tc.identity+`;
 				INSERT INTO docs SELECT g, (SELECT string_agg(md5(random()::text || g || i), '') FROM generate_series(1, 6000) s(i)), 0 FROM generate_series(1, 3) gs(g)`)
+			srcSet := map[string]any{"tables": []string{"docs"}, "slot": slot(db)}
+			if tc.mode != "" {
+				srcSet["unchanged_toast"] = tc.mode
+			}
 			src, dst := startPlugin(t), startPlugin(t)
-			p := newPipe(t, src, dst, settings(db, map[string]any{"tables": []string{"docs"}, "slot": slot(db), "unchanged_toast": tc.mode}), settings(db, map[string]any{"schema": "replica"}))
+			p := newPipe(t, src, dst, settings(db, srcSet), settings(db, map[string]any{"schema": "replica"}))
 			p.start()
 			p.catchUp(db, time.Minute)
+			if tc.dropFull {
+				db.Exec(t, `ALTER TABLE docs REPLICA IDENTITY DEFAULT`)
+			}
 			db.Exec(t, `UPDATE docs SET n = n + 1`)
-			if tc.err != "" {
+			if tc.dropFull {
 				err := p.r.readErr(time.Minute)
-				if !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "body") {
-					t.Fatalf("got %v, want an error naming column body and %q", err, tc.err)
+				if !strings.Contains(err.Error(), "body") || fault.ClassOf(err) != fault.Config {
+					t.Fatalf("got %v (class %v), want a config error naming column body", err, fault.ClassOf(err))
+				}
+				// REPLICA IDENTITY FULL does not help updates already in the slot: the fix must say what does.
+				if fix := fault.FixOf(err); !strings.Contains(fix, "REPLICA IDENTITY FULL") || !strings.Contains(fix, "unchanged_toast: fetch") || !strings.Contains(fix, "already in the slot") || !strings.Contains(fix, "re-snapshot") {
+					t.Fatalf("fix %q must name fetch (the way past updates already in the slot), re-snapshot and REPLICA IDENTITY FULL", fix)
 				}
 				return
 			}
 			p.catchUp(db, time.Minute)
 			sameRows(t, db, "(SELECT id, md5(body), length(body), n FROM public.docs)", "(SELECT id, md5(body), length(body), n FROM replica.docs)")
 		})
+	}
+}
+
+// TestReadRefusesAtStart: a table that would stop the stream later is refused before anything is read, as a
+// config error (the pipeline fails instead of retrying) that says what to do.
+func TestReadRefusesAtStart(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	db.Exec(t, `CREATE TABLE nokey (a int, b text);
+		CREATE TABLE nokeyfull (a int); ALTER TABLE nokeyfull REPLICA IDENTITY FULL;
+		CREATE TABLE toasty (id int PRIMARY KEY, body text);
+		CREATE TABLE nothing (id int PRIMARY KEY); ALTER TABLE nothing REPLICA IDENTITY NOTHING;
+		CREATE TABLE good (id int PRIMARY KEY, n int)`)
+	src := startPlugin(t)
+	for _, tc := range []struct {
+		name  string
+		extra map[string]any
+		want  []string
+	}{
+		{"no key", map[string]any{"tables": []string{"good", "nokey"}}, []string{"public.nokey has no primary key", "ADD PRIMARY KEY"}},
+		{"no key, identity full", map[string]any{"tables": []string{"nokeyfull"}}, []string{"public.nokeyfull has no primary key"}},
+		{"TOAST under require_full", map[string]any{"tables": []string{"toasty"}, "unchanged_toast": "require_full"},
+			[]string{"body (text)", `ALTER TABLE "public"."toasty" REPLICA IDENTITY FULL`, "unchanged_toast: fetch"}},
+		{"identity nothing", map[string]any{"tables": []string{"nothing"}}, []string{"REPLICA IDENTITY NOTHING"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.extra["slot"] = slot(db)
+			start := time.Now()
+			r := startReading(t, src, settings(db, tc.extra), nil)
+			defer r.stop()
+			var err error
+			select {
+			case m := <-r.msgs:
+				t.Fatalf("the Read sent %T before refusing", m)
+			case err = <-r.err:
+			case <-time.After(time.Minute):
+				t.Fatal("the Read did not refuse")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if fault.ClassOf(err) != fault.Config || fault.FixOf(err) == "" {
+				t.Errorf("class %v, fix %q: want a config error with a fix", fault.ClassOf(err), fault.FixOf(err))
+			}
+			t.Logf("refused in %s: %v", time.Since(start).Round(time.Millisecond), err)
+		})
+	}
+	// Nothing was created for the refused tables: no slot.
+	var slots int
+	db.QueryRow(t, []any{&slots}, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, slot(db))
+	if slots != 0 {
+		t.Error("a slot exists after the refusals")
 	}
 }
 

@@ -285,7 +285,7 @@ func ToRows(stream string, rec arrow.RecordBatch) ([]Row, error) {
 		if r.Op != change.OpDelete {
 			r.Values = map[string]any{}
 			for j, f := range sc.Fields() {
-				if strings.HasPrefix(f.Name, change.ReservedPrefix) {
+				if change.Reserved(f.Name) {
 					continue
 				}
 				r.Values[f.Name] = rec.Column(j).GetOneForMarshal(i)

@@ -317,7 +317,7 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 	var defs []string
 	var idx []int
 	for i, f := range s.Fields() {
-		if strings.HasPrefix(f.Name, change.ReservedPrefix) {
+		if change.Reserved(f.Name) {
 			continue
 		}
 		t, err := ducksql.Type(f.Type)

@@ -24,6 +24,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 // maxCommitAttempts bounds how often one table's commit is rebuilt after losing a race to another writer.
@@ -97,6 +98,7 @@ type tableAttempt struct {
 	keyCols     []string
 	seen        map[string]bool // schemas already evolved, by fingerprint
 	schemas     []*arrow.Schema // the schemas evolved, in order
+	evolution   []schemaChange  // changes evolve gathered, committed as one schema update (commitEvolution)
 	partitioned bool            // the configured partition spec was considered
 }
 
@@ -273,6 +275,7 @@ func (a *tableAttempt) begin(ctx context.Context) (skipped bool, err error) {
 	}
 	a.tbl = table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), func(context.Context) (iceio.IO, error) { return a.fs, nil }, a.oc.cat)
 	a.tx = a.tbl.NewTransaction()
+	a.evolution = nil
 	a.seen = map[string]bool{}
 	a.partitioned = false
 	if a.keyCols, err = a.key(a.tbl); err != nil {
@@ -289,19 +292,63 @@ func (a *tableAttempt) evolve(sc *arrow.Schema) error {
 	}
 	a.seen[fp] = true
 	a.schemas = append(a.schemas, sc)
-	staged, err := a.tx.StagedTable()
-	if err != nil {
-		return err
+	// Plan against the schema with the changes gathered so far, which are committed together
+	// (commitEvolution). UpdateSchema.Apply replays its operations and fails on a second call, so the schema
+	// so far comes from a throwaway update that is never committed.
+	var cur *iceberg.Schema
+	if len(a.evolution) > 0 {
+		us := a.tx.UpdateSchema(true, false)
+		stageEvolution(us, a.evolution)
+		s, err := us.Apply()
+		if err != nil {
+			return fmt.Errorf("evolve schema (%s): %w", describe(a.evolution), err)
+		}
+		cur = s
+	} else {
+		staged, err := a.tx.StagedTable()
+		if err != nil {
+			return err
+		}
+		cur = staged.Schema()
 	}
 	name := strings.Join(a.tbl.Identifier(), ".")
-	changes, err := planEvolution(name, staged.Schema(), sc, a.keyCols)
+	changes, err := planEvolution(name, cur, sc, a.keyCols)
 	if err != nil {
 		return err
 	}
-	if len(changes) > 0 {
-		a.d.log().Info("iceberg schema evolution", "table", name, "sequence", a.req.Sequence, "changes", describe(changes))
+	if len(changes) == 0 {
+		return nil
 	}
-	return applyEvolution(a.tx, changes)
+	a.d.log().Info("iceberg schema evolution", "table", name, "sequence", a.req.Sequence, "changes", describe(changes))
+	for _, c := range changes {
+		if c.kind != addColumn || len(c.path) != 1 {
+			continue
+		}
+		if i := sc.FieldIndices(c.path[0]); len(i) == 1 {
+			if v, ok := sc.Field(i[0]).Metadata.GetValue(values.MetaExistingRows); ok {
+				// Iceberg v3's initial-default would say it; iceberg-go v0.7.0 writes v2 tables.
+				a.d.log().Warn("iceberg cannot give existing rows the value of an added column: they read NULL here",
+					"table", name, "column", c.path[0], "value_at_source", v)
+			}
+		}
+	}
+	a.evolution = append(a.evolution, changes...)
+	return nil
+}
+
+// commitEvolution stages the changes evolve gathered as one schema update of the transaction.
+func (a *tableAttempt) commitEvolution() error {
+	if len(a.evolution) == 0 {
+		return nil
+	}
+	changes := a.evolution
+	a.evolution = nil
+	us := a.tx.UpdateSchema(true, false)
+	stageEvolution(us, changes)
+	if err := us.Commit(); err != nil {
+		return fmt.Errorf("evolve schema (%s): %w", describe(changes), err)
+	}
+	return nil
 }
 
 // changeSet is a run of items turned into batches in the staged table schema, with the key's columns.
@@ -354,6 +401,9 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 			return nil, err
 		}
 		ops = append(ops, o)
+	}
+	if err := a.commitEvolution(); err != nil {
+		return nil, err
 	}
 	if !a.partitioned {
 		if err := a.partition(a.tx, a.tbl); err != nil {

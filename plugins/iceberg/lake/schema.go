@@ -32,9 +32,12 @@ func dataSchema(s *arrow.Schema) *arrow.Schema {
 // icebergCompatible maps Arrow types iceberg-go would reject or convert lossily: a zoned timestamp becomes
 // UTC (Arrow and Iceberg both store instants; Iceberg knows only UTC), uint32 becomes long and uint64
 // decimal(20, 0) (iceberg-go would map them to int and long, which overflow), date64 becomes date and
-// time32 becomes time (microseconds). The rows are cast to the table's types when written.
+// time32 becomes time (microseconds), and month_day_nano_interval (Iceberg has no interval type) becomes
+// intervalStruct. The rows are cast to the table's types when written.
 func icebergCompatible(dt arrow.DataType) arrow.DataType {
 	switch t := dt.(type) {
+	case *arrow.MonthDayNanoIntervalType:
+		return intervalStruct
 	case *arrow.TimestampType:
 		if t.TimeZone != "" && t.TimeZone != "UTC" {
 			return &arrow.TimestampType{Unit: t.Unit, TimeZone: "UTC"}
@@ -67,6 +70,34 @@ func icebergCompatible(dt arrow.DataType) arrow.DataType {
 		return arrow.MapOfFields(k, v)
 	}
 	return dt
+}
+
+// intervalStruct carries an interval in Iceberg: its three parts kept apart, exactly as Arrow (and PostgreSQL)
+// hold them, since a month has no fixed number of days nor a day of seconds. The names are those of the Arrow
+// value's JSON form. A string would read better but would need parsing to compute with.
+var intervalStruct = arrow.StructOf(
+	arrow.Field{Name: "months", Type: arrow.PrimitiveTypes.Int32},
+	arrow.Field{Name: "days", Type: arrow.PrimitiveTypes.Int32},
+	arrow.Field{Name: "nanoseconds", Type: arrow.PrimitiveTypes.Int64},
+)
+
+// intervalToStruct builds an array of t (intervalStruct with the table's field ids) from intervals.
+func intervalToStruct(mem memory.Allocator, arr *array.MonthDayNanoInterval, t *arrow.StructType) arrow.Array {
+	b := array.NewStructBuilder(mem, t)
+	defer b.Release()
+	months, days, nanos := b.FieldBuilder(0).(*array.Int32Builder), b.FieldBuilder(1).(*array.Int32Builder), b.FieldBuilder(2).(*array.Int64Builder)
+	for i := 0; i < arr.Len(); i++ {
+		if arr.IsNull(i) {
+			b.AppendNull()
+			continue
+		}
+		v := arr.Value(i)
+		b.Append(true)
+		months.Append(v.Months)
+		days.Append(v.Days)
+		nanos.Append(v.Nanoseconds)
+	}
+	return b.NewArray()
 }
 
 // newTableSchema turns a stream's Arrow schema into the Iceberg schema of a new table: the key columns become
@@ -284,12 +315,11 @@ func promotable(from, to iceberg.Type) bool {
 	return false
 }
 
-// applyEvolution stages the changes in the transaction.
-func applyEvolution(tx *table.Transaction, changes []schemaChange) error {
-	if len(changes) == 0 {
-		return nil
-	}
-	us := tx.UpdateSchema(true, false)
+// stageEvolution adds the changes to us, the transaction's one schema update. One update per transaction,
+// not one per change set: iceberg-go (v0.7.0) asserts each UpdateSchema's starting schema id against the
+// catalog's table at commit, so a second update in the same transaction asserts the id the first one created
+// and fails as "current schema id has changed: expected 1, found 0" with no other writer.
+func stageEvolution(us *table.UpdateSchema, changes []schemaChange) {
 	for _, c := range changes {
 		switch c.kind {
 		case addColumn:
@@ -300,10 +330,6 @@ func applyEvolution(tx *table.Transaction, changes []schemaChange) error {
 			us.UpdateColumn(c.path, table.ColumnUpdate{Required: iceberg.Optional[bool]{Valid: true, Val: false}})
 		}
 	}
-	if err := us.Commit(); err != nil {
-		return fmt.Errorf("evolve schema (%s): %w", describe(changes), err)
-	}
-	return nil
 }
 
 func describe(changes []schemaChange) string {
@@ -362,6 +388,13 @@ func conform(ctx context.Context, mem memory.Allocator, rec arrow.RecordBatch, t
 }
 
 func conformArray(ctx context.Context, mem memory.Allocator, arr arrow.Array, dt arrow.DataType, path string) (arrow.Array, error) {
+	if iv, ok := arr.(*array.MonthDayNanoInterval); ok {
+		t, ok := dt.(*arrow.StructType)
+		if !ok || t.NumFields() != 3 {
+			return nil, fmt.Errorf("column %s is an interval, but the table's column is %s, not struct<months, days, nanoseconds>", path, dt)
+		}
+		return intervalToStruct(mem, iv, t), nil
+	}
 	switch t := dt.(type) {
 	case *arrow.StructType:
 		src, ok := arr.(*array.Struct)

@@ -1,9 +1,12 @@
 package lake
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"math"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 func TestPlanEvolution(t *testing.T) {
@@ -194,6 +198,9 @@ func TestIncompatibleExistingTable(t *testing.T) {
 }
 
 // Source types without an exact Iceberg twin land in the type that holds every value, and read back equal.
+// fieldIDs are the ids in an Iceberg type's text, which the catalog assigns.
+var fieldIDs = regexp.MustCompile(`\d+: `)
+
 func TestSourceTypesMapLosslessly(t *testing.T) {
 	e := newEnv(t, nil)
 	sc := change.Schema([]arrow.Field{
@@ -205,6 +212,8 @@ func TestSourceTypesMapLosslessly(t *testing.T) {
 		{Name: "ns", Type: &arrow.TimestampType{Unit: arrow.Nanosecond, TimeZone: "America/New_York"}, Nullable: true},
 		{Name: "ls", Type: arrow.BinaryTypes.LargeString, Nullable: true},
 		{Name: "m", Type: arrow.MapOf(arrow.BinaryTypes.String, arrow.PrimitiveTypes.Int64), Nullable: true},
+		{Name: "iv", Type: arrow.FixedWidthTypes.MonthDayNanoInterval, Nullable: true},
+		{Name: "ivs", Type: arrow.ListOf(arrow.FixedWidthTypes.MonthDayNanoInterval), Nullable: true},
 	}, []string{"id"})
 	b := change.NewBuilder(memory.DefaultAllocator, sc)
 	defer b.Release()
@@ -219,6 +228,11 @@ func TestSourceTypesMapLosslessly(t *testing.T) {
 	mb.Append(true)
 	mb.KeyBuilder().(*array.StringBuilder).Append("k")
 	mb.ItemBuilder().(*array.Int64Builder).Append(7)
+	b.Field(8).(*array.MonthDayNanoIntervalBuilder).Append(arrow.MonthDayNanoInterval{Months: -14, Days: 3, Nanoseconds: -1000})
+	lb := b.Field(9).(*array.ListBuilder)
+	lb.Append(true)
+	lb.ValueBuilder().(*array.MonthDayNanoIntervalBuilder).Append(arrow.MonthDayNanoInterval{Months: 1})
+	lb.ValueBuilder().AppendNull()
 	b.Row(opI, "")
 	rec := b.NewBatch()
 	defer rec.Release()
@@ -227,7 +241,9 @@ func TestSourceTypesMapLosslessly(t *testing.T) {
 	want := map[string]any{
 		"id": 1.0, "u32": float64(math.MaxUint32), "u64": "18446744073709551615", "d64": "1970-01-04",
 		"t32": "12:34:56.789", "ns": "2023-11-14T22:13:20.123456Z", "ls": "large",
-		"m": []any{map[string]any{"key": "k", "value": 7.0}},
+		"m":   []any{map[string]any{"key": "k", "value": 7.0}},
+		"iv":  map[string]any{"months": -14.0, "days": 3.0, "nanoseconds": -1000.0},
+		"ivs": []any{map[string]any{"months": 1.0, "days": 0.0, "nanoseconds": 0.0}, nil},
 	}
 	for k, w := range want {
 		if !reflect.DeepEqual(got[k], w) {
@@ -235,9 +251,59 @@ func TestSourceTypesMapLosslessly(t *testing.T) {
 		}
 	}
 	sch := e.table("types").Schema()
-	for col, typ := range map[string]string{"u32": "long", "u64": "decimal(20, 0)", "d64": "date", "t32": "time", "ns": "timestamptz"} {
-		if f, ok := sch.FindFieldByName(col); !ok || f.Type.String() != typ {
+	for col, typ := range map[string]string{"u32": "long", "u64": "decimal(20, 0)", "d64": "date", "t32": "time", "ns": "timestamptz",
+		"iv": "struct<months: required int, days: required int, nanoseconds: required long>"} {
+		if f, ok := sch.FindFieldByName(col); !ok || fieldIDs.ReplaceAllString(f.Type.String(), "") != typ {
 			t.Errorf("column %s is %v, want %s", col, f.Type, typ)
 		}
+	}
+}
+
+// Two schema changes in one apply (ADD COLUMN a1; INSERT; ADD COLUMN a2 with a widened column; INSERT, within one
+// group commit) evolve the table in one step: no other writer exists, so the commit must not fail on its own
+// schema assertions.
+func TestTwoSchemaChangesInOneApply(t *testing.T) {
+	e := newEnv(t, nil)
+	id := arrow.Field{Name: "id", Type: arrow.PrimitiveTypes.Int64}
+	v1 := change.Schema([]arrow.Field{id, {Name: "n", Type: arrow.PrimitiveTypes.Int32, Nullable: true}}, []string{"id"})
+	v2 := change.Schema([]arrow.Field{id, {Name: "n", Type: arrow.PrimitiveTypes.Int32, Nullable: true},
+		{Name: "a1", Type: arrow.BinaryTypes.String, Nullable: true}}, []string{"id"})
+	v3 := change.Schema([]arrow.Field{id, {Name: "n", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+		{Name: "a1", Type: arrow.BinaryTypes.String, Nullable: true}, {Name: "a2", Type: arrow.PrimitiveTypes.Float64, Nullable: true}}, []string{"id"})
+	e.apply(1, append([]serve.Item{schemaItem("t", v1)}, items("t", batch(t, v1, r(opI, 1, 10)))...)...)
+	e.apply(2,
+		schemaItem("t", v2),
+		serve.Item{Stream: "t", Record: batch(t, v2, r(opI, 2, 20, "x"))},
+		schemaItem("t", v3),
+		serve.Item{Stream: "t", Record: batch(t, v3, r(opI, 3, 1<<40, "y", 1.5), r(opU, 1, 11, nil, 2.5))})
+	e.check("t", "t", "id")
+	sch := e.table("t").Schema()
+	for col, typ := range map[string]iceberg.Type{"n": iceberg.PrimitiveTypes.Int64, "a1": iceberg.PrimitiveTypes.String, "a2": iceberg.PrimitiveTypes.Float64} {
+		if f, ok := sch.FindFieldByName(col); !ok || !f.Type.Equals(typ) {
+			t.Errorf("column %s: %+v (found %v), want %s", col, f, ok, typ)
+		}
+	}
+	// The next apply starts from the evolved table as any other.
+	e.apply(3, items("t", batch(t, v3, r(opI, 4, 40, "z", 4.5)))...)
+	e.check("t", "t", "id")
+}
+
+// A column added with a value its existing rows hold at the source (ADD COLUMN … DEFAULT x): Iceberg v2 cannot
+// give them that value, and the schema-change log says so, naming the column and the value.
+func TestAddedColumnWithExistingRowsValueIsLogged(t *testing.T) {
+	e := newEnv(t, nil)
+	var logs bytes.Buffer
+	e.d.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	id := arrow.Field{Name: "id", Type: arrow.PrimitiveTypes.Int64}
+	v1 := change.Schema([]arrow.Field{id}, []string{"id"})
+	md := arrow.NewMetadata([]string{values.MetaExistingRows}, []string{"42"})
+	v2 := change.Schema([]arrow.Field{id, {Name: "n", Type: arrow.PrimitiveTypes.Int32, Nullable: true, Metadata: md},
+		{Name: "plain", Type: arrow.PrimitiveTypes.Int32, Nullable: true}}, []string{"id"})
+	e.apply(1, items("t", batch(t, v1, r(opI, 1)))...)
+	e.apply(2, items("t", batch(t, v2, r(opI, 2, 7, nil)))...)
+	e.check("t", "t", "id")
+	if !strings.Contains(logs.String(), "cannot give existing rows the value of an added column") ||
+		!strings.Contains(logs.String(), "column=n value_at_source=42") || strings.Contains(logs.String(), "column=plain") {
+		t.Errorf("log does not name column n and its value (only):\n%s", logs.String())
 	}
 }

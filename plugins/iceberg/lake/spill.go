@@ -204,6 +204,9 @@ func (st *spilledTable) rebase(ctx context.Context, attempt int) (skipped bool, 
 			return false, err
 		}
 	}
+	if err := a.commitEvolution(); err != nil {
+		return false, err
+	}
 	if old.partitioned {
 		if err := a.partition(a.tx, a.tbl); err != nil {
 			return false, err

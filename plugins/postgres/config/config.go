@@ -21,6 +21,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
 
@@ -49,12 +50,14 @@ type Settings struct {
 	MaxRetainedWALBytes int64    `json:"max_retained_wal_bytes"`
 	Truncate            string   `json:"truncate"`
 	UnchangedToast      string   `json:"unchanged_toast"`
+	OnUnrepresentable   string   `json:"on_unrepresentable"`
 
 	TargetSchema string `json:"schema"`
 
 	// Parsed forms.
 	TableNames     []TableName   `json:"-"`
 	HeartbeatEvery time.Duration `json:"-"`
+	Policy         values.Policy `json:"-"`
 }
 
 // Truncate and UnchangedToast values.
@@ -120,7 +123,9 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		s.Truncate = TruncatePropagate
 	}
 	if s.UnchangedToast == "" {
-		s.UnchangedToast = ToastRequireFull
+		// fetch by default: it works on every table as it is, where require_full needs REPLICA IDENTITY FULL
+		// on each table with TOAST-able columns (README.md, TOAST, says what fetch costs).
+		s.UnchangedToast = ToastFetch
 	}
 	if s.TargetSchema == "" {
 		s.TargetSchema = DefaultTargetSchema
@@ -171,6 +176,11 @@ func Parse(raw json.RawMessage) (Settings, error) {
 	}
 	if s.UnchangedToast != ToastRequireFull && s.UnchangedToast != ToastFetch {
 		problems = append(problems, fmt.Sprintf("unchanged_toast %q is not one of require_full, fetch", s.UnchangedToast))
+	}
+	if p, err := values.ParsePolicy(s.OnUnrepresentable); err != nil {
+		problems = append(problems, err.Error())
+	} else {
+		s.Policy = p
 	}
 	seen := map[string]bool{}
 	for _, t := range s.Tables {

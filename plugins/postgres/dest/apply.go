@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
@@ -347,8 +349,22 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 		have, ok := ts.columns[f.Name]
 		switch {
 		case !ok:
-			if _, err := a.tx.Exec(ctx, "ALTER TABLE "+name+" ADD COLUMN IF NOT EXISTS "+col+" "+t); err != nil {
+			// Rows that existed before the column was added hold, at the source, the value it was added
+			// with; PostgreSQL gives them the same with a default it drops again at once (existing rows keep
+			// it, later rows carry their own values).
+			def := ""
+			existing, fill := f.Metadata.GetValue(values.MetaExistingRows)
+			if fill {
+				def = " DEFAULT " + quoteLiteral(existing) + "::" + t
+			}
+			if _, err := a.tx.Exec(ctx, "ALTER TABLE "+name+" ADD COLUMN IF NOT EXISTS "+col+" "+t+def); err != nil {
 				return fmt.Errorf("add column %s to %s: %w", f.Name, name, a.cfg.Explain(err))
+			}
+			if fill {
+				if _, err := a.tx.Exec(ctx, "ALTER TABLE "+name+" ALTER COLUMN "+col+" DROP DEFAULT"); err != nil {
+					return fmt.Errorf("add column %s to %s: %w", f.Name, name, a.cfg.Explain(err))
+				}
+				slog.Info("added a column; existing rows hold the value they hold at the source", "table", name, "column", f.Name, "value", existing)
 			}
 		case !sameType(have, t):
 			if _, err := a.tx.Exec(ctx, "ALTER TABLE "+name+" ALTER COLUMN "+col+" TYPE "+t+" USING "+col+"::"+t); err != nil {
@@ -360,6 +376,11 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 		ts.columns[f.Name] = t
 	}
 	return nil
+}
+
+// quoteLiteral is a string constant in the escape syntax, whatever standard_conforming_strings says.
+func quoteLiteral(s string) string {
+	return "E'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }
 
 // sameType compares format_type output with a type we wrote; the short names we write are the

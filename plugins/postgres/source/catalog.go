@@ -11,6 +11,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
@@ -24,6 +25,9 @@ type column struct {
 	Type    *typemap.Type
 	// Toastable: a varlena stored out of line when large (storage extended or external).
 	Toastable bool
+	// Missing is the value rows that existed before the column was added hold (attmissingval, set by ADD
+	// COLUMN … DEFAULT x), in text form; nil when there is none.
+	Missing *string
 }
 
 // table is what the catalog says about a configured table.
@@ -68,7 +72,8 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 		return nil, fmt.Errorf("table %s is not a table (relkind %s): only tables and partitioned tables can be replicated", name, t.Kind)
 	}
 	rows, err := q.Query(ctx, `
-		SELECT a.attname, a.atttypid, a.atttypmod, a.attgenerated <> '', a.attstorage IN ('x', 'e') AND ty.typlen = -1
+		SELECT a.attname, a.atttypid, a.atttypmod, a.attgenerated <> '', a.attstorage IN ('x', 'e') AND ty.typlen = -1,
+		       CASE WHEN a.atthasmissing THEN a.attmissingval::text END
 		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 		ORDER BY a.attnum`, t.OID)
@@ -77,12 +82,22 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 	}
 	for rows.Next() {
 		var (
-			c   column
-			gen bool
+			c       column
+			gen     bool
+			missing *string
 		)
-		if err := rows.Scan(&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable); err != nil {
+		if err := rows.Scan(&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable, &missing); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("table %s: read columns: %w", name, err)
+		}
+		if missing != nil {
+			// attmissingval is a one-element array of the column's type.
+			elems, err := typemap.ParseArray(*missing)
+			if err != nil || len(elems) != 1 {
+				rows.Close()
+				return nil, fmt.Errorf("table %s column %s: missing value %q: want one element (%v)", name, c.Name, *missing, err)
+			}
+			c.Missing = elems[0]
 		}
 		if gen {
 			t.Generated = append(t.Generated, c.Name)
@@ -186,18 +201,23 @@ type querier interface {
 }
 
 // schema builds the change schema of columns with key; the snapshot and the stream both use it, so an
-// unchanged table never looks like a schema change.
-func schema(cols []column, key []string) *arrow.Schema {
+// unchanged table never looks like a schema change. The policy adds _skippr_meta after the columns (at index
+// len(cols)) when it records replaced values, whatever the data holds.
+func schema(cols []column, key []string, policy values.Policy) *arrow.Schema {
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {
 		fields[i] = typemap.Field(c.Name, c.Type)
+		if c.Missing != nil {
+			md := fields[i].Metadata
+			fields[i].Metadata = arrow.NewMetadata(append(md.Keys(), values.MetaExistingRows), append(md.Values(), *c.Missing))
+		}
 	}
-	return change.Schema(fields, key)
+	return change.Schema(policy.Fields(fields), key)
 }
 
 // stream is the table as a serve.Stream.
-func (t *table) stream() serve.Stream {
-	return serve.Stream{Name: t.Name.String(), Schema: schema(t.Columns, t.Key), PrimaryKey: t.Key,
+func (t *table) stream(policy values.Policy) serve.Stream {
+	return serve.Stream{Name: t.Name.String(), Schema: schema(t.Columns, t.Key, policy), PrimaryKey: t.Key,
 		Modes: []serve.SyncMode{serve.ModeSnapshot, serve.ModeCDC}}
 }
 

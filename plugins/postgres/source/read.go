@@ -20,6 +20,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/mempool"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
@@ -34,6 +35,8 @@ type reader struct {
 	resolver *typemap.Resolver
 	tables   map[string]*table // by stream name
 	log      *slog.Logger
+	// values applies on_unrepresentable to what the decoders cannot carry.
+	values *values.Handler
 	// announced holds the schema id last announced per stream (SchemaChange before the first batch that
 	// needs it).
 	announced map[string]string
@@ -67,6 +70,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	r := &reader{cfg: cfg, st: st, pool: pool, out: out, mem: mempool.New(), resolver: typemap.NewResolver(),
 		tables: map[string]*table{}, announced: map[string]string{},
 		log: slog.Default().With("slot", cfg.Slot)}
+	r.values = values.NewHandler(cfg.Policy, r.log)
 	if len(req.Streams) > 0 {
 		// The slot and the publication cover the configured tables; a subset would need its own slot.
 		for _, name := range req.Streams {
@@ -80,8 +84,11 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		if err != nil {
 			return cfg.Explain(err)
 		}
-		if len(t.Key) == 0 {
-			return fmt.Errorf("table %s has no primary key or replica identity index (run check for the fix)", tn)
+		// What would stop the stream hours later (no key, an identity that carries no key, TOAST under
+		// require_full without FULL) stops it now, before anything is read.
+		if p := tableProblems(cfg, t); len(p) > 0 {
+			return fault.ConfigErr(fmt.Errorf("refused at start: %w", p),
+				"do what each problem says, then start again; skippr connect runs the same checks")
 		}
 		r.tables[tn.String()] = t
 	}

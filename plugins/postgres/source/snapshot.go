@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,11 +11,13 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
 
@@ -261,7 +264,7 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 	first := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", strings.Join(cols, ", "), from, strings.Join(keys, ", "))
 	after := fmt.Sprintf("SELECT %s FROM %s WHERE (%s) > (%s) ORDER BY %s", strings.Join(cols, ", "), from,
 		strings.Join(keys, ", "), strings.Join(params, ", "), strings.Join(keys, ", "))
-	sc := schema(t.Columns, t.Key)
+	sc := schema(t.Columns, t.Key, r.cfg.Policy)
 	b := change.NewBuilder(r.mem, sc)
 	defer b.Release()
 	// Key columns come back as text: the checkpoint records the last key in text, the form a resumed copy
@@ -304,20 +307,25 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 			return ctx.Err()
 		}
 	}
+	var row values.Row
 	rr := pgc.ExecParams(ctx, sql, args, nil, nil, formats)
 	n := 0
 	for rr.NextRow() {
 		vals := rr.Values()
+		row.Reset()
 		for i, v := range vals {
 			if v == nil {
 				b.Field(i).AppendNull()
 				continue
 			}
 			if err := decode[i](v); err != nil {
-				rr.Close()
-				return fmt.Errorf("snapshot of %s, column %s: %w", stream, t.Columns[i].Name, err)
+				if err := r.unrepresentable(stream, t.Columns, keyIdx, vals, i, b.Field(i), err, &row); err != nil {
+					rr.Close()
+					return fmt.Errorf("snapshot of %s, column %s: %w", stream, t.Columns[i].Name, err)
+				}
 			}
 		}
+		appendMeta(b, len(t.Columns), r.cfg.Policy, &row)
 		b.Row(change.OpRead, "")
 		n++
 		for i, j := range keyIdx {
@@ -338,6 +346,39 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 		return nil
 	}
 	return flush(n)
+}
+
+// unrepresentable applies on_unrepresentable to decoder error err of column i of a row whose text or binary
+// values are vals: nil when the value stands as NULL (appended to b) and is recorded in row.
+func (r *reader) unrepresentable(stream string, cols []column, keyIdx []int, vals [][]byte, i int, b array.Builder, err error, row *values.Row) error {
+	w := values.Where{Table: stream, Column: cols[i].Name, IsKey: slices.Contains(keyIdx, i), Key: func() string {
+		names, keys := make([]string, len(keyIdx)), make([]string, len(keyIdx))
+		for k, j := range keyIdx {
+			names[k], keys[k] = cols[j].Name, string(vals[j]) // key columns are always read in text
+		}
+		return values.KeyText(names, keys)
+	}}
+	if err := r.values.Handle(w, err, row); err != nil {
+		return err
+	}
+	var u *values.Unrepresentable
+	if errors.As(err, &u) && !u.Appended {
+		b.AppendNull()
+	}
+	return nil
+}
+
+// appendMeta fills the _skippr_meta column (index at) of the row just decoded, when the policy has one.
+func appendMeta(b *change.Builder, at int, policy values.Policy, row *values.Row) {
+	if policy != values.NullAndRecord {
+		return
+	}
+	mb := b.Field(at).(*array.StringBuilder)
+	if row.Changed() {
+		mb.Append(row.JSON())
+	} else {
+		mb.AppendNull()
+	}
 }
 
 // reserveData sizes the variable-length columns' data buffers for a chunk like rec, the one before.

@@ -63,7 +63,7 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 		if len(t.Key) == 0 {
 			return nil, fmt.Errorf("table %s has no primary key or replica identity index", tn)
 		}
-		out = append(out, t.stream())
+		out = append(out, t.stream(cfg.Policy))
 	}
 	return out, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
 )
@@ -346,6 +347,7 @@ type processor struct {
 	commitTime time.Time
 	cur        *relation
 	b          *change.Builder
+	row        values.Row // the changes on_unrepresentable made to the row being appended
 	// pos: everything before it is delivered; lastCP: the last checkpoint's position.
 	pos, lastCP pglogrepl.LSN
 	lastIdle    bool
@@ -550,7 +552,12 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		if err != nil {
 			return fmt.Errorf("table %s column %s: %w", name, c.Name, err)
 		}
-		rel.cols = append(rel.cols, column{Name: c.Name, TypeOID: c.DataType, Typmod: c.TypeModifier, Type: typ})
+		col := column{Name: c.Name, TypeOID: c.DataType, Typmod: c.TypeModifier, Type: typ}
+		// A column added with a default: the rows before it hold the default, which no change carries.
+		if i := slices.IndexFunc(fresh.Columns, func(fc column) bool { return fc.Name == c.Name }); i >= 0 && fresh.Columns[i].TypeOID == c.DataType {
+			col.Missing = fresh.Columns[i].Missing
+		}
+		rel.cols = append(rel.cols, col)
 	}
 	for _, k := range rel.key {
 		i := slices.IndexFunc(rel.cols, func(c column) bool { return c.Name == k })
@@ -559,7 +566,7 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		}
 		rel.keyIdx = append(rel.keyIdx, i)
 	}
-	rel.schema = schema(rel.cols, rel.key)
+	rel.schema = schema(rel.cols, rel.key, r.cfg.Policy)
 	r.tables[name] = fresh
 	p.rels[m.RelationID] = rel
 	return nil
@@ -635,9 +642,11 @@ func (p *processor) update(ctx context.Context, rel *relation, m *pglogrepl.Upda
 			for i, j := range missing {
 				names[i] = rel.cols[j].Name
 			}
-			return fault.DataErr(fmt.Errorf("update of %s at %s left %s unchanged (stored out of line, TOAST) and the old row does not carry the value, which must not be written as NULL: run ALTER TABLE %s REPLICA IDENTITY FULL, or set unchanged_toast: fetch",
-				rel.stream, lsn, strings.Join(names, ", "), rel.table.Name.Quoted()),
-				"set the source's unchanged_toast: fetch, or re-snapshot the table: REPLICA IDENTITY FULL helps only updates made after it, not those already in the slot")
+			// Updates already in the slot were logged with the old identity: ALTER TABLE ... REPLICA IDENTITY FULL
+			// helps only those written after it, so the way past this one is fetch or a new snapshot.
+			return fault.ConfigErr(fmt.Errorf("update of %s at %s left %s unchanged (stored out of line, TOAST) and the old row does not carry the value, which must not be written as NULL",
+				rel.stream, lsn, strings.Join(names, ", ")),
+				fmt.Sprintf("set unchanged_toast: fetch to read the value from the table (the only way past updates already in the slot), or re-snapshot the table; ALTER TABLE %s REPLICA IDENTITY FULL then keeps later updates from needing either", rel.table.Name.Quoted()))
 		}
 		if err := p.fetch(ctx, rel, vals, missing); err != nil {
 			return fmt.Errorf("update of %s at %s: %w", rel.stream, lsn, err)
@@ -702,15 +711,19 @@ func (p *processor) appendRow(ctx context.Context, rel *relation, op change.Op, 
 		p.release()
 		p.cur, p.b = rel, change.NewBuilder(p.r.mem, rel.schema)
 	}
+	p.row.Reset()
 	for i, c := range rel.cols {
 		if vals[i] == nil {
 			p.b.Field(i).AppendNull()
 			continue
 		}
 		if err := typemap.Append(c.Type, p.b.Field(i), vals[i]); err != nil {
-			return fmt.Errorf("%s of %s at %s, column %s: %w", op, rel.stream, lsn, c.Name, err)
+			if err := p.r.unrepresentable(rel.stream, rel.cols, rel.keyIdx, vals, i, p.b.Field(i), err, &p.row); err != nil {
+				return fmt.Errorf("%s of %s at %s, column %s: %w", op, rel.stream, lsn, c.Name, err)
+			}
 		}
 	}
+	appendMeta(p.b, len(rel.cols), p.r.cfg.Policy, &p.row)
 	p.b.Row(op, lsn.String())
 	p.rows++
 	if p.b.Len() >= p.r.cfg.BatchSize {

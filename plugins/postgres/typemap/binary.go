@@ -10,6 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 // The snapshot reads most columns in PostgreSQL's binary form: the server's send functions and this package's
@@ -166,12 +168,13 @@ func Decoder(t *Type, b array.Builder, inBinary bool) func([]byte) error {
 			}
 			d := int32(binary.BigEndian.Uint32(v))
 			switch d {
-			case math.MaxInt32: // infinity and -infinity are the extremes in both encodings
+			case math.MaxInt32: // infinity and -infinity are the extremes of the binary form
+				return values.Unrepresentablef("infinity", "date infinity has no date32 value")
 			case math.MinInt32:
-			default:
-				d += pgEpochDays // cannot overflow: PostgreSQL's last date is 2 145 031 948 days after 2000
+				return values.Unrepresentablef("-infinity", "date -infinity has no date32 value")
 			}
-			db.Append(arrow.Date32(d))
+			// Cannot overflow: PostgreSQL's last date is 2 145 031 948 days after 2000.
+			db.Append(arrow.Date32(d + pgEpochDays))
 			return nil
 		}
 	case KindTime:
@@ -189,7 +192,7 @@ func Decoder(t *Type, b array.Builder, inBinary bool) func([]byte) error {
 			if len(v) != 8 {
 				return sizeErr(t, v, 8)
 			}
-			us, err := timestampBinary(int64(binary.BigEndian.Uint64(v)))
+			us, err := timestampBinary(int64(binary.BigEndian.Uint64(v)), t.Kind == KindTimestampTZ)
 			if err != nil {
 				return err
 			}
@@ -221,16 +224,22 @@ func sizeErr(t *Type, v []byte, want int) error {
 	return fmt.Errorf("%s: binary value of %d bytes, want %d", t.Name, len(v), want)
 }
 
-// timestampBinary converts microseconds since 2000 to microseconds since 1970, keeping ±infinity.
-func timestampBinary(us int64) (int64, error) {
+// timestampBinary converts microseconds since 2000 to microseconds since 1970. ±infinity and instants past
+// int64 microseconds since 1970 are Unrepresentable, as in ParseTimestamp.
+func timestampBinary(us int64, tz bool) (int64, error) {
 	switch us {
 	case math.MaxInt64:
-		return TSInfinity, nil
+		return 0, values.Unrepresentablef("infinity", "timestamp infinity has no timestamp[us] value")
 	case math.MinInt64:
-		return TSMinusInfinity, nil
+		return 0, values.Unrepresentablef("-infinity", "timestamp -infinity has no timestamp[us] value")
 	}
 	if us > math.MaxInt64-pgEpochMicros {
-		return 0, fmt.Errorf("timestamp %d µs after 2000-01-01 is outside the range of timestamp[us]", us)
+		// Name the value as PostgreSQL would print it (UTC): days and the rest cannot overflow.
+		days := floorDiv(us, 86400e6)
+		text := AppendTimestamp(nil, arrow.Timestamp(us-days*86400e6), arrow.Microsecond, tz)
+		y, m, d := civilFromDays(days + pgEpochDays)
+		date, _ := appendYear(nil, y)
+		return 0, outOfRange(fmt.Sprintf("%s-%02d-%02d %s", date, m, d, text[len("1970-01-01 "):]))
 	}
 	return us + pgEpochMicros, nil
 }
@@ -280,7 +289,7 @@ func NumericBinary(v []byte, precision, scale int32) (decimal128.Num, error) {
 	case numericPos, numericNeg:
 	case numericNaN, numericPInf, numericNInf:
 		name := map[uint16]string{numericNaN: "NaN", numericPInf: "Infinity", numericNInf: "-Infinity"}[sign]
-		return decimal128.Num{}, fmt.Errorf("numeric %s cannot be represented as decimal128(%d,%d): map the column to an unconstrained numeric (text) or remove the value", name, precision, scale)
+		return decimal128.Num{}, numericSpecial(name, precision, scale)
 	default:
 		return decimal128.Num{}, fmt.Errorf("numeric: unknown sign word %#x", sign)
 	}

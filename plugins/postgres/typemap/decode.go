@@ -13,16 +13,15 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
-// Infinite dates and timestamps have no Arrow value; they travel as the extreme values of the Arrow type
-// (which no finite PostgreSQL value reaches) and the destination turns them back into 'infinity'.
-const (
-	DateInfinity      = math.MaxInt32
-	DateMinusInfinity = math.MinInt32
-	TSInfinity        = math.MaxInt64
-	TSMinusInfinity   = math.MinInt64
-)
+// A value its Arrow type cannot hold — ±infinity in a date or timestamp, a timestamp past int64 microseconds
+// (PostgreSQL goes to 294276 AD, timestamp[us] to 294247-01-10 04:00:54.775807 UTC), NaN or ±Infinity in a
+// numeric(p,s) — is reported as a *values.Unrepresentable, never mapped to a stand-in: the source applies the
+// pipeline's on_unrepresentable policy to it (plugin-sdk/values). The extremes of the Arrow types are
+// ordinary values, so a PostgreSQL destination writes back exactly the timestamp the source had.
 
 // Append decodes one value in PostgreSQL's text form and appends it to b, a builder of t.Arrow().
 func Append(t *Type, b array.Builder, text []byte) error {
@@ -117,19 +116,42 @@ func Append(t *Type, b array.Builder, text []byte) error {
 	case KindList:
 		elems, err := ParseArray(s)
 		if err != nil {
+			if strings.Contains(err.Error(), errMultiDim) {
+				return values.Unrepresentablef(s, "%s arrays of more than one dimension have no list<%s> value", t.Name, t.Elem.Arrow())
+			}
 			return err
 		}
 		lb := b.(*array.ListBuilder)
 		lb.Append(true)
 		vb := lb.ValueBuilder()
-		for _, e := range elems {
+		// An element the element type cannot hold becomes a NULL element, so the list stays whole; the first
+		// such element is reported (Appended), and the policy decides whether that may stand.
+		var first *values.Unrepresentable
+		for i, e := range elems {
 			if e == nil {
 				vb.AppendNull()
 				continue
 			}
-			if err := Append(t.Elem, vb, []byte(*e)); err != nil {
+			err := Append(t.Elem, vb, []byte(*e))
+			var u *values.Unrepresentable
+			switch {
+			case err == nil:
+			case errors.As(err, &u):
+				vb.AppendNull()
+				if first == nil {
+					first = &values.Unrepresentable{Value: s, Reason: fmt.Sprintf("element %d (%s): %s", i+1, u.Value, u.Reason), Appended: true}
+				}
+			default:
 				return fmt.Errorf("array element: %w", err)
 			}
+		}
+		if first != nil {
+			return first
+		}
+		if strings.HasPrefix(s, "[") {
+			// PostgreSQL prints the bounds only when the lower bound is not 1; a list has no lower bound.
+			bounds, _, _ := strings.Cut(s, "=")
+			return &values.Unrepresentable{Value: s, Reason: fmt.Sprintf("array bounds %s dropped: a list<%s> starts at its first element", bounds, t.Elem.Arrow()), Appended: true}
 		}
 	default:
 		return fmt.Errorf("type %s: unknown kind %d", t.Name, t.Kind)
@@ -142,7 +164,7 @@ func Append(t *Type, b array.Builder, text []byte) error {
 func ParseDecimal(s string, precision, scale int32) (decimal128.Num, error) {
 	switch s {
 	case "NaN", "Infinity", "-Infinity":
-		return decimal128.Num{}, fmt.Errorf("numeric %s cannot be represented as decimal128(%d,%d): map the column to an unconstrained numeric (text) or remove the value", s, precision, scale)
+		return decimal128.Num{}, numericSpecial(s, precision, scale)
 	}
 	neg := strings.HasPrefix(s, "-")
 	digits := strings.TrimPrefix(s, "-")
@@ -178,6 +200,11 @@ func ParseDecimal(s string, precision, scale int32) (decimal128.Num, error) {
 		n = n.Negate()
 	}
 	return n, nil
+}
+
+// numericSpecial is the error for NaN and ±Infinity in a constrained numeric.
+func numericSpecial(s string, precision, scale int32) error {
+	return values.Unrepresentablef(s, "numeric %s cannot be represented as decimal128(%d,%d) (an unconstrained numeric column is carried as text and keeps it)", s, precision, scale)
 }
 
 // ParseBytea decodes bytea's hex text form (\x0102...).
@@ -264,13 +291,11 @@ func bc(s string) (string, bool) {
 	return s, false
 }
 
-// ParseDate returns days since 1970-01-01 (DateInfinity and DateMinusInfinity for ±infinity).
+// ParseDate returns days since 1970-01-01; every finite PostgreSQL date fits date32, ±infinity does not.
 func ParseDate(s string) (int32, error) {
 	switch s {
-	case "infinity":
-		return DateInfinity, nil
-	case "-infinity":
-		return DateMinusInfinity, nil
+	case "infinity", "-infinity":
+		return 0, values.Unrepresentablef(s, "date %s has no date32 value", s)
 	}
 	s2, isBC := bc(s)
 	y, m, d, rest, err := parseYMD(s2)
@@ -328,13 +353,11 @@ func ParseTime(s string) (int64, error) {
 }
 
 // ParseTimestamp returns microseconds since 1970-01-01 00:00:00 UTC for timestamp and timestamptz text forms
-// (an offset, if present, is applied; TSInfinity and TSMinusInfinity stand for ±infinity).
+// (an offset, if present, is applied). ±infinity and instants past int64 microseconds are Unrepresentable.
 func ParseTimestamp(s string) (int64, error) {
 	switch s {
-	case "infinity":
-		return TSInfinity, nil
-	case "-infinity":
-		return TSMinusInfinity, nil
+	case "infinity", "-infinity":
+		return 0, values.Unrepresentablef(s, "timestamp %s has no timestamp[us] value", s)
 	}
 	s2, isBC := bc(s)
 	y, m, d, rest, err := parseYMD(s2)
@@ -375,12 +398,29 @@ func ParseTimestamp(s string) (int64, error) {
 	if isBC {
 		y = 1 - y
 	}
-	days := daysFromCivil(y, m, d)
-	// Days beyond what int64 microseconds can hold (about year 294 247) are out of range for Arrow.
-	if days > math.MaxInt64/int64(86400e6)-1 || days < math.MinInt64/int64(86400e6)+1 {
-		return 0, fmt.Errorf("timestamp %q is outside the range of timestamp[us]", s)
+	// The same bound as the binary decoder's, to the microsecond: whatever one accepts, so does the other.
+	v, ok := timestampMicros(daysFromCivil(y, m, d), us-offset)
+	if !ok {
+		return 0, outOfRange(s)
 	}
-	return days*86400e6 + us - offset, nil
+	return v, nil
+}
+
+// timestampMicros is days·86 400 000 000 + us, and false when that is outside int64.
+func timestampMicros(days, us int64) (int64, bool) {
+	const day = int64(86400e6)
+	if days > math.MaxInt64/day || days < math.MinInt64/day {
+		return 0, false
+	}
+	d := days * day
+	if (us > 0 && d > math.MaxInt64-us) || (us < 0 && d < math.MinInt64-us) {
+		return 0, false
+	}
+	return d + us, true
+}
+
+func outOfRange(s string) error {
+	return values.Unrepresentablef(s, "timestamp %s is outside the range of timestamp[us] (294247-01-10 04:00:54.775807 UTC at most)", s)
 }
 
 // ParseInterval parses the iso_8601 IntervalStyle (P1Y2M3DT4H5M6.5S, each part possibly negative).
@@ -469,6 +509,8 @@ func ParseInterval(s string) (arrow.MonthDayNanoInterval, error) {
 	return out, nil
 }
 
+const errMultiDim = "multi-dimensional arrays are not supported"
+
 // ParseArray splits a one-dimensional array's text form into its elements (nil for NULL). A dimension
 // decoration ([0:2]={...}) is dropped: Arrow lists start at 0.
 func ParseArray(s string) ([]*string, error) {
@@ -478,7 +520,7 @@ func ParseArray(s string) ([]*string, error) {
 			return nil, fmt.Errorf("array %q: bad dimension decoration", s)
 		}
 		if strings.Count(s[:i], "[") > 1 {
-			return nil, fmt.Errorf("array %.40q: multi-dimensional arrays are not supported", s)
+			return nil, fmt.Errorf("array %.40q: "+errMultiDim, s)
 		}
 		s = s[i+1:]
 	}
@@ -493,7 +535,7 @@ func ParseArray(s string) ([]*string, error) {
 	i := 0
 	for {
 		if i < len(body) && body[i] == '{' {
-			return nil, fmt.Errorf("array %.40q: multi-dimensional arrays are not supported", s)
+			return nil, fmt.Errorf("array %.40q: "+errMultiDim, s)
 		}
 		var (
 			b      strings.Builder

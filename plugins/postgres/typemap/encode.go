@@ -303,12 +303,6 @@ func appendYear(buf []byte, y int64) ([]byte, bool) {
 
 // AppendDate formats days since 1970-01-01 as a date (ISO, with BC for years before 1).
 func AppendDate(buf []byte, days int64) []byte {
-	switch days {
-	case DateInfinity:
-		return append(buf, "infinity"...)
-	case DateMinusInfinity:
-		return append(buf, "-infinity"...)
-	}
 	y, m, d := civilFromDays(days)
 	buf, isBC := appendYear(buf, y)
 	buf = fmt.Appendf(buf, "-%02d-%02d", m, d)
@@ -329,12 +323,6 @@ func appendClock(buf []byte, us int64) []byte {
 
 // AppendTimestamp formats a timestamp of any unit (UTC, with +00 when tz) at microsecond precision.
 func AppendTimestamp(buf []byte, v arrow.Timestamp, unit arrow.TimeUnit, tz bool) []byte {
-	if int64(v) == TSInfinity {
-		return append(buf, "infinity"...)
-	}
-	if int64(v) == TSMinusInfinity {
-		return append(buf, "-infinity"...)
-	}
 	var us int64
 	switch unit {
 	case arrow.Second:
