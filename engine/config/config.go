@@ -30,8 +30,16 @@ type Config struct {
 	Registries  []*Registry
 	Connections []*Connection
 	Pipelines   []*Pipeline
+	Metrics     MetricsConfig
 
 	pos map[string]Pos
+}
+
+// MetricsConfig is the top-level `metrics:` key: where `skippr sync` serves /metrics, /healthz and /readyz.
+type MetricsConfig struct {
+	// Addr is host:port as written; "" serves nothing.
+	Addr string
+	Pos  Pos
 }
 
 // Connection returns the connection with the given name.

@@ -693,7 +693,10 @@ type Checkpoint struct {
 	// Source lag in milliseconds (the age of the newest change read), 0 when unknown or caught up.
 	LagMs int64 `protobuf:"varint,4,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
 	// Caught up: the source has nothing more right now (used by `sync --once`).
-	Idle          bool `protobuf:"varint,5,opt,name=idle,proto3" json:"idle,omitempty"`
+	Idle bool `protobuf:"varint,5,opt,name=idle,proto3" json:"idle,omitempty"`
+	// The source's own figures (a replication slot's retained WAL, snapshot progress per table) as of this
+	// checkpoint; the engine exposes each as the gauge skippr_source_<name> with these labels.
+	Metrics       []*Metric `protobuf:"bytes,6,rep,name=metrics,proto3" json:"metrics,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -763,6 +766,82 @@ func (x *Checkpoint) GetIdle() bool {
 	return false
 }
 
+func (x *Checkpoint) GetMetrics() []*Metric {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+// Metric is one gauge a plugin reports: name matches [a-z_][a-z0-9_]*; a state is a labelled gauge set to 1.
+type Metric struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Help          string                 `protobuf:"bytes,4,opt,name=help,proto3" json:"help,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Metric) Reset() {
+	*x = Metric{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Metric) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Metric) ProtoMessage() {}
+
+func (x *Metric) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Metric.ProtoReflect.Descriptor instead.
+func (*Metric) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Metric) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Metric) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *Metric) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Metric) GetHelp() string {
+	if x != nil {
+		return x.Help
+	}
+	return ""
+}
+
 type ReadMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -777,7 +856,7 @@ type ReadMessage struct {
 
 func (x *ReadMessage) Reset() {
 	*x = ReadMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +868,7 @@ func (x *ReadMessage) String() string {
 func (*ReadMessage) ProtoMessage() {}
 
 func (x *ReadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +881,7 @@ func (x *ReadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMessage.ProtoReflect.Descriptor instead.
 func (*ReadMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadMessage) GetMsg() isReadMessage_Msg {
@@ -870,7 +949,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +961,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +974,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AckRequest) GetCheckpoint() []byte {
@@ -913,7 +992,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1004,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1017,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 type CapabilitiesRequest struct {
@@ -950,7 +1029,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1041,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1054,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CapabilitiesRequest) GetSettings() []byte {
@@ -997,7 +1076,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1088,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1101,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CapabilitiesResponse) GetExactlyOnce() bool {
@@ -1064,7 +1143,7 @@ type ApplyHeader struct {
 
 func (x *ApplyHeader) Reset() {
 	*x = ApplyHeader{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1155,7 @@ func (x *ApplyHeader) String() string {
 func (*ApplyHeader) ProtoMessage() {}
 
 func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1168,7 @@ func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyHeader.ProtoReflect.Descriptor instead.
 func (*ApplyHeader) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApplyHeader) GetSettings() []byte {
@@ -1127,7 +1206,7 @@ type ApplyMessage struct {
 
 func (x *ApplyMessage) Reset() {
 	*x = ApplyMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1218,7 @@ func (x *ApplyMessage) String() string {
 func (*ApplyMessage) ProtoMessage() {}
 
 func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1231,7 @@ func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyMessage.ProtoReflect.Descriptor instead.
 func (*ApplyMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ApplyMessage) GetMsg() isApplyMessage_Msg {
@@ -1221,7 +1300,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1312,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1325,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApplyResponse) GetSkipped() bool {
@@ -1273,7 +1352,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1364,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1377,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LastAppliedRequest) GetSettings() []byte {
@@ -1325,7 +1404,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1416,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1429,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LastAppliedResponse) GetSequence() uint64 {
@@ -1376,7 +1455,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1467,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1480,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TeardownRequest) GetSettings() []byte {
@@ -1421,7 +1500,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1512,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1525,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TeardownResponse) GetReleased() []string {
@@ -1497,7 +1576,7 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x04last\x18\x04 \x01(\bR\x04last\x12\x1b\n" +
 	"\tschema_id\x18\x05 \x01(\tR\bschemaId\"@\n" +
 	"\fSchemaChange\x120\n" +
-	"\x06stream\x18\x01 \x01(\v2\x18.skippr.plugin.v1.StreamR\x06stream\"\x8f\x01\n" +
+	"\x06stream\x18\x01 \x01(\v2\x18.skippr.plugin.v1.StreamR\x06stream\"\xc3\x01\n" +
 	"\n" +
 	"Checkpoint\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\fR\bposition\x12\x1b\n" +
@@ -1505,7 +1584,16 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"rows_total\x18\x03 \x01(\x03R\trowsTotal\x12\x15\n" +
 	"\x06lag_ms\x18\x04 \x01(\x03R\x05lagMs\x12\x12\n" +
-	"\x04idle\x18\x05 \x01(\bR\x04idle\"\xbf\x01\n" +
+	"\x04idle\x18\x05 \x01(\bR\x04idle\x122\n" +
+	"\ametrics\x18\x06 \x03(\v2\x18.skippr.plugin.v1.MetricR\ametrics\"\xbf\x01\n" +
+	"\x06Metric\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\x12<\n" +
+	"\x06labels\x18\x03 \x03(\v2$.skippr.plugin.v1.Metric.LabelsEntryR\x06labels\x12\x12\n" +
+	"\x04help\x18\x04 \x01(\tR\x04help\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbf\x01\n" +
 	"\vReadMessage\x12/\n" +
 	"\x05batch\x18\x01 \x01(\v2\x17.skippr.plugin.v1.ChunkH\x00R\x05batch\x128\n" +
 	"\x06schema\x18\x02 \x01(\v2\x1e.skippr.plugin.v1.SchemaChangeH\x00R\x06schema\x12>\n" +
@@ -1585,7 +1673,7 @@ func file_skippr_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_skippr_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(Kind)(0),                    // 0: skippr.plugin.v1.Kind
 	(SyncMode)(0),                // 1: skippr.plugin.v1.SyncMode
@@ -1600,55 +1688,59 @@ var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(*Chunk)(nil),                // 10: skippr.plugin.v1.Chunk
 	(*SchemaChange)(nil),         // 11: skippr.plugin.v1.SchemaChange
 	(*Checkpoint)(nil),           // 12: skippr.plugin.v1.Checkpoint
-	(*ReadMessage)(nil),          // 13: skippr.plugin.v1.ReadMessage
-	(*AckRequest)(nil),           // 14: skippr.plugin.v1.AckRequest
-	(*AckResponse)(nil),          // 15: skippr.plugin.v1.AckResponse
-	(*CapabilitiesRequest)(nil),  // 16: skippr.plugin.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil), // 17: skippr.plugin.v1.CapabilitiesResponse
-	(*ApplyHeader)(nil),          // 18: skippr.plugin.v1.ApplyHeader
-	(*ApplyMessage)(nil),         // 19: skippr.plugin.v1.ApplyMessage
-	(*ApplyResponse)(nil),        // 20: skippr.plugin.v1.ApplyResponse
-	(*LastAppliedRequest)(nil),   // 21: skippr.plugin.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),  // 22: skippr.plugin.v1.LastAppliedResponse
-	(*TeardownRequest)(nil),      // 23: skippr.plugin.v1.TeardownRequest
-	(*TeardownResponse)(nil),     // 24: skippr.plugin.v1.TeardownResponse
-	nil,                          // 25: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	(*Metric)(nil),               // 13: skippr.plugin.v1.Metric
+	(*ReadMessage)(nil),          // 14: skippr.plugin.v1.ReadMessage
+	(*AckRequest)(nil),           // 15: skippr.plugin.v1.AckRequest
+	(*AckResponse)(nil),          // 16: skippr.plugin.v1.AckResponse
+	(*CapabilitiesRequest)(nil),  // 17: skippr.plugin.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil), // 18: skippr.plugin.v1.CapabilitiesResponse
+	(*ApplyHeader)(nil),          // 19: skippr.plugin.v1.ApplyHeader
+	(*ApplyMessage)(nil),         // 20: skippr.plugin.v1.ApplyMessage
+	(*ApplyResponse)(nil),        // 21: skippr.plugin.v1.ApplyResponse
+	(*LastAppliedRequest)(nil),   // 22: skippr.plugin.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),  // 23: skippr.plugin.v1.LastAppliedResponse
+	(*TeardownRequest)(nil),      // 24: skippr.plugin.v1.TeardownRequest
+	(*TeardownResponse)(nil),     // 25: skippr.plugin.v1.TeardownResponse
+	nil,                          // 26: skippr.plugin.v1.Metric.LabelsEntry
+	nil,                          // 27: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 }
 var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: skippr.plugin.v1.SpecResponse.kind:type_name -> skippr.plugin.v1.Kind
 	1,  // 1: skippr.plugin.v1.Stream.modes:type_name -> skippr.plugin.v1.SyncMode
 	7,  // 2: skippr.plugin.v1.DiscoverResponse.streams:type_name -> skippr.plugin.v1.Stream
 	7,  // 3: skippr.plugin.v1.SchemaChange.stream:type_name -> skippr.plugin.v1.Stream
-	10, // 4: skippr.plugin.v1.ReadMessage.batch:type_name -> skippr.plugin.v1.Chunk
-	11, // 5: skippr.plugin.v1.ReadMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
-	12, // 6: skippr.plugin.v1.ReadMessage.checkpoint:type_name -> skippr.plugin.v1.Checkpoint
-	18, // 7: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
-	10, // 8: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
-	11, // 9: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
-	25, // 10: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
-	2,  // 11: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
-	4,  // 12: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
-	6,  // 13: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
-	9,  // 14: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
-	14, // 15: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
-	16, // 16: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
-	19, // 17: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
-	21, // 18: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
-	23, // 19: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
-	3,  // 20: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
-	5,  // 21: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
-	8,  // 22: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
-	13, // 23: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
-	15, // 24: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
-	17, // 25: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
-	20, // 26: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
-	22, // 27: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
-	24, // 28: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 4: skippr.plugin.v1.Checkpoint.metrics:type_name -> skippr.plugin.v1.Metric
+	26, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
+	10, // 6: skippr.plugin.v1.ReadMessage.batch:type_name -> skippr.plugin.v1.Chunk
+	11, // 7: skippr.plugin.v1.ReadMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
+	12, // 8: skippr.plugin.v1.ReadMessage.checkpoint:type_name -> skippr.plugin.v1.Checkpoint
+	19, // 9: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
+	10, // 10: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
+	11, // 11: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
+	27, // 12: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	2,  // 13: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
+	4,  // 14: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
+	6,  // 15: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
+	9,  // 16: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
+	15, // 17: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
+	17, // 18: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
+	20, // 19: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
+	22, // 20: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
+	24, // 21: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
+	3,  // 22: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
+	5,  // 23: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
+	8,  // 24: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
+	14, // 25: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
+	16, // 26: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
+	18, // 27: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
+	21, // 28: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
+	23, // 29: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
+	25, // 30: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
+	22, // [22:31] is the sub-list for method output_type
+	13, // [13:22] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_skippr_plugin_v1_plugin_proto_init() }
@@ -1656,12 +1748,12 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 	if File_skippr_plugin_v1_plugin_proto != nil {
 		return
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[11].OneofWrappers = []any{
+	file_skippr_plugin_v1_plugin_proto_msgTypes[12].OneofWrappers = []any{
 		(*ReadMessage_Batch)(nil),
 		(*ReadMessage_Schema)(nil),
 		(*ReadMessage_Checkpoint)(nil),
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[17].OneofWrappers = []any{
+	file_skippr_plugin_v1_plugin_proto_msgTypes[18].OneofWrappers = []any{
 		(*ApplyMessage_Header)(nil),
 		(*ApplyMessage_Batch)(nil),
 		(*ApplyMessage_Schema)(nil),
@@ -1672,7 +1764,7 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
