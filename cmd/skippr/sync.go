@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/metrics"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
 	"github.com/skippr-dev/skippr/engine/wal"
@@ -37,6 +38,7 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry: refuse to start a plugin that is not installed"},
 			&cli.BoolFlag{Name: "wait-lock", Usage: "when another writer holds the WAL, wait for its lease to expire instead of exiting (for restarts after a crash)"},
 			&cli.DurationFlag{Name: "progress-every", Value: 5 * time.Second, Usage: "how often to log progress"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve /metrics (Prometheus), /healthz and /readyz on this host:port (overrides metrics.addr in the config; port 0 picks a free one, logged)"},
 		},
 		Action: func(c *cli.Context) error {
 			cfg, pipes, err := configuredPipelines(c, g)
@@ -44,6 +46,12 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 				return err
 			}
 			host, err := newHost(c, g, cfg, c.Bool("offline"))
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithCancel(c.Context)
+			defer cancel()
+			reg, err := serveMetrics(ctx, g, cfg, c.String("metrics-addr"))
 			if err != nil {
 				return err
 			}
@@ -56,7 +64,7 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					s := &supervisor{g: g, cfg: cfg, p: p, host: host, once: c.Bool("once"), waitLock: c.Bool("wait-lock"), progressEvery: c.Duration("progress-every")}
+					s := &supervisor{g: g, cfg: cfg, p: p, host: host, once: c.Bool("once"), waitLock: c.Bool("wait-lock"), progressEvery: c.Duration("progress-every"), m: reg.Pipeline(p.Name)}
 					if err := s.run(c.Context); err != nil {
 						mu.Lock()
 						errs = append(errs, err)
@@ -118,6 +126,7 @@ type supervisor struct {
 	once          bool
 	waitLock      bool
 	progressEvery time.Duration
+	m             *metrics.Pipeline
 }
 
 const (
@@ -135,15 +144,19 @@ func (s *supervisor) run(ctx context.Context) error {
 		err := s.runOnce(ctx, log)
 		switch {
 		case err == nil:
+			s.m.Stopped()
 			return nil
 		case ctx.Err() != nil:
+			s.m.Stopped()
 			log.Info("stopped")
 			return nil
 		case s.waitLock && errors.Is(err, wal.ErrLocked):
 			log.Warn("WAL held by another writer; waiting for its lease to expire", "err", err)
 		case permanent(err):
+			s.m.Failed(err)
 			return err
 		}
+		s.m.Restarting(err)
 		if time.Since(started) > healthyRunTime {
 			backoff = minBackoff
 		}
@@ -191,6 +204,7 @@ func (s *supervisor) runOnce(ctx context.Context, log *slog.Logger) (err error) 
 		ApplyPaused:       s.p.Apply.Paused,
 		Once:              s.once,
 		Logger:            log,
+		Observer:          s.m,
 	}
 	for _, name := range s.p.Destinations {
 		cn, _ := s.cfg.Connection(name)
@@ -219,6 +233,7 @@ func (s *supervisor) runOnce(ctx context.Context, log *slog.Logger) (err error) 
 	statusPath := statusFile(s.g.Home, s.p.Name)
 	var lastLog time.Time
 	pc.OnStatus = func(st pipeline.Status) {
+		s.m.Status(st)
 		if err := writeStatus(statusPath, st); err != nil {
 			log.Warn("write status", "err", err)
 		}
@@ -229,6 +244,29 @@ func (s *supervisor) runOnce(ctx context.Context, log *slog.Logger) (err error) 
 	}
 	log.Info("pipeline started", "source", srcConn.Name, "destinations", s.p.Destinations, "wal", wl.URL(), "delivery", s.p.Delivery)
 	return pipeline.Run(ctx, pc)
+}
+
+// serveMetrics makes the process's metrics registry and, when an address is set (the flag wins over the
+// config), serves it until ctx ends.
+func serveMetrics(ctx context.Context, g *globals, cfg *config.Config, addr string) (*metrics.Registry, error) {
+	reg := metrics.New(g.Log)
+	if addr == "" {
+		addr = cfg.Metrics.Addr
+	}
+	if addr == "" {
+		return reg, nil
+	}
+	ln, err := reg.Listen(ctx, addr)
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	g.Log.Info("metrics listening", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
+	go func() {
+		if err := reg.Serve(ctx, ln); err != nil {
+			g.Log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return reg, nil
 }
 
 func logProgress(log *slog.Logger, st pipeline.Status) {
