@@ -18,12 +18,14 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/metrics"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
 	"github.com/skippr-dev/skippr/engine/redact"
 	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/engine/supervise"
 	"github.com/skippr-dev/skippr/engine/wal"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 )
 
@@ -48,6 +50,7 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 			&cli.BoolFlag{Name: "wait-lock", Usage: "when another writer holds the WAL, wait for its lease to expire instead of exiting (for restarts after a crash)"},
 			&cli.DurationFlag{Name: "progress-every", Value: 5 * time.Second, Usage: "how often to log progress"},
 			&cli.DurationFlag{Name: "stop-timeout", Value: shutdown.DefaultGrace, Usage: "after SIGTERM/SIGINT, how long the WAL commit and applies in flight may take to finish before sync stops at once (a second signal stops at once too)"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve /metrics (Prometheus), /healthz and /readyz on this host:port (overrides metrics.addr in the config; port 0 picks a free one, logged)"},
 		},
 		Action: func(c *cli.Context) error {
 			shutdown.SetGrace(c.Context, c.Duration("stop-timeout"))
@@ -56,6 +59,12 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 				return err
 			}
 			host, err := newHost(c, g, cfg, c.Bool("offline"))
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithCancel(c.Context)
+			defer cancel()
+			reg, err := serveMetrics(ctx, g, cfg, c.String("metrics-addr"))
 			if err != nil {
 				return err
 			}
@@ -69,7 +78,7 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 				go func() {
 					defer wg.Done()
 					s := &pipelineRun{g: g, cfg: cfg, p: p, host: host, once: c.Bool("once"), progress: c.Duration("progress-every"),
-						status: newStatusWriter(g, p)}
+						status: newStatusWriter(g, p), m: reg.Pipeline(p.Name)}
 					if err := s.supervise(c.Context, c.Bool("wait-lock")); err != nil {
 						mu.Lock()
 						errs = append(errs, err)
@@ -131,22 +140,39 @@ type pipelineRun struct {
 	once     bool
 	status   *statusWriter
 	progress time.Duration
+	m        *metrics.Pipeline
 }
 
 const exitLocked = 5
 
 func (s *pipelineRun) supervise(ctx context.Context, waitLock bool) error {
 	log := s.g.Log.With("pipeline", s.p.Name)
-	return supervise.Run(ctx, supervise.Config{
+	err := supervise.Run(ctx, supervise.Config{
 		Name:      s.p.Name,
 		Run:       func(ctx context.Context) error { return s.runOnce(ctx, log) },
 		Once:      s.once,
 		WaitLock:  waitLock,
 		Progress:  s.status.progress,
 		Permanent: codedExit,
-		OnFault:   s.status.fault,
+		OnFault:   s.fault,
 		Logger:    log,
 	})
+	if err == nil {
+		s.m.Stopped()
+	}
+	return err
+}
+
+// fault records a supervisor's verdict in the status file and the metrics.
+func (s *pipelineRun) fault(state string, f pipeline.Fault) {
+	s.status.fault(state, f)
+	err := fault.New(fault.ParseClass(f.Class), errors.New(f.Message), f.Fix)
+	switch state {
+	case pipeline.StateFailed:
+		s.m.Failed(err)
+	case pipeline.StateRetrying:
+		s.m.Restarting(err)
+	}
 }
 
 // codedExit: errors that carry an exit code of their own (bad config, plugin not found, verification) need a
@@ -180,6 +206,7 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		ApplyPaused:       s.p.Apply.Paused,
 		Once:              s.once,
 		Logger:            log,
+		Observer:          s.m,
 	}
 	for _, name := range s.p.Destinations {
 		cn, _ := s.cfg.Connection(name)
@@ -207,6 +234,7 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 	pc.Log = wl
 	var lastLog time.Time
 	pc.OnStatus = func(st pipeline.Status) {
+		s.m.Status(st)
 		s.status.publish(st)
 		if time.Since(lastLog) >= s.progress {
 			lastLog = time.Now()
@@ -215,6 +243,29 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 	}
 	log.Info("pipeline started", "source", srcConn.Name, "destinations", s.p.Destinations, "wal", wl.URL(), "delivery", s.p.Delivery)
 	return pipeline.Run(ctx, pc)
+}
+
+// serveMetrics makes the process's metrics registry and, when an address is set (the flag wins over the
+// config), serves it until ctx ends.
+func serveMetrics(ctx context.Context, g *globals, cfg *config.Config, addr string) (*metrics.Registry, error) {
+	reg := metrics.New(g.Log)
+	if addr == "" {
+		addr = cfg.Metrics.Addr
+	}
+	if addr == "" {
+		return reg, nil
+	}
+	ln, err := reg.Listen(ctx, addr)
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	g.Log.Info("metrics listening", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
+	go func() {
+		if err := reg.Serve(ctx, ln); err != nil {
+			g.Log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return reg, nil
 }
 
 func logProgress(log *slog.Logger, st pipeline.Status) {

@@ -30,6 +30,7 @@ type Config struct {
 	Registries  []*Registry
 	Connections []*Connection
 	Pipelines   []*Pipeline
+	Metrics     MetricsConfig
 
 	pos     map[string]Pos
 	secrets map[string]string
@@ -38,6 +39,13 @@ type Config struct {
 // Secrets returns the environment variables the file interpolated, name → value: every one is secret (see
 // doc.go), and whatever skippr prints must show ${NAME} instead of the value.
 func (c *Config) Secrets() map[string]string { return c.secrets }
+
+// MetricsConfig is the top-level `metrics:` key: where `skippr sync` serves /metrics, /healthz and /readyz.
+type MetricsConfig struct {
+	// Addr is host:port as written; "" serves nothing.
+	Addr string
+	Pos  Pos
+}
 
 // Connection returns the connection with the given name.
 func (c *Config) Connection(name string) (*Connection, bool) {

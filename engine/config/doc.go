@@ -34,8 +34,13 @@
 //
 // # Top level
 //
-// Three keys, all optional: registries, connections, pipelines. Any other key is an
+// Four keys, all optional: registries, connections, pipelines, metrics. Any other key is an
 // error. An empty file (or one holding only comments) is a valid, empty config.
+//
+// # metrics
+//
+// A mapping with one key, addr: the host:port where `skippr sync` serves /metrics, /healthz and
+// /readyz (docs/metrics.md); port 0 picks a free one. The --metrics-addr flag overrides it.
 //
 // # registries
 //

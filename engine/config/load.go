@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -69,7 +70,10 @@ func (l *loader) config(root *yaml.Node) *Config {
 	if root == nil {
 		return cfg
 	}
-	top := l.object(root, "", l.at(root), "registries", "connections", "pipelines")
+	top := l.object(root, "", l.at(root), "registries", "connections", "pipelines", "metrics")
+	if e, ok := top.get("metrics"); ok {
+		l.metrics(&cfg.Metrics, e)
+	}
 	if e, ok := top.get("registries"); ok {
 		cfg.Registries = l.registries(e)
 	}
@@ -82,6 +86,22 @@ func (l *loader) config(root *yaml.Node) *Config {
 	}
 	l.checkWALOverlap(cfg)
 	return cfg
+}
+
+// metrics reads `metrics: {addr: host:port}`; the address is checked when the server listens.
+func (l *loader) metrics(m *MetricsConfig, e entry) {
+	m.Pos = e.pos
+	o := l.object(e.val, e.path, e.pos, "addr")
+	if !o.ok {
+		return
+	}
+	if addr, _, ae, ok := o.str("addr"); ok {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			l.errorf(ae.pos, ae.path, "%q is not host:port (for example 127.0.0.1:9464): %v", addr, err)
+			return
+		}
+		m.Addr = addr
+	}
 }
 
 func (l *loader) registries(e entry) []*Registry {

@@ -267,6 +267,11 @@ func TestLoadErrors(t *testing.T) {
 			want: []string{`FILE:9:1: pipeline: unknown key; did you mean "pipelines"?`},
 		},
 		{
+			name: "metrics address without a port",
+			body: base + "metrics: {addr: localhost}\n",
+			want: []string{`FILE:9:11: metrics.addr: "localhost" is not host:port (for example 127.0.0.1:9464): address localhost: missing port in address`},
+		},
+		{
 			name: "unknown key in a flow mapping deep down",
 			body: base + "    apply: {pasued: true}\n",
 			want: []string{`FILE:9:13: pipelines.orders.apply.pasued: unknown key; did you mean "paused"?`},
@@ -301,7 +306,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "wrong type: whole document",
 			body: "just a string\n",
-			want: []string{`FILE:1:1: want a mapping with keys registries, connections, pipelines; got a string`},
+			want: []string{`FILE:1:1: want a mapping with keys registries, connections, pipelines, metrics; got a string`},
 		},
 		{
 			name: "bad enum",

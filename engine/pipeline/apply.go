@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
@@ -56,10 +57,12 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 				// A corrupt or missing segment stops apply: skipping it would lose data silently.
 				return fmt.Errorf("pipeline %s: destination %s: apply stopped: %w", cfg.Name, d.Name, &EntryError{Seq: e.Seq, Segment: e.Segment, Err: err})
 			}
+			start := time.Now()
 			resp, err := d.Plugin.Apply(ctx, d.Settings, cfg.Name, e.Seq, items(frames))
 			if err != nil {
 				return fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
 			}
+			cfg.Observer.Applied(d.Name, entryOf(e, frames), resp.Skipped, time.Since(start))
 			applied = e.Seq
 			r.log.Debug("applied", "destination", d.Name, "seq", e.Seq, "rows", resp.Rows, "skipped", resp.Skipped)
 			if err := r.advance(ctx, i, e.Seq, resp.Rows); err != nil {

@@ -77,6 +77,8 @@ type Config struct {
 	// OnStatus, if set, receives a snapshot whenever the status changes (at most every StatusEvery).
 	OnStatus    func(Status)
 	StatusEvery time.Duration
+	// Observer, if set, sees reads, commits and applies as they happen.
+	Observer Observer
 }
 
 // Defaults chosen by measurement (BENCHMARKS.md): 8 MiB entries amortise an fsync (local) or two PUTs (S3)
@@ -126,6 +128,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.StatusEvery <= 0 {
 		cfg.StatusEvery = time.Second
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
 	}
 	lg := cfg.Logger
 	if lg == nil {
@@ -231,6 +236,11 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 		r.applied[i] = max(la.Sequence, head.ReclaimedThrough)
 		r.log.Info("destination resumes", "destination", d.Name, "applied", r.applied[i], "committed", head.LastSeq)
 	}
+	applied := map[string]uint64{}
+	for i, d := range cfg.Destinations {
+		applied[d.Name] = r.applied[i]
+	}
+	cfg.Observer.Started(entries, applied)
 	r.status = Status{Pipeline: cfg.Name, PID: os.Getpid(), State: "running", WAL: WALStatus{URL: cfg.Log.URL()}}
 	if cfg.ApplyPaused {
 		r.status.State = "apply paused"

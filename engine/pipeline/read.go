@@ -194,6 +194,7 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 			switch {
 			case m.Batch != nil:
 				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameBatch, Stream: m.Batch.Stream, Rows: m.Batch.Rows, Data: m.Batch.IPC})
+				cfg.Observer.Read(m.Batch.Stream, m.Batch.Rows, int64(len(m.Batch.IPC)))
 				g.idle = false
 			case m.Schema != nil:
 				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameSchema, Stream: m.Schema.Name, Data: m.Schema.ArrowSchema})
@@ -244,6 +245,7 @@ func (r *runner) commit(ctx context.Context, frames []wal.Frame, cp *pluginv1.Ch
 		return rec, fmt.Errorf("pipeline %s: source %s: ack WAL entry %d: %w", cfg.Name, cfg.Source.Name, rec.Seq, err)
 	}
 	r.log.Debug("committed", "seq", rec.Seq, "bytes", rec.Size, "took", time.Since(start))
+	cfg.Observer.Committed(entryOf(rec, frames), time.Since(start))
 	return rec, nil
 }
 
@@ -335,6 +337,7 @@ func (r *runner) sourceProgress(cp *pluginv1.Checkpoint) {
 	r.mu.Lock()
 	r.status.Source = SourceStatus{Checkpoint: displayCheckpoint(cp.Position), RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMS: cp.LagMs, Idle: cp.Idle}
 	r.mu.Unlock()
+	r.cfg.Observer.Checkpoint(sourceCheckpoint(cp))
 	r.publish(false)
 }
 

@@ -80,6 +80,19 @@ type Checkpoint struct {
 	// Idle says the source has nothing more for now (`skippr sync --once` stops at the first idle checkpoint
 	// once it is applied).
 	Idle bool
+	// Metrics are the source's own gauges as of this checkpoint (see Metric).
+	Metrics []Metric
+}
+
+// Metric is a gauge a source reports on a checkpoint; the engine exposes it as skippr_source_<Name> with the
+// pipeline's name and Labels. Name and label names match [a-z_][a-z0-9_]*; the engine drops (and logs once) a
+// malformed one. A state is a gauge set to 1 with the state as a label (wal_status="reserved"). Each checkpoint
+// that carries a name replaces every series of that name, so a state that ended disappears.
+type Metric struct {
+	Name   string
+	Value  float64
+	Labels map[string]string
+	Help   string
 }
 
 // Emitter carries what a source reads to the engine. Its methods are safe for concurrent use, but the order

@@ -176,8 +176,13 @@ func (e *emitter) Truncate(ctx context.Context, stream string) error {
 func (e *emitter) Checkpoint(ctx context.Context, cp Checkpoint) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	var metrics []*pluginv1.Metric
+	for _, m := range cp.Metrics {
+		metrics = append(metrics, &pluginv1.Metric{Name: m.Name, Value: m.Value, Labels: m.Labels, Help: m.Help})
+	}
 	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Checkpoint{Checkpoint: &pluginv1.Checkpoint{
 		Position: cp.Position, RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMs: cp.LagMS, Idle: cp.Idle,
+		Metrics: metrics,
 	}}})
 }
 

@@ -42,6 +42,8 @@ type reader struct {
 	announced map[string]string
 	// emitted says data (batches or schema changes) went out since the last checkpoint.
 	emitted bool
+	// slot is what the heartbeat last read of the slot, for the metrics on checkpoints.
+	slot slotFigures
 }
 
 // Read emits the snapshot (when the position is in it, or there is none) and then streams changes.
@@ -315,6 +317,9 @@ func (r *reader) heartbeat(ctx context.Context) error {
 		)
 		err := r.pool.QueryRow(qctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, wal_status FROM pg_replication_slots WHERE slot_name = $1`,
 			r.cfg.Slot).Scan(&retained, &walStatus)
+		if err == nil {
+			r.slot.set(retained, walStatus)
+		}
 		if err == nil && walStatus != nil && *walStatus == "lost" {
 			cancel()
 			return fault.ResnapshotErr(fmt.Errorf("replication slot %s has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size): it cannot continue; drop it and sync again from a snapshot", r.cfg.Slot),

@@ -73,7 +73,7 @@ func (r *reader) snapshot(ctx context.Context, tx pgx.Tx, pos *Position) (*Posit
 		return nil, r.cfg.Explain(err)
 	}
 	done := Position{V: positionVersion, Phase: PhaseStream, Slot: next.Slot, LSN: next.LSN, Tables: next.Tables, Overlap: next.Overlap}
-	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: done.Encode(), RowsDone: next.Rows, RowsTotal: next.Rows}); err != nil {
+	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: done.Encode(), RowsDone: next.Rows, RowsTotal: next.Rows, Metrics: r.snapshotMetrics(&next)}); err != nil {
 		return nil, err
 	}
 	r.emitted = false
@@ -231,7 +231,7 @@ func (r *reader) emitChunk(ctx context.Context, t *table, c chunk, next *Positio
 	next.Rows += int64(c.rows)
 	next.Table = name
 	next.Progress[name] = TableProgress{Key: c.last, Rows: next.Progress[name].Rows + int64(c.rows)}
-	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: next.Encode(), RowsDone: next.Rows, RowsTotal: max(total, next.Rows)}); err != nil {
+	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: next.Encode(), RowsDone: next.Rows, RowsTotal: max(total, next.Rows), Metrics: r.snapshotMetrics(next)}); err != nil {
 		return err
 	}
 	r.emitted = false

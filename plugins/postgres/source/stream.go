@@ -413,7 +413,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		}
 		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) {
 			cp := p.position()
-			if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true}); err != nil {
+			if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true, Metrics: r.slot.metrics(r.cfg.Slot)}); err != nil {
 				return err
 			}
 			p.lastCP, p.lastIdle = p.pos, true
@@ -440,7 +440,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		}
 		cp := p.position()
 		lag := time.Since(m.CommitTime).Milliseconds()
-		if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, LagMS: max(lag, 0)}); err != nil {
+		if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, LagMS: max(lag, 0), Metrics: r.slot.metrics(r.cfg.Slot)}); err != nil {
 			return err
 		}
 		r.emitted = false

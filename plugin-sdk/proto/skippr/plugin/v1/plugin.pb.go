@@ -693,7 +693,10 @@ type Checkpoint struct {
 	// Source lag in milliseconds (the age of the newest change read), 0 when unknown or caught up.
 	LagMs int64 `protobuf:"varint,4,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
 	// Caught up: the source has nothing more right now (used by `sync --once`).
-	Idle          bool `protobuf:"varint,5,opt,name=idle,proto3" json:"idle,omitempty"`
+	Idle bool `protobuf:"varint,5,opt,name=idle,proto3" json:"idle,omitempty"`
+	// The source's own figures (a replication slot's retained WAL, snapshot progress per table) as of this
+	// checkpoint; the engine exposes each as the gauge skippr_source_<name> with these labels.
+	Metrics       []*Metric `protobuf:"bytes,6,rep,name=metrics,proto3" json:"metrics,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -763,6 +766,82 @@ func (x *Checkpoint) GetIdle() bool {
 	return false
 }
 
+func (x *Checkpoint) GetMetrics() []*Metric {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+// Metric is one gauge a plugin reports: name matches [a-z_][a-z0-9_]*; a state is a labelled gauge set to 1.
+type Metric struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         float64                `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Help          string                 `protobuf:"bytes,4,opt,name=help,proto3" json:"help,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Metric) Reset() {
+	*x = Metric{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Metric) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Metric) ProtoMessage() {}
+
+func (x *Metric) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Metric.ProtoReflect.Descriptor instead.
+func (*Metric) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Metric) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Metric) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *Metric) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Metric) GetHelp() string {
+	if x != nil {
+		return x.Help
+	}
+	return ""
+}
+
 type ReadMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -778,7 +857,7 @@ type ReadMessage struct {
 
 func (x *ReadMessage) Reset() {
 	*x = ReadMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +869,7 @@ func (x *ReadMessage) String() string {
 func (*ReadMessage) ProtoMessage() {}
 
 func (x *ReadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +882,7 @@ func (x *ReadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMessage.ProtoReflect.Descriptor instead.
 func (*ReadMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadMessage) GetMsg() isReadMessage_Msg {
@@ -887,7 +966,7 @@ type Truncate struct {
 
 func (x *Truncate) Reset() {
 	*x = Truncate{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +978,7 @@ func (x *Truncate) String() string {
 func (*Truncate) ProtoMessage() {}
 
 func (x *Truncate) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +991,7 @@ func (x *Truncate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Truncate.ProtoReflect.Descriptor instead.
 func (*Truncate) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Truncate) GetStream() string {
@@ -931,7 +1010,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1022,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1035,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AckRequest) GetCheckpoint() []byte {
@@ -974,7 +1053,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1065,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1078,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 type CapabilitiesRequest struct {
@@ -1011,7 +1090,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1102,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1115,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CapabilitiesRequest) GetSettings() []byte {
@@ -1059,7 +1138,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1150,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1163,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CapabilitiesResponse) GetExactlyOnce() bool {
@@ -1133,7 +1212,7 @@ type ApplyHeader struct {
 
 func (x *ApplyHeader) Reset() {
 	*x = ApplyHeader{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1224,7 @@ func (x *ApplyHeader) String() string {
 func (*ApplyHeader) ProtoMessage() {}
 
 func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1237,7 @@ func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyHeader.ProtoReflect.Descriptor instead.
 func (*ApplyHeader) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ApplyHeader) GetSettings() []byte {
@@ -1197,7 +1276,7 @@ type ApplyMessage struct {
 
 func (x *ApplyMessage) Reset() {
 	*x = ApplyMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1288,7 @@ func (x *ApplyMessage) String() string {
 func (*ApplyMessage) ProtoMessage() {}
 
 func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1301,7 @@ func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyMessage.ProtoReflect.Descriptor instead.
 func (*ApplyMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApplyMessage) GetMsg() isApplyMessage_Msg {
@@ -1306,7 +1385,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1397,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1410,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApplyResponse) GetSkipped() bool {
@@ -1358,7 +1437,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1449,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1462,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LastAppliedRequest) GetSettings() []byte {
@@ -1410,7 +1489,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1501,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1514,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LastAppliedResponse) GetSequence() uint64 {
@@ -1461,7 +1540,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1552,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1565,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TeardownRequest) GetSettings() []byte {
@@ -1506,7 +1585,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1597,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1610,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TeardownResponse) GetReleased() []string {
@@ -1582,7 +1661,7 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x04last\x18\x04 \x01(\bR\x04last\x12\x1b\n" +
 	"\tschema_id\x18\x05 \x01(\tR\bschemaId\"@\n" +
 	"\fSchemaChange\x120\n" +
-	"\x06stream\x18\x01 \x01(\v2\x18.skippr.plugin.v1.StreamR\x06stream\"\x8f\x01\n" +
+	"\x06stream\x18\x01 \x01(\v2\x18.skippr.plugin.v1.StreamR\x06stream\"\xc3\x01\n" +
 	"\n" +
 	"Checkpoint\x12\x1a\n" +
 	"\bposition\x18\x01 \x01(\fR\bposition\x12\x1b\n" +
@@ -1590,7 +1669,16 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"rows_total\x18\x03 \x01(\x03R\trowsTotal\x12\x15\n" +
 	"\x06lag_ms\x18\x04 \x01(\x03R\x05lagMs\x12\x12\n" +
-	"\x04idle\x18\x05 \x01(\bR\x04idle\"\xf9\x01\n" +
+	"\x04idle\x18\x05 \x01(\bR\x04idle\x122\n" +
+	"\ametrics\x18\x06 \x03(\v2\x18.skippr.plugin.v1.MetricR\ametrics\"\xbf\x01\n" +
+	"\x06Metric\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\x12<\n" +
+	"\x06labels\x18\x03 \x03(\v2$.skippr.plugin.v1.Metric.LabelsEntryR\x06labels\x12\x12\n" +
+	"\x04help\x18\x04 \x01(\tR\x04help\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x01\n" +
 	"\vReadMessage\x12/\n" +
 	"\x05batch\x18\x01 \x01(\v2\x17.skippr.plugin.v1.ChunkH\x00R\x05batch\x128\n" +
 	"\x06schema\x18\x02 \x01(\v2\x1e.skippr.plugin.v1.SchemaChangeH\x00R\x06schema\x12>\n" +
@@ -1675,7 +1763,7 @@ func file_skippr_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_skippr_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(Kind)(0),                    // 0: skippr.plugin.v1.Kind
 	(SyncMode)(0),                // 1: skippr.plugin.v1.SyncMode
@@ -1690,58 +1778,62 @@ var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(*Chunk)(nil),                // 10: skippr.plugin.v1.Chunk
 	(*SchemaChange)(nil),         // 11: skippr.plugin.v1.SchemaChange
 	(*Checkpoint)(nil),           // 12: skippr.plugin.v1.Checkpoint
-	(*ReadMessage)(nil),          // 13: skippr.plugin.v1.ReadMessage
-	(*Truncate)(nil),             // 14: skippr.plugin.v1.Truncate
-	(*AckRequest)(nil),           // 15: skippr.plugin.v1.AckRequest
-	(*AckResponse)(nil),          // 16: skippr.plugin.v1.AckResponse
-	(*CapabilitiesRequest)(nil),  // 17: skippr.plugin.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil), // 18: skippr.plugin.v1.CapabilitiesResponse
-	(*ApplyHeader)(nil),          // 19: skippr.plugin.v1.ApplyHeader
-	(*ApplyMessage)(nil),         // 20: skippr.plugin.v1.ApplyMessage
-	(*ApplyResponse)(nil),        // 21: skippr.plugin.v1.ApplyResponse
-	(*LastAppliedRequest)(nil),   // 22: skippr.plugin.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),  // 23: skippr.plugin.v1.LastAppliedResponse
-	(*TeardownRequest)(nil),      // 24: skippr.plugin.v1.TeardownRequest
-	(*TeardownResponse)(nil),     // 25: skippr.plugin.v1.TeardownResponse
-	nil,                          // 26: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	(*Metric)(nil),               // 13: skippr.plugin.v1.Metric
+	(*ReadMessage)(nil),          // 14: skippr.plugin.v1.ReadMessage
+	(*Truncate)(nil),             // 15: skippr.plugin.v1.Truncate
+	(*AckRequest)(nil),           // 16: skippr.plugin.v1.AckRequest
+	(*AckResponse)(nil),          // 17: skippr.plugin.v1.AckResponse
+	(*CapabilitiesRequest)(nil),  // 18: skippr.plugin.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil), // 19: skippr.plugin.v1.CapabilitiesResponse
+	(*ApplyHeader)(nil),          // 20: skippr.plugin.v1.ApplyHeader
+	(*ApplyMessage)(nil),         // 21: skippr.plugin.v1.ApplyMessage
+	(*ApplyResponse)(nil),        // 22: skippr.plugin.v1.ApplyResponse
+	(*LastAppliedRequest)(nil),   // 23: skippr.plugin.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),  // 24: skippr.plugin.v1.LastAppliedResponse
+	(*TeardownRequest)(nil),      // 25: skippr.plugin.v1.TeardownRequest
+	(*TeardownResponse)(nil),     // 26: skippr.plugin.v1.TeardownResponse
+	nil,                          // 27: skippr.plugin.v1.Metric.LabelsEntry
+	nil,                          // 28: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 }
 var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: skippr.plugin.v1.SpecResponse.kind:type_name -> skippr.plugin.v1.Kind
 	1,  // 1: skippr.plugin.v1.Stream.modes:type_name -> skippr.plugin.v1.SyncMode
 	7,  // 2: skippr.plugin.v1.DiscoverResponse.streams:type_name -> skippr.plugin.v1.Stream
 	7,  // 3: skippr.plugin.v1.SchemaChange.stream:type_name -> skippr.plugin.v1.Stream
-	10, // 4: skippr.plugin.v1.ReadMessage.batch:type_name -> skippr.plugin.v1.Chunk
-	11, // 5: skippr.plugin.v1.ReadMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
-	12, // 6: skippr.plugin.v1.ReadMessage.checkpoint:type_name -> skippr.plugin.v1.Checkpoint
-	14, // 7: skippr.plugin.v1.ReadMessage.truncate:type_name -> skippr.plugin.v1.Truncate
-	19, // 8: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
-	10, // 9: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
-	11, // 10: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
-	14, // 11: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
-	26, // 12: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
-	2,  // 13: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
-	4,  // 14: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
-	6,  // 15: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
-	9,  // 16: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
-	15, // 17: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
-	17, // 18: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
-	20, // 19: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
-	22, // 20: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
-	24, // 21: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
-	3,  // 22: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
-	5,  // 23: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
-	8,  // 24: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
-	13, // 25: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
-	16, // 26: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
-	18, // 27: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
-	21, // 28: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
-	23, // 29: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
-	25, // 30: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
-	22, // [22:31] is the sub-list for method output_type
-	13, // [13:22] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	13, // 4: skippr.plugin.v1.Checkpoint.metrics:type_name -> skippr.plugin.v1.Metric
+	27, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
+	10, // 6: skippr.plugin.v1.ReadMessage.batch:type_name -> skippr.plugin.v1.Chunk
+	11, // 7: skippr.plugin.v1.ReadMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
+	12, // 8: skippr.plugin.v1.ReadMessage.checkpoint:type_name -> skippr.plugin.v1.Checkpoint
+	15, // 9: skippr.plugin.v1.ReadMessage.truncate:type_name -> skippr.plugin.v1.Truncate
+	20, // 10: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
+	10, // 11: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
+	11, // 12: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
+	15, // 13: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
+	28, // 14: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	2,  // 15: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
+	4,  // 16: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
+	6,  // 17: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
+	9,  // 18: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
+	16, // 19: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
+	18, // 20: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
+	21, // 21: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
+	23, // 22: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
+	25, // 23: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
+	3,  // 24: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
+	5,  // 25: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
+	8,  // 26: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
+	14, // 27: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
+	17, // 28: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
+	19, // 29: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
+	22, // 30: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
+	24, // 31: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
+	26, // 32: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
+	24, // [24:33] is the sub-list for method output_type
+	15, // [15:24] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_skippr_plugin_v1_plugin_proto_init() }
@@ -1749,13 +1841,13 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 	if File_skippr_plugin_v1_plugin_proto != nil {
 		return
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[11].OneofWrappers = []any{
+	file_skippr_plugin_v1_plugin_proto_msgTypes[12].OneofWrappers = []any{
 		(*ReadMessage_Batch)(nil),
 		(*ReadMessage_Schema)(nil),
 		(*ReadMessage_Checkpoint)(nil),
 		(*ReadMessage_Truncate)(nil),
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[18].OneofWrappers = []any{
+	file_skippr_plugin_v1_plugin_proto_msgTypes[19].OneofWrappers = []any{
 		(*ApplyMessage_Header)(nil),
 		(*ApplyMessage_Batch)(nil),
 		(*ApplyMessage_Schema)(nil),
@@ -1767,7 +1859,7 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

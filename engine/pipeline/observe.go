@@ -1,0 +1,84 @@
+package pipeline
+
+import (
+	"time"
+
+	"github.com/skippr-dev/skippr/engine/wal"
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+)
+
+// Observer sees the pipeline's work as it happens (for metrics). The read loop, the commit and every apply loop
+// call it concurrently: an implementation must be safe for that and must not block, since it runs on the path
+// it measures.
+type Observer interface {
+	// Started is called once the applied points are known: inWAL are the entries still in the log, applied each
+	// destination's last applied sequence number (by destination name).
+	Started(inWAL []wal.CommitRecord, applied map[string]uint64)
+	// Read is called for every batch the source sends, before it is durable.
+	Read(stream string, rows, bytes int64)
+	// Checkpoint is called for every source checkpoint.
+	Checkpoint(cp SourceCheckpoint)
+	// Committed is called once an entry is durable in the WAL and the source acknowledged; took spans both.
+	Committed(e Entry, took time.Duration)
+	// Applied is called once a destination committed an entry; skipped says it had applied it before (a replay).
+	Applied(destination string, e Entry, skipped bool, took time.Duration)
+}
+
+// Entry is one WAL entry as an observer sees it.
+type Entry struct {
+	Seq       uint64
+	Committed time.Time
+	Size      int64 // the segment's bytes in the log
+	Streams   map[string]StreamFigures
+}
+
+// StreamFigures are one stream's rows and Arrow IPC bytes in an entry.
+type StreamFigures struct {
+	Rows, Bytes int64
+}
+
+// SourceCheckpoint is what a source says about itself on a checkpoint.
+type SourceCheckpoint struct {
+	RowsDone, RowsTotal int64
+	Lag                 time.Duration
+	Metrics             []SourceMetric
+}
+
+// SourceMetric is a gauge the source plugin reports (see serve.Metric).
+type SourceMetric struct {
+	Name   string
+	Value  float64
+	Labels map[string]string
+	Help   string
+}
+
+func entryOf(rec wal.CommitRecord, frames []wal.Frame) Entry {
+	e := Entry{Seq: rec.Seq, Committed: rec.Time, Size: rec.Size, Streams: map[string]StreamFigures{}}
+	for _, f := range frames {
+		if f.Kind != wal.FrameBatch {
+			continue
+		}
+		s := e.Streams[f.Stream]
+		s.Rows += f.Rows
+		s.Bytes += int64(len(f.Data))
+		e.Streams[f.Stream] = s
+	}
+	return e
+}
+
+func sourceCheckpoint(cp *pluginv1.Checkpoint) SourceCheckpoint {
+	sc := SourceCheckpoint{RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, Lag: time.Duration(cp.LagMs) * time.Millisecond}
+	for _, m := range cp.Metrics {
+		sc.Metrics = append(sc.Metrics, SourceMetric{Name: m.Name, Value: m.Value, Labels: m.Labels, Help: m.Help})
+	}
+	return sc
+}
+
+// noObserver is the Observer of a pipeline run without one.
+type noObserver struct{}
+
+func (noObserver) Started([]wal.CommitRecord, map[string]uint64) {}
+func (noObserver) Read(string, int64, int64)                     {}
+func (noObserver) Checkpoint(SourceCheckpoint)                   {}
+func (noObserver) Committed(Entry, time.Duration)                {}
+func (noObserver) Applied(string, Entry, bool, time.Duration)    {}
