@@ -30,7 +30,9 @@ func (p *plugin) Check(ctx context.Context, raw json.RawMessage) error { return 
 
 // Teardown has nothing to release: a binlog reader holds nothing on the server (no slot; the server keeps
 // its binary log by its own retention).
-func (p *plugin) Teardown(ctx context.Context, raw json.RawMessage) ([]string, error) { return nil, nil }
+func (p *plugin) Teardown(ctx context.Context, raw json.RawMessage) ([]string, error) {
+	return nil, nil
+}
 
 func main() {
 	// Importing vitess's mysql package sends vitess's own log lines to a JSON logger of its own, and the

@@ -55,7 +55,9 @@ func (t *Table) keyNames() []string {
 }
 
 // isMariaDB tells the flavours apart by the server version string.
-func isMariaDB(c *mysql.Conn) bool { return strings.Contains(strings.ToLower(c.ServerVersion), "mariadb") }
+func isMariaDB(c *mysql.Conn) bool {
+	return strings.Contains(strings.ToLower(c.ServerVersion), "mariadb")
+}
 
 func fetch(c *mysql.Conn, query string) (*sqltypes.Result, error) {
 	return c.ExecuteFetch(query, 1_000_000, true)
@@ -199,7 +201,7 @@ func (col *Column) classify(charset string) error {
 	return nil
 }
 
-// parseElems reads the members of enum('a','b''c') or set(...).
+// parseElems reads the members of enum('a','b”c') or set(...).
 func parseElems(columnType string) []string {
 	open := strings.IndexByte(columnType, '(')
 	if open < 0 {
