@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/apache/arrow-go/v18 v18.9.0
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/skippr-dev/skippr/plugin-sdk v0.0.0
 	github.com/skippr-dev/skippr/testkit v0.0.0
 	vitess.io/vitess v0.24.4
@@ -13,7 +14,6 @@ require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/AdaLogics/go-fuzz-headers v0.0.0-20240806141605-e8a1dd7889d6 // indirect
 	github.com/fatih/color v1.19.0 // indirect
-	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/goccy/go-json v0.12.0 // indirect
 	github.com/golang/glog v1.2.5 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
