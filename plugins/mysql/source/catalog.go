@@ -29,6 +29,9 @@ type Column struct {
 	Scale      int32
 	Kind       Kind
 	Elems      []string // ENUM and SET members, in definition order
+	// Width is a BINARY(n) column's n: the binary log drops its trailing zero bytes, the server's rows keep
+	// them, so values from the binary log are padded back to it.
+	Width int
 	// field is what vitess's binlog decoder needs to know of the column (signedness, text or binary).
 	field *querypb.Field
 }
@@ -191,6 +194,11 @@ func (col *Column) classify(charset string) error {
 		col.Kind = KindString
 	case dt == "binary" || dt == "varbinary" || strings.HasSuffix(dt, "blob"):
 		col.Kind, qt = KindBinary, querypb.Type_VARBINARY
+		if dt == "binary" {
+			if _, rest, ok := strings.Cut(col.ColumnType, "("); ok {
+				col.Width, _ = strconv.Atoi(strings.TrimSuffix(rest, ")"))
+			}
+		}
 	case dt == "geometry" || dt == "point" || dt == "linestring" || dt == "polygon" || dt == "multipoint" ||
 		dt == "multilinestring" || dt == "multipolygon" || dt == "geometrycollection":
 		return fmt.Errorf("column %s has spatial type %s, which this plugin does not carry yet", col.Name, dt)

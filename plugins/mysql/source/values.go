@@ -215,6 +215,9 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 		}
 		b.(*array.StringBuilder).Append(s)
 	case KindBinary:
+		if fromBinlog && len(v) < col.Width {
+			v = append(append(make([]byte, 0, col.Width), v...), make([]byte, col.Width-len(v))...)
+		}
 		b.(*array.BinaryBuilder).Append(v)
 	default:
 		return bad(fmt.Errorf("unknown kind %d", col.Kind))
