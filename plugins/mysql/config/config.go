@@ -203,16 +203,17 @@ func (s Settings) Explain(err error) error {
 	where := fmt.Sprintf("MySQL at %s:%d", s.Host, s.Port)
 	var se *sqlerror.SQLError
 	if errors.As(err, &se) {
+		// The fix goes in the message too: a failed Check reaches the user as its message alone.
+		config := func(what, fix string) error {
+			return fault.ConfigErr(fmt.Errorf("%s %s (fix: %s): %w", where, what, fix, err), fix)
+		}
 		switch se.Number() {
 		case sqlerror.ERAccessDeniedError:
-			return fault.ConfigErr(fmt.Errorf("%s refused user %q: %s: %w", where, s.User, se.Message, err),
-				"check the user and password settings (the user must be allowed to connect from this host)")
+			return config(fmt.Sprintf("refused user %q", s.User), "check the user and password settings (the user must be allowed to connect from this host)")
 		case sqlerror.ERBadDb:
-			return fault.ConfigErr(fmt.Errorf("%s has no database %q: %w", where, s.Database, err),
-				"check the database setting")
+			return config(fmt.Sprintf("has no database %q", s.Database), "check the database setting")
 		case sqlerror.ERDBAccessDenied:
-			return fault.ConfigErr(fmt.Errorf("%s: user %q may not use database %q: %w", where, s.User, s.Database, err),
-				fmt.Sprintf("GRANT SELECT ON `%s`.* TO '%s'", s.Database, s.User))
+			return config(fmt.Sprintf("does not let user %q use database %q", s.User, s.Database), fmt.Sprintf("GRANT SELECT ON `%s`.* TO '%s'", s.Database, s.User))
 		case sqlerror.ERTooManyUserConnections, sqlerror.ERConCount:
 			return fault.TransientErr(fmt.Errorf("%s has no free connection: %w", where, err))
 		case sqlerror.CRConnHostError, sqlerror.CRConnectionError, sqlerror.CRServerGone, sqlerror.CRServerLost:

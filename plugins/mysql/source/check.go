@@ -89,7 +89,12 @@ func Check(ctx context.Context, raw json.RawMessage) error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return fault.ConfigErr(errors.New(strings.Join(problems, "; ")), strings.Join(fixes, "; "))
+	// The fixes are in the message too: a failed Check reaches the user as its message alone.
+	msgs := make([]string, len(problems))
+	for i := range problems {
+		msgs[i] = problems[i] + " (fix: " + fixes[i] + ")"
+	}
+	return fault.ConfigErr(errors.New(strings.Join(msgs, "; ")), strings.Join(fixes, "; "))
 }
 
 // checkRetention warns when the server may purge the binary log within a day: a pipeline stopped longer than
