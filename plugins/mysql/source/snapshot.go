@@ -39,6 +39,10 @@ func openSnapshot(conn *mysql.Conn, cfg config.Settings, flavor string) (file st
 		}
 		return res, nil
 	}
+	if flavor == flavorMySQL && cfg.SnapshotLocking == config.LockingNone {
+		return "", 0, "", fault.ConfigErr(errors.New("snapshot_locking is none, and a MySQL server gives a consistent snapshot's binlog position only under FLUSH TABLES WITH READ LOCK (MariaDB and Percona need no lock)"),
+			"set snapshot_locking: minimal (the lock is held only while the snapshot opens), or snapshot: false to stream without a snapshot")
+	}
 	if _, err := exec("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
 		return "", 0, "", err
 	}
@@ -70,10 +74,6 @@ func openSnapshot(conn *mysql.Conn, cfg config.Settings, flavor string) (file st
 			gtid = g.Rows[0][0].ToString()
 		}
 		return file, pos, gtid, nil
-	}
-	if cfg.SnapshotLocking == config.LockingNone {
-		return "", 0, "", fault.ConfigErr(errors.New("snapshot_locking is none, and a MySQL server gives a consistent snapshot's binlog position only under FLUSH TABLES WITH READ LOCK (MariaDB and Percona need no lock)"),
-			"set snapshot_locking: minimal (the lock is held only while the snapshot opens), or snapshot: false to stream without a snapshot")
 	}
 	if _, err := exec("FLUSH TABLES WITH READ LOCK"); err != nil {
 		return "", 0, "", fault.ConfigErr(err, fmt.Sprintf("GRANT RELOAD ON *.* TO '%s' (for the instant of the snapshot's lock), or set snapshot: false", cfg.User))
