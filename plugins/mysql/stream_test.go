@@ -211,3 +211,25 @@ func TestPurgedBinlog(t *testing.T) {
 		t.Errorf("fix %q does not say to start from an empty checkpoint", fix)
 	}
 }
+
+// TestDDLStops: a schema change of a captured table stops the stream with a data error naming the
+// statement, rather than reading later rows into the old columns; a DDL on another table does not.
+func TestDDLStops(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t)
+	db.Exec(t, `CREATE TABLE a (id int PRIMARY KEY, v text); CREATE TABLE other (id int PRIMARY KEY); INSERT INTO a VALUES (1, 'x')`)
+	set := settings(db, map[string]any{"tables": []string{"a"}})
+	r := startReading(t, startPlugin(t), set, nil)
+	s := newState()
+	catchUp(t, r, s, db)
+	db.Exec(t, `ALTER TABLE other ADD COLUMN w int; INSERT INTO a VALUES (2, 'y')`)
+	catchUp(t, r, s, db)
+	if len(s.rows[db.Name+".a"]) != 2 {
+		t.Fatalf("rows after a DDL on another table: %v", s.rows)
+	}
+	db.Exec(t, `ALTER TABLE a ADD COLUMN w int FIRST; INSERT INTO a VALUES (5, 3, 'z')`)
+	err := r.readErr(time.Minute)
+	if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), "ALTER TABLE a ADD COLUMN w int FIRST") {
+		t.Fatalf("after ALTER TABLE of a captured table: %v, want a data error naming the statement", err)
+	}
+}
