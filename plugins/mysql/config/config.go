@@ -1,0 +1,229 @@
+// Package config holds the plugin's settings, how they become connections, and how server errors become
+// sentences a user can act on.
+package config
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"strings"
+	"time"
+
+	"vitess.io/vitess/go/mysql"
+	"vitess.io/vitess/go/mysql/sqlerror"
+	"vitess.io/vitess/go/vt/vttls"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+)
+
+// Schema is the JSON Schema of Settings.
+//
+//go:embed settings.schema.json
+var Schema []byte
+
+// Settings of the source.
+type Settings struct {
+	Host            string   `json:"host"`
+	Port            int      `json:"port"`
+	User            string   `json:"user"`
+	Password        string   `json:"password"`
+	Database        string   `json:"database"`
+	Tables          []string `json:"tables"`
+	ServerID        uint32   `json:"server_id"`
+	Snapshot        *bool    `json:"snapshot"`
+	SnapshotLocking string   `json:"snapshot_locking"`
+	BatchSize       int      `json:"batch_size"`
+	ZeroDate        string   `json:"zero_date"`
+	TLS             string   `json:"tls"`
+}
+
+// Setting values and defaults.
+const (
+	LockingMinimal   = "minimal"
+	LockingNone      = "none"
+	ZeroDateError    = "error"
+	ZeroDateNull     = "null"
+	DefaultBatchSize = 10000
+	DefaultPort      = 3306
+
+	TLSPreferred      = "preferred"
+	TLSDisabled       = "disabled"
+	TLSRequired       = "required"
+	TLSVerifyIdentity = "verify_identity"
+)
+
+// Parse decodes and validates settings, filling defaults.
+func Parse(raw json.RawMessage) (Settings, error) {
+	var s Settings
+	if err := serve.DecodeSettings(raw, &s); err != nil {
+		return s, fault.ConfigErr(err, "fix the settings as the message says")
+	}
+	var problems []string
+	if s.Port == 0 {
+		s.Port = DefaultPort
+	}
+	if s.Snapshot == nil {
+		t := true
+		s.Snapshot = &t
+	}
+	if s.SnapshotLocking == "" {
+		s.SnapshotLocking = LockingMinimal
+	}
+	if s.BatchSize == 0 {
+		s.BatchSize = DefaultBatchSize
+	}
+	if s.ZeroDate == "" {
+		s.ZeroDate = ZeroDateError
+	}
+	if s.TLS == "" {
+		s.TLS = TLSPreferred
+	}
+	switch s.TLS {
+	case TLSPreferred, TLSDisabled, TLSRequired, TLSVerifyIdentity:
+	default:
+		problems = append(problems, fmt.Sprintf("tls %q is not one of preferred, disabled, required, verify_identity", s.TLS))
+	}
+	switch {
+	case s.Host == "":
+		problems = append(problems, "host is required")
+	case s.Port < 1 || s.Port > 65535:
+		problems = append(problems, fmt.Sprintf("port %d is not a TCP port", s.Port))
+	}
+	if s.User == "" {
+		problems = append(problems, "user is required")
+	}
+	if s.Database == "" {
+		problems = append(problems, "database is required")
+	}
+	if len(s.Tables) == 0 {
+		problems = append(problems, "tables is empty: list the tables of the database to replicate")
+	}
+	seen := map[string]bool{}
+	for _, t := range s.Tables {
+		if t == "" || strings.ContainsAny(t, "`.") {
+			problems = append(problems, fmt.Sprintf("table %q: give the bare table name of database %s, without quotes or a database prefix", t, s.Database))
+			continue
+		}
+		if seen[t] {
+			problems = append(problems, fmt.Sprintf("table %s is listed twice", t))
+		}
+		seen[t] = true
+	}
+	if s.SnapshotLocking != LockingMinimal && s.SnapshotLocking != LockingNone {
+		problems = append(problems, fmt.Sprintf("snapshot_locking %q is not one of minimal, none", s.SnapshotLocking))
+	}
+	if s.ZeroDate != ZeroDateError && s.ZeroDate != ZeroDateNull {
+		problems = append(problems, fmt.Sprintf("zero_date %q is not one of error, null", s.ZeroDate))
+	}
+	if s.BatchSize < 1 {
+		problems = append(problems, fmt.Sprintf("batch_size must be positive, got %d", s.BatchSize))
+	}
+	if s.ServerID == 0 {
+		s.ServerID = s.defaultServerID()
+	}
+	if len(problems) > 0 {
+		return s, fault.ConfigErr(fmt.Errorf("settings: %s", strings.Join(problems, "; ")), "correct the settings named in the message")
+	}
+	return s, nil
+}
+
+// defaultServerID derives a binlog client id from what the pipeline reads, so two pipelines on one server
+// differ without being told, and a restart reuses its id (the server drops the previous dump thread of the
+// same id, a reconnect does not collide with its own ghost).
+func (s Settings) defaultServerID() uint32 {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s:%d/%s/%s", s.Host, s.Port, s.Database, strings.Join(s.Tables, ","))
+	return 1_000_000 + h.Sum32()%1_000_000
+}
+
+// Stream is the stream name of a table: database.table.
+func (s Settings) Stream(table string) string { return s.Database + "." + table }
+
+// QuoteIdent quotes a MySQL identifier.
+func QuoteIdent(name string) string { return "`" + strings.ReplaceAll(name, "`", "``") + "`" }
+
+// Params are the connection parameters with TLS mode m.
+func (s Settings) Params(m vttls.SslMode) *mysql.ConnParams {
+	return &mysql.ConnParams{
+		Host: s.Host, Port: s.Port, Uname: s.User, Pass: s.Password, DbName: s.Database,
+		SslMode: m, ConnectTimeoutMs: 30_000,
+	}
+}
+
+// dial connects with the tls setting. vitess's "preferred" sends a TLS request even to a server that does
+// not offer TLS (the handshake then fails), so preferred here is: TLS first, then without when that fails
+// before authentication.
+func (s Settings) dial(ctx context.Context) (*mysql.Conn, error) {
+	switch s.TLS {
+	case TLSDisabled:
+		return mysql.Connect(ctx, s.Params(vttls.Disabled))
+	case TLSRequired:
+		return mysql.Connect(ctx, s.Params(vttls.Required))
+	case TLSVerifyIdentity:
+		return mysql.Connect(ctx, s.Params(vttls.VerifyIdentity))
+	}
+	c, err := mysql.Connect(ctx, s.Params(vttls.Required))
+	var se *sqlerror.SQLError
+	if err != nil && !(errors.As(err, &se) && se.Number() == sqlerror.ERAccessDeniedError) {
+		return mysql.Connect(ctx, s.Params(vttls.Disabled))
+	}
+	return c, err
+}
+
+// Connect opens a connection in UTC with utf8mb4, so every TIMESTAMP arrives as UTC text and every string as
+// UTF-8, the same forms the binary log decodes to.
+func (s Settings) Connect(ctx context.Context) (*mysql.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	c, err := s.dial(ctx)
+	if err != nil {
+		return nil, s.Explain(err)
+	}
+	if _, err := c.ExecuteFetch("SET NAMES utf8mb4, time_zone = '+00:00'", 0, false); err != nil {
+		c.Close()
+		return nil, s.Explain(err)
+	}
+	return c, nil
+}
+
+// Explain turns a server or network error into a sentence that names the fix, classified for the engine.
+func (s Settings) Explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	var fe *fault.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	where := fmt.Sprintf("MySQL at %s:%d", s.Host, s.Port)
+	var se *sqlerror.SQLError
+	if errors.As(err, &se) {
+		// The fix goes in the message too: a failed Check reaches the user as its message alone.
+		config := func(what, fix string) error {
+			return fault.ConfigErr(fmt.Errorf("%s %s (fix: %s): %w", where, what, fix, err), fix)
+		}
+		switch se.Number() {
+		case sqlerror.ERAccessDeniedError:
+			return config(fmt.Sprintf("refused user %q", s.User), "check the user and password settings (the user must be allowed to connect from this host)")
+		case sqlerror.ERBadDb:
+			return config(fmt.Sprintf("has no database %q", s.Database), "check the database setting")
+		case sqlerror.ERDBAccessDenied:
+			return config(fmt.Sprintf("does not let user %q use database %q", s.User, s.Database), fmt.Sprintf("GRANT SELECT ON `%s`.* TO '%s'", s.Database, s.User))
+		case sqlerror.ERTooManyUserConnections, sqlerror.ERConCount:
+			return fault.TransientErr(fmt.Errorf("%s has no free connection: %w", where, err))
+		case sqlerror.CRConnHostError, sqlerror.CRConnectionError, sqlerror.CRServerGone, sqlerror.CRServerLost:
+			return fault.TransientErr(fmt.Errorf("cannot reach %s (check host and port, and that the server listens there): %w", where, err))
+		}
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	var netErr *net.OpError
+	if errors.As(err, &netErr) {
+		return fault.TransientErr(fmt.Errorf("cannot reach %s (%v); check host and port, and that the server listens there: %w", where, netErr.Err, err))
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}

@@ -1,0 +1,43 @@
+// Command skippr-plugin-mysql is MySQL or MariaDB as a skippr source: a consistent snapshot of the tables,
+// then the binary log (row format) from exactly the snapshot's position. See README.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+
+	vtlog "vitess.io/vitess/go/vt/log"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/mysql/config"
+	"github.com/skippr-dev/skippr/plugins/mysql/source"
+)
+
+// version is the plugin's release version, set at build time with -ldflags "-X main.version=…".
+var version = "0.1.0"
+
+type plugin struct{ *source.Source }
+
+func (p *plugin) Spec() serve.Spec {
+	return serve.Spec{
+		Name: "mysql", Version: version, Kind: serve.KindSource,
+		Description:    "MySQL/MariaDB: consistent snapshot, then the row-format binary log (GTIDs, or file and position) as a source",
+		SettingsSchema: config.Schema,
+	}
+}
+
+func (p *plugin) Check(ctx context.Context, raw json.RawMessage) error { return source.Check(ctx, raw) }
+
+// Teardown has nothing to release: a binlog reader holds nothing on the server (no slot; the server keeps
+// its binary log by its own retention).
+func (p *plugin) Teardown(ctx context.Context, raw json.RawMessage) ([]string, error) {
+	return nil, nil
+}
+
+func main() {
+	// Importing vitess's mysql package sends vitess's own log lines to a JSON logger of its own, and the
+	// standard log package to it too; both go to the plugin's slog logger instead (serve points the standard
+	// log package at slog), whose lines the host understands.
+	vtlog.SwapLogger(serve.Logger("mysql"))
+	serve.Serve(&plugin{Source: source.New()})
+}

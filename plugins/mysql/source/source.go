@@ -1,0 +1,168 @@
+// Package source is the MySQL/MariaDB change source: a consistent snapshot of the configured tables, then
+// the binary log (row format) from exactly the snapshot's position. plugins/mysql/README.md describes the
+// design; position.go the checkpoint format.
+//
+// Nothing is held on the server for a pipeline: the binary log is kept by the server's own retention
+// (binlog_expire_logs_seconds), not by a slot the reader advances. Ack therefore releases nothing; a
+// checkpoint's coordinate is only ever the end of a transaction the engine was handed whole, and a restart
+// resumes from the last checkpoint the engine made durable, so nothing after it is lost. What can be lost is
+// the binary log itself: a restart first checks that the saved file still exists, and says to re-snapshot
+// when the server purged it.
+package source
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"vitess.io/vitess/go/mysql"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/mysql/config"
+)
+
+// Flavours of server, as positions record them.
+const (
+	flavorMariaDB = "mariadb"
+	flavorMySQL   = "mysql"
+)
+
+// Source reads changes.
+type Source struct{}
+
+// New returns a source.
+func New() *Source { return &Source{} }
+
+// Discover describes the configured tables as streams.
+func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Stream, error) {
+	cfg, err := config.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := cfg.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	tables, err := loadTables(conn, cfg)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]serve.Stream, len(tables))
+	for i, t := range tables {
+		out[i] = t.stream()
+	}
+	return out, nil
+}
+
+func loadTables(conn *mysql.Conn, cfg config.Settings) ([]*Table, error) {
+	var out []*Table
+	for _, name := range cfg.Tables {
+		t, err := loadTable(conn, cfg, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// Ack releases nothing: the server keeps its binary log by its own retention, not for a reader (see the
+// package doc). The checkpoint is still decoded, so a foreign one is refused.
+func (s *Source) Ack(ctx context.Context, checkpoint []byte) error {
+	_, err := DecodePosition(checkpoint)
+	return err
+}
+
+// reader is one Read.
+type reader struct {
+	cfg    config.Settings
+	tables map[string]*Table // by table name
+	order  []*Table          // in settings order
+	out    serve.Emitter
+	log    *slog.Logger
+	flavor string
+}
+
+// Read emits the snapshot (unless the checkpoint is past it or snapshots are off), then binlog changes.
+func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emitter) error {
+	cfg, err := config.Parse(req.Settings)
+	if err != nil {
+		return err
+	}
+	pos, err := DecodePosition(req.Checkpoint)
+	if err != nil {
+		return fault.ResnapshotErr(err, "start the pipeline from an empty checkpoint (a new snapshot)")
+	}
+	conn, err := cfg.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	tables, err := loadTables(conn, cfg)
+	if err != nil {
+		return err
+	}
+	r := &reader{cfg: cfg, tables: map[string]*Table{}, order: tables, out: out, log: slog.Default().With("database", cfg.Database)}
+	for _, t := range tables {
+		r.tables[t.Name] = t
+	}
+	r.flavor = flavorMySQL
+	if isMariaDB(conn) {
+		r.flavor = flavorMariaDB
+	}
+	if pos != nil && pos.Flavor != r.flavor {
+		return fault.ResnapshotErr(fmt.Errorf("the checkpoint was taken on a %s server, this one is %s", pos.Flavor, r.flavor),
+			"point the pipeline back at its server, or start it from an empty checkpoint (a new snapshot)")
+	}
+	if pos != nil {
+		if err := r.checkTables(pos); err != nil {
+			return err
+		}
+	}
+	switch {
+	case pos == nil && !*cfg.Snapshot:
+		if pos, err = r.currentPosition(conn); err != nil {
+			return err
+		}
+		if err := out.Checkpoint(ctx, serve.Checkpoint{Position: pos.Encode()}); err != nil {
+			return err
+		}
+	case pos == nil:
+		pos = &Position{V: positionVersion, Phase: PhaseSnapshot, Flavor: r.flavor, Tables: cfg.Tables, Progress: map[string]TableProgress{}}
+		if pos, err = r.snapshot(ctx, conn, pos, true); err != nil {
+			return err
+		}
+	case pos.Phase == PhaseSnapshot:
+		if pos, err = r.snapshot(ctx, conn, pos, false); err != nil {
+			return err
+		}
+	}
+	conn.Close()
+	return r.stream(ctx, pos)
+}
+
+// checkTables refuses a checkpoint of another table set: its snapshot did not copy the tables added since.
+func (r *reader) checkTables(pos *Position) error {
+	if len(pos.Tables) != len(r.order) {
+		return fault.ConfigErr(fmt.Errorf("the checkpoint covers tables %v, the settings list %v", pos.Tables, r.cfg.Tables),
+			"restore the tables setting, or start the pipeline from an empty checkpoint (a new snapshot of every table)")
+	}
+	for i, t := range r.order {
+		if pos.Tables[i] != t.Name {
+			return fault.ConfigErr(fmt.Errorf("the checkpoint covers tables %v, the settings list %v", pos.Tables, r.cfg.Tables),
+				"restore the tables setting, or start the pipeline from an empty checkpoint (a new snapshot of every table)")
+		}
+	}
+	return nil
+}
+
+// currentPosition is where the binary log ends now (snapshot: false).
+func (r *reader) currentPosition(conn *mysql.Conn) (*Position, error) {
+	pos := &Position{V: positionVersion, Phase: PhaseStream, Flavor: r.flavor, Tables: r.cfg.Tables}
+	var err error
+	pos.File, pos.Pos, pos.GTID, err = binlogStatus(conn, r.flavor)
+	return pos, err
+}

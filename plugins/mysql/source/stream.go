@@ -1,0 +1,447 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"vitess.io/vitess/go/mysql"
+	"vitess.io/vitess/go/mysql/binlog"
+	"vitess.io/vitess/go/mysql/replication"
+	"vitess.io/vitess/go/mysql/sqlerror"
+	"vitess.io/vitess/go/sqltypes"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+)
+
+// heartbeatPeriod is how often an idle server sends a heartbeat event; each one lets the reader say it has
+// caught up (an idle checkpoint).
+const heartbeatPeriod = time.Second
+
+// quietCheckpointEvery bounds how long the position stands still while only transactions on other tables
+// pass: a restart then re-reads at most this much of them.
+const quietCheckpointEvery = 5 * time.Second
+
+// streamer is the binlog half of a Read.
+type streamer struct {
+	*reader
+	conn   *mysql.Conn
+	format mysql.BinlogFormat
+	maps   map[uint64]*mysql.TableMap
+	file   string // the binlog file being read
+	cur    Position
+	gtids  replication.Position // GTID position after the last transaction
+	txn    replication.GTID     // the open transaction's GTID, nil before one
+	// pending rows of one table, flushed when another table's rows come, at batch_size rows and at commit.
+	table *Table
+	rb    *array.RecordBuilder
+	n     int
+	// data: rows were emitted since the last checkpoint; moved: the position moved since the last checkpoint.
+	data, moved bool
+	idleSent    bool
+	lastCP      time.Time
+}
+
+// stream reads the binary log from pos and emits each transaction's rows of the captured tables, then a
+// checkpoint at its end.
+func (r *reader) stream(ctx context.Context, pos *Position) error {
+	conn, err := r.cfg.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := checkRetained(conn, r, pos); err != nil {
+		return err
+	}
+	s := &streamer{reader: r, conn: conn, maps: map[uint64]*mysql.TableMap{}, file: pos.File, cur: *pos, lastCP: time.Now()}
+	s.cur.Table, s.cur.Progress, s.cur.Rows = "", nil, 0
+	if err := s.start(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	defer func() {
+		if s.rb != nil {
+			s.rb.Release()
+		}
+	}()
+	r.log.Info("streaming the binary log", "file", pos.File, "pos", pos.Pos, "gtid", pos.GTID, "server_id", r.cfg.ServerID)
+	for {
+		ev, err := conn.ReadBinlogEvent()
+		if err != nil {
+			return ctxErr(ctx, explainDump(r, pos, err))
+		}
+		if err := s.event(ctx, ev); err != nil {
+			return ctxErr(ctx, err)
+		}
+	}
+}
+
+// checkRetained refuses to stream from a binlog file the server no longer has: the changes in it are gone,
+// and only a new snapshot restores what they held.
+func checkRetained(conn *mysql.Conn, r *reader, pos *Position) error {
+	res, err := conn.ExecuteFetch("SHOW BINARY LOGS", 100_000, true)
+	if err != nil {
+		return fault.ConfigErr(fmt.Errorf("SHOW BINARY LOGS: %w", r.cfg.Explain(err)),
+			fmt.Sprintf("GRANT BINLOG MONITOR ON *.* TO '%s' (MySQL: REPLICATION CLIENT)", r.cfg.User))
+	}
+	var names []string
+	for _, row := range res.Rows {
+		names = append(names, row[0].ToString())
+	}
+	if slices.Contains(names, pos.File) {
+		return nil
+	}
+	return fault.ResnapshotErr(fmt.Errorf("binary log %s, where this pipeline resumes (gtid %q), is no longer on the server (it keeps %s): the changes since then were purged before they were read",
+		pos.File, pos.GTID, strings.Join(names, ", ")),
+		"start the pipeline from an empty checkpoint (a new snapshot), and raise binlog_expire_logs_seconds above the longest time the pipeline may be stopped")
+}
+
+// explainDump classifies an error of the binlog dump.
+func explainDump(r *reader, pos *Position, err error) error {
+	var se *sqlerror.SQLError
+	if errors.As(err, &se) && se.Number() == sqlerror.ERMasterFatalReadingBinlog {
+		return fault.ResnapshotErr(fmt.Errorf("the server cannot send the binary log from %s:%d (gtid %q): %w", pos.File, pos.Pos, pos.GTID, err),
+			"start the pipeline from an empty checkpoint (a new snapshot), and raise binlog_expire_logs_seconds above the longest time the pipeline may be stopped")
+	}
+	if errors.As(err, &se) && (se.Number() == sqlerror.ERSpecifiedAccessDenied || se.Number() == sqlerror.ERAccessDeniedError) {
+		return fault.ConfigErr(fmt.Errorf("binlog dump: %w", err), fmt.Sprintf("GRANT REPLICATION SLAVE ON *.* TO '%s'", r.cfg.User))
+	}
+	return fault.TransientErr(fmt.Errorf("binlog dump from %s:%d: %w", pos.File, pos.Pos, r.cfg.Explain(err)))
+}
+
+// start asks the server for the binary log after the position: by GTID when there is one (MariaDB always;
+// MySQL with gtid_mode ON), else by file and position.
+func (s *streamer) start() error {
+	setup := []string{
+		// Events arrive with the server's checksum, which StripChecksum removes; without this the server refuses
+		// a reader that does not announce it understands checksums.
+		"SET @master_binlog_checksum = @@global.binlog_checksum",
+		fmt.Sprintf("SET @master_heartbeat_period = %d", heartbeatPeriod.Nanoseconds()),
+	}
+	if s.flavor == flavorMariaDB {
+		setup = append(setup, "SET @mariadb_slave_capability = 4")
+	}
+	for _, q := range setup {
+		if _, err := s.conn.ExecuteFetch(q, 0, false); err != nil {
+			return fmt.Errorf("%s: %w", q, s.cfg.Explain(err))
+		}
+	}
+	var err error
+	switch {
+	case s.flavor == flavorMariaDB:
+		if s.gtids, err = replication.ParsePosition(replication.MariadbFlavorID, s.cur.GTID); err != nil {
+			return fault.ResnapshotErr(fmt.Errorf("checkpoint gtid %q: %w", s.cur.GTID, err), "start the pipeline from an empty checkpoint (a new snapshot)")
+		}
+		err = s.conn.SendBinlogDumpGTIDCommand(s.cfg.ServerID, "", 0, s.gtids, 0)
+	case s.cur.GTID != "":
+		if s.gtids, err = replication.ParsePosition(replication.Mysql56FlavorID, s.cur.GTID); err != nil {
+			return fault.ResnapshotErr(fmt.Errorf("checkpoint gtid %q: %w", s.cur.GTID, err), "start the pipeline from an empty checkpoint (a new snapshot)")
+		}
+		err = s.conn.SendBinlogDumpGTIDCommand(s.cfg.ServerID, "", 4, s.gtids, 0)
+	default:
+		err = s.conn.SendBinlogDumpCommand(s.cfg.ServerID, s.cur.File, uint32(s.cur.Pos))
+	}
+	if err != nil {
+		return fmt.Errorf("start binlog dump: %w", s.cfg.Explain(err))
+	}
+	return nil
+}
+
+var ddlRe = regexp.MustCompile(`(?is)^\s*(ALTER|DROP|RENAME|TRUNCATE|CREATE\s+OR\s+REPLACE)\s+`)
+
+// event handles one binlog event.
+func (s *streamer) event(ctx context.Context, ev mysql.BinlogEvent) error {
+	if !ev.IsValid() {
+		return fmt.Errorf("invalid binlog event after %s:%d", s.file, s.cur.Pos)
+	}
+	if ev.IsFormatDescription() {
+		f, err := ev.Format()
+		if err != nil {
+			return fmt.Errorf("binlog format description: %w", err)
+		}
+		s.format = f
+		return nil
+	}
+	if ev.IsRotate() && s.format.IsZero() {
+		// The fake rotate a dump starts with comes before the format description; it carries no checksum.
+		file, _, err := ev.NextLogFile(mysql.BinlogFormat{HeaderLength: 19})
+		if err == nil {
+			s.file = file
+		}
+		return nil
+	}
+	if s.format.IsZero() {
+		return nil
+	}
+	ev, _, err := ev.StripChecksum(s.format)
+	if err != nil {
+		return fmt.Errorf("binlog event checksum: %w", err)
+	}
+	f := s.format
+	switch {
+	case ev.IsRotate():
+		file, _, err := ev.NextLogFile(f)
+		if err != nil {
+			return fmt.Errorf("binlog rotate: %w", err)
+		}
+		s.file = file
+	case ev.IsHeartbeat():
+		return s.idle(ctx)
+	case ev.IsGTID():
+		g, _, _, _, err := ev.GTID(f)
+		if err != nil {
+			return fmt.Errorf("binlog gtid event: %w", err)
+		}
+		s.txn = g
+	case ev.IsTableMap():
+		tm, err := ev.TableMap(f)
+		if err != nil {
+			return fmt.Errorf("binlog table map: %w", err)
+		}
+		s.maps[ev.TableID(f)] = tm
+	case ev.IsPartialUpdateRows():
+		return fault.ConfigErr(errors.New("the binary log holds partial JSON updates"),
+			"SET GLOBAL binlog_row_value_options = '' (full row images are needed), then restart the pipeline")
+	case ev.IsWriteRows() || ev.IsUpdateRows() || ev.IsDeleteRows():
+		return s.rows(ctx, ev)
+	case ev.IsXID():
+		return s.commit(ctx, ev.NextPosition())
+	case ev.IsQuery():
+		q, err := ev.Query(f)
+		if err != nil {
+			return fmt.Errorf("binlog query event: %w", err)
+		}
+		switch strings.ToUpper(strings.TrimSpace(q.SQL)) {
+		case "BEGIN":
+			return nil
+		case "COMMIT":
+			return s.commit(ctx, ev.NextPosition())
+		}
+		if ddlRe.MatchString(q.SQL) {
+			if t := s.touches(q.Database, q.SQL); t != nil {
+				return fault.DataErr(fmt.Errorf("a statement changed captured table %s in the binary log at %s:%d, and this version does not follow schema changes yet: %s", t.Stream, s.file, ev.NextPosition(), q.SQL),
+					"start the pipeline from an empty checkpoint (a new snapshot of the new schema)")
+			}
+		}
+		// A DDL or other statement is a transaction of its own: the position moves past it.
+		return s.commit(ctx, ev.NextPosition())
+	}
+	return nil
+}
+
+// touches returns a captured table a statement names, nil when it names none. It errs on the side of
+// stopping: a statement mentioning a captured table's name in the right database stops the pipeline.
+func (s *streamer) touches(db, sql string) *Table {
+	lower := strings.ToLower(sql)
+	for _, t := range s.order {
+		name := strings.ToLower(t.Name)
+		qualified := strings.Contains(lower, strings.ToLower(s.cfg.Database)+"."+name) || strings.Contains(lower, "`"+strings.ToLower(s.cfg.Database)+"`.`"+name+"`")
+		if qualified || (strings.EqualFold(db, s.cfg.Database) && regexp.MustCompile(`(^|[^a-z0-9_$])`+regexp.QuoteMeta(name)+`($|[^a-z0-9_$])`).MatchString(lower)) {
+			return t
+		}
+	}
+	return nil
+}
+
+// rows appends a rows event's changes of a captured table.
+func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
+	f := s.format
+	tm := s.maps[ev.TableID(f)]
+	if tm == nil {
+		return fmt.Errorf("binlog rows event at %s:%d for table id %d without a table map", s.file, ev.NextPosition(), ev.TableID(f))
+	}
+	if tm.Database != s.cfg.Database {
+		return nil
+	}
+	t := s.tables[tm.Name]
+	if t == nil {
+		return nil
+	}
+	if len(tm.Types) != len(t.Columns) {
+		return fault.DataErr(fmt.Errorf("table %s has %d columns in the binary log at %s:%d, %d when the pipeline started: its schema changed", t.Stream, len(tm.Types), s.file, ev.NextPosition(), len(t.Columns)),
+			"start the pipeline from an empty checkpoint (a new snapshot of the new schema)")
+	}
+	rows, err := ev.Rows(f, tm)
+	if err != nil {
+		return fmt.Errorf("binlog rows of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
+	}
+	where := s.file + ":" + fmt.Sprint(ev.NextPosition())
+	if s.txn != nil {
+		where = s.txn.String()
+	}
+	insertOp := change.OpInsert
+	if s.cur.OverlapFile != "" && before(s.file, ev.NextPosition(), s.cur.OverlapFile, s.cur.OverlapPos) {
+		insertOp = change.OpUpdate
+	}
+	for i := range rows.Rows {
+		row := &rows.Rows[i]
+		switch {
+		case ev.IsWriteRows():
+			after, err := s.decode(t, tm, &rows.DataColumns, &row.NullColumns, row.Data)
+			if err != nil {
+				return err
+			}
+			if err := s.add(ctx, t, after, insertOp, where); err != nil {
+				return err
+			}
+		case ev.IsDeleteRows():
+			before, err := s.decode(t, tm, &rows.IdentifyColumns, &row.NullIdentifyColumns, row.Identify)
+			if err != nil {
+				return err
+			}
+			if err := s.add(ctx, t, before, change.OpDelete, where); err != nil {
+				return err
+			}
+		default:
+			before, err := s.decode(t, tm, &rows.IdentifyColumns, &row.NullIdentifyColumns, row.Identify)
+			if err != nil {
+				return err
+			}
+			after, err := s.decode(t, tm, &rows.DataColumns, &row.NullColumns, row.Data)
+			if err != nil {
+				return err
+			}
+			if keyChanged(t, before, after) {
+				// A new key is a new row: the old one goes, the new one comes.
+				if err := s.add(ctx, t, before, change.OpDelete, where); err != nil {
+					return err
+				}
+				if err := s.add(ctx, t, after, insertOp, where); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := s.add(ctx, t, after, change.OpUpdate, where); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func keyChanged(t *Table, before, after []sqltypes.Value) bool {
+	for _, k := range t.Key {
+		if !bytes.Equal(before[k].Raw(), after[k].Raw()) {
+			return true
+		}
+	}
+	return false
+}
+
+// decode reads one row image: the value of each column, NULL for null ones. Every column must be present
+// (binlog_row_image=FULL): a partial image cannot make a whole row.
+func (s *streamer) decode(t *Table, tm *mysql.TableMap, cols, nulls *mysql.Bitmap, data []byte) ([]sqltypes.Value, error) {
+	out := make([]sqltypes.Value, len(t.Columns))
+	pos, present := 0, 0
+	for c := range t.Columns {
+		if !cols.Bit(c) {
+			return nil, fault.ConfigErr(fmt.Errorf("table %s: the binary log at %s has a row image without column %s", t.Stream, s.file, t.Columns[c].Name),
+				"SET GLOBAL binlog_row_image = FULL (and in the server configuration), then restart the pipeline")
+		}
+		if nulls.Bit(present) {
+			out[c] = sqltypes.NULL
+			present++
+			continue
+		}
+		present++
+		v, l, err := binlog.CellValue(data, pos, tm.Types[c], tm.Metadata[c], t.Columns[c].field, false)
+		if err != nil {
+			return nil, fmt.Errorf("table %s column %s: decode binlog value: %w", t.Stream, t.Columns[c].Name, err)
+		}
+		out[c] = v
+		pos += l
+	}
+	return out, nil
+}
+
+// add appends one change row, flushing first when it belongs to another table or the batch is full.
+func (s *streamer) add(ctx context.Context, t *Table, row []sqltypes.Value, op change.Op, where string) error {
+	if s.table != t {
+		if err := s.flush(ctx); err != nil {
+			return err
+		}
+		if s.rb != nil {
+			s.rb.Release()
+		}
+		s.table, s.rb = t, array.NewRecordBuilder(memory.DefaultAllocator, t.Schema)
+	}
+	for i := range t.Columns {
+		b := s.rb.Field(i)
+		if row[i].IsNull() {
+			b.AppendNull()
+			continue
+		}
+		if err := appendValue(b, &t.Columns[i], row[i].Raw(), true, s.cfg.ZeroDate == "null"); err != nil {
+			return valueErr(t, err)
+		}
+	}
+	s.rb.Field(len(t.Columns)).(*array.Int8Builder).Append(int8(op))
+	s.rb.Field(len(t.Columns) + 1).(*array.StringBuilder).Append(where)
+	s.n++
+	if s.n >= s.cfg.BatchSize {
+		return s.flush(ctx)
+	}
+	return nil
+}
+
+// flush emits the pending rows.
+func (s *streamer) flush(ctx context.Context) error {
+	if s.n == 0 {
+		return nil
+	}
+	rec := s.rb.NewRecordBatch()
+	defer rec.Release()
+	s.n = 0
+	s.data = true
+	return s.out.Batch(ctx, s.table.Stream, rec)
+}
+
+// commit ends a transaction at binlog position next: its rows are emitted, then a checkpoint after it (for a
+// transaction without captured rows, at most every quietCheckpointEvery).
+func (s *streamer) commit(ctx context.Context, next uint64) error {
+	if err := s.flush(ctx); err != nil {
+		return err
+	}
+	if s.txn != nil {
+		s.gtids = replication.AppendGTID(s.gtids, s.txn)
+		s.cur.GTID = s.gtids.String()
+		s.txn = nil
+	}
+	s.cur.File, s.cur.Pos = s.file, next
+	if s.cur.OverlapFile != "" && !before(s.cur.File, s.cur.Pos, s.cur.OverlapFile, s.cur.OverlapPos) {
+		s.cur.OverlapFile, s.cur.OverlapPos = "", 0
+	}
+	s.moved = true
+	if !s.data && time.Since(s.lastCP) < quietCheckpointEvery {
+		return nil
+	}
+	return s.checkpoint(ctx, false)
+}
+
+func (s *streamer) checkpoint(ctx context.Context, idle bool) error {
+	s.data, s.moved, s.lastCP = false, false, time.Now()
+	s.idleSent = idle
+	return s.out.Checkpoint(ctx, serve.Checkpoint{Position: s.cur.Encode(), Idle: idle})
+}
+
+// idle handles a heartbeat: the reader has caught up. The first heartbeat after anything happened emits an
+// idle checkpoint (for `sync --once`, and to move the position over other tables' transactions).
+func (s *streamer) idle(ctx context.Context) error {
+	if s.txn != nil || s.n > 0 {
+		return nil
+	}
+	if s.idleSent && !s.moved && !s.data {
+		return nil
+	}
+	return s.checkpoint(ctx, true)
+}

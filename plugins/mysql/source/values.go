@@ -1,0 +1,305 @@
+package source
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/decimal256"
+)
+
+// Kind says how a column's value is represented in Arrow. The snapshot (text protocol) and the binary log
+// (vitess's cell decoder) both hand over a value's text form; appendValue turns either into the same Arrow
+// value, so a row reads the same whichever way it came (TestSnapshotMatchesBinlog).
+type Kind int
+
+const (
+	KindInt8       Kind = iota + 1 // tinyint: int8
+	KindInt16                      // smallint: int16
+	KindInt32                      // mediumint, int: int32
+	KindInt64                      // bigint: int64
+	KindUint8                      // tinyint unsigned: uint8
+	KindUint16                     // smallint unsigned: uint16
+	KindUint32                     // mediumint, int unsigned: uint32
+	KindUint64                     // bigint unsigned: uint64 (never wraps above 2^63)
+	KindFloat32                    // float: float32
+	KindFloat64                    // double: float64
+	KindDecimal128                 // decimal(p,s), p <= 38: decimal128(p,s)
+	KindDecimal256                 // decimal(p,s), p > 38 (up to 65): decimal256(p,s)
+	KindBit                        // bit(n): uint64, the bits as a big-endian number
+	KindDate                       // date: date32
+	KindDatetime                   // datetime(p): timestamp[us] without time zone (wall-clock, as stored)
+	KindTimestamp                  // timestamp(p): timestamp[us, UTC]
+	KindTime                       // time(p): duration[us] (-838:59:59 to 838:59:59, beyond a day)
+	KindYear                       // year: int16 (0 for 0000)
+	KindString                     // char, varchar, text (utf8mb4, utf8mb3, ascii): utf8
+	KindBinary                     // binary, varbinary, blob: binary
+	KindEnum                       // enum: utf8, the member's name
+	KindSet                        // set: utf8, the members comma-separated in definition order
+	KindJSON                       // json (MySQL) and MariaDB's LONGTEXT json alias: utf8, the JSON text
+)
+
+// Arrow is the kind's Arrow type for col.
+func (k Kind) Arrow(col Column) arrow.DataType {
+	switch k {
+	case KindInt8:
+		return arrow.PrimitiveTypes.Int8
+	case KindInt16, KindYear:
+		return arrow.PrimitiveTypes.Int16
+	case KindInt32:
+		return arrow.PrimitiveTypes.Int32
+	case KindInt64:
+		return arrow.PrimitiveTypes.Int64
+	case KindUint8:
+		return arrow.PrimitiveTypes.Uint8
+	case KindUint16:
+		return arrow.PrimitiveTypes.Uint16
+	case KindUint32:
+		return arrow.PrimitiveTypes.Uint32
+	case KindUint64, KindBit:
+		return arrow.PrimitiveTypes.Uint64
+	case KindFloat32:
+		return arrow.PrimitiveTypes.Float32
+	case KindFloat64:
+		return arrow.PrimitiveTypes.Float64
+	case KindDecimal128:
+		return &arrow.Decimal128Type{Precision: col.Precision, Scale: col.Scale}
+	case KindDecimal256:
+		return &arrow.Decimal256Type{Precision: col.Precision, Scale: col.Scale}
+	case KindDate:
+		return arrow.FixedWidthTypes.Date32
+	case KindDatetime:
+		return &arrow.TimestampType{Unit: arrow.Microsecond}
+	case KindTimestamp:
+		return &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
+	case KindTime:
+		return arrow.FixedWidthTypes.Duration_us
+	case KindBinary:
+		return arrow.BinaryTypes.Binary
+	}
+	return arrow.BinaryTypes.String
+}
+
+// valueError is a value the pipeline cannot carry under its settings.
+type valueError struct{ msg string }
+
+func (e *valueError) Error() string { return e.msg }
+
+// appendValue appends one non-null value's text form v to b. fromBinlog says v came from the binary log,
+// where ENUM is the member's number and SET a bitmap. zeroNull turns zero dates into nulls instead of errors.
+func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bool) error {
+	s := string(v)
+	bad := func(err error) error { return fmt.Errorf("column %s: value %q: %w", col.Name, s, err) }
+	switch col.Kind {
+	case KindInt8, KindInt16, KindInt32, KindInt64, KindYear:
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return bad(err)
+		}
+		switch bb := b.(type) {
+		case *array.Int8Builder:
+			bb.Append(int8(n))
+		case *array.Int16Builder:
+			bb.Append(int16(n))
+		case *array.Int32Builder:
+			bb.Append(int32(n))
+		case *array.Int64Builder:
+			bb.Append(n)
+		}
+	case KindUint8, KindUint16, KindUint32, KindUint64:
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return bad(err)
+		}
+		switch bb := b.(type) {
+		case *array.Uint8Builder:
+			bb.Append(uint8(n))
+		case *array.Uint16Builder:
+			bb.Append(uint16(n))
+		case *array.Uint32Builder:
+			bb.Append(uint32(n))
+		case *array.Uint64Builder:
+			bb.Append(n)
+		}
+	case KindFloat32:
+		f, err := strconv.ParseFloat(s, 32)
+		if err != nil {
+			return bad(err)
+		}
+		b.(*array.Float32Builder).Append(float32(f))
+	case KindFloat64:
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return bad(err)
+		}
+		b.(*array.Float64Builder).Append(f)
+	case KindDecimal128:
+		d, err := decimal128.FromString(s, col.Precision, col.Scale)
+		if err != nil {
+			return bad(err)
+		}
+		b.(*array.Decimal128Builder).Append(d)
+	case KindDecimal256:
+		d, err := decimal256.FromString(s, col.Precision, col.Scale)
+		if err != nil {
+			return bad(err)
+		}
+		b.(*array.Decimal256Builder).Append(d)
+	case KindBit:
+		if len(v) > 8 {
+			return bad(fmt.Errorf("%d bytes for a bit column", len(v)))
+		}
+		var buf [8]byte
+		copy(buf[8-len(v):], v)
+		b.(*array.Uint64Builder).Append(binary.BigEndian.Uint64(buf[:]))
+	case KindDate, KindDatetime, KindTimestamp:
+		t, zero, err := parseDateTime(s)
+		if err != nil {
+			return bad(err)
+		}
+		if zero {
+			if zeroNull {
+				b.AppendNull()
+				return nil
+			}
+			return &valueError{fmt.Sprintf("column %s holds the zero date %q, which no destination type can hold (set zero_date: null to carry it as null)", col.Name, s)}
+		}
+		if col.Kind == KindDate {
+			b.(*array.Date32Builder).Append(arrow.Date32(t.Unix() / 86400))
+		} else {
+			b.(*array.TimestampBuilder).Append(arrow.Timestamp(t.UnixMicro()))
+		}
+	case KindTime:
+		d, err := parseTime(s)
+		if err != nil {
+			return bad(err)
+		}
+		b.(*array.DurationBuilder).Append(arrow.Duration(d))
+	case KindEnum:
+		if fromBinlog {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return bad(err)
+			}
+			// 0 is the empty string MySQL stores for an invalid member in non-strict mode.
+			s = ""
+			if n > 0 && n <= len(col.Elems) {
+				s = col.Elems[n-1]
+			}
+		}
+		b.(*array.StringBuilder).Append(s)
+	case KindSet:
+		if fromBinlog {
+			var bits uint64
+			for i := len(v) - 1; i >= 0; i-- {
+				bits = bits<<8 | uint64(v[i])
+			}
+			var members []string
+			for i, e := range col.Elems {
+				if bits&(1<<uint(i)) != 0 {
+					members = append(members, e)
+				}
+			}
+			s = strings.Join(members, ",")
+		}
+		b.(*array.StringBuilder).Append(s)
+	case KindString, KindJSON:
+		if !utf8.Valid(v) {
+			return &valueError{fmt.Sprintf("column %s holds bytes that are not UTF-8: %q", col.Name, v)}
+		}
+		b.(*array.StringBuilder).Append(s)
+	case KindBinary:
+		if fromBinlog && len(v) < col.Width {
+			v = append(append(make([]byte, 0, col.Width), v...), make([]byte, col.Width-len(v))...)
+		}
+		b.(*array.BinaryBuilder).Append(v)
+	default:
+		return bad(fmt.Errorf("unknown kind %d", col.Kind))
+	}
+	return nil
+}
+
+// parseDateTime reads "YYYY-MM-DD[ HH:MM:SS[.ffffff]]" as UTC. zero is set for a date with a zero year,
+// month or day part (0000-00-00, 2024-00-10), which MySQL accepts outside strict mode and Go cannot hold.
+func parseDateTime(s string) (t time.Time, zero bool, err error) {
+	if len(s) < 10 || s[4] != '-' || s[7] != '-' {
+		return t, false, fmt.Errorf("not a date")
+	}
+	y, e1 := strconv.Atoi(s[0:4])
+	mo, e2 := strconv.Atoi(s[5:7])
+	d, e3 := strconv.Atoi(s[8:10])
+	if e1 != nil || e2 != nil || e3 != nil {
+		return t, false, fmt.Errorf("not a date")
+	}
+	if y == 0 || mo == 0 || d == 0 {
+		return t, true, nil
+	}
+	var h, mi, sec, us int
+	if rest := s[10:]; rest != "" {
+		if len(rest) < 9 || rest[0] != ' ' || rest[3] != ':' || rest[6] != ':' {
+			return t, false, fmt.Errorf("not a date and time")
+		}
+		h, e1 = strconv.Atoi(rest[1:3])
+		mi, e2 = strconv.Atoi(rest[4:6])
+		sec, e3 = strconv.Atoi(rest[7:9])
+		if e1 != nil || e2 != nil || e3 != nil {
+			return t, false, fmt.Errorf("not a date and time")
+		}
+		if frac := rest[9:]; frac != "" {
+			if us, err = micros(frac); err != nil {
+				return t, false, err
+			}
+		}
+	}
+	return time.Date(y, time.Month(mo), d, h, mi, sec, us*1000, time.UTC), false, nil
+}
+
+// micros reads a fraction ".f" to ".ffffff" as microseconds.
+func micros(frac string) (int, error) {
+	if frac[0] != '.' || len(frac) > 7 || len(frac) < 2 {
+		return 0, fmt.Errorf("bad fraction %q", frac)
+	}
+	n, err := strconv.Atoi(frac[1:])
+	if err != nil {
+		return 0, fmt.Errorf("bad fraction %q", frac)
+	}
+	for i := len(frac) - 1; i < 6; i++ {
+		n *= 10
+	}
+	return n, nil
+}
+
+// parseTime reads "[-]H..H:MM:SS[.ffffff]" (hours up to 838) as microseconds.
+func parseTime(s string) (int64, error) {
+	neg := strings.HasPrefix(s, "-")
+	rest := strings.TrimPrefix(s, "-")
+	parts := strings.Split(rest, ":")
+	if len(parts) != 3 {
+		return 0, fmt.Errorf("not a time")
+	}
+	h, e1 := strconv.Atoi(parts[0])
+	m, e2 := strconv.Atoi(parts[1])
+	secPart, frac, _ := strings.Cut(parts[2], ".")
+	sec, e3 := strconv.Atoi(secPart)
+	if e1 != nil || e2 != nil || e3 != nil {
+		return 0, fmt.Errorf("not a time")
+	}
+	us := 0
+	if frac != "" {
+		var err error
+		if us, err = micros("." + frac); err != nil {
+			return 0, err
+		}
+	}
+	d := ((int64(h)*60+int64(m))*60+int64(sec))*1_000_000 + int64(us)
+	if neg {
+		d = -d
+	}
+	return d, nil
+}
