@@ -49,7 +49,7 @@ type Config struct {
 	// NoReplay skips the source replay check, for sources that cannot read the same data twice (a push
 	// source whose data lives in its clients' requests).
 	NoReplay bool
-	// Timeout bounds each step (default 60s).
+	// Timeout bounds the whole run (default 60s).
 	Timeout time.Duration
 }
 
