@@ -59,10 +59,10 @@ func TestThirdPartyPluginFlow(t *testing.T) {
 	}
 	const sdk, arrow = "github.com/skippr-dev/skippr/plugin-sdk", "github.com/apache/arrow-go/v18"
 	if got, want := requirement(files["go.mod"], sdk), "v"+protocol.SDKVersion; got != want {
-		t.Errorf("README example go.mod requires the SDK at %q, protocol.SDKVersion is %s", got, want)
+		t.Fatalf("README example go.mod requires the SDK at %q, protocol.SDKVersion is %s", got, want)
 	}
 	if got, want := requirement(files["go.mod"], arrow), requirement(string(sdkMod), arrow); got != want {
-		t.Errorf("README example go.mod requires arrow-go %q, the SDK's go.mod %q: they must be equal", got, want)
+		t.Fatalf("README example go.mod requires arrow-go %q, the SDK's go.mod %q: they must be equal", got, want)
 	}
 
 	work := t.TempDir()
