@@ -201,3 +201,24 @@ func TestCheckStreamSchema(t *testing.T) {
 		})
 	}
 }
+
+func TestNeedResumeSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{"without ResumeSettings", Config{Settings: []byte(`{}`)}, "set Config.ResumeSettings"},
+		{"with ResumeSettings", Config{Settings: []byte(`{}`), ResumeSettings: []byte(`{"batch_size": 1}`)}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := needResumeSettings(tc.cfg, 1)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("want no error, got %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("want an error containing %q, got %v", tc.wantErr, err)
+			}
+		})
+	}
+}

@@ -241,10 +241,8 @@ func checkRead(ctx context.Context, t *testing.T, c *client.Client, cfg Config) 
 	if len(first.checkpoints) < 2 {
 		// The whole input came before the first checkpoint: nothing was read after a checkpoint, so a resume
 		// from one would prove nothing. Read the same input with settings that checkpoint inside it.
-		if cfg.ResumeSettings == nil {
-			t.Fatalf("read: the source was idle after %d checkpoint(s), so a resume from a checkpoint cannot be tested: "+
-				"set Config.ResumeSettings to settings that make it checkpoint at least twice (a smaller batch size), "+
-				"or Config.NoReplay if it cannot read the same data twice", len(first.checkpoints))
+		if err := needResumeSettings(cfg, len(first.checkpoints)); err != nil {
+			t.Fatalf("read: %v", err)
 		}
 		settings = cfg.ResumeSettings
 		if streams, err = c.Discover(ctx, settings); err != nil {
@@ -269,6 +267,16 @@ func checkRead(ctx context.Context, t *testing.T, c *client.Client, cfg Config) 
 			t.Errorf("replay from checkpoint %q, before checkpoint %q: %v", first.checkpoints[0], first.checkpoints[i], err)
 		}
 	}
+}
+
+// needResumeSettings says why the replay check cannot run on a source idle after n < 2 checkpoints.
+func needResumeSettings(cfg Config, n int) error {
+	if cfg.ResumeSettings != nil {
+		return nil
+	}
+	return fmt.Errorf("the source was idle after %d checkpoint(s), so a resume from a checkpoint cannot be tested: "+
+		"set Config.ResumeSettings to settings that make it checkpoint at least twice (a smaller batch size), "+
+		"or Config.NoReplay if it cannot read the same data twice", n)
 }
 
 // readChecked reads and checks every batch against the stream schemas Discover reported.
