@@ -5,55 +5,92 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/skippr-dev/skippr/internal/testplugins"
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
-// A third party publishes a plugin built outside this repository's workspace — a copy of datagen renamed
-// "acmegen", in its own module that depends on plugin-sdk only — in a registry of its own; a user trusts that
-// registry's key, installs the plugin with a version constraint and runs a pipeline with it.
-func TestThirdPartyPluginFlow(t *testing.T) {
-	root := testplugins.Root(t)
-	work := t.TempDir()
-	mod := filepath.Join(work, "acmegen")
-	copyTree(t, filepath.Join(root, "plugins", "datagen"), mod)
-	gomod := fmt.Sprintf(`module example.com/acmegen
+// exampleFile is how plugin-sdk/README.md marks the files of its worked example.
+var exampleFile = regexp.MustCompile("(?s)<!-- example file: (\\S+) -->\n```[a-z]*\n(.*?)\n```\n")
 
-go 1.26.0
-
-require github.com/skippr-dev/skippr/plugin-sdk v0.0.0
-
-replace github.com/skippr-dev/skippr/plugin-sdk => %s
-`, filepath.Join(root, "plugin-sdk"))
-	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(gomod), 0o644); err != nil {
+// readmeExample returns the worked example's files as plugin-sdk/README.md shows them.
+func readmeExample(t *testing.T, root string) map[string]string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join(root, "plugin-sdk", "README.md"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Rename the module's own imports and the plugin's name.
-	filepath.WalkDir(mod, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") {
-			return err
-		}
-		b, _ := os.ReadFile(p)
-		s := strings.ReplaceAll(string(b), "github.com/skippr-dev/skippr/plugins/datagen", "example.com/acmegen")
-		s = strings.ReplaceAll(s, `Name: "datagen"`, `Name: "acmegen"`)
-		return os.WriteFile(p, []byte(s), 0o644)
-	})
-	tidy := exec.Command("go", "mod", "tidy")
-	tidy.Dir, tidy.Env = mod, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	if out, err := tidy.CombinedOutput(); err != nil {
-		t.Fatalf("go mod tidy: %v\n%s", err, out)
+	files := map[string]string{}
+	for _, m := range exampleFile.FindAllStringSubmatch(string(readme), -1) {
+		files[m[1]] = m[2] + "\n"
 	}
+	for _, name := range []string{"go.mod", "main.go", "conformance_test.go"} {
+		if files[name] == "" {
+			t.Fatalf("plugin-sdk/README.md has no worked example file %s (a block after `<!-- example file: %s -->`)", name, name)
+		}
+	}
+	return files
+}
+
+// requirement returns the version a go.mod requires of a module, "" if none.
+func requirement(gomod, module string) string {
+	m := regexp.MustCompile(`(?m)^\s*(?:require\s+)?` + regexp.QuoteMeta(module) + `\s+(\S+)`).FindStringSubmatch(gomod)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// A third party writes the CSV source of plugin-sdk/README.md's worked example, word for word, in a module of
+// its own outside this repository's workspace; runs the conformance kit on it; publishes it in a registry of
+// its own; a user trusts that registry's key, installs the plugin with a version constraint and copies a file
+// with it into testdest, row by row. The only change to the README's files is a replace of the SDK by this
+// checkout, as no SDK tag is fetched here.
+func TestThirdPartyPluginFlow(t *testing.T) {
+	root := testplugins.Root(t)
+	files := readmeExample(t, root)
+	sdkMod, err := os.ReadFile(filepath.Join(root, "plugin-sdk", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sdk, arrow = "github.com/skippr-dev/skippr/plugin-sdk", "github.com/apache/arrow-go/v18"
+	if got, want := requirement(files["go.mod"], sdk), "v"+protocol.SDKVersion; got != want {
+		t.Fatalf("README example go.mod requires the SDK at %q, protocol.SDKVersion is %s", got, want)
+	}
+	if got, want := requirement(files["go.mod"], arrow), requirement(string(sdkMod), arrow); got != want {
+		t.Fatalf("README example go.mod requires arrow-go %q, the SDK's go.mod %q: they must be equal", got, want)
+	}
+
+	work := t.TempDir()
+	mod := filepath.Join(work, "csvsource")
+	if err := os.MkdirAll(mod, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files["go.mod"] += fmt.Sprintf("\nreplace %s => %s\n", sdk, filepath.Join(root, "plugin-sdk"))
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(mod, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gocmd := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("go", args...)
+		cmd.Dir, cmd.Env = mod, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s in the README's worked example: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	gocmd("mod", "tidy")
+	gocmd("test", "-count=1", "./...") // the README's conformance test, outside the workspace
 	versions := []string{"1.0.0", "1.1.0", "2.0.0"}
 	bins := map[string]string{}
 	for _, v := range versions {
-		bins[v] = filepath.Join(work, v, "skippr-plugin-acmegen")
-		build := exec.Command("go", "build", "-ldflags", "-X main.version="+v, "-o", bins[v], ".")
-		build.Dir, build.Env = mod, append(os.Environ(), "GOWORK=off")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build the third-party plugin outside the workspace: %v\n%s", err, out)
-		}
+		bins[v] = filepath.Join(work, v, "skippr-plugin-csvsource")
+		gocmd("build", "-ldflags", "-X main.version="+v, "-o", bins[v], ".")
 	}
 
 	e := newEnv(t) // the user's side, with the project's registry for testdest
@@ -62,66 +99,68 @@ replace github.com/skippr-dev/skippr/plugin-sdk => %s
 	e.mustRun("registry", "keygen", "--out", keys)
 	for _, v := range versions {
 		// The protocol version is read from the binary itself.
-		e.mustRun("registry", "add", acme, bins[v], "--name", "acmegen", "--version", v, "--os", "linux", "--arch", "amd64")
+		e.mustRun("registry", "add", acme, bins[v], "--name", "csvsource", "--version", v, "--os", "linux", "--arch", "amd64")
 	}
 	e.mustRun("registry", "sign", acme, "--key", filepath.Join(keys, "skippr-ed25519.key"))
 
 	// Untrusted: refused.
-	r := e.run("plugin", "install", "acmegen@~> 1.0", "--registry", "file://"+acme)
+	r := e.run("plugin", "install", "csvsource@~> 1.0", "--registry", "file://"+acme)
 	if r.code == 0 {
 		t.Fatalf("install from an untrusted registry succeeded:\n%s", r.stderr)
 	}
 	e.mustRun("registry", "trust", "file://"+acme, "--key", filepath.Join(keys, "skippr-ed25519.pub"))
 
+	// 2,345 rows in batches of 500: five WAL entries, the last one short.
+	const rows = 2345
+	var csv strings.Builder
+	csv.WriteString("id,name\n")
+	for i := 1; i <= rows; i++ {
+		fmt.Fprintf(&csv, "%d,\"person, %d\"\n", i, i)
+	}
+	input := filepath.Join(work, "people.csv")
+	if err := os.WriteFile(input, []byte(csv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(e.dir, "out")
 	e.writeConfig(fmt.Sprintf(`connections:
-  gen:
-    plugin: acmegen
+  people:
+    plugin: csvsource
     version: "~> 1.0"
-    settings: { rows: 2000, batch_size: 500 }
+    settings: { path: %s, batch_size: 500 }
   out:
     plugin: testdest
     version: "~> 0.1"
     settings: { dir: %s }
 pipelines:
   p:
-    source: gen
+    source: people
     destinations: [out]
     wal:
       url: file://%s
-`, out, filepath.Join(e.dir, "wal")))
+`, input, out, filepath.Join(e.dir, "wal")))
 	e.mustRun("sync", "--once")
 	r = e.mustRun("plugin", "list", "--json")
-	if !strings.Contains(r.stdout, `"acmegen"`) || !strings.Contains(r.stdout, `"1.1.0"`) {
-		t.Fatalf("`~> 1.0` should have installed acmegen 1.1.0:\n%s", r.stdout)
+	if !strings.Contains(r.stdout, `"csvsource"`) || !strings.Contains(r.stdout, `"1.1.0"`) {
+		t.Fatalf("`~> 1.0` should have installed csvsource 1.1.0:\n%s", r.stdout)
 	}
 	lock, err := os.ReadFile(filepath.Join(e.dir, "skippr.lock"))
 	if err != nil || !strings.Contains(string(lock), `"1.1.0"`) {
-		t.Fatalf("lock does not pin acmegen 1.1.0: %v\n%s", err, lock)
+		t.Fatalf("lock does not pin csvsource 1.1.0: %v\n%s", err, lock)
 	}
-}
 
-func copyTree(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		if strings.HasSuffix(p, "_test.go") || d.Name() == "go.mod" || d.Name() == "go.sum" {
-			return nil
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, b, 0o644)
-	})
+	st, err := filedest.Load(out)
 	if err != nil {
 		t.Fatal(err)
+	}
+	table := st.Tables["people"]
+	if len(table) != rows || st.Rows != rows {
+		t.Fatalf("testdest holds %d rows of people (%d applied), want %d", len(table), st.Rows, rows)
+	}
+	for i := 1; i <= rows; i++ {
+		id := fmt.Sprint(i)
+		got := table[fmt.Sprintf("%q", id)]
+		if got["id"] != id || got["name"] != fmt.Sprintf("person, %d", i) {
+			t.Fatalf("row %d in testdest: %v", i, got)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,11 +39,17 @@ type Config struct {
 	Settings []byte
 	// BadSettings, if set, must fail Check with a message.
 	BadSettings []byte
-	// Checkpoints is how many checkpoints the source read test waits for (default 3).
+	// Checkpoints is how many checkpoints the first source read waits for (default 3, at least 2); it stops
+	// earlier at an idle checkpoint. The replay check reads again from the first checkpoint up to the last.
 	Checkpoints int
-	// NoReplay skips the source replay check, for sources whose data changes between reads.
+	// ResumeSettings are used for the replay check when a read with Settings is idle after fewer than two
+	// checkpoints (its whole input fits one batch): the same input with settings under which the source
+	// checkpoints inside it, such as a batch size of 1. Without them such a source fails the kit.
+	ResumeSettings []byte
+	// NoReplay skips the source replay check, for sources that cannot read the same data twice (a push
+	// source whose data lives in its clients' requests).
 	NoReplay bool
-	// Timeout bounds each step (default 60s).
+	// Timeout bounds the whole run (default 60s).
 	Timeout time.Duration
 }
 
@@ -141,127 +148,323 @@ func checkDiscover(ctx context.Context, t *testing.T, c *client.Client, cfg Conf
 			t.Errorf("stream %s: %v", st.Name, err)
 			continue
 		}
-		if idx := sc.FieldIndices(change.OpColumn); len(idx) != 1 {
-			t.Errorf("stream %s: schema has no %s column", st.Name, change.OpColumn)
-		}
-		for _, k := range st.PrimaryKey {
-			if len(sc.FieldIndices(k)) != 1 {
-				t.Errorf("stream %s: primary key %q is not a column", st.Name, k)
-			}
+		if err := checkStreamSchema(st, sc); err != nil {
+			t.Errorf("discover: %v", err)
 		}
 	}
 }
 
-type readResult struct {
-	checkpoints [][]byte
-	// after[i] holds the batches read after checkpoint i.
-	after map[int][]protocol.Batch
+// checkStreamSchema checks a stream's change schema: the reserved columns' types, and that the key declared in
+// Stream.PrimaryKey is the one recorded in the schema's metadata (destinations read either) and names columns.
+func checkStreamSchema(st *pluginv1.Stream, sc *arrow.Schema) error {
+	var errs []error
+	if idx := sc.FieldIndices(change.OpColumn); len(idx) != 1 {
+		errs = append(errs, fmt.Errorf("schema has no %s column: build it with change.Schema", change.OpColumn))
+	} else if f := sc.Field(idx[0]); f.Type.ID() != arrow.INT8 {
+		errs = append(errs, fmt.Errorf("column %s is %s, want int8 (change.OpField)", change.OpColumn, f.Type))
+	}
+	if idx := sc.FieldIndices(change.PosColumn); len(idx) > 1 {
+		errs = append(errs, fmt.Errorf("schema has %d %s columns, want at most one", len(idx), change.PosColumn))
+	} else if len(idx) == 1 && sc.Field(idx[0]).Type.ID() != arrow.STRING {
+		errs = append(errs, fmt.Errorf("column %s is %s, want utf8 (change.PosField)", change.PosColumn, sc.Field(idx[0]).Type))
+	}
+	if meta := change.PrimaryKey(sc); !slices.Equal(meta, st.PrimaryKey) {
+		errs = append(errs, fmt.Errorf("Stream.PrimaryKey is %q but the schema's %s metadata says %q: declare the same key in both (change.Schema(fields, key) and Stream{PrimaryKey: key})",
+			st.PrimaryKey, change.PrimaryKeyMeta, meta))
+	}
+	for _, k := range st.PrimaryKey {
+		if len(sc.FieldIndices(k)) != 1 {
+			errs = append(errs, fmt.Errorf("primary key %q is not a column", k))
+		}
+	}
+	if id := protocol.SchemaID(sc); st.SchemaId != "" && st.SchemaId != id {
+		errs = append(errs, fmt.Errorf("schema_id %s is not the schema's fingerprint %s", st.SchemaId, id))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stream %s: %w", st.Name, err)
+	}
+	return nil
 }
 
-func read(ctx context.Context, c *client.Client, settings, from []byte, checkpoints int) (readResult, error) {
+type segment []client.Message
+
+type readResult struct {
+	checkpoints [][]byte
+	// segments[i] holds what was emitted after checkpoint i-1 (segments[0]: before the first checkpoint).
+	segments []segment
+}
+
+// read reads until it has seen want checkpoints or an idle one.
+func read(ctx context.Context, c *client.Client, settings, from []byte, want int) (readResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rs, err := c.Read(ctx, settings, nil, from)
 	if err != nil {
 		return readResult{}, err
 	}
-	res := readResult{after: map[int][]protocol.Batch{}}
-	for len(res.checkpoints) < checkpoints {
+	res := readResult{segments: []segment{nil}}
+	for len(res.checkpoints) < want {
 		m, err := rs.Next()
 		if errors.Is(err, io.EOF) {
-			return res, fmt.Errorf("read ended after %d checkpoints, want %d", len(res.checkpoints), checkpoints)
+			return res, fmt.Errorf("read ended after %d checkpoints, want %d: a source's Read runs until it is cancelled (emit an idle checkpoint and wait when everything is read)", len(res.checkpoints), want)
 		}
 		if err != nil {
 			return res, err
 		}
-		switch {
-		case m.Batch != nil:
-			res.after[len(res.checkpoints)] = append(res.after[len(res.checkpoints)], *m.Batch)
-		case m.Checkpoint != nil:
-			res.checkpoints = append(res.checkpoints, m.Checkpoint.Position)
-			if m.Checkpoint.Idle && len(res.checkpoints) < checkpoints {
-				return res, nil
-			}
+		if m.Checkpoint == nil {
+			res.segments[len(res.segments)-1] = append(res.segments[len(res.segments)-1], m)
+			continue
+		}
+		res.checkpoints = append(res.checkpoints, m.Checkpoint.Position)
+		res.segments = append(res.segments, nil)
+		if m.Checkpoint.Idle {
+			break
 		}
 	}
 	return res, nil
 }
 
 func checkRead(ctx context.Context, t *testing.T, c *client.Client, cfg Config) {
-	first, err := read(ctx, c, cfg.Settings, nil, cfg.Checkpoints)
+	streams, err := c.Discover(ctx, cfg.Settings)
 	if err != nil {
-		t.Fatalf("read: %v", err)
+		t.Fatalf("discover: %v", err)
 	}
-	if len(first.checkpoints) == 0 {
-		t.Fatalf("read: no checkpoint")
-	}
-	for i, bs := range first.after {
-		for _, b := range bs {
-			checkBatch(t, fmt.Sprintf("batch after checkpoint %d", i), b)
-		}
-	}
+	want := max(cfg.Checkpoints, 2)
+	first := readChecked(ctx, t, c, cfg.Settings, nil, want, streams)
 	if err := c.Ack(ctx, first.checkpoints[0]); err != nil {
 		t.Errorf("ack: %v", err)
 	}
-	if cfg.NoReplay || len(first.checkpoints) < 2 {
+	if cfg.NoReplay {
 		return
 	}
-	// Reading again from checkpoint 0 must yield what followed it the first time.
-	second, err := read(ctx, c, cfg.Settings, first.checkpoints[0], 1)
-	if err != nil {
-		t.Fatalf("read from checkpoint %q: %v", first.checkpoints[0], err)
+	settings := cfg.Settings
+	if len(first.checkpoints) < 2 {
+		// The whole input came before the first checkpoint: nothing was read after a checkpoint, so a resume
+		// from one would prove nothing. Read the same input with settings that checkpoint inside it.
+		if err := needResumeSettings(cfg, len(first.checkpoints)); err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		settings = cfg.ResumeSettings
+		if streams, err = c.Discover(ctx, settings); err != nil {
+			t.Fatalf("discover with ResumeSettings: %v", err)
+		}
+		first = readChecked(ctx, t, c, settings, nil, want, streams)
+		if len(first.checkpoints) < 2 {
+			t.Fatalf("read with ResumeSettings: the source was idle after %d checkpoint(s), want at least 2: make ResumeSettings checkpoint more often", len(first.checkpoints))
+		}
 	}
-	if !bytes.Equal(second.checkpoints[0], first.checkpoints[1]) {
-		t.Errorf("replay from %q reached checkpoint %q, first read reached %q", first.checkpoints[0], second.checkpoints[0], first.checkpoints[1])
-	}
-	if !sameBatches(t, first.after[1], second.after[0]) {
-		t.Errorf("replay from checkpoint %q returned other rows than the first read", first.checkpoints[0])
+	// Reading again from checkpoint 0 must yield what followed it the first time, up to the last checkpoint.
+	second := readChecked(ctx, t, c, settings, first.checkpoints[0], len(first.checkpoints)-1, streams)
+	for i := 1; i < len(first.checkpoints); i++ {
+		if i-1 >= len(second.checkpoints) {
+			t.Errorf("replay from checkpoint %q was idle at checkpoint %q, the first read went on to %q", first.checkpoints[0], second.checkpoints[len(second.checkpoints)-1], first.checkpoints[i])
+			return
+		}
+		if !bytes.Equal(second.checkpoints[i-1], first.checkpoints[i]) {
+			t.Errorf("replay from checkpoint %q: checkpoint %d is %q, the first read's was %q", first.checkpoints[0], i-1, second.checkpoints[i-1], first.checkpoints[i])
+		}
+		if err := sameRows(first.segments[i], second.segments[i-1]); err != nil {
+			t.Errorf("replay from checkpoint %q, before checkpoint %q: %v", first.checkpoints[0], first.checkpoints[i], err)
+		}
 	}
 }
 
-func checkBatch(t *testing.T, what string, b protocol.Batch) {
+// needResumeSettings says why the replay check cannot run on a source idle after n < 2 checkpoints.
+func needResumeSettings(cfg Config, n int) error {
+	if cfg.ResumeSettings != nil {
+		return nil
+	}
+	return fmt.Errorf("the source was idle after %d checkpoint(s), so a resume from a checkpoint cannot be tested: "+
+		"set Config.ResumeSettings to settings that make it checkpoint at least twice (a smaller batch size), "+
+		"or Config.NoReplay if it cannot read the same data twice", n)
+}
+
+// readChecked reads and checks every batch against the stream schemas Discover reported.
+func readChecked(ctx context.Context, t *testing.T, c *client.Client, settings, from []byte, want int, streams []*pluginv1.Stream) readResult {
+	t.Helper()
+	res, err := read(ctx, c, settings, from, want)
+	if err != nil {
+		t.Fatalf("read from %q: %v", from, err)
+	}
+	if len(res.checkpoints) == 0 {
+		t.Fatalf("read from %q: no checkpoint", from)
+	}
+	for _, err := range checkSegments(streams, res.segments) {
+		t.Errorf("read from %q: %v", from, err)
+	}
+	return res
+}
+
+// checkSegments checks that every batch belongs to a stream, carries the stream's schema as Discover (or a
+// later schema change of the same read) reported it, and is a well-formed change batch.
+func checkSegments(streams []*pluginv1.Stream, segs []segment) []error {
+	schemas := map[string]string{}
+	for _, st := range streams {
+		schemas[st.Name] = st.SchemaId
+	}
+	var errs []error
+	for i, seg := range segs {
+		for j, m := range seg {
+			where := fmt.Sprintf("message %d after checkpoint %d", j, i)
+			if i == 0 {
+				where = fmt.Sprintf("message %d before the first checkpoint", j)
+			}
+			if m.Schema != nil {
+				sc, err := protocol.DecodeSchema(memory.DefaultAllocator, m.Schema.ArrowSchema)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: schema change of stream %s: %w", where, m.Schema.Name, err))
+					continue
+				}
+				if err := checkStreamSchema(m.Schema, sc); err != nil {
+					errs = append(errs, fmt.Errorf("%s: schema change: %w", where, err))
+				}
+				schemas[m.Schema.Name] = protocol.SchemaID(sc)
+				continue
+			}
+			if m.Batch == nil {
+				continue
+			}
+			id, ok := schemas[m.Batch.Stream]
+			if !ok {
+				errs = append(errs, fmt.Errorf("%s: batch of stream %q, which Discover did not report and no schema change announced", where, m.Batch.Stream))
+				continue
+			}
+			if err := checkBatch(*m.Batch, id); err != nil {
+				errs = append(errs, fmt.Errorf("%s: batch of stream %s: %w", where, m.Batch.Stream, err))
+			}
+		}
+	}
+	return errs
+}
+
+func checkBatch(b protocol.Batch, schemaID string) error {
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	defer mem.AssertSize(t, 0)
 	recs, _, err := protocol.DecodeRecords(mem, b.IPC)
 	if err != nil {
-		t.Errorf("%s: %v", what, err)
-		return
+		return err
 	}
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
 	var rows int64
 	for _, r := range recs {
 		rows += r.NumRows()
-		if _, err := change.Ops(r); err != nil {
-			t.Errorf("%s: %v", what, err)
+		if got := protocol.SchemaID(r.Schema()); got != schemaID || b.SchemaID != schemaID {
+			return fmt.Errorf("schema %s (says %s) is not the stream's schema %s: emit a schema change before the first batch with a new schema, or build batches with the schema Discover returns:\n%s",
+				got, b.SchemaID, schemaID, r.Schema())
 		}
-		r.Release()
+		ops, err := change.Ops(r)
+		if err != nil {
+			return err
+		}
+		for i := range ops.Len() {
+			if ops.IsNull(i) || ops.Value(i) < int8(change.OpRead) || ops.Value(i) > int8(change.OpDelete) {
+				return fmt.Errorf("row %d: %s is %s, want 0 (read), 1 (insert), 2 (update) or 3 (delete)", i, change.OpColumn, ops.ValueStr(i))
+			}
+		}
 	}
 	if rows != b.Rows {
-		t.Errorf("%s: batch says %d rows, holds %d", what, b.Rows, rows)
+		return fmt.Errorf("batch says %d rows, holds %d", b.Rows, rows)
+	}
+	return nil
+}
+
+// sameRows compares the rows of two reads row by row, stream and every column (the position column included),
+// whatever the batch boundaries.
+func sameRows(a, b segment) error {
+	ra, err := rowsOf(a)
+	if err != nil {
+		return fmt.Errorf("first read: %w", err)
+	}
+	defer releaseAll(ra)
+	rb, err := rowsOf(b)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer releaseAll(rb)
+	ca, cb := cursor{recs: ra}, cursor{recs: rb}
+	for n := 0; ; n++ {
+		okA, okB := ca.next(), cb.next()
+		switch {
+		case !okA && !okB:
+			return nil
+		case !okA:
+			return fmt.Errorf("the replay has more rows than the first read (%d)", n)
+		case !okB:
+			return fmt.Errorf("the replay has %d rows, the first read had more", n)
+		}
+		if err := sameRow(ca, cb); err != nil {
+			return fmt.Errorf("row %d: %w", n, err)
+		}
 	}
 }
 
-func sameBatches(t *testing.T, a, b []protocol.Batch) bool {
-	decode := func(bs []protocol.Batch) []arrow.RecordBatch {
-		var out []arrow.RecordBatch
-		for _, x := range bs {
-			recs, _, err := protocol.DecodeRecords(memory.DefaultAllocator, x.IPC)
-			if err != nil {
-				t.Errorf("decode: %v", err)
-			}
-			out = append(out, recs...)
+type streamRec struct {
+	stream string
+	rec    arrow.RecordBatch
+}
+
+func rowsOf(seg segment) ([]streamRec, error) {
+	var out []streamRec
+	for _, m := range seg {
+		if m.Batch == nil {
+			continue
 		}
-		return out
-	}
-	ra, rb := decode(a), decode(b)
-	if len(ra) != len(rb) {
-		return false
-	}
-	for i := range ra {
-		if !array.RecordEqual(ra[i], rb[i]) {
-			return false
+		recs, _, err := protocol.DecodeRecords(memory.DefaultAllocator, m.Batch.IPC)
+		if err != nil {
+			releaseAll(out)
+			return nil, fmt.Errorf("decode batch of stream %s: %w", m.Batch.Stream, err)
+		}
+		for _, r := range recs {
+			out = append(out, streamRec{m.Batch.Stream, r})
 		}
 	}
-	return true
+	return out, nil
+}
+
+func releaseAll(rs []streamRec) {
+	for _, r := range rs {
+		r.rec.Release()
+	}
+}
+
+// cursor walks the rows of a list of records.
+type cursor struct {
+	recs []streamRec
+	rec  int
+	row  int64
+	used bool
+}
+
+func (c *cursor) next() bool {
+	if c.used {
+		c.row++
+	}
+	c.used = true
+	for c.rec < len(c.recs) && c.row >= c.recs[c.rec].rec.NumRows() {
+		c.rec++
+		c.row = 0
+	}
+	return c.rec < len(c.recs)
+}
+
+func sameRow(a, b cursor) error {
+	sa, sb := a.recs[a.rec], b.recs[b.rec]
+	if sa.stream != sb.stream {
+		return fmt.Errorf("stream %s in the first read, %s in the replay", sa.stream, sb.stream)
+	}
+	if !sa.rec.Schema().Equal(sb.rec.Schema()) {
+		return fmt.Errorf("stream %s: schema differs between the first read and the replay:\n%s\n%s", sa.stream, sa.rec.Schema(), sb.rec.Schema())
+	}
+	for c, f := range sa.rec.Schema().Fields() {
+		x, y := sa.rec.Column(c), sb.rec.Column(c)
+		if !array.SliceEqual(x, a.row, a.row+1, y, b.row, b.row+1) {
+			return fmt.Errorf("stream %s, column %s: %q in the first read, %q in the replay", sa.stream, f.Name, x.ValueStr(int(a.row)), y.ValueStr(int(b.row)))
+		}
+	}
+	return nil
 }
 
 func checkApply(ctx context.Context, t *testing.T, c *client.Client, cfg Config) {
