@@ -62,6 +62,16 @@ func (c Class) String() string {
 	return fmt.Sprintf("class(%d)", int(c))
 }
 
+// ParseClass is the inverse of String; an unknown name is Unknown.
+func ParseClass(name string) Class {
+	for c, n := range classNames {
+		if n == name {
+			return c
+		}
+	}
+	return Unknown
+}
+
 // Permanent reports whether a retry cannot help.
 func (c Class) Permanent() bool { return c == Config || c == Data || c == Resnapshot }
 
@@ -190,10 +200,8 @@ func FromStatus(st *status.Status) error {
 		if !ok || info.Domain != Domain {
 			continue
 		}
-		for c, n := range classNames {
-			if n == info.Reason {
-				return New(c, errors.New(st.Message()), info.Metadata["fix"])
-			}
+		if c := ParseClass(info.Reason); c != Unknown {
+			return New(c, errors.New(st.Message()), info.Metadata["fix"])
 		}
 	}
 	// A plugin without the SDK's classes: trust only the codes that mean a retry helps.
