@@ -63,7 +63,10 @@ func run(args []string, stdout, stderr *os.File) int {
 	app.ErrWriter = stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := app.RunContext(ctx, args)
+	args, err := normalizeArgs(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, args)
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -90,12 +93,13 @@ func defaultHome() string {
 }
 
 func newApp(g *globals) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:                 "skippr",
 		Usage:                "continuous change-data-capture ingest through a write-ahead log",
 		Version:              version,
 		EnableBashCompletion: true,
 		ExitErrHandler:       func(*cli.Context, error) {}, // run() prints and maps exit codes
+		OnUsageError:         onUsageError,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "skippr.yml", EnvVars: []string{"SKIPPR_CONFIG"}, Usage: "pipeline configuration file"},
 			&cli.StringFlag{Name: "home", Value: defaultHome(), EnvVars: []string{"SKIPPR_HOME"}, Usage: "directory for installed plugins and local state"},
@@ -124,4 +128,6 @@ func newApp(g *globals) *cli.App {
 		},
 		Commands: commands(g),
 	}
+	setUsageErrors(app.Commands)
+	return app
 }
