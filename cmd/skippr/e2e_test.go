@@ -293,6 +293,13 @@ func TestSyncRefusals(t *testing.T) {
 			contains: []string{"skippr.yml:", "connections.gen.settings.rows"},
 		},
 		{
+			// The local registry answers without it: no suggestion-less DNS failure of the public one.
+			name:     "misspelt plugin name",
+			config:   strings.Replace(pipelineConfig(`{ rows: 10 }`, out, "", walURL, ""), "plugin: testdest", "plugin: testdst", 1),
+			code:     3,
+			contains: []string{"no plugin testdst in file://" + e.registry + "; did you mean testdest?"},
+		},
+		{
 			name:     "unknown pipeline",
 			config:   pipelineConfig(`{ rows: 10 }`, out, "", walURL, ""),
 			args:     []string{"nope"},
