@@ -33,6 +33,9 @@ type Options struct {
 	Platform Platform
 	// Progress receives a progress bar while binaries download; nil for none.
 	Progress io.Writer
+	// ProgressTTY says Progress is a terminal: the bar is redrawn in place with
+	// carriage returns. Otherwise a line is written per 10%.
+	ProgressTTY bool
 	// Log receives warnings (yanked versions) and debug messages; nil discards.
 	Log *slog.Logger
 	// HTTPClient for http(s) registries; nil for a default with timeouts.

@@ -326,11 +326,12 @@ func pluginClient(c *cli.Context, g *globals) (*registry.Client, error) {
 		return nil, withCode(exitUsage, errors.New("--key applies to --registry URLs; give --registry too"))
 	}
 	rc, err := registry.New(registry.Options{
-		Home:       g.Home,
-		Registries: regs,
-		Protocols:  pluginhost.Protocols,
-		Progress:   c.App.ErrWriter,
-		Log:        g.Log,
+		Home:        g.Home,
+		Registries:  regs,
+		Protocols:   pluginhost.Protocols,
+		Progress:    c.App.ErrWriter,
+		ProgressTTY: isTerminal(c.App.ErrWriter),
+		Log:         g.Log,
 	})
 	if err != nil {
 		return nil, withCode(exitUsage, err)
