@@ -34,6 +34,8 @@ type globals struct {
 	Log        *slog.Logger
 	// PluginStartTimeout bounds a plugin's handshake (go-plugin's own default is 60s).
 	PluginStartTimeout time.Duration
+	LogFormat          string    // text or json
+	Started            time.Time // when the command began, for summaries
 }
 
 // exitError carries an exit code through urfave/cli to main.
@@ -111,6 +113,8 @@ func newApp(g *globals) *cli.App {
 			g.ConfigPath = c.String("config")
 			g.Home = c.String("home")
 			g.PluginStartTimeout = c.Duration("plugin-start-timeout")
+			g.LogFormat = c.String("log-format")
+			g.Started = time.Now()
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 				return withCode(exitUsage, fmt.Errorf("--log-level: %w", err))

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"maps"
 	"time"
 )
 
@@ -16,6 +17,8 @@ type Status struct {
 	Source        SourceStatus        `json:"source"`
 	RowsCommitted int64               `json:"rows_committed"`
 	RowsApplied   int64               `json:"rows_applied"`
+	// StreamRows is RowsCommitted by stream (table), for the summary of `sync --once`.
+	StreamRows map[string]int64 `json:"stream_rows,omitempty"`
 }
 
 // WALStatus is the log's depth and cut points.
@@ -56,6 +59,7 @@ func (r *runner) publish(force bool) {
 	}
 	r.lastStatus = now
 	s := r.status
+	s.StreamRows = maps.Clone(r.status.StreamRows) // OnStatus reads it after the lock is released
 	s.Updated = now
 	s.WAL.LastCommitted = r.committedSeq
 	s.WAL.ReclaimedThrough = r.reclaimed
