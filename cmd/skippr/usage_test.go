@@ -4,12 +4,20 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
 
 // runCaptured runs the CLI in-process and returns its exit code and stderr.
 func runCaptured(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	code, _, stderr := runCapturedAll(t, args...)
+	return code, stderr
+}
+
+// runCapturedAll runs the CLI in-process and returns its exit code, stdout and stderr.
+func runCapturedAll(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	out, err := os.Create(filepath.Join(dir, "stdout"))
@@ -23,11 +31,35 @@ func runCaptured(t *testing.T, args ...string) (int, string) {
 	defer out.Close()
 	defer errf.Close()
 	code := run(append([]string{"skippr"}, args...), out, errf)
+	o, err := os.ReadFile(out.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
 	b, err := os.ReadFile(errf.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return code, string(b)
+	return code, string(o), string(b)
+}
+
+// `registry add --quiet` (what make registry runs once per plugin, then signs) drops the reminder to sign.
+func TestRegistryAddQuiet(t *testing.T) {
+	dir := t.TempDir()
+	for i, quiet := range []bool{false, true} {
+		bin := filepath.Join(dir, "bin")
+		if err := os.WriteFile(bin, []byte("a darwin build "+strconv.Itoa(i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"registry", "add", filepath.Join(dir, "reg"), bin, "--name", "echo", "--version", "0.1." + strconv.Itoa(i),
+			"--os", "darwin", "--arch", "arm64", "--kind", "source", "--protocol", "1"}
+		if quiet {
+			args = append(args, "--quiet")
+		}
+		code, stdout, stderr := runCapturedAll(t, args...)
+		if code != 0 || !strings.Contains(stdout, "added ") || strings.Contains(stdout, "run `skippr registry sign") != !quiet {
+			t.Errorf("quiet=%v: exit %d\nstdout:\n%s\nstderr:\n%s", quiet, code, stdout, stderr)
+		}
+	}
 }
 
 // Usage errors exit 2 and name the likely intended word; global flags work after the subcommand.
