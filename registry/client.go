@@ -7,8 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
+
+	suggestpkg "github.com/skippr-dev/skippr/internal/suggest"
 )
 
 // Size limits for the small files; a registry serving more is broken or hostile.
@@ -30,6 +33,9 @@ type Options struct {
 	Platform Platform
 	// Progress receives a progress bar while binaries download; nil for none.
 	Progress io.Writer
+	// ProgressTTY says Progress is a terminal: the bar is redrawn in place with
+	// carriage returns. Otherwise a line is written per 10%.
+	ProgressTTY bool
 	// Log receives warnings (yanked versions) and debug messages; nil discards.
 	Log *slog.Logger
 	// HTTPClient for http(s) registries; nil for a default with timeouts.
@@ -169,7 +175,9 @@ func (c *Client) Index(ctx context.Context, url string) (*SignedIndex, error) {
 // Find returns the index of the first registry (in precedence order) that
 // lists plugin name. It stops at the first registry that cannot be fetched or
 // verified rather than skipping it: a later registry must not silently supply
-// a plugin that an earlier, temporarily unreachable one publishes.
+// a plugin that an earlier, temporarily unreachable one publishes. It also stops
+// at a registry that lacks name but lists a close one (a typo: "did you mean"),
+// and asks a Fallback registry only when none before it answered.
 func (c *Client) Find(ctx context.Context, name string) (*SignedIndex, error) {
 	if err := ValidateName(name); err != nil {
 		return nil, err
@@ -177,8 +185,12 @@ func (c *Client) Find(ctx context.Context, name string) (*SignedIndex, error) {
 	if len(c.opts.Registries) == 0 {
 		return nil, fmt.Errorf("plugin %s: %w: no registry configured; pass --registry URL --key PUBFILE or run `skippr registry trust`", name, ErrNotFound)
 	}
-	var searched []string
+	var searched, skipped, listed []string
 	for _, r := range c.opts.Registries {
+		if r.Fallback && len(searched) > 0 {
+			skipped = append(skipped, r.URL)
+			continue
+		}
 		si, err := c.Index(ctx, r.URL)
 		if err != nil {
 			if len(searched) > 0 {
@@ -189,9 +201,34 @@ func (c *Client) Find(ctx context.Context, name string) (*SignedIndex, error) {
 		if p := si.Plugins[name]; p != nil && len(p.Versions) > 0 {
 			return si, nil
 		}
+		names := si.pluginNames()
+		if s := suggestpkg.Closest(name, names); s != "" {
+			return nil, fmt.Errorf("%w: no plugin %s in %s; did you mean %s?", ErrNotFound, name, r.URL, s)
+		}
 		searched = append(searched, r.URL)
+		listed = append(listed, names...)
 	}
-	return nil, fmt.Errorf("%w: plugin %q is in none of the trusted registries (%s)", ErrNotFound, name, strings.Join(searched, ", "))
+	msg := fmt.Sprintf("no plugin %s in %s", name, strings.Join(searched, " or "))
+	if len(listed) > 0 {
+		slices.Sort(listed)
+		msg += " (they list: " + strings.Join(slices.Compact(listed), ", ") + ")"
+	}
+	if len(skipped) > 0 {
+		msg += fmt.Sprintf("; %s was not asked because a configured registry answered (list it under registries: in the config, or trust it with `skippr registry trust`, to use it)", strings.Join(skipped, ", "))
+	}
+	return nil, fmt.Errorf("%w: %s", ErrNotFound, msg)
+}
+
+// pluginNames lists the plugins the index has versions of.
+func (ix *Index) pluginNames() []string {
+	var names []string
+	for n, p := range ix.Plugins {
+		if p != nil && len(p.Versions) > 0 {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Resolve finds the registry that lists name and picks a version there (see

@@ -65,7 +65,9 @@
 //
 // Registries are consulted in order; a plugin comes from the first whose index
 // lists it. The project's registry (DefaultRegistryURL, BuiltinPublicKey) is
-// added by the CLI after the user's entries.
+// added by the CLI after the user's entries as a Fallback: it is asked only when
+// none of theirs answered. A registry that answers without the plugin but lists
+// a close name ends the search with "did you mean".
 //
 // # Installed plugins: $SKIPPR_HOME/plugins
 //

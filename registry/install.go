@@ -196,7 +196,7 @@ func (c *Client) download(ctx context.Context, si *SignedIndex, name, version st
 	}()
 	where := fmt.Sprintf("plugin %s %s", name, version)
 	tmpBin := filepath.Join(tmp, BinaryName(name))
-	_, from, err := fetchVerified(ctx, si.src, art, c.sourceOptions(), tmpBin, newProgress(c.opts.Progress, name+" "+version, art.Size), where)
+	_, from, err := fetchVerified(ctx, si.src, art, c.sourceOptions(), tmpBin, newProgress(c.opts.Progress, c.opts.ProgressTTY, name+" "+version, art.Size), where)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func DefaultRegistry() Registry {
 	if err != nil {
 		panic("registry: BuiltinPublicKey is malformed: " + err.Error())
 	}
-	return Registry{URL: DefaultRegistryURL, Keys: []PublicKey{k}}
+	return Registry{URL: DefaultRegistryURL, Keys: []PublicKey{k}, Fallback: true}
 }
 
 // PublicKey is an ed25519 public key that may sign registry indexes. Its text

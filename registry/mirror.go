@@ -110,7 +110,7 @@ func (c *Client) mirrorOne(ctx context.Context, regURL, target string, lock *Loc
 		tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-mirror")
 		os.Remove(tmp)
 		where := fmt.Sprintf("mirror %s %s %s", j.name, j.version, j.pk)
-		bar := newProgress(c.opts.Progress, j.name+" "+j.version+" "+j.pk, j.art.Size)
+		bar := newProgress(c.opts.Progress, c.opts.ProgressTTY, j.name+" "+j.version+" "+j.pk, j.art.Size)
 		if _, _, err := fetchVerified(ctx, si.src, j.art, c.sourceOptions(), tmp, bar, where); err != nil {
 			return Mirrored{}, err
 		}

@@ -16,6 +16,11 @@ import (
 type Registry struct {
 	URL  string      `json:"url"`
 	Keys []PublicKey `json:"keys"`
+	// Fallback marks a registry the user did not name (the project's own, added after
+	// theirs): it is asked only when no registry before it answered, so a plugin missing
+	// from the user's registries fails there instead of at a network lookup they never
+	// asked for.
+	Fallback bool `json:"-"`
 }
 
 // TrustFile is the trust store's name under $SKIPPR_HOME.
@@ -107,9 +112,11 @@ func MergeRegistries(lists ...[]Registry) []Registry {
 			i, ok := pos[u]
 			if !ok {
 				pos[u] = len(out)
-				out = append(out, Registry{URL: u, Keys: slices.Clone(r.Keys)})
+				out = append(out, Registry{URL: u, Keys: slices.Clone(r.Keys), Fallback: r.Fallback})
 				continue
 			}
+			// Named by the user anywhere: asked in its turn like any other.
+			out[i].Fallback = out[i].Fallback && r.Fallback
 			for _, k := range r.Keys {
 				if !slices.ContainsFunc(out[i].Keys, func(e PublicKey) bool { return e.ID() == k.ID() }) {
 					out[i].Keys = append(out[i].Keys, k)

@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/internal/s3test"
 	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
@@ -202,12 +204,29 @@ func TestSyncInstallsOnFirstUseAndIsExactlyOnce(t *testing.T) {
 	gen := `{ seed: 5, rows: 30000, batch_size: 1000, nested: true, update_ratio: 0.2, delete_ratio: 0.05 }`
 	out := filepath.Join(e.dir, "out")
 	e.writeConfig(pipelineConfig(gen, out, "", "file://"+filepath.Join(e.dir, "wal"), ""))
-	r := e.mustRun("sync", "--once")
+	r := e.mustRun("sync", "--once", "--log-format", "json")
 	if !strings.Contains(r.stderr, "installed plugin") {
 		t.Errorf("first sync did not install the plugins:\n%s", r.stderr)
 	}
 	w := want(t, gen)
 	compare(t, out, w)
+	// The summary on stdout, one JSON object: rows per stream, every stream the destination holds.
+	var sum pipeline.Summary
+	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil {
+		t.Fatalf("sync --once summary: %v\n%s", err, r.stdout)
+	}
+	var streamRows int64
+	if len(sum.Pipelines) == 1 {
+		for _, s := range sum.Pipelines[0].Streams {
+			if int64(len(w[s.Stream])) > s.Rows {
+				t.Errorf("summary: stream %s committed %d rows, the destination holds %d", s.Stream, s.Rows, len(w[s.Stream]))
+			}
+			streamRows += s.Rows
+		}
+	}
+	if len(sum.Pipelines) != 1 || len(sum.Pipelines[0].Streams) != len(w) || streamRows != sum.Rows || sum.Rows == 0 || sum.RowsPerSec <= 0 {
+		t.Errorf("summary %+v; want one pipeline with the %d streams of the destination", sum, len(w))
+	}
 
 	// The lock pins both plugins with a checksum per platform.
 	var lock struct {
@@ -230,8 +249,11 @@ func TestSyncInstallsOnFirstUseAndIsExactlyOnce(t *testing.T) {
 	}
 
 	// Offline, with everything installed: runs, and duplicates nothing.
-	e.mustRun("sync", "--once", "--offline")
+	r = e.mustRun("sync", "--once", "--offline")
 	compare(t, out, w)
+	if !regexp.MustCompile(`orders +\(all\) +0\n0 rows in .* \(0 rows/s\)`).MatchString(r.stdout) {
+		t.Errorf("sync --once printed no text summary:\n%s", r.stdout)
+	}
 
 	var st []struct {
 		Pipeline string `json:"pipeline"`
@@ -291,6 +313,13 @@ func TestSyncRefusals(t *testing.T) {
 			config:   pipelineConfig(`{ rows: -5 }`, out, "", walURL, ""),
 			code:     2,
 			contains: []string{"skippr.yml:", "connections.gen.settings.rows"},
+		},
+		{
+			// The local registry answers without it: no suggestion-less DNS failure of the public one.
+			name:     "misspelt plugin name",
+			config:   strings.Replace(pipelineConfig(`{ rows: 10 }`, out, "", walURL, ""), "plugin: testdest", "plugin: testdst", 1),
+			code:     3,
+			contains: []string{"no plugin testdst in file://" + e.registry + "; did you mean testdest?"},
 		},
 		{
 			name:     "unknown pipeline",

@@ -3,11 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
@@ -68,11 +70,12 @@ func newHost(c *cli.Context, g *globals, cfg *config.Config, offline bool) (*plu
 		return nil, withCode(exitUsage, err)
 	}
 	rc, err := registry.New(registry.Options{
-		Home:       g.Home,
-		Registries: registry.MergeRegistries(fromConfig, trusted, []registry.Registry{registry.DefaultRegistry()}),
-		Protocols:  pluginhost.Protocols,
-		Progress:   c.App.ErrWriter,
-		Log:        g.Log,
+		Home:        g.Home,
+		Registries:  registry.MergeRegistries(fromConfig, trusted, []registry.Registry{registry.DefaultRegistry()}),
+		Protocols:   pluginhost.Protocols,
+		Progress:    c.App.ErrWriter,
+		ProgressTTY: isTerminal(c.App.ErrWriter),
+		Log:         g.Log,
 	})
 	if err != nil {
 		return nil, withCode(exitUsage, err)
@@ -102,4 +105,10 @@ func registryExitCode(err error) int {
 		return exitUsage
 	}
 	return exitFailure
+}
+
+// isTerminal reports whether w is a terminal (progress bars redraw in place only there).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -38,6 +38,8 @@ type globals struct {
 	Redact *redact.Redactor
 	// PluginStartTimeout bounds a plugin's handshake (go-plugin's own default is 60s).
 	PluginStartTimeout time.Duration
+	LogFormat          string    // text or json
+	Started            time.Time // when the command began, for summaries
 }
 
 // exitError carries an exit code through urfave/cli to main.
@@ -68,7 +70,10 @@ func run(args []string, stdout, stderr *os.File) int {
 	app.ErrWriter = g.Redact.Writer(stderr)
 	ctx, stop := shutdown.OnSignals(context.Background(), 0, os.Interrupt, syscall.SIGTERM) // sync sets a grace period
 	defer stop()
-	err := app.RunContext(ctx, args)
+	args, err := normalizeArgs(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, args)
+	}
 	if err == nil {
 		return exitOK
 	}
@@ -95,12 +100,13 @@ func defaultHome() string {
 }
 
 func newApp(g *globals) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:                 "skippr",
 		Usage:                "continuous change-data-capture ingest through a write-ahead log",
 		Version:              version,
 		EnableBashCompletion: true,
 		ExitErrHandler:       func(*cli.Context, error) {}, // run() prints and maps exit codes
+		OnUsageError:         onUsageError,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "skippr.yml", EnvVars: []string{"SKIPPR_CONFIG"}, Usage: "pipeline configuration file"},
 			&cli.StringFlag{Name: "home", Value: defaultHome(), EnvVars: []string{"SKIPPR_HOME"}, Usage: "directory for installed plugins and local state"},
@@ -112,6 +118,8 @@ func newApp(g *globals) *cli.App {
 			g.ConfigPath = c.String("config")
 			g.Home = c.String("home")
 			g.PluginStartTimeout = c.Duration("plugin-start-timeout")
+			g.LogFormat = c.String("log-format")
+			g.Started = time.Now()
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 				return withCode(exitUsage, fmt.Errorf("--log-level: %w", err))
@@ -129,4 +137,6 @@ func newApp(g *globals) *cli.App {
 		},
 		Commands: commands(g),
 	}
+	setUsageErrors(app.Commands)
+	return app
 }

@@ -25,7 +25,8 @@ signed index.json. skippr installs them under $SKIPPR_HOME/plugins/<name>/<versi
 signature against the registry's trusted keys and each binary's size and sha256 against the index.
 
 Registries are tried in order: those given with --registry, otherwise the config's, then the ones trusted with
-` + "`skippr registry trust`" + `, then the project's own (` + registry.DefaultRegistryURL + `).
+` + "`skippr registry trust`" + `, then the project's own (` + registry.DefaultRegistryURL + `), which is asked only
+when none of those answered. A registry that lacks the plugin but lists a close name stops the search ("did you mean").
 skippr.lock (beside the config) pins the exact version and the sha256 of every platform.`,
 		Subcommands: []*cli.Command{
 			pluginInstallCommand(g),
@@ -325,11 +326,12 @@ func pluginClient(c *cli.Context, g *globals) (*registry.Client, error) {
 		return nil, withCode(exitUsage, errors.New("--key applies to --registry URLs; give --registry too"))
 	}
 	rc, err := registry.New(registry.Options{
-		Home:       g.Home,
-		Registries: regs,
-		Protocols:  pluginhost.Protocols,
-		Progress:   c.App.ErrWriter,
-		Log:        g.Log,
+		Home:        g.Home,
+		Registries:  regs,
+		Protocols:   pluginhost.Protocols,
+		Progress:    c.App.ErrWriter,
+		ProgressTTY: isTerminal(c.App.ErrWriter),
+		Log:         g.Log,
 	})
 	if err != nil {
 		return nil, withCode(exitUsage, err)

@@ -75,6 +75,7 @@ different bytes for an existing version and platform fails.`,
 			&cli.StringFlag{Name: "arch", Usage: "target GOARCH (default: this machine's)"},
 			&cli.IntSliceFlag{Name: "protocol", Usage: "protocol version the binary speaks (repeatable; required for another platform)"},
 			&cli.StringFlag{Name: "kind", Usage: "source, destination or both (required for another platform)"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no reminder to sign (for scripts that add several binaries, then sign once)"},
 		},
 		Action: func(c *cli.Context) error {
 			args, err := commandArgs(c)
@@ -96,7 +97,10 @@ different bytes for an existing version and platform fails.`,
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
-			fmt.Fprintf(c.App.Writer, "added %s (%d bytes, sha256 %s)\nindex.json changed: run `skippr registry sign %s --key KEYFILE`\n", art.URL, art.Size, art.SHA256, args[0])
+			fmt.Fprintf(c.App.Writer, "added %s (%d bytes, sha256 %s)\n", art.URL, art.Size, art.SHA256)
+			if !c.Bool("quiet") {
+				fmt.Fprintf(c.App.Writer, "index.json changed: run `skippr registry sign %s --key KEYFILE`\n", args[0])
+			}
 			return nil
 		},
 	}

@@ -45,7 +45,7 @@ pipeline it runs has stopped.
 Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 verification failed,
 5 the WAL is held by another writer.`,
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "once", Usage: "stop when the sources are caught up and every destination has applied everything"},
+			&cli.BoolFlag{Name: "once", Usage: "stop when the sources are caught up and every destination has applied everything, then print a summary (rows per stream, time, rows/s; JSON with --log-format json)"},
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry: refuse to start a plugin that is not installed"},
 			&cli.BoolFlag{Name: "wait-lock", Usage: "when another writer holds the WAL, wait for its lease to expire instead of exiting (for restarts after a crash)"},
 			&cli.DurationFlag{Name: "progress-every", Value: 5 * time.Second, Usage: "how often to log progress"},
@@ -87,6 +87,9 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 				}()
 			}
 			wg.Wait()
+			if c.Bool("once") && len(errs) == 0 {
+				return printSyncSummary(c, g, pipes)
+			}
 			if len(errs) == 1 {
 				return errs[0]
 			}

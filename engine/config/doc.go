@@ -126,8 +126,11 @@
 //   - Variable names are letters, digits and '_', not starting with a digit.
 //   - Substituted text is not scanned again.
 //
-// In a flow collection ([...] or {...}) a plain ${VAR} is a YAML syntax error, because
-// '{' and '}' end flow collections there: quote it, or use block style.
+// A plain ${VAR} or ${VAR:-default} works inside a flow collection too
+// (`settings: { dir: ${OUT_DIR} }`): before parsing, the braces, commas and brackets of a
+// reference are swapped for placeholder runes that YAML does not treat as flow indicators,
+// and put back in every scalar afterwards. A default holding quotes, braces or # is left
+// as written (quote such a value).
 //
 // Types: a plain (unquoted) value containing a reference is typed after substitution by
 // JSON's rules: true and false are booleans, null is null, text matching JSON's number

@@ -107,24 +107,6 @@ func TestParseDuration(t *testing.T) {
 	}
 }
 
-func TestDidYouMean(t *testing.T) {
-	keys := []string{"source", "destinations", "destination", "streams", "delivery", "wal", "apply"}
-	tests := []struct{ in, want string }{
-		{"sourse", "source"},
-		{"destinaton", "destination"},
-		{"Delivery", "delivery"},
-		{"wla", "wal"},
-		{"stream", "streams"},
-		{"colour", ""},
-		{"x", ""},
-	}
-	for _, tt := range tests {
-		if got := didYouMean(tt.in, keys); got != tt.want {
-			t.Errorf("didYouMean(%q) = %q; want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestIsJSONNumber(t *testing.T) {
 	for s, want := range map[string]bool{
 		"0": true, "-1": true, "12.5": true, "1e3": true, "-0.5E-2": true, "5432": true,

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/go-version"
 	"gopkg.in/yaml.v3"
+
+	"github.com/skippr-dev/skippr/internal/suggest"
 )
 
 // Load reads and checks a skippr.yml. env looks variables up for ${…} interpolation; pass
@@ -343,7 +345,7 @@ func (l *loader) checkConnection(cfg *Config, name string, s scalar, at entry) {
 		l.errorf(at.pos, at.path, "%s (no connections are defined)", what)
 		return
 	}
-	if m := didYouMean(name, known); m != "" && !s.secret {
+	if m := suggest.Closest(name, known); m != "" && !s.secret {
 		what += fmt.Sprintf("; did you mean %q?", m)
 	}
 	l.errorf(at.pos, at.path, "%s (known: %s)", what, strings.Join(known, ", "))

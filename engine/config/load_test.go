@@ -241,6 +241,18 @@ pipelines:
     wal: {url: wal}
 `
 
+// syntaxBase is nine lines of valid config that syntax-error cases continue.
+const syntaxBase = `registries:
+  - url: file:///tmp/r
+connections:
+  gen:
+    plugin: datagen
+    settings:
+      rows: 10
+  out:
+    plugin: testdest
+`
+
 func TestLoadErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -392,8 +404,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "yaml syntax error in a flow mapping",
 			body: "connections:\n  gen:\n    plugin: datagen\n    settings: {a: ${X}\n",
-			// yaml.v3 reports the line where the enclosing block starts, counted from 0.
-			want: []string{`FILE:3: YAML syntax: did not find expected ',' or '}'`},
+			want: []string{`FILE:4:15: YAML syntax: did not find expected ',' or '}' (could not find flow mapping end token '}')`},
 		},
 		{
 			name: "unterminated reference in a quoted value",
@@ -413,12 +424,24 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "yaml syntax error",
 			body: "connections:\n  gen:\n    plugin: datagen\n   version: 1\n",
-			want: []string{`FILE:1: YAML syntax: did not find expected key`},
+			want: []string{`FILE:4:4: YAML syntax: did not find expected key (value is not allowed in this context)`},
 		},
 		{
 			name: "yaml syntax error: tab",
 			body: "connections:\n\tgen: {}\n",
-			want: []string{`FILE:2: YAML syntax: found character that cannot start any token`},
+			want: []string{`FILE:2:1: YAML syntax: found character that cannot start any token (found character '\t' that cannot start any token)`},
+		},
+		{
+			// yaml.v3 alone said line 11 (where it gave up) and line 4 (where the mapping
+			// began) for these two.
+			name: "yaml syntax error: missing colon on line 10",
+			body: syntaxBase + "    settings\n      dir: /tmp/x\n",
+			want: []string{`FILE:10:5: YAML syntax: could not find expected ':' (unexpected key name)`},
+		},
+		{
+			name: "yaml syntax error: bad indent on line 12",
+			body: syntaxBase + "    settings:\n      dir: /tmp/x\n     bad: 1\n",
+			want: []string{`FILE:12:6: YAML syntax: did not find expected key (value is not allowed in this context)`},
 		},
 		{
 			name: "second document",
@@ -626,6 +649,30 @@ pipelines:
 		`"list":["<redacted>","<redacted>","plain"],"${KEY}":"keys are not interpolated"}`
 	if red != wantRed {
 		t.Errorf("RedactedJSON =\n%s\nwant\n%s", red, wantRed)
+	}
+}
+
+// ${…} inside flow collections, the style the README uses: braces and commas of a reference
+// are not YAML flow indicators there, and columns stay those of the file.
+func TestInterpolationInFlowCollections(t *testing.T) {
+	path := writeConfig(t, `connections:
+  out:
+    plugin: testdest
+    settings: { dir: ${OUT_DIR}, port: ${PORT}, csv: ${LIST:-a,b}, list: [${PORT}, "${PORT}", $${LIT}], n: {x: ${PORT}} }
+`)
+	cfg, err := Load(path, envOf(map[string]string{"OUT_DIR": "/tmp/out", "PORT": "5432"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := cfg.Connections[0].SettingsJSON()
+	if want := `{"dir":"/tmp/out","port":5432,"csv":"a,b","list":[5432,"5432","${LIT}"],"n":{"x":5432}}`; string(js) != want {
+		t.Errorf("SettingsJSON =\n%s\nwant\n%s", js, want)
+	}
+
+	path = writeConfig(t, "connections:\n  out:\n    plugin: testdest\n    settings: { dir: ${OUT_DIR}, port: ${PORT} }\n")
+	_, err = Load(path, envOf(map[string]string{"OUT_DIR": "/tmp/out"}))
+	if got, want := fmt.Sprint(err), path+`:4:34: connections.out.settings.port: environment variable PORT is not set (give a default with ${PORT:-value})`; got != want {
+		t.Errorf("error = %s\nwant    %s", got, want)
 	}
 }
 

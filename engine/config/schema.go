@@ -13,6 +13,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/skippr-dev/skippr/internal/suggest"
 )
 
 // schemaURL names the plugin's schema inside the compiler; nothing is fetched from it.
@@ -99,7 +101,7 @@ func (v *violations) collect(e *jsonschema.ValidationError) {
 				at = child
 			}
 			msg := "unknown setting"
-			if s := didYouMean(p, known); s != "" {
+			if s := suggest.Closest(p, known); s != "" {
 				msg += fmt.Sprintf("; did you mean %q?", s)
 			} else if len(known) > 0 {
 				msg += fmt.Sprintf(" (known: %s)", strings.Join(known, ", "))

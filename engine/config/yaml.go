@@ -14,7 +14,11 @@ import (
 	"strings"
 	"time"
 
+	goyaml "github.com/goccy/go-yaml"
+	goyamlparser "github.com/goccy/go-yaml/parser"
 	"gopkg.in/yaml.v3"
+
+	"github.com/skippr-dev/skippr/internal/suggest"
 )
 
 // This file walks yaml.v3 nodes: it keeps every key's position, follows aliases and
@@ -29,13 +33,14 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 // parseYAML returns the root node of the single document in data, or nil for a
 // document with no content (empty, or comments only).
 func parseYAML(file string, data []byte) (*yaml.Node, error) {
+	data = protectRefs(data)
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
-		return nil, syntaxError(file, err)
+		return nil, syntaxError(file, data, err)
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
@@ -43,23 +48,37 @@ func parseYAML(file string, data []byte) (*yaml.Node, error) {
 		return nil, &Error{Pos: Pos{File: file, Line: next.Line, Column: next.Column},
 			Msg: "a config file holds one YAML document, found a second one (remove the --- separator)"}
 	case !errors.Is(err, io.EOF):
-		return nil, syntaxError(file, err)
+		return nil, syntaxError(file, data, err)
 	}
 	if len(doc.Content) == 0 {
 		return nil, nil
 	}
+	restoreRefs(doc.Content[0], map[*yaml.Node]bool{})
 	return doc.Content[0], nil
 }
 
-// syntaxError keeps yaml's line number (yaml.v3 omits it for some errors on the first
-// line; we do not guess) and adds the file name.
-func syntaxError(file string, err error) error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &Error{Pos: Pos{File: file, Line: line}, Msg: "YAML syntax: " + m[2]}
+// syntaxError reports where the YAML is broken. yaml.v3 names the line where the enclosing
+// block or flow collection began (a bad indent on line 12 is reported at the mapping's
+// line 4), so the document is parsed again with goccy/go-yaml, whose errors carry the
+// offending token's own line and column. yaml.v3's message leads (it says what was
+// expected, such as a missing ':'), goccy's follows; yaml.v3's line is the fallback when
+// goccy accepts what yaml.v3 refused.
+func syntaxError(file string, data []byte, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 0
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
 	}
-	return &Error{Pos: Pos{File: file}, Msg: "YAML syntax: " + strings.TrimPrefix(msg, "yaml: ")}
+	var se *goyaml.SyntaxError
+	if _, gerr := goyamlparser.ParseBytes(data, 0); errors.As(gerr, &se) && se.Token != nil && se.Token.Position != nil {
+		if gmsg := strings.ReplaceAll(se.Message, "\t", `\t`); !strings.Contains(gmsg, msg) {
+			msg = fmt.Sprintf("%s (%s)", msg, gmsg)
+		}
+		return &Error{Pos: Pos{File: file, Line: se.Token.Position.Line, Column: se.Token.Position.Column},
+			Msg: "YAML syntax: " + msg}
+	}
+	return &Error{Pos: Pos{File: file, Line: line}, Msg: "YAML syntax: " + msg}
 }
 
 type loader struct {
@@ -254,7 +273,7 @@ func (l *loader) object(n *yaml.Node, path string, pos Pos, allowed ...string) *
 	}
 	for _, e := range l.entries(n, path) {
 		if !slices.Contains(allowed, e.key) {
-			if s := didYouMean(e.key, allowed); s != "" {
+			if s := suggest.Closest(e.key, allowed); s != "" {
 				l.errorf(e.pos, e.path, "unknown key; did you mean %q?", s)
 			} else {
 				l.errorf(e.pos, e.path, "unknown key (want one of: %s)", strings.Join(allowed, ", "))

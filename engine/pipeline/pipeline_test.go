@@ -120,6 +120,17 @@ func TestDatagenToFileDestExactlyOnce(t *testing.T) {
 	if last.WAL.Entries != 0 || last.WAL.ReclaimedThrough != last.WAL.LastCommitted {
 		t.Fatalf("applied entries not reclaimed: %+v", last.WAL)
 	}
+	// Rows by stream add up to the rows committed, one count for every stream the destination holds.
+	var streamRows int64
+	for s, n := range last.StreamRows {
+		if _, ok := want[s]; !ok || n < int64(len(want[s])) {
+			t.Errorf("status: stream %s: %d rows committed, the destination holds %d", s, n, len(want[s]))
+		}
+		streamRows += n
+	}
+	if len(last.StreamRows) != len(want) || streamRows != last.RowsCommitted || streamRows == 0 {
+		t.Errorf("status: rows by stream %v (sum %d), rows committed %d, %d streams expected", last.StreamRows, streamRows, last.RowsCommitted, len(want))
+	}
 	head, err := log.Head(context.Background())
 	if err != nil {
 		t.Fatal(err)

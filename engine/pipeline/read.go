@@ -259,6 +259,7 @@ func (r *runner) committed(rec wal.CommitRecord) {
 	r.committedSeq = rec.Seq
 	r.sizes[rec.Seq] = rec.Size
 	r.status.RowsCommitted += rows
+	r.countStreams(rec.Rows)
 	r.notify()
 	r.mu.Unlock()
 	r.publish(false)

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"maps"
 	"time"
 )
 
@@ -20,6 +21,8 @@ type Status struct {
 	// Fault is set while the pipeline is retrying (State "retrying") or after it stopped for good (State
 	// "failed").
 	Fault *Fault `json:"fault,omitempty"`
+	// StreamRows is RowsCommitted by stream (table), for the summary of `sync --once`.
+	StreamRows map[string]int64 `json:"stream_rows,omitempty"`
 }
 
 // Fault is why a pipeline is not running normally, and what a person does about it.
@@ -81,6 +84,7 @@ func (r *runner) publish(force bool) {
 	}
 	r.lastStatus = now
 	s := r.status
+	s.StreamRows = maps.Clone(r.status.StreamRows) // OnStatus reads it after the lock is released
 	s.Updated = now
 	s.WAL.LastCommitted = r.committedSeq
 	s.WAL.ReclaimedThrough = r.reclaimed

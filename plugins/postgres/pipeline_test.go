@@ -49,10 +49,15 @@ func TestSnapshotWithConcurrentWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if position(t, c.cp.Position).Phase == source.PhaseSnapshot {
+		if pos := position(t, c.cp.Position); pos.Phase == source.PhaseSnapshot {
 			snapshotChunks++
 		} else {
 			sawStream = true
+			// Streaming checkpoints carry the count on from the snapshot, in the position too, so a
+			// resumed run (and `skippr status`) shows progress instead of nothing.
+			if c.cp.RowsDone < 23000 || pos.Rows != c.cp.RowsDone {
+				t.Errorf("first streaming checkpoint: rows_done %d, position rows %d; want the same, at least the 23000 copied", c.cp.RowsDone, pos.Rows)
+			}
 		}
 	}
 	if snapshotChunks < 20 {

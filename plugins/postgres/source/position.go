@@ -35,7 +35,7 @@ type Position struct {
 	Progress map[string]TableProgress `json:"progress,omitempty"`
 	// Key is version 1's last key of Table; DecodePosition moves it into Progress.
 	Key []string `json:"key,omitempty"`
-	// Rows counts the snapshot rows copied so far.
+	// Rows counts the rows delivered so far: the snapshot's, then the stream's on top.
 	Rows int64 `json:"rows,omitempty"`
 	// Overlap is set when the snapshot was copied (or resumed) under a fresh snapshot rather than the slot's
 	// exported one: a transaction committed before this LSN may already be in the copy, so streaming sends its

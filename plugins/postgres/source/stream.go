@@ -360,7 +360,9 @@ type processor struct {
 
 // position is the stream checkpoint at p.pos.
 func (p *processor) position() Position {
-	cp := Position{V: positionVersion, Phase: PhaseStream, Slot: p.r.cfg.Slot, LSN: p.pos.String(), Tables: p.r.tableNames()}
+	// Rows carries the count on (snapshot rows, then streamed ones): a run resumed from this checkpoint reports
+	// the pipeline's progress, not zero until its first change.
+	cp := Position{V: positionVersion, Phase: PhaseStream, Slot: p.r.cfg.Slot, LSN: p.pos.String(), Tables: p.r.tableNames(), Rows: p.rows}
 	if p.pos < p.overlap {
 		cp.Overlap = p.overlap.String()
 	}

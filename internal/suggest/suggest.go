@@ -1,10 +1,11 @@
-package config
+// Package suggest finds the likely intended word for a typo, for "did you mean …?" in errors.
+package suggest
 
 import "strings"
 
-// didYouMean returns the candidate closest to s when it is close enough to be a likely
+// Closest returns the candidate closest to s when it is close enough to be a likely
 // typo, or "".
-func didYouMean(s string, candidates []string) string {
+func Closest(s string, candidates []string) string {
 	best, bestD := "", -1
 	for _, c := range candidates {
 		d := editDistance(strings.ToLower(s), strings.ToLower(c))

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/skippr-dev/skippr/internal/suggest"
+)
+
+// globalFlagNames are the app-wide flags that may also be written after a subcommand
+// (`skippr sync -c x.yml`); urfave/cli v2 only accepts them before it.
+func globalFlagNames(app *cli.App) map[string]cli.Flag {
+	m := map[string]cli.Flag{}
+	for _, f := range app.Flags {
+		for _, n := range f.Names() {
+			m[n] = f
+		}
+	}
+	return m
+}
+
+func findFlag(flags []cli.Flag, name string) cli.Flag {
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				return f
+			}
+		}
+	}
+	return nil
+}
+
+func takesValue(f cli.Flag) bool {
+	_, isBool := f.(*cli.BoolFlag)
+	return !isBool
+}
+
+// normalizeArgs checks command names and moves global flags written after a subcommand to
+// the front, where urfave/cli parses them. A flag the subcommand defines itself stays
+// where it is. An unknown command is a usage error naming the closest one.
+func normalizeArgs(app *cli.App, args []string) ([]string, error) {
+	if len(args) < 2 {
+		return args, nil
+	}
+	globals := globalFlagNames(app)
+	var lifted, rest []string
+	cmds := app.Commands
+	flags := app.Flags
+	var path []string // command names so far
+	var leaf *cli.Command
+	positional := false // a leaf's positional argument has been seen: no more subcommands
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		if strings.HasPrefix(a, "-") && a != "-" {
+			name, _, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			if name == "help" || name == "h" {
+				rest = append(rest, args[i:]...)
+				break
+			}
+			f := findFlag(flags, name)
+			if g, ok := globals[name]; ok && len(path) > 0 && f == nil {
+				lifted = append(lifted, a)
+				if takesValue(g) && !hasVal && i+1 < len(args) {
+					i++
+					lifted = append(lifted, args[i])
+				}
+				continue
+			}
+			if f == nil && !builtinFlag(name, len(path) == 0) {
+				return nil, unknownFlag(app.Name, path, name, flags)
+			}
+			rest = append(rest, a)
+			if f != nil && takesValue(f) && !hasVal && i+1 < len(args) {
+				i++
+				rest = append(rest, args[i])
+			}
+			continue
+		}
+		rest = append(rest, a)
+		if positional {
+			continue
+		}
+		if len(path) == 0 && (a == "help" || a == "h") {
+			rest = append(rest, args[i+1:]...)
+			break
+		}
+		if c := findCommand(cmds, a); c != nil {
+			path = append(path, c.Name)
+			leaf, cmds, flags = c, c.Subcommands, c.Flags
+			continue
+		}
+		if len(cmds) > 0 && (leaf == nil || leaf.Action == nil) {
+			return nil, unknownCommand(app.Name, path, a, cmds)
+		}
+		positional = true
+	}
+	out := append([]string{args[0]}, lifted...)
+	return append(out, rest...), nil
+}
+
+func findCommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if c.HasName(name) {
+			return c
+		}
+	}
+	return nil
+}
+
+func unknownCommand(app string, path []string, name string, cmds []*cli.Command) error {
+	var names []string
+	for _, c := range cmds {
+		if !c.Hidden {
+			names = append(names, c.Names()...)
+		}
+	}
+	where := strings.Join(append([]string{app}, path...), " ")
+	msg := fmt.Sprintf("unknown command %q for %s", name, where)
+	if s := suggest.Closest(name, names); s != "" {
+		msg += fmt.Sprintf("; did you mean %s?", s)
+	}
+	return withCode(exitUsage, fmt.Errorf("%s (see %s --help)", msg, where))
+}
+
+// builtinFlag reports the flags urfave/cli adds itself.
+func builtinFlag(name string, root bool) bool {
+	return name == "generate-bash-completion" || root && (name == "version" || name == "v")
+}
+
+func unknownFlag(app string, path []string, name string, flags []cli.Flag) error {
+	where := strings.Join(append([]string{app}, path...), " ")
+	msg := fmt.Sprintf("unknown flag %s", dashed(name))
+	var names []string
+	for _, f := range flags {
+		names = append(names, f.Names()...)
+	}
+	if s := suggest.Closest(name, names); s != "" {
+		msg += fmt.Sprintf("; did you mean %s?", dashed(s))
+	}
+	prefix := ""
+	if len(path) > 0 {
+		prefix = strings.Join(path, " ") + ": "
+	}
+	return withCode(exitUsage, fmt.Errorf("%s%s (see %s --help)", prefix, msg, where))
+}
+
+// onUsageError turns urfave/cli's flag errors (unknown flag, bad value) into exit 2 with
+// the closest flag name, instead of a help page and exit 1.
+func onUsageError(c *cli.Context, err error, _ bool) error {
+	var path []string
+	flags := c.App.Flags
+	if c.Command != nil && c.Command.Name != "" {
+		path = strings.Fields(strings.TrimPrefix(c.Command.HelpName, c.App.Name))
+		flags = c.Command.Flags
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok {
+		return unknownFlag(c.App.Name, path, strings.TrimLeft(name, "-"), flags)
+	}
+	where := strings.Join(append([]string{c.App.Name}, path...), " ")
+	prefix := ""
+	if len(path) > 0 {
+		prefix = strings.Join(path, " ") + ": "
+	}
+	return withCode(exitUsage, fmt.Errorf("%s%w (see %s --help)", prefix, err, where))
+}
+
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// setUsageErrors installs onUsageError on every command.
+func setUsageErrors(cmds []*cli.Command) {
+	for _, c := range cmds {
+		c.OnUsageError = onUsageError
+		setUsageErrors(c.Subcommands)
+	}
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// runCaptured runs the CLI in-process and returns its exit code and stderr.
+func runCaptured(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	code, _, stderr := runCapturedAll(t, args...)
+	return code, stderr
+}
+
+// runCapturedAll runs the CLI in-process and returns its exit code, stdout and stderr.
+func runCapturedAll(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := os.Create(filepath.Join(dir, "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errf, err := os.Create(filepath.Join(dir, "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	defer errf.Close()
+	code := run(append([]string{"skippr"}, args...), out, errf)
+	o, err := os.ReadFile(out.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(errf.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, string(o), string(b)
+}
+
+// `registry add --quiet` (what make registry runs once per plugin, then signs) drops the reminder to sign.
+func TestRegistryAddQuiet(t *testing.T) {
+	dir := t.TempDir()
+	for i, quiet := range []bool{false, true} {
+		bin := filepath.Join(dir, "bin")
+		if err := os.WriteFile(bin, []byte("a darwin build "+strconv.Itoa(i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"registry", "add", filepath.Join(dir, "reg"), bin, "--name", "echo", "--version", "0.1." + strconv.Itoa(i),
+			"--os", "darwin", "--arch", "arm64", "--kind", "source", "--protocol", "1"}
+		if quiet {
+			args = append(args, "--quiet")
+		}
+		code, stdout, stderr := runCapturedAll(t, args...)
+		if code != 0 || !strings.Contains(stdout, "added ") || strings.Contains(stdout, "run `skippr registry sign") != !quiet {
+			t.Errorf("quiet=%v: exit %d\nstdout:\n%s\nstderr:\n%s", quiet, code, stdout, stderr)
+		}
+	}
+}
+
+// Usage errors exit 2 and name the likely intended word; global flags work after the subcommand.
+func TestUsageErrors(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nothere.yml")
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"synch"}, exitUsage, `unknown command "synch" for skippr; did you mean sync?`},
+		{[]string{"sync", "--onse"}, exitUsage, "sync: unknown flag --onse; did you mean --once?"},
+		{[]string{"plugin", "instal", "x"}, exitUsage, `unknown command "instal" for skippr plugin; did you mean install?`},
+		{[]string{"plugin", "install"}, exitUsage, "plugin install: want NAME[@CONSTRAINT], got 0 arguments"},
+		{[]string{"--log-levl", "debug", "sync"}, exitUsage, "unknown flag --log-levl; did you mean --log-level?"},
+		{[]string{"registry", "add", "d", "a", "--nme", "x"}, exitUsage, "registry add: unknown flag --nme; did you mean --name?"},
+		{[]string{"sync", "--progress-every", "soon"}, exitUsage, `sync: invalid value "soon" for flag -progress-every`},
+		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate" for skippr (see skippr --help)`},
+		// Global flags after the subcommand: the config named there is the one read.
+		{[]string{"sync", "-c", missing}, exitUsage, "config " + missing + " not found"},
+		{[]string{"sync", "--once", "--config=" + missing}, exitUsage, "config " + missing + " not found"},
+		{[]string{"status", "--log-format", "yaml"}, exitUsage, `--log-format "yaml": want text or json`},
+		{[]string{"sync", "orders", "--log-level", "loud"}, exitUsage, "--log-level"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stderr := runCaptured(t, tt.args...)
+			if code != tt.code || !strings.Contains(stderr, tt.want) {
+				t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr, tt.code, tt.want)
+			}
+		})
+	}
+}
+
+func TestNormalizeArgs(t *testing.T) {
+	tests := []struct{ in, want []string }{
+		{[]string{"sync", "-c", "x.yml", "--once"}, []string{"-c", "x.yml", "sync", "--once"}},
+		{[]string{"sync", "--once", "--home=/h", "p1"}, []string{"--home=/h", "sync", "--once", "p1"}},
+		{[]string{"-c", "x.yml", "sync"}, []string{"-c", "x.yml", "sync"}},
+		// After a leaf's positional argument too (commandArgs reads flags there).
+		{[]string{"plugin", "install", "datagen", "--home", "/h"}, []string{"--home", "/h", "plugin", "install", "datagen"}},
+		// A flag's value is not mistaken for a flag or a command.
+		{[]string{"sync", "--progress-every", "2s", "-c", "sync"}, []string{"-c", "sync", "sync", "--progress-every", "2s"}},
+		// After -- nothing moves.
+		{[]string{"query", "--", "-c"}, []string{"query", "--", "-c"}},
+		{[]string{"help", "synch"}, []string{"help", "synch"}},
+	}
+	for _, tt := range tests {
+		app := newApp(&globals{})
+		got, err := normalizeArgs(app, append([]string{"skippr"}, tt.in...))
+		if err != nil {
+			t.Errorf("%v: %v", tt.in, err)
+			continue
+		}
+		if want := append([]string{"skippr"}, tt.want...); !reflect.DeepEqual(got, want) {
+			t.Errorf("normalizeArgs(%q) = %q; want %q", tt.in, got, want)
+		}
+	}
+}
