@@ -84,7 +84,8 @@ func TestAckSemantics(t *testing.T) {
 	for next.rows == 0 {
 		next = r3.mustNext(time.Minute)
 	}
-	if next.rows != 2 || !bytes.Equal(next.cp.Position, b.cp.Position) {
+	// Positions carry a running row count, which depends on where a read began: compare the LSN.
+	if next.rows != 2 || position(t, next.cp.Position).LSN != position(t, b.cp.Position).LSN {
 		t.Fatalf("after the ack, the first transaction read has %d rows at %s, want the second one (2 rows at %s)", next.rows, next.cp.Position, b.cp.Position)
 	}
 	// An Ack after the Read ended moves the idle slot too.

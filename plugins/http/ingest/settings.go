@@ -67,7 +67,7 @@ var streamName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 func parseSettings(raw json.RawMessage) (_ *settings, err error) {
 	defer func() {
 		// Every refusal here is a setting to change; a retry would meet it again.
-		if err != nil {
+		if err != nil && fault.ClassOf(err) == fault.Unknown { // keep a precise fix given below
 			err = fault.ConfigErr(err, "correct the connection's settings as the message says")
 		}
 	}()

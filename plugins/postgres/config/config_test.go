@@ -3,6 +3,8 @@ package config
 import (
 	"strings"
 	"testing"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 func TestParseTableName(t *testing.T) {
@@ -41,7 +43,7 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Port != 5432 || s.Slot != DefaultSlot || !*s.Snapshot || s.BatchSize != DefaultBatchSize || s.Truncate != TruncatePropagate ||
-		s.UnchangedToast != ToastRequireFull || s.TargetSchema != "public" || s.HeartbeatEvery != DefaultHeartbeat || s.TableNames[0].String() != "public.t" {
+		s.UnchangedToast != ToastFetch || s.Policy != values.Fail || s.TargetSchema != "public" || s.HeartbeatEvery != DefaultHeartbeat || s.TableNames[0].String() != "public.t" {
 		t.Errorf("defaults not filled: %+v", s)
 	}
 	for _, tc := range []struct{ in, err string }{

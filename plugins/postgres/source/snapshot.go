@@ -36,13 +36,13 @@ func (r *reader) snapshot(ctx context.Context, tx pgx.Tx, pos *Position) (*Posit
 		if err := r.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&confirmed); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil, fault.ResnapshotErr(fmt.Errorf("replication slot %s does not exist (dropped?) while the snapshot was being resumed", r.cfg.Slot),
-					"the pipeline must start again from an empty checkpoint: give it a new name and wal.url (or run `skippr teardown PIPELINE` first) and sync again")
+					"re-snapshot: run `skippr teardown PIPELINE`, then sync the pipeline under a new name and wal.url so its tables are copied again")
 			}
 			return nil, fmt.Errorf("replication slot %s: %w", r.cfg.Slot, r.cfg.Explain(err))
 		}
 		if c, err := parseLSN(confirmed); err != nil || c > pos.LSNValue() {
 			return nil, fault.ResnapshotErr(fmt.Errorf("replication slot %s is at %v, past the snapshot's start %s, so changes made during the snapshot are gone", r.cfg.Slot, deref(confirmed), pos.LSN),
-				"drop the slot (`skippr teardown PIPELINE`) and start the pipeline again from a snapshot")
+				"re-snapshot: run `skippr teardown PIPELINE`, then sync the pipeline under a new name and wal.url so its tables are copied again")
 		}
 		var err error
 		if tx, err = r.beginSnapshot(ctx, ""); err != nil {

@@ -514,7 +514,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			r.emitted = true
 			return nil
 		}
-		return fault.DataErr(fmt.Errorf("table %s was truncated (at %s); truncate: error stops here", strings.Join(ours, ", "), it.walStart),
+		return fault.DataErr(fmt.Errorf("table %s was truncated (at %s); truncate: error stops here: set truncate: propagate to empty the destination's table too, or truncate: ignore to skip it (the destination keeps its rows)", strings.Join(ours, ", "), it.walStart),
 			"set the source's truncate: propagate to empty the destination's table too, or truncate: ignore to skip it (the destination keeps its rows), or re-snapshot the table (`skippr teardown PIPELINE`, then a new pipeline name and wal.url)")
 	}
 	return nil
