@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"iter"
+	"slices"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"io"
 
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
@@ -139,17 +142,31 @@ func (r *ReadStream) Next() (Message, error) {
 	}
 }
 
-// ApplyItem is one element of an apply: a batch, a schema change or a truncate.
+// ApplyItem is one element of an apply: a batch, a schema change, a truncate, or (in a coalesced apply) the
+// mark that the items after it belong to WAL entry Entry.
 type ApplyItem struct {
 	Batch    *protocol.Batch
 	Schema   *pluginv1.Stream
 	Truncate string // the stream a truncate empties
+	Entry    uint64 // an entry mark: sent before each entry of a range
 }
 
 // Apply sends the content of one WAL sequence number to a destination and waits for its commit.
 func (c *Client) Apply(ctx context.Context, settings []byte, pipeline string, seq uint64, items []ApplyItem) (*pluginv1.ApplyResponse, error) {
+	return c.ApplyRange(ctx, settings, pipeline, seq, seq, slices.Values(items))
+}
+
+// ApplyRange sends the entries first..last to a destination as one atomic apply and waits for its commit. A
+// range (first < last) is only for a destination whose capabilities say coalesce, and items must then start
+// each entry with an Entry mark. items is pulled as the call sends, so the caller can read one WAL segment at a
+// time and hold no more than that in memory.
+func (c *Client) ApplyRange(ctx context.Context, settings []byte, pipeline string, first, last uint64, items iter.Seq[ApplyItem]) (*pluginv1.ApplyResponse, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	what := fmt.Sprintf("apply %d", last)
+	if first != last {
+		what = fmt.Sprintf("apply %d..%d", first, last)
+	}
 	s, err := c.rpc.Apply(ctx)
 	if err != nil {
 		return nil, c.wrap("apply", err)
@@ -167,30 +184,36 @@ func (c *Client) Apply(ctx context.Context, settings []byte, pipeline string, se
 		}
 		return nil
 	}
-	if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Header{Header: &pluginv1.ApplyHeader{Settings: settings, Pipeline: pipeline, Sequence: seq}}}); err != nil {
-		return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
+	h := &pluginv1.ApplyHeader{Settings: settings, Pipeline: pipeline, Sequence: last}
+	if first != last {
+		h.FirstSequence = first
 	}
-	for _, it := range items {
+	if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Header{Header: h}}); err != nil {
+		return nil, c.wrap(what, err)
+	}
+	for it := range items {
+		var err error
 		switch {
+		case it.Entry != 0:
+			err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Entry{Entry: &pluginv1.EntryStart{Sequence: it.Entry}}})
 		case it.Schema != nil:
-			if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: it.Schema}}}); err != nil {
-				return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
-			}
+			err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: it.Schema}}})
 		case it.Truncate != "":
-			if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: it.Truncate}}}); err != nil {
-				return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
-			}
+			err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: it.Truncate}}})
 		case it.Batch != nil:
 			for _, ch := range protocol.Chunks(*it.Batch) {
-				if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}}); err != nil {
-					return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
+				if err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}}); err != nil {
+					break
 				}
 			}
+		}
+		if err != nil {
+			return nil, c.wrap(what, err)
 		}
 	}
 	r, err := s.CloseAndRecv()
 	if err != nil {
-		return nil, c.wrap(fmt.Sprintf("apply %d", seq), err)
+		return nil, c.wrap(what, err)
 	}
 	return r, nil
 }

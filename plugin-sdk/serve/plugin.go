@@ -136,6 +136,10 @@ type Capabilities struct {
 	ExactlyOnceNote string
 	// Truncate: the destination applies a truncate item in order with the rows around it, in the same commit.
 	Truncate bool
+	// Coalesce: the destination takes a range of WAL sequence numbers in one apply (see ApplyRequest). The
+	// engine then sends a destination that is behind everything committed up to its apply limits at once,
+	// which is what makes a lake snapshot or a warehouse MERGE per range rather than per entry affordable.
+	Coalesce bool
 }
 
 // Item is one element of an apply, in log order: a batch, a schema change or a truncate.
@@ -145,15 +149,26 @@ type Item struct {
 	Schema *Stream           // the new schema, for a schema change
 	// Truncate: the stream was emptied here; rows of earlier items of the stream are gone, later ones kept.
 	Truncate bool
+	// Sequence is the WAL entry the item belongs to: within [FirstSequence, Sequence] of its ApplyRequest.
+	Sequence uint64
 }
 
-// ApplyRequest carries the content of one WAL sequence number.
+// ApplyRequest carries the content of one WAL sequence number, or of the range [FirstSequence, Sequence] when
+// the destination offers Capabilities.Coalesce. The apply is atomic over the whole range and the destination
+// records Sequence, the range's last, as what it holds. Every item says which entry it came from, so a
+// destination that already holds part of a range (its fence f lies in [FirstSequence, Sequence)) applies only the
+// items with Item.Sequence > f; one that holds Sequence skips the apply.
 type ApplyRequest struct {
-	Settings json.RawMessage
-	Pipeline string
-	Sequence uint64
-	Items    []Item
+	Settings      json.RawMessage
+	Pipeline      string
+	FirstSequence uint64 // equal to Sequence for one entry
+	Sequence      uint64
+	Items         []Item
 }
+
+// Covers reports whether a destination holding fence already holds every item of the request: the apply is a
+// replay to skip.
+func (r ApplyRequest) Covers(fence uint64) bool { return fence >= r.Sequence }
 
 // ApplyResult reports an apply.
 type ApplyResult struct {

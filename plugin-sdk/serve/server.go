@@ -218,7 +218,7 @@ func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesReq
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate}, nil
+	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce}, nil
 }
 
 func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {
@@ -234,8 +234,16 @@ func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {
 	if h == nil {
 		return status.Errorf(codes.InvalidArgument, "apply: first message is not a header")
 	}
-	req := ApplyRequest{Settings: h.Settings, Pipeline: h.Pipeline, Sequence: h.Sequence}
-	src := &applySource{s: s, in: in, seq: h.Sequence}
+	firstSeq := h.FirstSequence
+	if firstSeq == 0 {
+		firstSeq = h.Sequence
+	}
+	if firstSeq > h.Sequence {
+		return status.Errorf(codes.InvalidArgument, "apply: range %d..%d is empty", firstSeq, h.Sequence)
+	}
+	req := ApplyRequest{Settings: h.Settings, Pipeline: h.Pipeline, FirstSequence: firstSeq, Sequence: h.Sequence}
+	// A single entry has no EntryStart: its items belong to Sequence. A range must mark its first entry.
+	src := &applySource{s: s, in: in, seq: h.Sequence, first: firstSeq, cur: firstSeq, marked: firstSeq == h.Sequence}
 	var res ApplyResult
 	if sd, ok := d.(StreamingDestination); ok {
 		res, err = sd.ApplyStream(in.Context(), req, src.items)
@@ -279,12 +287,16 @@ func (s *server) applyAll(ctx context.Context, d Destination, req ApplyRequest, 
 
 // applySource reads the items of one Apply call off the gRPC stream.
 type applySource struct {
-	s    *server
-	in   pluginv1.Plugin_ApplyServer
-	seq  uint64
-	asm  protocol.Assembler
-	done bool  // the stream's end was read
-	err  error // what ended the stream early, as a gRPC status
+	s   *server
+	in  pluginv1.Plugin_ApplyServer
+	seq uint64
+	// first..seq is the range; cur is the entry the items now read belong to; marked says an EntryStart set it
+	// (or the apply is one entry and needs none).
+	first, cur uint64
+	marked     bool
+	asm        protocol.Assembler
+	done       bool  // the stream's end was read
+	err        error // what ended the stream early, as a gRPC status
 }
 
 // items yields the stream's items in order, decoding each batch as its last chunk arrives, and releases each
@@ -327,7 +339,20 @@ func (a *applySource) next() ([]Item, error) {
 	if err != nil {
 		return nil, status.Errorf(codes.Aborted, "apply %d: receive: %v", a.seq, err)
 	}
+	if _, ok := m.Msg.(*pluginv1.ApplyMessage_Entry); !ok && !a.marked {
+		return nil, status.Errorf(codes.InvalidArgument, "apply %d..%d: items before the first entry mark", a.first, a.seq)
+	}
 	switch v := m.Msg.(type) {
+	case *pluginv1.ApplyMessage_Entry:
+		e := v.Entry.Sequence
+		if a.asm.Pending() {
+			return nil, status.Errorf(codes.InvalidArgument, "apply %d..%d: entry %d starts inside a batch", a.first, a.seq, e)
+		}
+		if e < a.first || e > a.seq || (a.marked && e <= a.cur) {
+			return nil, status.Errorf(codes.InvalidArgument, "apply %d..%d: entry %d out of order (after %d)", a.first, a.seq, e, a.cur)
+		}
+		a.cur, a.marked = e, true
+		return nil, nil
 	case *pluginv1.ApplyMessage_Batch:
 		b, done, err := a.asm.Add(v.Batch)
 		if err != nil {
@@ -342,7 +367,7 @@ func (a *applySource) next() ([]Item, error) {
 		}
 		its := make([]Item, len(recs))
 		for i, r := range recs {
-			its[i] = Item{Stream: b.Stream, Record: r}
+			its[i] = Item{Stream: b.Stream, Record: r, Sequence: a.cur}
 		}
 		return its, nil
 	case *pluginv1.ApplyMessage_Schema:
@@ -350,12 +375,12 @@ func (a *applySource) next() ([]Item, error) {
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "apply %d: %v", a.seq, err)
 		}
-		return []Item{{Stream: st.Name, Schema: &st}}, nil
+		return []Item{{Stream: st.Name, Schema: &st, Sequence: a.cur}}, nil
 	case *pluginv1.ApplyMessage_Truncate:
 		if a.asm.Pending() {
 			return nil, status.Errorf(codes.InvalidArgument, "apply %d: truncate of %s inside a batch", a.seq, v.Truncate.Stream)
 		}
-		return []Item{{Stream: v.Truncate.Stream, Truncate: true}}, nil
+		return []Item{{Stream: v.Truncate.Stream, Truncate: true, Sequence: a.cur}}, nil
 	}
 	return nil, status.Errorf(codes.InvalidArgument, "apply %d: unexpected message %T", a.seq, m.Msg)
 }

@@ -1132,8 +1132,11 @@ type CapabilitiesResponse struct {
 	SchemaEvolution bool                   `protobuf:"varint,3,opt,name=schema_evolution,json=schemaEvolution,proto3" json:"schema_evolution,omitempty"`
 	ExactlyOnceNote string                 `protobuf:"bytes,4,opt,name=exactly_once_note,json=exactlyOnceNote,proto3" json:"exactly_once_note,omitempty"` // why not, when exactly_once is false
 	Truncate        bool                   `protobuf:"varint,5,opt,name=truncate,proto3" json:"truncate,omitempty"`                                       // applies Truncate in order with the rows around it
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Takes a range of WAL sequence numbers in one atomic apply (ApplyHeader.first_sequence < sequence, with an
+	// EntryStart before each entry's items), recording the range's last sequence number as what it holds.
+	Coalesce      bool `protobuf:"varint,6,opt,name=coalesce,proto3" json:"coalesce,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
@@ -1201,11 +1204,21 @@ func (x *CapabilitiesResponse) GetTruncate() bool {
 	return false
 }
 
+func (x *CapabilitiesResponse) GetCoalesce() bool {
+	if x != nil {
+		return x.Coalesce
+	}
+	return false
+}
+
 type ApplyHeader struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Settings      []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
-	Pipeline      string                 `protobuf:"bytes,2,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
-	Sequence      uint64                 `protobuf:"varint,3,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Settings []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	Pipeline string                 `protobuf:"bytes,2,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
+	// The last WAL sequence number of the apply: what the destination records as applied once it commits.
+	Sequence uint64 `protobuf:"varint,3,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// The first WAL sequence number of a coalesced range; 0 (or equal to sequence) for one entry.
+	FirstSequence uint64 `protobuf:"varint,4,opt,name=first_sequence,json=firstSequence,proto3" json:"first_sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1261,6 +1274,59 @@ func (x *ApplyHeader) GetSequence() uint64 {
 	return 0
 }
 
+func (x *ApplyHeader) GetFirstSequence() uint64 {
+	if x != nil {
+		return x.FirstSequence
+	}
+	return 0
+}
+
+// EntryStart marks that the items after it, up to the next EntryStart, belong to WAL entry sequence. Sent only
+// in a coalesced apply, before each entry of the range, in ascending order.
+type EntryStart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sequence      uint64                 `protobuf:"varint,1,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EntryStart) Reset() {
+	*x = EntryStart{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EntryStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EntryStart) ProtoMessage() {}
+
+func (x *EntryStart) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EntryStart.ProtoReflect.Descriptor instead.
+func (*EntryStart) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *EntryStart) GetSequence() uint64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
 type ApplyMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -1269,6 +1335,7 @@ type ApplyMessage struct {
 	//	*ApplyMessage_Batch
 	//	*ApplyMessage_Schema
 	//	*ApplyMessage_Truncate
+	//	*ApplyMessage_Entry
 	Msg           isApplyMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1276,7 +1343,7 @@ type ApplyMessage struct {
 
 func (x *ApplyMessage) Reset() {
 	*x = ApplyMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1355,7 @@ func (x *ApplyMessage) String() string {
 func (*ApplyMessage) ProtoMessage() {}
 
 func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1368,7 @@ func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyMessage.ProtoReflect.Descriptor instead.
 func (*ApplyMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApplyMessage) GetMsg() isApplyMessage_Msg {
@@ -1347,6 +1414,15 @@ func (x *ApplyMessage) GetTruncate() *Truncate {
 	return nil
 }
 
+func (x *ApplyMessage) GetEntry() *EntryStart {
+	if x != nil {
+		if x, ok := x.Msg.(*ApplyMessage_Entry); ok {
+			return x.Entry
+		}
+	}
+	return nil
+}
+
 type isApplyMessage_Msg interface {
 	isApplyMessage_Msg()
 }
@@ -1367,6 +1443,10 @@ type ApplyMessage_Truncate struct {
 	Truncate *Truncate `protobuf:"bytes,4,opt,name=truncate,proto3,oneof"`
 }
 
+type ApplyMessage_Entry struct {
+	Entry *EntryStart `protobuf:"bytes,5,opt,name=entry,proto3,oneof"`
+}
+
 func (*ApplyMessage_Header) isApplyMessage_Msg() {}
 
 func (*ApplyMessage_Batch) isApplyMessage_Msg() {}
@@ -1374,6 +1454,8 @@ func (*ApplyMessage_Batch) isApplyMessage_Msg() {}
 func (*ApplyMessage_Schema) isApplyMessage_Msg() {}
 
 func (*ApplyMessage_Truncate) isApplyMessage_Msg() {}
+
+func (*ApplyMessage_Entry) isApplyMessage_Msg() {}
 
 type ApplyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1385,7 +1467,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1479,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1492,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApplyResponse) GetSkipped() bool {
@@ -1437,7 +1519,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1531,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1544,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LastAppliedRequest) GetSettings() []byte {
@@ -1489,7 +1571,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1583,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1596,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LastAppliedResponse) GetSequence() uint64 {
@@ -1540,7 +1622,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1634,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1647,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TeardownRequest) GetSettings() []byte {
@@ -1585,7 +1667,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1679,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1692,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{24}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TeardownResponse) GetReleased() []string {
@@ -1696,22 +1778,28 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"checkpoint\"\r\n" +
 	"\vAckResponse\"1\n" +
 	"\x13CapabilitiesRequest\x12\x1a\n" +
-	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xc6\x01\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xe2\x01\n" +
 	"\x14CapabilitiesResponse\x12!\n" +
 	"\fexactly_once\x18\x01 \x01(\bR\vexactlyOnce\x12\x18\n" +
 	"\adeletes\x18\x02 \x01(\bR\adeletes\x12)\n" +
 	"\x10schema_evolution\x18\x03 \x01(\bR\x0fschemaEvolution\x12*\n" +
 	"\x11exactly_once_note\x18\x04 \x01(\tR\x0fexactlyOnceNote\x12\x1a\n" +
-	"\btruncate\x18\x05 \x01(\bR\btruncate\"a\n" +
+	"\btruncate\x18\x05 \x01(\bR\btruncate\x12\x1a\n" +
+	"\bcoalesce\x18\x06 \x01(\bR\bcoalesce\"\x88\x01\n" +
 	"\vApplyHeader\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x1a\n" +
 	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x1a\n" +
-	"\bsequence\x18\x03 \x01(\x04R\bsequence\"\xf3\x01\n" +
+	"\bsequence\x18\x03 \x01(\x04R\bsequence\x12%\n" +
+	"\x0efirst_sequence\x18\x04 \x01(\x04R\rfirstSequence\"(\n" +
+	"\n" +
+	"EntryStart\x12\x1a\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\"\xa9\x02\n" +
 	"\fApplyMessage\x127\n" +
 	"\x06header\x18\x01 \x01(\v2\x1d.skippr.plugin.v1.ApplyHeaderH\x00R\x06header\x12/\n" +
 	"\x05batch\x18\x02 \x01(\v2\x17.skippr.plugin.v1.ChunkH\x00R\x05batch\x128\n" +
 	"\x06schema\x18\x03 \x01(\v2\x1e.skippr.plugin.v1.SchemaChangeH\x00R\x06schema\x128\n" +
-	"\btruncate\x18\x04 \x01(\v2\x1a.skippr.plugin.v1.TruncateH\x00R\btruncateB\x05\n" +
+	"\btruncate\x18\x04 \x01(\v2\x1a.skippr.plugin.v1.TruncateH\x00R\btruncate\x124\n" +
+	"\x05entry\x18\x05 \x01(\v2\x1c.skippr.plugin.v1.EntryStartH\x00R\x05entryB\x05\n" +
 	"\x03msg\"=\n" +
 	"\rApplyResponse\x12\x18\n" +
 	"\askipped\x18\x01 \x01(\bR\askipped\x12\x12\n" +
@@ -1763,7 +1851,7 @@ func file_skippr_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_skippr_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(Kind)(0),                    // 0: skippr.plugin.v1.Kind
 	(SyncMode)(0),                // 1: skippr.plugin.v1.SyncMode
@@ -1786,14 +1874,15 @@ var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(*CapabilitiesRequest)(nil),  // 18: skippr.plugin.v1.CapabilitiesRequest
 	(*CapabilitiesResponse)(nil), // 19: skippr.plugin.v1.CapabilitiesResponse
 	(*ApplyHeader)(nil),          // 20: skippr.plugin.v1.ApplyHeader
-	(*ApplyMessage)(nil),         // 21: skippr.plugin.v1.ApplyMessage
-	(*ApplyResponse)(nil),        // 22: skippr.plugin.v1.ApplyResponse
-	(*LastAppliedRequest)(nil),   // 23: skippr.plugin.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),  // 24: skippr.plugin.v1.LastAppliedResponse
-	(*TeardownRequest)(nil),      // 25: skippr.plugin.v1.TeardownRequest
-	(*TeardownResponse)(nil),     // 26: skippr.plugin.v1.TeardownResponse
-	nil,                          // 27: skippr.plugin.v1.Metric.LabelsEntry
-	nil,                          // 28: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	(*EntryStart)(nil),           // 21: skippr.plugin.v1.EntryStart
+	(*ApplyMessage)(nil),         // 22: skippr.plugin.v1.ApplyMessage
+	(*ApplyResponse)(nil),        // 23: skippr.plugin.v1.ApplyResponse
+	(*LastAppliedRequest)(nil),   // 24: skippr.plugin.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),  // 25: skippr.plugin.v1.LastAppliedResponse
+	(*TeardownRequest)(nil),      // 26: skippr.plugin.v1.TeardownRequest
+	(*TeardownResponse)(nil),     // 27: skippr.plugin.v1.TeardownResponse
+	nil,                          // 28: skippr.plugin.v1.Metric.LabelsEntry
+	nil,                          // 29: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 }
 var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: skippr.plugin.v1.SpecResponse.kind:type_name -> skippr.plugin.v1.Kind
@@ -1801,7 +1890,7 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	7,  // 2: skippr.plugin.v1.DiscoverResponse.streams:type_name -> skippr.plugin.v1.Stream
 	7,  // 3: skippr.plugin.v1.SchemaChange.stream:type_name -> skippr.plugin.v1.Stream
 	13, // 4: skippr.plugin.v1.Checkpoint.metrics:type_name -> skippr.plugin.v1.Metric
-	27, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
+	28, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
 	10, // 6: skippr.plugin.v1.ReadMessage.batch:type_name -> skippr.plugin.v1.Chunk
 	11, // 7: skippr.plugin.v1.ReadMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
 	12, // 8: skippr.plugin.v1.ReadMessage.checkpoint:type_name -> skippr.plugin.v1.Checkpoint
@@ -1810,30 +1899,31 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	10, // 11: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
 	11, // 12: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
 	15, // 13: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
-	28, // 14: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
-	2,  // 15: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
-	4,  // 16: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
-	6,  // 17: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
-	9,  // 18: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
-	16, // 19: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
-	18, // 20: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
-	21, // 21: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
-	23, // 22: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
-	25, // 23: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
-	3,  // 24: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
-	5,  // 25: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
-	8,  // 26: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
-	14, // 27: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
-	17, // 28: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
-	19, // 29: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
-	22, // 30: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
-	24, // 31: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
-	26, // 32: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
-	24, // [24:33] is the sub-list for method output_type
-	15, // [15:24] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	21, // 14: skippr.plugin.v1.ApplyMessage.entry:type_name -> skippr.plugin.v1.EntryStart
+	29, // 15: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	2,  // 16: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
+	4,  // 17: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
+	6,  // 18: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
+	9,  // 19: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
+	16, // 20: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
+	18, // 21: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
+	22, // 22: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
+	24, // 23: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
+	26, // 24: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
+	3,  // 25: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
+	5,  // 26: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
+	8,  // 27: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
+	14, // 28: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
+	17, // 29: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
+	19, // 30: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
+	23, // 31: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
+	25, // 32: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
+	27, // 33: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_skippr_plugin_v1_plugin_proto_init() }
@@ -1847,11 +1937,12 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 		(*ReadMessage_Checkpoint)(nil),
 		(*ReadMessage_Truncate)(nil),
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[19].OneofWrappers = []any{
+	file_skippr_plugin_v1_plugin_proto_msgTypes[20].OneofWrappers = []any{
 		(*ApplyMessage_Header)(nil),
 		(*ApplyMessage_Batch)(nil),
 		(*ApplyMessage_Schema)(nil),
 		(*ApplyMessage_Truncate)(nil),
+		(*ApplyMessage_Entry)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1859,7 +1950,7 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

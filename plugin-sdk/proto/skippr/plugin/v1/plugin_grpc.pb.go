@@ -52,7 +52,9 @@ type PluginClient interface {
 	Ack(ctx context.Context, in *AckRequest, opts ...grpc.CallOption) (*AckResponse, error)
 	// Capabilities tells what a destination can honour.
 	Capabilities(ctx context.Context, in *CapabilitiesRequest, opts ...grpc.CallOption) (*CapabilitiesResponse, error)
-	// Apply commits the batches of one WAL sequence number atomically. The first message is a header.
+	// Apply commits the batches of one WAL sequence number, or of a range of them, atomically. The first message
+	// is a header; a range (first_sequence < sequence) goes only to a destination whose capabilities say
+	// coalesce, and marks where each entry starts.
 	Apply(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ApplyMessage, ApplyResponse], error)
 	// LastApplied returns the highest WAL sequence number the destination holds, per stream.
 	LastApplied(ctx context.Context, in *LastAppliedRequest, opts ...grpc.CallOption) (*LastAppliedResponse, error)
@@ -188,7 +190,9 @@ type PluginServer interface {
 	Ack(context.Context, *AckRequest) (*AckResponse, error)
 	// Capabilities tells what a destination can honour.
 	Capabilities(context.Context, *CapabilitiesRequest) (*CapabilitiesResponse, error)
-	// Apply commits the batches of one WAL sequence number atomically. The first message is a header.
+	// Apply commits the batches of one WAL sequence number, or of a range of them, atomically. The first message
+	// is a header; a range (first_sequence < sequence) goes only to a destination whose capabilities say
+	// coalesce, and marks where each entry starts.
 	Apply(grpc.ClientStreamingServer[ApplyMessage, ApplyResponse]) error
 	// LastApplied returns the highest WAL sequence number the destination holds, per stream.
 	LastApplied(context.Context, *LastAppliedRequest) (*LastAppliedResponse, error)
