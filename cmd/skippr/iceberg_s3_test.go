@@ -1,10 +1,9 @@
 package main_test
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/internal/testplugins"
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 )
 
@@ -38,16 +38,9 @@ func TestS3LakeWithAutoCompactSurvivesSIGKILL(t *testing.T) {
 
 	// Without compaction the table would hold a data file per apply (dozens); a compaction killed half-way
 	// leaves at most the files of the applies after the last one that finished.
-	var plan lakequery.Plan
-	cmd := exec.Command(testplugins.Build(t, "iceberg"), "plan", "-fetch-dir", t.TempDir(), "events")
-	cmd.Stdin = strings.NewReader(lakeSettings)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("plan: %v\n%s", err, errb.String())
-	}
-	if err := json.Unmarshal(out.Bytes(), &plan); err != nil || len(plan.Tables) != 1 {
-		t.Fatalf("plan output (%v): %s", err, out.String())
+	plan, err := conformance.Start(t, testplugins.Build(t, "iceberg"), nil).LakePlan(context.Background(), []byte(lakeSettings), lakequery.PlanRequest{Streams: []string{"events"}, FetchDir: t.TempDir()})
+	if err != nil || len(plan.Tables) != 1 {
+		t.Fatalf("plan (%v): %+v", err, plan)
 	}
 	files := plan.Tables[0].Files
 	if len(files) == 0 || len(files) > 2*maxFiles {

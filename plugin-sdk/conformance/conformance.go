@@ -78,6 +78,7 @@ func Run(t *testing.T, cfg Config) {
 	if spec.Kind == pluginv1.Kind_KIND_DESTINATION || spec.Kind == pluginv1.Kind_KIND_BOTH {
 		t.Run("apply-replay", func(t *testing.T) { checkApply(ctx, t, c, cfg) })
 	}
+	checkServices(ctx, t, c, spec, cfg)
 }
 
 // Start starts a plugin binary with its checksum pinned, and kills it when the test ends.

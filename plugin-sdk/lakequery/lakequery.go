@@ -21,11 +21,40 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protodelim"
 
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 )
+
+// ErrSQL marks an error in the SQL itself (the query engine's message): the user fixes the statement. It
+// crosses the plugin boundary as INVALID_ARGUMENT.
+var ErrSQL = errors.New("query failed")
+
+// Services a plugin may offer beside its role (SpecResponse.services).
+const (
+	ServicePlan    = "lake.plan"
+	ServiceCompact = "lake.compact"
+	ServiceQuery   = "query.engine"
+)
+
+// PlanRequest asks a lake plugin for its tables' current snapshots.
+type PlanRequest struct {
+	Pipeline string   // report this pipeline's fence for each table
+	Streams  []string // empty: every table of the namespace
+	FetchDir string   // copy files that are not local into this directory
+}
+
+// CompactRequest asks a lake plugin to maintain one table. Zero durations and counts take the plugin's
+// defaults; a negative duration keeps everything.
+type CompactRequest struct {
+	Table            string
+	ExpireOlderThan  time.Duration
+	RetainLast       int
+	OrphansOlderThan time.Duration
+	TargetFileSize   int64
+}
 
 // Output formats of a query.
 const (

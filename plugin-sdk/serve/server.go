@@ -53,7 +53,7 @@ func (s *server) destination() (Destination, error) {
 
 func (s *server) Spec(context.Context, *pluginv1.SpecRequest) (*pluginv1.SpecResponse, error) {
 	sp := s.p.Spec()
-	return &pluginv1.SpecResponse{Name: sp.Name, Version: sp.Version, Kind: pluginv1.Kind(sp.Kind), SettingsSchema: sp.SettingsSchema, Description: sp.Description}, nil
+	return &pluginv1.SpecResponse{Name: sp.Name, Version: sp.Version, Kind: pluginv1.Kind(sp.Kind), SettingsSchema: sp.SettingsSchema, Description: sp.Description, Services: services(s.p)}, nil
 }
 
 func (s *server) Check(ctx context.Context, req *pluginv1.CheckRequest) (*pluginv1.CheckResponse, error) {

@@ -4,9 +4,8 @@
 //   - a destination (package sink): `skippr sync` into a .duckdb file, each WAL sequence number applied in one
 //     DuckDB transaction together with a state row, so a replay is exactly-once;
 //
-//   - the query engine behind `skippr query` (package query), run as a subcommand with its input on stdin:
-//
-//     skippr-plugin-duckdb query [flags]
+//   - the query engine behind `skippr query` (package query), offered as the protocol's optional service
+//     query.engine.
 //
 // `skippr-plugin-duckdb dump STREAM` (settings as JSON on stdin) prints a destination table as JSON lines
 // ordered by its key, for checks from outside the engine.
@@ -14,12 +13,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 
@@ -30,21 +27,6 @@ import (
 var version = "0.1.0"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "query" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-		err := query.Run(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
-		stop()
-		if errors.Is(err, query.ErrQuery) {
-			// DuckDB's own message, and the status the engine reports as bad SQL.
-			fmt.Fprintln(os.Stderr, strings.TrimPrefix(err.Error(), query.ErrQuery.Error()+": "))
-			os.Exit(2)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "skippr-plugin-duckdb query:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	if len(os.Args) > 1 && os.Args[1] == "dump" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		err := dump(ctx, os.Args[2:])
@@ -56,7 +38,7 @@ func main() {
 		return
 	}
 	d := &sink.Destination{Version: version}
-	serve.Serve(d)
+	serve.Serve(plugin{d})
 	// Serve returns when the host ends the plugin: closing checkpoints the database and releases its lock.
 	if err := d.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "skippr-plugin-duckdb:", err)
@@ -72,4 +54,13 @@ func dump(ctx context.Context, args []string) error {
 		return fmt.Errorf("read settings from stdin: %w", err)
 	}
 	return sink.Dump(ctx, settings, args[0], os.Stdout)
+}
+
+// plugin is the destination plus the query engine: the query shares nothing with the destination's databases.
+type plugin struct{ *sink.Destination }
+
+var _ serve.QueryEngine = plugin{}
+
+func (plugin) Query(ctx context.Context, in io.Reader, out io.Writer) (string, error) {
+	return query.Answer(ctx, in, out, query.Options{})
 }

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,12 +13,14 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
+	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 
 	"github.com/skippr-dev/skippr/plugins/iceberg/lake"
 )
 
-// The conformance kit's checks, then the compact command on the same binary (linking it is most of the time).
+// The conformance kit's checks, then compaction through the protocol on the same binary (linking it is most
+// of the time).
 func TestConformance(t *testing.T) {
 	bin := conformance.Build(t, ".")
 	settings, err := json.Marshal(map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(t.TempDir(), "wh")}})
@@ -29,11 +28,11 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	conformance.Run(t, conformance.Config{Binary: bin, Settings: settings, BadSettings: []byte(`{"catalog": {"type": "sql"}}`)})
-	t.Run("compact-command", func(t *testing.T) { testCompactCommand(t, bin) })
+	t.Run("compact-service", func(t *testing.T) { testCompactService(t, bin) })
 }
 
-// `compact STREAM` with settings on stdin rewrites the table and prints what it did.
-func testCompactCommand(t *testing.T, bin string) {
+// The lake.compact service rewrites the table and reports what it did.
+func testCompactService(t *testing.T, bin string) {
 	settings, err := json.Marshal(map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(t.TempDir(), "wh")}})
 	if err != nil {
 		t.Fatal(err)
@@ -58,13 +57,10 @@ func testCompactCommand(t *testing.T, bin string) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.CommandContext(ctx, bin, "compact", "-expire-older-than", "1ns", "-retain-last", "1", "s")
-	cmd.Stdin = bytes.NewReader(settings)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	c := conformance.Start(t, bin, nil)
+	out, err := c.LakeCompact(ctx, settings, lakequery.CompactRequest{Table: "s", ExpireOlderThan: time.Nanosecond, RetainLast: 1})
 	if err != nil {
-		t.Fatalf("compact: %v\n%s", err, stderr.String())
+		t.Fatalf("compact: %v", err)
 	}
 	var res lake.CompactResult
 	if err := json.Unmarshal(out, &res); err != nil {
@@ -73,9 +69,7 @@ func testCompactCommand(t *testing.T, bin string) {
 	if res.Table != "skippr.s" || res.RemovedDataFiles != 3 || res.AddedDataFiles != 1 || res.RemovedEqualityDeleteFiles != 2 || res.SnapshotsAfter != 1 {
 		t.Fatalf("compact result %+v", res)
 	}
-	cmd = exec.CommandContext(ctx, bin, "compact", "s", "extra")
-	cmd.Stdin = bytes.NewReader(settings)
-	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "want one stream") {
-		t.Fatalf("compact with two names: %v %s", err, out)
+	if _, err := c.LakeCompact(ctx, settings, lakequery.CompactRequest{Table: "nope"}); err == nil {
+		t.Fatalf("compact of a table that does not exist: no error")
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,42 +36,38 @@ import (
 	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
 
-// ErrQuery marks an error in the SQL itself (DuckDB's message): the caller exits with a usage code.
-var ErrQuery = errors.New("query failed")
+// Options tune a query.
+type Options struct {
+	TempDir     string // for WAL rows and DuckDB's spill files (default: the system's)
+	MemoryLimit string // DuckDB memory_limit (default: DuckDB's, 80% of RAM)
+}
 
-// Run reads a query stream from stdin, answers it on stdout in the requested format, and reports the row
-// count and time on stderr.
-func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("query", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	tmpRoot := fs.String("temp-dir", "", "directory for WAL rows and DuckDB's spill files (default: the system's)")
-	memLimit := fs.String("memory-limit", "", "DuckDB memory_limit (default: DuckDB's, 80% of RAM)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+// Answer reads a query stream (package lakequery) from in and writes the answer to out in the requested format;
+// the summary is the row count and time. An error in the SQL itself (DuckDB's message) wraps lakequery.ErrSQL.
+func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (string, error) {
 	start := time.Now()
-	rd, req, err := lakequery.NewReader(stdin)
+	rd, req, err := lakequery.NewReader(in)
 	if err != nil {
-		return err
+		return "", err
 	}
-	tmp, err := os.MkdirTemp(*tmpRoot, "skippr-query-")
+	tmp, err := os.MkdirTemp(opt.TempDir, "skippr-query-")
 	if err != nil {
-		return fmt.Errorf("temp dir: %w", err)
+		return "", fmt.Errorf("temp dir: %w", err)
 	}
 	defer os.RemoveAll(tmp)
 	tables, err := collect(req, rd, tmp)
 	if err != nil {
-		return err
+		return "", err
 	}
 	db, err := sql.Open("duckdb", "")
 	if err != nil {
-		return fmt.Errorf("open duckdb: %w", err)
+		return "", fmt.Errorf("open duckdb: %w", err)
 	}
 	defer db.Close()
 	// Views and temp tables live in one connection.
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("open duckdb: %w", err)
+		return "", fmt.Errorf("open duckdb: %w", err)
 	}
 	defer conn.Close()
 	settings := []string{
@@ -83,19 +78,19 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		// a user's own joins on the build side.
 		"SET disabled_optimizers = 'build_side_probe_side'",
 	}
-	if *memLimit != "" {
-		settings = append(settings, "SET memory_limit = "+ducksql.Literal(*memLimit))
+	if opt.MemoryLimit != "" {
+		settings = append(settings, "SET memory_limit = "+ducksql.Literal(opt.MemoryLimit))
 	}
 	for _, s := range settings {
 		if _, err := conn.ExecContext(ctx, s); err != nil {
-			return fmt.Errorf("%s: %w", s, err)
+			return "", fmt.Errorf("%s: %w", s, err)
 		}
 	}
 	var names, schemas []string
 	seenSchema := map[string]bool{}
 	for i, t := range tables {
 		if err := t.create(ctx, conn, i, req.AsOfLake); err != nil {
-			return err
+			return "", err
 		}
 		names = append(names, t.plan.Name)
 		if s := t.schemaName(); !seenSchema[s] {
@@ -108,10 +103,10 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		// Bare table names resolve in the lakes' namespaces (the first that has the name wins).
 		path := strings.Join(append(schemas, "main"), ",")
 		if _, err := conn.ExecContext(ctx, "SET search_path = "+ducksql.Literal(path)); err != nil {
-			return fmt.Errorf("search path %s: %w", path, err)
+			return "", fmt.Errorf("search path %s: %w", path, err)
 		}
 	}
-	n, err := answer(ctx, conn, req, stdout, tmp)
+	n, err := answer(ctx, conn, req, out, tmp)
 	if err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, "Catalog Error") && strings.Contains(msg, "does not exist") {
@@ -121,10 +116,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			}
 			msg += "\nknown tables: " + known
 		}
-		return fmt.Errorf("%w: %s", ErrQuery, msg)
+		return "", fmt.Errorf("%w: %s", lakequery.ErrSQL, msg)
 	}
-	fmt.Fprintf(stderr, "(%d %s, %s)\n", n, plural(n, "row"), time.Since(start).Round(100*time.Microsecond))
-	return nil
+	return fmt.Sprintf("(%d %s, %s)", n, plural(n, "row"), time.Since(start).Round(100*time.Microsecond)), nil
 }
 
 func plural(n int64, w string) string {

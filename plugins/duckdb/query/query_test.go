@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -124,9 +125,9 @@ func run(t *testing.T, sql, format string, asOfLake bool) (string, string, error
 	// A stream of another pipeline (no lake destination) is ignored.
 	w.Entry("other", 1)
 	w.Batch("public.people", 1, walBatch(t, walRow{change.OpInsert, 77, "elsewhere", ""}))
-	var out, errOut bytes.Buffer
-	err = Run(context.Background(), []string{"-temp-dir", t.TempDir()}, &in, &out, &errOut)
-	return out.String(), errOut.String(), err
+	var out bytes.Buffer
+	summary, err := Answer(context.Background(), &in, &out, Options{TempDir: t.TempDir()})
+	return out.String(), summary, err
 }
 
 func TestQueryMergesLakeAndWAL(t *testing.T) {
@@ -193,7 +194,7 @@ func TestQueryErrors(t *testing.T) {
 		{"SELECT * FROM lake.nope", "known tables: lake.people"},
 	} {
 		_, _, err := run(t, c.sql, "table", false)
-		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), ErrQuery.Error()) {
+		if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, lakequery.ErrSQL) {
 			t.Fatalf("%s: error %v, want a query error containing %q", c.sql, err, c.want)
 		}
 	}
@@ -224,9 +225,9 @@ func TestQueryHonoursUnappliedTruncate(t *testing.T) {
 		must(w.Batch("public.people", 1, walBatch(t, walRow{change.OpInsert, 7, "gus", ""})))
 		must(w.Entry("p", 4))
 		must(w.Batch("public.people", 2, walBatch(t, walRow{change.OpUpdate, 7, "gus2", ""}, walRow{change.OpInsert, 8, "hal", ""})))
-		var out, errOut bytes.Buffer
-		if err := Run(context.Background(), []string{"-temp-dir", t.TempDir()}, &in, &out, &errOut); err != nil {
-			t.Fatalf("%v\n%s", err, errOut.String())
+		var out bytes.Buffer
+		if _, err := Answer(context.Background(), &in, &out, Options{TempDir: t.TempDir()}); err != nil {
+			t.Fatal(err)
 		}
 		return out.String()
 	}

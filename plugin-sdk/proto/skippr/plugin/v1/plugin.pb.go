@@ -175,8 +175,10 @@ type SpecResponse struct {
 	// JSON Schema (draft 2020-12 or draft-07) of the settings object.
 	SettingsSchema []byte `protobuf:"bytes,4,opt,name=settings_schema,json=settingsSchema,proto3" json:"settings_schema,omitempty"`
 	Description    string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The optional services the plugin offers: "lake.plan", "lake.compact", "query.engine".
+	Services      []string `protobuf:"bytes,6,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SpecResponse) Reset() {
@@ -242,6 +244,13 @@ func (x *SpecResponse) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *SpecResponse) GetServices() []string {
+	if x != nil {
+		return x.Services
+	}
+	return nil
 }
 
 type CheckRequest struct {
@@ -1702,18 +1711,356 @@ func (x *TeardownResponse) GetReleased() []string {
 	return nil
 }
 
+type LakePlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	Pipeline      string                 `protobuf:"bytes,2,opt,name=pipeline,proto3" json:"pipeline,omitempty"`                 // report this pipeline's fence for each table
+	Streams       []string               `protobuf:"bytes,3,rep,name=streams,proto3" json:"streams,omitempty"`                   // plan these streams (empty: every table of the namespace)
+	FetchDir      string                 `protobuf:"bytes,4,opt,name=fetch_dir,json=fetchDir,proto3" json:"fetch_dir,omitempty"` // copy files that are not local into this directory
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LakePlanRequest) Reset() {
+	*x = LakePlanRequest{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LakePlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LakePlanRequest) ProtoMessage() {}
+
+func (x *LakePlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LakePlanRequest.ProtoReflect.Descriptor instead.
+func (*LakePlanRequest) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LakePlanRequest) GetSettings() []byte {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+func (x *LakePlanRequest) GetPipeline() string {
+	if x != nil {
+		return x.Pipeline
+	}
+	return ""
+}
+
+func (x *LakePlanRequest) GetStreams() []string {
+	if x != nil {
+		return x.Streams
+	}
+	return nil
+}
+
+func (x *LakePlanRequest) GetFetchDir() string {
+	if x != nil {
+		return x.FetchDir
+	}
+	return ""
+}
+
+type LakePlanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Plan          []byte                 `protobuf:"bytes,1,opt,name=plan,proto3" json:"plan,omitempty"` // a lakequery.Plan as JSON
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LakePlanResponse) Reset() {
+	*x = LakePlanResponse{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LakePlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LakePlanResponse) ProtoMessage() {}
+
+func (x *LakePlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LakePlanResponse.ProtoReflect.Descriptor instead.
+func (*LakePlanResponse) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *LakePlanResponse) GetPlan() []byte {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+type LakeCompactRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Settings []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	Table    string                 `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"` // stream or table name
+	// Zero takes the plugin's default; negative keeps everything.
+	ExpireOlderThanMs  int64 `protobuf:"varint,3,opt,name=expire_older_than_ms,json=expireOlderThanMs,proto3" json:"expire_older_than_ms,omitempty"`
+	RetainLast         int32 `protobuf:"varint,4,opt,name=retain_last,json=retainLast,proto3" json:"retain_last,omitempty"`
+	OrphansOlderThanMs int64 `protobuf:"varint,5,opt,name=orphans_older_than_ms,json=orphansOlderThanMs,proto3" json:"orphans_older_than_ms,omitempty"`
+	TargetFileSize     int64 `protobuf:"varint,6,opt,name=target_file_size,json=targetFileSize,proto3" json:"target_file_size,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *LakeCompactRequest) Reset() {
+	*x = LakeCompactRequest{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LakeCompactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LakeCompactRequest) ProtoMessage() {}
+
+func (x *LakeCompactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LakeCompactRequest.ProtoReflect.Descriptor instead.
+func (*LakeCompactRequest) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *LakeCompactRequest) GetSettings() []byte {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+func (x *LakeCompactRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *LakeCompactRequest) GetExpireOlderThanMs() int64 {
+	if x != nil {
+		return x.ExpireOlderThanMs
+	}
+	return 0
+}
+
+func (x *LakeCompactRequest) GetRetainLast() int32 {
+	if x != nil {
+		return x.RetainLast
+	}
+	return 0
+}
+
+func (x *LakeCompactRequest) GetOrphansOlderThanMs() int64 {
+	if x != nil {
+		return x.OrphansOlderThanMs
+	}
+	return 0
+}
+
+func (x *LakeCompactRequest) GetTargetFileSize() int64 {
+	if x != nil {
+		return x.TargetFileSize
+	}
+	return 0
+}
+
+type LakeCompactResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Report        []byte                 `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"` // JSON, for the user
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LakeCompactResponse) Reset() {
+	*x = LakeCompactResponse{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LakeCompactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LakeCompactResponse) ProtoMessage() {}
+
+func (x *LakeCompactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LakeCompactResponse.ProtoReflect.Descriptor instead.
+func (*LakeCompactResponse) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *LakeCompactResponse) GetReport() []byte {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+type QueryInput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryInput) Reset() {
+	*x = QueryInput{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryInput) ProtoMessage() {}
+
+func (x *QueryInput) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryInput.ProtoReflect.Descriptor instead.
+func (*QueryInput) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *QueryInput) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type QueryOutput struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Summary       string                 `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"` // set on the last message: rows and time
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueryOutput) Reset() {
+	*x = QueryOutput{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueryOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueryOutput) ProtoMessage() {}
+
+func (x *QueryOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueryOutput.ProtoReflect.Descriptor instead.
+func (*QueryOutput) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *QueryOutput) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *QueryOutput) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
 var File_skippr_plugin_v1_plugin_proto protoreflect.FileDescriptor
 
 const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"\x1dskippr/plugin/v1/plugin.proto\x12\x10skippr.plugin.v1\"\r\n" +
-	"\vSpecRequest\"\xb3\x01\n" +
+	"\vSpecRequest\"\xcf\x01\n" +
 	"\fSpecResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12*\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x16.skippr.plugin.v1.KindR\x04kind\x12'\n" +
 	"\x0fsettings_schema\x18\x04 \x01(\fR\x0esettingsSchema\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription\"*\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x1a\n" +
+	"\bservices\x18\x06 \x03(\tR\bservices\"*\n" +
 	"\fCheckRequest\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\"5\n" +
 	"\rCheckResponse\x12\x0e\n" +
@@ -1816,7 +2163,30 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x0fTeardownRequest\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\".\n" +
 	"\x10TeardownResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x03(\tR\breleased*R\n" +
+	"\breleased\x18\x01 \x03(\tR\breleased\"\x80\x01\n" +
+	"\x0fLakePlanRequest\x12\x1a\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x1a\n" +
+	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x18\n" +
+	"\astreams\x18\x03 \x03(\tR\astreams\x12\x1b\n" +
+	"\tfetch_dir\x18\x04 \x01(\tR\bfetchDir\"&\n" +
+	"\x10LakePlanResponse\x12\x12\n" +
+	"\x04plan\x18\x01 \x01(\fR\x04plan\"\xf5\x01\n" +
+	"\x12LakeCompactRequest\x12\x1a\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x14\n" +
+	"\x05table\x18\x02 \x01(\tR\x05table\x12/\n" +
+	"\x14expire_older_than_ms\x18\x03 \x01(\x03R\x11expireOlderThanMs\x12\x1f\n" +
+	"\vretain_last\x18\x04 \x01(\x05R\n" +
+	"retainLast\x121\n" +
+	"\x15orphans_older_than_ms\x18\x05 \x01(\x03R\x12orphansOlderThanMs\x12(\n" +
+	"\x10target_file_size\x18\x06 \x01(\x03R\x0etargetFileSize\"-\n" +
+	"\x13LakeCompactResponse\x12\x16\n" +
+	"\x06report\x18\x01 \x01(\fR\x06report\" \n" +
+	"\n" +
+	"QueryInput\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\";\n" +
+	"\vQueryOutput\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x18\n" +
+	"\asummary\x18\x02 \x01(\tR\asummary*R\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vKIND_SOURCE\x10\x01\x12\x14\n" +
@@ -1826,7 +2196,7 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x15SYNC_MODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12SYNC_MODE_SNAPSHOT\x10\x01\x12\x11\n" +
 	"\rSYNC_MODE_CDC\x10\x02\x12\x19\n" +
-	"\x15SYNC_MODE_APPEND_ONLY\x10\x032\xd2\x05\n" +
+	"\x15SYNC_MODE_APPEND_ONLY\x10\x032\xcb\a\n" +
 	"\x06Plugin\x12E\n" +
 	"\x04Spec\x12\x1d.skippr.plugin.v1.SpecRequest\x1a\x1e.skippr.plugin.v1.SpecResponse\x12H\n" +
 	"\x05Check\x12\x1e.skippr.plugin.v1.CheckRequest\x1a\x1f.skippr.plugin.v1.CheckResponse\x12Q\n" +
@@ -1836,7 +2206,10 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\fCapabilities\x12%.skippr.plugin.v1.CapabilitiesRequest\x1a&.skippr.plugin.v1.CapabilitiesResponse\x12J\n" +
 	"\x05Apply\x12\x1e.skippr.plugin.v1.ApplyMessage\x1a\x1f.skippr.plugin.v1.ApplyResponse(\x01\x12Z\n" +
 	"\vLastApplied\x12$.skippr.plugin.v1.LastAppliedRequest\x1a%.skippr.plugin.v1.LastAppliedResponse\x12Q\n" +
-	"\bTeardown\x12!.skippr.plugin.v1.TeardownRequest\x1a\".skippr.plugin.v1.TeardownResponseBIZGgithub.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1;pluginv1b\x06proto3"
+	"\bTeardown\x12!.skippr.plugin.v1.TeardownRequest\x1a\".skippr.plugin.v1.TeardownResponse\x12Q\n" +
+	"\bLakePlan\x12!.skippr.plugin.v1.LakePlanRequest\x1a\".skippr.plugin.v1.LakePlanResponse\x12Z\n" +
+	"\vLakeCompact\x12$.skippr.plugin.v1.LakeCompactRequest\x1a%.skippr.plugin.v1.LakeCompactResponse\x12H\n" +
+	"\x05Query\x12\x1c.skippr.plugin.v1.QueryInput\x1a\x1d.skippr.plugin.v1.QueryOutput(\x010\x01BIZGgithub.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1;pluginv1b\x06proto3"
 
 var (
 	file_skippr_plugin_v1_plugin_proto_rawDescOnce sync.Once
@@ -1851,7 +2224,7 @@ func file_skippr_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_skippr_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(Kind)(0),                    // 0: skippr.plugin.v1.Kind
 	(SyncMode)(0),                // 1: skippr.plugin.v1.SyncMode
@@ -1881,8 +2254,14 @@ var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(*LastAppliedResponse)(nil),  // 25: skippr.plugin.v1.LastAppliedResponse
 	(*TeardownRequest)(nil),      // 26: skippr.plugin.v1.TeardownRequest
 	(*TeardownResponse)(nil),     // 27: skippr.plugin.v1.TeardownResponse
-	nil,                          // 28: skippr.plugin.v1.Metric.LabelsEntry
-	nil,                          // 29: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	(*LakePlanRequest)(nil),      // 28: skippr.plugin.v1.LakePlanRequest
+	(*LakePlanResponse)(nil),     // 29: skippr.plugin.v1.LakePlanResponse
+	(*LakeCompactRequest)(nil),   // 30: skippr.plugin.v1.LakeCompactRequest
+	(*LakeCompactResponse)(nil),  // 31: skippr.plugin.v1.LakeCompactResponse
+	(*QueryInput)(nil),           // 32: skippr.plugin.v1.QueryInput
+	(*QueryOutput)(nil),          // 33: skippr.plugin.v1.QueryOutput
+	nil,                          // 34: skippr.plugin.v1.Metric.LabelsEntry
+	nil,                          // 35: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 }
 var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: skippr.plugin.v1.SpecResponse.kind:type_name -> skippr.plugin.v1.Kind
@@ -1890,7 +2269,7 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	7,  // 2: skippr.plugin.v1.DiscoverResponse.streams:type_name -> skippr.plugin.v1.Stream
 	7,  // 3: skippr.plugin.v1.SchemaChange.stream:type_name -> skippr.plugin.v1.Stream
 	13, // 4: skippr.plugin.v1.Checkpoint.metrics:type_name -> skippr.plugin.v1.Metric
-	28, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
+	34, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
 	10, // 6: skippr.plugin.v1.ReadMessage.batch:type_name -> skippr.plugin.v1.Chunk
 	11, // 7: skippr.plugin.v1.ReadMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
 	12, // 8: skippr.plugin.v1.ReadMessage.checkpoint:type_name -> skippr.plugin.v1.Checkpoint
@@ -1900,7 +2279,7 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	11, // 12: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
 	15, // 13: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
 	21, // 14: skippr.plugin.v1.ApplyMessage.entry:type_name -> skippr.plugin.v1.EntryStart
-	29, // 15: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	35, // 15: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 	2,  // 16: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
 	4,  // 17: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
 	6,  // 18: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
@@ -1910,17 +2289,23 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	22, // 22: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
 	24, // 23: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
 	26, // 24: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
-	3,  // 25: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
-	5,  // 26: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
-	8,  // 27: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
-	14, // 28: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
-	17, // 29: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
-	19, // 30: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
-	23, // 31: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
-	25, // 32: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
-	27, // 33: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
-	25, // [25:34] is the sub-list for method output_type
-	16, // [16:25] is the sub-list for method input_type
+	28, // 25: skippr.plugin.v1.Plugin.LakePlan:input_type -> skippr.plugin.v1.LakePlanRequest
+	30, // 26: skippr.plugin.v1.Plugin.LakeCompact:input_type -> skippr.plugin.v1.LakeCompactRequest
+	32, // 27: skippr.plugin.v1.Plugin.Query:input_type -> skippr.plugin.v1.QueryInput
+	3,  // 28: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
+	5,  // 29: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
+	8,  // 30: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
+	14, // 31: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
+	17, // 32: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
+	19, // 33: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
+	23, // 34: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
+	25, // 35: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
+	27, // 36: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
+	29, // 37: skippr.plugin.v1.Plugin.LakePlan:output_type -> skippr.plugin.v1.LakePlanResponse
+	31, // 38: skippr.plugin.v1.Plugin.LakeCompact:output_type -> skippr.plugin.v1.LakeCompactResponse
+	33, // 39: skippr.plugin.v1.Plugin.Query:output_type -> skippr.plugin.v1.QueryOutput
+	28, // [28:40] is the sub-list for method output_type
+	16, // [16:28] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -1950,7 +2335,7 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,9 @@ const (
 	Plugin_Apply_FullMethodName        = "/skippr.plugin.v1.Plugin/Apply"
 	Plugin_LastApplied_FullMethodName  = "/skippr.plugin.v1.Plugin/LastApplied"
 	Plugin_Teardown_FullMethodName     = "/skippr.plugin.v1.Plugin/Teardown"
+	Plugin_LakePlan_FullMethodName     = "/skippr.plugin.v1.Plugin/LakePlan"
+	Plugin_LakeCompact_FullMethodName  = "/skippr.plugin.v1.Plugin/LakeCompact"
+	Plugin_Query_FullMethodName        = "/skippr.plugin.v1.Plugin/Query"
 )
 
 // PluginClient is the client API for Plugin service.
@@ -62,6 +65,15 @@ type PluginClient interface {
 	// publication it created), so a dropped pipeline does not pin resources forever. Optional: a plugin
 	// without such resources answers UNIMPLEMENTED.
 	Teardown(ctx context.Context, in *TeardownRequest, opts ...grpc.CallOption) (*TeardownResponse, error)
+	// LakePlan (service "lake.plan") describes a lake destination's tables as of their current snapshots, with a
+	// pipeline's fence for each: what `skippr query` reads.
+	LakePlan(ctx context.Context, in *LakePlanRequest, opts ...grpc.CallOption) (*LakePlanResponse, error)
+	// LakeCompact (service "lake.compact") rewrites a table's small files, folds deletes and expires snapshots.
+	LakeCompact(ctx context.Context, in *LakeCompactRequest, opts ...grpc.CallOption) (*LakeCompactResponse, error)
+	// Query (service "query.engine") answers SQL over lake plans and WAL entries. The requests carry the query
+	// stream of package lakequery in pieces; the responses carry the result's bytes, and the last one its
+	// summary. An error in the SQL itself is INVALID_ARGUMENT with the engine's message.
+	Query(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[QueryInput, QueryOutput], error)
 }
 
 type pluginClient struct {
@@ -174,6 +186,39 @@ func (c *pluginClient) Teardown(ctx context.Context, in *TeardownRequest, opts .
 	return out, nil
 }
 
+func (c *pluginClient) LakePlan(ctx context.Context, in *LakePlanRequest, opts ...grpc.CallOption) (*LakePlanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LakePlanResponse)
+	err := c.cc.Invoke(ctx, Plugin_LakePlan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pluginClient) LakeCompact(ctx context.Context, in *LakeCompactRequest, opts ...grpc.CallOption) (*LakeCompactResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LakeCompactResponse)
+	err := c.cc.Invoke(ctx, Plugin_LakeCompact_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pluginClient) Query(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[QueryInput, QueryOutput], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Plugin_ServiceDesc.Streams[2], Plugin_Query_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[QueryInput, QueryOutput]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Plugin_QueryClient = grpc.BidiStreamingClient[QueryInput, QueryOutput]
+
 // PluginServer is the server API for Plugin service.
 // All implementations must embed UnimplementedPluginServer
 // for forward compatibility.
@@ -200,6 +245,15 @@ type PluginServer interface {
 	// publication it created), so a dropped pipeline does not pin resources forever. Optional: a plugin
 	// without such resources answers UNIMPLEMENTED.
 	Teardown(context.Context, *TeardownRequest) (*TeardownResponse, error)
+	// LakePlan (service "lake.plan") describes a lake destination's tables as of their current snapshots, with a
+	// pipeline's fence for each: what `skippr query` reads.
+	LakePlan(context.Context, *LakePlanRequest) (*LakePlanResponse, error)
+	// LakeCompact (service "lake.compact") rewrites a table's small files, folds deletes and expires snapshots.
+	LakeCompact(context.Context, *LakeCompactRequest) (*LakeCompactResponse, error)
+	// Query (service "query.engine") answers SQL over lake plans and WAL entries. The requests carry the query
+	// stream of package lakequery in pieces; the responses carry the result's bytes, and the last one its
+	// summary. An error in the SQL itself is INVALID_ARGUMENT with the engine's message.
+	Query(grpc.BidiStreamingServer[QueryInput, QueryOutput]) error
 	mustEmbedUnimplementedPluginServer()
 }
 
@@ -236,6 +290,15 @@ func (UnimplementedPluginServer) LastApplied(context.Context, *LastAppliedReques
 }
 func (UnimplementedPluginServer) Teardown(context.Context, *TeardownRequest) (*TeardownResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Teardown not implemented")
+}
+func (UnimplementedPluginServer) LakePlan(context.Context, *LakePlanRequest) (*LakePlanResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method LakePlan not implemented")
+}
+func (UnimplementedPluginServer) LakeCompact(context.Context, *LakeCompactRequest) (*LakeCompactResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method LakeCompact not implemented")
+}
+func (UnimplementedPluginServer) Query(grpc.BidiStreamingServer[QueryInput, QueryOutput]) error {
+	return status.Errorf(codes.Unimplemented, "method Query not implemented")
 }
 func (UnimplementedPluginServer) mustEmbedUnimplementedPluginServer() {}
 func (UnimplementedPluginServer) testEmbeddedByValue()                {}
@@ -402,6 +465,49 @@ func _Plugin_Teardown_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Plugin_LakePlan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LakePlanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PluginServer).LakePlan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Plugin_LakePlan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PluginServer).LakePlan(ctx, req.(*LakePlanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Plugin_LakeCompact_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LakeCompactRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PluginServer).LakeCompact(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Plugin_LakeCompact_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PluginServer).LakeCompact(ctx, req.(*LakeCompactRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Plugin_Query_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PluginServer).Query(&grpc.GenericServerStream[QueryInput, QueryOutput]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Plugin_QueryServer = grpc.BidiStreamingServer[QueryInput, QueryOutput]
+
 // Plugin_ServiceDesc is the grpc.ServiceDesc for Plugin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -437,6 +543,14 @@ var Plugin_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Teardown",
 			Handler:    _Plugin_Teardown_Handler,
 		},
+		{
+			MethodName: "LakePlan",
+			Handler:    _Plugin_LakePlan_Handler,
+		},
+		{
+			MethodName: "LakeCompact",
+			Handler:    _Plugin_LakeCompact_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -447,6 +561,12 @@ var Plugin_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Apply",
 			Handler:       _Plugin_Apply_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Query",
+			Handler:       _Plugin_Query_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},

@@ -1,0 +1,306 @@
+// Package lakequery runs `skippr query`: SQL over the tables of the pipelines' lake destinations, merged with
+// the entries committed to each pipeline's WAL but not applied yet (the contract between the parts is the
+// SDK's package lakequery).
+//
+// Nothing here names a plugin. A lake is any destination whose plugin offers the lake.plan service; the query
+// engine is any plugin offering query.engine (DuckDB unless the config pins another, see QueryPlugin). Every
+// plugin is started through the plugin host, so the same checksum pinning and protocol negotiation apply as
+// to a sync, and a third party's lake destination works with `skippr query` without a change here.
+package lakequery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/pluginhost"
+	"github.com/skippr-dev/skippr/engine/wal"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	sdk "github.com/skippr-dev/skippr/plugin-sdk/lakequery"
+)
+
+// QueryPlugin is the query engine used when the config names none: a connection whose plugin is this name
+// pins its version or path.
+const QueryPlugin = "duckdb"
+
+// ErrNoLake: no selected pipeline writes to a destination offering lake.plan.
+var ErrNoLake = errors.New("no lake to query")
+
+// Starter starts a connection's plugin; *pluginhost.Host is one.
+type Starter interface {
+	Start(ctx context.Context, c pluginhost.Connection) (*client.Client, pluginhost.Binary, error)
+}
+
+// Options say what to query and how.
+type Options struct {
+	Config    *config.Config
+	Pipelines []*config.Pipeline // the pipelines whose lakes are queried (default: all of the config)
+	Host      Starter
+	// OpenWAL opens a pipeline's log for reading; the querier takes no lease and never blocks a sync.
+	OpenWAL func(ctx context.Context, p *config.Pipeline) (*wal.Log, error)
+}
+
+// Querier answers queries over one config's lakes. Its plugins run until Close.
+type Querier struct {
+	opts    Options
+	lakes   []lake
+	engine  *client.Client
+	running []*client.Client
+}
+
+// lake is a pipeline and one of its destinations offering lake.plan.
+type lake struct {
+	p        *config.Pipeline
+	conn     string
+	settings []byte
+	plugin   *client.Client
+}
+
+// Open starts the selected pipelines' destination plugins, keeps those that offer lake.plan, and starts the
+// query engine.
+func Open(ctx context.Context, opts Options) (q *Querier, err error) {
+	q = &Querier{opts: opts}
+	defer func() {
+		if err != nil {
+			q.Close()
+		}
+	}()
+	pipes := opts.Pipelines
+	if pipes == nil {
+		pipes = opts.Config.Pipelines
+	}
+	started := map[string]*client.Client{} // by connection; nil: starts, but offers no lake.plan
+	for _, p := range pipes {
+		for _, d := range p.Destinations {
+			cn, ok := opts.Config.Connection(d)
+			if !ok {
+				return nil, fmt.Errorf("pipeline %s: no connection %q", p.Name, d)
+			}
+			c, seen := started[cn.Name]
+			if !seen {
+				if c, err = q.start(ctx, cn, sdk.ServicePlan); err != nil {
+					return nil, err
+				}
+				started[cn.Name] = c
+			}
+			if c == nil {
+				continue
+			}
+			settings, err := cn.SettingsJSON()
+			if err != nil {
+				return nil, err
+			}
+			q.lakes = append(q.lakes, lake{p: p, conn: cn.Name, settings: settings, plugin: c})
+		}
+	}
+	if len(q.lakes) == 0 {
+		return nil, fmt.Errorf("%w: no pipeline in %s writes to a destination whose plugin offers %s (such as iceberg)", ErrNoLake, opts.Config.Path, sdk.ServicePlan)
+	}
+	qc := &config.Connection{Name: "query", Plugin: QueryPlugin}
+	for _, cn := range opts.Config.Connections {
+		if cn.Plugin == QueryPlugin {
+			qc = cn
+			break
+		}
+	}
+	if q.engine, err = q.start(ctx, qc, sdk.ServiceQuery); err != nil {
+		return nil, err
+	}
+	if q.engine == nil {
+		return nil, fmt.Errorf("connection %s: plugin %s offers no %s service: it cannot answer queries", qc.Name, qc.Plugin, sdk.ServiceQuery)
+	}
+	return q, nil
+}
+
+// start starts a connection's plugin; it returns nil (and stops the plugin) when the plugin does not offer
+// service.
+func (q *Querier) start(ctx context.Context, cn *config.Connection, service string) (*client.Client, error) {
+	c, _, err := q.opts.Host.Start(ctx, pluginhost.Connection{Name: cn.Name, Plugin: cn.Plugin, Constraint: cn.Version, Path: cn.Path})
+	if err != nil {
+		return nil, err
+	}
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		c.Kill()
+		return nil, fmt.Errorf("connection %s: %w", cn.Name, err)
+	}
+	if !client.Offers(spec, service) {
+		c.Kill()
+		return nil, nil
+	}
+	q.running = append(q.running, c)
+	return c, nil
+}
+
+// Close stops the plugins.
+func (q *Querier) Close() {
+	for _, c := range q.running {
+		c.Kill()
+	}
+	q.running = nil
+}
+
+// Request is one statement.
+type Request struct {
+	SQL      string
+	Format   string // sdk.Format…
+	AsOfLake bool   // the lake alone, without the WAL's unapplied rows
+}
+
+// Run answers one statement, writing the result to out; it returns the engine's summary (rows, time). An error
+// in the SQL wraps sdk.ErrSQL.
+//
+// The WAL is read before the lake is planned: an entry applied in between is then both in the lake and in the
+// WAL part, and the table's fence drops it from the latter. The other order could miss an entry applied and
+// reclaimed in between.
+func (q *Querier) Run(ctx context.Context, req Request, out io.Writer) (string, error) {
+	tmp, err := os.MkdirTemp("", "skippr-query-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	wals := make([]walEntries, len(q.lakes))
+	if !req.AsOfLake {
+		for i, l := range q.lakes {
+			if wals[i], err = q.readWAL(ctx, l.p); err != nil {
+				return "", err
+			}
+		}
+	}
+	sreq := sdk.Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake}
+	for i, l := range q.lakes {
+		fetch := filepath.Join(tmp, fmt.Sprintf("lake-%d", i))
+		if err := os.MkdirAll(fetch, 0o700); err != nil {
+			return "", err
+		}
+		plan, err := l.plugin.LakePlan(ctx, l.settings, sdk.PlanRequest{Pipeline: l.p.Name, Streams: wals[i].streams, FetchDir: fetch})
+		if err != nil {
+			return "", fmt.Errorf("plan lake of connection %s: %w", l.conn, err)
+		}
+		sreq.Lakes = append(sreq.Lakes, sdk.Lake{Pipeline: l.p.Name, Plan: plan})
+	}
+	return q.engine.Query(ctx, func(w io.Writer) error { return q.writeStream(w, sreq, wals) }, out)
+}
+
+// walEntries are one pipeline's committed, unreclaimed WAL entries and the streams they hold.
+type walEntries struct {
+	seqs    []uint64
+	frames  [][]wal.Frame
+	streams []string
+}
+
+// readWAL reads a pipeline's committed entries without taking its lease. An entry reclaimed while being read
+// was applied by every destination, so the plan (made after) holds it: it is skipped.
+func (q *Querier) readWAL(ctx context.Context, p *config.Pipeline) (walEntries, error) {
+	var out walEntries
+	l, err := q.opts.OpenWAL(ctx, p)
+	if err != nil {
+		return out, err
+	}
+	defer l.Close()
+	h, err := l.Head(ctx)
+	if err != nil {
+		return out, fmt.Errorf("pipeline %s: %w", p.Name, err)
+	}
+	recs, err := l.Entries(ctx, h.ReclaimedThrough)
+	if err != nil {
+		return out, fmt.Errorf("pipeline %s: %w", p.Name, err)
+	}
+	seen := map[string]bool{}
+	for _, rec := range recs {
+		frames, err := l.ReadSegment(ctx, rec)
+		if err != nil {
+			if h2, herr := l.Head(ctx); herr == nil && h2.ReclaimedThrough >= rec.Seq {
+				continue
+			}
+			return out, fmt.Errorf("pipeline %s: %w", p.Name, err)
+		}
+		for _, f := range frames {
+			if !seen[f.Stream] {
+				seen[f.Stream] = true
+				out.streams = append(out.streams, f.Stream)
+			}
+		}
+		out.seqs = append(out.seqs, rec.Seq)
+		out.frames = append(out.frames, frames)
+	}
+	return out, nil
+}
+
+// writeStream writes the query stream: the request, then every lake's pipeline's WAL entries in order.
+func (q *Querier) writeStream(w io.Writer, req sdk.Request, wals []walEntries) error {
+	qw, err := sdk.NewWriter(w, req)
+	if err != nil {
+		return err
+	}
+	for i, l := range q.lakes {
+		for j, seq := range wals[i].seqs {
+			if err := qw.Entry(l.p.Name, seq); err != nil {
+				return err
+			}
+			for _, f := range wals[i].frames[j] {
+				switch f.Kind {
+				case wal.FrameBatch:
+					err = qw.Batch(f.Stream, f.Rows, f.Data)
+				case wal.FrameSchema:
+					err = qw.Schema(f.Stream, f.Data)
+				case wal.FrameTruncate:
+					err = qw.Truncate(f.Stream)
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// ErrNoService: no connection's plugin offers the service asked for.
+var ErrNoService = errors.New("no plugin offers the service")
+
+// Offering starts the plugin of the named connection, or of each connection of the config when name is "",
+// and returns the one connection whose plugin offers service, running; the caller kills it. Several offering
+// it without a name is an error that lists them.
+func Offering(ctx context.Context, cfg *config.Config, host Starter, name, service string) (*config.Connection, *client.Client, error) {
+	conns := cfg.Connections
+	if name != "" {
+		cn, ok := cfg.Connection(name)
+		if !ok {
+			return nil, nil, fmt.Errorf("no connection %q in %s (known: %v)", name, cfg.Path, cfg.ConnectionNames())
+		}
+		conns = []*config.Connection{cn}
+	}
+	q := &Querier{opts: Options{Host: host}}
+	var found []*config.Connection
+	var running *client.Client
+	for _, cn := range conns {
+		c, err := q.start(ctx, cn, service)
+		if err != nil {
+			q.Close()
+			return nil, nil, err
+		}
+		if c != nil {
+			found, running = append(found, cn), c
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], running, nil
+	case 0:
+		if name != "" {
+			return nil, nil, fmt.Errorf("%w: connection %s (plugin %s) does not offer %s", ErrNoService, name, conns[0].Plugin, service)
+		}
+		return nil, nil, fmt.Errorf("%w: no connection in %s has a plugin offering %s", ErrNoService, cfg.Path, service)
+	}
+	q.Close()
+	var names []string
+	for _, cn := range found {
+		names = append(names, cn.Name)
+	}
+	return nil, nil, fmt.Errorf("%s has several connections offering %s (%v): pick one with --connection", cfg.Path, service, names)
+}
