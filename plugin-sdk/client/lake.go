@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -38,15 +39,25 @@ func (c *Client) LakeCompact(ctx context.Context, settings []byte, req lakequery
 	r, err := c.rpc.LakeCompact(ctx, &pluginv1.LakeCompactRequest{
 		Settings:           settings,
 		Table:              req.Table,
-		ExpireOlderThanMs:  req.ExpireOlderThan.Milliseconds(),
+		ExpireOlderThanMs:  millis(req.ExpireOlderThan),
 		RetainLast:         int32(req.RetainLast),
-		OrphansOlderThanMs: req.OrphansOlderThan.Milliseconds(),
+		OrphansOlderThanMs: millis(req.OrphansOlderThan),
 		TargetFileSize:     req.TargetFileSize,
 	})
 	if err != nil {
 		return nil, c.wrap("compact "+req.Table, err)
 	}
 	return r.Report, nil
+}
+
+// millis rounds a positive duration up to a whole millisecond: zero means "the plugin's default" on the wire,
+// so a duration under 1 ms must not become it.
+func millis(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if d > 0 && d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
 }
 
 // Query sends the query stream that write produces to a query engine and copies the result to out; it returns
