@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -13,9 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -48,33 +45,6 @@ func walInspectCommand(g *globals) *cli.Command {
 		},
 		Action: func(c *cli.Context) error { return walInspect(c, g) },
 	}
-}
-
-type inspectEntry struct {
-	Seq        uint64            `json:"seq"`
-	Segment    string            `json:"segment"`
-	Size       int64             `json:"size"`
-	CRC32C     uint32            `json:"crc32c"`
-	Rows       map[string]int64  `json:"rows"`
-	SchemaIDs  map[string]string `json:"schema_ids,omitempty"`
-	Epoch      uint64            `json:"epoch"`
-	Time       time.Time         `json:"time"`
-	Checkpoint []byte            `json:"checkpoint,omitempty"`
-	Fence      bool              `json:"fence,omitempty"`
-	OK         bool              `json:"ok"`
-	Error      string            `json:"error,omitempty"`
-}
-
-type inspectReport struct {
-	URL              string         `json:"url"`
-	LastSeq          uint64         `json:"last_seq"`
-	LastCheckpoint   []byte         `json:"last_checkpoint,omitempty"`
-	ReclaimedThrough uint64         `json:"reclaimed_through"`
-	Bytes            int64          `json:"bytes"`
-	Epoch            uint64         `json:"epoch"`
-	Holder           string         `json:"holder,omitempty"`
-	Bad              int            `json:"bad"`
-	Entries          []inspectEntry `json:"entries"`
 }
 
 func walInspect(c *cli.Context, g *globals) error {
@@ -111,7 +81,7 @@ func walInspect(c *cli.Context, g *globals) error {
 		return withCode(exitFailure, err)
 	}
 	defer l.Close()
-	rep, err := inspectLog(ctx, l)
+	rep, err := wal.Verify(ctx, l)
 	if err != nil {
 		return withCode(exitFailure, err)
 	}
@@ -137,48 +107,7 @@ func walInspect(c *cli.Context, g *globals) error {
 	return nil
 }
 
-func inspectLog(ctx context.Context, l *wal.Log) (inspectReport, error) {
-	h, err := l.Head(ctx)
-	if err != nil {
-		return inspectReport{}, err
-	}
-	recs, err := l.Entries(ctx, h.ReclaimedThrough)
-	if err != nil {
-		return inspectReport{}, err
-	}
-	rep := inspectReport{
-		URL: l.URL(), LastSeq: h.LastSeq, LastCheckpoint: h.LastCheckpoint, ReclaimedThrough: h.ReclaimedThrough,
-		Bytes: h.Bytes, Epoch: h.Epoch, Holder: h.Holder, Entries: make([]inspectEntry, len(recs)),
-	}
-	// Reading segments one by one is slow on S3; a few at a time, reported in order.
-	sem := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for i, r := range recs {
-		rep.Entries[i] = inspectEntry{
-			Seq: r.Seq, Segment: r.Segment, Size: r.Size, CRC32C: r.CRC32C, Rows: r.Rows, SchemaIDs: r.SchemaIDs,
-			Epoch: r.Epoch, Time: r.Time, Checkpoint: r.Checkpoint, Fence: r.Segment == "", OK: true,
-		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			if _, err := l.ReadSegment(ctx, r); err != nil {
-				rep.Entries[i].OK, rep.Entries[i].Error = false, err.Error()
-			}
-		})
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return rep, err
-	}
-	for _, e := range rep.Entries {
-		if !e.OK {
-			rep.Bad++
-		}
-	}
-	return rep, nil
-}
-
-func printInspect(w io.Writer, rep inspectReport) {
+func printInspect(w io.Writer, rep wal.Report) {
 	holder := rep.Holder
 	if holder == "" {
 		holder = "none"
