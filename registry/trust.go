@@ -126,3 +126,13 @@ func MergeRegistries(lists ...[]Registry) []Registry {
 	}
 	return out
 }
+
+// Sources is the order in which registries are asked for a plugin: the config's own (fromConfig), then the
+// ones trusted in $SKIPPR_HOME/trust.json, then the project's registry — each URL once, keys united.
+func Sources(home string, fromConfig []Registry) ([]Registry, error) {
+	trusted, err := ReadTrustStore(home)
+	if err != nil {
+		return nil, err
+	}
+	return MergeRegistries(fromConfig, trusted, []Registry{DefaultRegistry()}), nil
+}

@@ -65,13 +65,13 @@ func newHost(c *cli.Context, g *globals, cfg *config.Config, offline bool) (*plu
 	if err != nil {
 		return nil, err
 	}
-	trusted, err := registry.ReadTrustStore(g.Home)
+	sources, err := registry.Sources(g.Home, fromConfig)
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
 	rc, err := registry.New(registry.Options{
 		Home:        g.Home,
-		Registries:  registry.MergeRegistries(fromConfig, trusted, []registry.Registry{registry.DefaultRegistry()}),
+		Registries:  sources,
 		Protocols:   pluginhost.Protocols,
 		Progress:    c.App.ErrWriter,
 		ProgressTTY: isTerminal(c.App.ErrWriter),

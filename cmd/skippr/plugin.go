@@ -287,11 +287,10 @@ func pluginClient(c *cli.Context, g *globals) (*registry.Client, error) {
 			return nil, err
 		}
 	}
-	trusted, err := registry.ReadTrustStore(g.Home)
+	known, err := registry.Sources(g.Home, known)
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
-	known = registry.MergeRegistries(known, trusted, []registry.Registry{registry.DefaultRegistry()})
 
 	var keys []registry.PublicKey
 	for _, f := range c.StringSlice("key") {
