@@ -1,0 +1,419 @@
+package netns_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/skippr-dev/skippr/testkit/netns"
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// echo serves line echo on l until it is closed.
+func echo(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_, _ = io.Copy(c, c)
+		}()
+	}
+}
+
+// roundTrip sends a fresh token and waits for it to come back within d (echoes of earlier tokens are skipped).
+func roundTrip(c net.Conn, r *bufio.Reader, d time.Duration) error {
+	token := strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := c.SetDeadline(time.Now().Add(d)); err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(c, token); err != nil {
+		return err
+	}
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(line) == token {
+			return nil
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func rootLinks(t *testing.T) []string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, i := range ifs {
+		names = append(names, i.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestLinkCut: two hosts talk TCP; cutting either host's link stops it within a second (an established
+// connection and a new dial both), and plugging it back restores both.
+func TestLinkCut(t *testing.T) {
+	for _, cut := range []string{"server", "client"} {
+		t.Run(cut, func(t *testing.T) {
+			n := netns.New(t, "nstcut")
+			a, b := n.Host(t, "a"), n.Host(t, "b")
+			l, err := a.Listen("tcp", a.HostPort(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			go echo(l)
+			addr := l.Addr().String()
+			c, err := b.DialContext(context.Background(), "tcp", addr)
+			if err != nil {
+				t.Fatalf("dial %s from b: %v", addr, err)
+			}
+			defer c.Close()
+			r := bufio.NewReader(c)
+			if err := roundTrip(c, r, 10*time.Second); err != nil {
+				t.Fatalf("round trip before the cut: %v", err)
+			}
+
+			victim := map[string]*netns.Host{"server": a, "client": b}[cut]
+			if err := victim.LinkDown(); err != nil {
+				t.Fatal(err)
+			}
+			if err := roundTrip(c, r, time.Second); !isTimeout(err) {
+				t.Fatalf("round trip with %s's link cut: got %v, want a timeout within 1s", cut, err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			nc, err := b.DialContext(ctx, "tcp", addr)
+			cancel()
+			if err == nil {
+				nc.Close()
+				t.Fatalf("a new dial with %s's link cut succeeded", cut)
+			}
+
+			if err := victim.LinkUp(); err != nil {
+				t.Fatal(err)
+			}
+			// The stalled connection resumes with its next retransmission, whose back-off has grown during the cut.
+			if err := roundTrip(c, r, 20*time.Second); err != nil {
+				t.Fatalf("round trip on the old connection after the link came back: %v", err)
+			}
+			ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+			nc, err = b.DialContext(ctx, "tcp", addr)
+			cancel()
+			if err != nil {
+				t.Fatalf("new dial after the link came back: %v", err)
+			}
+			nc.Close()
+		})
+	}
+}
+
+// TestRootCannotReach: a host's listener is not reachable from the root namespace, and the root namespace gets no
+// interface from the segment.
+func TestRootCannotReach(t *testing.T) {
+	before := rootLinks(t)
+	n := netns.New(t, "nstroot")
+	a := n.Host(t, "a")
+	l, err := a.Listen("tcp", a.HostPort(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go echo(l)
+	d := net.Dialer{Timeout: time.Second}
+	if c, err := d.Dial("tcp", l.Addr().String()); err == nil {
+		c.Close()
+		t.Fatalf("the root namespace reached %s", l.Addr())
+	}
+	if after := rootLinks(t); !slices.Equal(before, after) {
+		t.Fatalf("root namespace interfaces changed: before %v, with a segment %v", before, after)
+	}
+}
+
+// TestCommand: a program started with Command runs inside the host (it sees the host's eth0 address), its
+// process is the program itself (so signals reach it), and with a Credential it runs as that user.
+func TestCommand(t *testing.T) {
+	n := netns.New(t, "nstcmd")
+	h := n.Host(t, "a")
+	pg, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("the postgres OS user (from the postgresql package) is needed: %v", err)
+	}
+	pgUID, _ := strconv.Atoi(pg.Uid)
+	pgGID, _ := strconv.Atoi(pg.Gid)
+	for _, tc := range []struct {
+		name string
+		cred *syscall.Credential
+		uid  int
+	}{
+		{"root", nil, 0},
+		{"postgres", &syscall.Credential{Uid: uint32(pgUID), Gid: uint32(pgGID)}, pgUID},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var cmd *exec.Cmd
+			script := `echo $$; id -u; cat /proc/net/fib_trie | grep -c "` + h.Addr() + `"; exec sleep 600`
+			if tc.cred == nil {
+				cmd = h.Command(ctx, "sh", "-c", script)
+			} else {
+				cmd = exec.CommandContext(ctx, "sh", "-c", script)
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: tc.cred, Pdeathsig: syscall.SIGKILL}
+				if err := h.Wrap(cmd); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(out)
+			var lines []string
+			for len(lines) < 3 && sc.Scan() {
+				lines = append(lines, sc.Text())
+			}
+			if len(lines) < 3 {
+				t.Fatalf("output %q: %v", lines, sc.Err())
+			}
+			if lines[0] != strconv.Itoa(cmd.Process.Pid) {
+				t.Errorf("the program's pid is %s, the started process's %d: signals would miss it", lines[0], cmd.Process.Pid)
+			}
+			if lines[1] != strconv.Itoa(tc.uid) {
+				t.Errorf("runs as uid %s, want %d", lines[1], tc.uid)
+			}
+			if lines[2] == "0" {
+				t.Errorf("the program does not see %s: it runs outside the host's namespace", h.Addr())
+			}
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			err = cmd.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("wait after SIGKILL: %v", err)
+			}
+		})
+	}
+}
+
+// processGone reports whether pid has exited (a zombie counts as gone: it holds no namespace).
+func processGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+func namespacesWith(t *testing.T, prefix string) []string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip netns list: %v: %s", err, out)
+	}
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], prefix) {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}
+
+// TestCleanup: when a test ends (here, one that failed... or passed: cleanup is the same), its namespaces, links
+// and the processes left running in its hosts are gone, and the root namespace's interfaces are as before.
+func TestCleanup(t *testing.T) {
+	before := rootLinks(t)
+	var names []string
+	var pid int
+	t.Run("segment", func(t *testing.T) {
+		n := netns.New(t, "nstclean")
+		a := n.Host(t, "a")
+		n.Host(t, "b")
+		cmd := a.Command(context.Background(), "sleep", "600")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go cmd.Wait()
+		pid = cmd.Process.Pid
+		names = n.Namespaces()
+		if len(names) != 3 {
+			t.Fatalf("namespaces %v, want the switch and two hosts", names)
+		}
+		if got := namespacesWith(t, names[0][:strings.LastIndexByte(names[0], '-')]); len(got) != 3 {
+			t.Fatalf("ip netns list shows %v, want 3 namespaces", got)
+		}
+	})
+	for _, name := range names {
+		if got := namespacesWith(t, name); len(got) > 0 {
+			t.Errorf("namespace %s is still there after the test", name)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !processGone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d started in a host still runs after the test", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after := rootLinks(t); !slices.Equal(before, after) {
+		t.Fatalf("root namespace interfaces changed: before %v, after %v", before, after)
+	}
+}
+
+const killedRunEnv = "NETNS_TEST_KILLED_RUN"
+
+// TestKilledRunSwept: a test binary SIGKILLed with a segment up (and a process running in a host, detached from
+// it) leaves its namespaces; the next New with the same prefix removes them and kills the process.
+func TestKilledRunSwept(t *testing.T) {
+	if os.Getenv(killedRunEnv) != "" {
+		// The child: make a segment, start a process that outlives us, report, and die without cleanups.
+		n := netns.New(t, "nstkill")
+		a := n.Host(t, "a")
+		cmd := a.Command(context.Background(), "sleep", "600")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // no Pdeathsig: it must outlive us
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("LEFTOVER %d %s\n", cmd.Process.Pid, strings.Join(n.Namespaces(), " "))
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("netns: network namespaces need root; CI runs as root")
+	}
+	child := exec.Command(os.Args[0], "-test.run=^TestKilledRunSwept$", "-test.v")
+	child.Env = append(os.Environ(), killedRunEnv+"=1")
+	out, _ := child.CombinedOutput()
+	var pid int
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "LEFTOVER" {
+			pid, _ = strconv.Atoi(f[1])
+			names = f[2:]
+		}
+	}
+	if pid == 0 || len(names) != 2 {
+		t.Fatalf("the child did not report its leftovers:\n%s", out)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	for _, name := range names {
+		if len(namespacesWith(t, name)) == 0 {
+			t.Fatalf("the killed child left no namespace %s: the test proves nothing", name)
+		}
+	}
+	if processGone(pid) {
+		t.Fatalf("the process the killed child left in its host is not running: the test proves nothing")
+	}
+
+	netns.New(t, "nstkill")
+	for _, name := range names {
+		if got := namespacesWith(t, name); len(got) > 0 {
+			t.Errorf("namespace %s left by a killed run survived the next New", name)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !processGone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d left in a killed run's host still runs after the sweep", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestPostgresInHost: a pgtest server started in host A is reachable from host B on A's address (as the
+// postgres superuser and as a role with its password), not from the root namespace, and the test binary's own
+// helpers still work through the Unix socket.
+func TestPostgresInHost(t *testing.T) {
+	n := netns.New(t, "nstpg")
+	a, b := n.Host(t, "a"), n.Host(t, "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := pgtest.Start(ctx, pgtest.Options{Netns: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	if srv.Host != a.Addr() {
+		t.Fatalf("server host %s, want host a's address %s", srv.Host, a.Addr())
+	}
+	db := srv.NewDB(t)
+	db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY)`)
+	db.Exec(t, `INSERT INTO t VALUES (1), (2)`)
+	role := srv.CreateRole(t)
+	db.Exec(t, fmt.Sprintf(`GRANT SELECT ON t TO %s`, role.Name))
+
+	for _, tc := range []struct {
+		name string
+		conn string
+	}{
+		{"superuser", db.ConnString()},
+		{"role with password", db.ConnStringAs(role)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := pgx.ParseConfig(tc.conn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.DialFunc = b.DialContext
+			c, err := pgx.ConnectConfig(ctx, cfg)
+			if err != nil {
+				t.Fatalf("connect from host b: %v", err)
+			}
+			defer c.Close(ctx)
+			var server, client string
+			var rows int
+			if err := c.QueryRow(ctx, `SELECT host(inet_server_addr()), host(inet_client_addr()), (SELECT count(*) FROM t)`).Scan(&server, &client, &rows); err != nil {
+				t.Fatal(err)
+			}
+			if server != a.Addr() || client != b.Addr() || rows != 2 {
+				t.Fatalf("server %s client %s rows %d, want %s %s 2", server, client, rows, a.Addr(), b.Addr())
+			}
+		})
+	}
+
+	cfg, err := pgx.ParseConfig(db.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnectTimeout = time.Second
+	if c, err := pgx.ConnectConfig(ctx, cfg); err == nil {
+		c.Close(ctx)
+		t.Fatalf("the root namespace reached the server in host a at %s", srv.Host)
+	}
+}
