@@ -285,3 +285,39 @@ func (h *Host) LinkUp() error {
 	}
 	return nil
 }
+
+// unreachableMAC is a locally administered address no interface of a segment has: frames sent to it are
+// flooded by the bridge and dropped by every host.
+var unreachableMAC = net.HardwareAddr{0x02, 0x00, 0x5e, 0xde, 0xad, 0x01}
+
+// Partition cuts h off from other only (both ways), leaving both on speaking terms with every other host: each
+// gets a permanent neighbour entry mapping the other's IP to an address nobody has, so their packets to each
+// other are silently dropped and their connections stall, as with LinkDown. Heal undoes it.
+func (h *Host) Partition(other *Host) error {
+	return errors.Join(h.pointAt(other, unreachableMAC), other.pointAt(h, unreachableMAC))
+}
+
+// Heal undoes Partition: the two hosts resolve each other by ARP again.
+func (h *Host) Heal(other *Host) error {
+	return errors.Join(h.pointAt(other, nil), other.pointAt(h, nil))
+}
+
+// pointAt pins the neighbour entry for other's IP to mac, or deletes it (mac nil).
+func (h *Host) pointAt(other *Host, mac net.HardwareAddr) error {
+	eth, err := h.ns.nl.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("netns: eth0 of %s: %w", h.Name, err)
+	}
+	n := &netlink.Neigh{LinkIndex: eth.Attrs().Index, Family: netlink.FAMILY_V4, IP: other.IP.AsSlice()}
+	if mac == nil {
+		if err := h.ns.nl.NeighDel(n); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("netns: heal %s towards %s: %w", h.Name, other.Name, err)
+		}
+		return nil
+	}
+	n.State, n.HardwareAddr = netlink.NUD_PERMANENT, mac
+	if err := h.ns.nl.NeighSet(n); err != nil {
+		return fmt.Errorf("netns: cut %s off from %s: %w", h.Name, other.Name, err)
+	}
+	return nil
+}

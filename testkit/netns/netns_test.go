@@ -77,13 +77,22 @@ func rootLinks(t *testing.T) []string {
 	return names
 }
 
-// TestLinkCut: two hosts talk TCP; cutting either host's link stops it within a second (an established
-// connection and a new dial both), and plugging it back restores both.
+// TestLinkCut: hosts a (server) and b (client) talk TCP; each fault stops them within a second (an established
+// connection and a new dial both), a third host c reaches a exactly when the fault should spare it, and undoing
+// the fault restores the old connection and new dials.
 func TestLinkCut(t *testing.T) {
-	for _, cut := range []string{"server", "client"} {
-		t.Run(cut, func(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		cut, heal func(a, b *netns.Host) error
+		cReachesA bool
+	}{
+		{"server link down", func(a, b *netns.Host) error { return a.LinkDown() }, func(a, b *netns.Host) error { return a.LinkUp() }, false},
+		{"client link down", func(a, b *netns.Host) error { return b.LinkDown() }, func(a, b *netns.Host) error { return b.LinkUp() }, true},
+		{"partition", func(a, b *netns.Host) error { return a.Partition(b) }, func(a, b *netns.Host) error { return b.Heal(a) }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			n := netns.New(t, "nstcut")
-			a, b := n.Host(t, "a"), n.Host(t, "b")
+			a, b, c := n.Host(t, "a"), n.Host(t, "b"), n.Host(t, "c")
 			l, err := a.Listen("tcp", a.HostPort(0))
 			if err != nil {
 				t.Fatal(err)
@@ -91,45 +100,48 @@ func TestLinkCut(t *testing.T) {
 			defer l.Close()
 			go echo(l)
 			addr := l.Addr().String()
-			c, err := b.DialContext(context.Background(), "tcp", addr)
+			conn, err := b.DialContext(context.Background(), "tcp", addr)
 			if err != nil {
 				t.Fatalf("dial %s from b: %v", addr, err)
 			}
-			defer c.Close()
-			r := bufio.NewReader(c)
-			if err := roundTrip(c, r, 10*time.Second); err != nil {
-				t.Fatalf("round trip before the cut: %v", err)
+			defer conn.Close()
+			r := bufio.NewReader(conn)
+			if err := roundTrip(conn, r, 10*time.Second); err != nil {
+				t.Fatalf("round trip before the fault: %v", err)
+			}
+			dial := func(h *netns.Host, d time.Duration) error {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				nc, err := h.DialContext(ctx, "tcp", addr)
+				if err == nil {
+					nc.Close()
+				}
+				return err
 			}
 
-			victim := map[string]*netns.Host{"server": a, "client": b}[cut]
-			if err := victim.LinkDown(); err != nil {
+			if err := tc.cut(a, b); err != nil {
 				t.Fatal(err)
 			}
-			if err := roundTrip(c, r, time.Second); !isTimeout(err) {
-				t.Fatalf("round trip with %s's link cut: got %v, want a timeout within 1s", cut, err)
+			if err := roundTrip(conn, r, time.Second); !isTimeout(err) {
+				t.Fatalf("round trip during the fault: got %v, want a timeout within 1s", err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			nc, err := b.DialContext(ctx, "tcp", addr)
-			cancel()
-			if err == nil {
-				nc.Close()
-				t.Fatalf("a new dial with %s's link cut succeeded", cut)
+			if err := dial(b, time.Second); err == nil {
+				t.Fatalf("a new dial from b during the fault succeeded")
+			}
+			if err := dial(c, 5*time.Second); (err == nil) != tc.cReachesA {
+				t.Fatalf("dial from c during the fault: %v, want success %v", err, tc.cReachesA)
 			}
 
-			if err := victim.LinkUp(); err != nil {
+			if err := tc.heal(a, b); err != nil {
 				t.Fatal(err)
 			}
-			// The stalled connection resumes with its next retransmission, whose back-off has grown during the cut.
-			if err := roundTrip(c, r, 20*time.Second); err != nil {
-				t.Fatalf("round trip on the old connection after the link came back: %v", err)
+			// The stalled connection resumes with its next retransmission, whose back-off has grown during the fault.
+			if err := roundTrip(conn, r, 20*time.Second); err != nil {
+				t.Fatalf("round trip on the old connection after the fault: %v", err)
 			}
-			ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-			nc, err = b.DialContext(ctx, "tcp", addr)
-			cancel()
-			if err != nil {
-				t.Fatalf("new dial after the link came back: %v", err)
+			if err := dial(b, 10*time.Second); err != nil {
+				t.Fatalf("new dial from b after the fault: %v", err)
 			}
-			nc.Close()
 		})
 	}
 }
