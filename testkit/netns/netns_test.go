@@ -22,7 +22,22 @@ import (
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// echoEnv makes the test binary an echo server on the address it holds (a program to run inside hosts).
+const echoEnv = "NETNS_TEST_ECHO"
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(echoEnv); addr != "" {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("listening on", l.Addr())
+		echo(l)
+		return
+	}
+	pgtest.Main(m)
+}
 
 // echo serves line echo on l until it is closed.
 func echo(l net.Listener) {
@@ -427,5 +442,65 @@ func TestPostgresInHost(t *testing.T) {
 	if c, err := pgx.ConnectConfig(ctx, cfg); err == nil {
 		c.Close(ctx)
 		t.Fatalf("the root namespace reached the server in host a at %s", srv.Host)
+	}
+}
+
+// TestProcessFaults: a program (this test binary as an echo server) runs inside host a with its environment;
+// host b talks to it; SIGSTOP freezes it (b's round trips stall) and SIGCONT resumes it; SIGKILL ends it (b's
+// connection is closed) and a new one on the same address serves b again.
+func TestProcessFaults(t *testing.T) {
+	n := netns.New(t, "nstproc")
+	a, b := n.Host(t, "a"), n.Host(t, "b")
+	addr := a.HostPort(7000)
+	start := func() *netns.Process {
+		p := a.Start(t, []string{echoEnv + "=" + addr}, os.Args[0])
+		if err := p.WaitOutput("listening on "+addr, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	connect := func() (net.Conn, *bufio.Reader) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := b.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			t.Fatalf("dial %s from b: %v", addr, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c, bufio.NewReader(c)
+	}
+	p := start()
+	c, r := connect()
+	if err := roundTrip(c, r, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := roundTrip(c, r, time.Second); !isTimeout(err) {
+		t.Fatalf("round trip with the server stopped: %v, want a timeout", err)
+	}
+	if err := p.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := roundTrip(c, r, 10*time.Second); err != nil {
+		t.Fatalf("round trip after SIGCONT: %v", err)
+	}
+
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var ee *exec.ExitError
+	if err := p.Wait(time.Second); !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("exit after SIGKILL: %v", err)
+	}
+	if err := roundTrip(c, r, 5*time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("round trip to a killed server: %v, want the connection closed", err)
+	}
+	start()
+	c, r = connect()
+	if err := roundTrip(c, r, 10*time.Second); err != nil {
+		t.Fatalf("round trip to the restarted server: %v", err)
 	}
 }
