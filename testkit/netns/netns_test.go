@@ -504,3 +504,49 @@ func TestProcessFaults(t *testing.T) {
 		t.Fatalf("round trip to the restarted server: %v", err)
 	}
 }
+
+// TestParallelSegments: segments made at the same time by parallel tests, with the same host names, get
+// distinct namespaces, and each works on its own.
+func TestParallelSegments(t *testing.T) {
+	seen := make(chan []string, 4)
+	t.Run("group", func(t *testing.T) {
+		for i := range 4 {
+			t.Run(strconv.Itoa(i), func(t *testing.T) {
+				t.Parallel()
+				n := netns.New(t, "nstpar")
+				a, b := n.Host(t, "a"), n.Host(t, "b")
+				l, err := a.Listen("tcp", a.HostPort(0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				go echo(l)
+				c, err := b.DialContext(context.Background(), "tcp", l.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if err := roundTrip(c, bufio.NewReader(c), 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				seen <- n.Namespaces()
+			})
+		}
+	})
+	close(seen)
+	all := map[string]bool{}
+	for names := range seen {
+		if len(names) != 3 {
+			t.Errorf("segment namespaces %v, want 3", names)
+		}
+		for _, name := range names {
+			if all[name] {
+				t.Errorf("namespace %s made by two segments", name)
+			}
+			all[name] = true
+		}
+	}
+	if len(all) != 12 {
+		t.Errorf("%d namespaces over 4 segments, want 12", len(all))
+	}
+}
