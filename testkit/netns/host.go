@@ -250,6 +250,8 @@ func (h *Host) Do(f func() error) error {
 }
 
 // DialContext dials from inside the host (a net.Dialer's DialContext; fits http.Transport and pgconn.Config).
+// Give it an IP address: a name that resolves to both IPv4 and IPv6 can make the dialer race a second socket
+// from another goroutine, outside the host.
 func (h *Host) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	var c net.Conn
 	err := h.Do(func() (err error) {

@@ -31,6 +31,12 @@
 // Host.LinkDown sets the host's port on the bridge down: the host keeps its address and its interface, its
 // packets are dropped, and its connections stall (they do not fail at once), as when a cable is pulled at the
 // switch. Host.LinkUp plugs it back; established TCP connections resume with their next retransmission.
+// Host.Partition cuts two hosts off from each other only (each pins the other's IP to a MAC address nobody
+// has), and Host.Heal undoes it.
+//
+// Host.Start runs a program (a worker, a server) inside a host with its output kept; Process.Signal sends it
+// SIGKILL, SIGSTOP or SIGCONT. testkit/pgtest (Options.Netns) and the engine's s3test (StartIn) run their
+// servers inside a host, listening on its address.
 //
 // # Cleanup
 //
@@ -38,8 +44,9 @@
 // delete the veth pairs and the bridge and remove the namespaces, whether the test passed or failed. A test
 // binary killed before its cleanups leaves named namespaces behind; their names carry the binary's process id
 // (<prefix>-<pid>-<random>-<host>), and New sweeps namespaces with its prefix whose process is gone, killing
-// the processes still inside them first. Processes started with Host.Command get SIGKILL when the thread that
-// started them exits (Pdeathsig), so they rarely outlive the test binary either.
+// the processes still inside them first (a leftover whose process id is in use again stays until that process
+// ends). Processes started with Host.Command get SIGKILL when the thread that started them exits (Pdeathsig), so
+// they rarely outlive the test binary either.
 //
 // # Requirements
 //
