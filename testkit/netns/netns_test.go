@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -548,5 +549,47 @@ func TestParallelSegments(t *testing.T) {
 	}
 	if len(all) != 12 {
 		t.Errorf("%d namespaces over 4 segments, want 12", len(all))
+	}
+}
+
+// TestEtcdInHost: an etcd member started with Host.Start in host infra serves host b on infra's address (the
+// fleet tests' layout), and not the root namespace.
+func TestEtcdInHost(t *testing.T) {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Fatalf("etcd is needed (apt-get install -y etcd-server): %v", err)
+	}
+	n := netns.New(t, "nstetcd")
+	infra, b := n.Host(t, "infra"), n.Host(t, "b")
+	client, peer := "http://"+infra.HostPort(2379), "http://"+infra.HostPort(2380)
+	p := infra.Start(t, nil, bin, "--name", "m1", "--data-dir", t.TempDir(),
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "m1="+peer)
+	health := func(dial func(ctx context.Context, network, address string) (net.Conn, error)) error {
+		hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: dial}}
+		resp, err := hc.Get(client + "/health")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"health":"true"`) {
+			return fmt.Errorf("%s: %s", resp.Status, body)
+		}
+		return nil
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := health(b.DialContext)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd in host infra not healthy from host b within 30s: %v\n%s", err, p.Output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := health((&net.Dialer{}).DialContext); err == nil {
+		t.Fatalf("the root namespace reached etcd in host infra at %s", client)
 	}
 }
