@@ -279,8 +279,8 @@ func namespacesWith(t *testing.T, prefix string) []string {
 	return names
 }
 
-// TestCleanup: when a test ends (here, one that failed... or passed: cleanup is the same), its namespaces, links
-// and the processes left running in its hosts are gone, and the root namespace's interfaces are as before.
+// TestCleanup: when a test ends, its namespaces, links and the processes left running in its hosts are gone,
+// and the root namespace's interfaces are as before.
 func TestCleanup(t *testing.T) {
 	before := rootLinks(t)
 	var names []string
@@ -591,5 +591,52 @@ func TestEtcdInHost(t *testing.T) {
 	}
 	if err := health((&net.Dialer{}).DialContext); err == nil {
 		t.Fatalf("the root namespace reached etcd in host infra at %s", client)
+	}
+}
+
+const failedRunEnv = "NETNS_TEST_FAILED_RUN"
+
+// TestFailedTestCleansUp: a test that fails (t.Fatal) with a segment up and a detached process running in a
+// host still removes its namespaces and kills the process (no sweep involved: this test makes no segment).
+func TestFailedTestCleansUp(t *testing.T) {
+	if os.Getenv(failedRunEnv) != "" {
+		n := netns.New(t, "nstfail")
+		a := n.Host(t, "a")
+		cmd := a.Command(context.Background(), "sleep", "600")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // no Pdeathsig: only the cleanup may end it
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("LEFTOVER %d %s\n", cmd.Process.Pid, strings.Join(n.Namespaces(), " "))
+		t.Fatal("deliberate failure")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("netns: network namespaces need root; CI runs as root")
+	}
+	child := exec.Command(os.Args[0], "-test.run=^TestFailedTestCleansUp$", "-test.v")
+	child.Env = append(os.Environ(), failedRunEnv+"=1")
+	out, err := child.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "deliberate failure") {
+		t.Fatalf("the child test did not fail as planned (%v):\n%s", err, out)
+	}
+	var pid int
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[0] == "LEFTOVER" {
+			pid, _ = strconv.Atoi(f[1])
+			names = f[2:]
+		}
+	}
+	if pid == 0 || len(names) != 2 {
+		t.Fatalf("the child did not report its segment:\n%s", out)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	for _, name := range names {
+		if got := namespacesWith(t, name); len(got) > 0 {
+			t.Errorf("namespace %s of a failed test survived it", name)
+		}
+	}
+	if !processGone(pid) {
+		t.Errorf("process %d started in a failed test's host still runs", pid)
 	}
 }
