@@ -613,6 +613,8 @@ func TestFailedTestCleansUp(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("netns: network namespaces need root; CI runs as root")
 	}
+	// Should the child's cleanup not run at all, its namespaces go with it here (its process is gone by then).
+	t.Cleanup(func() { _, _ = netns.Sweep("nstfail") })
 	child := exec.Command(os.Args[0], "-test.run=^TestFailedTestCleansUp$", "-test.v")
 	child.Env = append(os.Environ(), failedRunEnv+"=1")
 	out, err := child.CombinedOutput()

@@ -70,7 +70,9 @@ func (h *Host) Start(t testing.TB, env []string, name string, args ...string) *P
 	return p
 }
 
-// Signal sends sig to the program (syscall.SIGSTOP freezes it, syscall.SIGCONT resumes it).
+// Signal sends sig to the program (syscall.SIGSTOP freezes it, syscall.SIGCONT resumes it). For SIGSTOP it
+// returns once the program is stopped (up to 10 s): the kernel delivers the signal after kill returns, and a
+// test that checks the program is frozen must not race its last running moments.
 func (p *Process) Signal(sig syscall.Signal) error {
 	select {
 	case <-p.done:
@@ -80,7 +82,45 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	if err := syscall.Kill(p.Pid, sig); err != nil {
 		return fmt.Errorf("netns: signal %v to %d in host %s: %w", sig, p.Pid, p.Host.Name, err)
 	}
+	if sig != syscall.SIGSTOP {
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !stopped(p.Pid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("netns: process %d in host %s not stopped 10s after SIGSTOP", p.Pid, p.Host.Name)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return nil
+}
+
+// stopped reports whether every thread of pid is stopped (group stop ends thread by thread).
+func stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		if taskState(pid, task.Name()) != 'T' {
+			return false
+		}
+	}
+	return true
+}
+
+// taskState is the state letter of /proc/<pid>/task/<tid>/stat (R, S, T, Z…), or 0 when it cannot be read.
+func taskState(pid int, tid string) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, tid))
+	if err != nil {
+		return 0
+	}
+	// The command name in parentheses may hold spaces and parentheses; the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }
 
 // Kill sends SIGKILL and waits (up to 10 s) for the process to exit.
