@@ -227,7 +227,11 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 	}
 	rows := int64(0)
 	for _, it := range req.Items {
-		if it.Sequence <= fence {
+		seq := it.Sequence
+		if seq == 0 {
+			seq = req.Sequence // an item from a caller that does not tag items belongs to the apply's entry
+		}
+		if seq <= fence {
 			continue
 		}
 		if it.Schema != nil {
