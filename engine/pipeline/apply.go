@@ -198,18 +198,40 @@ func items(frames []wal.Frame) []client.ApplyItem {
 	return out
 }
 
-// advance records destination i's progress and reclaims what every destination has applied.
-func (r *runner) advance(ctx context.Context, i int, seq uint64, rows int64) error {
+// advance records destination i's progress and has the reclaimer delete what every destination applied.
+func (r *runner) advance(_ context.Context, i int, seq uint64, rows int64) error {
 	r.mu.Lock()
 	r.applied[i] = seq
 	r.status.RowsApplied += rows
 	r.notify()
 	r.mu.Unlock()
-	if err := r.reclaim(ctx); err != nil {
-		return err
+	select {
+	case r.reclaimDue <- struct{}{}:
+	default: // one is due already; it will see this progress too
 	}
 	r.publish(false)
 	return nil
+}
+
+// reclaimLoop reclaims whenever an apply moved a destination, off the apply loops: deleting segments (DELETEs
+// on S3) then delays neither the next apply nor, while it waits for the log, the loop that applied. Each pass
+// reclaims through what every destination applied at that moment, so progress made during one is taken by
+// the next.
+func (r *runner) reclaimLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.reclaimDue:
+		}
+		if err := r.reclaim(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // cut off by the end of the run: the next start reclaims
+			}
+			return err
+		}
+		r.publish(false)
+	}
 }
 
 // EntryError names the WAL entry and segment an apply stopped at, so `status` can point at them.

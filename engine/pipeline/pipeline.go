@@ -133,6 +133,7 @@ type runner struct {
 	mu           sync.Mutex
 	changed      chan struct{} // closed and replaced whenever committed or applied moves
 	stopApply    chan struct{} // closed at a soft stop: apply loops finish their Apply and return
+	reclaimDue   chan struct{} // a destination moved: reclaim what all applied (buffered, 1)
 	committedSeq uint64
 	reclaimed    uint64
 	applied      []uint64
@@ -170,15 +171,23 @@ func Run(ctx context.Context, cfg Config) error {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	r := &runner{cfg: cfg, log: lg, changed: make(chan struct{}), stopApply: make(chan struct{}), sizes: map[uint64]int64{}}
+	r := &runner{cfg: cfg, log: lg, changed: make(chan struct{}), stopApply: make(chan struct{}), reclaimDue: make(chan struct{}, 1), sizes: map[uint64]int64{}}
 	head, err := r.start(ctx)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var wg sync.WaitGroup
+	var wg, reclaimer sync.WaitGroup
+	defer reclaimer.Wait()
 	if !cfg.ApplyPaused {
+		reclaimer.Add(1)
+		go func() {
+			defer reclaimer.Done()
+			if err := r.reclaimLoop(ctx); err != nil {
+				cancel(err)
+			}
+		}()
 		for i := range cfg.Destinations {
 			wg.Add(1)
 			go func() {
