@@ -2,6 +2,12 @@
 //
 //	source Read → group commit into the WAL → Ack the source → per destination: Apply each sequence number → reclaim
 //
+// A destination whose capabilities say coalesce gets, when it is behind, every committed entry it lacks up to
+// its ApplyLimits as one apply of the range first..last, streamed one segment at a time; it records last as
+// what it holds, atomically with the data, and skips the entries of a replayed range it holds already. One
+// without coalesce gets one entry per apply. Reclaim runs beside the apply loops and deletes what the slowest
+// destination applied.
+//
 // The only state that matters across a crash lives in the WAL (entries and the source checkpoint each covers)
 // and in each destination (the highest sequence number it applied, committed atomically with the data). Run
 // reconstructs everything else from those two at start, which is why a SIGKILL anywhere is just a restart.
