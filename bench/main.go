@@ -55,6 +55,7 @@ func main() {
 	flag.DurationVar(&pg.duration, "pg-duration", 30*time.Second, "duration of the fixed-rate Postgres load")
 	flag.IntVar(&pg.txRows, "pg-tx-rows", 200, "rows per inserted transaction while streaming")
 	flag.BoolVar(&pg.snapOnly, "pg-snapshot-only", false, "of the Postgres benchmarks, run only the snapshot and its COPY baseline")
+	flag.BoolVar(&pg.lake, "pg-lake", true, "after the Postgres snapshot, run it into the Iceberg lake end to end, coalesced and one commit per entry (needs skippr-plugin-iceberg)")
 	queryRun := flag.Bool("query", true, "run the skippr query benchmark (needs skippr, and the datagen, iceberg and duckdb plugins)")
 	queryOnly := flag.Bool("query-only", false, "run only the skippr query benchmark")
 	queryRows := flag.Int64("query-rows", 10_000_000, "rows of the lake table for the query benchmark")

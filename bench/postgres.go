@@ -41,6 +41,7 @@ type pgOptions struct {
 	snapOnly   bool          // stop after the snapshot rows
 	liveOnly   bool          // run only the fixed-rate phases
 	rates      []int         // rows/s of the fixed-rate phases, one phase pair each
+	lake       bool          // also run the snapshot into the Iceberg lake, coalesced and not
 }
 
 // pgColumns is the benchmark table: six columns of the kinds a CDC source meets most (FIELD-NOTES measured
@@ -135,6 +136,11 @@ func runPostgresBench(ctx context.Context, binDir string, o pgOptions) error {
 			len(sns), rateRange(sns), 100*rate(sn)/rate(cp),
 			perRow(sn.backendCPU, sn.rows), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), sn.entries, mib(sn.walBytes), mib(sn.engineRSS), mib(sn.pluginRSS)))
 
+	if o.lake {
+		if err := pg.lakeBench(ctx, binDir, cp); err != nil {
+			return err
+		}
+	}
 	if o.snapOnly {
 		return nil
 	}

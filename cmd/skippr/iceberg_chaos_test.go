@@ -6,9 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,15 +23,32 @@ import (
 // TestDatagenToIcebergSurvivesSIGKILL runs datagen (inserts, updates, deletes, nested columns) into the
 // embedded Iceberg lake through `skippr sync`, SIGKILLing the engine at random moments — during reads,
 // WAL commits, Parquet writes and Iceberg commits alike — then scans the table (deletes applied) and
-// compares it with what the source produced, row by row.
+// compares it with what the source produced, row by row. The lake is behind the source (an Iceberg commit
+// takes longer than a WAL commit), so it takes coalesced ranges of entries, bounded by a small max_bytes so that
+// kills land inside ranges of different shapes and restarts replay parts of them.
 func TestDatagenToIcebergSurvivesSIGKILL(t *testing.T) {
 	e := newEnv(t)
 	gen := `{ seed: 21, rows: 30000, rows_per_second: 6000, batch_size: 500, nested: true, update_ratio: 0.2, delete_ratio: 0.05 }`
-	lakeSettings := e.datagenToLake(gen, "128KiB")
+	lakeSettings := fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.dir, "lake"))
+	e.writeDatagenLakeConfig(gen, lakeSettings, "128KiB", "{ max_bytes: 512KiB }")
 
 	kills := 10
 	e.killSyncAtRandom(kills, 500*time.Millisecond, 2500*time.Millisecond)
 	e.mustRun("sync", "--once")
+	fences := snapshotFences(t, filepath.Join(e.dir, "lake", "lake.db", "events"), "orders")
+	ranges := 0
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("snapshot fences do not increase: %v", fences)
+		}
+		if fences[i] > fences[i-1]+1 {
+			ranges++
+		}
+	}
+	if ranges == 0 {
+		t.Fatalf("no snapshot covered a range of entries (fences %v): coalescing was not exercised", fences)
+	}
+	t.Logf("%d snapshots up to entry %d, %d of them ranges", len(fences), fences[len(fences)-1], ranges)
 	// Compaction folds the deletes into the data files; the table must read the same afterwards.
 	r := e.mustRun("lake", "compact", "events", "--expire-older-than", "1ns", "--retain-last", "1")
 	var compacted struct {
@@ -94,8 +114,13 @@ func (e *env) datagenToLake(gen, maxBytes string) string {
 }
 
 // writeDatagenLakeConfig writes a config of one pipeline, datagen (settings gen) → iceberg (lakeSettings, one
-// line of YAML flow or JSON), with a local WAL of entries of up to maxBytes.
-func (e *env) writeDatagenLakeConfig(gen, lakeSettings, maxBytes string) {
+// line of YAML flow or JSON), with a local WAL of entries of up to maxBytes, and the lake's apply limits if
+// given (one line of YAML flow).
+func (e *env) writeDatagenLakeConfig(gen, lakeSettings, maxBytes string, lakeApply ...string) {
+	apply := ""
+	if len(lakeApply) > 0 {
+		apply = "\n    apply: " + lakeApply[0]
+	}
 	e.writeConfig(fmt.Sprintf(`connections:
   gen:
     plugin: datagen
@@ -104,7 +129,7 @@ func (e *env) writeDatagenLakeConfig(gen, lakeSettings, maxBytes string) {
   lake:
     plugin: iceberg
     version: "~> 0.1"
-    settings: %s
+    settings: %s%s
 pipelines:
   orders:
     source: gen
@@ -112,7 +137,44 @@ pipelines:
     wal:
       url: file://%s
       group_commit: { max_bytes: %s, max_delay: 100ms }
-`, gen, lakeSettings, filepath.Join(e.dir, "wal"), maxBytes))
+`, gen, lakeSettings, apply, filepath.Join(e.dir, "wal"), maxBytes))
+}
+
+// snapshotFences reads the newest metadata file of the Iceberg table in dir and returns, in order, the WAL
+// entry each of its snapshots records for pipeline (the fence an apply commits with its data).
+func snapshotFences(t *testing.T, dir, pipeline string) []uint64 {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "metadata", "*.metadata.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("metadata of %s: %v (%d files)", dir, err, len(files))
+	}
+	slices.Sort(files) // named NNNNN-uuid: the newest sorts last
+	b, err := os.ReadFile(files[len(files)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md struct {
+		Snapshots []struct {
+			Timestamp int64             `json:"timestamp-ms"`
+			Summary   map[string]string `json:"summary"`
+		} `json:"snapshots"`
+	}
+	if err := json.Unmarshal(b, &md); err != nil {
+		t.Fatalf("%s: %v", files[len(files)-1], err)
+	}
+	var out []uint64
+	for _, s := range md.Snapshots {
+		v, ok := s.Summary["skippr.pipeline."+pipeline+".sequence"]
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("snapshot fence %q: %v", v, err)
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // lakeEqualsSource compares the lake table events with what datagen settings gen produce, row by row, and

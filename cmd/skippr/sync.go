@@ -221,7 +221,8 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		if !d.hasKind(pluginv1.Kind_KIND_DESTINATION) {
 			return withCode(exitUsage, fmt.Errorf("%s: pipelines.%s.destinations: plugin %s is not a destination", s.p.Pos, s.p.Name, cn.Plugin))
 		}
-		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d.client, Settings: d.settings})
+		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d.client, Settings: d.settings,
+			Apply: pipeline.ApplyLimits{MaxInterval: cn.Apply.MaxInterval, MaxBytes: cn.Apply.MaxBytes, MaxEntries: cn.Apply.MaxEntries}})
 	}
 	wl, err := openWAL(ctx, s.p, log)
 	if err != nil {

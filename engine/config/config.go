@@ -14,6 +14,10 @@ const (
 	DefaultGroupCommitMaxBytes = 8 << 20 // 8MiB
 	DefaultGroupCommitMaxDelay = 200 * time.Millisecond
 	DefaultMaxUnappliedBytes   = 1 << 30 // 1GiB
+	// A coalesced apply of at most 256MiB: large enough that a lake destination catching up writes big files
+	// and few snapshots (32 default 8MiB entries per commit), small enough that one apply's transaction stays
+	// far below the default 1GiB the WAL may hold unapplied, so a destination never waits on its own range.
+	DefaultApplyMaxBytes = 256 << 20
 )
 
 // RedactedValue replaces every settings value that came from ${…} when settings are
@@ -109,7 +113,21 @@ type Connection struct {
 	// (unverified); "" when not set.
 	Path     string
 	Settings Settings
-	Pos      Pos
+	// Apply limits each apply when the connection is a pipeline's destination and coalesces (see doc.go).
+	Apply ApplyLimits
+	Pos   Pos
+}
+
+// ApplyLimits bound one apply of a destination that takes a range of WAL entries at once (the plugin offers
+// coalesce). A destination that is behind gets everything committed up to these limits in one commit.
+type ApplyLimits struct {
+	// MaxInterval: a destination that has caught up waits until this long after its last apply began before
+	// it applies again (unless MaxBytes or MaxEntries fill first), so it commits fewer, larger ranges. 0
+	// applies as soon as an entry is committed.
+	MaxInterval time.Duration
+	MaxBytes    int64 // WAL bytes in one apply; the first entry goes even when it alone is larger
+	MaxEntries  int   // WAL entries in one apply; 0 is no limit
+	Pos         Pos   // where `apply:` is, or the connection when it is absent
 }
 
 // SettingsJSON returns the interpolated settings as a JSON object, keys in file order,

@@ -20,6 +20,7 @@
 //	    plugin: testdest
 //	    version: ">= 0.1"
 //	    settings: { dir: /tmp/out }
+//	    apply: { max_interval: 0s, max_bytes: 256MiB }
 //	pipelines:
 //	  orders:
 //	    source: gen
@@ -72,6 +73,17 @@
 //     checked against the plugin's JSON Schema by ValidateSettings. Absent means {}.
 //     Values that JSON cannot carry (.inf, .nan, custom tags) are errors; timestamps stay
 //     strings as written; !!binary stays base64 text.
+//   - apply: { max_interval, max_bytes, max_entries }, for a connection used as a pipeline's
+//     destination whose plugin takes a range of WAL entries in one commit (it offers coalesce;
+//     iceberg, postgres, duckdb and testdest do). A destination that is behind gets every
+//     committed entry it lacks, up to max_bytes of WAL (256MiB by default; the first entry
+//     goes even when larger) and max_entries (default: no limit), in one transaction or
+//     snapshot. max_interval (default 0s: apply at once) makes a destination that has caught
+//     up wait until that long after its last apply began, unless a limit fills first: fewer,
+//     larger commits for warehouses (their plugins suggest 60s) and fewer lake snapshots, at
+//     the cost of latency. `sync --once` and a stop do not wait for it. A destination whose
+//     plugin does not coalesce gets one entry per apply whatever these say. apply on a
+//     connection that is only ever a source is an error.
 //
 // # pipelines
 //

@@ -87,6 +87,7 @@ func (l *loader) config(root *yaml.Node) *Config {
 		cfg.Pipelines = l.pipelines(e, cfg, connsOK)
 	}
 	l.checkWALOverlap(cfg)
+	l.checkApplyUse(cfg)
 	return cfg
 }
 
@@ -167,7 +168,7 @@ func (l *loader) connections(e entry) ([]*Connection, bool) {
 		l.checkName(ce, "connection")
 		c := &Connection{Name: ce.key, Pos: ce.pos}
 		out = append(out, c)
-		o := l.object(ce.val, ce.path, ce.pos, "plugin", "version", "path", "settings")
+		o := l.object(ce.val, ce.path, ce.pos, "plugin", "version", "path", "settings", "apply")
 		if plugin, s, pe, ok := o.needStr("plugin"); ok {
 			if !pluginName.MatchString(plugin) {
 				l.errorf(pe.pos, pe.path, "%s is not a plugin name (letters, digits, '.', '-' and '_')", s.show())
@@ -190,8 +191,50 @@ func (l *loader) connections(e entry) ([]*Connection, bool) {
 			c.Path = abs
 		}
 		c.Settings = l.settings(o, c, ce.path)
+		c.Apply = ApplyLimits{MaxBytes: DefaultApplyMaxBytes, Pos: ce.pos}
+		if ae, ok := o.get("apply"); ok {
+			l.applyLimits(&c.Apply, ae)
+		}
 	}
 	return out, true
+}
+
+// applyLimits reads a connection's `apply: {max_interval, max_bytes, max_entries}`.
+func (l *loader) applyLimits(a *ApplyLimits, e entry) {
+	a.Pos = e.pos
+	o := l.object(e.val, e.path, e.pos, "max_interval", "max_bytes", "max_entries")
+	if d, _, ok := o.duration("max_interval"); ok {
+		a.MaxInterval = d
+	}
+	if n, _, ok := o.size("max_bytes"); ok {
+		a.MaxBytes = n
+	}
+	if n, _, ok := o.count("max_entries"); ok {
+		a.MaxEntries = n
+	}
+}
+
+// checkApplyUse refuses `apply:` on a connection that no pipeline applies to: it would be silently unused.
+func (l *loader) checkApplyUse(cfg *Config) {
+	for _, c := range cfg.Connections {
+		path := joinKey(joinKey("connections", c.Name), "apply")
+		if _, set := l.pos[path]; !set {
+			continue
+		}
+		var source string
+		dest := false
+		for _, p := range cfg.Pipelines {
+			if p.Source == c.Name && source == "" {
+				source = p.Name
+			}
+			for _, d := range p.Destinations {
+				dest = dest || d == c.Name
+			}
+		}
+		if source != "" && !dest {
+			l.errorf(c.Apply.Pos, path, "connection %s is the source of pipeline %s and no pipeline's destination; apply limits only destinations: remove apply", c.Name, source)
+		}
+	}
 }
 
 var pluginName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)

@@ -211,6 +211,36 @@ pipelines:
 	if p.Delivery != ExactlyOnce || p.Apply.Paused || p.Streams != nil || !reflect.DeepEqual(p.Destinations, []string{"dst"}) {
 		t.Errorf("pipeline = %+v", p)
 	}
+	dst, _ := cfg.Connection("dst")
+	if want := (ApplyLimits{MaxBytes: DefaultApplyMaxBytes, Pos: Pos{File: path, Line: 3, Column: 3}}); dst.Apply != want {
+		t.Errorf("dst.Apply = %+v, want %+v", dst.Apply, want)
+	}
+}
+
+func TestLoadApplyLimits(t *testing.T) {
+	tests := []struct {
+		name, apply string
+		want        ApplyLimits
+	}{
+		{"all three", "{max_interval: 1m, max_bytes: 64MiB, max_entries: 10}", ApplyLimits{MaxInterval: time.Minute, MaxBytes: 64 << 20, MaxEntries: 10}},
+		{"interval only keeps the default bytes", "{max_interval: 500ms}", ApplyLimits{MaxInterval: 500 * time.Millisecond, MaxBytes: DefaultApplyMaxBytes}},
+		{"entries only", "{max_entries: 1}", ApplyLimits{MaxBytes: DefaultApplyMaxBytes, MaxEntries: 1}},
+		{"empty", "{}", ApplyLimits{MaxBytes: DefaultApplyMaxBytes}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, strings.Replace(base, "sink: {plugin: testdest}", "sink: {plugin: testdest, apply: "+tt.apply+"}", 1))
+			cfg, err := Load(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sink, _ := cfg.Connection("sink")
+			tt.want.Pos = Pos{File: path, Line: 3, Column: 28}
+			if sink.Apply != tt.want {
+				t.Errorf("Apply = %+v, want %+v", sink.Apply, tt.want)
+			}
+		})
+	}
 }
 
 func TestLoadEmpty(t *testing.T) {
@@ -287,6 +317,28 @@ func TestLoadErrors(t *testing.T) {
 			name: "unknown key in a flow mapping deep down",
 			body: base + "    apply: {pasued: true}\n",
 			want: []string{`FILE:9:13: pipelines.orders.apply.pasued: unknown key; did you mean "paused"?`},
+		},
+		{
+			name: "apply limits: bad values",
+			body: strings.Replace(base, "sink: {plugin: testdest}", "sink:\n    plugin: testdest\n    apply: {max_interval: 1h-, max_bytes: 0, max_entries: 0}", 1),
+			want: []string{
+				`FILE:5:13: connections.sink.apply.max_interval: "1h-" is not a duration: want a duration such as 200ms, 2s or 1m30s`,
+				`FILE:5:32: connections.sink.apply.max_bytes: must be more than 0 bytes`,
+				`FILE:5:46: connections.sink.apply.max_entries: must be at least 1`,
+			},
+		},
+		{
+			name: "apply limits: not a number, unknown key",
+			body: strings.Replace(base, "sink: {plugin: testdest}", "sink:\n    plugin: testdest\n    apply: {max_entries: 2.5, max_wait: 1s}", 1),
+			want: []string{
+				`FILE:5:13: connections.sink.apply.max_entries: want a whole number such as 100; got "2.5"`,
+				`FILE:5:31: connections.sink.apply.max_wait: unknown key (want one of: max_interval, max_bytes, max_entries)`,
+			},
+		},
+		{
+			name: "apply limits on a source",
+			body: strings.Replace(base, "gen: {plugin: datagen}", "gen:\n    plugin: datagen\n    apply: {max_interval: 1s}", 1),
+			want: []string{`FILE:4:5: connections.gen.apply: connection gen is the source of pipeline orders and no pipeline's destination; apply limits only destinations: remove apply`},
 		},
 		{
 			name: "wrong type: mapping for a list",

@@ -441,6 +441,28 @@ func (o *object) size(key string) (int64, entry, bool) {
 	return n, e, true
 }
 
+// count reads a whole number of at least 1.
+func (o *object) count(key string) (int, entry, bool) {
+	e, ok := o.get(key)
+	if !ok {
+		return 0, e, false
+	}
+	s, ok := o.l.scalar(e, "a whole number")
+	if !ok {
+		return 0, e, false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s.text))
+	if err != nil || s.tag != "!!int" {
+		o.l.errorf(e.pos, e.path, "want a whole number such as 100; got %s", s.show())
+		return 0, e, false
+	}
+	if n < 1 {
+		o.l.errorf(e.pos, e.path, "must be at least 1")
+		return 0, e, false
+	}
+	return n, e, true
+}
+
 func (o *object) duration(key string) (time.Duration, entry, bool) {
 	e, ok := o.get(key)
 	if !ok {

@@ -60,6 +60,7 @@ type Registry struct {
 	rowsCommitted, bytesCommitted *prometheus.CounterVec
 	rowsApplied, bytesApplied     *prometheus.CounterVec
 	commitSeconds, applySeconds   *prometheus.HistogramVec
+	applyEntries                  *prometheus.HistogramVec
 	restarts                      *prometheus.CounterVec
 	backpressure                  *prometheus.GaugeVec
 	lag, sourceDone, sourceTotal  *prometheus.GaugeVec
@@ -98,7 +99,13 @@ func New(log *slog.Logger) *Registry {
 	r.rowsApplied = counter("skippr_rows_applied_total", "Rows a destination committed (replays it had applied before are not counted).", "pipeline", "destination", "stream")
 	r.bytesApplied = counter("skippr_bytes_applied_total", "Arrow IPC bytes a destination committed.", "pipeline", "destination", "stream")
 	r.commitSeconds = histogram("skippr_commit_duration_seconds", "Time to make a WAL entry durable and acknowledge the source.", "pipeline")
-	r.applySeconds = histogram("skippr_apply_duration_seconds", "Time a destination took to commit one WAL entry.", "pipeline", "destination")
+	r.applySeconds = histogram("skippr_apply_duration_seconds", "Time a destination took to commit one apply: a WAL entry, or a coalesced range of them.", "pipeline", "destination")
+	// Powers of two up to 1024: a destination that coalesces takes up to its apply limits at once (32 default
+	// entries in the default 256 MiB), more when entries are small.
+	r.applyEntries = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "skippr_apply_entries",
+		Help:    "WAL entries a destination took in one apply (1 unless it coalesces and was behind).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 11)}, []string{"pipeline", "destination"})
+	r.reg.MustRegister(r.applyEntries)
 	r.restarts = counter("skippr_pipeline_restarts_total", "Times a pipeline failed and was restarted from its last durable point.", "pipeline")
 	r.backpressure = gauge("skippr_backpressure", "1 while source reads are paused because the WAL holds too many unapplied bytes.", "pipeline")
 	r.lag = gauge("skippr_source_lag_seconds", "Age of the newest change the source read, as the source reports it (0 when caught up).", "pipeline")
@@ -235,6 +242,7 @@ func (p *Pipeline) Applied(destination string, e pipeline.Entry, skipped bool, t
 		}
 	}
 	p.r.applySeconds.WithLabelValues(p.name, destination).Observe(took.Seconds())
+	p.r.applyEntries.WithLabelValues(p.name, destination).Observe(float64(e.Entries()))
 	p.mu.Lock()
 	p.applied[destination] = e.Seq
 	p.prune()

@@ -241,6 +241,27 @@ func TestWALFigures(t *testing.T) {
 	}
 }
 
+// TestCoalescedApply: an apply of a range counts its entries once in skippr_apply_entries, its rows once, and
+// moves the destination to the range's last entry.
+func TestCoalescedApply(t *testing.T) {
+	r := New(nil)
+	p := r.Pipeline("p")
+	p.Started(nil, map[string]uint64{"d": 2})
+	p.Applied("d", pipeline.Entry{First: 3, Seq: 3, Size: 10, Streams: map[string]pipeline.StreamFigures{"s": {Rows: 1, Bytes: 10}}}, false, time.Millisecond)
+	p.Applied("d", pipeline.Entry{First: 4, Seq: 8, Size: 50, Streams: map[string]pipeline.StreamFigures{"s": {Rows: 20, Bytes: 50}}}, false, time.Millisecond)
+	fams := gather(t, r)
+	h := fams["skippr_apply_entries"].GetMetric()[0].GetHistogram()
+	if h.GetSampleCount() != 2 || h.GetSampleSum() != 6 {
+		t.Errorf("skippr_apply_entries: %d applies, %v entries; want 2 and 6", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if got := series(fams["skippr_destination_last_applied_seq"]); !slices.Equal(got, []string{"{destination=d,pipeline=p} 8"}) {
+		t.Errorf("last applied: %q", got)
+	}
+	if got := fams["skippr_rows_applied_total"].GetMetric()[0].GetCounter().GetValue(); got != 21 {
+		t.Errorf("rows applied: %v, want 21", got)
+	}
+}
+
 // registered is every family name a busy registry exposes, including a postgres source's figures.
 func registered(t *testing.T) map[string]bool {
 	t.Helper()

@@ -12,7 +12,8 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
-// applyLoop hands committed entries to destination i in sequence order, one Apply per entry.
+// applyLoop hands committed entries to destination i in sequence order: one entry per apply, or, when the
+// destination coalesces, every entry it lacks up to its ApplyLimits as one apply (a range).
 func (r *runner) applyLoop(ctx context.Context, i int) error {
 	cfg := r.cfg
 	d := cfg.Destinations[i]
@@ -25,51 +26,161 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 	if err := r.advance(ctx, i, resumed, 0); err != nil {
 		return err
 	}
+	var began time.Time // when the last apply began, for max_interval
 	for {
-		r.mu.Lock()
-		applied, committed, ch := r.applied[i], r.committedSeq, r.changed
-		r.mu.Unlock()
-		if applied >= committed {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-r.stopApply:
-				return nil
-			case <-ch:
-				continue
-			}
+		applied, ok := r.waitDue(ctx, i, began)
+		if !ok {
+			return nil
 		}
 		entries, err := cfg.Log.Entries(ctx, applied)
 		if err != nil {
 			return fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
 		}
-		for _, e := range entries {
+		for len(entries) > 0 {
 			select {
 			case <-r.stopApply:
 				return nil
 			default:
 			}
-			if e.Seq != applied+1 {
-				return fmt.Errorf("pipeline %s: destination %s: WAL entry %d follows %d: entries are missing: %w", cfg.Name, d.Name, e.Seq, applied, wal.ErrMissing)
+			n := 1
+			if r.coalesce[i] {
+				n = takeRange(entries, d.Apply)
 			}
-			frames, err := cfg.Log.ReadSegment(ctx, e)
+			rng := entries[:n]
+			entries = entries[n:]
+			for k, e := range rng {
+				if e.Seq != applied+1+uint64(k) {
+					return fmt.Errorf("pipeline %s: destination %s: WAL entry %d follows %d: entries are missing: %w", cfg.Name, d.Name, e.Seq, applied+uint64(k), wal.ErrMissing)
+				}
+			}
+			began = time.Now()
+			resp, sum, err := r.applyRange(ctx, d, rng)
 			if err != nil {
-				// A corrupt or missing segment stops apply: skipping it would lose data silently.
-				return fmt.Errorf("pipeline %s: destination %s: apply stopped: %w", cfg.Name, d.Name, &EntryError{Seq: e.Seq, Segment: e.Segment, Err: err})
-			}
-			start := time.Now()
-			resp, err := d.Plugin.Apply(ctx, d.Settings, cfg.Name, e.Seq, items(frames))
-			if err != nil {
-				return fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
-			}
-			cfg.Observer.Applied(d.Name, entryOf(e, frames), resp.Skipped, time.Since(start))
-			applied = e.Seq
-			r.log.Debug("applied", "destination", d.Name, "seq", e.Seq, "rows", resp.Rows, "skipped", resp.Skipped)
-			if err := r.advance(ctx, i, e.Seq, resp.Rows); err != nil {
 				return err
+			}
+			cfg.Observer.Applied(d.Name, sum, resp.Skipped, time.Since(began))
+			applied = sum.Seq
+			r.log.Debug("applied", "destination", d.Name, "first", sum.First, "seq", sum.Seq, "rows", resp.Rows, "skipped", resp.Skipped)
+			if err := r.advance(ctx, i, sum.Seq, resp.Rows); err != nil {
+				return err
+			}
+			if r.coalesce[i] {
+				// Entries committed during the apply join the next range: list again rather than send the
+				// rest of this listing in pieces.
+				break
 			}
 		}
 	}
+}
+
+// takeRange is how many of entries (at least one) the next coalesced apply takes under lim.
+func takeRange(entries []wal.CommitRecord, lim ApplyLimits) int {
+	n, bytes := 1, entries[0].Size
+	for n < len(entries) && (lim.MaxEntries <= 0 || n < lim.MaxEntries) && bytes+entries[n].Size <= lim.MaxBytes {
+		bytes += entries[n].Size
+		n++
+	}
+	return n
+}
+
+// waitDue waits until destination i has an entry to apply and, when it coalesces with a max_interval, until
+// that interval since the apply that began at began ran out, or the waiting entries fill a limit, or holding
+// them back would stall the source or a finishing --once run. It returns what i applied so far, or ok false
+// at a stop.
+func (r *runner) waitDue(ctx context.Context, i int, began time.Time) (applied uint64, ok bool) {
+	lim := r.cfg.Destinations[i].Apply
+	for {
+		r.mu.Lock()
+		applied, committed, ch := r.applied[i], r.committedSeq, r.changed
+		var wait time.Duration
+		if applied < committed && r.coalesce[i] && lim.MaxInterval > 0 && !r.flush && r.unappliedBytes() <= r.cfg.MaxUnappliedBytes {
+			var bytes int64
+			for seq := applied + 1; seq <= committed; seq++ {
+				bytes += r.sizes[seq]
+			}
+			full := bytes >= lim.MaxBytes || (lim.MaxEntries > 0 && committed-applied >= uint64(lim.MaxEntries))
+			if !full {
+				wait = time.Until(began.Add(lim.MaxInterval))
+			}
+		}
+		r.mu.Unlock()
+		if applied < committed && wait <= 0 {
+			return applied, true
+		}
+		var due <-chan time.Time
+		t := time.NewTimer(wait)
+		if wait > 0 {
+			due = t.C
+		}
+		select {
+		case <-ctx.Done():
+			ok = false
+		case <-r.stopApply:
+			ok = false
+		case <-ch:
+			ok = true
+		case <-due:
+			ok = true
+		}
+		t.Stop()
+		if !ok {
+			return 0, false
+		}
+	}
+}
+
+// applyRange applies rng to d as one call, streaming: it reads one segment, sends its items, then reads the
+// next, so memory holds one segment however long the range. sum describes the range for the observer.
+func (r *runner) applyRange(ctx context.Context, d Endpoint[Destination], rng []wal.CommitRecord) (*pluginv1.ApplyResponse, Entry, error) {
+	cfg := r.cfg
+	first, last := rng[0], rng[len(rng)-1]
+	sum := Entry{First: first.Seq, Seq: last.Seq, Committed: last.Time, Streams: map[string]StreamFigures{}}
+	read := func(ctx context.Context, e wal.CommitRecord) ([]wal.Frame, error) {
+		frames, err := cfg.Log.ReadSegment(ctx, e)
+		if err != nil {
+			// A corrupt or missing segment stops apply: skipping it would lose data silently.
+			return nil, fmt.Errorf("pipeline %s: destination %s: apply stopped: %w", cfg.Name, d.Name, &EntryError{Seq: e.Seq, Segment: e.Segment, Err: err})
+		}
+		sum.add(e, frames)
+		return frames, nil
+	}
+	// The first segment is read before the call, so that the usual failure opens no apply at all.
+	frames, err := read(ctx, first)
+	if err != nil {
+		return nil, sum, err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var readErr error
+	items := func(yield func(client.ApplyItem) bool) {
+		for k, e := range rng {
+			if k > 0 {
+				if frames, readErr = read(actx, e); readErr != nil {
+					// Ending the items would commit the range without this entry (and with its sequence
+					// number as the fence): cancelling aborts the apply instead.
+					cancel()
+					return
+				}
+			}
+			if len(rng) > 1 && !yield(client.ApplyItem{Entry: e.Seq}) {
+				return
+			}
+			for _, it := range items(frames) {
+				if !yield(it) {
+					return
+				}
+			}
+			frames = nil
+		}
+	}
+	resp, err := d.Plugin.ApplyRange(actx, d.Settings, cfg.Name, first.Seq, last.Seq, items)
+	if readErr != nil {
+		return nil, sum, readErr
+	}
+	if err != nil {
+		return nil, sum, fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
+	}
+	return resp, sum, nil
 }
 
 func items(frames []wal.Frame) []client.ApplyItem {
@@ -87,18 +198,40 @@ func items(frames []wal.Frame) []client.ApplyItem {
 	return out
 }
 
-// advance records destination i's progress and reclaims what every destination has applied.
-func (r *runner) advance(ctx context.Context, i int, seq uint64, rows int64) error {
+// advance records destination i's progress and has the reclaimer delete what every destination applied.
+func (r *runner) advance(_ context.Context, i int, seq uint64, rows int64) error {
 	r.mu.Lock()
 	r.applied[i] = seq
 	r.status.RowsApplied += rows
 	r.notify()
 	r.mu.Unlock()
-	if err := r.reclaim(ctx); err != nil {
-		return err
+	select {
+	case r.reclaimDue <- struct{}{}:
+	default: // one is due already; it will see this progress too
 	}
 	r.publish(false)
 	return nil
+}
+
+// reclaimLoop reclaims whenever an apply moved a destination, off the apply loops: deleting segments (DELETEs
+// on S3) then delays neither the next apply nor, while it waits for the log, the loop that applied. Each pass
+// reclaims through what every destination applied at that moment, so progress made during one is taken by
+// the next.
+func (r *runner) reclaimLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.reclaimDue:
+		}
+		if err := r.reclaim(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil // cut off by the end of the run: the next start reclaims
+			}
+			return err
+		}
+		r.publish(false)
+	}
 }
 
 // EntryError names the WAL entry and segment an apply stopped at, so `status` can point at them.

@@ -20,12 +20,14 @@ type Observer interface {
 	Checkpoint(cp SourceCheckpoint)
 	// Committed is called once an entry is durable in the WAL and the source acknowledged; took spans both.
 	Committed(e Entry, took time.Duration)
-	// Applied is called once a destination committed an entry; skipped says it had applied it before (a replay).
+	// Applied is called once a destination committed an apply: one entry, or a coalesced range of them (e sums
+	// the range, e.First..e.Seq); skipped says it had applied all of it before (a replay).
 	Applied(destination string, e Entry, skipped bool, took time.Duration)
 }
 
-// Entry is one WAL entry as an observer sees it.
+// Entry is one WAL entry as an observer sees it, or, in Applied, the range of entries one apply took.
 type Entry struct {
+	First     uint64 // the range's first entry; Seq for one entry
 	Seq       uint64
 	Committed time.Time
 	Size      int64 // the segment's bytes in the log
@@ -52,8 +54,23 @@ type SourceMetric struct {
 	Help   string
 }
 
+// Entries is how many WAL entries e spans.
+func (e Entry) Entries() int {
+	if e.First == 0 || e.First > e.Seq {
+		return 1
+	}
+	return int(e.Seq-e.First) + 1
+}
+
 func entryOf(rec wal.CommitRecord, frames []wal.Frame) Entry {
-	e := Entry{Seq: rec.Seq, Committed: rec.Time, Size: rec.Size, Streams: map[string]StreamFigures{}}
+	e := Entry{First: rec.Seq, Seq: rec.Seq, Committed: rec.Time, Streams: map[string]StreamFigures{}}
+	e.add(rec, frames)
+	return e
+}
+
+// add counts an entry's segment and figures into e.
+func (e *Entry) add(rec wal.CommitRecord, frames []wal.Frame) {
+	e.Size += rec.Size
 	for _, f := range frames {
 		if f.Kind != wal.FrameBatch {
 			continue
@@ -63,7 +80,6 @@ func entryOf(rec wal.CommitRecord, frames []wal.Frame) Entry {
 		s.Bytes += int64(len(f.Data))
 		e.Streams[f.Stream] = s
 	}
-	return e
 }
 
 func sourceCheckpoint(cp *pluginv1.Checkpoint) SourceCheckpoint {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -174,55 +175,72 @@ func TestLostLogIsDetected(t *testing.T) {
 	}
 }
 
+// TestCorruptSegmentStopsApply: a corrupt segment stops apply with an error naming its entry, and nothing from
+// it or after it reaches the destination. A coalesced range holding it is aborted whole: ending the range's
+// items early would have committed the range without that entry.
 func TestCorruptSegmentStopsApply(t *testing.T) {
-	src, dst := start(t, "datagen"), start(t, "testdest")
-	// Paced, so that batches arrive after the previous commit is done: unpaced, all but the first may land
-	// in one entry while the first commits.
-	srcSettings := []byte(`{"rows": 3000, "batch_size": 100, "rows_per_second": 6000}`)
-	out := t.TempDir()
-	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, out))
-	walDir := t.TempDir()
-	log := openLog(t, walDir)
-	cfg := config("p", src, srcSettings, dst, dstSettings, log)
-	cfg.ApplyPaused = true
-	cfg.MaxBatchBytes = 1 // an entry at every checkpoint when no commit is running
-	if err := pipeline.Run(context.Background(), cfg); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := log.Entries(context.Background(), 0)
-	if err != nil || len(entries) < 3 {
-		t.Fatalf("entries = %d, %v; want several", len(entries), err)
-	}
-	// Flip a byte in the second segment.
-	var seg string
-	filepath.WalkDir(walDir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.Contains(p, entries[1].Segment) {
-			seg = p
-		}
-		return nil
-	})
-	if seg == "" {
-		t.Fatalf("segment %s not found under %s", entries[1].Segment, walDir)
-	}
-	b, err := os.ReadFile(seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0x55
-	if err := os.WriteFile(seg, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg.ApplyPaused = false
-	err = pipeline.Run(context.Background(), cfg)
-	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprint(entries[1].Seq)) {
-		t.Fatalf("err = %v, want ErrCorrupt naming entry %d", err, entries[1].Seq)
-	}
-	st, err := filedest.Load(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := st.Sequences["p"]; !reflect.DeepEqual(got, []uint64{1}) {
-		t.Fatalf("applied %v; want only entry 1 before the corrupt one", got)
+	for _, tc := range []struct {
+		name     string
+		settings string
+		corrupt  int      // index of the entry to corrupt
+		want     []uint64 // applied before the stop
+	}{
+		{"one entry per apply", `"no_coalesce": true`, 1, []uint64{1}},
+		{"inside a range", `"no_coalesce": false`, 2, nil},
+		{"first of a range", `"no_coalesce": false`, 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, dst := start(t, "datagen"), start(t, "testdest")
+			// Paced, so that batches arrive after the previous commit is done: unpaced, all but the first may
+			// land in one entry while the first commits.
+			srcSettings := []byte(`{"rows": 3000, "batch_size": 100, "rows_per_second": 6000}`)
+			out := t.TempDir()
+			dstSettings := []byte(fmt.Sprintf(`{"dir": %q, %s}`, out, tc.settings))
+			walDir := t.TempDir()
+			log := openLog(t, walDir)
+			cfg := config("p", src, srcSettings, dst, dstSettings, log)
+			cfg.ApplyPaused = true
+			cfg.MaxBatchBytes = 1 // an entry at every checkpoint when no commit is running
+			if err := pipeline.Run(context.Background(), cfg); err != nil {
+				t.Fatal(err)
+			}
+			entries, err := log.Entries(context.Background(), 0)
+			if err != nil || len(entries) < 4 {
+				t.Fatalf("entries = %d, %v; want several", len(entries), err)
+			}
+			bad := entries[tc.corrupt]
+			var seg string
+			filepath.WalkDir(walDir, func(p string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() && strings.Contains(p, bad.Segment) {
+					seg = p
+				}
+				return nil
+			})
+			if seg == "" {
+				t.Fatalf("segment %s not found under %s", bad.Segment, walDir)
+			}
+			b, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/2] ^= 0x55
+			if err := os.WriteFile(seg, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg.ApplyPaused = false
+			err = pipeline.Run(context.Background(), cfg)
+			var ee *pipeline.EntryError
+			if !errors.Is(err, wal.ErrCorrupt) || !errors.As(err, &ee) || ee.Seq != bad.Seq || ee.Segment != bad.Segment || !strings.Contains(err.Error(), fmt.Sprint(bad.Seq)) {
+				t.Fatalf("err = %v, want ErrCorrupt naming entry %d (segment %s)", err, bad.Seq, bad.Segment)
+			}
+			st, err := filedest.Load(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.Sequences["p"]; !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("applied %v; want %v", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -232,9 +250,9 @@ type slowDestination struct {
 	delay time.Duration
 }
 
-func (s slowDestination) Apply(ctx context.Context, settings []byte, p string, seq uint64, items []client.ApplyItem) (*pluginv1.ApplyResponse, error) {
+func (s slowDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv1.ApplyResponse, error) {
 	time.Sleep(s.delay)
-	return s.Destination.Apply(ctx, settings, p, seq, items)
+	return s.Destination.ApplyRange(ctx, settings, p, first, seq, items)
 }
 
 func TestBackpressureBoundsTheLog(t *testing.T) {

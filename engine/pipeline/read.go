@@ -315,6 +315,11 @@ func (r *runner) stopping() {
 // waitApplied returns once every destination has applied, and the log reclaimed, everything committed, or
 // with errStopped when a soft stop begins.
 func (r *runner) waitApplied(ctx context.Context, drain <-chan struct{}) error {
+	r.mu.Lock()
+	// Nothing more is coming: a destination waiting out its max_interval would only delay the end.
+	r.flush = true
+	r.notify()
+	r.mu.Unlock()
 	for {
 		r.mu.Lock()
 		done := r.cfg.ApplyPaused || len(r.applied) == 0 || r.reclaimed >= r.committedSeq

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"iter"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,13 +24,13 @@ type watchedDestination struct {
 	applied []uint64
 }
 
-func (w *watchedDestination) Apply(ctx context.Context, settings []byte, p string, seq uint64, items []client.ApplyItem) (*pluginv1.ApplyResponse, error) {
+func (w *watchedDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv1.ApplyResponse, error) {
 	select {
 	case w.began <- seq:
 	default:
 	}
 	time.Sleep(w.delay)
-	resp, err := w.Destination.Apply(ctx, settings, p, seq, items)
+	resp, err := w.Destination.ApplyRange(ctx, settings, p, first, seq, items)
 	if err == nil {
 		w.mu.Lock()
 		w.applied = append(w.applied, seq)

@@ -509,6 +509,56 @@ func checkApply(ctx context.Context, t *testing.T, c *client.Client, cfg Config)
 	if caps.ExactlyOnce && la.Sequence != 2 {
 		t.Errorf("last applied after applying 1 and 2: got %d", la.Sequence)
 	}
+	if caps.Coalesce && caps.ExactlyOnce {
+		t.Run("coalesce", func(t *testing.T) { checkCoalesce(ctx, t, c, cfg) })
+	}
+}
+
+// checkCoalesce: a destination offering coalesce applies a range of entries as one apply recording its last
+// entry, skips a replay of a part of it, and of a range overlapping what it holds applies only the entries
+// above its fence.
+func checkCoalesce(ctx context.Context, t *testing.T, c *client.Client, cfg Config) {
+	pipeline := fmt.Sprintf("conformance-coalesce-%d", time.Now().UnixNano())
+	st, ins := sampleBatch(t, []change.Op{change.OpInsert, change.OpInsert, change.OpInsert}, []int64{1, 2, 3})
+	_, upd := sampleBatch(t, []change.Op{change.OpUpdate, change.OpDelete}, []int64{1, 2})
+	_, four := sampleBatch(t, []change.Op{change.OpInsert}, []int64{4})
+	_, five := sampleBatch(t, []change.Op{change.OpInsert}, []int64{5})
+	_, six := sampleBatch(t, []change.Op{change.OpUpdate}, []int64{5})
+	applyRange := func(first, last uint64, items ...client.ApplyItem) *pluginv1.ApplyResponse {
+		t.Helper()
+		r, err := c.ApplyRange(ctx, cfg.Settings, pipeline, first, last, slices.Values(items))
+		if err != nil {
+			t.Fatalf("apply %d..%d: %v", first, last, err)
+		}
+		return r
+	}
+	lastApplied := func(want uint64, after string) {
+		t.Helper()
+		la, err := c.LastApplied(ctx, cfg.Settings, pipeline)
+		if err != nil {
+			t.Fatalf("last applied: %v", err)
+		}
+		if la.Sequence != want {
+			t.Errorf("last applied after %s: got %d, want %d (the range's last entry)", after, la.Sequence, want)
+		}
+	}
+	if r := applyRange(1, 3, client.ApplyItem{Entry: 1}, client.ApplyItem{Schema: st}, client.ApplyItem{Batch: &ins},
+		client.ApplyItem{Entry: 2}, client.ApplyItem{Batch: &upd}, client.ApplyItem{Entry: 3}, client.ApplyItem{Batch: &four}); r.Skipped {
+		t.Errorf("apply 1..3: skipped on a new pipeline")
+	}
+	lastApplied(3, "applying 1..3")
+	if r := applyRange(2, 3, client.ApplyItem{Entry: 2}, client.ApplyItem{Batch: &upd}, client.ApplyItem{Entry: 3}, client.ApplyItem{Batch: &four}); !r.Skipped {
+		t.Errorf("apply 2..3 after 1..3: a destination offering coalesce must skip a range it holds")
+	}
+	r := applyRange(3, 5, client.ApplyItem{Entry: 3}, client.ApplyItem{Batch: &four},
+		client.ApplyItem{Entry: 4}, client.ApplyItem{Batch: &five}, client.ApplyItem{Entry: 5}, client.ApplyItem{Batch: &six})
+	if r.Skipped {
+		t.Errorf("apply 3..5 after 1..3: skipped, but entries 4 and 5 are new")
+	}
+	if r.Rows > 2 {
+		t.Errorf("apply 3..5 after 1..3: %d rows applied; entry 3 (1 row) was applied again: items of entries at or below the fence must be skipped", r.Rows)
+	}
+	lastApplied(5, "applying 3..5")
 }
 
 // sampleBatch builds a change batch of stream "conformance" with columns id (key) and name.

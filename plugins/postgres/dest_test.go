@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,68 @@ func kvBatch(t *testing.T, stream string, withW bool, key []string, rows ...kvRo
 		t.Fatal(err)
 	}
 	return client.ApplyItem{Batch: &protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipc}}
+}
+
+// TestApplyRange: a coalesced range is one transaction recording its last entry; a replay of part of it is
+// skipped; a range overlapping the fence applies only the entries above it; an entry that fails takes the
+// whole range with it.
+func TestApplyRange(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	dst := startPlugin(t)
+	set := settings(db, map[string]any{"schema": "out"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	key := []string{"id"}
+	kv := func(rows ...kvRow) client.ApplyItem { return kvBatch(t, "public.kv", false, key, rows...) }
+	for _, tc := range []struct {
+		name        string
+		first, last uint64
+		items       []client.ApplyItem
+		skipped     bool
+		err         string
+		want        string // out.kv after the apply
+		applied     uint64
+	}{
+		{name: "a range", first: 1, last: 3, items: []client.ApplyItem{
+			{Entry: 1}, kv(kvRow{op: change.OpInsert, id: 1, v: "a"}),
+			{Entry: 2}, kv(kvRow{op: change.OpUpdate, id: 1, v: "a2"}, kvRow{op: change.OpInsert, id: 2, v: "b"}),
+			{Entry: 3}, kv(kvRow{op: change.OpDelete, id: 2}),
+		}, want: "(1,a2)", applied: 3},
+		{name: "a replay of part of it", first: 2, last: 3, items: []client.ApplyItem{
+			{Entry: 2}, kv(kvRow{op: change.OpInsert, id: 8, v: "x"}), {Entry: 3}, kv(kvRow{op: change.OpInsert, id: 9, v: "x"}),
+		}, skipped: true, want: "(1,a2)", applied: 3},
+		{name: "overlapping the fence", first: 3, last: 5, items: []client.ApplyItem{
+			{Entry: 3}, kv(kvRow{op: change.OpInsert, id: 9, v: "WRONG"}),
+			{Entry: 4}, kv(kvRow{op: change.OpInsert, id: 4, v: "d"}),
+			{Entry: 5}, kv(kvRow{op: change.OpUpdate, id: 4, v: "d5"}),
+		}, want: "(1,a2) (4,d5)", applied: 5},
+		{name: "a failing entry fails the range", first: 6, last: 7, items: []client.ApplyItem{
+			{Entry: 6}, kv(kvRow{op: change.OpInsert, id: 6, v: "f"}),
+			{Entry: 7}, kvBatch(t, "log", false, nil, kvRow{op: change.OpUpdate, id: 1, v: "y"}),
+		}, err: "no primary key", want: "(1,a2) (4,d5)", applied: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := dst.ApplyRange(ctx, set, "p", tc.first, tc.last, slices.Values(tc.items))
+			switch {
+			case tc.err != "":
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case r.Skipped != tc.skipped:
+				t.Errorf("skipped = %v, want %v", r.Skipped, tc.skipped)
+			}
+			if got := strings.Join(rowsText(t, db, "out.kv"), " "); got != tc.want {
+				t.Errorf("out.kv = %s, want %s", got, tc.want)
+			}
+			la, err := dst.LastApplied(ctx, set, "p")
+			if err != nil || la.Sequence != tc.applied {
+				t.Errorf("last applied %v, %v; want %d", la, err, tc.applied)
+			}
+		})
+	}
 }
 
 // TestApply: rows collapse per key within an apply (the last change wins), a replayed sequence number is

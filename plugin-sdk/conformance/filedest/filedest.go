@@ -43,6 +43,8 @@ type Settings struct {
 	AtLeastOnce bool `json:"at_least_once"`
 	// NoTruncate makes the destination declare that it cannot apply a truncate (to test the engine's refusal).
 	NoTruncate bool `json:"no_truncate"`
+	// NoCoalesce makes the destination take one WAL entry per apply, as a destination without coalesce does.
+	NoCoalesce bool `json:"no_coalesce"`
 }
 
 // SettingsSchema is the JSON Schema of Settings.
@@ -54,7 +56,8 @@ const SettingsSchema = `{
   "properties": {
     "dir": {"type": "string", "minLength": 1, "description": "directory of the apply log"},
     "at_least_once": {"type": "boolean"},
-    "no_truncate": {"type": "boolean"}
+    "no_truncate": {"type": "boolean"},
+    "no_coalesce": {"type": "boolean", "description": "take one WAL entry per apply"}
   }
 }`
 
@@ -68,9 +71,10 @@ type Row struct {
 	Truncate bool `json:"truncate,omitempty"`
 }
 
-// Record is one apply.
+// Record is one apply: of the entries First..Sequence (a coalesced range), or of Sequence alone (First 0).
 type Record struct {
 	Pipeline string   `json:"pipeline"`
+	First    uint64   `json:"first,omitempty"`
 	Sequence uint64   `json:"sequence"`
 	Schemas  []string `json:"schemas,omitempty"` // streams whose schema changed in this apply
 	Rows     []Row    `json:"rows"`
@@ -170,9 +174,9 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 		return serve.Capabilities{}, err
 	}
 	if s.AtLeastOnce {
-		return serve.Capabilities{Deletes: true, Truncate: !s.NoTruncate, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
+		return serve.Capabilities{Deletes: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: !s.NoTruncate}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce}, nil
 }
 
 func (d *Destination) LastApplied(_ context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
@@ -209,12 +213,27 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 		return serve.ApplyResult{}, err
 	}
 	good := sum.size
-	if !s.AtLeastOnce && sum.applied[req.Pipeline].Sequence >= req.Sequence {
+	var fence uint64
+	if !s.AtLeastOnce {
+		fence = sum.applied[req.Pipeline].Sequence
+	}
+	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
 	rec := Record{Pipeline: req.Pipeline, Sequence: req.Sequence, Rows: []Row{}}
+	// A replay of part of a range it holds: only the entries after the fence are new.
+	if first := max(req.FirstSequence, fence+1); first < req.Sequence {
+		rec.First = first
+	}
 	rows := int64(0)
 	for _, it := range req.Items {
+		seq := it.Sequence
+		if seq == 0 {
+			seq = req.Sequence // an item from a caller that does not tag items belongs to the apply's entry
+		}
+		if seq <= fence {
+			continue
+		}
 		if it.Schema != nil {
 			rec.Schemas = append(rec.Schemas, it.Stream)
 			continue
@@ -336,9 +355,12 @@ func readLog(path string) ([]Record, int64, error) {
 // State is what a destination directory holds after replaying its log: per stream, per key, the row's values.
 type State struct {
 	Tables map[string]map[string]map[string]any
-	// Sequences lists the applied sequence numbers per pipeline in log order; a duplicate is a bug.
+	// Sequences lists the applied sequence numbers per pipeline in log order, each entry of a range on its
+	// own; a duplicate is a bug.
 	Sequences map[string][]uint64
-	Rows      int64 // change rows applied in all
+	// Applies counts the applies (commits) per pipeline: fewer than len(Sequences) when ranges were coalesced.
+	Applies map[string]int
+	Rows    int64 // change rows applied in all
 }
 
 // Load replays the log in dir into the table state a database would hold.
@@ -347,8 +369,12 @@ func Load(dir string) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	st := State{Tables: map[string]map[string]map[string]any{}, Sequences: map[string][]uint64{}}
+	st := State{Tables: map[string]map[string]map[string]any{}, Sequences: map[string][]uint64{}, Applies: map[string]int{}}
 	for _, r := range recs {
+		st.Applies[r.Pipeline]++
+		for seq := max(r.First, 1); seq < r.Sequence && r.First != 0; seq++ {
+			st.Sequences[r.Pipeline] = append(st.Sequences[r.Pipeline], seq)
+		}
 		st.Sequences[r.Pipeline] = append(st.Sequences[r.Pipeline], r.Sequence)
 		for _, row := range r.Rows {
 			t := st.Tables[row.Stream]

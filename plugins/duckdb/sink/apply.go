@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 
@@ -60,7 +61,10 @@ func (a *applier) exec(ctx context.Context, q string, args ...any) error {
 	return err
 }
 
-func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (res serve.ApplyResult, err error) {
+// apply runs one transaction: the entries of the request after the pipeline's fence, then the new fence. The
+// changes are folded per entry (the last change of a key wins) and written as each entry ends, so a coalesced
+// range costs one entry's memory and still commits, or not, as one.
+func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (res serve.ApplyResult, err error) {
 	// Plain BEGIN/COMMIT statements rather than a database/sql Tx: the appender needs the raw connection
 	// inside the transaction, which database/sql does not hand out while a Tx holds it.
 	if err := a.exec(ctx, "BEGIN TRANSACTION"); err != nil {
@@ -80,13 +84,18 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 	if err != nil {
 		return res, err
 	}
-	if req.Sequence <= state.Sequence {
+	fence := state.Sequence
+	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
 	var (
 		plans  []*streamPlan
 		byName = map[string]*streamPlan{}
+		tables = map[string]string{} // lower-cased table → the stream writing it, across the whole range
+		entry  uint64                // the entry whose items the plans hold
 	)
+	defer func() { releasePlans(plans) }()
+	a.tables = map[string]map[string]string{}
 	plan := func(stream string) *streamPlan {
 		sp := byName[stream]
 		if sp == nil {
@@ -96,7 +105,40 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 		}
 		return sp
 	}
-	for _, it := range req.Items {
+	flush := func() error {
+		for _, sp := range plans {
+			t := strings.ToLower(TableName(sp.stream))
+			if other, ok := tables[t]; ok && other != sp.stream {
+				return fmt.Errorf("streams %s and %s both map to table %s", other, sp.stream, TableName(sp.stream))
+			}
+			tables[t] = sp.stream
+		}
+		for _, sp := range plans {
+			if err := a.writeStream(ctx, sp); err != nil {
+				return fmt.Errorf("stream %s: %w", sp.stream, err)
+			}
+		}
+		releasePlans(plans)
+		plans, byName = nil, map[string]*streamPlan{}
+		return nil
+	}
+	for it, err := range items {
+		if err != nil {
+			return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
+		}
+		seq := it.Sequence
+		if seq == 0 {
+			seq = req.Sequence // an item from a caller that does not tag items belongs to the apply's entry
+		}
+		if seq <= fence {
+			continue // a replay of part of a range: this entry committed before
+		}
+		if seq != entry {
+			if err := flush(); err != nil {
+				return res, err
+			}
+			entry = seq
+		}
 		state.Streams[it.Stream] = req.Sequence
 		switch {
 		case it.Schema != nil:
@@ -115,19 +157,8 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 			return res, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
 		}
 	}
-	tables := map[string]string{}
-	for _, sp := range plans {
-		t := strings.ToLower(TableName(sp.stream))
-		if other, ok := tables[t]; ok {
-			return res, fmt.Errorf("streams %s and %s both map to table %s", other, sp.stream, TableName(sp.stream))
-		}
-		tables[t] = sp.stream
-	}
-	a.tables = map[string]map[string]string{}
-	for _, sp := range plans {
-		if err := a.writeStream(ctx, sp); err != nil {
-			return res, fmt.Errorf("stream %s: %w", sp.stream, err)
-		}
+	if err := flush(); err != nil {
+		return res, err
 	}
 	streams, err := json.Marshal(state.Streams)
 	if err != nil {
@@ -142,6 +173,16 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 	}
 	committed = true
 	return res, nil
+}
+
+// releasePlans gives back the batches the plans retained.
+func releasePlans(plans []*streamPlan) {
+	for _, sp := range plans {
+		for _, rec := range sp.recs {
+			rec.Release()
+		}
+		sp.recs = nil
+	}
 }
 
 func sameSchema(x, y *arrow.Schema) bool {
@@ -170,6 +211,7 @@ func (sp *streamPlan) add(rec arrow.RecordBatch) error {
 	if err := sp.fold.Add(key, ops); err != nil {
 		return err
 	}
+	rec.Retain() // a streamed item's batch is released once the next item is asked for
 	sp.recs = append(sp.recs, rec)
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -185,7 +186,7 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 	if _, err := ParseSettings(raw); err != nil {
 		return serve.Capabilities{}, err
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true}, nil
 }
 
 // stateName is the state table's qualified name.
@@ -256,8 +257,23 @@ func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipe
 	return readState(ctx, db, s, pipeline)
 }
 
-// Apply commits one WAL sequence number atomically with its record in the state table.
+// Apply commits one WAL sequence number, or a coalesced range of them, atomically with its record in the
+// state table.
 func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
+	items := req.Items
+	req.Items = nil
+	return d.ApplyStream(ctx, req, func(yield func(serve.Item, error) bool) {
+		for _, it := range items {
+			if !yield(it, nil) {
+				return
+			}
+		}
+	})
+}
+
+// ApplyStream is Apply with the items arriving one by one: each entry of a range is written into the
+// transaction once its last item arrived, so memory holds one entry, not the range.
+func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
 	s, err := ParseSettings(req.Settings)
 	if err != nil {
 		return serve.ApplyResult{}, err
@@ -277,5 +293,5 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 	}
 	defer conn.Close()
 	a := &applier{s: s, conn: conn}
-	return a.apply(ctx, req)
+	return a.apply(ctx, req, items)
 }

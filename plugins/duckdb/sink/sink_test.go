@@ -490,3 +490,39 @@ func TestTruncateBetweenRows(t *testing.T) {
 	h.apply(4, serve.Item{Stream: "public.nothere", Truncate: true})
 	h.wantRows(`SELECT sequence FROM _skippr_state`, "4")
 }
+
+// TestApplyRange: a coalesced range is one transaction recording its last entry; a replay of part of it is
+// skipped; a range overlapping the fence applies only the entries above it.
+func TestApplyRange(t *testing.T) {
+	h := newHarness(t, "")
+	at := func(seq uint64, it serve.Item) serve.Item { it.Sequence = seq; return it }
+	apply := func(first, last uint64, items ...serve.Item) serve.ApplyResult {
+		t.Helper()
+		res, err := h.d.Apply(ctx(t), serve.ApplyRequest{Settings: h.settings, Pipeline: "p", FirstSequence: first, Sequence: last, Items: items})
+		if err != nil {
+			t.Fatalf("apply %d..%d: %v", first, last, err)
+		}
+		return res
+	}
+	res := apply(1, 3,
+		at(1, batch(t, userSchema, chg{change.OpInsert, 1, "a"}, chg{change.OpInsert, 2, "b"})),
+		at(2, batch(t, userSchema, chg{change.OpUpdate, 1, "a2"})),
+		at(3, batch(t, userSchema, chg{change.OpDelete, 2, nil})))
+	if res.Skipped || res.Rows != 4 {
+		t.Fatalf("apply 1..3: %+v", res)
+	}
+	h.wantRows(`SELECT id, name FROM users ORDER BY id`, "1|a2")
+	h.wantRows(`SELECT pipeline, sequence, streams FROM _skippr_state`, `p|3|{"public.users":3}`)
+	if res := apply(2, 3, at(2, batch(t, userSchema, chg{change.OpInsert, 9, "x"}))); !res.Skipped {
+		t.Fatal("replay of 2..3: not skipped")
+	}
+	res = apply(3, 5,
+		at(3, batch(t, userSchema, chg{change.OpInsert, 9, "WRONG"})),
+		at(4, batch(t, userSchema, chg{change.OpInsert, 4, "d"})),
+		at(5, batch(t, userSchema, chg{change.OpUpdate, 4, "d5"})))
+	if res.Skipped || res.Rows != 2 {
+		t.Fatalf("apply 3..5 over fence 3: %+v, want the 2 rows of 4 and 5", res)
+	}
+	h.wantRows(`SELECT id, name FROM users ORDER BY id`, "1|a2", "4|d5")
+	h.wantRows(`SELECT sequence FROM _skippr_state WHERE pipeline = 'p'`, "5")
+}

@@ -46,6 +46,10 @@
 // engine sends N again, A skips its part (its fence is N), B applies its part, and the marker moves to N.
 // An apply is reported Skipped only when every table it touches was already at N.
 //
+// A coalesced apply takes the range of entries F..N (Capabilities.Coalesce) the same way: each table's commit
+// records N, the marker moves to N, and a replay of a range that overlaps what a table holds applies only the
+// items of entries above the table's fence (or the marker, if higher): those below are in the table already.
+//
 // # Conflicts
 //
 // A commit that loses a race (another writer committed to the table first) is rebuilt from the reloaded

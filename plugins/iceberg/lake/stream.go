@@ -61,13 +61,13 @@ func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, i
 	if err != nil {
 		return serve.ApplyResult{}, err
 	}
-	if req.Sequence <= marker {
+	if req.Covers(marker) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
 	if err := ensureNamespace(ctx, oc.cat, ns); err != nil {
 		return serve.ApplyResult{}, err
 	}
-	b := &applyBuffer{d: d, oc: oc, s: s, req: req, byTable: map[string]*tableBuf{}, budget: s.bufferBudget()}
+	b := &applyBuffer{d: d, oc: oc, s: s, req: req, marker: marker, byTable: map[string]*tableBuf{}, budget: s.bufferBudget()}
 	if d.hooks.bufferBudget > 0 {
 		b.budget = d.hooks.bufferBudget
 	}
@@ -127,6 +127,7 @@ type applyBuffer struct {
 	oc      *openCatalog
 	s       Settings
 	req     serve.ApplyRequest
+	marker  uint64 // the pipeline's completion marker when the apply began
 	tables  []*tableBuf
 	byTable map[string]*tableBuf
 	budget  int64 // bytes of batches to buffer before spilling; 0: no limit
@@ -136,6 +137,7 @@ type applyBuffer struct {
 // tableBuf is one table's part of an apply: the items not written out yet, and what was written (spilled).
 type tableBuf struct {
 	g     *tableGroup // items buffered, records retained
+	fence uint64      // items of entries up to here are in the table already (a replay of part of a range)
 	bytes int64
 	sp    *spilledTable // nil until the table first outgrew the buffer
 }
@@ -147,11 +149,22 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 	name := b.s.TableName(it.Stream)
 	tb, ok := b.byTable[name]
 	if !ok {
-		tb = &tableBuf{g: &tableGroup{stream: it.Stream, table: name}}
+		fence, err := b.fence(ctx, name)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", name, err)
+		}
+		tb = &tableBuf{g: &tableGroup{stream: it.Stream, table: name}, fence: fence}
 		b.byTable[name] = tb
 		b.tables = append(b.tables, tb)
 	} else if tb.g.stream != it.Stream {
 		return fmt.Errorf("streams %s and %s both map to table %s", tb.g.stream, it.Stream, name)
+	}
+	seq := it.Sequence
+	if seq == 0 {
+		seq = b.req.Sequence // an item from a caller that does not tag items belongs to the apply's entry
+	}
+	if seq <= tb.fence {
+		return nil
 	}
 	if it.Truncate {
 		b.truncate(ctx, tb)
@@ -168,6 +181,24 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 		return b.spill(ctx)
 	}
 	return nil
+}
+
+// fence is what the table holds of this apply's range already: the marker, or, when a crash came between the
+// tables' commits of an earlier range, the table's own fence. Only a range can lie partly below a table's fence:
+// for one entry the table's commit (begin) skips it whole, so no load is needed here.
+func (b *applyBuffer) fence(ctx context.Context, name string) (uint64, error) {
+	if b.req.FirstSequence >= b.req.Sequence {
+		return b.marker, nil
+	}
+	tbl, err := b.oc.cat.LoadTable(ctx, append(b.s.NamespaceIdent(), name))
+	if errors.Is(err, catalog.ErrNoSuchTable) {
+		return b.marker, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("load: %w", err)
+	}
+	done, err := tableSeq(tbl, b.req.Pipeline)
+	return max(done, b.marker), err
 }
 
 // room is what the buffer may hold now: the budget less what the key indexes take, which the same cap covers,

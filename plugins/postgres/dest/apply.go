@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"strings"
@@ -56,7 +57,10 @@ type streamPlan struct {
 	keyed   []bool              // per batch: its schema declares a key
 }
 
-func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
+// apply runs one transaction: the entries of the request after the pipeline's fence, then the new fence. The
+// changes are folded per entry (the last change of a key wins) and written as each entry ends, so a long
+// range costs one entry's memory; the range still commits, or not, as one.
+func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
 	cfg := a.cfg
 	tx, err := a.conn.Begin(ctx)
 	if err != nil {
@@ -91,7 +95,7 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 	if err := tx.QueryRow(ctx, `SELECT sequence FROM `+state+` WHERE pipeline = $1 FOR UPDATE`, req.Pipeline).Scan(&last); err != nil {
 		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, cfg.Explain(err))
 	}
-	if req.Sequence <= uint64(last) {
+	if req.Covers(uint64(last)) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
 
@@ -100,7 +104,9 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 		byName  = map[string]*streamPlan{}
 		touched = map[string]uint64{}
 		rows    int64
+		entry   uint64 // the entry whose items the plans hold
 	)
+	defer func() { releasePlans(plans) }()
 	plan := func(stream string) *streamPlan {
 		sp := byName[stream]
 		if sp == nil {
@@ -110,7 +116,33 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 		}
 		return sp
 	}
-	for _, it := range req.Items {
+	flush := func() error {
+		for _, sp := range plans {
+			if err := a.writeStream(ctx, sp); err != nil {
+				return fmt.Errorf("apply %d: stream %s: %w", entry, sp.stream, err)
+			}
+		}
+		releasePlans(plans)
+		plans, byName = nil, map[string]*streamPlan{}
+		return nil
+	}
+	for it, err := range items {
+		if err != nil {
+			return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
+		}
+		seq := it.Sequence
+		if seq == 0 {
+			seq = req.Sequence // an item from a caller that does not tag items belongs to the apply's entry
+		}
+		if seq <= uint64(last) {
+			continue // a replay of part of a range: this entry committed before
+		}
+		if seq != entry {
+			if err := flush(); err != nil {
+				return serve.ApplyResult{}, err
+			}
+			entry = seq
+		}
 		touched[it.Stream] = req.Sequence
 		if it.Schema != nil {
 			sp := plan(it.Stream)
@@ -128,14 +160,12 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 		sp.schemas = appendSchema(sp.schemas, it.Record.Schema())
 		n, err := sp.add(it.Record)
 		if err != nil {
-			return serve.ApplyResult{}, fmt.Errorf("apply %d: stream %s: %w", req.Sequence, it.Stream, err)
+			return serve.ApplyResult{}, fmt.Errorf("apply %d: stream %s: %w", seq, it.Stream, err)
 		}
 		rows += n
 	}
-	for _, sp := range plans {
-		if err := a.writeStream(ctx, sp); err != nil {
-			return serve.ApplyResult{}, fmt.Errorf("apply %d: stream %s: %w", req.Sequence, sp.stream, err)
-		}
+	if err := flush(); err != nil {
+		return serve.ApplyResult{}, err
 	}
 	streams, _ := json.Marshal(touched)
 	if _, err := tx.Exec(ctx, `UPDATE `+state+` SET sequence = $2, streams = streams || $3::jsonb WHERE pipeline = $1`,
@@ -146,6 +176,16 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 		return serve.ApplyResult{}, fmt.Errorf("apply %d: commit: %w", req.Sequence, cfg.Explain(err))
 	}
 	return serve.ApplyResult{Rows: rows}, nil
+}
+
+// releasePlans gives back the batches the plans retained.
+func releasePlans(plans []*streamPlan) {
+	for _, sp := range plans {
+		for _, rec := range sp.recs {
+			rec.Release()
+		}
+		sp.recs = nil
+	}
 }
 
 func appendSchema(list []*arrow.Schema, s *arrow.Schema) []*arrow.Schema {
@@ -170,6 +210,7 @@ func (sp *streamPlan) add(rec arrow.RecordBatch) (int64, error) {
 	if err := sp.fold.Add(key, ops); err != nil {
 		return 0, err
 	}
+	rec.Retain() // a streamed item's batch is released once the next item is asked for
 	sp.recs = append(sp.recs, rec)
 	sp.keyed = append(sp.keyed, key.Len() > 0)
 	return rec.NumRows(), nil

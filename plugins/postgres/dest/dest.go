@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"sync"
 
@@ -77,7 +78,7 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 	if _, err := config.Parse(raw); err != nil {
 		return serve.Capabilities{}, err
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true}, nil
 }
 
 // Check connects and checks the right to create tables in the target schema (or the schema itself).
@@ -151,8 +152,23 @@ func TableName(stream string) string {
 	return stream
 }
 
-// Apply commits one WAL sequence number atomically with its record in the state table.
+// Apply commits one WAL sequence number, or a coalesced range of them, atomically with its record in the
+// state table.
 func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
+	items := req.Items
+	req.Items = nil
+	return d.ApplyStream(ctx, req, func(yield func(serve.Item, error) bool) {
+		for _, it := range items {
+			if !yield(it, nil) {
+				return
+			}
+		}
+	})
+}
+
+// ApplyStream is Apply with the items arriving one by one: each entry of a range is written into the
+// transaction once its last item arrived, so memory holds one entry, not the range.
+func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
 	cfg, err := config.Parse(req.Settings)
 	if err != nil {
 		return serve.ApplyResult{}, err
@@ -170,9 +186,5 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 	}
 	defer conn.Release()
 	a := &applier{cfg: cfg, conn: conn.Conn(), staged: map[string]bool{}, hints: map[string]bool{}}
-	res, err := a.apply(ctx, req)
-	if err != nil {
-		return res, err
-	}
-	return res, nil
+	return a.apply(ctx, req, items)
 }
