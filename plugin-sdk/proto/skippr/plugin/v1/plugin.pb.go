@@ -505,10 +505,14 @@ func (x *DiscoverResponse) GetStreams() []*Stream {
 }
 
 type ReadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Settings      []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
-	Streams       []string               `protobuf:"bytes,2,rep,name=streams,proto3" json:"streams,omitempty"`       // empty: all streams
-	Checkpoint    []byte                 `protobuf:"bytes,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"` // empty: from the beginning
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Settings   []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	Streams    []string               `protobuf:"bytes,2,rep,name=streams,proto3" json:"streams,omitempty"`       // empty: all streams
+	Checkpoint []byte                 `protobuf:"bytes,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"` // empty: from the beginning
+	// Streams to copy again while the stream goes on (`skippr resnapshot`), each bracketed by ResnapshotMarks. A
+	// source keeps a stream it already re-snapshots (per its checkpoint) where it is, and carries every stream named
+	// here in each checkpoint it emits from this Read on, so the engine may forget the request once one is durable.
+	Resnapshot    []string `protobuf:"bytes,4,rep,name=resnapshot,proto3" json:"resnapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -560,6 +564,13 @@ func (x *ReadRequest) GetStreams() []string {
 func (x *ReadRequest) GetCheckpoint() []byte {
 	if x != nil {
 		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *ReadRequest) GetResnapshot() []string {
+	if x != nil {
+		return x.Resnapshot
 	}
 	return nil
 }
@@ -850,6 +861,7 @@ type ReadMessage struct {
 	//	*ReadMessage_Schema
 	//	*ReadMessage_Checkpoint
 	//	*ReadMessage_Truncate
+	//	*ReadMessage_Resnapshot
 	Msg           isReadMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -928,6 +940,15 @@ func (x *ReadMessage) GetTruncate() *Truncate {
 	return nil
 }
 
+func (x *ReadMessage) GetResnapshot() *ResnapshotMark {
+	if x != nil {
+		if x, ok := x.Msg.(*ReadMessage_Resnapshot); ok {
+			return x.Resnapshot
+		}
+	}
+	return nil
+}
+
 type isReadMessage_Msg interface {
 	isReadMessage_Msg()
 }
@@ -948,6 +969,10 @@ type ReadMessage_Truncate struct {
 	Truncate *Truncate `protobuf:"bytes,4,opt,name=truncate,proto3,oneof"`
 }
 
+type ReadMessage_Resnapshot struct {
+	Resnapshot *ResnapshotMark `protobuf:"bytes,5,opt,name=resnapshot,proto3,oneof"`
+}
+
 func (*ReadMessage_Batch) isReadMessage_Msg() {}
 
 func (*ReadMessage_Schema) isReadMessage_Msg() {}
@@ -955,6 +980,63 @@ func (*ReadMessage_Schema) isReadMessage_Msg() {}
 func (*ReadMessage_Checkpoint) isReadMessage_Msg() {}
 
 func (*ReadMessage_Truncate) isReadMessage_Msg() {}
+
+func (*ReadMessage_Resnapshot) isReadMessage_Msg() {}
+
+// ResnapshotMark brackets a re-snapshot of one stream. Between begin (end = false) and end, the source sends the
+// stream's current rows as snapshot reads beside its ordinary changes; at end, the destination removes every row
+// of the stream it did not receive (as a row or a change) since begin: those rows are gone from the source.
+type ResnapshotMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	End           bool                   `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResnapshotMark) Reset() {
+	*x = ResnapshotMark{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResnapshotMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResnapshotMark) ProtoMessage() {}
+
+func (x *ResnapshotMark) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResnapshotMark.ProtoReflect.Descriptor instead.
+func (*ResnapshotMark) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ResnapshotMark) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ResnapshotMark) GetEnd() bool {
+	if x != nil {
+		return x.End
+	}
+	return false
+}
 
 // Truncate empties a stream: rows before it in the stream's order are gone, rows after it are kept.
 type Truncate struct {
@@ -966,7 +1048,7 @@ type Truncate struct {
 
 func (x *Truncate) Reset() {
 	*x = Truncate{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1060,7 @@ func (x *Truncate) String() string {
 func (*Truncate) ProtoMessage() {}
 
 func (x *Truncate) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1073,7 @@ func (x *Truncate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Truncate.ProtoReflect.Descriptor instead.
 func (*Truncate) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Truncate) GetStream() string {
@@ -1010,7 +1092,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1104,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1117,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AckRequest) GetCheckpoint() []byte {
@@ -1053,7 +1135,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1147,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1160,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 type CapabilitiesRequest struct {
@@ -1090,7 +1172,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1184,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1197,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CapabilitiesRequest) GetSettings() []byte {
@@ -1134,14 +1216,17 @@ type CapabilitiesResponse struct {
 	Truncate        bool                   `protobuf:"varint,5,opt,name=truncate,proto3" json:"truncate,omitempty"`                                       // applies Truncate in order with the rows around it
 	// Takes a range of WAL sequence numbers in one atomic apply (ApplyHeader.first_sequence < sequence, with an
 	// EntryStart before each entry's items), recording the range's last sequence number as what it holds.
-	Coalesce      bool `protobuf:"varint,6,opt,name=coalesce,proto3" json:"coalesce,omitempty"`
+	Coalesce bool `protobuf:"varint,6,opt,name=coalesce,proto3" json:"coalesce,omitempty"`
+	// Applies ResnapshotMarks: remembers, durably across applies, which rows of a stream arrived since its begin
+	// mark, and at the end mark removes the others in the same commit as the mark.
+	Resnapshot    bool `protobuf:"varint,7,opt,name=resnapshot,proto3" json:"resnapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1238,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1251,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CapabilitiesResponse) GetExactlyOnce() bool {
@@ -1211,6 +1296,13 @@ func (x *CapabilitiesResponse) GetCoalesce() bool {
 	return false
 }
 
+func (x *CapabilitiesResponse) GetResnapshot() bool {
+	if x != nil {
+		return x.Resnapshot
+	}
+	return false
+}
+
 type ApplyHeader struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Settings []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
@@ -1225,7 +1317,7 @@ type ApplyHeader struct {
 
 func (x *ApplyHeader) Reset() {
 	*x = ApplyHeader{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1237,7 +1329,7 @@ func (x *ApplyHeader) String() string {
 func (*ApplyHeader) ProtoMessage() {}
 
 func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1250,7 +1342,7 @@ func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyHeader.ProtoReflect.Descriptor instead.
 func (*ApplyHeader) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApplyHeader) GetSettings() []byte {
@@ -1292,7 +1384,7 @@ type EntryStart struct {
 
 func (x *EntryStart) Reset() {
 	*x = EntryStart{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +1396,7 @@ func (x *EntryStart) String() string {
 func (*EntryStart) ProtoMessage() {}
 
 func (x *EntryStart) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +1409,7 @@ func (x *EntryStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryStart.ProtoReflect.Descriptor instead.
 func (*EntryStart) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EntryStart) GetSequence() uint64 {
@@ -1336,6 +1428,7 @@ type ApplyMessage struct {
 	//	*ApplyMessage_Schema
 	//	*ApplyMessage_Truncate
 	//	*ApplyMessage_Entry
+	//	*ApplyMessage_Resnapshot
 	Msg           isApplyMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1343,7 +1436,7 @@ type ApplyMessage struct {
 
 func (x *ApplyMessage) Reset() {
 	*x = ApplyMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1448,7 @@ func (x *ApplyMessage) String() string {
 func (*ApplyMessage) ProtoMessage() {}
 
 func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1461,7 @@ func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyMessage.ProtoReflect.Descriptor instead.
 func (*ApplyMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApplyMessage) GetMsg() isApplyMessage_Msg {
@@ -1423,6 +1516,15 @@ func (x *ApplyMessage) GetEntry() *EntryStart {
 	return nil
 }
 
+func (x *ApplyMessage) GetResnapshot() *ResnapshotMark {
+	if x != nil {
+		if x, ok := x.Msg.(*ApplyMessage_Resnapshot); ok {
+			return x.Resnapshot
+		}
+	}
+	return nil
+}
+
 type isApplyMessage_Msg interface {
 	isApplyMessage_Msg()
 }
@@ -1447,6 +1549,10 @@ type ApplyMessage_Entry struct {
 	Entry *EntryStart `protobuf:"bytes,5,opt,name=entry,proto3,oneof"`
 }
 
+type ApplyMessage_Resnapshot struct {
+	Resnapshot *ResnapshotMark `protobuf:"bytes,6,opt,name=resnapshot,proto3,oneof"`
+}
+
 func (*ApplyMessage_Header) isApplyMessage_Msg() {}
 
 func (*ApplyMessage_Batch) isApplyMessage_Msg() {}
@@ -1456,6 +1562,8 @@ func (*ApplyMessage_Schema) isApplyMessage_Msg() {}
 func (*ApplyMessage_Truncate) isApplyMessage_Msg() {}
 
 func (*ApplyMessage_Entry) isApplyMessage_Msg() {}
+
+func (*ApplyMessage_Resnapshot) isApplyMessage_Msg() {}
 
 type ApplyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1467,7 +1575,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1587,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1600,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApplyResponse) GetSkipped() bool {
@@ -1519,7 +1627,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1639,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1652,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LastAppliedRequest) GetSettings() []byte {
@@ -1571,7 +1679,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1691,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1704,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LastAppliedResponse) GetSequence() uint64 {
@@ -1622,7 +1730,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1742,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1755,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{24}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TeardownRequest) GetSettings() []byte {
@@ -1667,7 +1775,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1787,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1800,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{25}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TeardownResponse) GetReleased() []string {
@@ -1729,13 +1837,16 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x05modes\x18\x04 \x03(\x0e2\x1a.skippr.plugin.v1.SyncModeR\x05modes\x12\x1b\n" +
 	"\tschema_id\x18\x05 \x01(\tR\bschemaId\"F\n" +
 	"\x10DiscoverResponse\x122\n" +
-	"\astreams\x18\x01 \x03(\v2\x18.skippr.plugin.v1.StreamR\astreams\"c\n" +
+	"\astreams\x18\x01 \x03(\v2\x18.skippr.plugin.v1.StreamR\astreams\"\x83\x01\n" +
 	"\vReadRequest\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x18\n" +
 	"\astreams\x18\x02 \x03(\tR\astreams\x12\x1e\n" +
 	"\n" +
 	"checkpoint\x18\x03 \x01(\fR\n" +
-	"checkpoint\"x\n" +
+	"checkpoint\x12\x1e\n" +
+	"\n" +
+	"resnapshot\x18\x04 \x03(\tR\n" +
+	"resnapshot\"x\n" +
 	"\x05Chunk\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12\x12\n" +
@@ -1760,15 +1871,21 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x04help\x18\x04 \x01(\tR\x04help\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x02\n" +
 	"\vReadMessage\x12/\n" +
 	"\x05batch\x18\x01 \x01(\v2\x17.skippr.plugin.v1.ChunkH\x00R\x05batch\x128\n" +
 	"\x06schema\x18\x02 \x01(\v2\x1e.skippr.plugin.v1.SchemaChangeH\x00R\x06schema\x12>\n" +
 	"\n" +
 	"checkpoint\x18\x03 \x01(\v2\x1c.skippr.plugin.v1.CheckpointH\x00R\n" +
 	"checkpoint\x128\n" +
-	"\btruncate\x18\x04 \x01(\v2\x1a.skippr.plugin.v1.TruncateH\x00R\btruncateB\x05\n" +
-	"\x03msg\"\"\n" +
+	"\btruncate\x18\x04 \x01(\v2\x1a.skippr.plugin.v1.TruncateH\x00R\btruncate\x12B\n" +
+	"\n" +
+	"resnapshot\x18\x05 \x01(\v2 .skippr.plugin.v1.ResnapshotMarkH\x00R\n" +
+	"resnapshotB\x05\n" +
+	"\x03msg\":\n" +
+	"\x0eResnapshotMark\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\bR\x03end\"\"\n" +
 	"\bTruncate\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\",\n" +
 	"\n" +
@@ -1778,14 +1895,17 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"checkpoint\"\r\n" +
 	"\vAckResponse\"1\n" +
 	"\x13CapabilitiesRequest\x12\x1a\n" +
-	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xe2\x01\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\"\x82\x02\n" +
 	"\x14CapabilitiesResponse\x12!\n" +
 	"\fexactly_once\x18\x01 \x01(\bR\vexactlyOnce\x12\x18\n" +
 	"\adeletes\x18\x02 \x01(\bR\adeletes\x12)\n" +
 	"\x10schema_evolution\x18\x03 \x01(\bR\x0fschemaEvolution\x12*\n" +
 	"\x11exactly_once_note\x18\x04 \x01(\tR\x0fexactlyOnceNote\x12\x1a\n" +
 	"\btruncate\x18\x05 \x01(\bR\btruncate\x12\x1a\n" +
-	"\bcoalesce\x18\x06 \x01(\bR\bcoalesce\"\x88\x01\n" +
+	"\bcoalesce\x18\x06 \x01(\bR\bcoalesce\x12\x1e\n" +
+	"\n" +
+	"resnapshot\x18\a \x01(\bR\n" +
+	"resnapshot\"\x88\x01\n" +
 	"\vApplyHeader\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x1a\n" +
 	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x1a\n" +
@@ -1793,13 +1913,16 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x0efirst_sequence\x18\x04 \x01(\x04R\rfirstSequence\"(\n" +
 	"\n" +
 	"EntryStart\x12\x1a\n" +
-	"\bsequence\x18\x01 \x01(\x04R\bsequence\"\xa9\x02\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\"\xed\x02\n" +
 	"\fApplyMessage\x127\n" +
 	"\x06header\x18\x01 \x01(\v2\x1d.skippr.plugin.v1.ApplyHeaderH\x00R\x06header\x12/\n" +
 	"\x05batch\x18\x02 \x01(\v2\x17.skippr.plugin.v1.ChunkH\x00R\x05batch\x128\n" +
 	"\x06schema\x18\x03 \x01(\v2\x1e.skippr.plugin.v1.SchemaChangeH\x00R\x06schema\x128\n" +
 	"\btruncate\x18\x04 \x01(\v2\x1a.skippr.plugin.v1.TruncateH\x00R\btruncate\x124\n" +
-	"\x05entry\x18\x05 \x01(\v2\x1c.skippr.plugin.v1.EntryStartH\x00R\x05entryB\x05\n" +
+	"\x05entry\x18\x05 \x01(\v2\x1c.skippr.plugin.v1.EntryStartH\x00R\x05entry\x12B\n" +
+	"\n" +
+	"resnapshot\x18\x06 \x01(\v2 .skippr.plugin.v1.ResnapshotMarkH\x00R\n" +
+	"resnapshotB\x05\n" +
 	"\x03msg\"=\n" +
 	"\rApplyResponse\x12\x18\n" +
 	"\askipped\x18\x01 \x01(\bR\askipped\x12\x12\n" +
@@ -1851,7 +1974,7 @@ func file_skippr_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_skippr_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(Kind)(0),                    // 0: skippr.plugin.v1.Kind
 	(SyncMode)(0),                // 1: skippr.plugin.v1.SyncMode
@@ -1868,21 +1991,22 @@ var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(*Checkpoint)(nil),           // 12: skippr.plugin.v1.Checkpoint
 	(*Metric)(nil),               // 13: skippr.plugin.v1.Metric
 	(*ReadMessage)(nil),          // 14: skippr.plugin.v1.ReadMessage
-	(*Truncate)(nil),             // 15: skippr.plugin.v1.Truncate
-	(*AckRequest)(nil),           // 16: skippr.plugin.v1.AckRequest
-	(*AckResponse)(nil),          // 17: skippr.plugin.v1.AckResponse
-	(*CapabilitiesRequest)(nil),  // 18: skippr.plugin.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil), // 19: skippr.plugin.v1.CapabilitiesResponse
-	(*ApplyHeader)(nil),          // 20: skippr.plugin.v1.ApplyHeader
-	(*EntryStart)(nil),           // 21: skippr.plugin.v1.EntryStart
-	(*ApplyMessage)(nil),         // 22: skippr.plugin.v1.ApplyMessage
-	(*ApplyResponse)(nil),        // 23: skippr.plugin.v1.ApplyResponse
-	(*LastAppliedRequest)(nil),   // 24: skippr.plugin.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),  // 25: skippr.plugin.v1.LastAppliedResponse
-	(*TeardownRequest)(nil),      // 26: skippr.plugin.v1.TeardownRequest
-	(*TeardownResponse)(nil),     // 27: skippr.plugin.v1.TeardownResponse
-	nil,                          // 28: skippr.plugin.v1.Metric.LabelsEntry
-	nil,                          // 29: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	(*ResnapshotMark)(nil),       // 15: skippr.plugin.v1.ResnapshotMark
+	(*Truncate)(nil),             // 16: skippr.plugin.v1.Truncate
+	(*AckRequest)(nil),           // 17: skippr.plugin.v1.AckRequest
+	(*AckResponse)(nil),          // 18: skippr.plugin.v1.AckResponse
+	(*CapabilitiesRequest)(nil),  // 19: skippr.plugin.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil), // 20: skippr.plugin.v1.CapabilitiesResponse
+	(*ApplyHeader)(nil),          // 21: skippr.plugin.v1.ApplyHeader
+	(*EntryStart)(nil),           // 22: skippr.plugin.v1.EntryStart
+	(*ApplyMessage)(nil),         // 23: skippr.plugin.v1.ApplyMessage
+	(*ApplyResponse)(nil),        // 24: skippr.plugin.v1.ApplyResponse
+	(*LastAppliedRequest)(nil),   // 25: skippr.plugin.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),  // 26: skippr.plugin.v1.LastAppliedResponse
+	(*TeardownRequest)(nil),      // 27: skippr.plugin.v1.TeardownRequest
+	(*TeardownResponse)(nil),     // 28: skippr.plugin.v1.TeardownResponse
+	nil,                          // 29: skippr.plugin.v1.Metric.LabelsEntry
+	nil,                          // 30: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 }
 var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: skippr.plugin.v1.SpecResponse.kind:type_name -> skippr.plugin.v1.Kind
@@ -1890,40 +2014,42 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	7,  // 2: skippr.plugin.v1.DiscoverResponse.streams:type_name -> skippr.plugin.v1.Stream
 	7,  // 3: skippr.plugin.v1.SchemaChange.stream:type_name -> skippr.plugin.v1.Stream
 	13, // 4: skippr.plugin.v1.Checkpoint.metrics:type_name -> skippr.plugin.v1.Metric
-	28, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
+	29, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
 	10, // 6: skippr.plugin.v1.ReadMessage.batch:type_name -> skippr.plugin.v1.Chunk
 	11, // 7: skippr.plugin.v1.ReadMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
 	12, // 8: skippr.plugin.v1.ReadMessage.checkpoint:type_name -> skippr.plugin.v1.Checkpoint
-	15, // 9: skippr.plugin.v1.ReadMessage.truncate:type_name -> skippr.plugin.v1.Truncate
-	20, // 10: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
-	10, // 11: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
-	11, // 12: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
-	15, // 13: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
-	21, // 14: skippr.plugin.v1.ApplyMessage.entry:type_name -> skippr.plugin.v1.EntryStart
-	29, // 15: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
-	2,  // 16: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
-	4,  // 17: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
-	6,  // 18: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
-	9,  // 19: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
-	16, // 20: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
-	18, // 21: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
-	22, // 22: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
-	24, // 23: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
-	26, // 24: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
-	3,  // 25: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
-	5,  // 26: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
-	8,  // 27: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
-	14, // 28: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
-	17, // 29: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
-	19, // 30: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
-	23, // 31: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
-	25, // 32: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
-	27, // 33: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
-	25, // [25:34] is the sub-list for method output_type
-	16, // [16:25] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	16, // 9: skippr.plugin.v1.ReadMessage.truncate:type_name -> skippr.plugin.v1.Truncate
+	15, // 10: skippr.plugin.v1.ReadMessage.resnapshot:type_name -> skippr.plugin.v1.ResnapshotMark
+	21, // 11: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
+	10, // 12: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
+	11, // 13: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
+	16, // 14: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
+	22, // 15: skippr.plugin.v1.ApplyMessage.entry:type_name -> skippr.plugin.v1.EntryStart
+	15, // 16: skippr.plugin.v1.ApplyMessage.resnapshot:type_name -> skippr.plugin.v1.ResnapshotMark
+	30, // 17: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	2,  // 18: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
+	4,  // 19: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
+	6,  // 20: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
+	9,  // 21: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
+	17, // 22: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
+	19, // 23: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
+	23, // 24: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
+	25, // 25: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
+	27, // 26: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
+	3,  // 27: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
+	5,  // 28: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
+	8,  // 29: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
+	14, // 30: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
+	18, // 31: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
+	20, // 32: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
+	24, // 33: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
+	26, // 34: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
+	28, // 35: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
+	27, // [27:36] is the sub-list for method output_type
+	18, // [18:27] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_skippr_plugin_v1_plugin_proto_init() }
@@ -1936,13 +2062,15 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 		(*ReadMessage_Schema)(nil),
 		(*ReadMessage_Checkpoint)(nil),
 		(*ReadMessage_Truncate)(nil),
+		(*ReadMessage_Resnapshot)(nil),
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[20].OneofWrappers = []any{
+	file_skippr_plugin_v1_plugin_proto_msgTypes[21].OneofWrappers = []any{
 		(*ApplyMessage_Header)(nil),
 		(*ApplyMessage_Batch)(nil),
 		(*ApplyMessage_Schema)(nil),
 		(*ApplyMessage_Truncate)(nil),
 		(*ApplyMessage_Entry)(nil),
+		(*ApplyMessage_Resnapshot)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1950,7 +2078,7 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
