@@ -17,9 +17,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/skippr-dev/skippr/internal/suggest"
 )
 
 // Request asks for one stream to be copied again.
@@ -152,6 +155,29 @@ func (s Store) Done(reqs []Request) error {
 		if err := os.Remove(s.path(r.Stream)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("resnapshot request %s: %w", r.Stream, err)
 		}
+	}
+	return nil
+}
+
+// ErrRefused is a request that cannot be carried out as asked: an unknown stream, or a destination that cannot
+// apply a re-snapshot.
+var ErrRefused = errors.New("resnapshot refused")
+
+// Check refuses streams the source does not offer (naming the closest one) and destinations without the
+// capability (lacking names them), before anything is recorded.
+func Check(streams, offered, lacking []string) error {
+	for _, s := range streams {
+		if slices.Contains(offered, s) {
+			continue
+		}
+		msg := fmt.Sprintf("the source offers no stream %q", s)
+		if m := suggest.Closest(s, offered); m != "" {
+			msg += fmt.Sprintf("; did you mean %q?", m)
+		}
+		return fmt.Errorf("%s (offered: %s); add the table to the source's tables first (a newly added table is copied on its own): %w", msg, strings.Join(offered, ", "), ErrRefused)
+	}
+	if len(lacking) > 0 {
+		return fmt.Errorf("destination %s cannot apply a re-snapshot: it could not remove the rows the source no longer has; take it out of the pipeline for the re-snapshot, or re-create the pipeline under a new name: %w", strings.Join(lacking, ", "), ErrRefused)
 	}
 	return nil
 }
