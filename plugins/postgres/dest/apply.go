@@ -100,6 +100,7 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 		byName  = map[string]*streamPlan{}
 		touched = map[string]uint64{}
 		rows    int64
+		marks   []serve.Item // resnapshot marks, applied after the rows (resnapshot.go)
 	)
 	plan := func(stream string) *streamPlan {
 		sp := byName[stream]
@@ -121,6 +122,10 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 			plan(it.Stream).fold.Truncate()
 			continue
 		}
+		if it.Resnapshot != serve.ResnapshotNone {
+			marks = append(marks, it)
+			continue
+		}
 		if it.Record == nil {
 			continue
 		}
@@ -136,6 +141,9 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest) (serve.Appl
 		if err := a.writeStream(ctx, sp); err != nil {
 			return serve.ApplyResult{}, fmt.Errorf("apply %d: stream %s: %w", req.Sequence, sp.stream, err)
 		}
+	}
+	if err := a.resnapshotMarks(ctx, req.Pipeline, marks); err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
 	}
 	streams, _ := json.Marshal(touched)
 	if _, err := tx.Exec(ctx, `UPDATE `+state+` SET sequence = $2, streams = streams || $3::jsonb WHERE pipeline = $1`,
@@ -522,7 +530,10 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, r
 		}
 		sql += " ON CONFLICT (" + quoteAll(key) + ")"
 		if len(sets) == 0 {
-			sql += " DO NOTHING"
+			// Not DO NOTHING: the row must get a new version (xmin) even so, which is how a re-snapshot knows
+			// it arrived (resnapshot.go).
+			q := pgx.Identifier{key[0]}.Sanitize()
+			sql += " DO UPDATE SET " + q + " = EXCLUDED." + q
 		} else {
 			sql += " DO UPDATE SET " + strings.Join(sets, ", ")
 		}
