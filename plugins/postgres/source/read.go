@@ -46,6 +46,8 @@ type reader struct {
 	slot slotFigures
 	// messages asks pgoutput for logical decoding messages: a re-snapshot's watermarks (resnapshot.go).
 	messages bool
+	// chunkRead is Source.chunkRead.
+	chunkRead func(ctx context.Context, table string, keys []string)
 }
 
 // Read emits the snapshot (when the position is in it, or there is none) and then streams changes.
@@ -73,7 +75,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	defer pool.Close()
 	r := &reader{cfg: cfg, st: st, pool: pool, out: out, mem: mempool.New(), resolver: typemap.NewResolver(),
 		tables: map[string]*table{}, announced: map[string]string{},
-		log: slog.Default().With("slot", cfg.Slot)}
+		log: slog.Default().With("slot", cfg.Slot), chunkRead: s.chunkRead}
 	r.values = values.NewHandler(cfg.Policy, r.log)
 	if len(req.Streams) > 0 {
 		// The slot and the publication cover the configured tables; a subset would need its own slot.

@@ -164,6 +164,9 @@ func (s *resnapper) step(ctx context.Context, p *processor) error {
 		return err
 	}
 	pc.c = c
+	if r.chunkRead != nil {
+		r.chunkRead(ctx, name, c.keys)
+	}
 	return s.emitWatermark(ctx, watermark{ID: pc.id, Table: name, High: true})
 }
 
