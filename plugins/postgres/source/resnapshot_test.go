@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -21,8 +22,8 @@ import (
 // marks included: at an end mark the rows not received since the begin mark go.
 type folded struct {
 	mu      sync.Mutex
-	rows    map[int32]int32
-	seen    map[int32]bool // since the begin mark, nil outside a re-snapshot
+	rows    map[string]map[int32]int32
+	seen    map[string]map[int32]bool // per stream since its begin mark
 	marks   []string
 	last    []byte // the last checkpoint's position
 	idle    bool   // the last checkpoint said idle
@@ -30,9 +31,11 @@ type folded struct {
 	changed chan struct{}
 }
 
-func newFolded() *folded { return &folded{rows: map[int32]int32{}, changed: make(chan struct{}, 1)} }
+func newFolded() *folded {
+	return &folded{rows: map[string]map[int32]int32{}, seen: map[string]map[int32]bool{}, changed: make(chan struct{}, 1)}
+}
 
-func (f *folded) Batch(_ context.Context, _ string, rec arrow.RecordBatch) error {
+func (f *folded) Batch(_ context.Context, stream string, rec arrow.RecordBatch) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ops, err := change.Ops(rec)
@@ -40,18 +43,22 @@ func (f *folded) Batch(_ context.Context, _ string, rec arrow.RecordBatch) error
 		return err
 	}
 	ids, vs := rec.Column(0).(*array.Int32), rec.Column(1).(*array.Int32)
+	if f.rows[stream] == nil {
+		f.rows[stream] = map[int32]int32{}
+	}
+	rows, seen := f.rows[stream], f.seen[stream]
 	for i := range int(rec.NumRows()) {
 		id := ids.Value(i)
-		if f.seen != nil {
-			f.seen[id] = true
+		if seen != nil {
+			seen[id] = true
 			if change.Op(ops.Value(i)) == change.OpRead {
 				f.reads++
 			}
 		}
 		if change.Op(ops.Value(i)) == change.OpDelete {
-			delete(f.rows, id)
+			delete(rows, id)
 		} else {
-			f.rows[id] = vs.Value(i)
+			rows[id] = vs.Value(i)
 		}
 	}
 	return nil
@@ -63,15 +70,15 @@ func (f *folded) Resnapshot(_ context.Context, stream string, end bool) error {
 	defer f.mu.Unlock()
 	f.marks = append(f.marks, fmt.Sprintf("%s end=%v", stream, end))
 	if !end {
-		f.seen = map[int32]bool{}
+		f.seen[stream] = map[int32]bool{}
 		return nil
 	}
-	for id := range f.rows {
-		if !f.seen[id] {
-			delete(f.rows, id)
+	for id := range f.rows[stream] {
+		if !f.seen[stream][id] {
+			delete(f.rows[stream], id)
 		}
 	}
-	f.seen = nil
+	delete(f.seen, stream)
 	return nil
 }
 func (f *folded) Checkpoint(_ context.Context, cp serve.Checkpoint) error {
@@ -130,7 +137,7 @@ func TestResnapshotDropsRowsChangedBetweenWatermarks(t *testing.T) {
 
 	// Rows the destination holds but the source lost without a change in the log (as if deleted downstream of a
 	// broken pipeline): the re-snapshot's end must remove them.
-	out.rows[100000], out.rows[100001] = 1, 2
+	out.rows["public.t"][100000], out.rows["public.t"][100001] = 1, 2
 	conn := db.Connect(t)
 	changed := 0
 	s.chunkRead = func(ctx context.Context, table string, keys []string) {
@@ -148,8 +155,17 @@ func TestResnapshotDropsRowsChangedBetweenWatermarks(t *testing.T) {
 	if fmt.Sprint(out.marks) != "[public.t end=false public.t end=true]" {
 		t.Fatalf("marks %v", out.marks)
 	}
+	if changed < 5 || out.reads < 300 {
+		t.Fatalf("%d chunks changed, %d snapshot reads: the test tests nothing", changed, out.reads)
+	}
+	sameRows(t, conn, "t", out.rows["public.t"])
+}
+
+// sameRows compares table's (id, v) rows with got.
+func sameRows(t *testing.T, conn *pgx.Conn, table string, got map[int32]int32) {
+	t.Helper()
 	want := map[int32]int32{}
-	rows, err := conn.Query(context.Background(), `SELECT id, v FROM t`)
+	rows, err := conn.Query(context.Background(), `SELECT id, v FROM `+table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,20 +176,58 @@ func TestResnapshotDropsRowsChangedBetweenWatermarks(t *testing.T) {
 		}
 		want[id] = v
 	}
-	if changed < 5 || out.reads < 300 {
-		t.Fatalf("%d chunks changed, %d snapshot reads: the test tests nothing", changed, out.reads)
-	}
-	if len(want) != len(out.rows) {
-		t.Errorf("table has %d rows, the folded output %d", len(want), len(out.rows))
+	if len(want) != len(got) {
+		t.Errorf("table %s has %d rows, the folded output %d", table, len(want), len(got))
 	}
 	for id, v := range want {
-		if got, ok := out.rows[id]; !ok || got != v {
-			t.Errorf("id %d: table %d, folded output %d (present %v)", id, v, got, ok)
+		if g, ok := got[id]; !ok || g != v {
+			t.Errorf("%s id %d: table %d, folded output %d (present %v)", table, id, v, g, ok)
 		}
 	}
-	for id := range out.rows {
+	for id := range got {
 		if _, ok := want[id]; !ok {
-			t.Errorf("id %d: not in the table, but in the folded output", id)
+			t.Errorf("%s id %d: not in the table, but in the folded output", table, id)
 		}
 	}
+}
+
+// TestTableAddedWhileStreaming: a table added to tables: of a running pipeline is added to the publication and
+// copied between the begin and end marks while the first table keeps streaming; both then stream.
+func TestTableAddedWhileStreaming(t *testing.T) {
+	db := pgtest.NewDB(t)
+	db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL); INSERT INTO t SELECT g, g FROM generate_series(1, 100) g;
+		CREATE TABLE u (id int PRIMARY KEY, v int NOT NULL); INSERT INTO u SELECT g, -g FROM generate_series(1, 300) g`)
+	set := func(tables ...string) json.RawMessage {
+		raw, _ := json.Marshal(map[string]any{"host": db.Server.Host, "port": db.Server.Port, "user": "postgres", "database": db.Name,
+			"sslmode": "disable", "tables": tables, "batch_size": 70, "slot": "add_" + db.Name, "publication": "add_" + db.Name})
+		return raw
+	}
+	s := New()
+	out := newFolded()
+	readUntil(t, s, serve.ReadRequest{Settings: set("public.t")}, out, func() bool { return out.idle })
+	if out.rows["public.u"] != nil {
+		t.Fatal("u was read before it was configured")
+	}
+	db.Exec(t, `UPDATE t SET v = v + 1 WHERE id <= 10; UPDATE u SET v = 0 WHERE id <= 5`)
+	conn := db.Connect(t)
+	s.chunkRead = func(ctx context.Context, table string, keys []string) {
+		if len(keys) == 0 {
+			return
+		}
+		if _, err := conn.Exec(ctx, `UPDATE u SET v = v * 10 WHERE id = $1::int`, keys[0]); err != nil {
+			t.Errorf("change during the copy: %v", err)
+		}
+	}
+	readUntil(t, s, serve.ReadRequest{Settings: set("public.t", "public.u"), Checkpoint: out.last}, out, func() bool {
+		return len(out.marks) == 2 && out.idle
+	})
+	if fmt.Sprint(out.marks) != "[public.u end=false public.u end=true]" {
+		t.Fatalf("marks %v", out.marks)
+	}
+	s.chunkRead = nil
+	db.Exec(t, `UPDATE u SET v = 7 WHERE id = 300; DELETE FROM t WHERE id = 1`)
+	out.idle = false
+	readUntil(t, s, serve.ReadRequest{Settings: set("public.t", "public.u"), Checkpoint: out.last}, out, func() bool { return out.idle })
+	sameRows(t, conn, "t", out.rows["public.t"])
+	sameRows(t, conn, "u", out.rows["public.u"])
 }
