@@ -122,6 +122,7 @@ func (e *countingEmitter) Batch(_ context.Context, _ string, rec arrow.RecordBat
 }
 func (e *countingEmitter) SchemaChange(context.Context, serve.Stream) error { return nil }
 func (e *countingEmitter) Truncate(context.Context, string) error           { return nil }
+func (e *countingEmitter) Resnapshot(context.Context, string, bool) error   { return nil }
 func (e *countingEmitter) Checkpoint(_ context.Context, cp serve.Checkpoint) error {
 	if cp.Idle {
 		e.cancel()

@@ -21,6 +21,7 @@ func commands(g *globals) []*cli.Command {
 		statusCommand(g),
 		walCommand(g),
 		teardownCommand(g),
+		resnapshotCommand(g),
 		lakeCommand(g),
 		queryCommand(g),
 	}

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -134,6 +136,24 @@ func printStatus(w io.Writer, out []pipelineStatus) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, ps := range out {
+		if ps.Live == nil {
+			continue
+		}
+		for _, stream := range slices.Sorted(maps.Keys(ps.Live.Resnapshot)) {
+			rs := ps.Live.Resnapshot[stream]
+			line := fmt.Sprintf("%s: re-snapshot of %s: %s since %s", ps.Pipeline, stream, rs.State, rs.Since.UTC().Format(time.RFC3339))
+			if rs.Total > 0 {
+				line += fmt.Sprintf(", %d/%d rows (%.1f%%)", rs.Rows, rs.Total, 100*float64(rs.Rows)/float64(rs.Total))
+			} else if rs.Rows > 0 {
+				line += fmt.Sprintf(", %d rows", rs.Rows)
+			}
+			if rs.Reason != "" {
+				line += ": " + rs.Reason
+			}
+			fmt.Fprintln(w, line)
+		}
 	}
 	// The reason and the way out, below the table: they do not fit in a column.
 	for _, ps := range out {

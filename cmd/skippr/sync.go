@@ -210,6 +210,7 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		Once:              s.once,
 		Logger:            log,
 		Observer:          s.m,
+		Resnapshots:       resnapshotStore(s.g.Home, s.p),
 	}
 	for _, name := range s.p.Destinations {
 		cn, _ := s.cfg.Connection(name)

@@ -193,6 +193,8 @@ func items(frames []wal.Frame) []client.ApplyItem {
 			out = append(out, client.ApplyItem{Schema: &pluginv1.Stream{Name: f.Stream, ArrowSchema: f.Data}})
 		case wal.FrameTruncate:
 			out = append(out, client.ApplyItem{Truncate: f.Stream})
+		case wal.FrameResnapshot:
+			out = append(out, client.ApplyItem{Resnapshot: &pluginv1.ResnapshotMark{Stream: f.Stream, End: f.Data[0] == wal.ResnapshotEnd}})
 		}
 	}
 	return out

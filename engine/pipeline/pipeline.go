@@ -32,6 +32,7 @@ import (
 // Source is what the runner needs of a source plugin.
 type Source interface {
 	Read(ctx context.Context, settings []byte, streams []string, checkpoint []byte) (*client.ReadStream, error)
+	ReadResnapshot(ctx context.Context, settings []byte, streams []string, checkpoint []byte, resnapshot []string) (*client.ReadStream, error)
 	Ack(ctx context.Context, checkpoint []byte) error
 }
 
@@ -111,6 +112,10 @@ type Config struct {
 	StatusEvery time.Duration
 	// Observer, if set, sees reads, commits and applies as they happen.
 	Observer Observer
+	// Resnapshots, if set, holds `skippr resnapshot` requests, polled every ResnapshotPoll: a new one restarts
+	// the source's Read from the last durable checkpoint with the streams to copy again (resnapshot.go).
+	Resnapshots    Resnapshots
+	ResnapshotPoll time.Duration
 }
 
 // Defaults chosen by measurement (BENCHMARKS.md): 8 MiB entries amortise an fsync (local) or two PUTs (S3)
@@ -148,6 +153,8 @@ type runner struct {
 	sizes        map[uint64]int64 // live entry sizes, for WAL depth and backpressure
 	status       Status
 	lastStatus   time.Time
+	caps         []*pluginv1.CapabilitiesResponse // per destination
+	lastCP       []byte                           // the source checkpoint of the last committed entry
 }
 
 // Run runs the pipeline until ctx ends, an error occurs, or (with Once) it has caught up.
@@ -172,6 +179,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if cfg.Destinations[i].Apply.MaxBytes <= 0 {
 			cfg.Destinations[i].Apply.MaxBytes = DefaultApplyMaxBytes
 		}
+	}
+	if cfg.ResnapshotPoll <= 0 {
+		cfg.ResnapshotPoll = DefaultResnapshotPoll
 	}
 	lg := cfg.Logger
 	if lg == nil {
@@ -245,6 +255,7 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 		if err != nil {
 			return wal.Head{}, fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
 		}
+		r.caps = append(r.caps, caps)
 		if cfg.ExactlyOnce && !caps.ExactlyOnce {
 			note := caps.ExactlyOnceNote
 			if note == "" {
@@ -261,7 +272,7 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 	if err != nil {
 		return head, fmt.Errorf("pipeline %s: %w", cfg.Name, err)
 	}
-	r.committedSeq, r.reclaimed = head.LastSeq, head.ReclaimedThrough
+	r.committedSeq, r.reclaimed, r.lastCP = head.LastSeq, head.ReclaimedThrough, head.LastCheckpoint
 	entries, err := cfg.Log.Entries(ctx, head.ReclaimedThrough)
 	if err != nil {
 		return head, fmt.Errorf("pipeline %s: %w", cfg.Name, err)

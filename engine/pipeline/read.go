@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/skippr-dev/skippr/engine/resnapshot"
 	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
@@ -68,11 +69,37 @@ const diskFullRetry = 2 * time.Second
 // while a commit runs is gathered into the next entry, so under load entries grow and commits stay few, and at
 // moderate load a row waits for at most one commit before its own begins — never for a timer. Waiting MaxDelay
 // for more rows instead cost 110–150 ms p50 at 5–20k rows/s (BENCHMARKS.md).
+//
+// A new `skippr resnapshot` request ends the Read once everything committable is committed, and the next Read
+// starts from that last durable checkpoint with the request: what the source sent after it is read again.
 func (r *runner) readLoop(ctx context.Context, from []byte) error {
+	included := r.newResnapshots(nil)
+	for {
+		err := r.readOnce(ctx, from, included)
+		if !errors.Is(err, errReread) {
+			return err
+		}
+		r.mu.Lock()
+		from = r.lastCP
+		r.mu.Unlock()
+		included = append(included[:0:0], r.newResnapshots(nil)...)
+	}
+}
+
+// readOnce is one Read of the source, asking it to re-snapshot the streams of included.
+func (r *runner) readOnce(ctx context.Context, from []byte, included []resnapshot.Request) error {
 	cfg := r.cfg
-	rs, err := cfg.Source.Plugin.Read(ctx, cfg.Source.Settings, cfg.Streams, from)
+	for _, q := range included {
+		r.setResnapshot(q.Stream, ResnapshotStatus{State: "requested"})
+	}
+	readCtx, cancelRead := context.WithCancel(ctx)
+	defer cancelRead()
+	rs, err := cfg.Source.Plugin.ReadResnapshot(readCtx, cfg.Source.Settings, cfg.Streams, from, streamsOf(included))
 	if err != nil {
 		return fmt.Errorf("pipeline %s: source %s: %w", cfg.Name, cfg.Source.Name, err)
+	}
+	if len(included) > 0 {
+		r.log.Info("source read restarts with resnapshot requests", "streams", streamsOf(included))
 	}
 	msgs := make(chan readResult, 16)
 	go func() {
@@ -80,7 +107,7 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 			m, err := rs.Next()
 			select {
 			case msgs <- readResult{m, err}:
-			case <-ctx.Done():
+			case <-readCtx.Done():
 				return
 			}
 			if err != nil {
@@ -95,9 +122,17 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 		results  = make(chan commitResult, 1)
 		timer    = time.NewTimer(time.Hour)
 		retry    = time.NewTimer(time.Hour)
+		poll     *time.Ticker
+		reread   bool // a new resnapshot request waits for this Read to end
 	)
 	defer timer.Stop()
 	defer retry.Stop()
+	var pollC <-chan time.Time
+	if cfg.Resnapshots != nil {
+		poll = time.NewTicker(cfg.ResnapshotPoll)
+		defer poll.Stop()
+		pollC = poll.C
+	}
 	// A soft stop (the first SIGTERM) stops the reading and lets the commit in flight finish; frames read but
 	// not committed are read again after the restart, since the source was never acknowledged for them.
 	drain, draining := shutdown.Draining(ctx), false
@@ -126,12 +161,15 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 			r.arm(&g, timer)
 			startCommit(frames, cp)
 		}
+		if reread && !inflight && stalled == nil && g.committable == 0 && !draining {
+			return errReread
+		}
 		if cfg.Once && g.idle && !inflight && stalled == nil && len(g.frames) == 0 {
 			return r.waitApplied(ctx, drain)
 		}
 		// A full disk stops the reading, not the pipeline: apply and reclaim go on and free the space.
 		input := msgs
-		if draining || stalled != nil || (inflight && g.full(cfg)) {
+		if draining || stalled != nil || (inflight && g.full(cfg)) || reread {
 			input = nil
 		}
 		var progress chan struct{}
@@ -174,6 +212,17 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 				r.diskFull(false, nil)
 			}
 			r.committed(res.rec)
+			r.mu.Lock()
+			r.lastCP = res.cp.Position
+			r.mu.Unlock()
+			if len(included) > 0 {
+				r.resnapshotsTaken(included)
+				included = nil
+			}
+		case <-pollC:
+			if !reread && len(r.newResnapshots(included)) > 0 {
+				reread = true
+			}
 		case <-progress:
 		case <-retry.C:
 			if stalled != nil {
@@ -201,9 +250,18 @@ func (r *runner) readLoop(ctx context.Context, from []byte) error {
 			case m.Truncate != "":
 				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameTruncate, Stream: m.Truncate})
 				g.idle = false
+			case m.Resnapshot != nil:
+				mark, state := wal.ResnapshotBegin, "copying"
+				if m.Resnapshot.End {
+					mark, state = wal.ResnapshotEnd, "done"
+				}
+				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameResnapshot, Stream: m.Resnapshot.Stream, Data: []byte{mark}})
+				r.setResnapshot(m.Resnapshot.Stream, ResnapshotStatus{State: state})
+				g.idle = false
 			case m.Checkpoint != nil:
 				g.committable, g.bytes, g.pending = len(g.frames), g.bytes+g.pending, 0
 				g.checkpoint, g.idle = m.Checkpoint, m.Checkpoint.Idle
+				r.resnapshotProgress(m.Checkpoint)
 				r.sourceProgress(m.Checkpoint)
 			}
 		}

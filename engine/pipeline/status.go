@@ -23,6 +23,8 @@ type Status struct {
 	Fault *Fault `json:"fault,omitempty"`
 	// StreamRows is RowsCommitted by stream (table), for the summary of `sync --once`.
 	StreamRows map[string]int64 `json:"stream_rows,omitempty"`
+	// Resnapshot is each stream's re-snapshot (`skippr resnapshot`) seen by this run.
+	Resnapshot map[string]ResnapshotStatus `json:"resnapshot,omitempty"`
 }
 
 // Fault is why a pipeline is not running normally, and what a person does about it.
@@ -85,6 +87,7 @@ func (r *runner) publish(force bool) {
 	r.lastStatus = now
 	s := r.status
 	s.StreamRows = maps.Clone(r.status.StreamRows) // OnStatus reads it after the lock is released
+	s.Resnapshot = maps.Clone(r.status.Resnapshot)
 	s.Updated = now
 	s.WAL.LastCommitted = r.committedSeq
 	s.WAL.ReclaimedThrough = r.reclaimed

@@ -48,15 +48,19 @@
 //	               2 = schema (Arrow IPC stream bytes of a schema alone: a schema change),
 //	               3 = truncate (no data: every row of the stream before this frame
 //	                   is gone, rows after it are kept)
+//	               4 = resnapshot (data: one byte, 0 = begin, 1 = end of a re-snapshot
+//	                   of the stream: at the end, rows of the stream not received since
+//	                   the begin are gone)
 //	2 bytes  length of the stream name (1..65535), then the UTF-8 name
-//	8 bytes  row count (signed, >= 0; 0 for a schema or truncate frame)
-//	8 bytes  data length, then the data (0 for a truncate frame)
+//	8 bytes  row count (signed, >= 0; 0 for a schema, truncate or resnapshot frame)
+//	8 bytes  data length, then the data (0 for a truncate frame, 1 for a resnapshot frame)
 //
 // A frame block must end exactly after the last frame. Commit checks that
 // every batch and schema frame's data starts with a readable Arrow IPC schema
 // message. Kind 3 came later under the same segment version: every segment
 // written before it still reads, and a reader older than it refuses a segment
-// holding one as corrupt (unknown kind) rather than skipping the truncate.
+// holding one as corrupt (unknown kind) rather than skipping the truncate. Kind 4
+// came later still, on the same terms.
 //
 // # Records
 //

@@ -26,6 +26,15 @@ const (
 	FrameSchema FrameKind = 2
 	// FrameTruncate holds nothing: the stream was emptied at this point of the entry.
 	FrameTruncate FrameKind = 3
+	// FrameResnapshot marks the begin (Data = ResnapshotBegin) or the end (ResnapshotEnd) of a re-snapshot of
+	// the stream.
+	FrameResnapshot FrameKind = 4
+)
+
+// The one data byte of a FrameResnapshot.
+const (
+	ResnapshotBegin byte = 0
+	ResnapshotEnd   byte = 1
 )
 
 func (k FrameKind) String() string {
@@ -36,6 +45,8 @@ func (k FrameKind) String() string {
 		return "schema"
 	case FrameTruncate:
 		return "truncate"
+	case FrameResnapshot:
+		return "resnapshot"
 	}
 	return fmt.Sprintf("FrameKind(%d)", uint8(k))
 }
@@ -125,6 +136,10 @@ func checkFrame(i int, f Frame) error {
 	case FrameTruncate:
 		if f.Rows != 0 || len(f.Data) != 0 {
 			return fmt.Errorf("frame %d (stream %q): truncate frame with %d rows and %d data bytes", i, f.Stream, f.Rows, len(f.Data))
+		}
+	case FrameResnapshot:
+		if f.Rows != 0 || len(f.Data) != 1 || f.Data[0] > ResnapshotEnd {
+			return fmt.Errorf("frame %d (stream %q): resnapshot frame with %d rows and data %x (want 0 rows and one byte, 0 or 1)", i, f.Stream, f.Rows, f.Data)
 		}
 	default:
 		return fmt.Errorf("frame %d (stream %q): unknown kind %d", i, f.Stream, uint8(f.Kind))
@@ -252,7 +267,7 @@ func summarize(frames []Frame) (map[string]int64, map[string]string, error) {
 		if err := checkFrame(i, f); err != nil {
 			return nil, nil, err
 		}
-		if f.Kind == FrameTruncate {
+		if f.Kind == FrameTruncate || f.Kind == FrameResnapshot {
 			rows[f.Stream] += 0 // the stream appears, its schema is unchanged
 			continue
 		}

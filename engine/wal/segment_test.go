@@ -29,6 +29,11 @@ func TestSegmentRoundTrip(t *testing.T) {
 			{Kind: FrameTruncate, Stream: "public.orders"},
 			batchFrame(t, "public.orders", 3, 2),
 		}},
+		{"a re-snapshot's marks around a batch", []Frame{
+			{Kind: FrameResnapshot, Stream: "public.orders", Data: []byte{ResnapshotBegin}},
+			batchFrame(t, "public.orders", 10, 1),
+			{Kind: FrameResnapshot, Stream: "public.orders", Data: []byte{ResnapshotEnd}},
+		}},
 		{"unicode stream name and empty data", []Frame{{Kind: FrameBatch, Stream: "sales.überweisungen", Rows: 0, Data: nil}}},
 		{"1 MiB of data", []Frame{{Kind: FrameBatch, Stream: "s", Rows: 1, Data: big}}},
 	}
@@ -94,6 +99,9 @@ func TestEncodeSegmentRejectsBadFrames(t *testing.T) {
 		{"schema with rows", Frame{Kind: FrameSchema, Stream: "s", Rows: 3}, "schema frame with 3 rows"},
 		{"truncate with rows", Frame{Kind: FrameTruncate, Stream: "s", Rows: 2}, "truncate frame with 2 rows"},
 		{"truncate with data", Frame{Kind: FrameTruncate, Stream: "s", Data: []byte("x")}, "truncate frame with 0 rows and 1 data bytes"},
+		{"resnapshot without data", Frame{Kind: FrameResnapshot, Stream: "s"}, "resnapshot frame with 0 rows and data"},
+		{"resnapshot with a bad mark", Frame{Kind: FrameResnapshot, Stream: "s", Data: []byte{2}}, "resnapshot frame with 0 rows and data 02"},
+		{"resnapshot with rows", Frame{Kind: FrameResnapshot, Stream: "s", Rows: 1, Data: []byte{0}}, "resnapshot frame with 1 rows"},
 		{"negative rows", Frame{Kind: FrameBatch, Stream: "s", Rows: -1}, "negative row count"},
 		{"long stream name", Frame{Kind: FrameBatch, Stream: strings.Repeat("x", 70000)}, "stream name of 70000 bytes"},
 		{"invalid utf-8", Frame{Kind: FrameBatch, Stream: "\xff"}, "not UTF-8"},

@@ -87,6 +87,7 @@ type Message struct {
 	Schema     *pluginv1.Stream
 	Checkpoint *pluginv1.Checkpoint
 	Truncate   string // the stream a truncate empties, "" when the message is something else
+	Resnapshot *pluginv1.ResnapshotMark
 }
 
 // ReadStream is a running Read.
@@ -98,7 +99,13 @@ type ReadStream struct {
 
 // Read starts reading from a checkpoint (nil: the beginning).
 func (c *Client) Read(ctx context.Context, settings []byte, streams []string, checkpoint []byte) (*ReadStream, error) {
-	s, err := c.rpc.Read(ctx, &pluginv1.ReadRequest{Settings: settings, Streams: streams, Checkpoint: checkpoint})
+	return c.ReadResnapshot(ctx, settings, streams, checkpoint, nil)
+}
+
+// ReadResnapshot is Read that also asks the source to copy the streams in resnapshot again while it streams
+// (see ReadRequest.resnapshot).
+func (c *Client) ReadResnapshot(ctx context.Context, settings []byte, streams []string, checkpoint []byte, resnapshot []string) (*ReadStream, error) {
+	s, err := c.rpc.Read(ctx, &pluginv1.ReadRequest{Settings: settings, Streams: streams, Checkpoint: checkpoint, Resnapshot: resnapshot})
 	if err != nil {
 		return nil, c.wrap("read", err)
 	}
@@ -136,6 +143,11 @@ func (r *ReadStream) Next() (Message, error) {
 				return Message{}, r.c.wrap("read", fmt.Errorf("truncate without a stream"))
 			}
 			return Message{Truncate: v.Truncate.Stream}, nil
+		case *pluginv1.ReadMessage_Resnapshot:
+			if v.Resnapshot.Stream == "" {
+				return Message{}, r.c.wrap("read", fmt.Errorf("resnapshot mark without a stream"))
+			}
+			return Message{Resnapshot: v.Resnapshot}, nil
 		default:
 			return Message{}, r.c.wrap("read", fmt.Errorf("unexpected message %T", m.Msg))
 		}
@@ -149,6 +161,8 @@ type ApplyItem struct {
 	Schema   *pluginv1.Stream
 	Truncate string // the stream a truncate empties
 	Entry    uint64 // an entry mark: sent before each entry of a range
+	// Resnapshot is a resnapshot mark: the begin or the end of a re-snapshot of its stream.
+	Resnapshot *pluginv1.ResnapshotMark
 }
 
 // Apply sends the content of one WAL sequence number to a destination and waits for its commit.
@@ -200,6 +214,8 @@ func (c *Client) ApplyRange(ctx context.Context, settings []byte, pipeline strin
 			err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: it.Schema}}})
 		case it.Truncate != "":
 			err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: it.Truncate}}})
+		case it.Resnapshot != nil:
+			err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Resnapshot{Resnapshot: it.Resnapshot}})
 		case it.Batch != nil:
 			for _, ch := range protocol.Chunks(*it.Batch) {
 				if err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}}); err != nil {

@@ -105,6 +105,9 @@ type Emitter interface {
 	// Truncate says the stream was emptied at this point of the log: rows sent before it are gone, rows after
 	// it are kept. Destinations without Capabilities.Truncate are refused at start when a source may send it.
 	Truncate(ctx context.Context, stream string) error
+	// Resnapshot marks the begin (end = false) or the end of a re-snapshot of stream (see ReadRequest.Resnapshot):
+	// between the two the source sends the stream's current rows as snapshot reads beside its changes.
+	Resnapshot(ctx context.Context, stream string, end bool) error
 	Checkpoint(ctx context.Context, cp Checkpoint) error
 }
 
@@ -125,6 +128,11 @@ type ReadRequest struct {
 	Settings   json.RawMessage
 	Streams    []string // empty: all
 	Checkpoint []byte
+	// Resnapshot names streams to copy again while the changes go on (`skippr resnapshot`). A source that can
+	// brackets each copy with Emitter.Resnapshot marks, keeps a copy already in progress (per Checkpoint) where it
+	// is, and carries every stream named here in each checkpoint it emits, so the engine forgets the request once
+	// such a checkpoint is durable. A source that cannot refuses with a config error.
+	Resnapshot []string
 }
 
 // Capabilities tells the engine what a destination honours.
@@ -140,15 +148,32 @@ type Capabilities struct {
 	// engine then sends a destination that is behind everything committed up to its apply limits at once,
 	// which is what makes a lake snapshot or a warehouse MERGE per range rather than per entry affordable.
 	Coalesce bool
+	// Resnapshot: the destination applies resnapshot marks (Item.Resnapshot): at an end mark it removes, in the
+	// same commit, every row of the stream it did not receive since the begin mark, however many applies lie
+	// between the two. The engine refuses a `skippr resnapshot` request unless every destination has it.
+	Resnapshot bool
 }
 
-// Item is one element of an apply, in log order: a batch, a schema change or a truncate.
+// ResnapshotMark is the kind of a resnapshot item: ResnapshotNone for every other item.
+type ResnapshotMark int
+
+const (
+	ResnapshotNone ResnapshotMark = iota
+	// ResnapshotBegin: from here on, remember which rows of the stream arrive.
+	ResnapshotBegin
+	// ResnapshotEnd: remove the rows of the stream that did not arrive since ResnapshotBegin.
+	ResnapshotEnd
+)
+
+// Item is one element of an apply, in log order: a batch, a schema change, a truncate or a resnapshot mark.
 type Item struct {
 	Stream string
 	Record arrow.RecordBatch // a change batch, or nil for a schema change or truncate
 	Schema *Stream           // the new schema, for a schema change
 	// Truncate: the stream was emptied here; rows of earlier items of the stream are gone, later ones kept.
 	Truncate bool
+	// Resnapshot marks the begin or the end of a re-snapshot of the stream (see Capabilities.Resnapshot).
+	Resnapshot ResnapshotMark
 	// Sequence is the WAL entry the item belongs to: within [FirstSequence, Sequence] of its ApplyRequest.
 	Sequence uint64
 }

@@ -173,6 +173,18 @@ func (e *emitter) Truncate(ctx context.Context, stream string) error {
 	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: stream}}})
 }
 
+func (e *emitter) Resnapshot(ctx context.Context, stream string, end bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if stream == "" {
+		return errors.New("resnapshot mark without a stream")
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Resnapshot{Resnapshot: &pluginv1.ResnapshotMark{Stream: stream, End: end}}})
+}
+
 func (e *emitter) Checkpoint(ctx context.Context, cp Checkpoint) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -191,7 +203,7 @@ func (s *server) Read(req *pluginv1.ReadRequest, out pluginv1.Plugin_ReadServer)
 	if err != nil {
 		return err
 	}
-	err = src.Read(out.Context(), ReadRequest{Settings: json.RawMessage(req.Settings), Streams: req.Streams, Checkpoint: req.Checkpoint}, &emitter{s: s, out: out})
+	err = src.Read(out.Context(), ReadRequest{Settings: json.RawMessage(req.Settings), Streams: req.Streams, Checkpoint: req.Checkpoint, Resnapshot: req.Resnapshot}, &emitter{s: s, out: out})
 	if err != nil && out.Context().Err() != nil {
 		return status.FromContextError(out.Context().Err()).Err()
 	}
@@ -218,7 +230,7 @@ func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesReq
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce}, nil
+	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce, Resnapshot: c.Resnapshot}, nil
 }
 
 func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {
@@ -381,6 +393,18 @@ func (a *applySource) next() ([]Item, error) {
 			return nil, status.Errorf(codes.InvalidArgument, "apply %d: truncate of %s inside a batch", a.seq, v.Truncate.Stream)
 		}
 		return []Item{{Stream: v.Truncate.Stream, Truncate: true, Sequence: a.cur}}, nil
+	case *pluginv1.ApplyMessage_Resnapshot:
+		if a.asm.Pending() {
+			return nil, status.Errorf(codes.InvalidArgument, "apply %d: resnapshot mark of %s inside a batch", a.seq, v.Resnapshot.Stream)
+		}
+		if v.Resnapshot.Stream == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "apply %d: resnapshot mark without a stream", a.seq)
+		}
+		mark := ResnapshotBegin
+		if v.Resnapshot.End {
+			mark = ResnapshotEnd
+		}
+		return []Item{{Stream: v.Resnapshot.Stream, Resnapshot: mark, Sequence: a.cur}}, nil
 	}
 	return nil, status.Errorf(codes.InvalidArgument, "apply %d: unexpected message %T", a.seq, m.Msg)
 }

@@ -57,6 +57,12 @@ func describe(it Item) string {
 	if it.Truncate {
 		return it.Stream + ":truncate"
 	}
+	switch it.Resnapshot {
+	case ResnapshotBegin:
+		return it.Stream + ":resnapshot-begin"
+	case ResnapshotEnd:
+		return it.Stream + ":resnapshot-end"
+	}
 	return it.Stream + ":schema"
 }
 

@@ -45,6 +45,8 @@ type Settings struct {
 	NoTruncate bool `json:"no_truncate"`
 	// NoCoalesce makes the destination take one WAL entry per apply, as a destination without coalesce does.
 	NoCoalesce bool `json:"no_coalesce"`
+	// NoResnapshot makes the destination declare that it cannot apply resnapshot marks (to test the refusal).
+	NoResnapshot bool `json:"no_resnapshot"`
 }
 
 // SettingsSchema is the JSON Schema of Settings.
@@ -57,7 +59,8 @@ const SettingsSchema = `{
     "dir": {"type": "string", "minLength": 1, "description": "directory of the apply log"},
     "at_least_once": {"type": "boolean"},
     "no_truncate": {"type": "boolean"},
-    "no_coalesce": {"type": "boolean", "description": "take one WAL entry per apply"}
+    "no_coalesce": {"type": "boolean", "description": "take one WAL entry per apply"},
+    "no_resnapshot": {"type": "boolean"}
   }
 }`
 
@@ -69,6 +72,9 @@ type Row struct {
 	Values map[string]any `json:"values,omitempty"`
 	// Truncate marks a truncate of the stream at this point instead of a row: every earlier row is gone.
 	Truncate bool `json:"truncate,omitempty"`
+	// Resnapshot marks the begin ("begin") or the end ("end") of a re-snapshot of the stream. The log itself is
+	// the durable "rows seen since begin": Load replays it, and at an end removes the keys not seen since the begin.
+	Resnapshot string `json:"resnapshot,omitempty"`
 }
 
 // Record is one apply: of the entries First..Sequence (a coalesced range), or of Sequence alone (First 0).
@@ -174,9 +180,9 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 		return serve.Capabilities{}, err
 	}
 	if s.AtLeastOnce {
-		return serve.Capabilities{Deletes: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
+		return serve.Capabilities{Deletes: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot}, nil
 }
 
 func (d *Destination) LastApplied(_ context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
@@ -240,6 +246,17 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 		}
 		if it.Truncate {
 			rec.Rows = append(rec.Rows, Row{Stream: it.Stream, Truncate: true})
+			continue
+		}
+		switch it.Resnapshot {
+		case serve.ResnapshotBegin:
+			rec.Rows = append(rec.Rows, Row{Stream: it.Stream, Resnapshot: "begin"})
+			continue
+		case serve.ResnapshotEnd:
+			if s.NoResnapshot {
+				return serve.ApplyResult{}, fault.ConfigErr(fmt.Errorf("apply %d: resnapshot mark of %s, but no_resnapshot is set", req.Sequence, it.Stream), "unset no_resnapshot")
+			}
+			rec.Rows = append(rec.Rows, Row{Stream: it.Stream, Resnapshot: "end"})
 			continue
 		}
 		recRows, err := ToRows(it.Stream, it.Record)
@@ -370,6 +387,7 @@ func Load(dir string) (State, error) {
 		return State{}, err
 	}
 	st := State{Tables: map[string]map[string]map[string]any{}, Sequences: map[string][]uint64{}, Applies: map[string]int{}}
+	f := folder{tables: st.Tables}
 	for _, r := range recs {
 		st.Applies[r.Pipeline]++
 		for seq := max(r.First, 1); seq < r.Sequence && r.First != 0; seq++ {
@@ -377,23 +395,58 @@ func Load(dir string) (State, error) {
 		}
 		st.Sequences[r.Pipeline] = append(st.Sequences[r.Pipeline], r.Sequence)
 		for _, row := range r.Rows {
-			t := st.Tables[row.Stream]
-			if t == nil || row.Truncate {
-				t = map[string]map[string]any{}
-				st.Tables[row.Stream] = t
+			if !row.Truncate && row.Resnapshot == "" {
+				st.Rows++
 			}
-			if row.Truncate {
-				continue
-			}
-			st.Rows++
-			if row.Op == change.OpDelete {
-				delete(t, row.Key)
-			} else {
-				t[row.Key] = row.Values
-			}
+			f.add(row)
 		}
 	}
 	return st, nil
+}
+
+// folder folds rows into tables: newest wins, deletes remove, a truncate empties the stream, and a resnapshot
+// end removes the keys not seen since its begin.
+type folder struct {
+	tables map[string]map[string]map[string]any
+	seen   map[string]map[string]bool // per stream being re-snapshot: keys received since the begin
+}
+
+func (f *folder) add(row Row) {
+	t := f.tables[row.Stream]
+	if t == nil || row.Truncate {
+		t = map[string]map[string]any{}
+		f.tables[row.Stream] = t
+	}
+	switch {
+	case row.Truncate:
+		return
+	case row.Resnapshot == "begin":
+		if f.seen == nil {
+			f.seen = map[string]map[string]bool{}
+		}
+		if f.seen[row.Stream] == nil { // a second begin (a resumed request) keeps what the first saw
+			f.seen[row.Stream] = map[string]bool{}
+		}
+		return
+	case row.Resnapshot == "end":
+		if seen, ok := f.seen[row.Stream]; ok {
+			for k := range t {
+				if !seen[k] {
+					delete(t, k)
+				}
+			}
+			delete(f.seen, row.Stream)
+		}
+		return
+	}
+	if seen := f.seen[row.Stream]; seen != nil {
+		seen[row.Key] = true
+	}
+	if row.Op == change.OpDelete {
+		delete(t, row.Key)
+	} else {
+		t[row.Key] = row.Values
+	}
 }
 
 // Replay folds rows into tables the way Load does, so a test can compute the state it expects from a source's
@@ -407,20 +460,9 @@ func Replay(tables map[string]map[string]map[string]any, rows []Row) error {
 	if err := json.Unmarshal(b, &norm); err != nil {
 		return err
 	}
+	f := folder{tables: tables}
 	for _, row := range norm {
-		t := tables[row.Stream]
-		if t == nil || row.Truncate {
-			t = map[string]map[string]any{}
-			tables[row.Stream] = t
-		}
-		if row.Truncate {
-			continue
-		}
-		if row.Op == change.OpDelete {
-			delete(t, row.Key)
-		} else {
-			t[row.Key] = row.Values
-		}
+		f.add(row)
 	}
 	return nil
 }

@@ -105,6 +105,7 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		touched = map[string]uint64{}
 		rows    int64
 		entry   uint64 // the entry whose items the plans hold
+		marks   []serve.Item // resnapshot marks, applied after the rows (resnapshot.go)
 	)
 	defer func() { releasePlans(plans) }()
 	plan := func(stream string) *streamPlan {
@@ -153,6 +154,10 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 			plan(it.Stream).fold.Truncate()
 			continue
 		}
+		if it.Resnapshot != serve.ResnapshotNone {
+			marks = append(marks, it)
+			continue
+		}
 		if it.Record == nil {
 			continue
 		}
@@ -166,6 +171,9 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 	}
 	if err := flush(); err != nil {
 		return serve.ApplyResult{}, err
+	}
+	if err := a.resnapshotMarks(ctx, req.Pipeline, marks); err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
 	}
 	streams, _ := json.Marshal(touched)
 	if _, err := tx.Exec(ctx, `UPDATE `+state+` SET sequence = $2, streams = streams || $3::jsonb WHERE pipeline = $1`,
@@ -563,7 +571,10 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, r
 		}
 		sql += " ON CONFLICT (" + quoteAll(key) + ")"
 		if len(sets) == 0 {
-			sql += " DO NOTHING"
+			// Not DO NOTHING: the row must get a new version (xmin) even so, which is how a re-snapshot knows
+			// it arrived (resnapshot.go).
+			q := pgx.Identifier{key[0]}.Sanitize()
+			sql += " DO UPDATE SET " + q + " = EXCLUDED." + q
 		} else {
 			sql += " DO UPDATE SET " + strings.Join(sets, ", ")
 		}

@@ -42,6 +42,8 @@ type Position struct {
 	// inserts as updates (upserts by key). An append-only destination (a lake) would otherwise hold such a row
 	// twice: once from the copy, once from the stream. Dropped once streaming has passed it.
 	Overlap string `json:"overlap,omitempty"`
+	// Resnapshot holds the tables being copied again while streaming (resnapshot.go), by stream name.
+	Resnapshot map[string]ResnapshotProgress `json:"resnapshot,omitempty"`
 }
 
 // TableProgress is how far the snapshot copied one table.
@@ -93,6 +95,11 @@ func DecodePosition(b []byte) (*Position, error) {
 	if p.Overlap != "" {
 		if _, err := pglogrepl.ParseLSN(p.Overlap); err != nil {
 			return nil, fmt.Errorf("checkpoint %q: bad overlap lsn %q: %w", b, p.Overlap, err)
+		}
+	}
+	for t := range p.Resnapshot {
+		if !slices.Contains(p.Tables, t) {
+			return nil, fmt.Errorf("checkpoint %q: re-snapshot of table %q, which is not among its tables", b, t)
 		}
 	}
 	if p.Phase != PhaseSnapshot {

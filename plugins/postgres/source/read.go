@@ -44,6 +44,10 @@ type reader struct {
 	emitted bool
 	// slot is what the heartbeat last read of the slot, for the metrics on checkpoints.
 	slot slotFigures
+	// messages asks pgoutput for logical decoding messages: a re-snapshot's watermarks (resnapshot.go).
+	messages bool
+	// chunkRead is Source.chunkRead.
+	chunkRead func(ctx context.Context, table string, keys []string)
 }
 
 // Read emits the snapshot (when the position is in it, or there is none) and then streams changes.
@@ -71,7 +75,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	defer pool.Close()
 	r := &reader{cfg: cfg, st: st, pool: pool, out: out, mem: mempool.New(), resolver: typemap.NewResolver(),
 		tables: map[string]*table{}, announced: map[string]string{},
-		log: slog.Default().With("slot", cfg.Slot)}
+		log: slog.Default().With("slot", cfg.Slot), chunkRead: s.chunkRead}
 	r.values = values.NewHandler(cfg.Policy, r.log)
 	if len(req.Streams) > 0 {
 		// The slot and the publication cover the configured tables; a subset would need its own slot.
@@ -98,7 +102,12 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		if err := r.validate(pos); err != nil {
 			return err
 		}
+		if err := r.addResnapshots(ctx, pos, req.Resnapshot); err != nil {
+			return err
+		}
 	}
+	// Watermarks come out of the slot as messages, which pgoutput sends only when asked to.
+	r.messages = pos != nil && len(pos.Resnapshot) > 0
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -144,8 +153,8 @@ func (r *reader) run(ctx context.Context, pos *Position) error {
 	return r.stream(ctx, pos)
 }
 
-// validate refuses a checkpoint of another slot or table set: the slot holds changes of the tables it was
-// started with, and a table added later would have no snapshot.
+// validate refuses a checkpoint of another slot or of tables no longer configured: the slot holds changes of the
+// tables it was started with. A table added since is copied while streaming (addResnapshots).
 func (r *reader) validate(p *Position) error {
 	if p.Slot != r.cfg.Slot {
 		return fmt.Errorf("checkpoint belongs to slot %s, but the settings name slot %s", p.Slot, r.cfg.Slot)
@@ -154,10 +163,7 @@ func (r *reader) validate(p *Position) error {
 	for _, t := range r.cfg.TableNames {
 		now = append(now, t.String())
 	}
-	a, b := slices.Clone(p.Tables), slices.Clone(now)
-	slices.Sort(a)
-	slices.Sort(b)
-	if !slices.Equal(a, b) {
+	if slices.ContainsFunc(p.Tables, func(t string) bool { return !slices.Contains(now, t) }) {
 		return fmt.Errorf("the tables changed since this pipeline started (checkpoint: %s; settings: %s): changing the table set of a running pipeline is not supported; start a new pipeline with its own slot",
 			strings.Join(p.Tables, ", "), strings.Join(now, ", "))
 	}

@@ -78,7 +78,7 @@ func (r *reader) snapshot(ctx context.Context, tx pgx.Tx, pos *Position) (*Posit
 	if err := tx.Commit(ctx); err != nil {
 		return nil, r.cfg.Explain(err)
 	}
-	done := Position{V: positionVersion, Phase: PhaseStream, Slot: next.Slot, LSN: next.LSN, Tables: next.Tables, Overlap: next.Overlap, Rows: next.Rows}
+	done := Position{V: positionVersion, Phase: PhaseStream, Slot: next.Slot, LSN: next.LSN, Tables: next.Tables, Overlap: next.Overlap, Rows: next.Rows, Resnapshot: next.Resnapshot}
 	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: done.Encode(), RowsDone: next.Rows, RowsTotal: next.Rows, Metrics: r.snapshotMetrics(&next)}); err != nil {
 		return nil, err
 	}
@@ -92,6 +92,7 @@ type chunk struct {
 	rec  arrow.RecordBatch
 	rows int
 	last []string // the chunk's last key
+	keys []string // each row's key (keyText), for a limited query only (a re-snapshot's chunk)
 }
 
 // progressEvery is how often the snapshot logs each table's rows beside its estimate.
@@ -161,7 +162,7 @@ func (r *reader) copyTables(ctx context.Context, tx pgx.Tx, next *Position, tota
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := r.queryChunks(ctx, l.tx, t, from, l.chunks)
+			err := r.queryChunks(ctx, l.tx, t, from, l.chunks, 0)
 			close(l.chunks)
 			l.err <- err
 		}()
@@ -250,7 +251,9 @@ func (r *reader) emitChunk(ctx context.Context, t *table, c chunk, next *Positio
 // an index descent and left it idle for a round trip, and the snapshot reached 46–64% of binary COPY against
 // about 80% now (BENCHMARKS.md). Resuming needs nothing more, since the checkpoint after each chunk holds its last
 // key. beginSnapshot keeps the planner on the key index and lifts statement_timeout for it.
-func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey []string, chunks chan<- chunk) error {
+//
+// With limit > 0 it reads at most limit rows (one chunk of a re-snapshot, resnapshot.go) and records each row's key.
+func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey []string, chunks chan<- chunk, limit int) error {
 	cols := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
 		cols[i] = pgx.Identifier{c.Name}.Sanitize()
@@ -270,6 +273,14 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 	first := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", strings.Join(cols, ", "), from, strings.Join(keys, ", "))
 	after := fmt.Sprintf("SELECT %s FROM %s WHERE (%s) > (%s) ORDER BY %s", strings.Join(cols, ", "), from,
 		strings.Join(keys, ", "), strings.Join(params, ", "), strings.Join(keys, ", "))
+	batch := r.cfg.BatchSize
+	var rowKeys []string
+	if limit > 0 {
+		first += fmt.Sprintf(" LIMIT %d", limit)
+		after += fmt.Sprintf(" LIMIT %d", limit)
+		batch = limit
+		rowKeys = make([]string, 0, limit)
+	}
 	sc := schema(t.Columns, t.Key, r.cfg.Policy)
 	b := change.NewBuilder(r.mem, sc)
 	defer b.Release()
@@ -306,7 +317,7 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 		b.Reserve(r.cfg.BatchSize)
 		reserveData(b, rec)
 		select {
-		case chunks <- chunk{rec: rec, rows: n, last: last}:
+		case chunks <- chunk{rec: rec, rows: n, last: last, keys: rowKeys}:
 			return nil
 		case <-ctx.Done():
 			rec.Release()
@@ -337,7 +348,10 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 		for i, j := range keyIdx {
 			lastBuf[i] = append(lastBuf[i][:0], vals[j]...)
 		}
-		if n == r.cfg.BatchSize {
+		if limit > 0 {
+			rowKeys = append(rowKeys, keyText(lastBuf))
+		}
+		if n == batch {
 			if err := flush(n); err != nil {
 				rr.Close()
 				return err

@@ -33,6 +33,7 @@ func (c *collected) Batch(_ context.Context, stream string, rec arrow.RecordBatc
 }
 func (c *collected) SchemaChange(context.Context, serve.Stream) error   { return nil }
 func (c *collected) Truncate(context.Context, string) error             { return nil }
+func (c *collected) Resnapshot(context.Context, string, bool) error     { return nil }
 func (c *collected) Checkpoint(context.Context, serve.Checkpoint) error { return nil }
 
 // Every parallel reader must see the snapshot of the transaction it was handed, not one of its own: here

@@ -32,6 +32,9 @@ type Source struct {
 	mu    sync.Mutex
 	reads map[string]*slotState      // running Reads, by slot
 	last  map[string]config.Settings // settings of the last Read of each slot, for an Ack after it ended
+	// chunkRead, when set (by tests), runs between a re-snapshot chunk's select and its high watermark: the
+	// window a change must fall in to make the chunk's row of it stale.
+	chunkRead func(ctx context.Context, table string, keys []string)
 }
 
 // New returns a source.

@@ -74,7 +74,8 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 		ownErr = r.own(ctx, conn, items)
 		close(ownDone)
 	}()
-	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows, overlap: pos.OverlapValue()}
+	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows, overlap: pos.OverlapValue(),
+		rs: newResnapper(r, pos.Resnapshot)}
 	defer p.release()
 	err = p.run(ctx, items, ownDone)
 	cancel()
@@ -111,6 +112,9 @@ func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgco
 		r.log.Info("the slot is ahead of the checkpoint; streaming starts at the slot's position", "checkpoint", lsn.String(), "slot_position", c.String())
 	}
 	args := []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(pgx.Identifier{r.cfg.Publication}.Sanitize(), "'", "''") + "'"}
+	if r.messages {
+		args = append(args, "messages 'true'")
+	}
 	for attempt := 0; ; attempt++ {
 		conn, err := r.cfg.ConnectReplication(ctx)
 		if err != nil {
@@ -356,17 +360,24 @@ type processor struct {
 	// upsert says the current transaction is one of them.
 	overlap pglogrepl.LSN
 	upsert  bool
+	// rs copies tables again between the transactions it streams (resnapshot.go).
+	rs *resnapper
 }
 
 // position is the stream checkpoint at p.pos.
 func (p *processor) position() Position {
 	// Rows carries the count on (snapshot rows, then streamed ones): a run resumed from this checkpoint reports
 	// the pipeline's progress, not zero until its first change.
-	cp := Position{V: positionVersion, Phase: PhaseStream, Slot: p.r.cfg.Slot, LSN: p.pos.String(), Tables: p.r.tableNames(), Rows: p.rows}
+	cp := Position{V: positionVersion, Phase: PhaseStream, Slot: p.r.cfg.Slot, LSN: p.pos.String(), Tables: p.r.tableNames(), Rows: p.rows, Resnapshot: p.rs.snapshot()}
 	if p.pos < p.overlap {
 		cp.Overlap = p.overlap.String()
 	}
 	return cp
+}
+
+// metrics are the figures a stream checkpoint carries.
+func (p *processor) metrics() []serve.Metric {
+	return append(p.rs.metrics(), p.r.slot.metrics(p.r.cfg.Slot)...)
 }
 
 func (p *processor) release() {
@@ -378,6 +389,9 @@ func (p *processor) release() {
 
 func (p *processor) run(ctx context.Context, items <-chan []item, ownDone <-chan struct{}) error {
 	for {
+		if err := p.rs.step(ctx, p); err != nil {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -413,9 +427,9 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			p.pos = it.walEnd
 			p.setIdle(p.pos, false)
 		}
-		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) {
+		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) && !p.rs.active() {
 			cp := p.position()
-			if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true, Metrics: r.slot.metrics(r.cfg.Slot)}); err != nil {
+			if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true, Metrics: p.metrics()}); err != nil {
 				return err
 			}
 			p.lastCP, p.lastIdle = p.pos, true
@@ -442,7 +456,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		}
 		cp := p.position()
 		lag := time.Since(m.CommitTime).Milliseconds()
-		if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, LagMS: max(lag, 0), Metrics: r.slot.metrics(r.cfg.Slot)}); err != nil {
+		if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, LagMS: max(lag, 0), Metrics: p.metrics()}); err != nil {
 			return err
 		}
 		r.emitted = false
@@ -452,6 +466,8 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		return p.relation(ctx, m)
 	case *pglogrepl.TypeMessage:
 		r.resolver.Forget()
+	case *pglogrepl.LogicalDecodingMessage:
+		return p.rs.message(ctx, p, m)
 	case *pglogrepl.InsertMessage:
 		rel, err := p.rel(m.RelationID)
 		if err != nil || rel.table == nil {
@@ -727,6 +743,7 @@ func (p *processor) appendRow(ctx context.Context, rel *relation, op change.Op, 
 	}
 	appendMeta(p.b, len(rel.cols), p.r.cfg.Policy, &p.row)
 	p.b.Row(op, lsn.String())
+	p.rs.saw(rel, vals)
 	p.rows++
 	if p.b.Len() >= p.r.cfg.BatchSize {
 		return p.flush(ctx)

@@ -514,10 +514,14 @@ func (x *DiscoverResponse) GetStreams() []*Stream {
 }
 
 type ReadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Settings      []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
-	Streams       []string               `protobuf:"bytes,2,rep,name=streams,proto3" json:"streams,omitempty"`       // empty: all streams
-	Checkpoint    []byte                 `protobuf:"bytes,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"` // empty: from the beginning
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Settings   []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	Streams    []string               `protobuf:"bytes,2,rep,name=streams,proto3" json:"streams,omitempty"`       // empty: all streams
+	Checkpoint []byte                 `protobuf:"bytes,3,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"` // empty: from the beginning
+	// Streams to copy again while the stream goes on (`skippr resnapshot`), each bracketed by ResnapshotMarks. A
+	// source keeps a stream it already re-snapshots (per its checkpoint) where it is, and carries every stream named
+	// here in each checkpoint it emits from this Read on, so the engine may forget the request once one is durable.
+	Resnapshot    []string `protobuf:"bytes,4,rep,name=resnapshot,proto3" json:"resnapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -569,6 +573,13 @@ func (x *ReadRequest) GetStreams() []string {
 func (x *ReadRequest) GetCheckpoint() []byte {
 	if x != nil {
 		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *ReadRequest) GetResnapshot() []string {
+	if x != nil {
+		return x.Resnapshot
 	}
 	return nil
 }
@@ -859,6 +870,7 @@ type ReadMessage struct {
 	//	*ReadMessage_Schema
 	//	*ReadMessage_Checkpoint
 	//	*ReadMessage_Truncate
+	//	*ReadMessage_Resnapshot
 	Msg           isReadMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -937,6 +949,15 @@ func (x *ReadMessage) GetTruncate() *Truncate {
 	return nil
 }
 
+func (x *ReadMessage) GetResnapshot() *ResnapshotMark {
+	if x != nil {
+		if x, ok := x.Msg.(*ReadMessage_Resnapshot); ok {
+			return x.Resnapshot
+		}
+	}
+	return nil
+}
+
 type isReadMessage_Msg interface {
 	isReadMessage_Msg()
 }
@@ -957,6 +978,10 @@ type ReadMessage_Truncate struct {
 	Truncate *Truncate `protobuf:"bytes,4,opt,name=truncate,proto3,oneof"`
 }
 
+type ReadMessage_Resnapshot struct {
+	Resnapshot *ResnapshotMark `protobuf:"bytes,5,opt,name=resnapshot,proto3,oneof"`
+}
+
 func (*ReadMessage_Batch) isReadMessage_Msg() {}
 
 func (*ReadMessage_Schema) isReadMessage_Msg() {}
@@ -964,6 +989,63 @@ func (*ReadMessage_Schema) isReadMessage_Msg() {}
 func (*ReadMessage_Checkpoint) isReadMessage_Msg() {}
 
 func (*ReadMessage_Truncate) isReadMessage_Msg() {}
+
+func (*ReadMessage_Resnapshot) isReadMessage_Msg() {}
+
+// ResnapshotMark brackets a re-snapshot of one stream. Between begin (end = false) and end, the source sends the
+// stream's current rows as snapshot reads beside its ordinary changes; at end, the destination removes every row
+// of the stream it did not receive (as a row or a change) since begin: those rows are gone from the source.
+type ResnapshotMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stream        string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	End           bool                   `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResnapshotMark) Reset() {
+	*x = ResnapshotMark{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResnapshotMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResnapshotMark) ProtoMessage() {}
+
+func (x *ResnapshotMark) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResnapshotMark.ProtoReflect.Descriptor instead.
+func (*ResnapshotMark) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ResnapshotMark) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *ResnapshotMark) GetEnd() bool {
+	if x != nil {
+		return x.End
+	}
+	return false
+}
 
 // Truncate empties a stream: rows before it in the stream's order are gone, rows after it are kept.
 type Truncate struct {
@@ -975,7 +1057,7 @@ type Truncate struct {
 
 func (x *Truncate) Reset() {
 	*x = Truncate{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1069,7 @@ func (x *Truncate) String() string {
 func (*Truncate) ProtoMessage() {}
 
 func (x *Truncate) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1082,7 @@ func (x *Truncate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Truncate.ProtoReflect.Descriptor instead.
 func (*Truncate) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Truncate) GetStream() string {
@@ -1019,7 +1101,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1113,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1126,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AckRequest) GetCheckpoint() []byte {
@@ -1062,7 +1144,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1156,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1169,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 type CapabilitiesRequest struct {
@@ -1099,7 +1181,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1193,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1206,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CapabilitiesRequest) GetSettings() []byte {
@@ -1143,14 +1225,17 @@ type CapabilitiesResponse struct {
 	Truncate        bool                   `protobuf:"varint,5,opt,name=truncate,proto3" json:"truncate,omitempty"`                                       // applies Truncate in order with the rows around it
 	// Takes a range of WAL sequence numbers in one atomic apply (ApplyHeader.first_sequence < sequence, with an
 	// EntryStart before each entry's items), recording the range's last sequence number as what it holds.
-	Coalesce      bool `protobuf:"varint,6,opt,name=coalesce,proto3" json:"coalesce,omitempty"`
+	Coalesce bool `protobuf:"varint,6,opt,name=coalesce,proto3" json:"coalesce,omitempty"`
+	// Applies ResnapshotMarks: remembers, durably across applies, which rows of a stream arrived since its begin
+	// mark, and at the end mark removes the others in the same commit as the mark.
+	Resnapshot    bool `protobuf:"varint,7,opt,name=resnapshot,proto3" json:"resnapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1247,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1260,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CapabilitiesResponse) GetExactlyOnce() bool {
@@ -1220,6 +1305,13 @@ func (x *CapabilitiesResponse) GetCoalesce() bool {
 	return false
 }
 
+func (x *CapabilitiesResponse) GetResnapshot() bool {
+	if x != nil {
+		return x.Resnapshot
+	}
+	return false
+}
+
 type ApplyHeader struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Settings []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
@@ -1234,7 +1326,7 @@ type ApplyHeader struct {
 
 func (x *ApplyHeader) Reset() {
 	*x = ApplyHeader{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1246,7 +1338,7 @@ func (x *ApplyHeader) String() string {
 func (*ApplyHeader) ProtoMessage() {}
 
 func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1259,7 +1351,7 @@ func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyHeader.ProtoReflect.Descriptor instead.
 func (*ApplyHeader) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApplyHeader) GetSettings() []byte {
@@ -1301,7 +1393,7 @@ type EntryStart struct {
 
 func (x *EntryStart) Reset() {
 	*x = EntryStart{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1405,7 @@ func (x *EntryStart) String() string {
 func (*EntryStart) ProtoMessage() {}
 
 func (x *EntryStart) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1418,7 @@ func (x *EntryStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryStart.ProtoReflect.Descriptor instead.
 func (*EntryStart) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EntryStart) GetSequence() uint64 {
@@ -1345,6 +1437,7 @@ type ApplyMessage struct {
 	//	*ApplyMessage_Schema
 	//	*ApplyMessage_Truncate
 	//	*ApplyMessage_Entry
+	//	*ApplyMessage_Resnapshot
 	Msg           isApplyMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1352,7 +1445,7 @@ type ApplyMessage struct {
 
 func (x *ApplyMessage) Reset() {
 	*x = ApplyMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1364,7 +1457,7 @@ func (x *ApplyMessage) String() string {
 func (*ApplyMessage) ProtoMessage() {}
 
 func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1377,7 +1470,7 @@ func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyMessage.ProtoReflect.Descriptor instead.
 func (*ApplyMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApplyMessage) GetMsg() isApplyMessage_Msg {
@@ -1432,6 +1525,15 @@ func (x *ApplyMessage) GetEntry() *EntryStart {
 	return nil
 }
 
+func (x *ApplyMessage) GetResnapshot() *ResnapshotMark {
+	if x != nil {
+		if x, ok := x.Msg.(*ApplyMessage_Resnapshot); ok {
+			return x.Resnapshot
+		}
+	}
+	return nil
+}
+
 type isApplyMessage_Msg interface {
 	isApplyMessage_Msg()
 }
@@ -1456,6 +1558,10 @@ type ApplyMessage_Entry struct {
 	Entry *EntryStart `protobuf:"bytes,5,opt,name=entry,proto3,oneof"`
 }
 
+type ApplyMessage_Resnapshot struct {
+	Resnapshot *ResnapshotMark `protobuf:"bytes,6,opt,name=resnapshot,proto3,oneof"`
+}
+
 func (*ApplyMessage_Header) isApplyMessage_Msg() {}
 
 func (*ApplyMessage_Batch) isApplyMessage_Msg() {}
@@ -1465,6 +1571,8 @@ func (*ApplyMessage_Schema) isApplyMessage_Msg() {}
 func (*ApplyMessage_Truncate) isApplyMessage_Msg() {}
 
 func (*ApplyMessage_Entry) isApplyMessage_Msg() {}
+
+func (*ApplyMessage_Resnapshot) isApplyMessage_Msg() {}
 
 type ApplyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1476,7 +1584,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1596,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1609,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApplyResponse) GetSkipped() bool {
@@ -1528,7 +1636,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1648,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1661,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LastAppliedRequest) GetSettings() []byte {
@@ -1580,7 +1688,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1700,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1713,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LastAppliedResponse) GetSequence() uint64 {
@@ -1631,7 +1739,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1751,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1764,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{24}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TeardownRequest) GetSettings() []byte {
@@ -1676,7 +1784,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1796,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1809,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{25}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TeardownResponse) GetReleased() []string {
@@ -1723,7 +1831,7 @@ type LakePlanRequest struct {
 
 func (x *LakePlanRequest) Reset() {
 	*x = LakePlanRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1843,7 @@ func (x *LakePlanRequest) String() string {
 func (*LakePlanRequest) ProtoMessage() {}
 
 func (x *LakePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1856,7 @@ func (x *LakePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakePlanRequest.ProtoReflect.Descriptor instead.
 func (*LakePlanRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{26}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LakePlanRequest) GetSettings() []byte {
@@ -1788,7 +1896,7 @@ type LakePlanResponse struct {
 
 func (x *LakePlanResponse) Reset() {
 	*x = LakePlanResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1908,7 @@ func (x *LakePlanResponse) String() string {
 func (*LakePlanResponse) ProtoMessage() {}
 
 func (x *LakePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1921,7 @@ func (x *LakePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakePlanResponse.ProtoReflect.Descriptor instead.
 func (*LakePlanResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{27}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LakePlanResponse) GetPlan() []byte {
@@ -1838,7 +1946,7 @@ type LakeCompactRequest struct {
 
 func (x *LakeCompactRequest) Reset() {
 	*x = LakeCompactRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1850,7 +1958,7 @@ func (x *LakeCompactRequest) String() string {
 func (*LakeCompactRequest) ProtoMessage() {}
 
 func (x *LakeCompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1863,7 +1971,7 @@ func (x *LakeCompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakeCompactRequest.ProtoReflect.Descriptor instead.
 func (*LakeCompactRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{28}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LakeCompactRequest) GetSettings() []byte {
@@ -1917,7 +2025,7 @@ type LakeCompactResponse struct {
 
 func (x *LakeCompactResponse) Reset() {
 	*x = LakeCompactResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2037,7 @@ func (x *LakeCompactResponse) String() string {
 func (*LakeCompactResponse) ProtoMessage() {}
 
 func (x *LakeCompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2050,7 @@ func (x *LakeCompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakeCompactResponse.ProtoReflect.Descriptor instead.
 func (*LakeCompactResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{29}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LakeCompactResponse) GetReport() []byte {
@@ -1961,7 +2069,7 @@ type QueryInput struct {
 
 func (x *QueryInput) Reset() {
 	*x = QueryInput{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2081,7 @@ func (x *QueryInput) String() string {
 func (*QueryInput) ProtoMessage() {}
 
 func (x *QueryInput) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2094,7 @@ func (x *QueryInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryInput.ProtoReflect.Descriptor instead.
 func (*QueryInput) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{30}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueryInput) GetData() []byte {
@@ -2006,7 +2114,7 @@ type QueryOutput struct {
 
 func (x *QueryOutput) Reset() {
 	*x = QueryOutput{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2126,7 @@ func (x *QueryOutput) String() string {
 func (*QueryOutput) ProtoMessage() {}
 
 func (x *QueryOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2139,7 @@ func (x *QueryOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOutput.ProtoReflect.Descriptor instead.
 func (*QueryOutput) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{31}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueryOutput) GetData() []byte {
@@ -2076,13 +2184,16 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x05modes\x18\x04 \x03(\x0e2\x1a.skippr.plugin.v1.SyncModeR\x05modes\x12\x1b\n" +
 	"\tschema_id\x18\x05 \x01(\tR\bschemaId\"F\n" +
 	"\x10DiscoverResponse\x122\n" +
-	"\astreams\x18\x01 \x03(\v2\x18.skippr.plugin.v1.StreamR\astreams\"c\n" +
+	"\astreams\x18\x01 \x03(\v2\x18.skippr.plugin.v1.StreamR\astreams\"\x83\x01\n" +
 	"\vReadRequest\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x18\n" +
 	"\astreams\x18\x02 \x03(\tR\astreams\x12\x1e\n" +
 	"\n" +
 	"checkpoint\x18\x03 \x01(\fR\n" +
-	"checkpoint\"x\n" +
+	"checkpoint\x12\x1e\n" +
+	"\n" +
+	"resnapshot\x18\x04 \x03(\tR\n" +
+	"resnapshot\"x\n" +
 	"\x05Chunk\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12\x12\n" +
@@ -2107,15 +2218,21 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x04help\x18\x04 \x01(\tR\x04help\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbd\x02\n" +
 	"\vReadMessage\x12/\n" +
 	"\x05batch\x18\x01 \x01(\v2\x17.skippr.plugin.v1.ChunkH\x00R\x05batch\x128\n" +
 	"\x06schema\x18\x02 \x01(\v2\x1e.skippr.plugin.v1.SchemaChangeH\x00R\x06schema\x12>\n" +
 	"\n" +
 	"checkpoint\x18\x03 \x01(\v2\x1c.skippr.plugin.v1.CheckpointH\x00R\n" +
 	"checkpoint\x128\n" +
-	"\btruncate\x18\x04 \x01(\v2\x1a.skippr.plugin.v1.TruncateH\x00R\btruncateB\x05\n" +
-	"\x03msg\"\"\n" +
+	"\btruncate\x18\x04 \x01(\v2\x1a.skippr.plugin.v1.TruncateH\x00R\btruncate\x12B\n" +
+	"\n" +
+	"resnapshot\x18\x05 \x01(\v2 .skippr.plugin.v1.ResnapshotMarkH\x00R\n" +
+	"resnapshotB\x05\n" +
+	"\x03msg\":\n" +
+	"\x0eResnapshotMark\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\bR\x03end\"\"\n" +
 	"\bTruncate\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\",\n" +
 	"\n" +
@@ -2125,14 +2242,17 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"checkpoint\"\r\n" +
 	"\vAckResponse\"1\n" +
 	"\x13CapabilitiesRequest\x12\x1a\n" +
-	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xe2\x01\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\"\x82\x02\n" +
 	"\x14CapabilitiesResponse\x12!\n" +
 	"\fexactly_once\x18\x01 \x01(\bR\vexactlyOnce\x12\x18\n" +
 	"\adeletes\x18\x02 \x01(\bR\adeletes\x12)\n" +
 	"\x10schema_evolution\x18\x03 \x01(\bR\x0fschemaEvolution\x12*\n" +
 	"\x11exactly_once_note\x18\x04 \x01(\tR\x0fexactlyOnceNote\x12\x1a\n" +
 	"\btruncate\x18\x05 \x01(\bR\btruncate\x12\x1a\n" +
-	"\bcoalesce\x18\x06 \x01(\bR\bcoalesce\"\x88\x01\n" +
+	"\bcoalesce\x18\x06 \x01(\bR\bcoalesce\x12\x1e\n" +
+	"\n" +
+	"resnapshot\x18\a \x01(\bR\n" +
+	"resnapshot\"\x88\x01\n" +
 	"\vApplyHeader\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x1a\n" +
 	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x1a\n" +
@@ -2140,13 +2260,16 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\x0efirst_sequence\x18\x04 \x01(\x04R\rfirstSequence\"(\n" +
 	"\n" +
 	"EntryStart\x12\x1a\n" +
-	"\bsequence\x18\x01 \x01(\x04R\bsequence\"\xa9\x02\n" +
+	"\bsequence\x18\x01 \x01(\x04R\bsequence\"\xed\x02\n" +
 	"\fApplyMessage\x127\n" +
 	"\x06header\x18\x01 \x01(\v2\x1d.skippr.plugin.v1.ApplyHeaderH\x00R\x06header\x12/\n" +
 	"\x05batch\x18\x02 \x01(\v2\x17.skippr.plugin.v1.ChunkH\x00R\x05batch\x128\n" +
 	"\x06schema\x18\x03 \x01(\v2\x1e.skippr.plugin.v1.SchemaChangeH\x00R\x06schema\x128\n" +
 	"\btruncate\x18\x04 \x01(\v2\x1a.skippr.plugin.v1.TruncateH\x00R\btruncate\x124\n" +
-	"\x05entry\x18\x05 \x01(\v2\x1c.skippr.plugin.v1.EntryStartH\x00R\x05entryB\x05\n" +
+	"\x05entry\x18\x05 \x01(\v2\x1c.skippr.plugin.v1.EntryStartH\x00R\x05entry\x12B\n" +
+	"\n" +
+	"resnapshot\x18\x06 \x01(\v2 .skippr.plugin.v1.ResnapshotMarkH\x00R\n" +
+	"resnapshotB\x05\n" +
 	"\x03msg\"=\n" +
 	"\rApplyResponse\x12\x18\n" +
 	"\askipped\x18\x01 \x01(\bR\askipped\x12\x12\n" +
@@ -2224,7 +2347,7 @@ func file_skippr_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_skippr_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(Kind)(0),                    // 0: skippr.plugin.v1.Kind
 	(SyncMode)(0),                // 1: skippr.plugin.v1.SyncMode
@@ -2241,27 +2364,28 @@ var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(*Checkpoint)(nil),           // 12: skippr.plugin.v1.Checkpoint
 	(*Metric)(nil),               // 13: skippr.plugin.v1.Metric
 	(*ReadMessage)(nil),          // 14: skippr.plugin.v1.ReadMessage
-	(*Truncate)(nil),             // 15: skippr.plugin.v1.Truncate
-	(*AckRequest)(nil),           // 16: skippr.plugin.v1.AckRequest
-	(*AckResponse)(nil),          // 17: skippr.plugin.v1.AckResponse
-	(*CapabilitiesRequest)(nil),  // 18: skippr.plugin.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil), // 19: skippr.plugin.v1.CapabilitiesResponse
-	(*ApplyHeader)(nil),          // 20: skippr.plugin.v1.ApplyHeader
-	(*EntryStart)(nil),           // 21: skippr.plugin.v1.EntryStart
-	(*ApplyMessage)(nil),         // 22: skippr.plugin.v1.ApplyMessage
-	(*ApplyResponse)(nil),        // 23: skippr.plugin.v1.ApplyResponse
-	(*LastAppliedRequest)(nil),   // 24: skippr.plugin.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),  // 25: skippr.plugin.v1.LastAppliedResponse
-	(*TeardownRequest)(nil),      // 26: skippr.plugin.v1.TeardownRequest
-	(*TeardownResponse)(nil),     // 27: skippr.plugin.v1.TeardownResponse
-	(*LakePlanRequest)(nil),      // 28: skippr.plugin.v1.LakePlanRequest
-	(*LakePlanResponse)(nil),     // 29: skippr.plugin.v1.LakePlanResponse
-	(*LakeCompactRequest)(nil),   // 30: skippr.plugin.v1.LakeCompactRequest
-	(*LakeCompactResponse)(nil),  // 31: skippr.plugin.v1.LakeCompactResponse
-	(*QueryInput)(nil),           // 32: skippr.plugin.v1.QueryInput
-	(*QueryOutput)(nil),          // 33: skippr.plugin.v1.QueryOutput
-	nil,                          // 34: skippr.plugin.v1.Metric.LabelsEntry
-	nil,                          // 35: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	(*ResnapshotMark)(nil),       // 15: skippr.plugin.v1.ResnapshotMark
+	(*Truncate)(nil),             // 16: skippr.plugin.v1.Truncate
+	(*AckRequest)(nil),           // 17: skippr.plugin.v1.AckRequest
+	(*AckResponse)(nil),          // 18: skippr.plugin.v1.AckResponse
+	(*CapabilitiesRequest)(nil),  // 19: skippr.plugin.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil), // 20: skippr.plugin.v1.CapabilitiesResponse
+	(*ApplyHeader)(nil),          // 21: skippr.plugin.v1.ApplyHeader
+	(*EntryStart)(nil),           // 22: skippr.plugin.v1.EntryStart
+	(*ApplyMessage)(nil),         // 23: skippr.plugin.v1.ApplyMessage
+	(*ApplyResponse)(nil),        // 24: skippr.plugin.v1.ApplyResponse
+	(*LastAppliedRequest)(nil),   // 25: skippr.plugin.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),  // 26: skippr.plugin.v1.LastAppliedResponse
+	(*TeardownRequest)(nil),      // 27: skippr.plugin.v1.TeardownRequest
+	(*TeardownResponse)(nil),     // 28: skippr.plugin.v1.TeardownResponse
+	(*LakePlanRequest)(nil),      // 29: skippr.plugin.v1.LakePlanRequest
+	(*LakePlanResponse)(nil),     // 30: skippr.plugin.v1.LakePlanResponse
+	(*LakeCompactRequest)(nil),   // 31: skippr.plugin.v1.LakeCompactRequest
+	(*LakeCompactResponse)(nil),  // 32: skippr.plugin.v1.LakeCompactResponse
+	(*QueryInput)(nil),           // 33: skippr.plugin.v1.QueryInput
+	(*QueryOutput)(nil),          // 34: skippr.plugin.v1.QueryOutput
+	nil,                          // 35: skippr.plugin.v1.Metric.LabelsEntry
+	nil,                          // 36: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 }
 var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: skippr.plugin.v1.SpecResponse.kind:type_name -> skippr.plugin.v1.Kind
@@ -2269,46 +2393,48 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	7,  // 2: skippr.plugin.v1.DiscoverResponse.streams:type_name -> skippr.plugin.v1.Stream
 	7,  // 3: skippr.plugin.v1.SchemaChange.stream:type_name -> skippr.plugin.v1.Stream
 	13, // 4: skippr.plugin.v1.Checkpoint.metrics:type_name -> skippr.plugin.v1.Metric
-	34, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
+	35, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
 	10, // 6: skippr.plugin.v1.ReadMessage.batch:type_name -> skippr.plugin.v1.Chunk
 	11, // 7: skippr.plugin.v1.ReadMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
 	12, // 8: skippr.plugin.v1.ReadMessage.checkpoint:type_name -> skippr.plugin.v1.Checkpoint
-	15, // 9: skippr.plugin.v1.ReadMessage.truncate:type_name -> skippr.plugin.v1.Truncate
-	20, // 10: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
-	10, // 11: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
-	11, // 12: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
-	15, // 13: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
-	21, // 14: skippr.plugin.v1.ApplyMessage.entry:type_name -> skippr.plugin.v1.EntryStart
-	35, // 15: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
-	2,  // 16: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
-	4,  // 17: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
-	6,  // 18: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
-	9,  // 19: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
-	16, // 20: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
-	18, // 21: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
-	22, // 22: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
-	24, // 23: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
-	26, // 24: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
-	28, // 25: skippr.plugin.v1.Plugin.LakePlan:input_type -> skippr.plugin.v1.LakePlanRequest
-	30, // 26: skippr.plugin.v1.Plugin.LakeCompact:input_type -> skippr.plugin.v1.LakeCompactRequest
-	32, // 27: skippr.plugin.v1.Plugin.Query:input_type -> skippr.plugin.v1.QueryInput
-	3,  // 28: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
-	5,  // 29: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
-	8,  // 30: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
-	14, // 31: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
-	17, // 32: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
-	19, // 33: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
-	23, // 34: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
-	25, // 35: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
-	27, // 36: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
-	29, // 37: skippr.plugin.v1.Plugin.LakePlan:output_type -> skippr.plugin.v1.LakePlanResponse
-	31, // 38: skippr.plugin.v1.Plugin.LakeCompact:output_type -> skippr.plugin.v1.LakeCompactResponse
-	33, // 39: skippr.plugin.v1.Plugin.Query:output_type -> skippr.plugin.v1.QueryOutput
-	28, // [28:40] is the sub-list for method output_type
-	16, // [16:28] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	16, // 9: skippr.plugin.v1.ReadMessage.truncate:type_name -> skippr.plugin.v1.Truncate
+	15, // 10: skippr.plugin.v1.ReadMessage.resnapshot:type_name -> skippr.plugin.v1.ResnapshotMark
+	21, // 11: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
+	10, // 12: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
+	11, // 13: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
+	16, // 14: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
+	22, // 15: skippr.plugin.v1.ApplyMessage.entry:type_name -> skippr.plugin.v1.EntryStart
+	15, // 16: skippr.plugin.v1.ApplyMessage.resnapshot:type_name -> skippr.plugin.v1.ResnapshotMark
+	36, // 17: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	2,  // 18: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
+	4,  // 19: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
+	6,  // 20: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
+	9,  // 21: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
+	17, // 22: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
+	19, // 23: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
+	23, // 24: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
+	25, // 25: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
+	27, // 26: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
+	29, // 27: skippr.plugin.v1.Plugin.LakePlan:input_type -> skippr.plugin.v1.LakePlanRequest
+	31, // 28: skippr.plugin.v1.Plugin.LakeCompact:input_type -> skippr.plugin.v1.LakeCompactRequest
+	33, // 29: skippr.plugin.v1.Plugin.Query:input_type -> skippr.plugin.v1.QueryInput
+	3,  // 30: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
+	5,  // 31: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
+	8,  // 32: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
+	14, // 33: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
+	18, // 34: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
+	20, // 35: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
+	24, // 36: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
+	26, // 37: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
+	28, // 38: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
+	30, // 39: skippr.plugin.v1.Plugin.LakePlan:output_type -> skippr.plugin.v1.LakePlanResponse
+	32, // 40: skippr.plugin.v1.Plugin.LakeCompact:output_type -> skippr.plugin.v1.LakeCompactResponse
+	34, // 41: skippr.plugin.v1.Plugin.Query:output_type -> skippr.plugin.v1.QueryOutput
+	30, // [30:42] is the sub-list for method output_type
+	18, // [18:30] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_skippr_plugin_v1_plugin_proto_init() }
@@ -2321,13 +2447,15 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 		(*ReadMessage_Schema)(nil),
 		(*ReadMessage_Checkpoint)(nil),
 		(*ReadMessage_Truncate)(nil),
+		(*ReadMessage_Resnapshot)(nil),
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[20].OneofWrappers = []any{
+	file_skippr_plugin_v1_plugin_proto_msgTypes[21].OneofWrappers = []any{
 		(*ApplyMessage_Header)(nil),
 		(*ApplyMessage_Batch)(nil),
 		(*ApplyMessage_Schema)(nil),
 		(*ApplyMessage_Truncate)(nil),
 		(*ApplyMessage_Entry)(nil),
+		(*ApplyMessage_Resnapshot)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2335,7 +2463,7 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

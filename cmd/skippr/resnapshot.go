@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/resnapshot"
+)
+
+func resnapshotCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:      "resnapshot",
+		Usage:     "copy tables of a pipeline again while its stream goes on",
+		ArgsUsage: "PIPELINE TABLE...",
+		Description: `Records a request to copy the named tables (streams) of the pipeline again, without a new slot and
+without stopping the other tables: a running ` + "`skippr sync`" + ` picks it up within a second (one that is not
+running, when it starts). The source copies each table in key-ordered chunks beside the changes it streams
+(the watermark method), and each destination removes at the end the rows of the table it did not receive
+during the copy — rows the source no longer has. A copy interrupted by a crash resumes from its last chunk.
+Asking again for a table already requested changes nothing. ` + "`skippr status`" + ` shows the progress.
+
+Refused (exit 2) for a table the source does not offer or a destination that cannot apply a re-snapshot.`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"},
+		},
+		Action: func(c *cli.Context) error {
+			args, err := commandArgs(c)
+			if err != nil {
+				return err
+			}
+			if len(args) < 2 {
+				return withCode(exitUsage, errors.New("resnapshot: name a pipeline and at least one table"))
+			}
+			cfg, err := loadConfig(g)
+			if err != nil {
+				return err
+			}
+			pipes, err := selectPipelines(cfg, args[:1])
+			if err != nil {
+				return err
+			}
+			p, tables := pipes[0], args[1:]
+			offered, lacking, err := resnapshotTargets(c, g, cfg, p)
+			if err != nil {
+				return err
+			}
+			if err := resnapshot.Check(tables, offered, lacking); err != nil {
+				return withCode(exitUsage, fmt.Errorf("pipeline %s: %w", p.Name, err))
+			}
+			reqs, err := resnapshotStore(g.Home, p).Add(tables)
+			if err != nil {
+				return withCode(exitFailure, err)
+			}
+			if c.Bool("json") {
+				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"pipeline": p.Name, "requests": reqs})
+			}
+			for _, r := range reqs {
+				fmt.Fprintf(c.App.Writer, "pipeline %s: re-snapshot of %s requested (%s); a running sync starts it within a second; see skippr status\n", p.Name, r.Stream, r.ID)
+			}
+			return nil
+		},
+	}
+}
+
+// resnapshotTargets asks the source which streams it offers and the destinations whether they can apply a
+// re-snapshot.
+func resnapshotTargets(c *cli.Context, g *globals, cfg *config.Config, p *config.Pipeline) (offered, lacking []string, err error) {
+	host, err := newHost(c, g, cfg, c.Bool("offline"))
+	if err != nil {
+		return nil, nil, err
+	}
+	cn, _ := cfg.Connection(p.Source)
+	s, err := startConnection(c.Context, host, cn)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer s.client.Kill()
+	streams, err := s.client.Discover(c.Context, s.settings)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pipeline %s: source %s: %w", p.Name, cn.Name, err)
+	}
+	for _, st := range streams {
+		offered = append(offered, st.Name)
+	}
+	for _, name := range p.Destinations {
+		dc, _ := cfg.Connection(name)
+		d, err := startConnection(c.Context, host, dc)
+		if err != nil {
+			return nil, nil, err
+		}
+		caps, err := d.client.Capabilities(c.Context, d.settings)
+		d.client.Kill()
+		if err != nil {
+			return nil, nil, fmt.Errorf("pipeline %s: destination %s: %w", p.Name, name, err)
+		}
+		if !caps.Resnapshot {
+			lacking = append(lacking, name)
+		}
+	}
+	return offered, lacking, nil
+}
+
+// resnapshotStore is the pipeline's request directory, beside its status file.
+func resnapshotStore(home string, p *config.Pipeline) resnapshot.Store {
+	return resnapshot.Store{Dir: filepath.Join(filepath.Dir(statusFile(home, p)), "resnapshot")}
+}
