@@ -58,6 +58,12 @@ func (s *server) Spec(context.Context, *pluginv1.SpecRequest) (*pluginv1.SpecRes
 
 func (s *server) Check(ctx context.Context, req *pluginv1.CheckRequest) (*pluginv1.CheckResponse, error) {
 	if err := s.p.Check(ctx, req.Settings); err != nil {
+		// A classified error travels as a status so its class and fix reach the engine: a transient one
+		// (a server restarting) is retried, not taken for a failed check; the client turns the others
+		// back into a *client.CheckError.
+		if fault.ClassOf(err) != fault.Unknown {
+			return nil, toStatus(err)
+		}
 		return &pluginv1.CheckResponse{Ok: false, Error: err.Error()}, nil
 	}
 	return &pluginv1.CheckResponse{Ok: true}, nil
@@ -218,7 +224,8 @@ func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesReq
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce}, nil
+	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce,
+		UnsupportedTypes: c.UnsupportedTypes}, nil
 }
 
 func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {

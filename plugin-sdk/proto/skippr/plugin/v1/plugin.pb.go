@@ -1134,9 +1134,12 @@ type CapabilitiesResponse struct {
 	Truncate        bool                   `protobuf:"varint,5,opt,name=truncate,proto3" json:"truncate,omitempty"`                                       // applies Truncate in order with the rows around it
 	// Takes a range of WAL sequence numbers in one atomic apply (ApplyHeader.first_sequence < sequence, with an
 	// EntryStart before each entry's items), recording the range's last sequence number as what it holds.
-	Coalesce      bool `protobuf:"varint,6,opt,name=coalesce,proto3" json:"coalesce,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Coalesce bool `protobuf:"varint,6,opt,name=coalesce,proto3" json:"coalesce,omitempty"`
+	// Arrow type names (arrow.DataType.Name(): "decimal256", "dense_union", ...) the destination cannot hold at
+	// any depth of a column's type. The engine refuses a pipeline at start when a source stream has one.
+	UnsupportedTypes []string `protobuf:"bytes,8,rep,name=unsupported_types,json=unsupportedTypes,proto3" json:"unsupported_types,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
@@ -1209,6 +1212,13 @@ func (x *CapabilitiesResponse) GetCoalesce() bool {
 		return x.Coalesce
 	}
 	return false
+}
+
+func (x *CapabilitiesResponse) GetUnsupportedTypes() []string {
+	if x != nil {
+		return x.UnsupportedTypes
+	}
+	return nil
 }
 
 type ApplyHeader struct {
@@ -1778,14 +1788,15 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"checkpoint\"\r\n" +
 	"\vAckResponse\"1\n" +
 	"\x13CapabilitiesRequest\x12\x1a\n" +
-	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xe2\x01\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\"\x8f\x02\n" +
 	"\x14CapabilitiesResponse\x12!\n" +
 	"\fexactly_once\x18\x01 \x01(\bR\vexactlyOnce\x12\x18\n" +
 	"\adeletes\x18\x02 \x01(\bR\adeletes\x12)\n" +
 	"\x10schema_evolution\x18\x03 \x01(\bR\x0fschemaEvolution\x12*\n" +
 	"\x11exactly_once_note\x18\x04 \x01(\tR\x0fexactlyOnceNote\x12\x1a\n" +
 	"\btruncate\x18\x05 \x01(\bR\btruncate\x12\x1a\n" +
-	"\bcoalesce\x18\x06 \x01(\bR\bcoalesce\"\x88\x01\n" +
+	"\bcoalesce\x18\x06 \x01(\bR\bcoalesce\x12+\n" +
+	"\x11unsupported_types\x18\b \x03(\tR\x10unsupportedTypes\"\x88\x01\n" +
 	"\vApplyHeader\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x1a\n" +
 	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x1a\n" +
