@@ -21,9 +21,7 @@ type checkDest struct {
 }
 
 func (d *checkDest) Check(context.Context, json.RawMessage) error { return d.err }
-func (d *checkDest) Capabilities(context.Context, json.RawMessage) (Capabilities, error) {
-	return Capabilities{ExactlyOnce: true, UnsupportedTypes: []string{"decimal256", "dense_union"}}, nil
-}
+func (d *checkDest) UnsupportedTypes() []string                   { return []string{"decimal256", "dense_union"} }
 
 // A failed check keeps its class across the boundary: a transient one must not look like a failed check (the
 // engine would refuse the pipeline for a server that is merely restarting), a config one keeps its fix.

@@ -140,10 +140,14 @@ type Capabilities struct {
 	// engine then sends a destination that is behind everything committed up to its apply limits at once,
 	// which is what makes a lake snapshot or a warehouse MERGE per range rather than per entry affordable.
 	Coalesce bool
-	// UnsupportedTypes are the Arrow type names (arrow.DataType.Name(), e.g. "decimal256") the destination
-	// cannot hold at any depth of a column's type; the engine refuses a pipeline at start, naming the table,
-	// column and type, when a source stream has one.
-	UnsupportedTypes []string
+}
+
+// TypeLimits is implemented by a destination that cannot hold some Arrow types. UnsupportedTypes returns
+// their names (arrow.DataType.Name(), e.g. "decimal256"), which count at any depth of a column's type; the
+// engine refuses a pipeline at start, naming the table, column and type, when a source stream has one. It is
+// sent as CapabilitiesResponse.unsupported_types.
+type TypeLimits interface {
+	UnsupportedTypes() []string
 }
 
 // Item is one element of an apply, in log order: a batch, a schema change or a truncate.

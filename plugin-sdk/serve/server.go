@@ -224,8 +224,11 @@ func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesReq
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce,
-		UnsupportedTypes: c.UnsupportedTypes}, nil
+	var unsupported []string
+	if tl, ok := d.(TypeLimits); ok {
+		unsupported = tl.UnsupportedTypes()
+	}
+	return &pluginv1.CapabilitiesResponse{UnsupportedTypes: unsupported, ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce}, nil
 }
 
 func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {

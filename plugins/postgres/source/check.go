@@ -72,7 +72,8 @@ func Check(ctx context.Context, cfg config.Settings) error {
 	}
 
 	problems = append(problems, publicationProblems(ctx, conn, cfg, tables)...)
-	p, err := slotProblems(ctx, conn, cfg)
+	var slot slotCheck
+	p, err := slotProblems(ctx, conn, cfg, &slot)
 	if err != nil {
 		return cfg.Explain(err)
 	}
@@ -92,7 +93,10 @@ func Check(ctx context.Context, cfg config.Settings) error {
 	if len(problems) > 0 {
 		return fault.ConfigErr(problems, "fix each problem listed (as a superuser where it says so), then run again")
 	}
-	return nil
+	if slot.lost != nil {
+		return slot.lost
+	}
+	return slot.inUse
 }
 
 func tableProblems(cfg config.Settings, t *table) Problems {
@@ -208,7 +212,11 @@ func createPublicationSQL(cfg config.Settings) string {
 		pgx.Identifier{cfg.Publication}.Sanitize(), strings.Join(names, ", "))
 }
 
-func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings) (Problems, error) {
+// slotCheck is what the check found about the slot that is not a problem of the settings: WAL lost (only a
+// re-snapshot helps) or a session holding it (wait).
+type slotCheck struct{ lost, inUse error }
+
+func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings, st *slotCheck) (Problems, error) {
 	var out Problems
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	var (
@@ -243,10 +251,13 @@ func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings) (Pro
 			add("replication slot %q belongs to database %q, not %q: choose another slot name", cfg.Slot, db, cfg.Database)
 		}
 		if walStatus != nil && *walStatus == "lost" {
-			add("replication slot %q has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size) and cannot continue: drop it (SELECT pg_drop_replication_slot('%s')) and sync again from a snapshot", cfg.Slot, cfg.Slot)
+			st.lost = fault.ResnapshotErr(fmt.Errorf("replication slot %q has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size) and cannot continue", cfg.Slot),
+				fmt.Sprintf("drop the slot (SELECT pg_drop_replication_slot('%s')) and sync again from a snapshot", cfg.Slot))
 		}
 		if pid != nil {
-			add("replication slot %q is in use by server process %d (another pipeline, or one that has not stopped yet)", cfg.Slot, *pid)
+			// A pipeline restarted right after a crash finds its old session still holding the slot until the
+			// server notices; that passes, so it is not a failed check.
+			st.inUse = fault.TransientErr(fmt.Errorf("replication slot %q is in use by server process %d (another pipeline, or one that has not stopped yet)", cfg.Slot, *pid))
 		}
 	}
 	var senders, maxSenders int
