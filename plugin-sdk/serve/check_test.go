@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
+	"syscall"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -36,6 +39,7 @@ func TestCheckCarriesClass(t *testing.T) {
 		{"unclassified", errors.New("dir is not writable"), codes.OK, "", "dir is not writable"},
 		{"config", fault.ConfigErr(errors.New("wrong password"), "set the password"), codes.FailedPrecondition, "set the password", "wrong password"},
 		{"transient", fault.TransientErr(errors.New("server starting up")), codes.Unavailable, "", "server starting up"},
+		{"unclassified but unreachable", fmt.Errorf("connect: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), codes.Unavailable, "", "connect: dial tcp: connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startServer(t, &checkDest{err: tc.err}, memory.DefaultAllocator)

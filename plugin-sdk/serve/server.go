@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
+	"syscall"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -61,6 +63,11 @@ func (s *server) Check(ctx context.Context, req *pluginv1.CheckRequest) (*plugin
 		// A classified error travels as a status so its class and fix reach the engine: a transient one
 		// (a server restarting) is retried, not taken for a failed check; the client turns the others
 		// back into a *client.CheckError.
+		if fault.ClassOf(err) == fault.Unknown && unreachable(err) {
+			// The engine refuses a pipeline whose check fails: a server that did not answer is not a
+			// refusal but a retry, even when the plugin did not classify it.
+			err = fault.TransientErr(err)
+		}
 		if fault.ClassOf(err) != fault.Unknown {
 			return nil, toStatus(err)
 		}
@@ -436,3 +443,11 @@ func (s *server) Teardown(ctx context.Context, req *pluginv1.TeardownRequest) (*
 
 // toStatus keeps a plugin's error message, and its fault class, intact across the boundary.
 func toStatus(err error) error { return fault.ToStatus(err) }
+
+// unreachable says whether err is a network failure (a refused or reset connection, a timeout, a name that
+// did not resolve for now), judged by type, never by message text.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, io.ErrUnexpectedEOF)
+}
