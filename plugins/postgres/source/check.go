@@ -58,7 +58,7 @@ func Check(ctx context.Context, cfg config.Settings) error {
 	resolver := typemap.NewResolver()
 	var tables []*table
 	for _, tn := range cfg.TableNames {
-		t, err := loadTable(ctx, conn, resolver, tn)
+		t, err := loadConfigured(ctx, conn, resolver, cfg, tn)
 		if errors.Is(err, errNoTable) {
 			add("table %s does not exist in database %q (check the tables setting)", tn, cfg.Database)
 			continue
@@ -105,9 +105,12 @@ func tableProblems(cfg config.Settings, t *table) Problems {
 	if !t.CanSelect {
 		add("role %q cannot read table %s: run GRANT SELECT ON %s TO %s", cfg.User, t.Name, t.Name.Quoted(), pgx.Identifier{cfg.User}.Sanitize())
 	}
+	out = append(out, t.keyColumnProblems()...)
 	switch {
 	case len(t.Key) == 0:
-		add("table %s has no primary key, so changes cannot be matched to rows: add one (ALTER TABLE %s ADD PRIMARY KEY (...)) or make a unique index on NOT NULL columns its replica identity (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...)", t.Name, t.Name.Quoted(), t.Name.Quoted())
+		add("table %s has no primary key, so changes cannot be matched to rows: add one (ALTER TABLE %s ADD PRIMARY KEY (...)), make a unique index on NOT NULL columns its replica identity (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...), or name the columns that identify a row in table_options: {%s: {key_columns: [...]}} and run ALTER TABLE %s REPLICA IDENTITY FULL", t.Name, t.Name.Quoted(), t.Name.Quoted(), t.Name, t.Name.Quoted())
+	case t.ExplicitKey && !t.IdentityIsKey:
+		add("table %s is keyed on key_columns (%s), which its updates and deletes carry only under REPLICA IDENTITY FULL: run ALTER TABLE %s REPLICA IDENTITY FULL", t.Name, strings.Join(t.Key, ", "), t.Name.Quoted())
 	case !t.IdentityIsKey:
 		add("table %s has a replica identity index other than its primary key, so an update of the primary key could not be followed: run ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL)", t.Name, t.Name.Quoted())
 	}
