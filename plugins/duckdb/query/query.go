@@ -29,7 +29,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-	_ "github.com/duckdb/duckdb-go/v2" // the "duckdb" database/sql driver
+	"github.com/duckdb/duckdb-go/v2" // also the "duckdb" database/sql driver
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
@@ -112,6 +112,11 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 	}
 	n, err := answer(ctx, conn, req, stdout, tmp)
+	if err != nil && !rejected(err) {
+		// The SQL was accepted and failed while it ran (a conversion, a value out of range, I/O): the work
+		// failed, which is not the status of bad SQL.
+		return fmt.Errorf("query: %w", err)
+	}
 	if err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, "Catalog Error") && strings.Contains(msg, "does not exist") {
@@ -125,6 +130,22 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	fmt.Fprintf(stderr, "(%d %s, %s)\n", n, plural(n, "row"), time.Since(start).Round(100*time.Microsecond))
 	return nil
+}
+
+// rejected says whether DuckDB refused the SQL itself (it does not parse, names what does not exist, binds
+// wrong types) rather than failing while running it.
+func rejected(err error) bool {
+	var de *duckdb.Error
+	if !errors.As(err, &de) {
+		return false
+	}
+	switch de.Type {
+	case duckdb.ErrorTypeParser, duckdb.ErrorTypeSyntax, duckdb.ErrorTypeBinder, duckdb.ErrorTypeCatalog,
+		duckdb.ErrorTypeParameterNotResolved, duckdb.ErrorTypeParameterNotAllowed, duckdb.ErrorTypeNotImplemented,
+		duckdb.ErrorTypePermission:
+		return true
+	}
+	return false
 }
 
 func plural(n int64, w string) string {

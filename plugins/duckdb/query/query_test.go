@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -195,6 +196,13 @@ func TestQueryErrors(t *testing.T) {
 		_, _, err := run(t, c.sql, "table", false)
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), ErrQuery.Error()) {
 			t.Fatalf("%s: error %v, want a query error containing %q", c.sql, err, c.want)
+		}
+	}
+	// SQL that DuckDB accepts but that fails as it runs is a failure, not bad SQL.
+	for _, sql := range []string{"SELECT CAST('x' AS INTEGER)", "SELECT CAST(300 AS TINYINT)"} {
+		_, _, err := run(t, sql, "table", false)
+		if err == nil || errors.Is(err, ErrQuery) {
+			t.Fatalf("%s: error %v, want a failure that is not a query error", sql, err)
 		}
 	}
 }
