@@ -15,9 +15,9 @@ import (
 )
 
 // A table without a primary key, keyed by its key_columns setting under REPLICA IDENTITY FULL: the snapshot,
-// then inserts, updates (one of them moving a row to another key) and deletes arrive in a Postgres
-// destination, which equals the source row by row. Without REPLICA IDENTITY FULL, or with a key column that
-// may hold NULL, the pipeline is refused at start.
+// then inserts, updates (some moving a row to another key) and deletes arrive in a Postgres destination and an
+// Iceberg lake, which equal the source row by row. Without REPLICA IDENTITY FULL, or with a key column that may
+// hold NULL, the pipeline is refused at start.
 func TestKeylessTableWithKeyColumns(t *testing.T) {
 	src, dst := pgtest.NewDB(t), pgtest.NewDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -42,6 +42,7 @@ func TestKeylessTableWithKeyColumns(t *testing.T) {
 
 	e := newEnv(t)
 	s := src.Server
+	lakeSettings := fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.dir, "lake"))
 	config := func(keys string) {
 		e.writeConfig(fmt.Sprintf(`connections:
   src:
@@ -61,13 +62,17 @@ func TestKeylessTableWithKeyColumns(t *testing.T) {
     plugin: postgres
     version: "~> 0.1"
     settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[4]s, sslmode: disable }
+  lake:
+    plugin: iceberg
+    version: "~> 0.1"
+    settings: %[7]s
 pipelines:
   events:
     source: src
-    destinations: [dst]
+    destinations: [dst, lake]
     wal:
       url: file://%[5]s
-`, s.Host, s.Port, src.Name, dst.Name, filepath.Join(e.dir, "wal"), keys))
+`, s.Host, s.Port, src.Name, dst.Name, filepath.Join(e.dir, "wal"), keys, lakeSettings))
 	}
 	refused := func(want ...string) {
 		t.Helper()
@@ -117,5 +122,24 @@ pipelines:
 			t.Fatalf("row %d differs:\nsource      %s\ndestination %s", i, want[i], got[i])
 		}
 	}
-	t.Logf("%d rows equal in source and destination", len(want))
+	// The lake: equality deletes on the key columns removed the deleted rows and the old keys of moved rows.
+	lake := pluginRows(t, "iceberg", "scan", lakeSettings, "public.events", "the lake table", func(_ []byte, row map[string]any) string {
+		return fmt.Sprintf("%v|%v", row["device"], row["seq"])
+	})
+	var lakeRows []string
+	for _, row := range lake {
+		doc, maybe := "", ""
+		if row["doc"] != nil {
+			doc = fmt.Sprint(row["doc"])
+		}
+		if row["maybe"] != nil {
+			maybe = fmt.Sprint(row["maybe"])
+		}
+		lakeRows = append(lakeRows, fmt.Sprintf("%v|%v|%v|%s|%s", row["device"], row["seq"], row["note"], doc, maybe))
+	}
+	slices.Sort(lakeRows)
+	if !slices.Equal(want, lakeRows) {
+		t.Fatalf("the lake differs from the source: %d rows, source %d; first lake rows %v", len(lakeRows), len(want), lakeRows[:min(3, len(lakeRows))])
+	}
+	t.Logf("%d rows equal in source, Postgres destination and lake", len(want))
 }

@@ -86,6 +86,19 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	limits := make([][]string, len(cfg.Destinations))
+	anyLimits := false
+	for i, d := range cfg.Destinations {
+		caps, err := d.Plugin.Capabilities(ctx, d.Settings)
+		if err != nil {
+			return fmt.Errorf("capabilities of destination %s: %w", d.Name, err)
+		}
+		limits[i] = caps.UnsupportedTypes
+		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0
+	}
+	if !anyLimits {
+		return nil // no destination limits its types: the source need not describe its streams
+	}
 	streams, err := cfg.Source.Plugin.Discover(ctx, cfg.Source.Settings)
 	if err != nil {
 		return fmt.Errorf("discover source %s: %w", cfg.Source.Name, err)
@@ -103,17 +116,13 @@ func Run(ctx context.Context, cfg Config) error {
 		schemas[st.Name] = sc
 		names = append(names, st.Name)
 	}
-	for _, d := range cfg.Destinations {
-		caps, err := d.Plugin.Capabilities(ctx, d.Settings)
-		if err != nil {
-			return fmt.Errorf("capabilities of destination %s: %w", d.Name, err)
-		}
-		if len(caps.UnsupportedTypes) == 0 {
+	for i, d := range cfg.Destinations {
+		if len(limits[i]) == 0 {
 			continue
 		}
 		var problems []string
 		for _, n := range names {
-			for _, c := range Unsupported(schemas[n], caps.UnsupportedTypes) {
+			for _, c := range Unsupported(schemas[n], limits[i]) {
 				problems = append(problems, fmt.Sprintf("table %s, column %s: type %s", n, c.Column, c.Type))
 			}
 		}
