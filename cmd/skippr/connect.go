@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 )
 
 func connectCommand(g *globals) *cli.Command {
@@ -22,7 +23,7 @@ kept), e.g.
 Then, or without --plugin for a connection the config already declares, it runs the plugin's Check: it
 installs the plugin if needed, validates the settings against the plugin's JSON Schema (errors name file,
 line and key) and asks the plugin to connect, so a wrong password or a missing privilege shows up before a
-sync starts. Keep secrets as ${ENV} references: the config file is meant for git.`,
+sync starts; a failed check exits 2, like a config error. Keep secrets as ${ENV} references: the config file is meant for git.`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 			&cli.StringFlag{Name: "plugin", Usage: "add the connection with this plugin"},
@@ -55,7 +56,17 @@ sync starts. Keep secrets as ${ENV} references: the config file is meant for git
 			if err := s.client.Check(c.Context, s.settings); err != nil {
 				var ce *client.CheckError
 				if errors.As(err, &ce) {
-					return withCode(exitFailure, fmt.Errorf("%s: connections.%s: %s", cn.Pos, cn.Name, ce.Message))
+					msg := fmt.Sprintf("%s: connections.%s: %s", cn.Pos, cn.Name, ce.Message)
+					if ce.Fix != "" {
+						msg += "\n  fix: " + ce.Fix
+					}
+					// A failed check is refused input, like a config error (sync refuses the pipeline the same
+					// way); a lost source position is not something a setting fixes.
+					code := exitUsage
+					if ce.Class.Permanent() && ce.Class != fault.Config {
+						code = exitFailure
+					}
+					return withCode(code, errors.New(msg))
 				}
 				return err
 			}

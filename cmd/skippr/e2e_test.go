@@ -299,7 +299,7 @@ func TestSyncRefusals(t *testing.T) {
 		{
 			name:     "exactly-once into a destination without it",
 			config:   pipelineConfig(`{ rows: 10 }`, out, ", at_least_once: true", walURL, ""),
-			code:     1,
+			code:     2,
 			contains: []string{"asks for exactly-once", "destination out cannot honour it"},
 		},
 		{

@@ -71,13 +71,25 @@ type statusRow struct {
 // syncFails runs `sync --once`, which must stop within seconds with exit 1, no retry, the message and a fix;
 // then `status` must show the same, exit 1, as text and as JSON.
 func (e *env) syncFails(class, fix string, message ...string) statusRow {
+	e.t.Helper()
+	return e.syncStops(1, class, fix, message...)
+}
+
+// syncRefused is syncFails for a pipeline refused at start (a failed check, a type a destination cannot
+// hold): sync exits 2, the code of bad configuration.
+func (e *env) syncRefused(fix string, message ...string) statusRow {
+	e.t.Helper()
+	return e.syncStops(2, "config", fix, message...)
+}
+
+func (e *env) syncStops(code int, class, fix string, message ...string) statusRow {
 	t := e.t
 	t.Helper()
 	start := time.Now()
 	r := e.run("sync", "--once")
 	took := time.Since(start)
-	if r.code != 1 {
-		t.Fatalf("sync --once: exit %d, want 1\n%s", r.code, r.stderr)
+	if r.code != code {
+		t.Fatalf("sync --once: exit %d, want %d\n%s", r.code, code, r.stderr)
 	}
 	if strings.Contains(r.stderr, "restarting") {
 		t.Fatalf("sync --once retried a permanent fault:\n%s", r.stderr)
@@ -150,7 +162,8 @@ func TestWALFaultsFailAtOnce(t *testing.T) {
 	}
 }
 
-// A destination directory the plugin cannot create is the plugin's Config error: failed at once, with its fix.
+// A destination directory the plugin cannot create fails the destination's check: the pipeline is refused at
+// start (exit 2), with the plugin's fix.
 func TestDestinationDirFailsAtOnce(t *testing.T) {
 	e := newEnv(t)
 	file := filepath.Join(e.dir, "a-file")
@@ -158,11 +171,12 @@ func TestDestinationDirFailsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.writeConfig(pipelineConfig(`{ rows: 100 }`, filepath.Join(file, "out"), "", "file://"+filepath.Join(e.dir, "wal"), ""))
-	e.syncFails("config", "set the connection's dir", "a-file/out is not writable")
+	e.syncRefused("set the connection's dir", "check of destination out failed", "a-file/out is not writable")
 }
 
-// A Postgres source whose slot was dropped needs a re-snapshot, and a wrong password a new setting: both stop
-// `sync --once` at once in state failed, with the plugin's class and fix.
+// A Postgres source whose slot was dropped needs a re-snapshot (exit 1), and a wrong password a new setting
+// (the check fails: refused at start, exit 2): both stop `sync --once` at once in state failed, with the
+// plugin's class and fix.
 func TestPostgresSourceFaultsFailAtOnce(t *testing.T) {
 	src := pgtest.NewDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -206,7 +220,7 @@ pipelines:
 		e := newEnv(t)
 		r := s.CreateRole(t, "REPLICATION")
 		config(e, r.Name, "not-"+r.Password)
-		e.syncFails("config", "set the connection's password", "wrong password")
+		e.syncRefused("set the connection's password", "check of source src failed", "wrong password")
 	})
 }
 
@@ -217,7 +231,7 @@ func TestSecretsRedacted(t *testing.T) {
 	const dirSecret, pluginSecret = "s3cr3t-dir-value", "s3cr3t-plugin-value"
 	e.extraEnv = []string{"SKIPPR_DIR_SECRET=" + dirSecret, "SKIPPR_PLUGIN_SECRET=" + pluginSecret}
 	e.writeConfig(pipelineConfig(`{ rows: 100 }`, `"/proc/${SKIPPR_DIR_SECRET}/out"`, "", "file://"+filepath.Join(e.dir, "wal"), ""))
-	e.syncFails("config", "set the connection's dir", "/proc/${SKIPPR_DIR_SECRET}/out is not writable")
+	e.syncRefused("set the connection's dir", "/proc/${SKIPPR_DIR_SECRET}/out is not writable")
 	r := e.run("sync", "--once")
 	var files []string
 	filepath.WalkDir(filepath.Join(e.home, "state"), func(p string, d os.DirEntry, err error) error {

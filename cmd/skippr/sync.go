@@ -21,6 +21,7 @@ import (
 	"github.com/skippr-dev/skippr/engine/metrics"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
+	"github.com/skippr-dev/skippr/engine/precheck"
 	"github.com/skippr-dev/skippr/engine/redact"
 	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/engine/supervise"
@@ -212,6 +213,8 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		Observer:          s.m,
 		Resnapshots:       resnapshotStore(s.g.Home, s.p),
 	}
+	pre := precheck.Config{Pipeline: s.p.Name, Streams: s.p.Streams,
+		Source: precheck.Endpoint[precheck.Source]{Name: srcConn.Name, Plugin: src.client, Settings: src.settings}}
 	for _, name := range s.p.Destinations {
 		cn, _ := s.cfg.Connection(name)
 		d, err := startConnection(ctx, s.host, cn)
@@ -224,6 +227,10 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		}
 		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d.client, Settings: d.settings,
 			Apply: pipeline.ApplyLimits{MaxInterval: cn.Apply.MaxInterval, MaxBytes: cn.Apply.MaxBytes, MaxEntries: cn.Apply.MaxEntries}})
+		pre.Destinations = append(pre.Destinations, precheck.Endpoint[precheck.Destination]{Name: name, Plugin: d.client, Settings: d.settings})
+	}
+	if err := precheck.Run(ctx, pre); err != nil {
+		return refusedAtStart(err)
 	}
 	wl, err := openWAL(ctx, s.p, log)
 	if err != nil {
@@ -247,7 +254,17 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		}
 	}
 	log.Info("pipeline started", "source", srcConn.Name, "destinations", s.p.Destinations, "wal", wl.URL(), "delivery", s.p.Delivery)
-	return pipeline.Run(ctx, pc)
+	return refusedAtStart(pipeline.Run(ctx, pc))
+}
+
+// refusedAtStart gives a pipeline refused before it reads anything — a failed check, a column type a
+// destination cannot hold, a delivery guarantee a destination cannot honour — the exit code of bad
+// configuration: the input must change, as for a config error, and a script can tell it from a failure.
+func refusedAtStart(err error) error {
+	if errors.Is(err, precheck.ErrRefused) || errors.Is(err, pipeline.ErrGuarantee) {
+		return withCode(exitUsage, err)
+	}
+	return err
 }
 
 // serveMetrics makes the process's metrics registry and, when an address is set (the flag wins over the

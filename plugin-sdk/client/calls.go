@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
@@ -25,21 +26,39 @@ func (c *Client) Spec(ctx context.Context) (*pluginv1.SpecResponse, error) {
 func (c *Client) Check(ctx context.Context, settings []byte) error {
 	r, err := c.rpc.Check(ctx, &pluginv1.CheckRequest{Settings: settings})
 	if err != nil {
+		if st, ok := status.FromError(err); ok && !c.pc.Exited() {
+			if f := fault.FromStatus(st); fault.ClassOf(f).Permanent() {
+				return &CheckError{Plugin: c.name, Message: st.Message(), Class: fault.ClassOf(f), Fix: fault.FixOf(f)}
+			}
+		}
 		return c.wrap("check", err)
 	}
 	if !r.Ok {
-		return &CheckError{Plugin: c.name, Message: r.Error}
+		return &CheckError{Plugin: c.name, Message: r.Error, Class: fault.Config}
 	}
 	return nil
 }
 
-// CheckError is a failed Check.
+// CheckError is a failed Check: the settings, the server or the tables must change before the plugin can
+// work. It matches its class's sentinel (fault.ErrConfig unless the plugin said otherwise), and fault.FixOf
+// gives the plugin's fix when it sent one.
 type CheckError struct {
 	Plugin  string
 	Message string
+	Class   fault.Class
+	Fix     string
 }
 
 func (e *CheckError) Error() string { return fmt.Sprintf("check %s: %s", e.Plugin, e.Message) }
+
+// Unwrap gives the class (and the fix) to errors.Is and fault.FixOf.
+func (e *CheckError) Unwrap() error {
+	class := e.Class
+	if !class.Permanent() {
+		class = fault.Config
+	}
+	return fault.New(class, errors.New(e.Message), e.Fix)
+}
 
 // Discover lists the source's streams.
 func (c *Client) Discover(ctx context.Context, settings []byte) ([]*pluginv1.Stream, error) {

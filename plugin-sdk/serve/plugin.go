@@ -154,6 +154,14 @@ type Capabilities struct {
 	Resnapshot bool
 }
 
+// TypeLimits is implemented by a destination that cannot hold some Arrow types. UnsupportedTypes returns
+// their names (arrow.DataType.Name(), e.g. "decimal256"), which count at any depth of a column's type; the
+// engine refuses a pipeline at start, naming the table, column and type, when a source stream has one. It is
+// sent as CapabilitiesResponse.unsupported_types.
+type TypeLimits interface {
+	UnsupportedTypes() []string
+}
+
 // ResnapshotMark is the kind of a resnapshot item: ResnapshotNone for every other item.
 type ResnapshotMark int
 

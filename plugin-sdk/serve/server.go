@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
+	"syscall"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -58,6 +60,17 @@ func (s *server) Spec(context.Context, *pluginv1.SpecRequest) (*pluginv1.SpecRes
 
 func (s *server) Check(ctx context.Context, req *pluginv1.CheckRequest) (*pluginv1.CheckResponse, error) {
 	if err := s.p.Check(ctx, req.Settings); err != nil {
+		// A classified error travels as a status so its class and fix reach the engine: a transient one
+		// (a server restarting) is retried, not taken for a failed check; the client turns the others
+		// back into a *client.CheckError.
+		if fault.ClassOf(err) == fault.Unknown && unreachable(err) {
+			// The engine refuses a pipeline whose check fails: a server that did not answer is not a
+			// refusal but a retry, even when the plugin did not classify it.
+			err = fault.TransientErr(err)
+		}
+		if fault.ClassOf(err) != fault.Unknown {
+			return nil, toStatus(err)
+		}
 		return &pluginv1.CheckResponse{Ok: false, Error: err.Error()}, nil
 	}
 	return &pluginv1.CheckResponse{Ok: true}, nil
@@ -230,7 +243,11 @@ func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesReq
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pluginv1.CapabilitiesResponse{ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce, Resnapshot: c.Resnapshot}, nil
+	var unsupported []string
+	if tl, ok := d.(TypeLimits); ok {
+		unsupported = tl.UnsupportedTypes()
+	}
+	return &pluginv1.CapabilitiesResponse{UnsupportedTypes: unsupported, ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce, Resnapshot: c.Resnapshot}, nil
 }
 
 func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {
@@ -450,3 +467,11 @@ func (s *server) Teardown(ctx context.Context, req *pluginv1.TeardownRequest) (*
 
 // toStatus keeps a plugin's error message, and its fault class, intact across the boundary.
 func toStatus(err error) error { return fault.ToStatus(err) }
+
+// unreachable says whether err is a network failure (a refused or reset connection, a timeout, a name that
+// did not resolve for now), judged by type, never by message text.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, io.ErrUnexpectedEOF)
+}

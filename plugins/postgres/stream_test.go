@@ -306,6 +306,10 @@ func TestReadRefusesAtStart(t *testing.T) {
 		{"TOAST under require_full", map[string]any{"tables": []string{"toasty"}, "unchanged_toast": "require_full"},
 			[]string{"body (text)", `ALTER TABLE "public"."toasty" REPLICA IDENTITY FULL`, "unchanged_toast: fetch"}},
 		{"identity nothing", map[string]any{"tables": []string{"nothing"}}, []string{"REPLICA IDENTITY NOTHING"}},
+		{"key_columns without identity full", map[string]any{"tables": []string{"nokey"}, "table_options": map[string]any{"nokey": map[string]any{"key_columns": []string{"a"}}}},
+			[]string{"keyed on key_columns (a)", `ALTER TABLE "public"."nokey" REPLICA IDENTITY FULL`, "may hold NULL"}},
+		{"key_columns naming no column", map[string]any{"tables": []string{"nokeyfull"}, "table_options": map[string]any{"nokeyfull": map[string]any{"key_columns": []string{"zz"}}}},
+			[]string{`table public.nokeyfull has no column "zz"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.extra["slot"] = slot(db)

@@ -53,6 +53,30 @@ var typeCases = []struct {
 	{"c_domain_text", "shorttext", "utf8", []string{"'dom'"}},
 	{"c_timetz", "timetz", "utf8", []string{"'12:00:00+02'"}},
 	{"c_inet", "inet", "utf8", []string{"'192.168.0.1/24'", "'::1'"}},
+	{"c_cidr", "cidr", "utf8", []string{"'10.0.0.0/8'", "'2001:db8::/32'"}},
+	{"c_macaddr", "macaddr", "utf8", []string{"'08:00:2b:01:02:03'"}},
+	{"c_macaddr8", "macaddr8", "utf8", []string{"'08:00:2b:01:02:03:04:05'"}},
+	{"c_money", "money", "utf8", []string{"'12.34'", "'-92233720368547758.08'", "'92233720368547758.07'", "'0'"}},
+	{"c_int4range", "int4range", "utf8", []string{"'[1,10)'", "'empty'", "'(,5]'", "'[-2147483648,)'"}},
+	{"c_numrange", "numrange", "utf8", []string{"'[1.5,2.25]'", "'(,)'"}},
+	{"c_tstzrange", "tstzrange", "utf8", []string{`'["2024-01-01 00:00:00+00",infinity)'`, `'[-infinity,"2000-01-01 12:00:00+00"]'`}},
+	{"c_daterange", "daterange", "utf8", []string{"'[2024-01-01,2024-02-01)'", "'[,infinity)'"}},
+	{"c_multirange", "int4multirange", "utf8", []string{"'{[1,3), [5,7)}'", "'{}'"}},
+	{"c_range_arr", "int4range[]", "list<element: utf8, nullable>", []string{`'{"[1,3)",empty,NULL}'`}},
+	{"c_range_domain", "smallrange", "utf8", []string{"'[1,50)'"}},
+	{"c_inet_domain", "privnet", "utf8", []string{"'10.1.2.3'"}},
+	{"c_bit", "bit(4)", "utf8", []string{"B'1010'", "B'0000'"}},
+	{"c_varbit", "varbit", "utf8", []string{"B'101'", "B''", "B'1111111100000000111'"}},
+	{"c_xml", "xml", "utf8", []string{`'<a b="1">x &amp; ü</a>'`, "'just text'", "''"}},
+	{"c_tsvector", "tsvector", "utf8", []string{"'a fat:2 cat:3A'", "''"}},
+	{"c_tsquery", "tsquery", "utf8", []string{"'fat & (cat | rat)'"}},
+	{"c_point", "point", "utf8", []string{"'(1,2)'", "'(-1.5,1e+300)'"}},
+	{"c_line", "line", "utf8", []string{"'{1,-1,0}'"}},
+	{"c_lseg", "lseg", "utf8", []string{"'[(0,0),(1,1)]'"}},
+	{"c_box", "box", "utf8", []string{"'(1,1),(0,0)'"}},
+	{"c_path", "path", "utf8", []string{"'[(0,0),(1,1),(2,0)]'", "'((0,0),(1,1))'"}},
+	{"c_polygon", "polygon", "utf8", []string{"'((0,0),(1,1),(1,0))'"}},
+	{"c_circle", "circle", "utf8", []string{"'<(0,0),1.5>'"}},
 }
 
 // TestTypesRoundTrip sends every mapped type through the snapshot and through the stream into a PostgreSQL
@@ -67,6 +91,8 @@ func TestTypesRoundTrip(t *testing.T) {
 	db.Exec(t, `CREATE TYPE mood AS ENUM ('happy', 'sad');
 		CREATE DOMAIN posint AS int4 CHECK (VALUE > 0);
 		CREATE DOMAIN shorttext AS varchar(10);
+		CREATE DOMAIN smallrange AS int4range CHECK (upper(VALUE) < 100);
+		CREATE DOMAIN privnet AS inet CHECK (VALUE << '10.0.0.0/8');
 		CREATE TABLE types (id int PRIMARY KEY, `+strings.Join(cols, ", ")+`);
 		ALTER TABLE types REPLICA IDENTITY FULL`)
 	// Row k takes value k of each column (NULL when a column has fewer), so every value appears; row 0 is all NULL.
@@ -135,7 +161,9 @@ func TestTypesRoundTrip(t *testing.T) {
 	var destTypes string
 	db.QueryRow(t, []any{&destTypes}, `SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
 		FROM pg_attribute a WHERE a.attrelid = 'replica.types'::regclass AND a.attnum > 0`)
-	for _, want := range []string{"c_jsonb jsonb", "c_varchar character varying(20)", "c_enum mood", "c_enum_arr mood[]", "c_uuid uuid", "c_numeric_free numeric", "c_domain integer", "c_timetz time with time zone"} {
+	for _, want := range []string{"c_jsonb jsonb", "c_varchar character varying(20)", "c_enum mood", "c_enum_arr mood[]", "c_uuid uuid", "c_numeric_free numeric", "c_domain integer", "c_timetz time with time zone",
+		"c_int4range int4range", "c_multirange int4multirange", "c_range_arr int4range[]", "c_range_domain int4range", "c_money money",
+		"c_macaddr8 macaddr8", "c_bit bit(4)", "c_varbit bit varying", "c_xml xml", "c_tsvector tsvector", "c_point point", "c_polygon polygon", "c_circle circle"} {
 		if !strings.Contains(destTypes, want) {
 			t.Errorf("destination columns %q lack %q", destTypes, want)
 		}
@@ -149,7 +177,9 @@ func TestBinaryMatchesText(t *testing.T) {
 	db := pgtest.NewDB(t)
 	db.Exec(t, `CREATE TYPE mood AS ENUM ('happy', 'sad');
 		CREATE DOMAIN posint AS int4 CHECK (VALUE > 0);
-		CREATE DOMAIN shorttext AS varchar(10)`)
+		CREATE DOMAIN shorttext AS varchar(10);
+		CREATE DOMAIN smallrange AS int4range CHECK (upper(VALUE) < 100);
+		CREATE DOMAIN privnet AS inet CHECK (VALUE << '10.0.0.0/8')`)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn := db.Connect(t)

@@ -28,7 +28,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
-	_ "github.com/duckdb/duckdb-go/v2" // the "duckdb" database/sql driver
+	"github.com/duckdb/duckdb-go/v2" // also the "duckdb" database/sql driver
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
@@ -107,6 +107,11 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 		}
 	}
 	n, err := answer(ctx, conn, req, out, tmp)
+	if err != nil && !rejected(err) {
+		// The SQL was accepted and failed while it ran (a conversion, a value out of range, I/O): the work
+		// failed, which is not the status of bad SQL.
+		return "", fmt.Errorf("query: %w", err)
+	}
 	if err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, "Catalog Error") && strings.Contains(msg, "does not exist") {
@@ -119,6 +124,22 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 		return "", fmt.Errorf("%w: %s", lakequery.ErrSQL, msg)
 	}
 	return fmt.Sprintf("(%d %s, %s)", n, plural(n, "row"), time.Since(start).Round(100*time.Microsecond)), nil
+}
+
+// rejected says whether DuckDB refused the SQL itself (it does not parse, names what does not exist, binds
+// wrong types) rather than failing while running it.
+func rejected(err error) bool {
+	var de *duckdb.Error
+	if !errors.As(err, &de) {
+		return false
+	}
+	switch de.Type {
+	case duckdb.ErrorTypeParser, duckdb.ErrorTypeSyntax, duckdb.ErrorTypeBinder, duckdb.ErrorTypeCatalog,
+		duckdb.ErrorTypeParameterNotResolved, duckdb.ErrorTypeParameterNotAllowed, duckdb.ErrorTypeNotImplemented,
+		duckdb.ErrorTypePermission:
+		return true
+	}
+	return false
 }
 
 func plural(n int64, w string) string {

@@ -198,6 +198,13 @@ func TestQueryErrors(t *testing.T) {
 			t.Fatalf("%s: error %v, want a query error containing %q", c.sql, err, c.want)
 		}
 	}
+	// SQL that DuckDB accepts but that fails as it runs is a failure, not bad SQL.
+	for _, sql := range []string{"SELECT CAST('x' AS INTEGER)", "SELECT CAST(300 AS TINYINT)"} {
+		_, _, err := run(t, sql, "table", false)
+		if err == nil || errors.Is(err, lakequery.ErrSQL) {
+			t.Fatalf("%s: error %v, want a failure that is not a query error", sql, err)
+		}
+	}
 }
 
 // TestQueryHonoursUnappliedTruncate: a truncate in a WAL entry above the fence hides the lake's rows and the

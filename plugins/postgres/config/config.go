@@ -51,13 +51,16 @@ type Settings struct {
 	Truncate            string   `json:"truncate"`
 	UnchangedToast      string   `json:"unchanged_toast"`
 	OnUnrepresentable   string   `json:"on_unrepresentable"`
+	// TableOptions are per-table settings, by table name as in Tables.
+	TableOptions map[string]TableOption `json:"table_options"`
 
 	TargetSchema string `json:"schema"`
 
 	// Parsed forms.
-	TableNames     []TableName   `json:"-"`
-	HeartbeatEvery time.Duration `json:"-"`
-	Policy         values.Policy `json:"-"`
+	TableNames     []TableName               `json:"-"`
+	Options        map[TableName]TableOption `json:"-"`
+	HeartbeatEvery time.Duration             `json:"-"`
+	Policy         values.Policy             `json:"-"`
 }
 
 // Truncate and UnchangedToast values.
@@ -76,6 +79,14 @@ const (
 	DefaultSlot         = "skippr"
 	DefaultTargetSchema = "public"
 )
+
+// TableOption is one table's settings.
+type TableOption struct {
+	// KeyColumns key a table that has no primary key (or replace the one it has) for the destinations: the
+	// columns must be NOT NULL and, together, unique (the destination holds one row per key), and updates and
+	// deletes can carry them only under REPLICA IDENTITY FULL, unless they are the replica identity index.
+	KeyColumns []string `json:"key_columns"`
+}
 
 // TableName is a schema-qualified table.
 type TableName struct{ Schema, Name string }
@@ -195,6 +206,26 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		}
 		seen[tn.String()] = true
 		s.TableNames = append(s.TableNames, tn)
+	}
+	s.Options = map[TableName]TableOption{}
+	for name, opt := range s.TableOptions {
+		tn, err := ParseTableName(name)
+		if err != nil {
+			problems = append(problems, "table_options: "+err.Error())
+			continue
+		}
+		if !seen[tn.String()] {
+			problems = append(problems, fmt.Sprintf("table_options names %s, which is not in tables", tn))
+			continue
+		}
+		cols := map[string]bool{}
+		for _, c := range opt.KeyColumns {
+			if cols[c] {
+				problems = append(problems, fmt.Sprintf("table_options.%s.key_columns lists %s twice", name, c))
+			}
+			cols[c] = true
+		}
+		s.Options[tn] = opt
 	}
 	if len(problems) > 0 {
 		return s, fmt.Errorf("settings: %s", strings.Join(problems, "; "))

@@ -53,9 +53,25 @@ func TestParse(t *testing.T) {
 		{`{"host": "h", "user": "u", "database": "d", "tables": ["t", "public.t"]}`, "listed twice"},
 		{`{"host": "h", "user": "u", "database": "d", "sslmode": "maybe"}`, `sslmode "maybe"`},
 		{`{"host": "h", "user": "u", "database": "d", "tabels": ["t"]}`, "unknown field"},
+		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"public.u": {"key_columns": ["a"]}}}`, "table_options names public.u, which is not in tables"},
+		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"key_columns": ["a", "a"]}}}`, "key_columns lists a twice"},
+		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"keys": ["a"]}}}`, "unknown field"},
 	} {
 		if _, err := Parse([]byte(tc.in)); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.in, err, tc.err)
 		}
+	}
+}
+
+func TestParseTableOptions(t *testing.T) {
+	s, err := Parse([]byte(`{"host": "h", "user": "u", "database": "d", "tables": ["t", "app.Log"], "table_options": {"public.t": {"key_columns": ["a", "b"]}, "app.log": {}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Options[TableName{"public", "t"}].KeyColumns; strings.Join(got, ",") != "a,b" {
+		t.Errorf("public.t key_columns %v", got)
+	}
+	if _, ok := s.Options[TableName{"app", "log"}]; !ok {
+		t.Errorf("app.log options missing: %+v", s.Options)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -28,6 +29,7 @@ type column struct {
 	// Missing is the value rows that existed before the column was added hold (attmissingval, set by ADD
 	// COLUMN … DEFAULT x), in text form; nil when there is none.
 	Missing *string
+	NotNull bool
 }
 
 // table is what the catalog says about a configured table.
@@ -45,9 +47,11 @@ type table struct {
 	ReplicaIdentity string
 	// IdentityIsKey is false when the replica identity index is not the primary key.
 	IdentityIsKey bool
-	CanSelect     bool
-	Owned         bool
-	Estimate      int64 // pg_class.reltuples over the leaves, 0 when never analysed
+	// ExplicitKey: Key comes from the table's key_columns setting, not from the catalog.
+	ExplicitKey bool
+	CanSelect   bool
+	Owned       bool
+	Estimate    int64 // pg_class.reltuples over the leaves, 0 when never analysed
 }
 
 // errNoTable marks a configured table the database does not have.
@@ -73,7 +77,7 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 	}
 	rows, err := q.Query(ctx, `
 		SELECT a.attname, a.atttypid, a.atttypmod, a.attgenerated <> '', a.attstorage IN ('x', 'e') AND ty.typlen = -1,
-		       CASE WHEN a.atthasmissing THEN a.attmissingval::text END
+		       CASE WHEN a.atthasmissing THEN a.attmissingval::text END, a.attnotnull
 		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 		ORDER BY a.attnum`, t.OID)
@@ -86,7 +90,7 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 			gen     bool
 			missing *string
 		)
-		if err := rows.Scan(&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable, &missing); err != nil {
+		if err := rows.Scan(&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable, &missing, &c.NotNull); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("table %s: read columns: %w", name, err)
 		}
@@ -192,6 +196,41 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 		t.ReplicaIdentity = "mixed"
 	}
 	return t, nil
+}
+
+// loadConfigured is loadTable with the table's settings applied (table_options).
+func loadConfigured(ctx context.Context, q querier, r *typemap.Resolver, cfg config.Settings, name config.TableName) (*table, error) {
+	t, err := loadTable(ctx, q, r, name)
+	if err != nil {
+		return nil, err
+	}
+	opt := cfg.Options[name]
+	if len(opt.KeyColumns) > 0 {
+		// The old row carries every column under REPLICA IDENTITY FULL, else only the identity's.
+		t.IdentityIsKey = t.ReplicaIdentity == "f" || slices.Equal(opt.KeyColumns, t.Key)
+		t.Key, t.ExplicitKey = opt.KeyColumns, true
+	}
+	return t, nil
+}
+
+// keyColumnProblems says what is wrong with a table's key_columns: a column it does not have, or one that
+// may hold NULL (a row without its key cannot be applied).
+func (t *table) keyColumnProblems() []string {
+	if !t.ExplicitKey {
+		return nil
+	}
+	var out []string
+	for _, k := range t.Key {
+		i := slices.IndexFunc(t.Columns, func(c column) bool { return c.Name == k })
+		switch {
+		case i < 0:
+			out = append(out, fmt.Sprintf("table %s has no column %q, which its key_columns setting lists (check table_options.%s.key_columns)", t.Name, k, t.Name))
+		case !t.Columns[i].NotNull:
+			out = append(out, fmt.Sprintf("column %s of table %s is a key column (key_columns) but may hold NULL: run ALTER TABLE %s ALTER COLUMN %s SET NOT NULL",
+				k, t.Name, t.Name.Quoted(), pgx.Identifier{k}.Sanitize()))
+		}
+	}
+	return out
 }
 
 // querier is what catalog reads need: a *pgx.Conn, a pgx.Tx or a *pgxpool.Pool.

@@ -58,7 +58,7 @@ func Check(ctx context.Context, cfg config.Settings) error {
 	resolver := typemap.NewResolver()
 	var tables []*table
 	for _, tn := range cfg.TableNames {
-		t, err := loadTable(ctx, conn, resolver, tn)
+		t, err := loadConfigured(ctx, conn, resolver, cfg, tn)
 		if errors.Is(err, errNoTable) {
 			add("table %s does not exist in database %q (check the tables setting)", tn, cfg.Database)
 			continue
@@ -72,7 +72,8 @@ func Check(ctx context.Context, cfg config.Settings) error {
 	}
 
 	problems = append(problems, publicationProblems(ctx, conn, cfg, tables)...)
-	p, err := slotProblems(ctx, conn, cfg)
+	var slot slotCheck
+	p, err := slotProblems(ctx, conn, cfg, &slot)
 	if err != nil {
 		return cfg.Explain(err)
 	}
@@ -92,7 +93,10 @@ func Check(ctx context.Context, cfg config.Settings) error {
 	if len(problems) > 0 {
 		return fault.ConfigErr(problems, "fix each problem listed (as a superuser where it says so), then run again")
 	}
-	return nil
+	if slot.lost != nil {
+		return slot.lost
+	}
+	return slot.inUse
 }
 
 func tableProblems(cfg config.Settings, t *table) Problems {
@@ -101,9 +105,12 @@ func tableProblems(cfg config.Settings, t *table) Problems {
 	if !t.CanSelect {
 		add("role %q cannot read table %s: run GRANT SELECT ON %s TO %s", cfg.User, t.Name, t.Name.Quoted(), pgx.Identifier{cfg.User}.Sanitize())
 	}
+	out = append(out, t.keyColumnProblems()...)
 	switch {
 	case len(t.Key) == 0:
-		add("table %s has no primary key, so changes cannot be matched to rows: add one (ALTER TABLE %s ADD PRIMARY KEY (...)) or make a unique index on NOT NULL columns its replica identity (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...)", t.Name, t.Name.Quoted(), t.Name.Quoted())
+		add("table %s has no primary key, so changes cannot be matched to rows: add one (ALTER TABLE %s ADD PRIMARY KEY (...)), make a unique index on NOT NULL columns its replica identity (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...), or name the columns that identify a row in table_options: {%s: {key_columns: [...]}} and run ALTER TABLE %s REPLICA IDENTITY FULL", t.Name, t.Name.Quoted(), t.Name.Quoted(), t.Name, t.Name.Quoted())
+	case t.ExplicitKey && !t.IdentityIsKey:
+		add("table %s is keyed on key_columns (%s), which its updates and deletes carry only under REPLICA IDENTITY FULL: run ALTER TABLE %s REPLICA IDENTITY FULL", t.Name, strings.Join(t.Key, ", "), t.Name.Quoted())
 	case !t.IdentityIsKey:
 		add("table %s has a replica identity index other than its primary key, so an update of the primary key could not be followed: run ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL)", t.Name, t.Name.Quoted())
 	}
@@ -208,7 +215,11 @@ func createPublicationSQL(cfg config.Settings) string {
 		pgx.Identifier{cfg.Publication}.Sanitize(), strings.Join(names, ", "))
 }
 
-func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings) (Problems, error) {
+// slotCheck is what the check found about the slot that is not a problem of the settings: WAL lost (only a
+// re-snapshot helps) or a session holding it (wait).
+type slotCheck struct{ lost, inUse error }
+
+func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings, st *slotCheck) (Problems, error) {
 	var out Problems
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	var (
@@ -243,10 +254,13 @@ func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings) (Pro
 			add("replication slot %q belongs to database %q, not %q: choose another slot name", cfg.Slot, db, cfg.Database)
 		}
 		if walStatus != nil && *walStatus == "lost" {
-			add("replication slot %q has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size) and cannot continue: drop it (SELECT pg_drop_replication_slot('%s')) and sync again from a snapshot", cfg.Slot, cfg.Slot)
+			st.lost = fault.ResnapshotErr(fmt.Errorf("replication slot %q has lost WAL it needed (wal_status = lost, see max_slot_wal_keep_size) and cannot continue", cfg.Slot),
+				fmt.Sprintf("drop the slot (SELECT pg_drop_replication_slot('%s')) and sync again from a snapshot", cfg.Slot))
 		}
 		if pid != nil {
-			add("replication slot %q is in use by server process %d (another pipeline, or one that has not stopped yet)", cfg.Slot, *pid)
+			// A pipeline restarted right after a crash finds its old session still holding the slot until the
+			// server notices; that passes, so it is not a failed check.
+			st.inUse = fault.TransientErr(fmt.Errorf("replication slot %q is in use by server process %d (another pipeline, or one that has not stopped yet)", cfg.Slot, *pid))
 		}
 	}
 	var senders, maxSenders int

@@ -86,7 +86,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		}
 	}
 	for _, tn := range cfg.TableNames {
-		t, err := loadTable(ctx, pool, r.resolver, tn)
+		t, err := loadConfigured(ctx, pool, r.resolver, cfg, tn)
 		if err != nil {
 			return cfg.Explain(err)
 		}

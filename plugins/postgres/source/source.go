@@ -59,7 +59,7 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 	r := typemap.NewResolver()
 	var out []serve.Stream
 	for _, tn := range cfg.TableNames {
-		t, err := loadTable(ctx, conn, r, tn)
+		t, err := loadConfigured(ctx, conn, r, cfg, tn)
 		if err != nil {
 			return nil, err
 		}

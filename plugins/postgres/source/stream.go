@@ -560,7 +560,7 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 	}
 	// The key comes from the catalog (a Relation message flags replica identity columns, which for REPLICA
 	// IDENTITY FULL are all of them).
-	fresh, err := loadTable(ctx, r.pool, r.resolver, t.Name)
+	fresh, err := loadConfigured(ctx, r.pool, r.resolver, r.cfg, t.Name)
 	if err != nil {
 		return fmt.Errorf("table %s changed: %w", name, err)
 	}

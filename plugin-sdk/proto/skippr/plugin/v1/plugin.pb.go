@@ -1228,9 +1228,12 @@ type CapabilitiesResponse struct {
 	Coalesce bool `protobuf:"varint,6,opt,name=coalesce,proto3" json:"coalesce,omitempty"`
 	// Applies ResnapshotMarks: remembers, durably across applies, which rows of a stream arrived since its begin
 	// mark, and at the end mark removes the others in the same commit as the mark.
-	Resnapshot    bool `protobuf:"varint,7,opt,name=resnapshot,proto3" json:"resnapshot,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Resnapshot bool `protobuf:"varint,7,opt,name=resnapshot,proto3" json:"resnapshot,omitempty"`
+	// Arrow type names (arrow.DataType.Name(): "decimal256", "dense_union", ...) the destination cannot hold at
+	// any depth of a column's type. The engine refuses a pipeline at start when a source stream has one.
+	UnsupportedTypes []string `protobuf:"bytes,8,rep,name=unsupported_types,json=unsupportedTypes,proto3" json:"unsupported_types,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
@@ -1310,6 +1313,13 @@ func (x *CapabilitiesResponse) GetResnapshot() bool {
 		return x.Resnapshot
 	}
 	return false
+}
+
+func (x *CapabilitiesResponse) GetUnsupportedTypes() []string {
+	if x != nil {
+		return x.UnsupportedTypes
+	}
+	return nil
 }
 
 type ApplyHeader struct {
@@ -2242,7 +2252,7 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"checkpoint\"\r\n" +
 	"\vAckResponse\"1\n" +
 	"\x13CapabilitiesRequest\x12\x1a\n" +
-	"\bsettings\x18\x01 \x01(\fR\bsettings\"\x82\x02\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xaf\x02\n" +
 	"\x14CapabilitiesResponse\x12!\n" +
 	"\fexactly_once\x18\x01 \x01(\bR\vexactlyOnce\x12\x18\n" +
 	"\adeletes\x18\x02 \x01(\bR\adeletes\x12)\n" +
@@ -2252,7 +2262,8 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\bcoalesce\x18\x06 \x01(\bR\bcoalesce\x12\x1e\n" +
 	"\n" +
 	"resnapshot\x18\a \x01(\bR\n" +
-	"resnapshot\"\x88\x01\n" +
+	"resnapshot\x12+\n" +
+	"\x11unsupported_types\x18\b \x03(\tR\x10unsupportedTypes\"\x88\x01\n" +
 	"\vApplyHeader\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x1a\n" +
 	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x1a\n" +

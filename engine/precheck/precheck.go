@@ -1,0 +1,196 @@
+// Package precheck decides, before a pipeline reads anything, whether it can run at all: the source's and every
+// destination's own Check (settings, credentials, privileges, tables without a key, replica identities...), and
+// whether every destination can hold each column type the source's streams carry.
+//
+// A pipeline that fails here is refused: the error matches ErrRefused and fault.ErrConfig, and carries the
+// fix, so `skippr sync` exits 2 (bad configuration) at once instead of failing hours later at the first value
+// a destination cannot take. A check that fails for a reason a retry can fix
+// (a server restarting: fault.ErrTransient) is returned as it is, and the run is retried like any other
+// transient failure; one of class data or resnapshot (a slot that lost its WAL) fails the pipeline with that
+// class, since no setting gets past it.
+//
+// The type check matches type names (arrow.DataType.Name(), e.g. "decimal256") that a destination lists in
+// its Capabilities.UnsupportedTypes, at any depth of a column's type (a list's element, a struct's fields, a
+// map's keys and items, a dictionary's values). Names, not whole types, because that is what a destination
+// can state once for every pipeline; a destination that accepts a type only within limits (a precision, a
+// unit) checks those limits itself when it creates the table.
+package precheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+)
+
+// ErrRefused matches every refusal of this package.
+var ErrRefused = errors.New("pipeline refused at start")
+
+// Source is what the checks need of a source plugin.
+type Source interface {
+	Check(ctx context.Context, settings []byte) error
+	Discover(ctx context.Context, settings []byte) ([]*pluginv1.Stream, error)
+}
+
+// Destination is what the checks need of a destination plugin.
+type Destination interface {
+	Check(ctx context.Context, settings []byte) error
+	Capabilities(ctx context.Context, settings []byte) (*pluginv1.CapabilitiesResponse, error)
+}
+
+// Endpoint is a connection: its name in the config, its plugin and its settings (JSON).
+type Endpoint[T any] struct {
+	Name     string
+	Plugin   T
+	Settings []byte
+}
+
+// Config is one pipeline's start.
+type Config struct {
+	Pipeline     string
+	Source       Endpoint[Source]
+	Destinations []Endpoint[Destination]
+	Streams      []string // the pipeline's streams; empty: all the source discovers
+}
+
+// Refusal is a pipeline refused at start. It matches ErrRefused and its class's sentinel; fault.FixOf gives
+// the fix.
+type Refusal struct {
+	Err error // classified (fault.New), with the fix
+}
+
+func (r *Refusal) Error() string   { return r.Err.Error() }
+func (r *Refusal) Unwrap() []error { return []error{r.Err, ErrRefused} }
+
+func refuse(class fault.Class, msg, fix string) error {
+	return &Refusal{Err: fault.New(class, errors.New(msg), fix)}
+}
+
+// Run runs the checks in order — the source's Check, each destination's Check, then the types — and returns
+// the first refusal, or an error a retry may fix, or nil.
+func Run(ctx context.Context, cfg Config) error {
+	if err := check(ctx, "source", cfg.Source.Name, cfg.Source.Plugin.Check, cfg.Source.Settings); err != nil {
+		return err
+	}
+	for _, d := range cfg.Destinations {
+		if err := check(ctx, "destination", d.Name, d.Plugin.Check, d.Settings); err != nil {
+			return err
+		}
+	}
+	limits := make([][]string, len(cfg.Destinations))
+	anyLimits := false
+	for i, d := range cfg.Destinations {
+		caps, err := d.Plugin.Capabilities(ctx, d.Settings)
+		if err != nil {
+			return fmt.Errorf("capabilities of destination %s: %w", d.Name, err)
+		}
+		limits[i] = caps.UnsupportedTypes
+		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0
+	}
+	if !anyLimits {
+		return nil // no destination limits its types: the source need not describe its streams
+	}
+	streams, err := cfg.Source.Plugin.Discover(ctx, cfg.Source.Settings)
+	if err != nil {
+		return fmt.Errorf("discover source %s: %w", cfg.Source.Name, err)
+	}
+	schemas := map[string]*arrow.Schema{}
+	var names []string
+	for _, st := range streams {
+		if len(cfg.Streams) > 0 && !slices.Contains(cfg.Streams, st.Name) {
+			continue
+		}
+		sc, err := protocol.DecodeSchema(memory.DefaultAllocator, st.ArrowSchema)
+		if err != nil {
+			return fmt.Errorf("discover source %s: stream %s: %w", cfg.Source.Name, st.Name, err)
+		}
+		schemas[st.Name] = sc
+		names = append(names, st.Name)
+	}
+	for i, d := range cfg.Destinations {
+		if len(limits[i]) == 0 {
+			continue
+		}
+		var problems []string
+		for _, n := range names {
+			for _, c := range Unsupported(schemas[n], limits[i]) {
+				problems = append(problems, fmt.Sprintf("table %s, column %s: type %s", n, c.Column, c.Type))
+			}
+		}
+		if len(problems) > 0 {
+			return refuse(fault.Config,
+				fmt.Sprintf("pipeline %s: destination %s cannot hold %s", cfg.Pipeline, d.Name, strings.Join(problems, "; ")),
+				fmt.Sprintf("change the column's type in the source to one destination %s holds, leave the table out of the pipeline, or send it to another destination", d.Name))
+		}
+	}
+	return nil
+}
+
+// check runs one plugin's Check: a failed check is a refusal, any other error is returned for a retry.
+func check(ctx context.Context, role, name string, fn func(context.Context, []byte) error, settings []byte) error {
+	err := fn(ctx, settings)
+	if err == nil {
+		return nil
+	}
+	var ce *client.CheckError
+	if !errors.As(err, &ce) || (ce.Class.Permanent() && ce.Class != fault.Config) {
+		// Transient: retried. Data or resnapshot (a slot that lost its WAL): the pipeline fails with that
+		// class — the configuration is not what must change.
+		return fmt.Errorf("check %s %s: %w", role, name, err)
+	}
+	fix := ce.Fix
+	if fix == "" {
+		fix = fmt.Sprintf("fix what the check of connection %s says, then run again (`skippr connect %s` repeats the check)", name, name)
+	}
+	return refuse(fault.Config, fmt.Sprintf("check of %s %s failed: %s", role, name, ce.Message), fix)
+}
+
+// Column is a column whose type holds a type a destination cannot.
+type Column struct {
+	Column string // the column's name
+	Type   string // its whole type, e.g. list<item: decimal256(65, 30)>
+}
+
+// Unsupported returns the columns of s whose type has one of the named types at any depth.
+func Unsupported(s *arrow.Schema, names []string) []Column {
+	var out []Column
+	for _, f := range s.Fields() {
+		if has(f.Type, names) {
+			out = append(out, Column{Column: f.Name, Type: f.Type.String()})
+		}
+	}
+	return out
+}
+
+func has(dt arrow.DataType, names []string) bool {
+	if slices.Contains(names, dt.Name()) {
+		return true
+	}
+	switch t := dt.(type) {
+	case arrow.ListLikeType: // list, large_list, fixed_size_list, list views, map
+		if m, ok := t.(*arrow.MapType); ok {
+			return has(m.KeyType(), names) || has(m.ItemType(), names)
+		}
+		return has(t.Elem(), names)
+	case arrow.NestedType: // struct, unions, run_end_encoded
+		for _, f := range t.Fields() {
+			if has(f.Type, names) {
+				return true
+			}
+		}
+	case *arrow.DictionaryType:
+		return has(t.ValueType, names) || has(t.IndexType, names)
+	case arrow.ExtensionType:
+		return has(t.StorageType(), names)
+	}
+	return false
+}

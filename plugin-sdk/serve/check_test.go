@@ -1,0 +1,74 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+)
+
+// checkDest fails its Check with err and reports unsupported types.
+type checkDest struct {
+	plainDest
+	err error
+}
+
+func (d *checkDest) Check(context.Context, json.RawMessage) error { return d.err }
+func (d *checkDest) UnsupportedTypes() []string                   { return []string{"decimal256", "dense_union"} }
+
+// A failed check keeps its class across the boundary: a transient one must not look like a failed check (the
+// engine would refuse the pipeline for a server that is merely restarting), a config one keeps its fix.
+func TestCheckCarriesClass(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		err      error
+		code     codes.Code // codes.OK: an answer with ok=false
+		fix      string
+		wantText string
+	}{
+		{"unclassified", errors.New("dir is not writable"), codes.OK, "", "dir is not writable"},
+		{"config", fault.ConfigErr(errors.New("wrong password"), "set the password"), codes.FailedPrecondition, "set the password", "wrong password"},
+		{"transient", fault.TransientErr(errors.New("server starting up")), codes.Unavailable, "", "server starting up"},
+		{"unclassified but unreachable", fmt.Errorf("connect: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), codes.Unavailable, "", "connect: dial tcp: connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startServer(t, &checkDest{err: tc.err}, memory.DefaultAllocator)
+			r, err := c.Check(context.Background(), &pluginv1.CheckRequest{})
+			if tc.code == codes.OK {
+				if err != nil || r.Ok || r.Error != tc.wantText {
+					t.Fatalf("check = %v, %v; want ok=false with %q", r, err, tc.wantText)
+				}
+				return
+			}
+			st, _ := status.FromError(err)
+			if st.Code() != tc.code || st.Message() != tc.wantText {
+				t.Fatalf("check = %v, %v; want status %v %q", r, err, tc.code, tc.wantText)
+			}
+			back := fault.FromStatus(st)
+			if fault.FixOf(back) != tc.fix {
+				t.Errorf("fix %q, want %q", fault.FixOf(back), tc.fix)
+			}
+		})
+	}
+}
+
+func TestCapabilitiesCarryUnsupportedTypes(t *testing.T) {
+	c := startServer(t, &checkDest{}, memory.DefaultAllocator)
+	r, err := c.Capabilities(context.Background(), &pluginv1.CapabilitiesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.UnsupportedTypes; len(got) != 2 || got[0] != "decimal256" || got[1] != "dense_union" {
+		t.Fatalf("unsupported types %v", got)
+	}
+}
