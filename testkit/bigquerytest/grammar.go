@@ -11,7 +11,8 @@ import (
 //
 //	script      := stmt { ";" stmt } [";"]                              -- procedural language: a script
 //	stmt        := "BEGIN" "TRANSACTION" | "COMMIT" "TRANSACTION"       -- transactions
-//	             | "ASSERT" "(" scalar_sel ")" "=" param [ "AS" string ] -- debugging statements: ASSERT
+//	             | "SELECT" "IF" "(" "(" scalar_sel ")" "=" param "," int "," "ERROR" "(" string ")" ")"
+//	                                                                      -- conditional expressions: IF; ERROR
 //	             | "DELETE" "FROM" table "WHERE" "TRUE"                  -- DML: DELETE (WHERE is required)
 //	             | "INSERT" "INTO" table "(" idents ")" "SELECT" idents "FROM" table
 //	             | "MERGE" [ "INTO" ] table [ "AS" ] alias "USING" source [ "AS" ] alias "ON" cond { when }
@@ -29,6 +30,9 @@ import (
 //	ident       := quoted (`…`, with \` and \\ escapes) | unquoted (letters, digits, _, not a reserved keyword)
 //	string      := '…' (with backslash escapes)                          -- "…" is a string in GoogleSQL too,
 //	                                                                      -- but the plugin never writes one
+//
+// A transaction takes queries and DML only (multi-statement transactions, "Statements supported in
+// transactions"), so the fence check is a SELECT whose IF reaches ERROR() only when the fence differs.
 //
 // Rules BigQuery states and this checks: a MERGE has at least one WHEN clause, at most one unconditional
 // WHEN MATCHED and it comes last among them, and NOT MATCHED BY SOURCE is left out (PostgreSQL 15, which runs
@@ -413,8 +417,6 @@ func (p *parser) statement() (Statement, error) {
 	case "COMMIT":
 		p.st.Kind = KindCommit
 		err = p.kw("COMMIT", "TRANSACTION")
-	case "ASSERT":
-		err = p.assert()
 	case "DELETE":
 		p.st.Kind = KindDelete
 		err = p.del()
@@ -425,6 +427,10 @@ func (p *parser) statement() (Statement, error) {
 		p.st.Kind = KindMerge
 		err = p.merge()
 	case "SELECT":
+		if n := p.toks[p.i+1]; n.kind == tWord && strings.EqualFold(n.text, "IF") {
+			err = p.assert()
+			break
+		}
 		p.st.Kind = KindSelect
 		err = p.sel()
 	default:
@@ -440,11 +446,16 @@ func (p *parser) statement() (Statement, error) {
 	return p.st, nil
 }
 
+// assert reads SELECT IF((scalar_sel) = @param, int, ERROR('message')) and translates it to the comparison
+// alone; the executor raises the message when it is false.
 func (p *parser) assert() error {
 	p.st.Kind = KindAssert
-	p.next()
-	if err := p.punct("("); err != nil {
-		return err
+	p.next() // SELECT
+	p.next() // IF
+	for _, s := range []string{"(", "("} {
+		if err := p.punct(s); err != nil {
+			return err
+		}
 	}
 	p.emit("SELECT (")
 	if err := p.kw("SELECT", "COALESCE"); err != nil {
@@ -453,9 +464,11 @@ func (p *parser) assert() error {
 	if err := p.punct("("); err != nil {
 		return err
 	}
-	if err := p.kw("MAX"); err != nil {
-		return err
+	p.out.WriteString("(")
+	if !p.isKW("MAX") {
+		return p.errf("expected MAX")
 	}
+	p.next()
 	if err := p.punct("("); err != nil {
 		return err
 	}
@@ -463,7 +476,7 @@ func (p *parser) assert() error {
 	if err != nil {
 		return err
 	}
-	p.out.WriteString("(" + pgIdent(col) + ")")
+	p.out.WriteString("MAX(" + pgIdent(col) + ")")
 	if err := p.punct(")"); err != nil {
 		return err
 	}
@@ -476,11 +489,6 @@ func (p *parser) assert() error {
 	}
 	p.next()
 	p.out.WriteString(", " + t.text + ")")
-	// COALESCE(...) was emitted as COALESCE then (MAX(col), n): put MAX in.
-	s := p.out.String()
-	s = strings.Replace(s, "COALESCE MAX(", "COALESCE(MAX(", 1)
-	p.out.Reset()
-	p.out.WriteString(s)
 	if err := p.punct(")"); err != nil {
 		return err
 	}
@@ -506,16 +514,33 @@ func (p *parser) assert() error {
 	if err := p.param(); err != nil {
 		return err
 	}
-	if p.isKW("AS") {
-		p.next()
-		t := p.peek()
-		if t.kind != tString {
-			return p.errf("ASSERT … AS takes a string literal")
-		}
-		p.next()
-		p.st.Message = t.text
+	if err := p.punct(","); err != nil {
+		return err
 	}
-	return nil
+	if t := p.peek(); t.kind != tInt {
+		return p.errf("expected an integer")
+	}
+	p.next()
+	if err := p.punct(","); err != nil {
+		return err
+	}
+	if !p.isKW("ERROR") {
+		return p.errf("expected ERROR")
+	}
+	p.next()
+	if err := p.punct("("); err != nil {
+		return err
+	}
+	t = p.peek()
+	if t.kind != tString {
+		return p.errf("ERROR takes a string literal")
+	}
+	p.next()
+	p.st.Message = t.text
+	if err := p.punct(")"); err != nil {
+		return err
+	}
+	return p.punct(")")
 }
 
 func (p *parser) del() error {

@@ -173,7 +173,7 @@ func (s *Server) run(ctx context.Context, script string, params []*bq.QueryParam
 				return nil, nil, kind, fmt.Errorf("statement %d: %w", n+1, err)
 			}
 			if ok == nil || !*ok {
-				return nil, nil, kind, fmt.Errorf("Assertion failed: %s", st.Message)
+				return nil, nil, kind, fmt.Errorf("%s", st.Message)
 			}
 		case KindSelect:
 			if schema, rows, err = s.selectRows(query, st, sql, args); err != nil {

@@ -247,6 +247,11 @@ func (w *writeService) append(ws *writeStream, md protoreflect.MessageDescriptor
 		if err := (proto.UnmarshalOptions{}).Unmarshal(b, msg); err != nil {
 			return fail(codes.InvalidArgument, "row %d: cannot decode with the writer schema: %v", i, err)
 		}
+		// A value whose wire type differs from its field's lands in the unknown fields, where a writer's
+		// encoding bug would vanish as a NULL: refuse it.
+		if len(msg.GetUnknown()) > 0 {
+			return fail(codes.InvalidArgument, "row %d: %d bytes that do not match the writer schema's fields", i, len(msg.GetUnknown()))
+		}
 		row := make([]*string, len(dec))
 		for c, d := range dec {
 			v, err := d(msg)

@@ -153,16 +153,17 @@ func TestApplyUpsertsDeletesAndSkipsReplays(t *testing.T) {
 	}
 	t.Logf("coalesced apply: %+v", st)
 
-	// The same range again, from a new process (no cached fence): skipped.
+	// The same range again, from a new process (no cached fence): skipped. Its items differ from what was
+	// applied, so a replay that was not skipped would show (a MERGE of the same rows again would not).
 	d2 := &Destination{}
 	t.Cleanup(func() { d2.Close() })
-	if res, _ := apply(t, d2, raw, 2, 3, items...); !res.Skipped {
+	bogus := batch(t, false, row{op: change.OpInsert, id: 98, name: "replayed"})
+	if res, _ := apply(t, d2, raw, 2, 3, serve.Item{Stream: "public.orders", Record: bogus, Sequence: 3}); !res.Skipped {
 		t.Fatal("a replay of 2–3 was not skipped")
 	}
-	// A range 3–4 whose first entry is held: only entry 4 applies (were 3 applied again, id 4 would be
-	// deleted again — harmless — and id 5 re-inserted: the point is entry 4's row arrives once).
+	// A range 3–4 whose first entry is held: only entry 4's items apply.
 	b4 := batch(t, false, row{op: change.OpInsert, id: 6, name: "f"})
-	apply(t, d2, raw, 3, 4, serve.Item{Stream: "public.orders", Record: b3, Sequence: 3}, serve.Item{Stream: "public.orders", Record: b4, Sequence: 4})
+	apply(t, d2, raw, 3, 4, serve.Item{Stream: "public.orders", Record: bogus, Sequence: 3}, serve.Item{Stream: "public.orders", Record: b4, Sequence: 4})
 	a, err := d2.LastApplied(context.Background(), raw, "orders")
 	if err != nil || a.Sequence != 4 || a.Streams["public.orders"] != 4 {
 		t.Fatalf("last applied %+v, %v; want 4", a, err)

@@ -3,7 +3,8 @@
 // down from BigQuery's reference pages. The statements use only:
 //
 //   - BEGIN TRANSACTION / COMMIT TRANSACTION around one apply's statements (multi-statement transactions);
-//   - ASSERT (the state row still holds the fence this process read: another writer fails the transaction);
+//   - SELECT IF(…, 0, ERROR(…)) (the state row still holds the fence this process read: another writer fails
+//     the transaction);
 //   - DELETE … WHERE TRUE (a truncate), MERGE by key from a staging table, INSERT … SELECT (a keyless stream);
 //   - MERGE of the state rows from UNNEST(@streams), and SELECT of them.
 //
@@ -80,15 +81,16 @@ func Append(target, stage Table, cols []string, stageCol func(int) string) strin
 	return fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s", target, strings.Join(names, ", "), strings.Join(vals, ", "), stage)
 }
 
-// Truncate empties target (BigQuery's DELETE needs a WHERE clause; TRUNCATE TABLE is not allowed in a
-// multi-statement transaction).
+// Truncate empties target (BigQuery's DELETE needs a WHERE clause).
 func Truncate(target Table) string { return fmt.Sprintf("DELETE FROM %s WHERE TRUE", target) }
 
 // AssertFence fails the transaction unless the pipeline's state row holds @fence (0: no row): a second writer
-// of the same pipeline that committed since this process read the fence stops this one.
+// of the same pipeline that committed since this process read the fence stops this one. It is a SELECT with
+// ERROR() rather than an ASSERT, because a transaction takes queries and DML only; IF evaluates ERROR only when
+// the fence differs.
 func AssertFence(state Table) string {
-	return fmt.Sprintf("ASSERT (SELECT COALESCE(MAX(last_sequence), 0) FROM %s WHERE pipeline = @pipeline AND stream = '') = @fence"+
-		" AS 'skippr: the state row of this pipeline changed since it was read (another writer?)'", state)
+	return fmt.Sprintf("SELECT IF((SELECT COALESCE(MAX(last_sequence), 0) FROM %s WHERE pipeline = @pipeline AND stream = '') = @fence, 0,"+
+		" ERROR('skippr: the state row of this pipeline changed since it was read (another writer?)'))", state)
 }
 
 // SetState records @sequence as the last applied sequence number of the pipeline (stream ”) and of each
