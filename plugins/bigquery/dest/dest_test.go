@@ -1,0 +1,265 @@
+package dest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/testkit/bigquerytest"
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+const project = "skippr-test"
+
+// row is one change of the test stream orders(id, name, amount numeric(12,2), tags text[], doc jsonb, at
+// timestamptz[, note]).
+type row struct {
+	op   change.Op
+	id   int64
+	name string
+	tags []string
+	note string
+}
+
+func batch(t *testing.T, withNote bool, rows ...row) arrow.RecordBatch {
+	t.Helper()
+	jsonb := arrow.NewMetadata([]string{"postgres.type"}, []string{"jsonb"})
+	fields := []arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "amount", Type: &arrow.Decimal128Type{Precision: 12, Scale: 2}, Nullable: true},
+		{Name: "tags", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
+		{Name: "doc", Type: arrow.BinaryTypes.String, Nullable: true, Metadata: jsonb},
+		{Name: "at", Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}, Nullable: true},
+	}
+	if withNote {
+		fields = append(fields, arrow.Field{Name: "note", Type: arrow.BinaryTypes.String, Nullable: true})
+	}
+	b := change.NewBuilder(memory.DefaultAllocator, change.Schema(fields, []string{"id"}))
+	defer b.Release()
+	for _, r := range rows {
+		b.Field(0).(*array.Int64Builder).Append(r.id)
+		if r.op == change.OpDelete {
+			for i := 1; i < len(fields); i++ {
+				b.Field(i).AppendNull()
+			}
+		} else {
+			b.Field(1).(*array.StringBuilder).Append(r.name)
+			b.Field(2).(*array.Decimal128Builder).Append(decimal128.FromI64(r.id*125 + 1))
+			lb := b.Field(3).(*array.ListBuilder)
+			lb.Append(true)
+			for _, tag := range r.tags {
+				lb.ValueBuilder().(*array.StringBuilder).Append(tag)
+			}
+			b.Field(4).(*array.StringBuilder).Append(fmt.Sprintf(`{"k": %d}`, r.id))
+			b.Field(5).(*array.TimestampBuilder).Append(arrow.Timestamp(1767225600000000 + r.id*1000000))
+			if withNote {
+				b.Field(6).(*array.StringBuilder).Append(r.note)
+			}
+		}
+		b.Row(r.op, "")
+	}
+	return b.NewBatch()
+}
+
+func settings(s *bigquerytest.Server) json.RawMessage {
+	return json.RawMessage(fmt.Sprintf(`{"project": %q, "dataset": "analytics", "endpoint": %q}`, s.Project, s.URL))
+}
+
+// dump reads the stand-in's table as "id|name|amount|tags|doc|at|note" lines ordered by id.
+func dump(t *testing.T, s *bigquerytest.Server, table string, withNote bool) []string {
+	t.Helper()
+	note := "''"
+	if withNote {
+		note = "coalesce(note, '')"
+	}
+	rows, err := s.Pool().Query(context.Background(), fmt.Sprintf(`SELECT concat_ws('|', id, name, trim_scale(amount), tags::text, doc::text,
+		to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), %s) FROM analytics.%q ORDER BY id`, note, table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var l string
+		if err := rows.Scan(&l); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func apply(t *testing.T, d *Destination, raw json.RawMessage, first, last uint64, items ...serve.Item) (serve.ApplyResult, Stats) {
+	t.Helper()
+	res, st, err := d.apply(context.Background(), serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: first, Sequence: last, Items: items})
+	if err != nil {
+		t.Fatalf("apply %d–%d: %v", first, last, err)
+	}
+	return res, st
+}
+
+// TestApplyUpsertsDeletesAndSkipsReplays applies inserts, then a coalesced range with updates, a delete and an
+// insert-then-delete, checks the table row by row, replays the range (skipped), replays a range that the
+// destination holds in part (only the newer entry applies), and grows the schema by a column.
+func TestApplyUpsertsDeletesAndSkipsReplays(t *testing.T) {
+	s := bigquerytest.Start(t, project)
+	raw := settings(s)
+	d := &Destination{}
+	t.Cleanup(func() { d.Close() })
+	if err := d.Check(context.Background(), raw); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+
+	b1 := batch(t, false, row{op: change.OpInsert, id: 1, name: "a", tags: []string{"x", "y"}}, row{op: change.OpInsert, id: 2, name: "b"}, row{op: change.OpInsert, id: 3, name: "c"})
+	_, st := apply(t, d, raw, 1, 1, serve.Item{Stream: "public.orders", Record: b1, Sequence: 1})
+	want := []string{
+		`1|a|1.26|["x", "y"]|{"k": 1}|2026-01-01 00:00:01|`,
+		`2|b|2.51|[]|{"k": 2}|2026-01-01 00:00:02|`,
+		`3|c|3.76|[]|{"k": 3}|2026-01-01 00:00:03|`,
+	}
+	if got := dump(t, s, "orders", false); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("after the inserts:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	t.Logf("first apply: %+v", st)
+
+	// A coalesced range of two entries: 1 updated twice, 2 deleted, 4 inserted then deleted, 5 inserted.
+	b2 := batch(t, false, row{op: change.OpUpdate, id: 1, name: "a2"}, row{op: change.OpDelete, id: 2}, row{op: change.OpInsert, id: 4, name: "d"})
+	b3 := batch(t, false, row{op: change.OpUpdate, id: 1, name: "a3", tags: []string{"z"}}, row{op: change.OpDelete, id: 4}, row{op: change.OpInsert, id: 5, name: "e"})
+	items := []serve.Item{{Stream: "public.orders", Record: b2, Sequence: 2}, {Stream: "public.orders", Record: b3, Sequence: 3}}
+	_, st = apply(t, d, raw, 2, 3, items...)
+	want = []string{
+		`1|a3|1.26|["z"]|{"k": 1}|2026-01-01 00:00:01|`,
+		`3|c|3.76|[]|{"k": 3}|2026-01-01 00:00:03|`,
+		`5|e|6.26|[]|{"k": 5}|2026-01-01 00:00:05|`,
+	}
+	if got := dump(t, s, "orders", false); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("after the range 2–3:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	t.Logf("coalesced apply: %+v", st)
+
+	// The same range again, from a new process (no cached fence): skipped. Its items differ from what was
+	// applied, so a replay that was not skipped would show (a MERGE of the same rows again would not).
+	d2 := &Destination{}
+	t.Cleanup(func() { d2.Close() })
+	bogus := batch(t, false, row{op: change.OpInsert, id: 98, name: "replayed"})
+	if res, _ := apply(t, d2, raw, 2, 3, serve.Item{Stream: "public.orders", Record: bogus, Sequence: 3}); !res.Skipped {
+		t.Fatal("a replay of 2–3 was not skipped")
+	}
+	// A range 3–4 whose first entry is held: only entry 4's items apply.
+	b4 := batch(t, false, row{op: change.OpInsert, id: 6, name: "f"})
+	apply(t, d2, raw, 3, 4, serve.Item{Stream: "public.orders", Record: bogus, Sequence: 3}, serve.Item{Stream: "public.orders", Record: b4, Sequence: 4})
+	a, err := d2.LastApplied(context.Background(), raw, "orders")
+	if err != nil || a.Sequence != 4 || a.Streams["public.orders"] != 4 {
+		t.Fatalf("last applied %+v, %v; want 4", a, err)
+	}
+
+	// A grown schema: the column is added (NULLABLE), old rows keep NULL.
+	b5 := batch(t, true, row{op: change.OpUpdate, id: 3, name: "c2", note: "hello"})
+	apply(t, d2, raw, 5, 5, serve.Item{Stream: "public.orders", Schema: &serve.Stream{Name: "public.orders", Schema: b5.Schema()}, Sequence: 5}, serve.Item{Stream: "public.orders", Record: b5, Sequence: 5})
+	want = []string{
+		`1|a3|1.26|["z"]|{"k": 1}|2026-01-01 00:00:01|`,
+		`3|c2|3.76|[]|{"k": 3}|2026-01-01 00:00:03|hello`,
+		`5|e|6.26|[]|{"k": 5}|2026-01-01 00:00:05|`,
+		`6|f|7.51|[]|{"k": 6}|2026-01-01 00:00:06|`,
+	}
+	if got := dump(t, s, "orders", true); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("after the schema change:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Staging tables are gone.
+	for _, tb := range s.Tables() {
+		if strings.Contains(tb, "_skippr_stage_") {
+			t.Fatalf("staging table %s left behind", tb)
+		}
+	}
+}
+
+// TestTypeChangeIsADataError: a column whose type changed in the source stops the apply with a fault.DataErr
+// naming the column and both types, and nothing of the apply is written.
+func TestTypeChangeIsADataError(t *testing.T) {
+	s := bigquerytest.Start(t, project)
+	raw := settings(s)
+	d := &Destination{}
+	t.Cleanup(func() { d.Close() })
+	apply(t, d, raw, 1, 1, serve.Item{Stream: "orders", Record: batch(t, false, row{op: change.OpInsert, id: 1, name: "a"}), Sequence: 1})
+
+	b := change.NewBuilder(memory.DefaultAllocator, change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "name", Type: arrow.PrimitiveTypes.Int64, Nullable: true}}, []string{"id"}))
+	b.Field(0).(*array.Int64Builder).Append(2)
+	b.Field(1).(*array.Int64Builder).Append(7)
+	b.Row(change.OpInsert, "")
+	rec := b.NewBatch()
+	b.Release()
+	_, _, err := d.apply(context.Background(), serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: 2, Sequence: 2, Items: []serve.Item{{Stream: "orders", Record: rec, Sequence: 2}}})
+	if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), "column name is STRING") || !strings.Contains(err.Error(), "maps to INT64") {
+		t.Fatalf("want a data error naming column name, STRING and INT64; got %v", err)
+	}
+	if got := dump(t, s, "orders", false); len(got) != 1 {
+		t.Fatalf("table has %d rows after the refused apply, want 1", len(got))
+	}
+}
+
+// TestCheckNamesMissingPermissions: Check reports the missing table permissions with the role that grants them.
+func TestCheckNamesMissingPermissions(t *testing.T) {
+	s := bigquerytest.Start(t, project)
+	s.Deny("bigquery.tables.updateData")
+	d := &Destination{}
+	t.Cleanup(func() { d.Close() })
+	err := d.Check(context.Background(), settings(s))
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "bigquery.tables.updateData") || !strings.Contains(fault.FixOf(err), "roles/bigquery.dataEditor") {
+		t.Fatalf("want a config error naming bigquery.tables.updateData and roles/bigquery.dataEditor; got %v (fix %q)", err, fault.FixOf(err))
+	}
+}
+
+// TestLive runs the apply test's first steps against a real BigQuery project when SKIPPR_BIGQUERY_PROJECT and
+// SKIPPR_BIGQUERY_DATASET are set (credentials: SKIPPR_BIGQUERY_CREDENTIALS_JSON, or application-default).
+func TestLive(t *testing.T) {
+	p, ds := os.Getenv("SKIPPR_BIGQUERY_PROJECT"), os.Getenv("SKIPPR_BIGQUERY_DATASET")
+	if p == "" || ds == "" {
+		t.Skip("live BigQuery suite: set SKIPPR_BIGQUERY_PROJECT and SKIPPR_BIGQUERY_DATASET (and SKIPPR_BIGQUERY_CREDENTIALS_JSON or application-default credentials) to run it")
+	}
+	cfg := map[string]string{"project": p, "dataset": ds}
+	if c := os.Getenv("SKIPPR_BIGQUERY_CREDENTIALS_JSON"); c != "" {
+		cfg["credentials_json"] = c
+	}
+	raw, _ := json.Marshal(cfg)
+	d := &Destination{}
+	t.Cleanup(func() { d.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := d.Check(ctx, raw); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	pipeline := fmt.Sprintf("live_%d", time.Now().UnixNano())
+	do := func(first, last uint64, items ...serve.Item) serve.ApplyResult {
+		res, err := d.Apply(ctx, serve.ApplyRequest{Settings: raw, Pipeline: pipeline, FirstSequence: first, Sequence: last, Items: items})
+		if err != nil {
+			t.Fatalf("apply %d–%d: %v", first, last, err)
+		}
+		return res
+	}
+	stream := "live_" + pipeline
+	do(1, 1, serve.Item{Stream: stream, Record: batch(t, false, row{op: change.OpInsert, id: 1, name: "a", tags: []string{"x"}}, row{op: change.OpInsert, id: 2, name: "b"}), Sequence: 1})
+	do(2, 2, serve.Item{Stream: stream, Record: batch(t, false, row{op: change.OpUpdate, id: 1, name: "a2"}, row{op: change.OpDelete, id: 2}), Sequence: 2})
+	if res := do(1, 2); !res.Skipped {
+		t.Fatal("replay not skipped")
+	}
+	a, err := d.LastApplied(ctx, raw, pipeline)
+	if err != nil || a.Sequence != 2 {
+		t.Fatalf("last applied %+v, %v", a, err)
+	}
+}

@@ -1,0 +1,121 @@
+// Package gsql builds every GoogleSQL statement the plugin sends, and nothing else does: the golden tests pin
+// each shape, and check it against the grammar the stand-in (testkit/bigquerytest) accepts, which is written
+// down from BigQuery's reference pages. The statements use only:
+//
+//   - BEGIN TRANSACTION / COMMIT TRANSACTION around one apply's statements (multi-statement transactions);
+//   - SELECT IF(…, 0, ERROR(…)) (the state row still holds the fence this process read: another writer fails
+//     the transaction);
+//   - DELETE … WHERE TRUE (a truncate), MERGE by key from a staging table, INSERT … SELECT (a keyless stream);
+//   - MERGE of the state rows from UNNEST(@streams), and SELECT of them.
+//
+// Values are query parameters (@pipeline, @sequence, @fence, @streams); names are backtick-quoted, each part of
+// a table path on its own, so a project id with a dash needs nothing special.
+package gsql
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+)
+
+// Ident quotes a name with backticks; a backtick or backslash in it is escaped, as GoogleSQL's quoted
+// identifiers allow.
+func Ident(name string) string {
+	r := strings.NewReplacer(`\`, `\\`, "`", "\\`")
+	return "`" + r.Replace(name) + "`"
+}
+
+// Table is a table's path.
+type Table struct{ Project, Dataset, Name string }
+
+func (t Table) String() string {
+	return Ident(t.Project) + "." + Ident(t.Dataset) + "." + Ident(t.Name)
+}
+
+// StateTable is the name of the table holding the state rows, in the destination's dataset.
+const StateTable = "_skippr_state"
+
+// WholePipeline is the stream value of the state row recording the pipeline's last applied sequence number.
+const WholePipeline = ""
+
+// Merge moves a staging table's rows into target by key: a staged delete removes the target's row, any other
+// op replaces it or inserts it. cols are the target's column names, staged as c0…; key lists indexes of cols.
+func Merge(target, stage Table, cols []string, key []int, stageCol func(int) string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "MERGE %s AS T USING %s AS S ON ", target, stage)
+	isKey := map[int]bool{}
+	for n, k := range key {
+		if n > 0 {
+			b.WriteString(" AND ")
+		}
+		fmt.Fprintf(&b, "T.%s = S.%s", Ident(cols[k]), stageCol(k))
+		isKey[k] = true
+	}
+	op := "S." + change.OpColumn
+	fmt.Fprintf(&b, " WHEN MATCHED AND %s = %d THEN DELETE", op, change.OpDelete)
+	var sets []string
+	for i, c := range cols {
+		if !isKey[i] {
+			sets = append(sets, Ident(c)+" = S."+stageCol(i))
+		}
+	}
+	if len(sets) > 0 {
+		b.WriteString(" WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", "))
+	}
+	names, vals := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		names[i], vals[i] = Ident(c), "S."+stageCol(i)
+	}
+	fmt.Fprintf(&b, " WHEN NOT MATCHED AND %s <> %d THEN INSERT (%s) VALUES (%s)", op, change.OpDelete,
+		strings.Join(names, ", "), strings.Join(vals, ", "))
+	return b.String()
+}
+
+// Append copies a keyless stream's staged rows into target.
+func Append(target, stage Table, cols []string, stageCol func(int) string) string {
+	names, vals := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
+		names[i], vals[i] = Ident(c), stageCol(i)
+	}
+	return fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s", target, strings.Join(names, ", "), strings.Join(vals, ", "), stage)
+}
+
+// Truncate empties target (BigQuery's DELETE needs a WHERE clause).
+func Truncate(target Table) string { return fmt.Sprintf("DELETE FROM %s WHERE TRUE", target) }
+
+// AssertFence fails the transaction unless the pipeline's state row holds @fence (0: no row): a second writer
+// of the same pipeline that committed since this process read the fence stops this one. It is a SELECT with
+// ERROR() rather than an ASSERT, because a transaction takes queries and DML only; IF evaluates ERROR only when
+// the fence differs.
+func AssertFence(state Table) string {
+	return fmt.Sprintf("SELECT IF((SELECT COALESCE(MAX(last_sequence), 0) FROM %s WHERE pipeline = @pipeline AND stream = '') = @fence, 0,"+
+		" ERROR('skippr: the state row of this pipeline changed since it was read (another writer?)'))", state)
+}
+
+// SetState records @sequence as the last applied sequence number of the pipeline (stream ”) and of each
+// stream in @streams.
+func SetState(state Table) string {
+	return fmt.Sprintf("MERGE %s AS T USING (SELECT @pipeline AS pipeline, stream, @sequence AS last_sequence FROM UNNEST(@streams) AS stream) AS S"+
+		" ON T.pipeline = S.pipeline AND T.stream = S.stream"+
+		" WHEN MATCHED THEN UPDATE SET last_sequence = S.last_sequence"+
+		" WHEN NOT MATCHED THEN INSERT (pipeline, stream, last_sequence) VALUES (S.pipeline, S.stream, S.last_sequence)", state)
+}
+
+// ReadState selects a pipeline's state rows.
+func ReadState(state Table) string {
+	return fmt.Sprintf("SELECT stream, last_sequence FROM %s WHERE pipeline = @pipeline", state)
+}
+
+// Transaction joins statements into one multi-statement transaction: BigQuery runs the script as one job and
+// rolls the transaction back when any statement fails.
+func Transaction(stmts []string) string {
+	var b strings.Builder
+	b.WriteString("BEGIN TRANSACTION;\n")
+	for _, s := range stmts {
+		b.WriteString(s)
+		b.WriteString(";\n")
+	}
+	b.WriteString("COMMIT TRANSACTION;")
+	return b.String()
+}

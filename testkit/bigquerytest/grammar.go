@@ -1,0 +1,826 @@
+package bigquerytest
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+)
+
+// The grammar below is the part of GoogleSQL the BigQuery plugin may emit, written down from BigQuery's
+// reference pages (cloud.google.com/bigquery/docs/reference/standard-sql/…):
+//
+//	script      := stmt { ";" stmt } [";"]                              -- procedural language: a script
+//	stmt        := "BEGIN" "TRANSACTION" | "COMMIT" "TRANSACTION"       -- transactions
+//	             | "SELECT" "IF" "(" "(" scalar_sel ")" "=" param "," int "," "ERROR" "(" string ")" ")"
+//	                                                                      -- conditional expressions: IF; ERROR
+//	             | "DELETE" "FROM" table "WHERE" "TRUE"                  -- DML: DELETE (WHERE is required)
+//	             | "INSERT" "INTO" table "(" idents ")" "SELECT" idents "FROM" table
+//	             | "MERGE" [ "INTO" ] table [ "AS" ] alias "USING" source [ "AS" ] alias "ON" cond { when }
+//	             | "SELECT" idents "FROM" table "WHERE" ident "=" param
+//	scalar_sel  := "SELECT" "COALESCE" "(" "MAX" "(" ident ")" "," int ")" "FROM" table "WHERE" cond
+//	source      := table | "(" "SELECT" item { "," item } "FROM" "UNNEST" "(" param ")" [ "AS" ] alias ")"
+//	item        := param "AS" ident | ident
+//	when        := "WHEN" "MATCHED" [ "AND" cond ] "THEN" ( "DELETE" | "UPDATE" "SET" ident "=" expr { "," ident "=" expr } )
+//	             | "WHEN" "NOT" "MATCHED" [ "BY" "TARGET" ] [ "AND" cond ] "THEN" "INSERT" "(" idents ")" "VALUES" "(" exprs ")"
+//	cond        := comparison { "AND" comparison }
+//	comparison  := expr ( "=" | "<>" | "!=" ) expr
+//	expr        := column | param | int | string
+//	column      := [ alias "." ] ident
+//	table       := ident "." ident "." ident                            -- project.dataset.table
+//	ident       := quoted (`…`, with \` and \\ escapes) | unquoted (letters, digits, _, not a reserved keyword)
+//	string      := '…' (with backslash escapes)                          -- "…" is a string in GoogleSQL too,
+//	                                                                      -- but the plugin never writes one
+//
+// A transaction takes queries and DML only (multi-statement transactions, "Statements supported in
+// transactions"), so the fence check is a SELECT whose IF reaches ERROR() only when the fence differs.
+//
+// Rules BigQuery states and this checks: a MERGE has at least one WHEN clause, at most one unconditional
+// WHEN MATCHED and it comes last among them, and NOT MATCHED BY SOURCE is left out (PostgreSQL 15, which runs
+// the statements, lacks it). Anything else — another statement, a PostgreSQL-only form (ON CONFLICT, INSERT OR
+// REPLACE, "quoted" identifiers, BEGIN without TRANSACTION), a reserved word as a name — is refused with the
+// error BigQuery would give: "Syntax error: …".
+
+// reserved are GoogleSQL's reserved keywords (lexical structure, "Reserved keywords").
+var reserved = map[string]bool{}
+
+func init() {
+	for _, k := range strings.Fields(`ALL AND ANY ARRAY AS ASC ASSERT_ROWS_MODIFIED AT BETWEEN BY CASE CAST COLLATE CONTAINS
+		CREATE CROSS CUBE CURRENT DEFAULT DEFINE DESC DISTINCT ELSE END ENUM ESCAPE EXCEPT EXCLUDE EXISTS EXTRACT FALSE
+		FETCH FOLLOWING FOR FROM FULL GROUP GROUPING GROUPS HASH HAVING IF IGNORE IN INNER INTERSECT INTERVAL INTO IS
+		JOIN LATERAL LEFT LIKE LIMIT LOOKUP MERGE NATURAL NEW NO NOT NULL NULLS OF ON OR ORDER OUTER OVER PARTITION
+		PRECEDING PROTO QUALIFY RANGE RECURSIVE RESPECT RIGHT ROLLUP ROWS SELECT SET SOME STRUCT TABLESAMPLE THEN TO
+		TREAT TRUE UNBOUNDED UNION UNNEST USING WHEN WHERE WINDOW WITH WITHIN`) {
+		reserved[k] = true
+	}
+}
+
+type tokKind int
+
+const (
+	tWord   tokKind = iota // unquoted identifier or keyword
+	tQuoted                // `identifier`
+	tString                // 'string'
+	tInt
+	tParam // @name
+	tPunct
+	tEOF
+)
+
+type token struct {
+	kind tokKind
+	text string // unescaped for quoted identifiers and strings
+	pos  int
+}
+
+func lex(src string) ([]token, error) {
+	var out []token
+	i := 0
+	for i < len(src) {
+		c := src[i]
+		switch {
+		case c == ' ' || c == '\n' || c == '\t' || c == '\r':
+			i++
+		case c == '`' || c == '\'':
+			var b strings.Builder
+			j := i + 1
+			for ; j < len(src) && src[j] != c; j++ {
+				if src[j] == '\\' && j+1 < len(src) {
+					j++
+					switch src[j] {
+					case 'n':
+						b.WriteByte('\n')
+					case 't':
+						b.WriteByte('\t')
+					default:
+						b.WriteByte(src[j])
+					}
+					continue
+				}
+				if src[j] == '\n' {
+					return nil, fmt.Errorf("Syntax error: Unclosed %s at [%d]", map[byte]string{'`': "identifier literal", '\'': "string literal"}[c], i)
+				}
+				b.WriteByte(src[j])
+			}
+			if j >= len(src) {
+				return nil, fmt.Errorf("Syntax error: Unclosed %s at [%d]", map[byte]string{'`': "identifier literal", '\'': "string literal"}[c], i)
+			}
+			k := tString
+			if c == '`' {
+				k = tQuoted
+				if b.Len() == 0 {
+					return nil, fmt.Errorf("Syntax error: Invalid empty identifier at [%d]", i)
+				}
+			}
+			out = append(out, token{kind: k, text: b.String(), pos: i})
+			i = j + 1
+		case c == '"':
+			return nil, fmt.Errorf("Syntax error: the plugin's grammar has no double-quoted strings (a PostgreSQL identifier?) at [%d]", i)
+		case c == '@':
+			j := i + 1
+			for j < len(src) && isWordByte(src[j]) {
+				j++
+			}
+			if j == i+1 {
+				return nil, fmt.Errorf("Syntax error: Unexpected \"@\" at [%d]", i)
+			}
+			out = append(out, token{kind: tParam, text: src[i+1 : j], pos: i})
+			i = j
+		case c >= '0' && c <= '9':
+			j := i
+			for j < len(src) && src[j] >= '0' && src[j] <= '9' {
+				j++
+			}
+			out = append(out, token{kind: tInt, text: src[i:j], pos: i})
+			i = j
+		case isWordByte(c):
+			j := i
+			for j < len(src) && isWordByte(src[j]) {
+				j++
+			}
+			out = append(out, token{kind: tWord, text: src[i:j], pos: i})
+			i = j
+		case c == '<' && i+1 < len(src) && src[i+1] == '>', c == '!' && i+1 < len(src) && src[i+1] == '=':
+			out = append(out, token{kind: tPunct, text: "<>", pos: i})
+			i += 2
+		case strings.IndexByte("(),.=;", c) >= 0:
+			out = append(out, token{kind: tPunct, text: string(c), pos: i})
+			i++
+		default:
+			return nil, fmt.Errorf("Syntax error: Unexpected character %q at [%d]", c, i)
+		}
+	}
+	return append(out, token{kind: tEOF, pos: len(src)}), nil
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || unicode.IsLetter(rune(c)) || (c >= '0' && c <= '9')
+}
+
+// Kind is a statement's shape.
+type Kind string
+
+const (
+	KindBegin   Kind = "BEGIN TRANSACTION"
+	KindCommit  Kind = "COMMIT TRANSACTION"
+	KindAssert  Kind = "ASSERT"
+	KindDelete  Kind = "DELETE"
+	KindInsert  Kind = "INSERT"
+	KindMerge   Kind = "MERGE"
+	KindSelect  Kind = "SELECT"
+	paramPrefix      = "\x00param:"
+)
+
+// Statement is one parsed statement and its PostgreSQL translation, with parameters marked as
+// paramPrefix+name+"\x00" for the executor to number.
+type Statement struct {
+	Kind     Kind
+	Postgres string
+	// Tables names the tables the statement reads or writes (dataset.table); Columns the selected columns of
+	// a SELECT.
+	Tables  []TableRef
+	Columns []string
+	Message string // an ASSERT's description
+}
+
+// TableRef is a table a statement names.
+type TableRef struct{ Project, Dataset, Table string }
+
+// Parse splits a script into statements and checks each against the grammar.
+func Parse(script string) ([]Statement, error) {
+	toks, err := lex(script)
+	if err != nil {
+		return nil, err
+	}
+	p := &parser{toks: toks}
+	var out []Statement
+	for p.peek().kind != tEOF {
+		st, err := p.statement()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+		if p.peek().kind == tEOF {
+			break
+		}
+		if err := p.punct(";"); err != nil {
+			return nil, err
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("Syntax error: Unexpected end of script")
+	}
+	return out, nil
+}
+
+type parser struct {
+	toks []token
+	i    int
+	out  strings.Builder
+	st   Statement
+}
+
+func (p *parser) peek() token { return p.toks[p.i] }
+func (p *parser) next() token { t := p.toks[p.i]; p.i++; return t }
+
+func (p *parser) errf(format string, args ...any) error {
+	t := p.peek()
+	what := "end of script"
+	if t.kind != tEOF {
+		what = fmt.Sprintf("%q", t.text)
+	}
+	return fmt.Errorf("Syntax error: Unexpected %s at [%d]: %s", what, t.pos, fmt.Sprintf(format, args...))
+}
+
+// isKW says whether the next token is the keyword kw (keywords are case-insensitive).
+func (p *parser) isKW(kw string) bool {
+	t := p.peek()
+	return t.kind == tWord && strings.EqualFold(t.text, kw)
+}
+
+func (p *parser) kw(words ...string) error {
+	for _, w := range words {
+		if !p.isKW(w) {
+			return p.errf("expected keyword %s", w)
+		}
+		p.next()
+		p.emit(w)
+	}
+	return nil
+}
+
+func (p *parser) punct(s string) error {
+	t := p.peek()
+	if t.kind != tPunct || t.text != s {
+		return p.errf("expected %q", s)
+	}
+	p.next()
+	return nil
+}
+
+func (p *parser) emit(s string) {
+	if p.out.Len() > 0 {
+		p.out.WriteByte(' ')
+	}
+	p.out.WriteString(s)
+}
+
+func pgIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// ident reads a name: quoted, or unquoted and not reserved.
+func (p *parser) ident() (string, error) {
+	t := p.peek()
+	switch {
+	case t.kind == tQuoted:
+		p.next()
+		return t.text, nil
+	case t.kind == tWord && !reserved[strings.ToUpper(t.text)] && !(t.text[0] >= '0' && t.text[0] <= '9'):
+		p.next()
+		return t.text, nil
+	case t.kind == tWord:
+		return "", p.errf("%s is a reserved keyword; quote it with backticks to use it as a name", t.text)
+	}
+	return "", p.errf("expected a name")
+}
+
+func (p *parser) table() error {
+	var parts []string
+	for {
+		n, err := p.ident()
+		if err != nil {
+			return err
+		}
+		parts = append(parts, n)
+		if t := p.peek(); t.kind != tPunct || t.text != "." {
+			break
+		}
+		p.next()
+	}
+	if len(parts) != 3 {
+		return p.errf("the plugin names tables as project.dataset.table, got %d parts", len(parts))
+	}
+	p.st.Tables = append(p.st.Tables, TableRef{parts[0], parts[1], parts[2]})
+	p.emit(pgIdent(parts[1]) + "." + pgIdent(parts[2]))
+	return nil
+}
+
+func (p *parser) idents() ([]string, error) {
+	var out []string
+	for {
+		n, err := p.ident()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+		if t := p.peek(); t.kind != tPunct || t.text != "," {
+			return out, nil
+		}
+		p.next()
+	}
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = pgIdent(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+func (p *parser) param() error {
+	t := p.peek()
+	if t.kind != tParam {
+		return p.errf("expected a query parameter")
+	}
+	p.next()
+	p.emit(paramPrefix + t.text + "\x00")
+	return nil
+}
+
+// expr := column | param | int | string
+func (p *parser) expr() error {
+	t := p.peek()
+	switch t.kind {
+	case tParam:
+		return p.param()
+	case tInt:
+		p.next()
+		p.emit(t.text)
+		return nil
+	case tString:
+		p.next()
+		p.emit("'" + strings.ReplaceAll(t.text, "'", "''") + "'")
+		return nil
+	}
+	n, err := p.ident()
+	if err != nil {
+		return err
+	}
+	if t := p.peek(); t.kind == tPunct && t.text == "." {
+		p.next()
+		c, err := p.ident()
+		if err != nil {
+			return err
+		}
+		p.emit(pgIdent(n) + "." + pgIdent(c))
+		return nil
+	}
+	p.emit(pgIdent(n))
+	return nil
+}
+
+func (p *parser) cond() error {
+	for {
+		if err := p.expr(); err != nil {
+			return err
+		}
+		t := p.peek()
+		if t.kind != tPunct || (t.text != "=" && t.text != "<>") {
+			return p.errf("expected a comparison")
+		}
+		p.next()
+		p.emit(t.text)
+		if err := p.expr(); err != nil {
+			return err
+		}
+		if !p.isKW("AND") {
+			return nil
+		}
+		p.next()
+		p.emit("AND")
+	}
+}
+
+func (p *parser) alias() (string, error) {
+	if p.isKW("AS") {
+		p.next()
+	}
+	n, err := p.ident()
+	if err != nil {
+		return "", err
+	}
+	p.emit("AS " + pgIdent(n))
+	return n, nil
+}
+
+func (p *parser) statement() (Statement, error) {
+	p.out.Reset()
+	p.st = Statement{}
+	t := p.peek()
+	if t.kind != tWord {
+		return p.st, p.errf("expected a statement")
+	}
+	var err error
+	switch strings.ToUpper(t.text) {
+	case "BEGIN":
+		p.st.Kind = KindBegin
+		err = p.kw("BEGIN", "TRANSACTION")
+	case "COMMIT":
+		p.st.Kind = KindCommit
+		err = p.kw("COMMIT", "TRANSACTION")
+	case "DELETE":
+		p.st.Kind = KindDelete
+		err = p.del()
+	case "INSERT":
+		p.st.Kind = KindInsert
+		err = p.insert()
+	case "MERGE":
+		p.st.Kind = KindMerge
+		err = p.merge()
+	case "SELECT":
+		if n := p.toks[p.i+1]; n.kind == tWord && strings.EqualFold(n.text, "IF") {
+			err = p.assert()
+			break
+		}
+		p.st.Kind = KindSelect
+		err = p.sel()
+	default:
+		err = p.errf("not a statement the plugin may emit")
+	}
+	if err != nil {
+		return p.st, err
+	}
+	if t := p.peek(); t.kind != tEOF && !(t.kind == tPunct && t.text == ";") {
+		return p.st, p.errf("expected end of statement")
+	}
+	p.st.Postgres = p.out.String()
+	return p.st, nil
+}
+
+// assert reads SELECT IF((scalar_sel) = @param, int, ERROR('message')) and translates it to the comparison
+// alone; the executor raises the message when it is false.
+func (p *parser) assert() error {
+	p.st.Kind = KindAssert
+	p.next() // SELECT
+	p.next() // IF
+	for _, s := range []string{"(", "("} {
+		if err := p.punct(s); err != nil {
+			return err
+		}
+	}
+	p.emit("SELECT (")
+	if err := p.kw("SELECT", "COALESCE"); err != nil {
+		return err
+	}
+	if err := p.punct("("); err != nil {
+		return err
+	}
+	p.out.WriteString("(")
+	if !p.isKW("MAX") {
+		return p.errf("expected MAX")
+	}
+	p.next()
+	if err := p.punct("("); err != nil {
+		return err
+	}
+	col, err := p.ident()
+	if err != nil {
+		return err
+	}
+	p.out.WriteString("MAX(" + pgIdent(col) + ")")
+	if err := p.punct(")"); err != nil {
+		return err
+	}
+	if err := p.punct(","); err != nil {
+		return err
+	}
+	t := p.peek()
+	if t.kind != tInt {
+		return p.errf("expected an integer")
+	}
+	p.next()
+	p.out.WriteString(", " + t.text + ")")
+	if err := p.punct(")"); err != nil {
+		return err
+	}
+	if err := p.kw("FROM"); err != nil {
+		return err
+	}
+	if err := p.table(); err != nil {
+		return err
+	}
+	if err := p.kw("WHERE"); err != nil {
+		return err
+	}
+	if err := p.cond(); err != nil {
+		return err
+	}
+	if err := p.punct(")"); err != nil {
+		return err
+	}
+	if err := p.punct("="); err != nil {
+		return err
+	}
+	p.emit(") =")
+	if err := p.param(); err != nil {
+		return err
+	}
+	if err := p.punct(","); err != nil {
+		return err
+	}
+	if t := p.peek(); t.kind != tInt {
+		return p.errf("expected an integer")
+	}
+	p.next()
+	if err := p.punct(","); err != nil {
+		return err
+	}
+	if !p.isKW("ERROR") {
+		return p.errf("expected ERROR")
+	}
+	p.next()
+	if err := p.punct("("); err != nil {
+		return err
+	}
+	t = p.peek()
+	if t.kind != tString {
+		return p.errf("ERROR takes a string literal")
+	}
+	p.next()
+	p.st.Message = t.text
+	if err := p.punct(")"); err != nil {
+		return err
+	}
+	return p.punct(")")
+}
+
+func (p *parser) del() error {
+	if err := p.kw("DELETE", "FROM"); err != nil {
+		return err
+	}
+	if err := p.table(); err != nil {
+		return err
+	}
+	return p.kw("WHERE", "TRUE")
+}
+
+func (p *parser) insert() error {
+	if err := p.kw("INSERT", "INTO"); err != nil {
+		return err
+	}
+	if err := p.table(); err != nil {
+		return err
+	}
+	if err := p.punct("("); err != nil {
+		return err
+	}
+	cols, err := p.idents()
+	if err != nil {
+		return err
+	}
+	if err := p.punct(")"); err != nil {
+		return err
+	}
+	p.emit("(" + quoteAll(cols) + ")")
+	if err := p.kw("SELECT"); err != nil {
+		return err
+	}
+	vals, err := p.idents()
+	if err != nil {
+		return err
+	}
+	if len(vals) != len(cols) {
+		return fmt.Errorf("Inserted row has wrong column count; Has %d, expected %d", len(vals), len(cols))
+	}
+	p.emit(quoteAll(vals))
+	if err := p.kw("FROM"); err != nil {
+		return err
+	}
+	return p.table()
+}
+
+func (p *parser) sel() error {
+	if err := p.kw("SELECT"); err != nil {
+		return err
+	}
+	cols, err := p.idents()
+	if err != nil {
+		return err
+	}
+	p.st.Columns = cols
+	p.emit(quoteAll(cols))
+	if err := p.kw("FROM"); err != nil {
+		return err
+	}
+	if err := p.table(); err != nil {
+		return err
+	}
+	if err := p.kw("WHERE"); err != nil {
+		return err
+	}
+	c, err := p.ident()
+	if err != nil {
+		return err
+	}
+	p.emit(pgIdent(c))
+	if err := p.punct("="); err != nil {
+		return err
+	}
+	p.emit("=")
+	return p.param()
+}
+
+func (p *parser) merge() error {
+	p.next()
+	p.emit("MERGE INTO")
+	if p.isKW("INTO") {
+		p.next()
+	}
+	if err := p.table(); err != nil {
+		return err
+	}
+	if _, err := p.alias(); err != nil {
+		return err
+	}
+	if err := p.kw("USING"); err != nil {
+		return err
+	}
+	if t := p.peek(); t.kind == tPunct && t.text == "(" {
+		p.next()
+		p.emit("(")
+		if err := p.kw("SELECT"); err != nil {
+			return err
+		}
+		for n := 0; ; n++ {
+			if n > 0 {
+				if err := p.punct(","); err != nil {
+					return err
+				}
+				p.out.WriteString(",")
+			}
+			if p.peek().kind == tParam {
+				if err := p.param(); err != nil {
+					return err
+				}
+				if err := p.kw("AS"); err != nil {
+					return err
+				}
+				c, err := p.ident()
+				if err != nil {
+					return err
+				}
+				p.emit(pgIdent(c))
+			} else {
+				c, err := p.ident()
+				if err != nil {
+					return err
+				}
+				p.emit(pgIdent(c))
+			}
+			if p.isKW("FROM") {
+				break
+			}
+		}
+		if err := p.kw("FROM", "UNNEST"); err != nil {
+			return err
+		}
+		if err := p.punct("("); err != nil {
+			return err
+		}
+		p.out.WriteString("(")
+		if err := p.param(); err != nil {
+			return err
+		}
+		if err := p.punct(")"); err != nil {
+			return err
+		}
+		p.out.WriteString(")")
+		if _, err := p.alias(); err != nil {
+			return err
+		}
+		if err := p.punct(")"); err != nil {
+			return err
+		}
+		p.emit(")")
+	} else if err := p.table(); err != nil {
+		return err
+	}
+	if _, err := p.alias(); err != nil {
+		return err
+	}
+	if err := p.kw("ON"); err != nil {
+		return err
+	}
+	if err := p.cond(); err != nil {
+		return err
+	}
+	whens, unconditionalMatched := 0, false
+	for p.isKW("WHEN") {
+		whens++
+		if err := p.kw("WHEN"); err != nil {
+			return err
+		}
+		notMatched := false
+		if p.isKW("NOT") {
+			notMatched = true
+			p.next()
+			p.emit("NOT")
+		}
+		if err := p.kw("MATCHED"); err != nil {
+			return err
+		}
+		if notMatched && p.isKW("BY") {
+			p.next()
+			if p.isKW("SOURCE") {
+				return p.errf("WHEN NOT MATCHED BY SOURCE is outside the plugin's grammar")
+			}
+			if !p.isKW("TARGET") {
+				return p.errf("expected TARGET")
+			}
+			p.next() // PostgreSQL 15 knows only the short form
+		}
+		conditional := false
+		if p.isKW("AND") {
+			conditional = true
+			p.next()
+			p.emit("AND")
+			if err := p.cond(); err != nil {
+				return err
+			}
+		}
+		if !notMatched {
+			if unconditionalMatched {
+				return fmt.Errorf("Syntax error: a WHEN MATCHED clause after an unconditional WHEN MATCHED clause is unreachable")
+			}
+			unconditionalMatched = !conditional
+		}
+		if err := p.kw("THEN"); err != nil {
+			return err
+		}
+		switch {
+		case !notMatched && p.isKW("DELETE"):
+			p.next()
+			p.emit("DELETE")
+		case !notMatched && p.isKW("UPDATE"):
+			if err := p.kw("UPDATE", "SET"); err != nil {
+				return err
+			}
+			for n := 0; ; n++ {
+				if n > 0 {
+					p.out.WriteString(",")
+				}
+				c, err := p.ident()
+				if err != nil {
+					return err
+				}
+				p.emit(pgIdent(c) + " =")
+				if err := p.punct("="); err != nil {
+					return err
+				}
+				if err := p.expr(); err != nil {
+					return err
+				}
+				if t := p.peek(); t.kind != tPunct || t.text != "," {
+					break
+				}
+				p.next()
+			}
+		case notMatched && p.isKW("INSERT"):
+			if err := p.kw("INSERT"); err != nil {
+				return err
+			}
+			if err := p.punct("("); err != nil {
+				return err
+			}
+			cols, err := p.idents()
+			if err != nil {
+				return err
+			}
+			if err := p.punct(")"); err != nil {
+				return err
+			}
+			p.emit("(" + quoteAll(cols) + ")")
+			if err := p.kw("VALUES"); err != nil {
+				return err
+			}
+			if err := p.punct("("); err != nil {
+				return err
+			}
+			p.emit("(")
+			for n := 0; ; n++ {
+				if n > 0 {
+					p.out.WriteString(",")
+				}
+				if err := p.expr(); err != nil {
+					return err
+				}
+				if t := p.peek(); t.kind != tPunct || t.text != "," {
+					break
+				}
+				p.next()
+			}
+			if n := strings.Count(p.out.String()[strings.LastIndex(p.out.String(), "VALUES"):], ",") + 1; n != len(cols) {
+				return fmt.Errorf("Syntax error: INSERT has %d columns and %d values", len(cols), n)
+			}
+			if err := p.punct(")"); err != nil {
+				return err
+			}
+			p.emit(")")
+		default:
+			return p.errf("expected DELETE, UPDATE or INSERT")
+		}
+	}
+	if whens == 0 {
+		return p.errf("a MERGE needs at least one WHEN clause")
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+package bigquerytest
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestGrammarRefuses: statements outside the documented grammar — PostgreSQL forms, other statements, reserved
+// words as names, MERGE clauses out of order — are refused, so the stand-in cannot accept what BigQuery would
+// reject.
+func TestGrammarRefuses(t *testing.T) {
+	for name, sql := range map[string]string{
+		"pg upsert":             "INSERT INTO `p`.`d`.`t` (`a`) SELECT c0 FROM `p`.`d`.`s` ON CONFLICT DO NOTHING",
+		"insert or replace":     "INSERT OR REPLACE INTO `p`.`d`.`t` (`a`) SELECT c0 FROM `p`.`d`.`s`",
+		"double quotes":         `DELETE FROM "p"."d"."t" WHERE TRUE`,
+		"bare begin":            "BEGIN; COMMIT TRANSACTION",
+		"delete without where":  "DELETE FROM `p`.`d`.`t`",
+		"truncate":              "TRUNCATE TABLE `p`.`d`.`t`",
+		"two-part table":        "DELETE FROM `d`.`t` WHERE TRUE",
+		"reserved name":         "SELECT end FROM `p`.`d`.`t` WHERE pipeline = @p",
+		"merge without when":    "MERGE `p`.`d`.`t` T USING `p`.`d`.`s` S ON T.a = S.c0",
+		"unreachable matched":   "MERGE `p`.`d`.`t` T USING `p`.`d`.`s` S ON T.a = S.c0 WHEN MATCHED THEN DELETE WHEN MATCHED AND S.x = 1 THEN DELETE",
+		"not matched by source": "MERGE `p`.`d`.`t` T USING `p`.`d`.`s` S ON T.a = S.c0 WHEN NOT MATCHED BY SOURCE THEN DELETE",
+		"insert count":          "MERGE `p`.`d`.`t` T USING `p`.`d`.`s` S ON T.a = S.c0 WHEN NOT MATCHED THEN INSERT (a, b) VALUES (S.c0)",
+		"update in not matched": "MERGE `p`.`d`.`t` T USING `p`.`d`.`s` S ON T.a = S.c0 WHEN NOT MATCHED THEN UPDATE SET a = S.c0",
+		"create table":          "CREATE TABLE `p`.`d`.`t` (a INT64)",
+		"unclosed string":       "SELECT a FROM `p`.`d`.`t` WHERE a = 'x",
+		"semicolon only":        ";",
+	} {
+		if _, err := Parse(sql); err == nil || !strings.Contains(err.Error(), "rror") && !strings.Contains(err.Error(), "Inserted row") {
+			t.Errorf("%s: %q was accepted (err %v)", name, sql, err)
+		}
+	}
+}
+
+// TestGrammarTranslates: accepted statements become the PostgreSQL the executor runs.
+func TestGrammarTranslates(t *testing.T) {
+	for sql, want := range map[string]string{
+		"DELETE FROM `p`.`d`.`t` WHERE TRUE": `DELETE FROM "d"."t" WHERE TRUE`,
+		"MERGE `p`.`d`.`t` AS T USING `p`.`d`.`s` AS S ON T.`id` = S.c0 WHEN MATCHED AND S._skippr_op = 3 THEN DELETE WHEN NOT MATCHED BY TARGET AND S._skippr_op <> 3 THEN INSERT (`id`) VALUES (S.c0)": `MERGE INTO "d"."t" AS "T" USING "d"."s" AS "S" ON "T"."id" = "S"."c0" WHEN MATCHED AND "S"."_skippr_op" = 3 THEN DELETE WHEN NOT MATCHED AND "S"."_skippr_op" <> 3 THEN INSERT ("id") VALUES ( "S"."c0" )`,
+		"SELECT stream, last_sequence FROM `p`.`d`.`_skippr_state` WHERE pipeline = @pipeline":                                                                                                           "SELECT \"stream\", \"last_sequence\" FROM \"d\".\"_skippr_state\" WHERE \"pipeline\" = \x00param:pipeline\x00",
+	} {
+		st, err := Parse(sql)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		if st[0].Postgres != want {
+			t.Errorf("%s\n got %s\nwant %s", sql, st[0].Postgres, want)
+		}
+	}
+}

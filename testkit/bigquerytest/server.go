@@ -1,0 +1,481 @@
+// Package bigquerytest is a STAND-IN FOR GOOGLE BIGQUERY, a cloud service that cannot run here: an HTTP
+// server on 127.0.0.1 that speaks the parts of BigQuery's REST API (datasets, tables get/insert/patch/delete and
+// testIamPermissions, query jobs insert/get/getQueryResults) and of the Storage Write gRPC service
+// (CreateWriteStream, GetWriteStream, AppendRows, FinalizeWriteStream, BatchCommitWriteStreams) that
+// cloud.google.com/go/bigquery uses for the skippr BigQuery plugin, both on one port (gRPC over h2c).
+//
+// It stores tables in a real SQL engine, a PostgreSQL 15 database (testkit/pgtest): a dataset is a schema, a
+// table a table; STRUCT and ARRAY columns are jsonb. Query jobs are parsed against grammar.go — the GoogleSQL
+// statement shapes the plugin is allowed to emit, written down from BigQuery's reference — and anything else is
+// refused as BigQuery would refuse a syntax error; what passes is translated and run, a script inside one
+// PostgreSQL transaction. Pending write streams hold their rows until BatchCommitWriteStreams inserts them all
+// in one transaction; appends check offsets (ALREADY_EXISTS behind, OUT_OF_RANGE ahead) and the writer's proto
+// descriptor against the table's column types.
+//
+// What it does not model: costs, quotas, eventual consistency of metadata, slots, partitions, expiration (a
+// staging table left behind stays), and any statement outside grammar.go. Passing against it proves the
+// plugin's logic and its statements' shapes; the live suite (SKIPPR_BIGQUERY_*) proves them against BigQuery.
+package bigquerytest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/bigquery/storage/apiv1/storagepb"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/h2c"
+	bq "google.golang.org/api/bigquery/v2"
+	"google.golang.org/grpc"
+
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+// Server is a running stand-in.
+type Server struct {
+	// URL is the base address to give the plugin as its endpoint setting.
+	URL     string
+	Project string
+	DB      *pgtest.DB
+	pool    *pgxpool.Pool
+	http    *http.Server
+
+	mu       sync.Mutex
+	datasets map[string]*bq.Dataset
+	tables   map[string]*tableMeta // by dataset.table
+	jobs     map[string]*job
+	streams  map[string]*writeStream
+	denied   map[string]bool
+	queries  []string
+	// txMu serialises scripts and commits, as BigQuery serialises DML on a table.
+	txMu sync.Mutex
+}
+
+type tableMeta struct {
+	t     *bq.Table
+	etag  int
+	cols  []*bq.TableFieldSchema
+	pgKey []string
+}
+
+// Start runs a stand-in for project on a new database of the shared Postgres server until the test ends.
+func Start(t testing.TB, project string) *Server {
+	t.Helper()
+	db := pgtest.NewDB(t)
+	pool, err := pgxpool.New(context.Background(), db.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{URL: "http://" + ln.Addr().String(), Project: project, DB: db, pool: pool,
+		datasets: map[string]*bq.Dataset{}, tables: map[string]*tableMeta{}, jobs: map[string]*job{},
+		streams: map[string]*writeStream{}, denied: map[string]bool{}}
+	g := grpc.NewServer()
+	storagepb.RegisterBigQueryWriteServer(g, &writeService{s: s})
+	rest := http.HandlerFunc(s.serveREST)
+	s.http = &http.Server{Handler: h2c.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			g.ServeHTTP(w, r)
+			return
+		}
+		rest.ServeHTTP(w, r)
+	}), &http2.Server{})}
+	go s.http.Serve(ln)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.http.Shutdown(ctx)
+		g.Stop()
+		pool.Close()
+	})
+	return s
+}
+
+// Deny makes testIamPermissions report these permissions as missing, as for credentials without them.
+func (s *Server) Deny(perms ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range perms {
+		s.denied[p] = true
+	}
+}
+
+// Queries returns the query jobs' texts so far.
+func (s *Server) Queries() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.queries...)
+}
+
+// Pool is the stand-in's database, for tests that compare tables.
+func (s *Server) Pool() *pgxpool.Pool { return s.pool }
+
+// Tables lists dataset.table names the stand-in holds.
+func (s *Server) Tables() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k := range s.tables {
+		out = append(out, k)
+	}
+	return out
+}
+
+// apiError is BigQuery's REST error body.
+type apiError struct {
+	Code    int
+	Reason  string
+	Message string
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func errf(code int, reason, format string, args ...any) error {
+	return &apiError{Code: code, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{Code: 400, Reason: "invalidQuery", Message: err.Error()}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ae.Code)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
+		"code": ae.Code, "message": ae.Message,
+		"errors": []map[string]string{{"reason": ae.Reason, "message": ae.Message, "domain": "global"}},
+	}})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
+	path, ok := strings.CutPrefix(r.URL.Path, "/bigquery/v2/projects/")
+	if !ok {
+		writeErr(w, errf(404, "notFound", "no such API: %s", r.URL.Path))
+		return
+	}
+	parts := strings.Split(path, "/")
+	if parts[0] != s.Project {
+		writeErr(w, errf(404, "notFound", "Not found: Project %s", parts[0]))
+		return
+	}
+	ctx := r.Context()
+	var (
+		out any
+		err error
+	)
+	switch {
+	case len(parts) == 2 && parts[1] == "datasets" && r.Method == http.MethodPost:
+		var d bq.Dataset
+		if err = json.NewDecoder(r.Body).Decode(&d); err == nil {
+			out, err = s.createDataset(ctx, &d)
+		}
+	case len(parts) == 3 && parts[1] == "datasets" && r.Method == http.MethodGet:
+		out, err = s.getDataset(parts[2])
+	case len(parts) == 4 && parts[1] == "datasets" && parts[3] == "tables" && r.Method == http.MethodPost:
+		var t bq.Table
+		if err = json.NewDecoder(r.Body).Decode(&t); err == nil {
+			out, err = s.createTable(ctx, parts[2], &t)
+		}
+	case len(parts) == 5 && parts[1] == "datasets" && parts[3] == "tables" && strings.HasSuffix(parts[4], ":testIamPermissions"):
+		var req bq.TestIamPermissionsRequest
+		if err = json.NewDecoder(r.Body).Decode(&req); err == nil {
+			out, err = s.testPermissions(parts[2], strings.TrimSuffix(parts[4], ":testIamPermissions"), req.Permissions)
+		}
+	case len(parts) == 5 && parts[1] == "datasets" && parts[3] == "tables":
+		switch r.Method {
+		case http.MethodGet:
+			out, err = s.getTable(parts[2], parts[4])
+		case http.MethodPatch, http.MethodPut:
+			var t bq.Table
+			if err = json.NewDecoder(r.Body).Decode(&t); err == nil {
+				out, err = s.patchTable(ctx, parts[2], parts[4], &t, r.Header.Get("If-Match"))
+			}
+		case http.MethodDelete:
+			err = s.deleteTable(ctx, parts[2], parts[4])
+			if err == nil {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+		default:
+			err = errf(405, "invalid", "method %s", r.Method)
+		}
+	case len(parts) == 2 && parts[1] == "jobs" && r.Method == http.MethodPost:
+		var j bq.Job
+		if err = json.NewDecoder(r.Body).Decode(&j); err == nil {
+			out, err = s.insertJob(ctx, &j)
+		}
+	case len(parts) == 3 && parts[1] == "jobs" && r.Method == http.MethodGet:
+		out, err = s.getJob(parts[2])
+	case len(parts) == 3 && parts[1] == "queries" && r.Method == http.MethodGet:
+		out, err = s.queryResults(parts[2])
+	default:
+		err = errf(404, "notFound", "the stand-in does not serve %s %s", r.Method, r.URL.Path)
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) createDataset(ctx context.Context, d *bq.Dataset) (*bq.Dataset, error) {
+	if d.DatasetReference == nil || d.DatasetReference.DatasetId == "" {
+		return nil, errf(400, "invalid", "datasetReference.datasetId is required")
+	}
+	id := d.DatasetReference.DatasetId
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.datasets[id]; ok {
+		return nil, errf(409, "duplicate", "Already Exists: Dataset %s:%s", s.Project, id)
+	}
+	if _, err := s.pool.Exec(ctx, "CREATE SCHEMA "+pgIdent(id)); err != nil {
+		return nil, fmt.Errorf("create schema: %w", err)
+	}
+	d.DatasetReference.ProjectId = s.Project
+	d.Id = s.Project + ":" + id
+	if d.Location == "" {
+		d.Location = "US"
+	}
+	s.datasets[id] = d
+	return d, nil
+}
+
+func (s *Server) getDataset(id string) (*bq.Dataset, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, ok := s.datasets[id]
+	if !ok {
+		return nil, errf(404, "notFound", "Not found: Dataset %s:%s", s.Project, id)
+	}
+	return d, nil
+}
+
+// pgType is the PostgreSQL type that holds a BigQuery column.
+func pgType(f *bq.TableFieldSchema) (string, error) {
+	if f.Mode == "REPEATED" {
+		return "jsonb", nil
+	}
+	switch canonical(f.Type) {
+	case "INT64":
+		return "bigint", nil
+	case "FLOAT64":
+		return "double precision", nil
+	case "BOOL":
+		return "boolean", nil
+	case "STRING":
+		return "text", nil
+	case "BYTES":
+		return "bytea", nil
+	case "NUMERIC":
+		return "numeric(38,9)", nil
+	case "BIGNUMERIC":
+		return "numeric", nil
+	case "DATE":
+		return "date", nil
+	case "TIME":
+		return "time", nil
+	case "DATETIME":
+		return "timestamp", nil
+	case "TIMESTAMP":
+		return "timestamptz", nil
+	case "JSON", "STRUCT":
+		return "jsonb", nil
+	}
+	return "", errf(400, "invalid", "the stand-in has no column type %s", f.Type)
+}
+
+func canonical(t string) string {
+	switch strings.ToUpper(t) {
+	case "INTEGER":
+		return "INT64"
+	case "FLOAT":
+		return "FLOAT64"
+	case "BOOLEAN":
+		return "BOOL"
+	case "RECORD":
+		return "STRUCT"
+	}
+	return strings.ToUpper(t)
+}
+
+// legacy renames types to the names the REST API answers with (INTEGER, FLOAT, BOOLEAN, RECORD), as BigQuery
+// does whatever name a table was created with.
+func legacy(fields []*bq.TableFieldSchema) {
+	for _, f := range fields {
+		switch canonical(f.Type) {
+		case "INT64":
+			f.Type = "INTEGER"
+		case "FLOAT64":
+			f.Type = "FLOAT"
+		case "BOOL":
+			f.Type = "BOOLEAN"
+		case "STRUCT":
+			f.Type = "RECORD"
+		default:
+			f.Type = canonical(f.Type)
+		}
+		if f.Mode == "" {
+			f.Mode = "NULLABLE"
+		}
+		legacy(f.Fields)
+	}
+}
+
+func (s *Server) createTable(ctx context.Context, dataset string, t *bq.Table) (*bq.Table, error) {
+	if t.TableReference == nil || t.TableReference.TableId == "" {
+		return nil, errf(400, "invalid", "tableReference.tableId is required")
+	}
+	if t.Schema == nil || len(t.Schema.Fields) == 0 {
+		return nil, errf(400, "invalid", "the plugin creates tables with a schema")
+	}
+	legacy(t.Schema.Fields)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.datasets[dataset]; !ok {
+		return nil, errf(404, "notFound", "Not found: Dataset %s:%s", s.Project, dataset)
+	}
+	key := dataset + "." + t.TableReference.TableId
+	if _, ok := s.tables[key]; ok {
+		return nil, errf(409, "duplicate", "Already Exists: Table %s:%s", s.Project, key)
+	}
+	var defs []string
+	seen := map[string]bool{}
+	for _, f := range t.Schema.Fields {
+		if seen[strings.ToLower(f.Name)] {
+			return nil, errf(400, "invalid", "Field %s already exists in schema", f.Name)
+		}
+		seen[strings.ToLower(f.Name)] = true
+		pt, err := pgType(f)
+		if err != nil {
+			return nil, err
+		}
+		def := pgIdent(f.Name) + " " + pt
+		if f.Mode == "REQUIRED" {
+			def += " NOT NULL"
+		}
+		defs = append(defs, def)
+	}
+	var pk []string
+	if t.TableConstraints != nil && t.TableConstraints.PrimaryKey != nil {
+		pk = t.TableConstraints.PrimaryKey.Columns
+		// BigQuery does not enforce it; the stand-in does, so a duplicated key fails the test that made it.
+		defs = append(defs, "PRIMARY KEY ("+quoteAll(pk)+")")
+	}
+	if _, err := s.pool.Exec(ctx, "CREATE TABLE "+pgIdent(dataset)+"."+pgIdent(t.TableReference.TableId)+" ("+strings.Join(defs, ", ")+")"); err != nil {
+		return nil, errf(400, "invalid", "create table: %v", err)
+	}
+	t.TableReference.ProjectId, t.TableReference.DatasetId = s.Project, dataset
+	t.Id = s.Project + ":" + key
+	t.Type = "TABLE"
+	m := &tableMeta{t: t, etag: 1, cols: t.Schema.Fields, pgKey: pk}
+	t.Etag = fmt.Sprint(m.etag)
+	s.tables[key] = m
+	return t, nil
+}
+
+func (s *Server) getTable(dataset, table string) (*bq.Table, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.tables[dataset+"."+table]
+	if !ok {
+		return nil, errf(404, "notFound", "Not found: Table %s:%s.%s", s.Project, dataset, table)
+	}
+	return m.t, nil
+}
+
+// patchTable takes schema changes BigQuery takes without a rewrite: new NULLABLE (or REPEATED) columns at the
+// end; anything else is refused as BigQuery refuses it.
+func (s *Server) patchTable(ctx context.Context, dataset, table string, t *bq.Table, ifMatch string) (*bq.Table, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.tables[dataset+"."+table]
+	if !ok {
+		return nil, errf(404, "notFound", "Not found: Table %s:%s.%s", s.Project, dataset, table)
+	}
+	if ifMatch != "" && strings.Trim(ifMatch, `"`) != m.t.Etag {
+		return nil, errf(412, "conditionNotMet", "Precondition check failed.")
+	}
+	if t.Schema == nil {
+		return m.t, nil
+	}
+	legacy(t.Schema.Fields)
+	old := m.cols
+	if len(t.Schema.Fields) < len(old) {
+		return nil, errf(400, "invalid", "Provided Schema does not match Table %s:%s.%s. Cannot drop columns", s.Project, dataset, table)
+	}
+	for i, f := range old {
+		n := t.Schema.Fields[i]
+		if !strings.EqualFold(n.Name, f.Name) || canonical(n.Type) != canonical(f.Type) || n.Mode != f.Mode {
+			return nil, errf(400, "invalid", "Provided Schema does not match Table %s:%s.%s. Field %s has changed type from %s to %s", s.Project, dataset, table, f.Name, f.Type, n.Type)
+		}
+	}
+	for _, f := range t.Schema.Fields[len(old):] {
+		if f.Mode == "REQUIRED" {
+			return nil, errf(400, "invalid", "Provided Schema does not match Table %s:%s.%s. Cannot add required fields to an existing schema. (field: %s)", s.Project, dataset, table, f.Name)
+		}
+		pt, err := pgType(f)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.pool.Exec(ctx, "ALTER TABLE "+pgIdent(dataset)+"."+pgIdent(table)+" ADD COLUMN "+pgIdent(f.Name)+" "+pt); err != nil {
+			return nil, errf(400, "invalid", "add column: %v", err)
+		}
+	}
+	m.cols = t.Schema.Fields
+	m.t.Schema = t.Schema
+	m.etag++
+	m.t.Etag = fmt.Sprint(m.etag)
+	return m.t, nil
+}
+
+func (s *Server) deleteTable(ctx context.Context, dataset, table string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.tables[dataset+"."+table]; !ok {
+		return errf(404, "notFound", "Not found: Table %s:%s.%s", s.Project, dataset, table)
+	}
+	if _, err := s.pool.Exec(ctx, "DROP TABLE "+pgIdent(dataset)+"."+pgIdent(table)); err != nil {
+		return fmt.Errorf("drop table: %w", err)
+	}
+	delete(s.tables, dataset+"."+table)
+	return nil
+}
+
+func (s *Server) testPermissions(dataset, table string, perms []string) (*bq.TestIamPermissionsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.tables[dataset+"."+table]; !ok {
+		return nil, errf(404, "notFound", "Not found: Table %s:%s.%s", s.Project, dataset, table)
+	}
+	out := &bq.TestIamPermissionsResponse{}
+	for _, p := range perms {
+		if !s.denied[p] {
+			out.Permissions = append(out.Permissions, p)
+		}
+	}
+	return out, nil
+}
+
+func newID(prefix string) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
