@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +18,6 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugins/mysql/source"
 	"github.com/skippr-dev/skippr/testkit/mysqltest"
@@ -60,93 +56,10 @@ func settings(db *mysqltest.DB, extra map[string]any) []byte {
 	return b
 }
 
-// reading is a running Read, its messages gathered by a goroutine.
-type reading struct {
-	t      testing.TB
-	cancel context.CancelFunc
-	msgs   chan client.Message
-	err    chan error
-	done   chan struct{}
-}
-
-func startReading(t testing.TB, c *client.Client, set []byte, from []byte) *reading {
+// startReading starts a Read; see conformance.Reading.
+func startReading(t testing.TB, c *client.Client, set []byte, from []byte) *conformance.Reading {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	rs, err := c.Read(ctx, set, nil, from)
-	if err != nil {
-		cancel()
-		t.Fatalf("read: %v", err)
-	}
-	r := &reading{t: t, cancel: cancel, msgs: make(chan client.Message, 64), err: make(chan error, 1), done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		for {
-			m, err := rs.Next()
-			if err != nil {
-				r.err <- err
-				return
-			}
-			select {
-			case r.msgs <- m:
-			case <-ctx.Done():
-				r.err <- ctx.Err()
-				return
-			}
-		}
-	}()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *reading) stop() {
-	r.cancel()
-	<-r.done
-}
-
-// chunk is what a source emitted up to and including one checkpoint.
-type chunk struct {
-	batches []protocol.Batch
-	cp      *pluginv1.Checkpoint
-}
-
-func (r *reading) next(timeout time.Duration) (chunk, error) {
-	var c chunk
-	deadline := time.After(timeout)
-	for {
-		select {
-		case m := <-r.msgs:
-			switch {
-			case m.Batch != nil:
-				c.batches = append(c.batches, *m.Batch)
-			case m.Checkpoint != nil:
-				c.cp = m.Checkpoint
-				return c, nil
-			}
-		case err := <-r.err:
-			r.err <- err
-			return c, err
-		case <-deadline:
-			return c, fmt.Errorf("no checkpoint within %s", timeout)
-		}
-	}
-}
-
-// readErr waits for a Read to fail and returns its error.
-func (r *reading) readErr(timeout time.Duration) error {
-	deadline := time.After(timeout)
-	for {
-		select {
-		case <-r.msgs:
-		case err := <-r.err:
-			r.err <- err
-			if errors.Is(err, io.EOF) {
-				return errors.New("read ended without an error")
-			}
-			return err
-		case <-deadline:
-			return fmt.Errorf("read did not fail within %s", timeout)
-		}
-	}
+	return conformance.StartReading(t, c, set, from)
 }
 
 func position(t testing.TB, b []byte) *source.Position {
@@ -168,9 +81,13 @@ type state struct {
 func newState() *state { return &state{rows: map[string]map[string]string{}, ops: map[change.Op]int{}} }
 
 // apply folds a chunk's batches.
-func (s *state) apply(t testing.TB, c chunk) {
+func (s *state) apply(t testing.TB, c conformance.Chunk) {
 	t.Helper()
-	for _, b := range c.batches {
+	for _, it := range c.Items {
+		if it.Batch == nil {
+			continue
+		}
+		b := it.Batch
 		recs, _, err := protocol.DecodeRecords(memory.DefaultAllocator, b.IPC)
 		if err != nil {
 			t.Fatalf("decode batch of %s: %v", b.Stream, err)
@@ -231,15 +148,15 @@ func cellText(a arrow.Array, i int) string {
 func snapshotState(t testing.TB, c *client.Client, set []byte) *state {
 	t.Helper()
 	r := startReading(t, c, set, nil)
-	defer r.stop()
+	defer r.Stop()
 	s := newState()
 	for {
-		ch, err := r.next(2 * time.Minute)
+		ch, err := r.Next(2 * time.Minute)
 		if err != nil {
 			t.Fatalf("fresh snapshot: %v", err)
 		}
 		s.apply(t, ch)
-		if position(t, ch.cp.Position).Phase == source.PhaseStream {
+		if position(t, ch.Checkpoint.Position).Phase == source.PhaseStream {
 			return s
 		}
 	}

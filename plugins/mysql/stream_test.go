@@ -14,6 +14,7 @@ import (
 	_ "github.com/go-sql-driver/mysql"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugins/mysql/source"
 	"github.com/skippr-dev/skippr/testkit/mysqltest"
@@ -59,22 +60,22 @@ func write(t *testing.T, h *sql.DB, rng *rand.Rand, stop <-chan struct{}) int {
 }
 
 // catchUp folds chunks until an idle stream checkpoint holds the server's current GTID position.
-func catchUp(t *testing.T, r *reading, s *state, db *mysqltest.DB) []byte {
+func catchUp(t *testing.T, r *conformance.Reading, s *state, db *mysqltest.DB) []byte {
 	t.Helper()
 	var want string
 	db.QueryRow(t, []any{&want}, `SELECT @@gtid_binlog_pos`)
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		c, err := r.next(time.Until(deadline))
+		c, err := r.Next(time.Until(deadline))
 		if err != nil {
 			t.Fatalf("catch up to gtid %s: %v", want, err)
 		}
 		s.apply(t, c)
-		p := position(t, c.cp.Position)
+		p := position(t, c.Checkpoint.Position)
 		// Tests share one server, so another test's commits may carry the position past want before the next
 		// idle checkpoint: caught up means at or past it.
-		if c.cp.Idle && p.Phase == source.PhaseStream && gtidAtLeast(p.GTID, want) {
-			return c.cp.Position
+		if c.Checkpoint.Idle && p.Phase == source.PhaseStream && gtidAtLeast(p.GTID, want) {
+			return c.Checkpoint.Position
 		}
 	}
 }
@@ -100,13 +101,13 @@ func TestSnapshotThenStream(t *testing.T) {
 	s := newState()
 	snapCPs := 0
 	for {
-		ch, err := r.next(2 * time.Minute)
+		ch, err := r.Next(2 * time.Minute)
 		if err != nil {
 			close(stop)
 			t.Fatal(err)
 		}
 		s.apply(t, ch)
-		if position(t, ch.cp.Position).Phase == source.PhaseStream {
+		if position(t, ch.Checkpoint.Position).Phase == source.PhaseStream {
 			break
 		}
 		snapCPs++
@@ -148,14 +149,14 @@ func TestSnapshotResume(t *testing.T) {
 	s := newState()
 	var last []byte
 	for i := 0; i < 5; i++ {
-		ch, err := r.next(time.Minute)
+		ch, err := r.Next(time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.apply(t, ch)
-		last = ch.cp.Position
+		last = ch.Checkpoint.Position
 	}
-	r.stop()
+	r.Stop()
 	p := position(t, last)
 	if p.Phase != source.PhaseSnapshot || p.Progress["a"].Key == nil {
 		t.Fatalf("after 5 checkpoints: %s, want a snapshot in progress", last)
@@ -178,7 +179,7 @@ func TestPurgedBinlog(t *testing.T) {
 	c := startPlugin(t)
 	r := startReading(t, c, set, nil)
 	cp := catchUp(t, r, newState(), db)
-	r.stop()
+	r.Stop()
 	db.Exec(t, `INSERT INTO a VALUES (2, 'lost'); FLUSH BINARY LOGS; INSERT INTO a VALUES (3, 'y')`)
 	var file string
 	var pos any
@@ -203,7 +204,7 @@ func TestPurgedBinlog(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	err := startReading(t, c, set, cp).readErr(time.Minute)
+	err := startReading(t, c, set, cp).Err(time.Minute)
 	if !errors.Is(err, fault.ErrResnapshot) {
 		t.Fatalf("resume after purge: %v, want a re-snapshot error", err)
 	}
@@ -231,7 +232,7 @@ func TestDDLStops(t *testing.T) {
 		t.Fatalf("rows after a DDL on another table: %v", s.rows)
 	}
 	db.Exec(t, `ALTER TABLE a ADD COLUMN w int FIRST; INSERT INTO a VALUES (5, 3, 'z')`)
-	err := r.readErr(time.Minute)
+	err := r.Err(time.Minute)
 	if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), "ALTER TABLE a ADD COLUMN w int FIRST") {
 		t.Fatalf("after ALTER TABLE of a captured table: %v, want a data error naming the statement", err)
 	}

@@ -30,7 +30,7 @@ func TestMillionRowTransaction(t *testing.T) {
 	deadline := time.After(3 * time.Minute)
 	for got < rows {
 		select {
-		case m := <-r.msgs:
+		case m := <-r.Messages():
 			switch {
 			case m.Batch != nil:
 				if m.Batch.Rows > batch {
@@ -41,7 +41,7 @@ func TestMillionRowTransaction(t *testing.T) {
 			case m.Checkpoint != nil && got > 0:
 				t.Fatalf("a checkpoint after %d of the transaction's %d rows", got, rows)
 			}
-		case err := <-r.err:
+		case err := <-r.Errors():
 			t.Fatalf("read: %v", err)
 		case <-deadline:
 			t.Fatalf("only %d of %d rows within 3 minutes", got, rows)
