@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/mysql/source"
 	"github.com/skippr-dev/skippr/testkit/mysqltest"
 )
@@ -71,32 +73,94 @@ func position(t testing.TB, b []byte) *source.Position {
 	return p
 }
 
-// state is a destination in memory: per stream, per key, the row's values as text. It folds change rows the
-// way a destination does (upsert by key, delete by key).
+// state is a destination in memory: per stream, per key, the row's values as text ("col=value ..." in the
+// stream's column order). It folds change rows the way a destination does (upsert by key, delete by key), a
+// truncate empties the stream, and a schema change reshapes the rows it holds as the SQL destinations do:
+// columns kept by name, new ones filled with the value rows existing before them hold at the source
+// (values.MetaExistingRows) or NULL, dropped ones gone.
 type state struct {
-	rows map[string]map[string]string
-	ops  map[change.Op]int
+	rows  map[string]map[string]string
+	cells map[string]map[string]map[string]string
+	cols  map[string][]string
+	ops   map[change.Op]int
+	// schemas counts the schema changes folded.
+	schemas int
 }
 
-func newState() *state { return &state{rows: map[string]map[string]string{}, ops: map[change.Op]int{}} }
+func newState() *state {
+	return &state{rows: map[string]map[string]string{}, cells: map[string]map[string]map[string]string{}, cols: map[string][]string{}, ops: map[change.Op]int{}}
+}
 
-// apply folds a chunk's batches.
+// apply folds a chunk's items.
 func (s *state) apply(t testing.TB, c conformance.Chunk) {
 	t.Helper()
 	for _, it := range c.Items {
-		if it.Batch == nil {
-			continue
-		}
-		b := it.Batch
-		recs, _, err := protocol.DecodeRecords(memory.DefaultAllocator, b.IPC)
-		if err != nil {
-			t.Fatalf("decode batch of %s: %v", b.Stream, err)
-		}
-		for _, rec := range recs {
-			s.fold(t, b.Stream, rec)
-			rec.Release()
+		switch {
+		case it.Schema != nil:
+			sc, err := protocol.DecodeSchema(memory.DefaultAllocator, it.Schema.ArrowSchema)
+			if err != nil {
+				t.Fatalf("decode schema of %s: %v", it.Schema.Name, err)
+			}
+			s.reshape(it.Schema.Name, sc)
+			s.schemas++
+		case it.Truncate != "":
+			delete(s.rows, it.Truncate)
+			delete(s.cells, it.Truncate)
+		case it.Batch != nil:
+			recs, _, err := protocol.DecodeRecords(memory.DefaultAllocator, it.Batch.IPC)
+			if err != nil {
+				t.Fatalf("decode batch of %s: %v", it.Batch.Stream, err)
+			}
+			for _, rec := range recs {
+				s.fold(t, it.Batch.Stream, rec)
+				rec.Release()
+			}
 		}
 	}
+}
+
+func dataFields(sc *arrow.Schema) []arrow.Field {
+	var out []arrow.Field
+	for _, f := range sc.Fields() {
+		if !strings.HasPrefix(f.Name, change.ReservedPrefix) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// reshape gives the stream's rows a new schema.
+func (s *state) reshape(stream string, sc *arrow.Schema) {
+	var cols []string
+	fill := map[string]string{}
+	for _, f := range dataFields(sc) {
+		cols = append(cols, f.Name)
+		fill[f.Name] = "NULL"
+		if v, ok := f.Metadata.GetValue(values.MetaExistingRows); ok {
+			fill[f.Name] = v
+		}
+	}
+	s.cols[stream] = cols
+	for k, row := range s.cells[stream] {
+		nr := map[string]string{}
+		for _, c := range cols {
+			v, ok := row[c]
+			if !ok {
+				v = fill[c]
+			}
+			nr[c] = v
+		}
+		s.cells[stream][k] = nr
+		s.rows[stream][k] = render(cols, nr)
+	}
+}
+
+func render(cols []string, row map[string]string) string {
+	parts := make([]string, len(cols))
+	for i, c := range cols {
+		parts[i] = c + "=" + row[c]
+	}
+	return strings.Join(parts, " ")
 }
 
 func (s *state) fold(t testing.TB, stream string, rec arrow.RecordBatch) {
@@ -105,19 +169,25 @@ func (s *state) fold(t testing.TB, stream string, rec arrow.RecordBatch) {
 		t.Fatal(err)
 	}
 	key := change.PrimaryKey(rec.Schema())
-	m := s.rows[stream]
-	if m == nil {
-		m = map[string]string{}
-		s.rows[stream] = m
+	if s.rows[stream] == nil {
+		s.rows[stream], s.cells[stream] = map[string]string{}, map[string]map[string]string{}
+	}
+	var cols []string
+	for _, f := range dataFields(rec.Schema()) {
+		cols = append(cols, f.Name)
+	}
+	if !slices.Equal(cols, s.cols[stream]) {
+		s.reshape(stream, rec.Schema())
 	}
 	for i := 0; i < int(rec.NumRows()); i++ {
-		var k, v []string
+		var k []string
+		row := map[string]string{}
 		for j, f := range rec.Schema().Fields() {
 			if strings.HasPrefix(f.Name, change.ReservedPrefix) {
 				continue
 			}
 			cell := cellText(rec.Column(j), i)
-			v = append(v, f.Name+"="+cell)
+			row[f.Name] = cell
 			if slices.Contains(key, f.Name) {
 				k = append(k, cell)
 			}
@@ -126,10 +196,12 @@ func (s *state) fold(t testing.TB, stream string, rec arrow.RecordBatch) {
 		s.ops[op]++
 		ks := strings.Join(k, "|")
 		if op == change.OpDelete {
-			delete(m, ks)
+			delete(s.rows[stream], ks)
+			delete(s.cells[stream], ks)
 			continue
 		}
-		m[ks] = strings.Join(v, " ")
+		s.cells[stream][ks] = row
+		s.rows[stream][ks] = render(cols, row)
 	}
 }
 
@@ -143,11 +215,22 @@ func cellText(a arrow.Array, i int) string {
 	return a.ValueStr(i)
 }
 
+// freshIDs numbers the binlog client ids of snapshotState's Reads.
+var freshIDs atomic.Int64
+
 // snapshotState reads the tables afresh (a new Read from an empty checkpoint, up to the end of its snapshot):
 // the source as it is now, to compare a destination with row by row.
 func snapshotState(t testing.TB, c *client.Client, set []byte) *state {
 	t.Helper()
-	r := startReading(t, c, set, nil)
+	// Its own binlog client id: the server drops a dump connection when another one with the same id comes, and
+	// the Read under test may be streaming with the settings' id.
+	var m map[string]any
+	if err := json.Unmarshal(set, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["server_id"] = 2_000_000 + freshIDs.Add(1)
+	fresh, _ := json.Marshal(m)
+	r := startReading(t, c, fresh, nil)
 	defer r.Stop()
 	s := newState()
 	for {
@@ -165,8 +248,15 @@ func snapshotState(t testing.TB, c *client.Client, set []byte) *state {
 // same fails the test when two states differ, showing the first differences.
 func same(t testing.TB, want, got *state) {
 	t.Helper()
-	for stream, w := range want.rows {
-		g := got.rows[stream]
+	streams := map[string]bool{}
+	for stream := range want.rows {
+		streams[stream] = true
+	}
+	for stream := range got.rows {
+		streams[stream] = true
+	}
+	for stream := range streams {
+		w, g := want.rows[stream], got.rows[stream]
 		if len(w) != len(g) {
 			t.Errorf("%s: %d rows in the source, %d in the destination", stream, len(w), len(g))
 		}
