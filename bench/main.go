@@ -56,6 +56,12 @@ func main() {
 	flag.IntVar(&pg.txRows, "pg-tx-rows", 200, "rows per inserted transaction while streaming")
 	flag.BoolVar(&pg.snapOnly, "pg-snapshot-only", false, "of the Postgres benchmarks, run only the snapshot and its COPY baseline")
 	flag.BoolVar(&pg.lake, "pg-lake", true, "after the Postgres snapshot, run it into the Iceberg lake end to end, coalesced and one commit per entry (needs skippr-plugin-iceberg)")
+	myRun := flag.Bool("mysql", true, "run the MySQL source benchmarks (needs MariaDB's server binaries and skippr-plugin-mysql)")
+	myOnly := flag.Bool("mysql-only", false, "run only the MySQL source benchmarks")
+	var my myOptions
+	flag.Int64Var(&my.rows, "mysql-rows", 2_000_000, "rows of the MySQL snapshot table")
+	flag.Int64Var(&my.streamRows, "mysql-stream-rows", 500_000, "rows of the MySQL binlog backlog")
+	flag.IntVar(&my.repeat, "mysql-repeat", 3, "runs of each MySQL measurement and its baseline (medians are reported)")
 	queryRun := flag.Bool("query", true, "run the skippr query benchmark (needs skippr, and the datagen, iceberg and duckdb plugins)")
 	queryOnly := flag.Bool("query-only", false, "run only the skippr query benchmark")
 	queryRows := flag.Int64("query-rows", 10_000_000, "rows of the lake table for the query benchmark")
@@ -67,6 +73,10 @@ func main() {
 	ctx := context.Background()
 	if *queryOnly {
 		queryBench(ctx, *binDir, *queryRows, *queryWAL, 7)
+		return
+	}
+	if *myOnly {
+		mysqlBench(ctx, *binDir, my)
 		return
 	}
 	if *pgOnly {
@@ -91,6 +101,9 @@ func main() {
 	// Last: its server's processes would count in the children's peak RSS above.
 	if *pgRun {
 		postgresBench(ctx, *binDir, pg)
+	}
+	if *myRun {
+		mysqlBench(ctx, *binDir, my)
 	}
 	if *queryRun {
 		queryBench(ctx, *binDir, *queryRows, *queryWAL, 7)

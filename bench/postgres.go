@@ -332,7 +332,13 @@ type walRun struct {
 }
 
 func (pg *pgBench) startWALRun(ctx context.Context, settings []byte, onStatus func(pipeline.Status)) (*walRun, error) {
-	walDir, err := os.MkdirTemp("", "skippr-bench-pgwal-")
+	return startWALRun(ctx, pg.bin, "bench-postgres", settings, nil, onStatus)
+}
+
+// startWALRun runs source plugin bin into a fresh local WAL (apply paused). A checkpoint, when given, is
+// committed first as an entry without rows, so the source resumes from it as after a restart.
+func startWALRun(ctx context.Context, bin, name string, settings, checkpoint []byte, onStatus func(pipeline.Status)) (*walRun, error) {
+	walDir, err := os.MkdirTemp("", "skippr-bench-wal-")
 	if err != nil {
 		return nil, err
 	}
@@ -346,13 +352,20 @@ func (pg *pgBench) startWALRun(ctx context.Context, settings []byte, onStatus fu
 		os.RemoveAll(walDir)
 		return nil, fmt.Errorf("acquire WAL: %w", err)
 	}
-	src := startPlugin(ctx, pg.bin)
+	if checkpoint != nil {
+		if _, err := l.Commit(ctx, nil, checkpoint); err != nil {
+			l.Close()
+			os.RemoveAll(walDir)
+			return nil, fmt.Errorf("seed the WAL with a checkpoint: %w", err)
+		}
+	}
+	src := startPlugin(ctx, bin)
 	rctx, cancel := context.WithCancel(ctx)
 	w := &walRun{plugin: src, done: make(chan error, 1), cancel: cancel, changed: make(chan struct{}, 1), started: time.Now(), cpu0: selfCPU(), log: &timedLog{Log: l}}
 	go func() {
 		err := pipeline.Run(rctx, pipeline.Config{
-			Name:   "bench-postgres",
-			Source: pipeline.Endpoint[pipeline.Source]{Name: "pg", Plugin: src, Settings: settings},
+			Name:   name,
+			Source: pipeline.Endpoint[pipeline.Source]{Name: "src", Plugin: src, Settings: settings},
 			Log:    w.log, ExactlyOnce: true, ApplyPaused: true,
 			// Every status, so the moment a WAL commit lands is seen when it lands.
 			StatusEvery: time.Nanosecond,

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -18,12 +20,19 @@ import (
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
-// TestMySQLToPostgresSurvivesSIGKILL runs a MariaDB → Postgres pipeline through `skippr sync` while a writer
-// changes the source, SIGKILLs the engine during the snapshot and during streaming, and then compares the
-// two tables row by row.
-func TestMySQLToPostgresSurvivesSIGKILL(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+// mysqlChaos is a MariaDB source for a `skippr sync` killed at random: table shop.orders with 60000 rows, a
+// writer changing it, and schema changes between the kill rounds.
+type mysqlChaos struct {
+	t   *testing.T
+	ctx context.Context
+	srv *mysqltest.Server
+	src *sql.DB
+	e   *env
+}
+
+// newMySQLChaos starts the server and the table; nType is the type of column n (the lake has no unsigned
+// 64-bit integer, Postgres takes it as numeric).
+func newMySQLChaos(t *testing.T, ctx context.Context, nType string) *mysqlChaos {
 	srv, err := mysqltest.Start(ctx, mysqltest.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -36,82 +45,175 @@ func TestMySQLToPostgresSurvivesSIGKILL(t *testing.T) {
 	t.Cleanup(func() { src.Close() })
 	for _, q := range []string{
 		"CREATE DATABASE shop",
-		"CREATE TABLE shop.orders (id bigint PRIMARY KEY, name varchar(100) NOT NULL, amount decimal(12,2), n bigint unsigned)",
+		"CREATE TABLE shop.orders (id bigint PRIMARY KEY, name varchar(100) NOT NULL, amount decimal(12,2), n " + nType + ")",
 		"INSERT INTO shop.orders SELECT seq, concat('n', seq), seq * 1.25, seq * 1000 FROM shop.seq_1_to_60000",
 	} {
 		if _, err := src.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	dst := pgtest.NewDB(t)
-
 	e := newEnv(t)
 	// The mysql plugin joins this test's registry (the other tests do not need it built).
 	e.mustRun("registry", "add", e.registry, testplugins.Build(t, "mysql"), "--name", "mysql", "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
 	e.mustRun("registry", "sign", e.registry, "--key", filepath.Join(e.dir, "keys", "skippr-ed25519.key"))
-	e.writeConfig(fmt.Sprintf(`connections:
+	return &mysqlChaos{t: t, ctx: ctx, srv: srv, src: src, e: e}
+}
+
+// config writes one pipeline shop.orders → dst (a connection body in YAML flow style).
+func (m *mysqlChaos) config(dstPlugin, dstSettings string) {
+	m.e.writeConfig(fmt.Sprintf(`connections:
   src:
     plugin: mysql
     version: "~> 0.1"
     settings: { host: %[1]s, port: %[2]d, user: root, database: shop, tables: [orders], batch_size: 2000 }
   dst:
-    plugin: postgres
+    plugin: %[3]s
     version: "~> 0.1"
-    settings: { host: %[3]s, port: %[4]d, user: postgres, database: %[5]s, sslmode: disable }
+    settings: %[4]s
 pipelines:
   orders:
     source: src
     destinations: [dst]
     wal:
-      url: file://%[6]s
+      url: file://%[5]s
       group_commit: { max_bytes: 256KiB, max_delay: 50ms }
-`, srv.Host, srv.Port, dst.Server.Host, dst.Server.Port, dst.Name, filepath.Join(e.dir, "wal")))
+`, m.srv.Host, m.srv.Port, dstPlugin, dstSettings, filepath.Join(m.e.dir, "wal")))
+}
 
-	stopWriter := startMySQLWriter(t, ctx, src, 60001)
-	kills := 10
-	e.killSyncAtRandom(kills, 500*time.Millisecond, 2500*time.Millisecond)
-	stopWriter()
-	e.mustRun("sync", "--once")
-
-	rows, err := src.QueryContext(ctx, "SELECT concat(id, '|', name, '|', coalesce(amount, ''), '|', coalesce(n, '')) FROM shop.orders ORDER BY id")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			t.Fatal(err)
+// run kills `skippr sync` at random while the writer runs — during the snapshot, then streaming across two
+// schema changes (a column added with a default while rows exist, then its default changed) — and finishes
+// with `sync --once`. It returns the number of kills.
+func (m *mysqlChaos) run(nValue string) int {
+	stopWriter := startMySQLWriter(m.t, m.ctx, m.src, 60001, nValue)
+	kills := 0
+	for _, ddl := range []string{
+		"ALTER TABLE shop.orders ADD COLUMN note varchar(20) NOT NULL DEFAULT 'none' AFTER name",
+		"ALTER TABLE shop.orders ALTER COLUMN note SET DEFAULT 'later'",
+		"",
+	} {
+		m.e.killSyncAtRandom(4, 500*time.Millisecond, 2500*time.Millisecond)
+		kills += 4
+		if ddl != "" {
+			if _, err := m.src.ExecContext(m.ctx, ddl); err != nil {
+				m.t.Fatalf("%s: %v", ddl, err)
+			}
 		}
-		want = append(want, s)
 	}
+	stopWriter()
+	m.e.mustRun("sync", "--once")
+	return kills
+}
+
+// want is the source table: id → "name|note|amount|n".
+func (m *mysqlChaos) want() map[string]string {
+	rows, err := m.src.QueryContext(m.ctx, "SELECT id, concat(name, '|', note, '|', coalesce(amount, ''), '|', coalesce(n, '')) FROM shop.orders")
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, s string
+		if err := rows.Scan(&id, &s); err != nil {
+			m.t.Fatal(err)
+		}
+		out[id] = s
+	}
+	if err := rows.Err(); err != nil {
+		m.t.Fatal(err)
+	}
+	return out
+}
+
+// sameTable fails the test at the first row the destination holds differently from the source.
+func sameTable(t *testing.T, want, got map[string]string) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Errorf("source has %d rows, destination %d", len(want), len(got))
+	}
+	ids := make([]string, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if got[id] != want[id] {
+			t.Fatalf("id %s differs:\nsource      %s\ndestination %s", id, want[id], got[id])
+		}
+	}
+}
+
+// TestMySQLToPostgresSurvivesSIGKILL runs a MariaDB → Postgres pipeline through `skippr sync` while a writer
+// changes the source and two schema changes run, SIGKILLs the engine during the snapshot and during
+// streaming, and then compares the two tables row by row.
+func TestMySQLToPostgresSurvivesSIGKILL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	m := newMySQLChaos(t, ctx, "bigint unsigned")
+	dst := pgtest.NewDB(t)
+	m.config("postgres", fmt.Sprintf("{ host: %s, port: %d, user: postgres, database: %s, sslmode: disable }", dst.Server.Host, dst.Server.Port, dst.Name))
+	kills := m.run("18446744073709551615")
+
 	pc, err := pgx.Connect(ctx, dst.ConnString())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pc.Close(context.Background())
-	prow, err := pc.Query(ctx, `SELECT id::text || '|' || name || '|' || coalesce(amount::text, '') || '|' || coalesce(n::text, '') FROM orders ORDER BY id`)
+	prow, err := pc.Query(ctx, `SELECT id::text, name || '|' || coalesce(note, '<null>') || '|' || coalesce(amount::text, '') || '|' || coalesce(n::text, '') FROM orders`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := pgx.CollectRows(prow, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(want) != len(got) {
-		t.Fatalf("source has %d rows, destination %d", len(want), len(got))
-	}
-	for i := range want {
-		if want[i] != got[i] {
-			t.Fatalf("row %d differs:\nsource      %s\ndestination %s", i, want[i], got[i])
+	got := map[string]string{}
+	for prow.Next() {
+		var id, s string
+		if err := prow.Scan(&id, &s); err != nil {
+			t.Fatal(err)
 		}
+		got[id] = s
 	}
-	t.Logf("%d SIGKILLs during snapshot and streaming; %d rows equal in source and destination", kills, len(want))
+	want := m.want()
+	sameTable(t, want, got)
+	t.Logf("%d SIGKILLs during snapshot and streaming, across 2 schema changes; %d rows equal in source and destination", kills, len(want))
 }
 
-// startMySQLWriter keeps changing shop.orders — inserts from id next on, updates (some of the key) and
-// deletes of random earlier ids, in small transactions — until the returned stop is called.
-func startMySQLWriter(t *testing.T, ctx context.Context, w *sql.DB, next int64) (stop func()) {
+// TestMySQLToIcebergSurvivesSIGKILL is the same run into the embedded Iceberg lake, compared by scanning the
+// lake table (deletes applied).
+func TestMySQLToIcebergSurvivesSIGKILL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	m := newMySQLChaos(t, ctx, "bigint")
+	lakeSettings := fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(m.e.dir, "lake"))
+	m.config("iceberg", lakeSettings)
+	kills := m.run("9223372036854775807")
+
+	got := map[string]string{}
+	for id, row := range scanLake(t, lakeSettings, "shop.orders") {
+		text := func(col string) string {
+			if row[col] == nil {
+				return ""
+			}
+			return fmt.Sprint(row[col])
+		}
+		note := text("note")
+		if row["note"] == nil {
+			note = "<null>"
+		}
+		// The scan writes decimal(12,2) as a JSON number (12.5); the source as text with its scale (12.50).
+		amount := text("amount")
+		if f, err := strconv.ParseFloat(amount, 64); err == nil {
+			amount = strconv.FormatFloat(f, 'f', 2, 64)
+		}
+		got[id] = text("name") + "|" + note + "|" + amount + "|" + text("n")
+	}
+	want := m.want()
+	sameTable(t, want, got)
+	t.Logf("%d SIGKILLs during snapshot and streaming, across 2 schema changes; %d rows equal in source and lake", kills, len(want))
+}
+
+// startMySQLWriter keeps changing shop.orders — inserts from id next on (n = nValue), updates (some of the
+// key) and deletes of random earlier ids, in small transactions — until the returned stop is called. Its
+// statements name their columns, so they run on across added columns.
+func startMySQLWriter(t *testing.T, ctx context.Context, w *sql.DB, next int64, nValue string) (stop func()) {
 	writerCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -123,7 +225,7 @@ func startMySQLWriter(t *testing.T, ctx context.Context, w *sql.DB, next int64) 
 			var q string
 			switch rng.IntN(4) {
 			case 0:
-				q = fmt.Sprintf(`INSERT INTO shop.orders VALUES (%d, 'new', 1.5, 18446744073709551615)`, next)
+				q = fmt.Sprintf(`INSERT INTO shop.orders (id, name, amount, n) VALUES (%d, 'new', 1.5, %s)`, next, nValue)
 				next++
 			case 1:
 				q = fmt.Sprintf(`UPDATE shop.orders SET name = concat(name, '+'), amount = amount + 1 WHERE id = %d`, id)

@@ -1,16 +1,14 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,8 +19,8 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/mysql/source"
 	"github.com/skippr-dev/skippr/testkit/mysqltest"
 )
@@ -60,93 +58,10 @@ func settings(db *mysqltest.DB, extra map[string]any) []byte {
 	return b
 }
 
-// reading is a running Read, its messages gathered by a goroutine.
-type reading struct {
-	t      testing.TB
-	cancel context.CancelFunc
-	msgs   chan client.Message
-	err    chan error
-	done   chan struct{}
-}
-
-func startReading(t testing.TB, c *client.Client, set []byte, from []byte) *reading {
+// startReading starts a Read; see conformance.Reading.
+func startReading(t testing.TB, c *client.Client, set []byte, from []byte) *conformance.Reading {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	rs, err := c.Read(ctx, set, nil, from)
-	if err != nil {
-		cancel()
-		t.Fatalf("read: %v", err)
-	}
-	r := &reading{t: t, cancel: cancel, msgs: make(chan client.Message, 64), err: make(chan error, 1), done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		for {
-			m, err := rs.Next()
-			if err != nil {
-				r.err <- err
-				return
-			}
-			select {
-			case r.msgs <- m:
-			case <-ctx.Done():
-				r.err <- ctx.Err()
-				return
-			}
-		}
-	}()
-	t.Cleanup(r.stop)
-	return r
-}
-
-func (r *reading) stop() {
-	r.cancel()
-	<-r.done
-}
-
-// chunk is what a source emitted up to and including one checkpoint.
-type chunk struct {
-	batches []protocol.Batch
-	cp      *pluginv1.Checkpoint
-}
-
-func (r *reading) next(timeout time.Duration) (chunk, error) {
-	var c chunk
-	deadline := time.After(timeout)
-	for {
-		select {
-		case m := <-r.msgs:
-			switch {
-			case m.Batch != nil:
-				c.batches = append(c.batches, *m.Batch)
-			case m.Checkpoint != nil:
-				c.cp = m.Checkpoint
-				return c, nil
-			}
-		case err := <-r.err:
-			r.err <- err
-			return c, err
-		case <-deadline:
-			return c, fmt.Errorf("no checkpoint within %s", timeout)
-		}
-	}
-}
-
-// readErr waits for a Read to fail and returns its error.
-func (r *reading) readErr(timeout time.Duration) error {
-	deadline := time.After(timeout)
-	for {
-		select {
-		case <-r.msgs:
-		case err := <-r.err:
-			r.err <- err
-			if errors.Is(err, io.EOF) {
-				return errors.New("read ended without an error")
-			}
-			return err
-		case <-deadline:
-			return fmt.Errorf("read did not fail within %s", timeout)
-		}
-	}
+	return conformance.StartReading(t, c, set, from)
 }
 
 func position(t testing.TB, b []byte) *source.Position {
@@ -158,28 +73,94 @@ func position(t testing.TB, b []byte) *source.Position {
 	return p
 }
 
-// state is a destination in memory: per stream, per key, the row's values as text. It folds change rows the
-// way a destination does (upsert by key, delete by key).
+// state is a destination in memory: per stream, per key, the row's values as text ("col=value ..." in the
+// stream's column order). It folds change rows the way a destination does (upsert by key, delete by key), a
+// truncate empties the stream, and a schema change reshapes the rows it holds as the SQL destinations do:
+// columns kept by name, new ones filled with the value rows existing before them hold at the source
+// (values.MetaExistingRows) or NULL, dropped ones gone.
 type state struct {
-	rows map[string]map[string]string
-	ops  map[change.Op]int
+	rows  map[string]map[string]string
+	cells map[string]map[string]map[string]string
+	cols  map[string][]string
+	ops   map[change.Op]int
+	// schemas counts the schema changes folded.
+	schemas int
 }
 
-func newState() *state { return &state{rows: map[string]map[string]string{}, ops: map[change.Op]int{}} }
+func newState() *state {
+	return &state{rows: map[string]map[string]string{}, cells: map[string]map[string]map[string]string{}, cols: map[string][]string{}, ops: map[change.Op]int{}}
+}
 
-// apply folds a chunk's batches.
-func (s *state) apply(t testing.TB, c chunk) {
+// apply folds a chunk's items.
+func (s *state) apply(t testing.TB, c conformance.Chunk) {
 	t.Helper()
-	for _, b := range c.batches {
-		recs, _, err := protocol.DecodeRecords(memory.DefaultAllocator, b.IPC)
-		if err != nil {
-			t.Fatalf("decode batch of %s: %v", b.Stream, err)
-		}
-		for _, rec := range recs {
-			s.fold(t, b.Stream, rec)
-			rec.Release()
+	for _, it := range c.Items {
+		switch {
+		case it.Schema != nil:
+			sc, err := protocol.DecodeSchema(memory.DefaultAllocator, it.Schema.ArrowSchema)
+			if err != nil {
+				t.Fatalf("decode schema of %s: %v", it.Schema.Name, err)
+			}
+			s.reshape(it.Schema.Name, sc)
+			s.schemas++
+		case it.Truncate != "":
+			delete(s.rows, it.Truncate)
+			delete(s.cells, it.Truncate)
+		case it.Batch != nil:
+			recs, _, err := protocol.DecodeRecords(memory.DefaultAllocator, it.Batch.IPC)
+			if err != nil {
+				t.Fatalf("decode batch of %s: %v", it.Batch.Stream, err)
+			}
+			for _, rec := range recs {
+				s.fold(t, it.Batch.Stream, rec)
+				rec.Release()
+			}
 		}
 	}
+}
+
+func dataFields(sc *arrow.Schema) []arrow.Field {
+	var out []arrow.Field
+	for _, f := range sc.Fields() {
+		if !strings.HasPrefix(f.Name, change.ReservedPrefix) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// reshape gives the stream's rows a new schema.
+func (s *state) reshape(stream string, sc *arrow.Schema) {
+	var cols []string
+	fill := map[string]string{}
+	for _, f := range dataFields(sc) {
+		cols = append(cols, f.Name)
+		fill[f.Name] = "NULL"
+		if v, ok := f.Metadata.GetValue(values.MetaExistingRows); ok {
+			fill[f.Name] = v
+		}
+	}
+	s.cols[stream] = cols
+	for k, row := range s.cells[stream] {
+		nr := map[string]string{}
+		for _, c := range cols {
+			v, ok := row[c]
+			if !ok {
+				v = fill[c]
+			}
+			nr[c] = v
+		}
+		s.cells[stream][k] = nr
+		s.rows[stream][k] = render(cols, nr)
+	}
+}
+
+func render(cols []string, row map[string]string) string {
+	parts := make([]string, len(cols))
+	for i, c := range cols {
+		parts[i] = c + "=" + row[c]
+	}
+	return strings.Join(parts, " ")
 }
 
 func (s *state) fold(t testing.TB, stream string, rec arrow.RecordBatch) {
@@ -188,19 +169,25 @@ func (s *state) fold(t testing.TB, stream string, rec arrow.RecordBatch) {
 		t.Fatal(err)
 	}
 	key := change.PrimaryKey(rec.Schema())
-	m := s.rows[stream]
-	if m == nil {
-		m = map[string]string{}
-		s.rows[stream] = m
+	if s.rows[stream] == nil {
+		s.rows[stream], s.cells[stream] = map[string]string{}, map[string]map[string]string{}
+	}
+	var cols []string
+	for _, f := range dataFields(rec.Schema()) {
+		cols = append(cols, f.Name)
+	}
+	if !slices.Equal(cols, s.cols[stream]) {
+		s.reshape(stream, rec.Schema())
 	}
 	for i := 0; i < int(rec.NumRows()); i++ {
-		var k, v []string
+		var k []string
+		row := map[string]string{}
 		for j, f := range rec.Schema().Fields() {
 			if strings.HasPrefix(f.Name, change.ReservedPrefix) {
 				continue
 			}
 			cell := cellText(rec.Column(j), i)
-			v = append(v, f.Name+"="+cell)
+			row[f.Name] = cell
 			if slices.Contains(key, f.Name) {
 				k = append(k, cell)
 			}
@@ -209,10 +196,12 @@ func (s *state) fold(t testing.TB, stream string, rec arrow.RecordBatch) {
 		s.ops[op]++
 		ks := strings.Join(k, "|")
 		if op == change.OpDelete {
-			delete(m, ks)
+			delete(s.rows[stream], ks)
+			delete(s.cells[stream], ks)
 			continue
 		}
-		m[ks] = strings.Join(v, " ")
+		s.cells[stream][ks] = row
+		s.rows[stream][ks] = render(cols, row)
 	}
 }
 
@@ -226,20 +215,31 @@ func cellText(a arrow.Array, i int) string {
 	return a.ValueStr(i)
 }
 
+// freshIDs numbers the binlog client ids of snapshotState's Reads.
+var freshIDs atomic.Int64
+
 // snapshotState reads the tables afresh (a new Read from an empty checkpoint, up to the end of its snapshot):
 // the source as it is now, to compare a destination with row by row.
 func snapshotState(t testing.TB, c *client.Client, set []byte) *state {
 	t.Helper()
-	r := startReading(t, c, set, nil)
-	defer r.stop()
+	// Its own binlog client id: the server drops a dump connection when another one with the same id comes, and
+	// the Read under test may be streaming with the settings' id.
+	var m map[string]any
+	if err := json.Unmarshal(set, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["server_id"] = 2_000_000 + freshIDs.Add(1)
+	fresh, _ := json.Marshal(m)
+	r := startReading(t, c, fresh, nil)
+	defer r.Stop()
 	s := newState()
 	for {
-		ch, err := r.next(2 * time.Minute)
+		ch, err := r.Next(2 * time.Minute)
 		if err != nil {
 			t.Fatalf("fresh snapshot: %v", err)
 		}
 		s.apply(t, ch)
-		if position(t, ch.cp.Position).Phase == source.PhaseStream {
+		if position(t, ch.Checkpoint.Position).Phase == source.PhaseStream {
 			return s
 		}
 	}
@@ -248,8 +248,15 @@ func snapshotState(t testing.TB, c *client.Client, set []byte) *state {
 // same fails the test when two states differ, showing the first differences.
 func same(t testing.TB, want, got *state) {
 	t.Helper()
-	for stream, w := range want.rows {
-		g := got.rows[stream]
+	streams := map[string]bool{}
+	for stream := range want.rows {
+		streams[stream] = true
+	}
+	for stream := range got.rows {
+		streams[stream] = true
+	}
+	for stream := range streams {
+		w, g := want.rows[stream], got.rows[stream]
 		if len(w) != len(g) {
 			t.Errorf("%s: %d rows in the source, %d in the destination", stream, len(w), len(g))
 		}

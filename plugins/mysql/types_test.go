@@ -45,12 +45,12 @@ func TestSnapshotMatchesBinlog(t *testing.T) {
 	r := startReading(t, startPlugin(t), set, nil)
 	s := newState()
 	for {
-		c, err := r.next(time.Minute)
+		c, err := r.Next(time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.apply(t, c)
-		if position(t, c.cp.Position).Phase == source.PhaseStream {
+		if position(t, c.Checkpoint.Position).Phase == source.PhaseStream {
 			break
 		}
 	}
@@ -100,19 +100,19 @@ func TestZeroDate(t *testing.T) {
 	db := mysqltest.NewDB(t)
 	db.Exec(t, `SET SESSION sql_mode = ''; CREATE TABLE z (id int PRIMARY KEY, d date, dt datetime);
 		INSERT INTO z VALUES (1, '0000-00-00', '2024-00-10 10:00:00')`)
-	err := startReading(t, startPlugin(t), settings(db, map[string]any{"tables": []string{"z"}}), nil).readErr(time.Minute)
+	err := startReading(t, startPlugin(t), settings(db, map[string]any{"tables": []string{"z"}}), nil).Err(time.Minute)
 	if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), "zero_date: null") {
 		t.Errorf("zero date with the default setting: %v, want a data error naming zero_date: null", err)
 	}
 	r := startReading(t, startPlugin(t), settings(db, map[string]any{"tables": []string{"z"}, "zero_date": "null"}), nil)
 	s := newState()
 	for {
-		c, err := r.next(time.Minute)
+		c, err := r.Next(time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.apply(t, c)
-		if position(t, c.cp.Position).Phase == source.PhaseStream {
+		if position(t, c.Checkpoint.Position).Phase == source.PhaseStream {
 			break
 		}
 	}

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,49 +59,16 @@ func settings(db *pgtest.DB, extra map[string]any) []byte {
 // slot is a replication slot name for the test's database: slots are per server, not per database.
 func slot(db *pgtest.DB) string { return "s_" + db.Name }
 
-// reading is a running Read, its messages gathered by a goroutine.
-type reading struct {
-	t      testing.TB
-	cancel context.CancelFunc
-	msgs   chan client.Message
-	err    chan error
-	done   chan struct{}
-}
+// reading is a running Read (conformance.Reading, with this package's short names).
+type reading struct{ *conformance.Reading }
 
 func startReading(t testing.TB, c *client.Client, set []byte, from []byte) *reading {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	rs, err := c.Read(ctx, set, nil, from)
-	if err != nil {
-		cancel()
-		t.Fatalf("read: %v", err)
-	}
-	r := &reading{t: t, cancel: cancel, msgs: make(chan client.Message, 64), err: make(chan error, 1), done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		for {
-			m, err := rs.Next()
-			if err != nil {
-				r.err <- err
-				return
-			}
-			select {
-			case r.msgs <- m:
-			case <-ctx.Done():
-				r.err <- ctx.Err()
-				return
-			}
-		}
-	}()
-	t.Cleanup(r.stop)
-	return r
+	return &reading{conformance.StartReading(t, c, set, from)}
 }
 
 // stop ends the Read and waits for its goroutine.
-func (r *reading) stop() {
-	r.cancel()
-	<-r.done
-}
+func (r *reading) stop() { r.Stop() }
 
 // chunk is what a source emitted up to and including one checkpoint.
 type chunk struct {
@@ -114,42 +79,18 @@ type chunk struct {
 
 // next returns everything up to the next checkpoint.
 func (r *reading) next(timeout time.Duration) (chunk, error) {
-	var c chunk
-	deadline := time.After(timeout)
-	for {
-		select {
-		case m := <-r.msgs:
-			switch {
-			case m.Batch != nil:
-				b := *m.Batch
-				c.items = append(c.items, client.ApplyItem{Batch: &b})
-				c.rows += b.Rows
-			case m.Schema != nil:
-				c.items = append(c.items, client.ApplyItem{Schema: m.Schema})
-			case m.Truncate != "":
-				c.items = append(c.items, client.ApplyItem{Truncate: m.Truncate})
-			case m.Checkpoint != nil:
-				c.cp = m.Checkpoint
-				return c, nil
-			}
-		case err := <-r.err:
-			r.err <- err // keep it for the next caller
-			return c, err
-		case <-deadline:
-			return c, fmt.Errorf("no checkpoint within %s (%d items pending)", timeout, len(c.items))
-		}
-	}
+	c, err := r.Next(timeout)
+	return chunk{items: c.Items, rows: c.Rows, cp: c.Checkpoint}, err
 }
 
 // mustNext is next that fails the test.
 func (r *reading) mustNext(timeout time.Duration) chunk {
-	r.t.Helper()
-	c, err := r.next(timeout)
-	if err != nil {
-		r.t.Fatalf("read: %v", err)
-	}
-	return c
+	c := r.MustNext(timeout)
+	return chunk{items: c.Items, rows: c.Rows, cp: c.Checkpoint}
 }
+
+// readErr waits for a Read to fail and returns its error.
+func (r *reading) readErr(timeout time.Duration) error { return r.Err(timeout) }
 
 // pipe is a small engine: it reads from a source, applies each checkpoint's content as one sequence number
 // to a destination, then acknowledges the checkpoint.
@@ -292,22 +233,4 @@ func confirmedFlush(t testing.TB, db *pgtest.DB, slot string) string {
 		return ""
 	}
 	return *s
-}
-
-// readErr waits for a Read to fail and returns its error.
-func (r *reading) readErr(timeout time.Duration) error {
-	deadline := time.After(timeout)
-	for {
-		select {
-		case <-r.msgs:
-		case err := <-r.err:
-			r.err <- err
-			if errors.Is(err, io.EOF) {
-				return errors.New("read ended without an error")
-			}
-			return err
-		case <-deadline:
-			return fmt.Errorf("read did not fail within %s", timeout)
-		}
-	}
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
@@ -30,7 +29,7 @@ func TestMillionRowTransaction(t *testing.T) {
 	deadline := time.After(3 * time.Minute)
 	for got < rows {
 		select {
-		case m := <-r.msgs:
+		case m := <-r.Messages():
 			switch {
 			case m.Batch != nil:
 				if m.Batch.Rows > batch {
@@ -41,7 +40,7 @@ func TestMillionRowTransaction(t *testing.T) {
 			case m.Checkpoint != nil && got > 0:
 				t.Fatalf("a checkpoint after %d of the transaction's %d rows", got, rows)
 			}
-		case err := <-r.err:
+		case err := <-r.Errors():
 			t.Fatalf("read: %v", err)
 		case <-deadline:
 			t.Fatalf("only %d of %d rows within 3 minutes", got, rows)
@@ -54,7 +53,7 @@ func TestMillionRowTransaction(t *testing.T) {
 	if batches < rows/batch {
 		t.Errorf("%d batches for %d rows", batches, rows)
 	}
-	hwm, err := peakRSS(src.Pid())
+	hwm, err := conformance.PeakRSS(src.Pid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,21 +63,4 @@ func TestMillionRowTransaction(t *testing.T) {
 	if hwm > 100<<20 {
 		t.Errorf("plugin peak RSS %d MB: the transaction seems to be held in memory", hwm>>20)
 	}
-}
-
-// peakRSS reads a process's high-water resident set size.
-func peakRSS(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("no VmHWM in /proc status")
 }

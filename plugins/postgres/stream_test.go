@@ -318,9 +318,9 @@ func TestReadRefusesAtStart(t *testing.T) {
 			defer r.stop()
 			var err error
 			select {
-			case m := <-r.msgs:
+			case m := <-r.Messages():
 				t.Fatalf("the Read sent %T before refusing", m)
-			case err = <-r.err:
+			case err = <-r.Errors():
 			case <-time.After(time.Minute):
 				t.Fatal("the Read did not refuse")
 			}

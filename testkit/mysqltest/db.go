@@ -4,84 +4,36 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/skippr-dev/skippr/testkit/internal/proc"
 )
 
 // shared is the test binary's one server: started by the first test that needs it, stopped by Main.
-var shared struct {
-	mu   sync.Mutex
-	main bool
-	srv  *Server
-	err  error
+var shared = proc.Shared[*Server]{
+	Pkg:     "mysqltest",
+	Timeout: 3 * time.Minute,
+	StartFn: func(ctx context.Context) (*Server, error) { return Start(ctx, Options{}) },
 }
 
 // Main runs the package's tests, stops the shared server, runs cleanups and exits. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { mysqltest.Main(m) }
-func Main(m *testing.M, cleanups ...func()) {
-	shared.mu.Lock()
-	shared.main = true
-	shared.mu.Unlock()
-	code := m.Run()
-	shared.mu.Lock()
-	if shared.srv != nil {
-		if err := shared.srv.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "mysqltest: stop shared server: %v\n", err)
-		}
-		shared.srv = nil
-	}
-	shared.mu.Unlock()
-	for _, c := range cleanups {
-		c()
-	}
-	os.Exit(code)
-}
+func Main(m *testing.M, cleanups ...func()) { shared.Main(m, cleanups...) }
 
 // Shared returns the test binary's server, starting it on first use. The test fails when MariaDB is not
 // installed or the package's TestMain does not call Main.
 func Shared(t testing.TB) *Server {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if !shared.main {
-		t.Fatalf("mysqltest: the package's TestMain must call mysqltest.Main(m), so the shared server is stopped after the tests")
-	}
-	if shared.srv == nil && shared.err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		shared.srv, shared.err = Start(ctx, Options{})
-	}
-	if shared.err != nil {
-		t.Fatalf("mysqltest: %v", shared.err)
-	}
-	return shared.srv
+	return shared.Get(t)
 }
 
 // StartServer starts a server of its own for one test (for settings the shared one must not have, or to purge
 // its binary logs), stopped when the test ends.
 func StartServer(t testing.TB, opts Options) *Server {
 	t.Helper()
-	shared.mu.Lock()
-	ok := shared.main
-	shared.mu.Unlock()
-	if !ok {
-		t.Fatalf("mysqltest: the package's TestMain must call mysqltest.Main(m)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	s, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatalf("mysqltest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Errorf("mysqltest: %v", err)
-		}
-	})
-	return s
+	return shared.Own(t, func(ctx context.Context) (*Server, error) { return Start(ctx, opts) })
 }
 
 // DB is a database made for one test.
@@ -96,7 +48,7 @@ func NewDB(t testing.TB) *DB { return Shared(t).NewDB(t) }
 // NewDB creates a fresh database on s, dropped when the test ends.
 func (s *Server) NewDB(t testing.TB) *DB {
 	t.Helper()
-	name := fmt.Sprintf("t%d_%s", s.dbSeq.Add(1), sanitize(t.Name(), 40))
+	name := fmt.Sprintf("t%d_%s", s.dbSeq.Add(1), proc.Sanitize(t.Name(), 40))
 	s.Exec(t, "CREATE DATABASE `"+name+"`")
 	db := &DB{Server: s, Name: name}
 	t.Cleanup(func() {

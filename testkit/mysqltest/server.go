@@ -21,12 +21,10 @@ package mysqltest
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -37,6 +35,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/skippr-dev/skippr/testkit/internal/proc"
 )
 
 // AptPackage is the Debian package that provides the server binaries.
@@ -57,9 +57,7 @@ type Server struct {
 	// ("server.log").
 	Dir string
 
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error
+	proc    *proc.Process
 	dbSeq   atomic.Int64
 	userSeq atomic.Int64
 }
@@ -85,47 +83,8 @@ func binary(name string) (string, error) {
 	return "", fmt.Errorf("MariaDB server program %s not found in $MYSQLTEST_BIN, PATH or /usr/sbin: install the Debian package %q (apt-get install -y --no-install-recommends %s)", name, AptPackage, AptPackage)
 }
 
-// runAs returns the credential the server must run under: the mysql OS user when we are root.
-func runAs() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("mysql")
-	if err != nil {
-		return nil, fmt.Errorf("running as root, and MariaDB refuses to run as root, but there is no \"mysql\" OS user to run it as (the %s package creates it): %w", AptPackage, err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func command(cred *syscall.Credential, name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	cmd.Env = []string{"LC_ALL=C.UTF-8", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "TZ=UTC"}
-	return cmd
-}
-
-func chownAll(dir string, cred *syscall.Credential) error {
-	if cred == nil {
-		return nil
-	}
-	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, int(cred.Uid), int(cred.Gid))
-	})
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// env is the servers' whole environment: UTC, so DATETIME/TIMESTAMP tests do not depend on the machine.
+var env = []string{"LC_ALL=C.UTF-8", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "TZ=UTC"}
 
 // Start initialises and starts a new server. The caller stops it with Stop.
 func Start(ctx context.Context, opts Options) (*Server, error) {
@@ -137,7 +96,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cred, err := runAs()
+	cred, err := proc.RunAs("mysql", AptPackage)
 	if err != nil {
 		return nil, err
 	}
@@ -149,31 +108,28 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return nil, err
 	}
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
+	s, err := proc.Retry(func() (*Server, error) {
 		s, err := start(ctx, install, mariadbd, cred, dir, opts)
-		if err == nil {
-			return s, nil
+		if err != nil {
+			os.RemoveAll(filepath.Join(dir, "data"))
 		}
-		lastErr = err
-		// A port taken between freePort and bind is worth another try; anything else is not.
-		if !strings.Contains(err.Error(), "Address already in use") {
-			break
-		}
-		os.RemoveAll(filepath.Join(dir, "data"))
+		return s, err
+	}, "Address already in use")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	os.RemoveAll(dir)
-	return nil, lastErr
+	return s, nil
 }
 
 func (s *Server) socket() string { return filepath.Join(s.Dir, "mysqld.sock") }
 
 func start(ctx context.Context, install, mariadbd string, cred *syscall.Credential, dir string, opts Options) (*Server, error) {
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Host: "127.0.0.1", Port: port, Dir: dir, exited: make(chan struct{})}
+	s := &Server{Host: "127.0.0.1", Port: port, Dir: dir}
 	conf := map[string]string{
 		"datadir":                        filepath.Join(dir, "data"),
 		"socket":                         s.socket(),
@@ -220,47 +176,24 @@ func start(ctx context.Context, install, mariadbd string, cred *syscall.Credenti
 	if err := os.WriteFile(cnfPath, []byte(cnf.String()), 0o644); err != nil {
 		return nil, err
 	}
-	if err := chownAll(dir, cred); err != nil {
+	if err := proc.ChownAll(dir, cred); err != nil {
 		return nil, fmt.Errorf("chown %s to the mysql user: %w", dir, err)
 	}
 	// --defaults-file must come first; root gets no password (normal authentication) and the test database is
 	// not made.
-	inst := command(cred, install, "--defaults-file="+cnfPath, "--auth-root-authentication-method=normal", "--skip-test-db")
+	inst := proc.Command(cred, env, install, "--defaults-file="+cnfPath, "--auth-root-authentication-method=normal", "--skip-test-db")
 	if out, err := inst.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("mariadb-install-db: %w\n%s", err, out)
 	}
-	cmd := command(cred, mariadbd, "--defaults-file="+cnfPath)
-	// If the test binary dies without stopping us, the server goes too instead of lingering. (The signal
-	// follows the OS thread that started the server; Go ends threads only when a goroutine locked to one exits,
-	// which tests do not do.)
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start mariadbd: %w", err)
+	p, err := proc.Start(proc.Command(cred, env, mariadbd, "--defaults-file="+cnfPath), "mariadbd", filepath.Join(dir, "server.log"), syscall.SIGKILL)
+	if err != nil {
+		return nil, err
 	}
-	s.cmd = cmd
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		err := s.bootstrap(ctx)
-		if err == nil {
-			return s, nil
-		}
-		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("mariadbd exited during start-up (%v):\n%s", s.waitErr, s.logTail())
-		case <-ctx.Done():
-			s.kill()
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			return nil, fmt.Errorf("mariadbd did not accept connections within 90s: %v\n%s", err, s.logTail())
-		}
+	s.proc = p
+	if err := p.WaitReady(ctx, 90*time.Second, 100*time.Millisecond, s.bootstrap); err != nil {
+		return nil, err
 	}
+	return s, nil
 }
 
 // bootstrap lets root connect over TCP without a password (mariadb-install-db makes only root@localhost,
@@ -280,39 +213,12 @@ func (s *Server) bootstrap(ctx context.Context) error {
 	return err
 }
 
-func (s *Server) kill() {
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-}
-
-func (s *Server) logTail() string {
-	lines := strings.Split(strings.TrimSpace(s.Log()), "\n")
-	if len(lines) > 30 {
-		lines = lines[len(lines)-30:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // Log returns the server log so far.
-func (s *Server) Log() string {
-	b, _ := os.ReadFile(filepath.Join(s.Dir, "server.log"))
-	return string(b)
-}
+func (s *Server) Log() string { return s.proc.Log() }
 
 // Stop shuts the server down (SIGTERM, then kill after 30 s) and removes its directory.
 func (s *Server) Stop() error {
-	var err error
-	select {
-	case <-s.exited:
-	default:
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(30 * time.Second):
-			err = errors.New("mariadbd did not stop within 30s of SIGTERM; killed")
-			s.kill()
-		}
-	}
+	err := s.proc.Stop(syscall.SIGTERM, 30*time.Second)
 	if rmErr := os.RemoveAll(s.Dir); rmErr != nil && err == nil {
 		err = rmErr
 	}
@@ -359,27 +265,10 @@ type User struct {
 func (s *Server) CreateUser(t testing.TB, grants ...string) User {
 	t.Helper()
 	n := s.userSeq.Add(1)
-	u := User{Name: fmt.Sprintf("u%d_%s", n, sanitize(t.Name(), 20)), Password: fmt.Sprintf("pw-%d-%d", n, time.Now().UnixNano())}
+	u := User{Name: fmt.Sprintf("u%d_%s", n, proc.Sanitize(t.Name(), 20)), Password: fmt.Sprintf("pw-%d-%d", n, time.Now().UnixNano())}
 	s.Exec(t, fmt.Sprintf("CREATE USER '%s'@'127.0.0.1' IDENTIFIED BY '%s'", u.Name, u.Password))
 	for _, g := range grants {
 		s.Exec(t, fmt.Sprintf("GRANT %s TO '%s'@'127.0.0.1'", g, u.Name))
 	}
 	return u
-}
-
-func sanitize(name string, max int) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(name) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	out := b.String()
-	if len(out) > max {
-		out = out[len(out)-max:]
-	}
-	return out
 }

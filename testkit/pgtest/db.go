@@ -3,92 +3,40 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/testkit/internal/proc"
 )
 
 // shared is the test binary's one server: started by the first test that needs it, stopped by Main.
-var shared struct {
-	mu   sync.Mutex
-	main bool
-	srv  *Server
-	err  error
+var shared = proc.Shared[*Server]{
+	Pkg:     "pgtest",
+	Timeout: 2 * time.Minute,
+	StartFn: func(ctx context.Context) (*Server, error) { return Start(ctx, Options{}) },
 }
 
 // Main runs the package's tests, stops the shared server, runs cleanups and exits. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 func Main(m *testing.M, cleanups ...func()) {
-	shared.mu.Lock()
-	shared.main = true
-	shared.mu.Unlock()
-	code := m.Run()
-	shared.mu.Lock()
-	if shared.srv != nil {
-		if err := shared.srv.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "pgtest: stop shared server: %v\n", err)
-		}
-		shared.srv = nil
-	}
-	templates.mu.Lock()
-	if templates.dir != "" {
-		os.RemoveAll(templates.dir)
-		templates.dir = ""
-	}
-	templates.mu.Unlock()
-	shared.mu.Unlock()
-	for _, c := range cleanups {
-		c()
-	}
-	os.Exit(code)
+	shared.Main(m, append([]func(){RemoveTemplate}, cleanups...)...)
 }
 
 // Shared returns the test binary's server, starting it on first use. The test fails when PostgreSQL is not
 // installed or the package's TestMain does not call Main.
 func Shared(t testing.TB) *Server {
 	t.Helper()
-	shared.mu.Lock()
-	defer shared.mu.Unlock()
-	if !shared.main {
-		t.Fatalf("pgtest: the package's TestMain must call pgtest.Main(m), so the shared server is stopped after the tests")
-	}
-	if shared.srv == nil && shared.err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		shared.srv, shared.err = Start(ctx, Options{})
-	}
-	if shared.err != nil {
-		t.Fatalf("pgtest: %v", shared.err)
-	}
-	return shared.srv
+	return shared.Get(t)
 }
 
 // StartServer starts a server of its own for one test (for settings the shared one must not have), stopped
 // when the test ends.
 func StartServer(t testing.TB, opts Options) *Server {
 	t.Helper()
-	shared.mu.Lock()
-	ok := shared.main
-	shared.mu.Unlock()
-	if !ok {
-		t.Fatalf("pgtest: the package's TestMain must call pgtest.Main(m)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s, err := Start(ctx, opts)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := s.Stop(); err != nil {
-			t.Errorf("pgtest: %v", err)
-		}
-	})
-	return s
+	return shared.Own(t, func(ctx context.Context) (*Server, error) { return Start(ctx, opts) })
 }
 
 // DB is a database made for one test.
@@ -103,7 +51,7 @@ func NewDB(t testing.TB) *DB { return Shared(t).NewDB(t) }
 // NewDB creates a fresh database on s, dropped (with its replication slots) when the test ends.
 func (s *Server) NewDB(t testing.TB) *DB {
 	t.Helper()
-	name := fmt.Sprintf("t%d_%s", s.dbSeq.Add(1), sanitize(t.Name(), 50))
+	name := fmt.Sprintf("t%d_%s", s.dbSeq.Add(1), proc.Sanitize(t.Name(), 50))
 	s.Exec(t, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	db := &DB{Server: s, Name: name}
 	t.Cleanup(func() {

@@ -19,12 +19,9 @@ package pgtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -36,6 +33,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/testkit/internal/proc"
 )
 
 // AptPackage is the Debian package that provides the server binaries.
@@ -67,9 +66,7 @@ type Server struct {
 	// Dir holds the data directory ("data"), the Unix socket and the server log ("server.log").
 	Dir string
 
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	waitErr error
+	proc    *proc.Process
 	dbSeq   atomic.Int64
 	roleSeq atomic.Int64
 	netns   Netns
@@ -109,38 +106,8 @@ func binDir() (string, error) {
 	return "", fmt.Errorf("PostgreSQL server binaries (initdb, postgres) not found in $PGTEST_BIN, /usr/lib/postgresql/*/bin or PATH: install the Debian package %q (apt-get install -y %s)", AptPackage, AptPackage)
 }
 
-// runAs returns the credential the server must run under: the postgres OS user when we are root.
-func runAs() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("running as root, and PostgreSQL refuses to run as root, but there is no \"postgres\" OS user to run it as (the %s package creates it): %w", AptPackage, err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func command(cred *syscall.Credential, name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	cmd.Env = []string{"LC_ALL=C.UTF-8", "PATH=/usr/bin:/bin"}
-	return cmd
-}
-
-func chownAll(dir string, cred *syscall.Credential) error {
-	if cred == nil {
-		return nil
-	}
-	return filepath.Walk(dir, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, int(cred.Uid), int(cred.Gid))
-	})
-}
+// env is the servers' whole environment.
+var env = []string{"LC_ALL=C.UTF-8", "PATH=/usr/bin:/bin"}
 
 // templates caches one initdb result per process: copying it is faster than running initdb again.
 var templates struct {
@@ -167,11 +134,11 @@ func initdb(bin string, cred *syscall.Credential, data string) error {
 		if err != nil {
 			return err
 		}
-		if err := chownAll(dir, cred); err != nil {
+		if err := proc.ChownAll(dir, cred); err != nil {
 			return fmt.Errorf("chown %s to the postgres user: %w", dir, err)
 		}
 		tmpl := filepath.Join(dir, "data")
-		cmd := command(cred, filepath.Join(bin, "initdb"), "-D", tmpl, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
+		cmd := proc.Command(cred, env, filepath.Join(bin, "initdb"), "-D", tmpl, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			os.RemoveAll(dir)
 			return fmt.Errorf("initdb: %w\n%s", err, out)
@@ -186,7 +153,7 @@ func initdb(bin string, cred *syscall.Credential, data string) error {
 		if err := os.WriteFile(filepath.Join(tmpl, "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 			return err
 		}
-		if err := chownAll(dir, cred); err != nil {
+		if err := proc.ChownAll(dir, cred); err != nil {
 			return err
 		}
 		templates.dir = dir
@@ -198,22 +165,13 @@ func initdb(bin string, cred *syscall.Credential, data string) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // Start initialises and starts a new server. The caller stops it with Stop.
 func Start(ctx context.Context, opts Options) (*Server, error) {
 	bin, err := binDir()
 	if err != nil {
 		return nil, err
 	}
-	cred, err := runAs()
+	cred, err := proc.RunAs("postgres", AptPackage)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +179,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := chownAll(dir, cred); err != nil {
+	if err := proc.ChownAll(dir, cred); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("chown %s to the postgres user: %w", dir, err)
 	}
@@ -229,24 +187,17 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		s, err := start(ctx, bin, cred, dir, opts)
-		if err == nil {
-			return s, nil
-		}
-		lastErr = err
-		// A port taken between freePort and bind is worth another try; anything else is not.
-		if !strings.Contains(err.Error(), "could not bind") && !strings.Contains(err.Error(), "could not create any TCP/IP sockets") {
-			break
-		}
+	s, err := proc.Retry(func() (*Server, error) { return start(ctx, bin, cred, dir, opts) },
+		"could not bind", "could not create any TCP/IP sockets")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	os.RemoveAll(dir)
-	return nil, lastErr
+	return s, nil
 }
 
 func start(ctx context.Context, bin string, cred *syscall.Credential, dir string, opts Options) (*Server, error) {
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -288,81 +239,38 @@ func start(ctx context.Context, bin string, cred *syscall.Credential, dir string
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := command(cred, filepath.Join(bin, "postgres"), args...)
+	cmd := proc.Command(cred, env, filepath.Join(bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// If the test binary dies without stopping us, the server shuts down immediately instead of lingering.
-	// (The signal follows the OS thread that started the server; Go ends threads only when a goroutine
-	// locked to one exits, which tests do not do.)
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
 	if opts.Netns != nil {
 		if err := opts.Netns.Wrap(cmd); err != nil {
 			return nil, fmt.Errorf("start postgres in namespace %s: %w", host, err)
 		}
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start postgres: %w", err)
+	// SIGQUIT: if the test binary dies without stopping us, the server shuts down immediately.
+	p, err := proc.Start(cmd, "postgres", logPath, syscall.SIGQUIT)
+	if err != nil {
+		return nil, err
 	}
-	s := &Server{Host: host, Port: port, Dir: dir, cmd: cmd, exited: make(chan struct{}), netns: opts.Netns}
-	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.exited)
-	}()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	s := &Server{Host: host, Port: port, Dir: dir, proc: p, netns: opts.Netns}
+	ready := func(ctx context.Context) error {
 		c, err := pgx.Connect(ctx, s.LocalConnString("postgres"))
 		if err == nil {
 			c.Close(ctx)
-			return s, nil
 		}
-		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("postgres exited during start-up (%v):\n%s", s.waitErr, s.logTail())
-		case <-ctx.Done():
-			s.kill()
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.kill()
-			return nil, fmt.Errorf("postgres did not accept connections within 60s: %v\n%s", err, s.logTail())
-		}
+		return err
 	}
-}
-
-func (s *Server) kill() {
-	_ = s.cmd.Process.Kill()
-	<-s.exited
-}
-
-func (s *Server) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(s.Dir, "server.log"))
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 30 {
-		lines = lines[len(lines)-30:]
+	if err := p.WaitReady(ctx, 60*time.Second, 50*time.Millisecond, ready); err != nil {
+		return nil, err
 	}
-	return strings.Join(lines, "\n")
+	return s, nil
 }
 
 // Log returns the server log so far.
-func (s *Server) Log() string {
-	b, _ := os.ReadFile(filepath.Join(s.Dir, "server.log"))
-	return string(b)
-}
+func (s *Server) Log() string { return s.proc.Log() }
 
 // Stop shuts the server down (fast shutdown, then kill after 20 s) and removes its directory.
 func (s *Server) Stop() error {
-	var err error
-	select {
-	case <-s.exited:
-	default:
-		_ = s.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-s.exited:
-		case <-time.After(20 * time.Second):
-			err = errors.New("postgres did not stop within 20s of SIGINT; killed")
-			s.kill()
-		}
-	}
+	err := s.proc.Stop(syscall.SIGINT, 20*time.Second)
 	if rmErr := os.RemoveAll(s.Dir); rmErr != nil && err == nil {
 		err = rmErr
 	}
@@ -445,24 +353,7 @@ type Role struct {
 func (s *Server) CreateRole(t testing.TB, attrs ...string) Role {
 	t.Helper()
 	n := s.roleSeq.Add(1)
-	r := Role{Name: fmt.Sprintf("role_%d_%s", n, sanitize(t.Name(), 40)), Password: fmt.Sprintf("pw-%d-%d", n, time.Now().UnixNano())}
+	r := Role{Name: fmt.Sprintf("role_%d_%s", n, proc.Sanitize(t.Name(), 40)), Password: fmt.Sprintf("pw-%d-%d", n, time.Now().UnixNano())}
 	s.Exec(t, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s' %s", pgx.Identifier{r.Name}.Sanitize(), r.Password, strings.Join(attrs, " ")))
 	return r
-}
-
-func sanitize(name string, max int) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(name) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('_')
-		}
-	}
-	out := b.String()
-	if len(out) > max {
-		out = out[len(out)-max:]
-	}
-	return out
 }

@@ -39,17 +39,24 @@ type Settings struct {
 	SnapshotLocking string   `json:"snapshot_locking"`
 	BatchSize       int      `json:"batch_size"`
 	ZeroDate        string   `json:"zero_date"`
+	Truncate        string   `json:"truncate"`
 	TLS             string   `json:"tls"`
 }
 
 // Setting values and defaults.
 const (
-	LockingMinimal   = "minimal"
-	LockingNone      = "none"
-	ZeroDateError    = "error"
-	ZeroDateNull     = "null"
-	DefaultBatchSize = 10000
-	DefaultPort      = 3306
+	LockingMinimal = "minimal"
+	LockingNone    = "none"
+	ZeroDateError  = "error"
+	ZeroDateNull   = "null"
+
+	// What TRUNCATE (and DROP TABLE, or RENAME TABLE away, of a captured table) does: the same setting and
+	// values as the Postgres source's (engine/pipeline.SourceTruncates reads it).
+	TruncatePropagate = "propagate"
+	TruncateError     = "error"
+	TruncateIgnore    = "ignore"
+	DefaultBatchSize  = 10000
+	DefaultPort       = 3306
 
 	TLSPreferred      = "preferred"
 	TLSDisabled       = "disabled"
@@ -79,6 +86,12 @@ func Parse(raw json.RawMessage) (Settings, error) {
 	}
 	if s.ZeroDate == "" {
 		s.ZeroDate = ZeroDateError
+	}
+	if s.Truncate == "" {
+		s.Truncate = TruncatePropagate
+	}
+	if s.Truncate != TruncatePropagate && s.Truncate != TruncateError && s.Truncate != TruncateIgnore {
+		problems = append(problems, fmt.Sprintf("truncate %q is not one of propagate, error, ignore", s.Truncate))
 	}
 	if s.TLS == "" {
 		s.TLS = TLSPreferred

@@ -10,7 +10,6 @@ import (
 	"vitess.io/vitess/go/sqltypes"
 	querypb "vitess.io/vitess/go/vt/proto/query"
 
-	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/mysql/config"
@@ -34,6 +33,8 @@ type Column struct {
 	Width int
 	// field is what vitess's binlog decoder needs to know of the column (signedness, text or binary).
 	field *querypb.Field
+	// existing is ColumnDef.Existing.
+	existing *string
 }
 
 // Table is a captured table.
@@ -43,6 +44,7 @@ type Table struct {
 	Columns []Column
 	Key     []int // primary key columns, in key order
 	Schema  *arrow.Schema
+	def     TableDef // what it was built from
 }
 
 func (t *Table) stream() serve.Stream {
@@ -66,17 +68,27 @@ func fetch(c *mysql.Conn, query string) (*sqltypes.Result, error) {
 	return c.ExecuteFetch(query, 1_000_000, true)
 }
 
-// loadTable reads a table's columns, primary key and (MariaDB) JSON check constraints.
+// loadTable reads a table's definition from the server's catalog and builds it.
 func loadTable(c *mysql.Conn, cfg config.Settings, name string) (*Table, error) {
+	d, err := loadDef(c, cfg, name)
+	if err != nil {
+		return nil, err
+	}
+	return d.build(name, cfg.Stream(name))
+}
+
+// loadDef reads a table's columns, primary key and (MariaDB) JSON check constraints from information_schema.
+func loadDef(c *mysql.Conn, cfg config.Settings, name string) (TableDef, error) {
+	var d TableDef
 	db, tn := sqltypes.EncodeStringSQL(cfg.Database), sqltypes.EncodeStringSQL(name)
 	res, err := fetch(c, `SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COALESCE(NUMERIC_PRECISION, 0), COALESCE(NUMERIC_SCALE, 0),
 		COALESCE(DATETIME_PRECISION, 0), COALESCE(CHARACTER_SET_NAME, '')
 		FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = `+db+` AND TABLE_NAME = `+tn+` ORDER BY ORDINAL_POSITION`)
 	if err != nil {
-		return nil, fmt.Errorf("read columns of %s: %w", cfg.Stream(name), cfg.Explain(err))
+		return d, fmt.Errorf("read columns of %s: %w", cfg.Stream(name), cfg.Explain(err))
 	}
 	if len(res.Rows) == 0 {
-		return nil, fault.ConfigErr(fmt.Errorf("table %s does not exist (or user %q may not see it)", cfg.Stream(name), cfg.User),
+		return d, fault.ConfigErr(fmt.Errorf("table %s does not exist (or user %q may not see it)", cfg.Stream(name), cfg.User),
 			fmt.Sprintf("check the tables setting, or GRANT SELECT ON `%s`.`%s` TO '%s'", cfg.Database, name, cfg.User))
 	}
 	json := map[string]bool{}
@@ -85,7 +97,7 @@ func loadTable(c *mysql.Conn, cfg config.Settings, name string) (*Table, error) 
 		// table created with JSON lands as JSON here exactly as on MySQL, and a later DDL cannot flip it.
 		chk, err := fetch(c, `SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = `+db+` AND TABLE_NAME = `+tn)
 		if err != nil {
-			return nil, fmt.Errorf("read check constraints of %s: %w", cfg.Stream(name), cfg.Explain(err))
+			return d, fmt.Errorf("read check constraints of %s: %w", cfg.Stream(name), cfg.Explain(err))
 		}
 		for _, r := range chk.Rows {
 			cl := strings.TrimSpace(r[0].ToString())
@@ -94,53 +106,30 @@ func loadTable(c *mysql.Conn, cfg config.Settings, name string) (*Table, error) 
 			}
 		}
 	}
-	t := &Table{Name: name, Stream: cfg.Stream(name)}
-	var problems []string
 	for _, r := range res.Rows {
-		col := Column{Name: r[0].ToString(), DataType: strings.ToLower(r[1].ToString()), ColumnType: r[2].ToString()}
+		col := ColumnDef{Name: r[0].ToString(), DataType: strings.ToLower(r[1].ToString()), ColumnType: r[2].ToString(), Charset: strings.ToLower(r[6].ToString())}
 		p, _ := strconv.Atoi(r[3].ToString())
 		s, _ := strconv.Atoi(r[4].ToString())
 		dp, _ := strconv.Atoi(r[5].ToString())
-		charset := strings.ToLower(r[6].ToString())
-		col.Precision, col.Scale = int32(p), int32(s)
-		if col.DataType == "datetime" || col.DataType == "timestamp" || col.DataType == "time" {
+		switch col.DataType {
+		case "decimal", "numeric":
+			col.Precision, col.Scale = int32(p), int32(s)
+		case "datetime", "timestamp", "time":
 			col.Scale = int32(dp)
 		}
 		if json[col.Name] {
-			col.DataType, col.ColumnType = "json", "json"
+			col.DataType, col.ColumnType, col.Charset = "json", "json", ""
 		}
-		if err := col.classify(charset); err != nil {
-			problems = append(problems, err.Error())
-			continue
-		}
-		t.Columns = append(t.Columns, col)
-	}
-	if len(problems) > 0 {
-		return nil, fault.ConfigErr(fmt.Errorf("table %s: %s", t.Stream, strings.Join(problems, "; ")),
-			"leave the table out of tables, or change the column's type")
+		d.Columns = append(d.Columns, col)
 	}
 	keys, err := fetch(c, `SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA = `+db+` AND TABLE_NAME = `+tn+` AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION`)
 	if err != nil {
-		return nil, fmt.Errorf("read primary key of %s: %w", t.Stream, cfg.Explain(err))
+		return d, fmt.Errorf("read primary key of %s: %w", cfg.Stream(name), cfg.Explain(err))
 	}
 	for _, r := range keys.Rows {
-		for i, col := range t.Columns {
-			if col.Name == r[0].ToString() {
-				t.Key = append(t.Key, i)
-			}
-		}
+		d.Key = append(d.Key, r[0].ToString())
 	}
-	if len(t.Key) == 0 {
-		return nil, fault.ConfigErr(fmt.Errorf("table %s has no primary key: its changes cannot be matched to rows", t.Stream),
-			fmt.Sprintf("ALTER TABLE `%s`.`%s` ADD PRIMARY KEY (...), or leave it out of tables", cfg.Database, name))
-	}
-	fields := make([]arrow.Field, len(t.Columns))
-	for i, col := range t.Columns {
-		md := arrow.NewMetadata([]string{MetaType}, []string{col.ColumnType})
-		fields[i] = arrow.Field{Name: col.Name, Type: col.Kind.Arrow(col), Nullable: true, Metadata: md}
-	}
-	t.Schema = change.Schema(fields, t.keyNames())
-	return t, nil
+	return d, nil
 }
 
 // classify sets the column's Kind, members and binlog field.

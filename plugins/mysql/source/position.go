@@ -40,6 +40,10 @@ type Position struct {
 	// such a row twice. Dropped once streaming has passed it.
 	OverlapFile string `json:"overlap_file,omitempty"`
 	OverlapPos  uint64 `json:"overlap_pos,omitempty"`
+	// Schemas are the captured tables' definitions at File/Pos (schema.go): a restart decodes what follows
+	// with them, not with the server's newest ones. Absent in checkpoints of earlier versions: then the
+	// server's catalog at the restart is taken.
+	Schemas map[string]TableDef `json:"schemas,omitempty"`
 }
 
 // TableProgress is how far the snapshot copied one table.
@@ -91,6 +95,11 @@ func DecodePosition(b []byte) (*Position, error) {
 	}
 	if p.Table != "" && !slices.Contains(p.Tables, p.Table) {
 		return nil, fmt.Errorf("checkpoint %q: table %q is not among its tables", b, p.Table)
+	}
+	for t := range p.Schemas {
+		if !slices.Contains(p.Tables, t) {
+			return nil, fmt.Errorf("checkpoint %q: schema of table %q, which is not among its tables", b, t)
+		}
 	}
 	for t := range p.Progress {
 		if !slices.Contains(p.Tables, t) {

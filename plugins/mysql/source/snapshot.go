@@ -178,7 +178,7 @@ func (r *reader) snapshot(ctx context.Context, conn *mysql.Conn, pos *Position, 
 		}
 	}
 	next := &Position{V: positionVersion, Phase: PhaseStream, Flavor: pos.Flavor, File: pos.File, Pos: pos.Pos, GTID: pos.GTID,
-		Tables: pos.Tables, OverlapFile: pos.OverlapFile, OverlapPos: pos.OverlapPos}
+		Tables: pos.Tables, OverlapFile: pos.OverlapFile, OverlapPos: pos.OverlapPos, Schemas: pos.Schemas}
 	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: next.Encode(), RowsDone: pos.Rows, RowsTotal: pos.Rows}); err != nil {
 		return nil, err
 	}

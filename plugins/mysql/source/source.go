@@ -78,9 +78,12 @@ func (s *Source) Ack(ctx context.Context, checkpoint []byte) error {
 
 // reader is one Read.
 type reader struct {
-	cfg    config.Settings
-	tables map[string]*Table // by table name
-	order  []*Table          // in settings order
+	cfg config.Settings
+	// tables are the captured tables by name, nil for one that is gone (dropped, renamed away) at this point
+	// of the binary log.
+	tables map[string]*Table
+	order  []*Table // the existing ones in settings order (what a snapshot copies)
+	hist   *history // their definitions, followed through DDL
 	out    serve.Emitter
 	log    *slog.Logger
 	flavor string
@@ -101,14 +104,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		return err
 	}
 	defer conn.Close()
-	tables, err := loadTables(conn, cfg)
-	if err != nil {
-		return err
-	}
-	r := &reader{cfg: cfg, tables: map[string]*Table{}, order: tables, out: out, log: slog.Default().With("database", cfg.Database)}
-	for _, t := range tables {
-		r.tables[t.Name] = t
-	}
+	r := &reader{cfg: cfg, tables: map[string]*Table{}, out: out, log: slog.Default().With("database", cfg.Database)}
 	r.flavor = flavorMySQL
 	if isMariaDB(conn) {
 		r.flavor = flavorMariaDB
@@ -122,6 +118,16 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 			return err
 		}
 	}
+	defs, err := r.startDefs(conn, pos)
+	if err != nil {
+		return err
+	}
+	if err := r.useDefs(defs); err != nil {
+		return err
+	}
+	if pos != nil {
+		pos.Schemas = cloneDefs(defs)
+	}
 	switch {
 	case pos == nil && !*cfg.Snapshot:
 		if pos, err = r.currentPosition(conn); err != nil {
@@ -131,7 +137,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 			return err
 		}
 	case pos == nil:
-		pos = &Position{V: positionVersion, Phase: PhaseSnapshot, Flavor: r.flavor, Tables: cfg.Tables, Progress: map[string]TableProgress{}}
+		pos = &Position{V: positionVersion, Phase: PhaseSnapshot, Flavor: r.flavor, Tables: cfg.Tables, Progress: map[string]TableProgress{}, Schemas: cloneDefs(defs)}
 		if pos, err = r.snapshot(ctx, conn, pos, true); err != nil {
 			return err
 		}
@@ -146,12 +152,12 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 
 // checkTables refuses a checkpoint of another table set: its snapshot did not copy the tables added since.
 func (r *reader) checkTables(pos *Position) error {
-	if len(pos.Tables) != len(r.order) {
+	if len(pos.Tables) != len(r.cfg.Tables) {
 		return fault.ConfigErr(fmt.Errorf("the checkpoint covers tables %v, the settings list %v", pos.Tables, r.cfg.Tables),
 			"restore the tables setting, or start the pipeline from an empty checkpoint (a new snapshot of every table)")
 	}
-	for i, t := range r.order {
-		if pos.Tables[i] != t.Name {
+	for i, name := range r.cfg.Tables {
+		if pos.Tables[i] != name {
 			return fault.ConfigErr(fmt.Errorf("the checkpoint covers tables %v, the settings list %v", pos.Tables, r.cfg.Tables),
 				"restore the tables setting, or start the pipeline from an empty checkpoint (a new snapshot of every table)")
 		}
@@ -161,8 +167,69 @@ func (r *reader) checkTables(pos *Position) error {
 
 // currentPosition is where the binary log ends now (snapshot: false).
 func (r *reader) currentPosition(conn *mysql.Conn) (*Position, error) {
-	pos := &Position{V: positionVersion, Phase: PhaseStream, Flavor: r.flavor, Tables: r.cfg.Tables}
+	pos := &Position{V: positionVersion, Phase: PhaseStream, Flavor: r.flavor, Tables: r.cfg.Tables, Schemas: cloneDefs(r.hist.defs)}
 	var err error
 	pos.File, pos.Pos, pos.GTID, err = binlogStatus(conn, r.flavor)
 	return pos, err
+}
+
+// startDefs are the captured tables' definitions where the Read starts: the checkpoint's once streaming (the
+// server's catalog may already be past later DDL), else the catalog's. A snapshot resumed under a changed
+// schema cannot continue: its first chunks were copied with the old columns.
+func (r *reader) startDefs(conn *mysql.Conn, pos *Position) (map[string]TableDef, error) {
+	if pos != nil && pos.Phase == PhaseStream && pos.Schemas != nil {
+		return cloneDefs(pos.Schemas), nil
+	}
+	defs := map[string]TableDef{}
+	for _, name := range r.cfg.Tables {
+		d, err := loadDef(conn, r.cfg, name)
+		if err != nil {
+			return nil, err
+		}
+		if old, ok := pos.schema(name); ok && !sameLayout(old, d) {
+			return nil, fault.ResnapshotErr(fmt.Errorf("table %s changed its columns while the snapshot was being copied", r.cfg.Stream(name)),
+				"start the pipeline from an empty checkpoint (a new snapshot of the new schema)")
+		}
+		defs[name] = d
+	}
+	return defs, nil
+}
+
+// schema is a table's definition in the checkpoint, if it holds one.
+func (p *Position) schema(name string) (TableDef, bool) {
+	if p == nil || p.Schemas == nil {
+		return TableDef{}, false
+	}
+	d, ok := p.Schemas[name]
+	return d, ok
+}
+
+// useDefs builds the tables from their definitions and starts their history.
+func (r *reader) useDefs(defs map[string]TableDef) error {
+	h, err := newHistory(r.cfg.Database, r.cfg.Tables, defs)
+	if err != nil {
+		return err
+	}
+	r.hist, r.order = h, nil
+	for _, name := range r.cfg.Tables {
+		d := defs[name]
+		if d.Gone {
+			r.tables[name] = nil
+			continue
+		}
+		t, err := d.build(name, r.cfg.Stream(name))
+		if err != nil {
+			return err
+		}
+		r.tables[name], r.order = t, append(r.order, t)
+	}
+	return nil
+}
+
+func cloneDefs(m map[string]TableDef) map[string]TableDef {
+	out := make(map[string]TableDef, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }

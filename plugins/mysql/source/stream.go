@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/mysql/config"
 )
 
 // heartbeatPeriod is how often an idle server sends a heartbeat event; each one lets the reader say it has
@@ -157,8 +157,6 @@ func (s *streamer) start() error {
 	return nil
 }
 
-var ddlRe = regexp.MustCompile(`(?is)^\s*(ALTER|DROP|RENAME|TRUNCATE|CREATE\s+OR\s+REPLACE)\s+`)
-
 // event handles one binlog event.
 func (s *streamer) event(ctx context.Context, ev mysql.BinlogEvent) error {
 	if !ev.IsValid() {
@@ -209,6 +207,7 @@ func (s *streamer) event(ctx context.Context, ev mysql.BinlogEvent) error {
 			return fmt.Errorf("binlog table map: %w", err)
 		}
 		s.maps[ev.TableID(f)] = tm
+		return s.checkMap(ev, tm)
 	case ev.IsPartialUpdateRows():
 		return fault.ConfigErr(errors.New("the binary log holds partial JSON updates"),
 			"SET GLOBAL binlog_row_value_options = '' (full row images are needed), then restart the pipeline")
@@ -227,27 +226,95 @@ func (s *streamer) event(ctx context.Context, ev mysql.BinlogEvent) error {
 		case "COMMIT":
 			return s.commit(ctx, ev.NextPosition())
 		}
-		if ddlRe.MatchString(q.SQL) {
-			if t := s.touches(q.Database, q.SQL); t != nil {
-				return fault.DataErr(fmt.Errorf("a statement changed captured table %s in the binary log at %s:%d, and this version does not follow schema changes yet: %s", t.Stream, s.file, ev.NextPosition(), q.SQL),
-					"start the pipeline from an empty checkpoint (a new snapshot of the new schema)")
-			}
-		}
-		// A DDL or other statement is a transaction of its own: the position moves past it.
-		return s.commit(ctx, ev.NextPosition())
+		return s.statement(ctx, q.Database, q.SQL, ev.NextPosition())
 	}
 	return nil
 }
 
-// touches returns a captured table a statement names, nil when it names none. It errs on the side of
-// stopping: a statement mentioning a captured table's name in the right database stops the pipeline.
-func (s *streamer) touches(db, sql string) *Table {
-	lower := strings.ToLower(sql)
-	for _, t := range s.order {
-		name := strings.ToLower(t.Name)
-		qualified := strings.Contains(lower, strings.ToLower(s.cfg.Database)+"."+name) || strings.Contains(lower, "`"+strings.ToLower(s.cfg.Database)+"`.`"+name+"`")
-		if qualified || (strings.EqualFold(db, s.cfg.Database) && regexp.MustCompile(`(^|[^a-z0-9_$])`+regexp.QuoteMeta(name)+`($|[^a-z0-9_$])`).MatchString(lower)) {
-			return t
+// statement follows a statement of the binary log other than BEGIN/COMMIT: each one is a transaction of its
+// own, so the position moves past it. DDL on a captured table changes its definition at exactly this point:
+// the rows before it were emitted with the old schema, a SchemaChange announces the new one, and the
+// checkpoint after it holds the new definition (a restart from it decodes with that one).
+func (s *streamer) statement(ctx context.Context, db, sql string, next uint64) error {
+	eff, err := s.hist.apply(db, sql)
+	if err != nil {
+		return fault.DataErr(fmt.Errorf("the binary log at %s:%d changes a captured table in a way this plugin cannot follow (%w): %s", s.file, next, err, sql),
+			"start the pipeline from an empty checkpoint (a new snapshot of the new schema)")
+	}
+	for _, n := range eff.notes {
+		s.log.Warn("schema change: "+n, "statement", sql)
+	}
+	if eff.none() {
+		return s.commit(ctx, next)
+	}
+	if err := s.flush(ctx); err != nil {
+		return err
+	}
+	for _, name := range eff.emptied {
+		if err := s.truncate(ctx, name, sql, next); err != nil {
+			return err
+		}
+		if s.hist.defs[name].Gone {
+			s.tables[name] = nil
+		}
+	}
+	for _, name := range eff.changed {
+		t, err := s.hist.defs[name].build(name, s.cfg.Stream(name))
+		if err != nil {
+			return fault.DataErr(fmt.Errorf("after %s (binary log at %s:%d): %w", sql, s.file, next, err),
+				"start the pipeline from an empty checkpoint (a new snapshot of the new schema)")
+		}
+		s.tables[name] = t
+		if err := s.out.SchemaChange(ctx, t.stream()); err != nil {
+			return err
+		}
+		s.log.Info("schema change followed", "table", t.Stream, "statement", sql, "file", s.file, "pos", next)
+	}
+	s.data = true
+	s.cur.Schemas = cloneDefs(s.hist.defs)
+	return s.commit(ctx, next)
+}
+
+// truncate handles a captured table whose rows are gone (TRUNCATE, DROP TABLE, renamed away) by the truncate
+// setting.
+func (s *streamer) truncate(ctx context.Context, name, sql string, next uint64) error {
+	stream := s.cfg.Stream(name)
+	switch s.cfg.Truncate {
+	case config.TruncateIgnore:
+		s.log.Warn("table emptied at the source, skipped (truncate: ignore): the destination keeps the rows", "table", stream, "statement", sql)
+		return nil
+	case config.TruncateError:
+		return fault.DataErr(fmt.Errorf("table %s was emptied at %s:%d (%s), and truncate: error stops here", stream, s.file, next, sql),
+			"set the source's truncate: propagate to empty the destination's table too, or truncate: ignore to skip it (the destination keeps its rows), or start the pipeline from an empty checkpoint (a new snapshot)")
+	}
+	return s.out.Truncate(ctx, stream)
+}
+
+// checkMap cross-checks a captured table's map with its definition here: the same number of columns, and
+// (binlog_row_metadata=FULL) the same names. A mismatch means the schema history missed a change; decoding
+// on would put values in the wrong columns.
+func (s *streamer) checkMap(ev mysql.BinlogEvent, tm *mysql.TableMap) error {
+	if tm.Database != s.cfg.Database {
+		return nil
+	}
+	t, ok := s.tables[tm.Name]
+	if !ok {
+		return nil
+	}
+	fix := "start the pipeline from an empty checkpoint (a new snapshot of the new schema)"
+	if t == nil {
+		return fault.DataErr(fmt.Errorf("the binary log at %s:%d has rows of table %s.%s, which the schema history says was dropped", s.file, ev.NextPosition(), tm.Database, tm.Name), fix)
+	}
+	if len(tm.Types) != len(t.Columns) {
+		return fault.DataErr(fmt.Errorf("table %s has %d columns in the binary log at %s:%d, %d in the schema history: a schema change was missed", t.Stream, len(tm.Types), s.file, ev.NextPosition(), len(t.Columns)), fix)
+	}
+	names, err := columnNames(ev, s.format)
+	if err != nil {
+		return fmt.Errorf("table map of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
+	}
+	for i, n := range names {
+		if i < len(t.Columns) && !strings.EqualFold(n, t.Columns[i].Name) {
+			return fault.DataErr(fmt.Errorf("table %s column %d is %s in the binary log at %s:%d, %s in the schema history: a schema change was missed", t.Stream, i+1, n, s.file, ev.NextPosition(), t.Columns[i].Name), fix)
 		}
 	}
 	return nil
@@ -265,11 +332,7 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 	}
 	t := s.tables[tm.Name]
 	if t == nil {
-		return nil
-	}
-	if len(tm.Types) != len(t.Columns) {
-		return fault.DataErr(fmt.Errorf("table %s has %d columns in the binary log at %s:%d, %d when the pipeline started: its schema changed", t.Stream, len(tm.Types), s.file, ev.NextPosition(), len(t.Columns)),
-			"start the pipeline from an empty checkpoint (a new snapshot of the new schema)")
+		return nil // not captured (a gone one was refused at its table map)
 	}
 	rows, err := ev.Rows(f, tm)
 	if err != nil {

@@ -1,0 +1,547 @@
+package source
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"vitess.io/vitess/go/vt/sqlparser"
+)
+
+// history follows the captured tables' definitions through the DDL statements of the binary log. It knows
+// only the captured tables (the tables setting); a statement that would need another table's columns (a
+// RENAME or CREATE … LIKE from an uncaptured table) is refused rather than guessed at.
+type history struct {
+	parser *sqlparser.Parser
+	db     string              // the configured database
+	names  []string            // the captured table names, in settings order
+	defs   map[string]TableDef // by captured name
+}
+
+// effect is what one statement did to the captured tables.
+type effect struct {
+	emptied []string // tables whose rows are gone, in statement order (TRUNCATE, DROP, renamed away, replaced)
+	changed []string // tables with a new definition (altered, created), in statement order
+	notes   []string // what a destination may not reproduce, for the log
+}
+
+func (e *effect) none() bool { return len(e.emptied) == 0 && len(e.changed) == 0 }
+
+func (e *effect) empty(name string) {
+	if !slices.Contains(e.emptied, name) {
+		e.emptied = append(e.emptied, name)
+	}
+}
+
+func (e *effect) change(name string) {
+	if !slices.Contains(e.changed, name) {
+		e.changed = append(e.changed, name)
+	}
+}
+
+func newHistory(db string, names []string, defs map[string]TableDef) (*history, error) {
+	// The parser's version only gates version comments (/*!80000 … */), which MySQL 8 servers write.
+	p, err := sqlparser.New(sqlparser.Options{MySQLServerVersion: "8.0.40"})
+	if err != nil {
+		return nil, err
+	}
+	return &history{parser: p, db: db, names: names, defs: defs}, nil
+}
+
+func (h *history) captured(name string) bool { return slices.Contains(h.names, name) }
+
+// ours resolves a statement's table name: the captured table it names, "" for any other table. defaultDB is
+// the database the statement ran in (the query event's).
+func (h *history) ours(tn sqlparser.TableName, defaultDB string) string {
+	db := tn.Qualifier.String()
+	if db == "" {
+		db = defaultDB
+	}
+	if db != h.db || !h.captured(tn.Name.String()) {
+		return ""
+	}
+	return tn.Name.String()
+}
+
+var (
+	createOrReplace = regexp.MustCompile(`(?is)^(\s*(?:/\*.*?\*/\s*)*)CREATE\s+OR\s+REPLACE\s+((?:TEMPORARY\s+)?TABLE\b)`)
+	// mentionsRe finds statements that may change a table: a statement the parser cannot read is refused
+	// only when it is one of these and names a captured table.
+	mentionsRe = regexp.MustCompile(`(?is)^\s*(?:/\*.*?\*/\s*)*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b`)
+)
+
+// errUnreadable marks a statement the parser could not read that names a captured table.
+var errUnreadable = errors.New("cannot read the statement")
+
+// apply follows one statement of the binary log, run in database defaultDB. Statements that change no
+// captured table have no effect; one that changes a captured table in a way that cannot be followed is an
+// error (the caller stops the pipeline naming it, never decoding later rows with misaligned columns).
+func (h *history) apply(defaultDB, sql string) (effect, error) {
+	var eff effect
+	replace := false
+	if m := createOrReplace.FindStringSubmatchIndex(sql); m != nil {
+		// MariaDB's CREATE OR REPLACE TABLE, which the parser does not know: a DROP TABLE IF EXISTS, then the
+		// CREATE.
+		sql = sql[:m[3]] + "CREATE " + sql[m[4]:]
+		replace = true
+	}
+	st, err := h.parser.ParseStrictDDL(sql)
+	if err != nil {
+		if mentionsRe.MatchString(sql) && h.mentions(defaultDB, sql) {
+			return eff, fmt.Errorf("%w: %v", errUnreadable, err)
+		}
+		return eff, nil
+	}
+	switch st := st.(type) {
+	case *sqlparser.AlterTable:
+		name := h.ours(st.Table, defaultDB)
+		if name == "" {
+			// Renaming an uncaptured table into a captured name brings rows the pipeline never saw.
+			for _, o := range st.AlterOptions {
+				if r, ok := o.(*sqlparser.RenameTableName); ok && h.ours(r.Table, defaultDB) != "" {
+					return eff, fmt.Errorf("table %s is renamed to captured table %s, whose rows the pipeline never read", sqlparser.String(st.Table), r.Table.Name.String())
+				}
+			}
+			return eff, nil
+		}
+		d, ok := h.defs[name]
+		if !ok || d.Gone {
+			return eff, fmt.Errorf("table %s is altered, but the pipeline's schema history has no such table at this point", name)
+		}
+		to, err := h.alter(&d, st, defaultDB, &eff)
+		if err != nil {
+			return eff, err
+		}
+		if to != "" && to != name {
+			h.defs[name] = TableDef{Gone: true}
+			eff.empty(name)
+			if h.captured(to) {
+				return eff, fmt.Errorf("captured table %s is renamed to captured table %s, which would then hold rows of another stream", name, to)
+			}
+			return eff, nil
+		}
+		h.defs[name] = d
+		eff.change(name)
+	case *sqlparser.CreateTable:
+		name := h.ours(st.Table, defaultDB)
+		if name == "" || st.Temp {
+			return eff, nil
+		}
+		if d, ok := h.defs[name]; ok && !d.Gone && !replace {
+			if st.IfNotExists {
+				return eff, nil
+			}
+			return eff, fmt.Errorf("table %s is created while the schema history says it exists", name)
+		}
+		var d TableDef
+		switch {
+		case st.OptLike != nil:
+			like := h.ours(st.OptLike.LikeTable, defaultDB)
+			src, ok := h.defs[like]
+			if like == "" || !ok || src.Gone {
+				return eff, fmt.Errorf("table %s is created LIKE %s, a table the pipeline does not capture (its columns are unknown here)", name, sqlparser.String(st.OptLike.LikeTable))
+			}
+			d = TableDef{Columns: slices.Clone(src.Columns), Key: slices.Clone(src.Key)}
+			for i := range d.Columns {
+				d.Columns[i].Existing = nil
+			}
+		case st.Select != nil:
+			return eff, fmt.Errorf("table %s is created from a SELECT, whose columns the statement does not spell out", name)
+		default:
+			d, err = createDef(st.TableSpec)
+			if err != nil {
+				return eff, fmt.Errorf("table %s: %w", name, err)
+			}
+		}
+		if replace {
+			eff.empty(name)
+		}
+		h.defs[name] = d
+		eff.change(name)
+	case *sqlparser.DropTable:
+		if st.Temp {
+			return eff, nil
+		}
+		for _, tn := range st.FromTables {
+			if name := h.ours(tn, defaultDB); name != "" {
+				h.defs[name] = TableDef{Gone: true}
+				eff.empty(name)
+			}
+		}
+	case *sqlparser.DropDatabase:
+		if st.DBName.String() == h.db {
+			for _, name := range h.names {
+				h.defs[name] = TableDef{Gone: true}
+				eff.empty(name)
+			}
+		}
+	case *sqlparser.TruncateTable:
+		if name := h.ours(st.Table, defaultDB); name != "" {
+			eff.empty(name)
+		}
+	case *sqlparser.RenameTable:
+		// Pairs run in order, so a swap through a third name works; that name is held here for the statement.
+		scratch := map[string]TableDef{}
+		key := func(tn sqlparser.TableName) string {
+			db := tn.Qualifier.String()
+			if db == "" {
+				db = defaultDB
+			}
+			return db + "." + tn.Name.String()
+		}
+		for _, p := range st.TablePairs {
+			from, to := h.ours(p.FromTable, defaultDB), h.ours(p.ToTable, defaultDB)
+			var d TableDef
+			var known bool
+			if from != "" {
+				d, known = h.defs[from]
+				h.defs[from] = TableDef{Gone: true}
+				eff.empty(from)
+			} else {
+				d, known = scratch[key(p.FromTable)]
+				delete(scratch, key(p.FromTable))
+			}
+			if to == "" {
+				if known {
+					scratch[key(p.ToTable)] = d
+				}
+				continue
+			}
+			if !known || d.Gone {
+				return eff, fmt.Errorf("table %s is renamed to captured table %s, whose rows the pipeline never read", sqlparser.String(p.FromTable), to)
+			}
+			if from != "" {
+				return eff, fmt.Errorf("captured table %s is renamed to captured table %s, which would then hold rows of another stream", from, to)
+			}
+			// A captured table renamed away and back within the statement keeps its rows and stream.
+			h.defs[to] = d
+			eff.emptied = slices.DeleteFunc(eff.emptied, func(n string) bool { return n == to })
+			eff.change(to)
+		}
+	}
+	return eff, nil
+}
+
+// mentions reports whether a statement names a captured table of the configured database. It errs on the
+// side of yes.
+func (h *history) mentions(defaultDB, sql string) bool {
+	lower := strings.ToLower(sql)
+	for _, name := range h.names {
+		n := strings.ToLower(name)
+		qualified := strings.Contains(lower, strings.ToLower(h.db)+"."+n) || strings.Contains(lower, "`"+strings.ToLower(h.db)+"`.`"+n+"`")
+		if qualified || (strings.EqualFold(defaultDB, h.db) && regexp.MustCompile(`(^|[^a-z0-9_$])`+regexp.QuoteMeta(n)+`($|[^a-z0-9_$])`).MatchString(lower)) {
+			return true
+		}
+	}
+	return false
+}
+
+// alter applies an ALTER TABLE's options to d in order; it returns the table's new name when renamed.
+func (h *history) alter(d *TableDef, st *sqlparser.AlterTable, defaultDB string, eff *effect) (string, error) {
+	d.Columns = slices.Clone(d.Columns)
+	d.Key = slices.Clone(d.Key)
+	renamed := ""
+	for _, o := range st.AlterOptions {
+		switch o := o.(type) {
+		case *sqlparser.AddColumns:
+			at := len(d.Columns)
+			if o.First {
+				at = 0
+			}
+			if o.After != nil {
+				i := d.index(o.After.Name.String())
+				if i < 0 {
+					return "", fmt.Errorf("ADD COLUMN … AFTER %s: no such column", o.After.Name.String())
+				}
+				at = i + 1
+			}
+			for _, cd := range o.Columns {
+				c, pk, note, err := columnDef(cd, true)
+				if err != nil {
+					return "", err
+				}
+				if note != "" {
+					eff.notes = append(eff.notes, note)
+				}
+				d.Columns = slices.Insert(d.Columns, at, c)
+				at++
+				if pk {
+					d.Key = []string{c.Name}
+				}
+			}
+		case *sqlparser.DropColumn:
+			name := o.Name.Name.String()
+			i := d.index(name)
+			if i < 0 {
+				return "", fmt.Errorf("DROP COLUMN %s: no such column", name)
+			}
+			d.Columns = slices.Delete(d.Columns, i, i+1)
+			d.Key = slices.DeleteFunc(d.Key, func(k string) bool { return strings.EqualFold(k, name) })
+		case *sqlparser.ModifyColumn:
+			if err := d.replace(o.NewColDefinition.Name.String(), o.NewColDefinition, o.First, o.After); err != nil {
+				return "", err
+			}
+		case *sqlparser.ChangeColumn:
+			if err := d.replace(o.OldColumn.Name.String(), o.NewColDefinition, o.First, o.After); err != nil {
+				return "", err
+			}
+		case *sqlparser.RenameColumn:
+			old, nw := o.OldName.Name.String(), o.NewName.Name.String()
+			i := d.index(old)
+			if i < 0 {
+				return "", fmt.Errorf("RENAME COLUMN %s: no such column", old)
+			}
+			d.Columns[i].Name = nw
+			d.renameKey(old, nw)
+		case *sqlparser.AddIndexDefinition:
+			if o.IndexDefinition.Info.Type == sqlparser.IndexTypePrimary {
+				d.Key = nil
+				for _, c := range o.IndexDefinition.Columns {
+					i := d.index(c.Column.String())
+					if i < 0 {
+						return "", fmt.Errorf("ADD PRIMARY KEY: no column %s", c.Column.String())
+					}
+					d.Key = append(d.Key, d.Columns[i].Name)
+				}
+			}
+		case *sqlparser.DropKey:
+			if o.Type == sqlparser.PrimaryKeyType {
+				d.Key = nil
+			}
+		case *sqlparser.AlterCharset:
+			// CONVERT TO CHARACTER SET re-encodes every text column.
+			for i := range d.Columns {
+				if d.Columns[i].Charset != "" {
+					d.Columns[i].Charset = strings.ToLower(o.CharacterSet)
+				}
+			}
+		case *sqlparser.RenameTableName:
+			renamed = o.Table.Name.String()
+			if q := o.Table.Qualifier.String(); q != "" && q != h.db {
+				renamed = q + "." + renamed // moved to another database: not a captured name
+			}
+		case *sqlparser.AlterColumn, *sqlparser.AddConstraintDefinition, sqlparser.AlgorithmValue, *sqlparser.AlterCheck,
+			*sqlparser.AlterIndex, *sqlparser.KeyState, *sqlparser.Force, *sqlparser.LockOption, *sqlparser.OrderByOption,
+			*sqlparser.RenameIndex, *sqlparser.Validation, sqlparser.TableOptions, *sqlparser.TablespaceOperation:
+			// Defaults, indexes, constraints and table options: the rows' columns stay as they are.
+		default:
+			return "", fmt.Errorf("ALTER TABLE option %q is not followed", sqlparser.String(o))
+		}
+	}
+	return renamed, nil
+}
+
+func (d *TableDef) index(name string) int {
+	// Column names are case-insensitive in MySQL.
+	return slices.IndexFunc(d.Columns, func(c ColumnDef) bool { return strings.EqualFold(c.Name, name) })
+}
+
+func (d *TableDef) renameKey(old, nw string) {
+	for i, k := range d.Key {
+		if strings.EqualFold(k, old) {
+			d.Key[i] = nw
+		}
+	}
+}
+
+// replace is MODIFY/CHANGE COLUMN: column old gets definition cd (and its name), moved when asked.
+func (d *TableDef) replace(old string, cd *sqlparser.ColumnDefinition, first bool, after *sqlparser.ColName) error {
+	i := d.index(old)
+	if i < 0 {
+		return fmt.Errorf("column %s: no such column", old)
+	}
+	c, pk, _, err := columnDef(cd, false)
+	if err != nil {
+		return err
+	}
+	d.renameKey(d.Columns[i].Name, c.Name)
+	if pk {
+		d.Key = []string{c.Name}
+	}
+	if !first && after == nil {
+		d.Columns[i] = c
+		return nil
+	}
+	d.Columns = slices.Delete(d.Columns, i, i+1)
+	at := 0
+	if after != nil {
+		j := d.index(after.Name.String())
+		if j < 0 {
+			return fmt.Errorf("column %s … AFTER %s: no such column", c.Name, after.Name.String())
+		}
+		at = j + 1
+	}
+	d.Columns = slices.Insert(d.Columns, at, c)
+	return nil
+}
+
+// createDef reads a CREATE TABLE's columns and primary key.
+func createDef(spec *sqlparser.TableSpec) (TableDef, error) {
+	var d TableDef
+	if spec == nil {
+		return d, errors.New("the statement has no column list")
+	}
+	tableCharset := ""
+	for _, o := range spec.Options {
+		if n := strings.ToLower(o.Name); n == "charset" || n == "character set" || n == "default charset" || n == "default character set" {
+			tableCharset = strings.ToLower(o.String)
+			if tableCharset == "" && o.Value != nil {
+				tableCharset = strings.ToLower(o.Value.Val)
+			}
+		}
+	}
+	for _, cd := range spec.Columns {
+		c, pk, _, err := columnDef(cd, false)
+		if err != nil {
+			return d, err
+		}
+		if c.Charset == "" && textType(c.DataType) {
+			c.Charset = tableCharset
+		}
+		d.Columns = append(d.Columns, c)
+		if pk {
+			d.Key = []string{c.Name}
+		}
+	}
+	for _, ix := range spec.Indexes {
+		if ix.Info.Type != sqlparser.IndexTypePrimary {
+			continue
+		}
+		d.Key = nil
+		for _, c := range ix.Columns {
+			i := d.index(c.Column.String())
+			if i < 0 {
+				return d, fmt.Errorf("PRIMARY KEY names no column %s", c.Column.String())
+			}
+			d.Key = append(d.Key, d.Columns[i].Name)
+		}
+	}
+	return d, nil
+}
+
+func textType(dt string) bool {
+	return dt == "char" || dt == "varchar" || strings.HasSuffix(dt, "text") || dt == "enum" || dt == "set"
+}
+
+// typeSynonyms are the spellings a DDL may use for what information_schema reports as another DATA_TYPE.
+var typeSynonyms = map[string]string{
+	"integer": "int", "int4": "int", "int8": "bigint", "int1": "tinyint", "int2": "smallint", "int3": "mediumint",
+	"middleint": "mediumint", "dec": "decimal", "numeric": "decimal", "fixed": "decimal", "real": "double",
+	"double precision": "double", "float8": "double", "float4": "float", "character": "char",
+	"nchar": "char", "nvarchar": "varchar", "national char": "char", "national varchar": "varchar",
+	"character varying": "varchar", "long varchar": "mediumtext", "long": "mediumtext",
+}
+
+// columnDef turns a parsed column definition into a ColumnDef, spelled as information_schema would. added
+// says the column is added to a table with rows: then Existing is what those rows hold, and note says when
+// that cannot be known here.
+func columnDef(cd *sqlparser.ColumnDefinition, added bool) (c ColumnDef, pk bool, note string, err error) {
+	ct := cd.Type
+	dt := strings.ToLower(ct.Type)
+	if s, ok := typeSynonyms[dt]; ok {
+		dt = s
+	}
+	c = ColumnDef{Name: cd.Name.String(), DataType: dt, Charset: strings.ToLower(ct.Charset.Name)}
+	length := func(def int) int {
+		if ct.Length != nil {
+			return *ct.Length
+		}
+		return def
+	}
+	switch dt {
+	case "bool", "boolean":
+		c.DataType, c.ColumnType = "tinyint", "tinyint(1)"
+	case "serial":
+		c.DataType, c.ColumnType = "bigint", "bigint(20) unsigned"
+	case "decimal":
+		c.Precision, c.Scale = int32(length(10)), 0
+		if ct.Scale != nil {
+			c.Scale = int32(*ct.Scale)
+		}
+		c.ColumnType = fmt.Sprintf("decimal(%d,%d)", c.Precision, c.Scale)
+	case "datetime", "timestamp", "time":
+		c.Scale = int32(length(0))
+		c.ColumnType = dt
+		if c.Scale > 0 {
+			c.ColumnType += "(" + strconv.Itoa(int(c.Scale)) + ")"
+		}
+	case "enum", "set":
+		c.ColumnType = dt + "(" + strings.Join(ct.EnumValues, ",") + ")"
+	case "json":
+		c.ColumnType, c.Charset = "json", ""
+	default:
+		c.ColumnType = dt
+		if ct.Length != nil {
+			c.ColumnType += "(" + strconv.Itoa(*ct.Length)
+			if ct.Scale != nil {
+				c.ColumnType += "," + strconv.Itoa(*ct.Scale)
+			}
+			c.ColumnType += ")"
+		}
+	}
+	if ct.Unsigned && !strings.Contains(c.ColumnType, "unsigned") {
+		c.ColumnType += " unsigned"
+	}
+	if ct.Zerofill {
+		c.ColumnType += " zerofill"
+	}
+	opts := ct.Options
+	if opts != nil && opts.KeyOpt == sqlparser.ColKeyPrimary {
+		pk = true
+	}
+	if !added {
+		return c, pk, "", nil
+	}
+	switch {
+	case opts != nil && opts.Default != nil:
+		v, ok := literalText(opts.Default)
+		if !ok {
+			return c, pk, fmt.Sprintf("column %s is added with DEFAULT %s, which is computed by the server: the destination's existing rows get NULL", c.Name, sqlparser.String(opts.Default)), nil
+		}
+		c.Existing = v
+	case opts != nil && opts.Null != nil && !*opts.Null:
+		// NOT NULL without a default: the server fills existing rows with the type's implicit default.
+		switch {
+		case strings.Contains(c.DataType, "int") || c.DataType == "decimal" || c.DataType == "float" || c.DataType == "double" || c.DataType == "year":
+			z := "0"
+			c.Existing = &z
+		case c.DataType == "char" || c.DataType == "varchar" || strings.HasSuffix(c.DataType, "text"):
+			z := ""
+			c.Existing = &z
+		case c.DataType == "enum":
+			if elems := parseElems(c.ColumnType); len(elems) > 0 {
+				c.Existing = &elems[0]
+			}
+		default:
+			note = fmt.Sprintf("column %s (%s) is added NOT NULL without a default: the destination's existing rows get NULL where the server holds its implicit default", c.Name, c.ColumnType)
+		}
+	}
+	return c, pk, note, nil
+}
+
+// literalText is a DEFAULT's value in text form; ok is false for an expression the server computes. A NULL
+// default is (nil, true).
+func literalText(e sqlparser.Expr) (*string, bool) {
+	switch e := e.(type) {
+	case *sqlparser.NullVal:
+		return nil, true
+	case sqlparser.BoolVal:
+		v := "0"
+		if e {
+			v = "1"
+		}
+		return &v, true
+	case *sqlparser.Literal:
+		v := e.Val
+		return &v, true
+	case *sqlparser.UnaryExpr:
+		if l, ok := e.Expr.(*sqlparser.Literal); ok && e.Operator == sqlparser.UMinusOp {
+			v := "-" + l.Val
+			return &v, true
+		}
+	}
+	return nil, false
+}
