@@ -109,3 +109,21 @@ pipelines:
 	}
 	t.Logf("%d SIGKILLs during the re-snapshot; %d rows equal in source and destination", kills, len(want))
 }
+
+// TestResnapshotRefusedForIncapableDestination: a destination that cannot apply a re-snapshot makes the request
+// fail at once with exit 2, naming it, and nothing is recorded.
+func TestResnapshotRefusedForIncapableDestination(t *testing.T) {
+	e := newEnv(t)
+	gen := `{ seed: 1, rows: 10, stream: orders }`
+	e.writeConfig(pipelineConfig(gen, filepath.Join(e.dir, "out"), ", no_resnapshot: true", "file://"+filepath.Join(e.dir, "wal"), ""))
+	r := e.run("resnapshot", "orders", "orders")
+	if r.code != 2 || !strings.Contains(r.stderr, "destination out cannot apply a re-snapshot") {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	if reqs, _ := filepath.Glob(filepath.Join(e.home, "state", "*", "resnapshot", "*.json")); len(reqs) != 0 {
+		t.Fatalf("a refused request was recorded: %v", reqs)
+	}
+	if r := e.run("resnapshot", "orders"); r.code != 2 {
+		t.Fatalf("no table: exit %d, want 2:\n%s", r.code, r.stderr)
+	}
+}
