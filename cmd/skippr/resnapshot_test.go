@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,13 +69,31 @@ pipelines:
 	if r := e.run("resnapshot", "orders", "public.order"); r.code != 2 || !strings.Contains(r.stderr, `did you mean "public.orders"`) {
 		t.Fatalf("a misspelt table: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
+	stop := startOrdersWriter(t, ctx, conn(src), n+1)
+	// The request reaches a sync that is already streaming: it restarts its Read with it and drops the request
+	// once a checkpoint carrying it is durable. From then on only the source's checkpoint knows about the
+	// re-snapshot, so the runs killed below must resume it from there.
+	bg := e.cmd(ctx, "sync")
+	if err := bg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
 	e.mustRun("resnapshot", "orders", "public.orders")
 	again := e.mustRun("resnapshot", "--json", "orders", "public.orders")
 	if !strings.Contains(again.stdout, `"stream":"public.orders"`) {
 		t.Fatalf("resnapshot --json: %s", again.stdout)
 	}
-
-	stop := startOrdersWriter(t, ctx, conn(src), n+1)
+	requests := filepath.Join(e.home, "state", "orders-*", "resnapshot", "*.json")
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if left, _ := filepath.Glob(requests); len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the running sync did not take the request")
+		}
+	}
+	bg.Process.Signal(syscall.SIGKILL)
+	bg.Wait()
 	kills := 5
 	e.killSyncAtRandom(kills, 700*time.Millisecond, 2500*time.Millisecond)
 	stop()
@@ -82,9 +101,8 @@ pipelines:
 	if !strings.Contains(r.stderr, "re-snapshot") && !strings.Contains(r.stderr, "resnapshot") {
 		t.Logf("final sync stderr:\n%s", r.stderr)
 	}
-	requests, _ := filepath.Glob(filepath.Join(e.home, "state", "orders-*", "resnapshot", "*.json"))
-	if len(requests) != 0 {
-		t.Fatalf("requests left after the re-snapshot: %v", requests)
+	if left, _ := filepath.Glob(requests); len(left) != 0 {
+		t.Fatalf("requests left after the re-snapshot: %v", left)
 	}
 
 	dump := func(c *pgx.Conn) []string {
@@ -108,4 +126,22 @@ pipelines:
 		t.Fatalf("source has %d rows, destination %d", len(want), len(got))
 	}
 	t.Logf("%d SIGKILLs during the re-snapshot; %d rows equal in source and destination", kills, len(want))
+}
+
+// TestResnapshotRefusedForIncapableDestination: a destination that cannot apply a re-snapshot makes the request
+// fail at once with exit 2, naming it, and nothing is recorded.
+func TestResnapshotRefusedForIncapableDestination(t *testing.T) {
+	e := newEnv(t)
+	gen := `{ seed: 1, rows: 10, stream: orders }`
+	e.writeConfig(pipelineConfig(gen, filepath.Join(e.dir, "out"), ", no_resnapshot: true", "file://"+filepath.Join(e.dir, "wal"), ""))
+	r := e.run("resnapshot", "orders", "orders")
+	if r.code != 2 || !strings.Contains(r.stderr, "destination out cannot apply a re-snapshot") {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	if reqs, _ := filepath.Glob(filepath.Join(e.home, "state", "*", "resnapshot", "*.json")); len(reqs) != 0 {
+		t.Fatalf("a refused request was recorded: %v", reqs)
+	}
+	if r := e.run("resnapshot", "orders"); r.code != 2 {
+		t.Fatalf("no table: exit %d, want 2:\n%s", r.code, r.stderr)
+	}
 }
