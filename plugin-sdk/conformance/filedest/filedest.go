@@ -228,7 +228,7 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 	}
 	rec := Record{Pipeline: req.Pipeline, Sequence: req.Sequence, Rows: []Row{}}
 	// A replay of part of a range it holds: only the entries after the fence are new.
-	if first := max(req.FirstSequence, fence+1); first < req.Sequence {
+	if first := max(req.FirstSequence, fence+1); req.FirstSequence != 0 && first < req.Sequence {
 		rec.First = first
 	}
 	rows := int64(0)

@@ -104,4 +104,19 @@ func TestCoalescedRange(t *testing.T) {
 	if a := e.lastApplied(); a.Sequence != 9 || a.Streams["users"] != 9 || a.Streams["orders"] != 9 {
 		t.Fatalf("after the retry: %+v, want 9 everywhere", a)
 	}
+
+	// A range whose items for users all lie below its fence leaves users alone: no commit, no snapshot.
+	usersSnaps = snapshots(e, "users")
+	ten := tagged(10, serve.Item{Stream: "orders", Record: batch(t, os, r(opI, "o10", 10))})
+	if res, err := e.applyRange(9, 10, append(append([]serve.Item{}, nine...), ten...), ten...); err != nil || res.Skipped || res.Rows != 1 {
+		t.Fatalf("apply 9..10: %+v, %v; want orders' row of 10", res, err)
+	}
+	if got := snapshots(e, "users"); got != usersSnaps {
+		t.Fatalf("users snapshots %d -> %d: a table with nothing new was committed", usersSnaps, got)
+	}
+	e.check("users", "users", "id")
+	e.check("orders", "orders", "order_id")
+	if a := e.lastApplied(); a.Sequence != 10 || a.Streams["users"] != 9 || a.Streams["orders"] != 10 {
+		t.Fatalf("after 9..10: %+v, want marker 10, users 9, orders 10", a)
+	}
 }

@@ -61,13 +61,16 @@ func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, i
 	if err != nil {
 		return serve.ApplyResult{}, err
 	}
+	if req.FirstSequence == 0 {
+		req.FirstSequence = req.Sequence // a caller that names one entry
+	}
 	if req.Covers(marker) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
 	if err := ensureNamespace(ctx, oc.cat, ns); err != nil {
 		return serve.ApplyResult{}, err
 	}
-	b := &applyBuffer{d: d, oc: oc, s: s, req: req, marker: marker, byTable: map[string]*tableBuf{}, budget: s.bufferBudget()}
+	b := &applyBuffer{d: d, oc: oc, s: s, req: req, marker: marker, byTable: map[string]*tableBuf{}, fences: map[string]uint64{}, budget: s.bufferBudget()}
 	if d.hooks.bufferBudget > 0 {
 		b.budget = d.hooks.bufferBudget
 	}
@@ -130,8 +133,9 @@ type applyBuffer struct {
 	marker  uint64 // the pipeline's completion marker when the apply began
 	tables  []*tableBuf
 	byTable map[string]*tableBuf
-	budget  int64 // bytes of batches to buffer before spilling; 0: no limit
-	bytes   int64 // bytes of batches buffered
+	fences  map[string]uint64 // per table met: what it holds already (see fence)
+	budget  int64             // bytes of batches to buffer before spilling; 0: no limit
+	bytes   int64             // bytes of batches buffered
 }
 
 // tableBuf is one table's part of an apply: the items not written out yet, and what was written (spilled).
@@ -149,9 +153,17 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 	name := b.s.TableName(it.Stream)
 	tb, ok := b.byTable[name]
 	if !ok {
-		fence, err := b.fence(ctx, name)
-		if err != nil {
-			return fmt.Errorf("table %s: %w", name, err)
+		// A table whose items all lie below its fence gets no buffer: it takes no part in the commits.
+		fence, known := b.fences[name]
+		if !known {
+			var err error
+			if fence, err = b.fence(ctx, name); err != nil {
+				return fmt.Errorf("table %s: %w", name, err)
+			}
+			b.fences[name] = fence
+		}
+		if b.below(it, fence) {
+			return nil
 		}
 		tb = &tableBuf{g: &tableGroup{stream: it.Stream, table: name}, fence: fence}
 		b.byTable[name] = tb
@@ -159,11 +171,7 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 	} else if tb.g.stream != it.Stream {
 		return fmt.Errorf("streams %s and %s both map to table %s", tb.g.stream, it.Stream, name)
 	}
-	seq := it.Sequence
-	if seq == 0 {
-		seq = b.req.Sequence // an item from a caller that does not tag items belongs to the apply's entry
-	}
-	if seq <= tb.fence {
+	if b.below(it, tb.fence) {
 		return nil
 	}
 	if it.Truncate {
@@ -181,6 +189,15 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 		return b.spill(ctx)
 	}
 	return nil
+}
+
+// below says the item's entry is at or below fence: the table holds it already.
+func (b *applyBuffer) below(it serve.Item, fence uint64) bool {
+	seq := it.Sequence
+	if seq == 0 {
+		seq = b.req.Sequence // an item from a caller that does not tag items belongs to the apply's entry
+	}
+	return seq <= fence
 }
 
 // fence is what the table holds of this apply's range already: the marker, or, when a crash came between the
