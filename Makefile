@@ -21,7 +21,7 @@ export PATH := $(TOOLS):$(PATH)
 CGO_PLUGINS := duckdb
 CORE_TAGS   := arrow_json_stdlib urfave_cli_no_docs
 
-.PHONY: build test proto registry release bench lint chaos tools quickstart quickstart-intro clean
+.PHONY: build test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean
 
 build:
 	@mkdir -p $(BIN)
@@ -87,6 +87,10 @@ $(SEAWEEDFS):
 # The cold first run is mostly Go downloading modules and compiling: say so before it goes quiet.
 quickstart: quickstart-intro registry
 	bash scripts/quickstart.sh
+
+# The same with a throwaway MariaDB as the source (snapshot, binary log, a schema change).
+quickstart-mysql: quickstart-intro registry
+	bash scripts/quickstart-mysql.sh
 
 quickstart-intro:
 	@if [ ! -x $(BIN)/skippr ]; then \

@@ -217,10 +217,17 @@ func (r *reader) chunk(ctx context.Context, conn *mysql.Conn, t *Table, pos *Pos
 		}
 		q += " WHERE " + cond
 	}
-	q += " ORDER BY " + strings.Join(keys, ", ") + " LIMIT " + strconv.Itoa(r.cfg.BatchSize)
-	res, err := conn.ExecuteFetch(q, r.cfg.BatchSize, false)
+	// One row more than a chunk says whether this chunk is the table's last, so the checkpoint that carries
+	// its rows already says the copy is done: the engine makes durable only checkpoints with rows, and a
+	// restart from one saying "not done" would need the table's columns as they were (DDL may follow).
+	q += " ORDER BY " + strings.Join(keys, ", ") + " LIMIT " + strconv.Itoa(r.cfg.BatchSize+1)
+	res, err := conn.ExecuteFetch(q, r.cfg.BatchSize+1, false)
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", t.Stream, r.cfg.Explain(err))
+	}
+	more := len(res.Rows) > r.cfg.BatchSize
+	if more {
+		res.Rows = res.Rows[:r.cfg.BatchSize]
 	}
 	if len(res.Rows) > 0 {
 		rb := array.NewRecordBuilder(memory.DefaultAllocator, t.Schema)
@@ -244,7 +251,7 @@ func (r *reader) chunk(ctx context.Context, conn *mysql.Conn, t *Table, pos *Pos
 	}
 	prog.Rows += int64(len(res.Rows))
 	pos.Rows += int64(len(res.Rows))
-	prog.Done = len(res.Rows) < r.cfg.BatchSize
+	prog.Done = !more
 	pos.Progress[t.Name] = prog
 	pos.Table = t.Name
 	return r.out.Checkpoint(ctx, serve.Checkpoint{Position: pos.Encode(), RowsDone: pos.Rows})

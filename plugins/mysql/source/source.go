@@ -173,22 +173,29 @@ func (r *reader) currentPosition(conn *mysql.Conn) (*Position, error) {
 	return pos, err
 }
 
-// startDefs are the captured tables' definitions where the Read starts: the checkpoint's once streaming (the
-// server's catalog may already be past later DDL), else the catalog's. A snapshot resumed under a changed
-// schema cannot continue: its first chunks were copied with the old columns.
+// startDefs are the captured tables' definitions where the Read starts. Streaming decodes from the
+// checkpoint's coordinate, so a table the checkpoint has a definition of keeps it (the server's catalog may
+// already be past later DDL, which the stream will replay); the catalog gives the others. One exception: a
+// snapshot resumed while a table's copy is unfinished and its columns changed cannot continue, since its
+// first chunks were copied with the old columns and the rest would come with the new ones.
 func (r *reader) startDefs(conn *mysql.Conn, pos *Position) (map[string]TableDef, error) {
-	if pos != nil && pos.Phase == PhaseStream && pos.Schemas != nil {
-		return cloneDefs(pos.Schemas), nil
-	}
 	defs := map[string]TableDef{}
 	for _, name := range r.cfg.Tables {
+		old, ok := pos.schema(name)
+		if ok && (pos.Phase == PhaseStream || pos.Progress[name].Done) {
+			defs[name] = old
+			continue
+		}
 		d, err := loadDef(conn, r.cfg, name)
 		if err != nil {
 			return nil, err
 		}
-		if old, ok := pos.schema(name); ok && !sameLayout(old, d) {
+		if ok && !sameLayout(old, d) {
 			return nil, fault.ResnapshotErr(fmt.Errorf("table %s changed its columns while the snapshot was being copied", r.cfg.Stream(name)),
 				"start the pipeline from an empty checkpoint (a new snapshot of the new schema)")
+		}
+		if ok {
+			d = old
 		}
 		defs[name] = d
 	}
