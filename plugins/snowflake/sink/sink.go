@@ -169,7 +169,7 @@ func explain(s Settings, what string, err error) error {
 				"check the user and its password, private_key (the user's RSA_PUBLIC_KEY must match) or token")
 		case se.Number == 2003 || se.Number == 2043 || se.Number == 3001 || se.SQLState == "42501":
 			return fault.ConfigErr(fmt.Errorf("snowflake %s: %w", what, err),
-				"run `skippr check` to list the GRANT statements the role "+roleOf(s)+" needs")
+				"run `skippr connect CONNECTION` to list the GRANT statements the role "+roleOf(s)+" needs")
 		}
 	}
 	return fmt.Errorf("snowflake %s: %w", what, err)
