@@ -46,18 +46,31 @@ func (s *Server) run(ctx context.Context, x *session, stmt string, args []any) (
 	}
 	head := words(toks, 2)
 	switch {
-	case stmt == "BEGIN" || stmt == "COMMIT" || stmt == "ROLLBACK":
-		if stmt == "BEGIN" && x.inTx {
+	case head == "BEGIN TRANSACTION" || stmt == "BEGIN" || stmt == "COMMIT" || stmt == "ROLLBACK":
+		begin := toks[0].text == "BEGIN"
+		if begin && x.inTx || !begin && !x.inTx {
 			return &result{typeID: typeOther}, nil
 		}
-		if stmt != "BEGIN" && !x.inTx {
-			return &result{typeID: typeOther}, nil
+		verb := stmt
+		if begin {
+			verb = "BEGIN"
 		}
-		if _, err := x.conn.Exec(ctx, stmt); err != nil {
+		if _, err := x.conn.Exec(ctx, verb); err != nil {
 			return nil, err
 		}
-		x.inTx = stmt == "BEGIN"
+		x.inTx = begin
+		name := ""
+		if len(toks) == 4 {
+			name = toks[3].text
+		}
+		s.setTx(x, begin, name)
 		return &result{typeID: typeOther}, nil
+	case stmt == "SELECT CURRENT_SESSION()":
+		return one("CURRENT_SESSION()", strconv.FormatInt(x.id, 10)), nil
+	case stmt == "SHOW TRANSACTIONS":
+		return s.showTransactions(x), nil
+	case strings.HasPrefix(stmt, "SELECT SYSTEM$ABORT_TRANSACTION("):
+		return s.abortTransaction(ctx, x, strings.TrimSuffix(strings.TrimPrefix(stmt, "SELECT SYSTEM$ABORT_TRANSACTION("), ")"))
 	case stmt == "SELECT 1":
 		return one("1", "1"), nil
 	case stmt == "SELECT CURRENT_ROLE()":
@@ -131,7 +144,7 @@ func (s *Server) tableExists(ctx context.Context, toks []token) error {
 				return nil
 			}
 			var n int
-			if err := s.meta.QueryRow(ctx, `SELECT count(*) FROM _standin.columns WHERE schema_name = $1 AND table_name = $2`, toks[i+2].text, toks[i+4].text).Scan(&n); err != nil {
+			if err := s.tableCount(ctx, toks[i+2].text, toks[i+4].text, &n); err != nil {
 				return err
 			}
 			if n == 0 {
@@ -180,7 +193,7 @@ func (s *Server) stageOf(toks []token) (string, string, error) {
 		return "", "", &sfError{code: 2003, state: "02000", msg: fmt.Sprintf("SQL compilation error:\nStage '%s.%s.%%%s' does not exist or not authorized.", db, schema, table)}
 	}
 	var n int
-	if err := s.meta.QueryRow(context.Background(), `SELECT count(*) FROM _standin.columns WHERE schema_name = $1 AND table_name = $2`, schema, table).Scan(&n); err != nil {
+	if err := s.tableCount(context.Background(), schema, table, &n); err != nil {
 		return "", "", err
 	}
 	if n == 0 {
@@ -215,6 +228,7 @@ func (s *Server) ddl(ctx context.Context, x *session, toks []token) (*result, er
 			return nil, err
 		}
 		x.inTx = false
+		s.setTx(x, false, "")
 	}
 	temp := words(toks, 4) == "CREATE OR REPLACE TEMPORARY"
 	if (words(toks, 2) == "CREATE TABLE" || temp) && s.revoked("CREATE TABLE ON SCHEMA") {
@@ -246,7 +260,7 @@ func (s *Server) ddl(ctx context.Context, x *session, toks []token) (*result, er
 		}
 	case words(toks, 2) == "CREATE TABLE":
 		var exists int
-		if err := s.meta.QueryRow(ctx, `SELECT count(*) FROM _standin.columns WHERE schema_name = $1 AND table_name = $2`, schema, table).Scan(&exists); err != nil {
+		if err := s.tableCount(ctx, schema, table, &exists); err != nil {
 			return nil, err
 		}
 		if _, err := x.conn.Exec(ctx, q); err != nil {
@@ -272,7 +286,7 @@ func (s *Server) ddl(ctx context.Context, x *session, toks []token) (*result, er
 				for j < len(toks) && toks[j].kind == 'w' && (toks[j].text == "SET" || toks[j].text == "DATA" || toks[j].text == "TYPE") {
 					j++
 				}
-				if _, err := s.meta.Exec(ctx, `DELETE FROM _standin.columns WHERE schema_name = $1 AND table_name = $2 AND column_name = $3 AND $4`, schema, table, toks[i].text, toks[at+5].text == "ALTER"); err != nil {
+				if err := s.metaExec(ctx, `DELETE FROM _standin.columns WHERE schema_name = $1 AND table_name = $2 AND column_name = $3 AND $4`, schema, table, toks[i].text, toks[at+5].text == "ALTER"); err != nil {
 					return nil, err
 				}
 				if err := s.catalog(ctx, schema, table, toks[i].text, toks[j:]); err != nil {
@@ -298,7 +312,7 @@ func (s *Server) catalog(ctx context.Context, schema, table, column string, typ 
 	case "VARCHAR":
 		base = "TEXT"
 	}
-	_, err := s.meta.Exec(ctx, `INSERT INTO _standin.columns (schema_name, table_name, column_name, data_type, numeric_precision, numeric_scale)
+	err := s.metaExec(ctx, `INSERT INTO _standin.columns (schema_name, table_name, column_name, data_type, numeric_precision, numeric_scale)
 		VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, schema, table, column, base, prec, scale)
 	return err
 }
@@ -307,6 +321,8 @@ func (s *Server) columns(ctx context.Context, args []any) (*result, error) {
 	if len(args) != 2 {
 		return nil, &sfError{code: 1003, state: "42000", msg: "stand-in: columns query wants 2 bindings"}
 	}
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
 	rows, err := s.meta.Query(ctx, `SELECT column_name, data_type, numeric_precision::text, numeric_scale::text FROM _standin.columns
 		WHERE schema_name = $1 AND table_name = $2 ORDER BY ordinal`, args[0], args[1])
 	if err != nil {
@@ -471,4 +487,70 @@ func float(f float64) string {
 		return "-Infinity"
 	}
 	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// setTx records a session's transaction for SHOW TRANSACTIONS. The record is the server's (under s.mu), not
+// the session's: a session whose client died may still have a request in flight, and listing or aborting must
+// not wait for it.
+func (s *Server) setTx(x *session, open bool, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !open {
+		x.txID = 0
+		return
+	}
+	s.nextTx++
+	x.txID, x.txName, x.txStarted = 1712345678901000000+s.nextTx, name, time.Now()
+}
+
+// showTransactions lists the open transactions of every session (the stand-in has one user), as Snowflake's
+// SHOW TRANSACTIONS does for the current user: id, user, session, name, started_on, state, scope.
+func (s *Server) showTransactions(_ *session) *result {
+	res := &result{typeID: typeSelect, columns: []string{"id", "user", "session", "name", "started_on", "state", "scope"}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.sessions {
+		if x.txID != 0 {
+			id, sid, started := strconv.FormatInt(x.txID, 10), strconv.FormatInt(x.id, 10), x.txStarted.UTC().Format(time.RFC3339)
+			user, name, state, scope := s.opt.User, x.txName, "running", "Session-scoped"
+			res.rows = append(res.rows, []*string{&id, &user, &sid, &name, &started, &state, &scope})
+		}
+	}
+	return res
+}
+
+// abortTransaction ends another session's open transaction and releases its locks, as
+// SYSTEM$ABORT_TRANSACTION does: by terminating that session's PostgreSQL backend (the session may be busy
+// with a request its dead client left behind, so its connection cannot be used from here). That session's
+// client is gone; a later request of it would fail, where Snowflake would keep the session usable.
+func (s *Server) abortTransaction(ctx context.Context, self *session, id string) (*result, error) {
+	s.mu.Lock()
+	var pid uint32
+	for _, x := range s.sessions {
+		if x != self && x.txID != 0 && strconv.FormatInt(x.txID, 10) == id {
+			pid, x.txID = x.pid, 0
+		}
+	}
+	s.mu.Unlock()
+	if pid == 0 {
+		return nil, &sfError{code: 2003, state: "02000", msg: "Transaction " + id + " does not exist or not authorized."}
+	}
+	if err := s.metaExec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+		return nil, err
+	}
+	return one("SYSTEM$ABORT_TRANSACTION", "Transaction "+id+" aborted."), nil
+}
+
+// The catalog connection is shared by every session's requests: one at a time.
+func (s *Server) tableCount(ctx context.Context, schema, table string, n *int) error {
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	return s.meta.QueryRow(ctx, `SELECT count(*) FROM _standin.columns WHERE schema_name = $1 AND table_name = $2`, schema, table).Scan(n)
+}
+
+func (s *Server) metaExec(ctx context.Context, q string, args ...any) error {
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
+	_, err := s.meta.Exec(ctx, q, args...)
+	return err
 }

@@ -47,7 +47,10 @@ func rule(name, doc, pattern string) Rule {
 
 // Rules are the allowed shapes.
 var Rules = []Rule{
-	rule("transaction", "sql-reference/sql/begin, sql/commit, sql/rollback", `BEGIN|COMMIT|ROLLBACK`),
+	rule("transaction", "sql-reference/sql/begin (BEGIN TRANSACTION NAME name), sql/commit, sql/rollback",
+		`BEGIN|BEGIN TRANSACTION NAME [A-Z][A-Z0-9_]*|COMMIT|ROLLBACK`),
+	rule("transactions", "sql-reference/sql/show-transactions, functions/system_abort_transaction, functions/current_session",
+		`SHOW TRANSACTIONS|SELECT SYSTEM\$ABORT_TRANSACTION\([0-9]+\)|SELECT CURRENT_SESSION\(\)`),
 	rule("ping", "gosnowflake's Ping", `SELECT 1`),
 	rule("current role", "sql-reference/functions/current_role", `SELECT CURRENT_ROLE\(\)`),
 	rule("use", "sql-reference/sql/use-warehouse, use-database, use-schema",

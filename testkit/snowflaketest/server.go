@@ -57,10 +57,11 @@ type Options struct {
 
 // Server is a running stand-in.
 type Server struct {
-	opt  Options
-	ln   net.Listener
-	http *http.Server
-	meta *pgx.Conn
+	opt    Options
+	ln     net.Listener
+	http   *http.Server
+	meta   *pgx.Conn // the catalog connection, under metaMu
+	metaMu sync.Mutex
 
 	Host string
 	Port int
@@ -70,6 +71,8 @@ type Server struct {
 	statements []string
 	rejected   []string
 	ownStage   bool
+	nextID     int64
+	nextTx     int64
 }
 
 type session struct {
@@ -77,6 +80,11 @@ type session struct {
 	id   int64
 	conn *pgx.Conn
 	inTx bool
+	pid  uint32 // of the PostgreSQL backend
+	// The open transaction's id (0: none), name and start, for SHOW TRANSACTIONS; guarded by Server.mu.
+	txID      int64
+	txName    string
+	txStarted time.Time
 }
 
 // Start runs a stand-in until Close.
@@ -158,7 +166,9 @@ func (s *Server) Close() error {
 		delete(s.sessions, k)
 	}
 	s.mu.Unlock()
+	s.metaMu.Lock()
 	s.meta.Close(ctx)
+	s.metaMu.Unlock()
 	if s.ownStage {
 		os.RemoveAll(s.opt.StageDir)
 	}
@@ -272,7 +282,8 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	token := newID()
 	s.mu.Lock()
-	x := &session{id: int64(len(s.sessions) + 1), conn: conn}
+	s.nextID++
+	x := &session{id: s.nextID, conn: conn, pid: conn.PgConn().PID()}
 	s.sessions[token] = x
 	s.mu.Unlock()
 	writeJSON(w, map[string]any{"success": true, "data": map[string]any{
@@ -450,6 +461,8 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 // allows only the plugin's statements), one JSON object per row with the column names as keys, for a test
 // to compare with its source.
 func (s *Server) Rows(ctx context.Context, table string) ([]map[string]any, error) {
+	s.metaMu.Lock()
+	defer s.metaMu.Unlock()
 	rows, err := s.meta.Query(ctx, "SELECT to_jsonb(t) FROM "+quote(s.opt.Schema)+"."+quote(table)+" t")
 	if err != nil {
 		return nil, err

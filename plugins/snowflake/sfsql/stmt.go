@@ -201,6 +201,12 @@ func Append(t, stage Table, cols []Column) string {
 // DeleteAll empties a table for a truncate, inside the apply's transaction (TRUNCATE would be DDL-like).
 func DeleteAll(t Table) string { return "DELETE FROM " + t.String() }
 
+// Begin starts the apply's transaction under a name (an unquoted identifier), which SHOW TRANSACTIONS lists.
+func Begin(name string) string { return "BEGIN TRANSACTION NAME " + name }
+
+// AbortTransaction aborts a transaction by its id (a number SHOW TRANSACTIONS gave).
+func AbortTransaction(id string) string { return "SELECT SYSTEM$ABORT_TRANSACTION(" + id + ")" }
+
 // Use statements of the privilege check.
 func UseWarehouse(w string) string        { return "USE WAREHOUSE " + Ident(w) }
 func UseDatabase(d string) string         { return "USE DATABASE " + Ident(d) }

@@ -44,7 +44,8 @@ func statements(t *testing.T) []string {
 	odd := Table{Database: "ANALYTICS", Schema: "RAW", Name: Name("Order Lines")}
 	stage := Table{Database: "ANALYTICS", Schema: "RAW", Name: "_SKIPPR_STAGE_1"}
 	return []string{
-		"BEGIN", "COMMIT", "ROLLBACK", "SELECT CURRENT_ROLE()",
+		Begin("SKIPPR_0123456789ABCDEF"), "COMMIT", "ROLLBACK", "SELECT CURRENT_ROLE()", "SELECT CURRENT_SESSION()",
+		"SHOW TRANSACTIONS", AbortTransaction("1712345678901000000"),
 		UseWarehouse("LOAD_WH"), UseDatabase("ANALYTICS"), UseSchema("ANALYTICS", "RAW"),
 		CreateState("ANALYTICS", "RAW"),
 		ReadState("ANALYTICS", "RAW"),

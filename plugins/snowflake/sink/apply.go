@@ -2,7 +2,9 @@ package sink
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -69,6 +71,22 @@ func (x *session) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 	if err := x.ensureState(ctx); err != nil {
 		return res, err
 	}
+	if !x.d.orphansChecked[req.Pipeline] {
+		if err := x.abortOrphans(ctx, req.Pipeline); err != nil {
+			return res, err
+		}
+		if x.d.orphansChecked == nil {
+			x.d.orphansChecked = map[string]bool{}
+		}
+		x.d.orphansChecked[req.Pipeline] = true
+	}
+	defer func() {
+		if err != nil && x.d.orphansChecked != nil {
+			// A transaction this apply could not roll back (the connection broke) may hold locks: look again
+			// before the next apply.
+			x.d.orphansChecked[req.Pipeline] = false
+		}
+	}()
 	state, err := x.readState(ctx, req.Pipeline)
 	if err != nil {
 		return res, err
@@ -153,23 +171,18 @@ func (x *session) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 		}
 	}
 
-	tx, err := x.conn.BeginTx(ctx, nil)
-	x.d.stats.Statements++
-	if err != nil {
+	// Plain statements on the session rather than a database/sql Tx: the transaction carries a name, by which
+	// a later process finds it if this one dies inside it (abortOrphans).
+	if err := x.exec(ctx, sfsql.Begin(TxName(req.Pipeline))); err != nil {
 		return res, explain(x.s, "begin", err)
 	}
 	committed := false
 	defer func() {
 		if !committed {
-			x.d.stats.Statements++
-			_ = tx.Rollback()
+			_ = x.exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
 	}()
-	txexec := func(q string, args ...any) error {
-		x.d.stats.Statements++
-		_, err := tx.ExecContext(ctx, q, args...)
-		return err
-	}
+	txexec := func(q string, args ...any) error { return x.exec(ctx, q, args...) }
 	for _, sp := range plans {
 		if sp.fold.Truncated() {
 			if err := txexec(sfsql.DeleteAll(sp.table)); err != nil {
@@ -202,12 +215,73 @@ func (x *session) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 	if err := txexec(sfsql.UpsertState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema), len(args)/3), args...); err != nil {
 		return res, explain(x.s, fmt.Sprintf("record sequence %d", req.Sequence), err)
 	}
-	x.d.stats.Statements++
-	if err := tx.Commit(); err != nil {
+	if err := x.exec(ctx, "COMMIT"); err != nil {
 		return res, explain(x.s, fmt.Sprintf("commit sequence %d", req.Sequence), err)
 	}
 	committed = true
 	return res, nil
+}
+
+// TxName is the name of the pipeline's apply transactions: SKIPPR_ and a hash of the pipeline's name.
+func TxName(pipeline string) string {
+	h := sha256.Sum256([]byte(pipeline))
+	return "SKIPPR_" + strings.ToUpper(hex.EncodeToString(h[:8]))
+}
+
+// abortOrphans aborts the pipeline's transactions left open by a process that died inside one (SIGKILL,
+// power loss): Snowflake keeps such a transaction, and the locks its MERGE took, until the session expires
+// hours later, so every following apply would wait on them. The WAL's lease lets one process apply a
+// pipeline at a time, so a transaction of the pipeline's name in another session is an orphan.
+func (x *session) abortOrphans(ctx context.Context, pipeline string) error {
+	var self string
+	rows, err := x.query(ctx, "SELECT CURRENT_SESSION()")
+	if err != nil {
+		return explain(x.s, "read the session id", err)
+	}
+	for rows.Next() {
+		_ = rows.Scan(&self)
+	}
+	rows.Close()
+	rows, err = x.query(ctx, "SHOW TRANSACTIONS")
+	if err != nil {
+		return explain(x.s, "list open transactions", err)
+	}
+	cols, err := rows.Columns()
+	if err != nil {
+		rows.Close()
+		return err
+	}
+	var orphans []string
+	name := TxName(pipeline)
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			rows.Close()
+			return fmt.Errorf("list open transactions: %w", err)
+		}
+		row := map[string]string{}
+		for i, c := range cols {
+			row[strings.ToLower(c)] = vals[i].String
+		}
+		if strings.EqualFold(row["name"], name) && row["session"] != self {
+			orphans = append(orphans, row["id"])
+		}
+	}
+	rows.Close()
+	for _, id := range orphans {
+		if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+			return fmt.Errorf("SHOW TRANSACTIONS: transaction id %q is not a number", id)
+		}
+		if err := x.exec(ctx, sfsql.AbortTransaction(id)); err != nil {
+			return explain(x.s, "abort orphaned transaction "+id, err)
+		}
+		x.d.log().Warn("aborted the transaction of an earlier process that died inside it", "pipeline", pipeline, "transaction", id)
+	}
+	return nil
 }
 
 // prepareLoads writes the stream's surviving rows as Parquet files (one per batch schema), PUTs each to the

@@ -47,7 +47,10 @@ type Destination struct {
 	dbs    map[string]*sql.DB               // by settings fingerprint
 	tables map[string]map[string]sfsql.Type // columns of each table (by quoted name), as last read or made
 	state  map[string]bool                  // state table known to exist, by database.schema
-	stats  Stats
+	// orphansChecked: the pipeline's orphaned transactions were looked for since the process started or an
+	// apply last failed.
+	orphansChecked map[string]bool
+	stats          Stats
 }
 
 // Stats counts what the destination sent, for the figures in BENCHMARKS.md.

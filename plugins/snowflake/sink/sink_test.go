@@ -517,3 +517,57 @@ func TestStandInRefusesOtherStatements(t *testing.T) {
 	}
 	tg.standin.ResetRejected()
 }
+
+// TestOrphanedTransactionIsAborted: a process that died inside its apply transaction leaves it open, holding
+// the locks of its MERGE (Snowflake keeps it until the session expires, hours later). The next process aborts
+// it by its name and applies, instead of waiting on the locks.
+func TestOrphanedTransactionIsAborted(t *testing.T) {
+	tg := newTarget(t, nil)
+	s := ordersSchema()
+	st := tg.prefix + "orders"
+	r := orders(s, order{op: change.OpInsert, id: 1, name: "a", color: "c", atUnix: 1})
+	defer r.Release()
+	tg.apply(1, 1, item(st, 1, r))
+
+	// The dead process: its named transaction updated the state row and never ended.
+	cfg, err := tg.s.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := sql.OpenDB(sfConnector(*cfg))
+	defer dead.Close()
+	conn, err := dead.Conn(tctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	db, sc := tg.s.Database, tg.s.Schema
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{sfsqlBegin(TxName("p")), nil},
+		{sfsqlUpsertState(db, sc), []any{"p", "", "9"}},
+	} {
+		if _, err := conn.ExecContext(tctx(t), q.sql, q.args...); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+
+	next := &Destination{TempDir: t.TempDir()}
+	defer next.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	r2 := orders(s, order{op: change.OpInsert, id: 2, name: "b", color: "c", atUnix: 1})
+	defer r2.Release()
+	res, err := next.Apply(ctx, serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: 2, Sequence: 2, Items: []serve.Item{item(st, 2, r2)}})
+	if err != nil || res.Skipped {
+		t.Fatalf("apply after an orphaned transaction: %+v, %v", res, err)
+	}
+	if got := tg.rows(TableName(st)); len(got) != 2 {
+		t.Fatalf("rows %v", got)
+	}
+	if a, err := next.LastApplied(tctx(t), tg.settings, "p"); err != nil || a.Sequence != 2 {
+		t.Fatalf("LastApplied %+v, %v: the orphan's state update must be gone", a, err)
+	}
+}
