@@ -424,8 +424,11 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 			args[i-1] = *b.Value
 		}
 	}
+	// A statement runs to its end even when its client goes away, as in Snowflake (a killed client's open
+	// transaction stays open, for the next process to abort); pgx would also close a connection whose
+	// query was interrupted.
 	x.mu.Lock()
-	res, err := s.run(r.Context(), x, stmt, args)
+	res, err := s.run(context.WithoutCancel(r.Context()), x, stmt, args)
 	x.mu.Unlock()
 	if err != nil {
 		var se *sfError
