@@ -1,0 +1,214 @@
+package sfsql
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// StateTable holds, per pipeline, the last applied WAL sequence number of the pipeline (STREAM = ”) and of
+// each stream.
+const StateTable = "_SKIPPR_STATE"
+
+// OpColumn is the staging table's column holding each row's change op.
+const OpColumn = "_SKIPPR_OP"
+
+// StagePath is the folder of the table stage the Parquet files are put into.
+const StagePath = "skippr"
+
+var simple = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_$]*$`)
+
+// Name is the Snowflake name of a source table or column: a simple name is upper-cased, as Snowflake stores
+// unquoted identifiers, so users query it without quotes (orders.id → ORDERS.ID); any other name is kept as
+// it is and always quoted.
+func Name(s string) string {
+	if simple.MatchString(s) {
+		return strings.ToUpper(s)
+	}
+	return s
+}
+
+// Ident quotes an identifier.
+func Ident(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// Literal quotes a string literal; Snowflake reads a backslash in a literal as an escape.
+func Literal(s string) string {
+	return `'` + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(s) + `'`
+}
+
+// Table names a table of the destination schema.
+type Table struct{ Database, Schema, Name string }
+
+// String is the fully qualified, quoted name.
+func (t Table) String() string {
+	return Ident(t.Database) + "." + Ident(t.Schema) + "." + Ident(t.Name)
+}
+
+// Stage is the table's internal stage folder the plugin puts files into.
+func (t Table) Stage() string {
+	return "@" + Ident(t.Database) + "." + Ident(t.Schema) + ".%" + Ident(t.Name) + "/" + StagePath + "/"
+}
+
+// Column is a column of a table.
+type Column struct {
+	Name string
+	Type Type
+}
+
+func columnDefs(cols []Column, stage bool) []string {
+	defs := make([]string, len(cols))
+	for i, c := range cols {
+		t := c.Type.DDL()
+		if stage {
+			t = c.Type.StageDDL()
+		}
+		defs[i] = Ident(c.Name) + " " + t
+	}
+	return defs
+}
+
+func idents(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = Ident(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// CreateTable creates a stream's table; the primary key is informational in Snowflake (not enforced), and
+// records what the MERGE matches on.
+func CreateTable(t Table, cols []Column, key []string) string {
+	defs := columnDefs(cols, false)
+	if len(key) > 0 {
+		defs = append(defs, "PRIMARY KEY ("+idents(key)+")")
+	}
+	return "CREATE TABLE IF NOT EXISTS " + t.String() + " (" + strings.Join(defs, ", ") + ")"
+}
+
+// AddColumn adds a column a grown schema brings.
+func AddColumn(t Table, c Column) string {
+	return "ALTER TABLE " + t.String() + " ADD COLUMN " + Ident(c.Name) + " " + c.Type.DDL()
+}
+
+// AlterType widens a NUMBER column's precision.
+func AlterType(t Table, c Column) string {
+	return "ALTER TABLE " + t.String() + " ALTER COLUMN " + Ident(c.Name) + " SET DATA TYPE " + c.Type.DDL()
+}
+
+// Columns reads a table's columns: COLUMN_NAME, DATA_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE; binds schema
+// and table name.
+func Columns(database string) string {
+	return `SELECT "COLUMN_NAME", "DATA_TYPE", "NUMERIC_PRECISION", "NUMERIC_SCALE" FROM ` + Ident(database) +
+		`."INFORMATION_SCHEMA"."COLUMNS" WHERE "TABLE_SCHEMA" = ? AND "TABLE_NAME" = ? ORDER BY "ORDINAL_POSITION"`
+}
+
+// CreateState creates the state table.
+func CreateState(database, schema string) string {
+	return "CREATE TABLE IF NOT EXISTS " + Table{database, schema, StateTable}.String() +
+		` ("PIPELINE" VARCHAR NOT NULL, "STREAM" VARCHAR NOT NULL, "LAST_SEQUENCE" NUMBER(20,0) NOT NULL, PRIMARY KEY ("PIPELINE", "STREAM"))`
+}
+
+// ReadState reads a pipeline's state rows; binds the pipeline.
+func ReadState(database, schema string) string {
+	return `SELECT "STREAM", "LAST_SEQUENCE" FROM ` + Table{database, schema, StateTable}.String() + ` WHERE "PIPELINE" = ?`
+}
+
+// UpsertState records rows (pipeline, stream, last sequence) in one statement; binds three values per row.
+func UpsertState(database, schema string, rows int) string {
+	sel := make([]string, rows)
+	for i := range sel {
+		sel[i] = `SELECT CAST(? AS VARCHAR) AS "PIPELINE", CAST(? AS VARCHAR) AS "STREAM", CAST(? AS NUMBER(20,0)) AS "LAST_SEQUENCE"`
+	}
+	return "MERGE INTO " + Table{database, schema, StateTable}.String() + " AS t USING (" + strings.Join(sel, " UNION ALL ") + ") AS s" +
+		` ON t."PIPELINE" = s."PIPELINE" AND t."STREAM" = s."STREAM"` +
+		` WHEN MATCHED THEN UPDATE SET "LAST_SEQUENCE" = s."LAST_SEQUENCE"` +
+		` WHEN NOT MATCHED THEN INSERT ("PIPELINE", "STREAM", "LAST_SEQUENCE") VALUES (s."PIPELINE", s."STREAM", s."LAST_SEQUENCE")`
+}
+
+// Put uploads a local file to the table's stage; a retry of the same apply overwrites the same name.
+// Parquet is compressed already, so the driver must not gzip it.
+func Put(localPath string, t Table) string {
+	return "PUT " + Literal("file://"+localPath) + " " + t.Stage() + " AUTO_COMPRESS = FALSE SOURCE_COMPRESSION = NONE OVERWRITE = TRUE"
+}
+
+// CreateStaging makes the session's temporary staging table of one load: the data columns (nested ones as
+// JSON text) and the op.
+func CreateStaging(stage Table, cols []Column) string {
+	defs := append(columnDefs(cols, true), Ident(OpColumn)+" NUMBER(3,0)")
+	return "CREATE OR REPLACE TEMPORARY TABLE " + stage.String() + " (" + strings.Join(defs, ", ") + ")"
+}
+
+// Copy loads one staged Parquet file into the staging table. FORCE: a replayed apply loads its file again
+// (load metadata would skip a file loaded by a transaction that rolled back); PURGE: the file goes once loaded.
+func Copy(stage, t Table, file string) string {
+	return "COPY INTO " + stage.String() + " FROM " + t.Stage() + " FILES = (" + Literal(file) + ")" +
+		" FILE_FORMAT = (TYPE = PARQUET) MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE"
+}
+
+// value is a staged column as the target takes it.
+func value(c Column) string {
+	v := "s." + Ident(c.Name)
+	switch c.Type.Base {
+	case "VARIANT":
+		return "PARSE_JSON(" + v + ")"
+	case "OBJECT":
+		return "TO_OBJECT(PARSE_JSON(" + v + "))"
+	case "ARRAY":
+		return "TO_ARRAY(PARSE_JSON(" + v + "))"
+	}
+	return v
+}
+
+// Merge applies the staged rows by key: a delete removes, any other op updates or inserts.
+func Merge(t, stage Table, cols []Column, key []string, opDelete int) string {
+	on := make([]string, len(key))
+	for i, k := range key {
+		on[i] = "t." + Ident(k) + " = s." + Ident(k)
+	}
+	var sets, names, vals []string
+	for _, c := range cols {
+		names = append(names, Ident(c.Name))
+		vals = append(vals, value(c))
+		isKey := false
+		for _, k := range key {
+			isKey = isKey || k == c.Name
+		}
+		if !isKey {
+			sets = append(sets, Ident(c.Name)+" = "+value(c))
+		}
+	}
+	op := "s." + Ident(OpColumn)
+	q := "MERGE INTO " + t.String() + " AS t USING " + stage.String() + " AS s ON " + strings.Join(on, " AND ") +
+		fmt.Sprintf(" WHEN MATCHED AND %s = %d THEN DELETE", op, opDelete)
+	if len(sets) > 0 {
+		q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
+	}
+	return q + fmt.Sprintf(" WHEN NOT MATCHED AND %s <> %d THEN INSERT (%s) VALUES (%s)", op, opDelete,
+		strings.Join(names, ", "), strings.Join(vals, ", "))
+}
+
+// Append inserts the staged rows of a stream without a key.
+func Append(t, stage Table, cols []Column) string {
+	var names, vals []string
+	for _, c := range cols {
+		names = append(names, Ident(c.Name))
+		vals = append(vals, value(c))
+	}
+	return "INSERT INTO " + t.String() + " (" + strings.Join(names, ", ") + ") SELECT " + strings.Join(vals, ", ") +
+		" FROM " + stage.String() + " AS s"
+}
+
+// DeleteAll empties a table for a truncate, inside the apply's transaction (TRUNCATE would be DDL-like).
+func DeleteAll(t Table) string { return "DELETE FROM " + t.String() }
+
+// Begin starts the apply's transaction under a name (an unquoted identifier), which SHOW TRANSACTIONS lists.
+func Begin(name string) string { return "BEGIN TRANSACTION NAME " + name }
+
+// AbortTransaction aborts a transaction by its id (a number SHOW TRANSACTIONS gave).
+func AbortTransaction(id string) string { return "SELECT SYSTEM$ABORT_TRANSACTION(" + id + ")" }
+
+// Use statements of the privilege check.
+func UseWarehouse(w string) string        { return "USE WAREHOUSE " + Ident(w) }
+func UseDatabase(d string) string         { return "USE DATABASE " + Ident(d) }
+func UseSchema(d, s string) string        { return "USE SCHEMA " + Ident(d) + "." + Ident(s) }
+func RemoveFile(t Table, f string) string { return "REMOVE " + t.Stage() + f }

@@ -1,0 +1,267 @@
+// Package sink is the Snowflake destination. An apply (one WAL sequence number, or a coalesced range of them)
+// goes to Snowflake in this order:
+//
+//  1. outside any transaction, because Snowflake commits an open transaction at every DDL statement: the state
+//     table, each stream's table and the columns a grown schema brings are created; the rows of each stream are
+//     folded per key (change.Fold: the newest row wins, a delete stays a delete), written as one Parquet file per
+//     batch schema, PUT to the table's internal stage under a name made of pipeline, stream and the range's last
+//     sequence number (OVERWRITE = TRUE, so a retry replaces the same file), and a temporary staging table is
+//     made for each file in the apply's session;
+//  2. one transaction: COPY INTO each staging table (MATCH_BY_COLUMN_NAME), MERGE into the table by key (delete,
+//     update, insert; a stream without a key appends), MERGE the rows (pipeline, stream, last_sequence) of
+//     _SKIPPR_STATE, COMMIT.
+//
+// The state row commits with the data, so LastApplied reads exactly what the table holds; an apply at or below
+// it is skipped and, of a range that is partly held, only the items past it are written. Every statement is
+// built in package sfsql.
+package sink
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+
+	sf "github.com/snowflakedb/gosnowflake"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/snowflake/sfsql"
+)
+
+// Destination applies WAL sequence numbers into Snowflake. It implements serve.Destination.
+type Destination struct {
+	Version string
+	Log     *slog.Logger
+	// TempDir holds the Parquet files between their writing and their PUT ("" is the system's).
+	TempDir string
+
+	mu     sync.Mutex
+	dbs    map[string]*sql.DB               // by settings fingerprint
+	tables map[string]map[string]sfsql.Type // columns of each table (by quoted name), as last read or made
+	state  map[string]bool                  // state table known to exist, by database.schema
+	// orphansChecked: the pipeline's orphaned transactions were looked for since the process started or an
+	// apply last failed.
+	orphansChecked map[string]bool
+	stats          Stats
+}
+
+// Stats counts what the destination sent, for the figures in BENCHMARKS.md.
+type Stats struct {
+	Applies    int64
+	Statements int64 // every request to Snowflake: each is one HTTP round trip (a PUT adds its upload)
+	Puts       int64
+	BytesPut   int64
+	RowsPut    int64
+}
+
+var _ serve.Destination = (*Destination)(nil)
+
+func (d *Destination) log() *slog.Logger {
+	if d.Log != nil {
+		return d.Log
+	}
+	return slog.Default()
+}
+
+// Stats returns the counters so far.
+func (d *Destination) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.stats
+}
+
+func (d *Destination) Spec() serve.Spec {
+	return serve.Spec{Name: "snowflake", Version: d.Version, Kind: serve.KindDestination,
+		Description:    "Snowflake tables, exactly-once: Parquet PUT to the table stage, COPY + MERGE + a state row in one transaction",
+		SettingsSchema: json.RawMessage(SettingsSchema)}
+}
+
+// Capabilities: exactly-once (the state row commits with the data), deletes, added columns, truncates, and
+// coalesced ranges, which is what keeps a warehouse's MERGE to one per apply interval.
+func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serve.Capabilities, error) {
+	if _, err := ParseSettings(raw); err != nil {
+		return serve.Capabilities{}, err
+	}
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true}, nil
+}
+
+// Close closes every connection pool, which closes the Snowflake sessions.
+func (d *Destination) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for k, db := range d.dbs {
+		errs = append(errs, db.Close())
+		delete(d.dbs, k)
+	}
+	return errors.Join(errs...)
+}
+
+func fingerprint(s Settings) string {
+	b, _ := json.Marshal(s)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:8])
+}
+
+// db returns the pool of s, opening it on first use. Callers hold d.mu.
+func (d *Destination) db(s Settings) (*sql.DB, error) {
+	k := fingerprint(s)
+	if db, ok := d.dbs[k]; ok {
+		return db, nil
+	}
+	cfg, err := s.Config()
+	if err != nil {
+		return nil, err
+	}
+	db := sql.OpenDB(sf.NewConnector(sf.SnowflakeDriver{}, *cfg))
+	db.SetMaxOpenConns(2)
+	if d.dbs == nil {
+		d.dbs = map[string]*sql.DB{}
+	}
+	d.dbs[k] = db
+	return db, nil
+}
+
+// session is one Snowflake session (one database/sql connection) used for one call, counting its statements.
+type session struct {
+	d    *Destination
+	s    Settings
+	conn *sql.Conn
+}
+
+func (d *Destination) session(ctx context.Context, s Settings) (*session, error) {
+	db, err := d.db(s)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, explain(s, "connect", err)
+	}
+	return &session{d: d, s: s, conn: conn}, nil
+}
+
+func (x *session) close() { x.conn.Close() }
+
+func (x *session) exec(ctx context.Context, q string, args ...any) error {
+	x.d.stats.Statements++
+	_, err := x.conn.ExecContext(ctx, q, args...)
+	return err
+}
+
+func (x *session) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	x.d.stats.Statements++
+	return x.conn.QueryContext(ctx, q, args...)
+}
+
+// explain classifies a driver error: a rejected login or a missing object or privilege is the user's to fix.
+func explain(s Settings, what string, err error) error {
+	var se *sf.SnowflakeError
+	if errors.As(err, &se) {
+		switch {
+		case se.Number == 390100 || se.Number == 390144 || se.Number == 390318 || se.Number == 390303 || se.Number == 390302:
+			return fault.ConfigErr(fmt.Errorf("snowflake account %s user %s: %s: login refused: %w", s.Account, s.User, what, err),
+				"check the user and its password, private_key (the user's RSA_PUBLIC_KEY must match) or token")
+		case se.Number == 2003 || se.Number == 2043 || se.Number == 3001 || se.SQLState == "42501":
+			return fault.ConfigErr(fmt.Errorf("snowflake %s: %w", what, err),
+				"run `skippr connect CONNECTION` to list the GRANT statements the role "+roleOf(s)+" needs")
+		}
+	}
+	return fmt.Errorf("snowflake %s: %w", what, err)
+}
+
+func roleOf(s Settings) string {
+	if s.Role == "" {
+		return "(the user's default role)"
+	}
+	return s.Role
+}
+
+// ensureState creates the state table once per process and schema.
+func (x *session) ensureState(ctx context.Context) error {
+	k := x.s.Database + "." + x.s.Schema
+	if x.d.state[k] {
+		return nil
+	}
+	if err := x.exec(ctx, sfsql.CreateState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema))); err != nil {
+		return explain(x.s, "create "+sfsql.StateTable, err)
+	}
+	if x.d.state == nil {
+		x.d.state = map[string]bool{}
+	}
+	x.d.state[k] = true
+	return nil
+}
+
+// readState reads the pipeline's rows: the pipeline's sequence (STREAM ”) and each stream's.
+func (x *session) readState(ctx context.Context, pipeline string) (serve.Applied, error) {
+	a := serve.Applied{Streams: map[string]uint64{}}
+	rows, err := x.query(ctx, sfsql.ReadState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema)), pipeline)
+	if err != nil {
+		return a, explain(x.s, "read "+sfsql.StateTable, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var stream, seq string
+		if err := rows.Scan(&stream, &seq); err != nil {
+			return a, fmt.Errorf("read %s: %w", sfsql.StateTable, err)
+		}
+		n, err := strconv.ParseUint(strings.TrimSuffix(seq, ".0"), 10, 64)
+		if err != nil {
+			return a, fmt.Errorf("%s row (%s, %s): last_sequence %q: %w", sfsql.StateTable, pipeline, stream, seq, err)
+		}
+		if stream == "" {
+			a.Sequence = n
+		} else {
+			a.Streams[stream] = n
+		}
+	}
+	return a, rows.Err()
+}
+
+// LastApplied reads the pipeline's state rows.
+func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
+	s, err := ParseSettings(raw)
+	if err != nil {
+		return serve.Applied{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	x, err := d.session(ctx, s)
+	if err != nil {
+		return serve.Applied{}, err
+	}
+	defer x.close()
+	if err := x.ensureState(ctx); err != nil {
+		return serve.Applied{}, err
+	}
+	return x.readState(ctx, pipeline)
+}
+
+// Apply commits one sequence number, or a coalesced range, atomically with its state rows.
+func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
+	s, err := ParseSettings(req.Settings)
+	if err != nil {
+		return serve.ApplyResult{}, err
+	}
+	if req.Pipeline == "" {
+		return serve.ApplyResult{}, errors.New("apply: no pipeline name")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	x, err := d.session(ctx, s)
+	if err != nil {
+		return serve.ApplyResult{}, err
+	}
+	defer x.close()
+	d.stats.Applies++
+	return x.apply(ctx, req)
+}

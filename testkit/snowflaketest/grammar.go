@@ -1,0 +1,100 @@
+package snowflaketest
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// The allow-list: the statement shapes the skippr Snowflake destination may emit, each written down from the
+// grammar on Snowflake's documentation page named in its rule. The stand-in refuses any other statement, and
+// the plugin's golden tests check each statement it builds against these rules, so a stand-in that would accept
+// too much cannot hide a statement the real service rejects. A rule is deliberately narrower than Snowflake's
+// grammar (the plugin's own spelling: quoted identifiers, single spaces, upper-case keywords): widening one is
+// a decision to check against the page it cites.
+
+const (
+	// Identifiers: "Double-quoted identifiers … a double quote inside is written as two" (docs.snowflake.com
+	// /en/sql-reference/identifiers-syntax).
+	ident = `"(?:[^"]|"")+"`
+	// Object names: database.schema.object (…/sql-reference/name-resolution).
+	qname = ident + `\.` + ident + `\.` + ident
+	// Data types (…/sql-reference/intro-summary-data-types): NUMBER(p,s) with p 1..38 and s 0..p, VARCHAR,
+	// FLOAT, BINARY, BOOLEAN, DATE, TIME(9), TIMESTAMP_NTZ(9), TIMESTAMP_TZ(9), VARIANT, OBJECT, ARRAY.
+	typ    = `(?:NUMBER\((?:[1-9]|[12][0-9]|3[0-8]),(?:[0-9]|[12][0-9]|3[0-7])\)|VARCHAR|FLOAT|BINARY|BOOLEAN|DATE|TIME\(9\)|TIMESTAMP_NTZ\(9\)|TIMESTAMP_TZ\(9\)|VARIANT|OBJECT|ARRAY)`
+	coldef = ident + ` ` + typ + `(?: NOT NULL)?`
+	idents = ident + `(?:, ` + ident + `)*`
+	// A table stage: "@[namespace.]%table_name[/path]" (…/sql-reference/sql/put, "internalStage").
+	stage = `@` + ident + `\.` + ident + `\.%` + ident + `/skippr/`
+	// A staged column as MERGE or INSERT takes it: itself, or JSON text parsed (…/functions/parse_json,
+	// …/functions/to_object, …/functions/to_array).
+	sval   = `(?:s\.` + ident + `|PARSE_JSON\(s\.` + ident + `\)|TO_OBJECT\(PARSE_JSON\(s\.` + ident + `\)\)|TO_ARRAY\(PARSE_JSON\(s\.` + ident + `\)\))`
+	svals  = sval + `(?:, ` + sval + `)*`
+	sets   = ident + ` = ` + sval + `(?:, ` + ident + ` = ` + sval + `)*`
+	stateS = `SELECT CAST\(\? AS VARCHAR\) AS "PIPELINE", CAST\(\? AS VARCHAR\) AS "STREAM", CAST\(\? AS NUMBER\(20,0\)\) AS "LAST_SEQUENCE"`
+)
+
+// Rule is one allowed statement shape.
+type Rule struct {
+	Name string
+	Doc  string // the Snowflake documentation page the shape was written from
+	re   *regexp.Regexp
+}
+
+func rule(name, doc, pattern string) Rule {
+	return Rule{Name: name, Doc: doc, re: regexp.MustCompile(`^(?:` + pattern + `)$`)}
+}
+
+// Rules are the allowed shapes.
+var Rules = []Rule{
+	rule("transaction", "sql-reference/sql/begin (BEGIN TRANSACTION NAME name), sql/commit, sql/rollback",
+		`BEGIN|BEGIN TRANSACTION NAME [A-Z][A-Z0-9_]*|COMMIT|ROLLBACK`),
+	rule("transactions", "sql-reference/sql/show-transactions, functions/system_abort_transaction, functions/current_session",
+		`SHOW TRANSACTIONS|SELECT SYSTEM\$ABORT_TRANSACTION\([0-9]+\)|SELECT CURRENT_SESSION\(\)`),
+	rule("ping", "gosnowflake's Ping", `SELECT 1`),
+	rule("current role", "sql-reference/functions/current_role", `SELECT CURRENT_ROLE\(\)`),
+	rule("use", "sql-reference/sql/use-warehouse, use-database, use-schema",
+		`USE WAREHOUSE `+ident+`|USE DATABASE `+ident+`|USE SCHEMA `+ident+`\.`+ident),
+	rule("create table", "sql-reference/sql/create-table (IF NOT EXISTS; outOfLineConstraint PRIMARY KEY)",
+		`CREATE TABLE IF NOT EXISTS `+qname+` \(`+coldef+`(?:, `+coldef+`)*(?:, PRIMARY KEY \(`+idents+`\))?\)`),
+	rule("create staging table", "sql-reference/sql/create-table (OR REPLACE, TEMPORARY)",
+		`CREATE OR REPLACE TEMPORARY TABLE `+qname+` \(`+coldef+`(?:, `+coldef+`)*\)`),
+	rule("add column", "sql-reference/sql/alter-table-column (ADD COLUMN col_name col_type)",
+		`ALTER TABLE `+qname+` ADD COLUMN `+ident+` `+typ),
+	rule("widen number", "sql-reference/sql/alter-table-column (ALTER COLUMN … SET DATA TYPE; precision only)",
+		`ALTER TABLE `+qname+` ALTER COLUMN `+ident+` SET DATA TYPE NUMBER\([0-9]+,[0-9]+\)`),
+	rule("columns", "sql-reference/info-schema/columns",
+		`SELECT "COLUMN_NAME", "DATA_TYPE", "NUMERIC_PRECISION", "NUMERIC_SCALE" FROM `+ident+`\."INFORMATION_SCHEMA"\."COLUMNS" WHERE "TABLE_SCHEMA" = \? AND "TABLE_NAME" = \? ORDER BY "ORDINAL_POSITION"`),
+	rule("read state", "sql-reference/sql/select",
+		`SELECT "STREAM", "LAST_SEQUENCE" FROM `+qname+` WHERE "PIPELINE" = \?`),
+	rule("put", "sql-reference/sql/put (AUTO_COMPRESS, SOURCE_COMPRESSION = NONE, OVERWRITE)",
+		`PUT 'file://[^'\\]+' `+stage+` AUTO_COMPRESS = FALSE SOURCE_COMPRESSION = NONE OVERWRITE = TRUE`),
+	rule("remove", "sql-reference/sql/remove", `REMOVE `+stage+`[A-Za-z0-9_.-]+`),
+	rule("copy", "sql-reference/sql/copy-into-table (FILES, FILE_FORMAT TYPE = PARQUET, MATCH_BY_COLUMN_NAME, FORCE, PURGE)",
+		`COPY INTO `+qname+` FROM `+stage+` FILES = \('[A-Za-z0-9_.-]+'\) FILE_FORMAT = \(TYPE = PARQUET\) MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE`),
+	rule("merge", "sql-reference/sql/merge (matchedClause with AND case_predicate, DELETE, UPDATE SET; notMatchedClause INSERT)",
+		`MERGE INTO `+qname+` AS t USING `+qname+` AS s ON t\.`+ident+` = s\.`+ident+`(?: AND t\.`+ident+` = s\.`+ident+`)*`+
+			` WHEN MATCHED AND s\."_SKIPPR_OP" = [0-9] THEN DELETE(?: WHEN MATCHED THEN UPDATE SET `+sets+`)?`+
+			` WHEN NOT MATCHED AND s\."_SKIPPR_OP" <> [0-9] THEN INSERT \(`+idents+`\) VALUES \(`+svals+`\)`),
+	rule("append", "sql-reference/sql/insert (INSERT INTO … (cols) SELECT)",
+		`INSERT INTO `+qname+` \(`+idents+`\) SELECT `+svals+` FROM `+qname+` AS s`),
+	rule("state", "sql-reference/sql/merge (source a subquery of SELECT … UNION ALL; CAST: sql-reference/functions/cast)",
+		`MERGE INTO `+qname+` AS t USING \(`+stateS+`(?: UNION ALL `+stateS+`)*\) AS s ON t\."PIPELINE" = s\."PIPELINE" AND t\."STREAM" = s\."STREAM"`+
+			` WHEN MATCHED THEN UPDATE SET "LAST_SEQUENCE" = s\."LAST_SEQUENCE"`+
+			` WHEN NOT MATCHED THEN INSERT \("PIPELINE", "STREAM", "LAST_SEQUENCE"\) VALUES \(s\."PIPELINE", s\."STREAM", s\."LAST_SEQUENCE"\)`),
+	rule("truncate", "sql-reference/sql/delete", `DELETE FROM `+qname),
+}
+
+// Allowed returns the rule a statement matches, or an error saying it is outside the allow-list.
+func Allowed(stmt string) (Rule, error) {
+	for _, r := range Rules {
+		if r.re.MatchString(stmt) {
+			return r, nil
+		}
+	}
+	short := stmt
+	if len(short) > 300 {
+		short = short[:300] + "…"
+	}
+	return Rule{}, fmt.Errorf("statement outside the documented Snowflake syntax the stand-in allows: %s", strings.TrimSpace(short))
+}
