@@ -842,3 +842,17 @@ func TestManyPipelinesKeepOrder(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadFleetPin(t *testing.T) {
+	cfg, err := Load(writeConfig(t, base+"    fleet: {pin: worker-2}\n"), envOf(nil))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if p, _ := cfg.Pipeline("orders"); p.Fleet.Pin != "worker-2" {
+		t.Fatalf("pin %q, want worker-2", p.Fleet.Pin)
+	}
+	_, err = Load(writeConfig(t, base+"    fleet: {pinned: worker-2}\n"), envOf(nil))
+	if err == nil || !strings.Contains(err.Error(), `pipelines.orders.fleet.pinned: unknown key (want one of: pin)`) {
+		t.Fatalf("misspelt key: %v", err)
+	}
+}
