@@ -271,7 +271,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "unknown key without suggestion",
 			body: base + "    colour: blue\n",
-			want: []string{`FILE:9:5: pipelines.orders.colour: unknown key (want one of: source, destinations, destination, streams, delivery, wal, apply)`},
+			want: []string{`FILE:9:5: pipelines.orders.colour: unknown key (want one of: source, destinations, destination, streams, delivery, wal, apply, fleet)`},
 		},
 		{
 			name: "unknown top-level key",
