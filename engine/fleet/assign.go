@@ -1,9 +1,11 @@
 package fleet
 
 import (
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // Pipeline is what the assignment knows of a pipeline.
@@ -95,4 +97,14 @@ func score(pipeline, worker string) uint64 {
 	h.Write([]byte{0})
 	h.Write([]byte(worker))
 	return h.Sum64()
+}
+
+// CheckPlacement refuses a pipeline that fleet mode cannot move: one whose WAL is on local disk, unless it is
+// pinned to one worker.
+func CheckPlacement(pipeline, walURL, pin string) error {
+	if pin != "" || !strings.HasPrefix(walURL, "file:") {
+		return nil
+	}
+	return fmt.Errorf("pipeline %s: its WAL is on local disk (%s), which the next worker to hold the pipeline could not read; "+
+		"put the WAL on S3 (wal: {url: s3://bucket/prefix}) or pin the pipeline to one worker (fleet: {pin: WORKER})", pipeline, walURL)
 }

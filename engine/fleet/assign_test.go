@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 )
 
@@ -102,5 +103,18 @@ func TestAssignPins(t *testing.T) {
 	}
 	if got := Assign(ps, nil); len(got) != 0 {
 		t.Fatalf("no workers, yet assigned %v", got)
+	}
+}
+
+func TestCheckPlacement(t *testing.T) {
+	if err := CheckPlacement("orders", "s3://b/orders", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckPlacement("orders", "file:///var/wal/orders", "w1"); err != nil {
+		t.Fatalf("a pinned local WAL: %v", err)
+	}
+	err := CheckPlacement("orders", "file:///var/wal/orders", "")
+	if err == nil || !strings.Contains(err.Error(), "could not read") || !strings.Contains(err.Error(), "fleet: {pin: WORKER}") {
+		t.Fatalf("local WAL: %v", err)
 	}
 }

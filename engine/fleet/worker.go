@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -63,6 +65,8 @@ type Worker struct {
 	StopTimeout time.Duration
 	// RetryAfter is the pause before campaigning again after a pipeline's run failed.
 	RetryAfter time.Duration
+
+	holding sync.Map // pipeline name → true while this worker runs it; read by Health
 }
 
 // DefaultTTL is the etcd lease of a worker: how long a dead worker's pipelines wait before moving.
@@ -372,6 +376,7 @@ func (ss *session) apply(ctx context.Context, ev heldEvent) {
 	}
 	if ss.held[ev.pipeline] != ev.held {
 		ss.held[ev.pipeline] = ev.held
+		ss.w.holding.Store(ev.pipeline, ev.held)
 		if err := ss.putMember(context.WithoutCancel(ctx)); err != nil {
 			ss.w.log().Warn("fleet: could not update this worker's record", "err", err)
 		}
@@ -412,6 +417,7 @@ func (ss *session) stopAll(hard bool) {
 		h.cancel()
 		delete(ss.holders, name)
 		delete(ss.held, name)
+		ss.w.holding.Delete(name)
 	}
 }
 
@@ -495,4 +501,30 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-time.After(d):
 		return true
 	}
+}
+
+// Holds reports whether this worker runs the pipeline right now.
+func (w *Worker) Holds(pipeline string) bool {
+	v, ok := w.holding.Load(pipeline)
+	return ok && v.(bool)
+}
+
+// Health serves GET /fleet/pipelines/NAME: 200 on the worker that runs the pipeline, 503 on every other
+// worker, 404 for a pipeline not in the config. A load balancer in front of every worker's push endpoint (the
+// HTTP source) checks it to send traffic only to the holder.
+func (w *Worker) Health() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /fleet/pipelines/{name}", func(rw http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		if !slices.ContainsFunc(w.Pipelines, func(p Pipeline) bool { return p.Name == name }) {
+			http.Error(rw, "no pipeline "+name+" in this worker's config", http.StatusNotFound)
+			return
+		}
+		if !w.Holds(name) {
+			http.Error(rw, "pipeline "+name+" is not held by worker "+w.Name, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(rw, "pipeline %s is held by worker %s\n", name, w.Name)
+	})
+	return mux
 }

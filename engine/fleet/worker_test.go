@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"sync"
 	"testing"
@@ -76,6 +78,7 @@ func (l *ledger) waitFor(t *testing.T, what string, timeout time.Duration, ok fu
 }
 
 type testWorker struct {
+	w      *Worker
 	cancel context.CancelFunc
 	stop   func()
 	done   chan struct{}
@@ -91,7 +94,7 @@ func startWorker(t *testing.T, c *etcdtest.Cluster, prefix, name string, ps []Pi
 	ctx, stop, cancel := shutdown.Child(context.Background(), 30*time.Second)
 	w := &Worker{Client: cli, Prefix: prefix, Name: name, TTL: 3 * time.Second, Pipelines: ps, Run: l.run(name),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("w", name), RetryAfter: 200 * time.Millisecond}
-	tw := &testWorker{cancel: cancel, stop: stop, done: make(chan struct{})}
+	tw := &testWorker{w: w, cancel: cancel, stop: stop, done: make(chan struct{})}
 	go func() {
 		defer close(tw.done)
 		if err := w.Serve(ctx); err != nil {
@@ -158,9 +161,8 @@ func TestDrainRequest(t *testing.T) {
 	c := etcdtest.New(t, 3)
 	l := newLedger(t)
 	ps := pipelines(6)
-	for _, n := range []string{"a", "b"} {
-		startWorker(t, c, "/fleet-drain", n, ps, l)
-	}
+	wa := startWorker(t, c, "/fleet-drain", "a", ps, l).w
+	wb := startWorker(t, c, "/fleet-drain", "b", ps, l).w
 	l.waitFor(t, "6 over 2", 60*time.Second, balanced(6, "a", "b"))
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
 	if err != nil {
@@ -173,6 +175,18 @@ func TestDrainRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.waitFor(t, "all on b", 60*time.Second, func(m map[string]int) bool { return m["b"] == 6 && m["a"] == 0 })
+	for w, code := range map[*Worker]int{wa: http.StatusServiceUnavailable, wb: http.StatusOK} {
+		rec := httptest.NewRecorder()
+		w.Health().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/fleet/pipelines/p00", nil))
+		if rec.Code != code {
+			t.Fatalf("health of p00 on %s: %d %s, want %d", w.Name, rec.Code, rec.Body, code)
+		}
+	}
+	rec := httptest.NewRecorder()
+	wb.Health().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/fleet/pipelines/nope", nil))
+	if rec.Code != http.StatusNotFound {
+		t.Fatalf("health of an unknown pipeline: %d", rec.Code)
+	}
 	st, err := ReadStatus(ctx, cli, "/fleet-drain", ps)
 	if err != nil {
 		t.Fatal(err)
