@@ -23,6 +23,8 @@ func commands(g *globals) []*cli.Command {
 		teardownCommand(g),
 		lakeCommand(g),
 		queryCommand(g),
+		workerCommand(g),
+		fleetCommand(g),
 	}
 }
 

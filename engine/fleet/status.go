@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -82,6 +83,9 @@ func ReadStatus(ctx context.Context, cli *clientv3.Client, prefix string, pipeli
 	return st, nil
 }
 
+// ErrNoWorker: the named worker is not alive in the fleet.
+var ErrNoWorker = errors.New("no live worker")
+
 // Drain asks worker name to hand all its pipelines to the others (on) or to take its share again (off). The
 // request outlives the worker's restarts until cancelled. Draining a worker that is not alive is refused.
 func Drain(ctx context.Context, cli *clientv3.Client, prefix, name string, on bool) error {
@@ -104,7 +108,7 @@ func Drain(ctx context.Context, cli *clientv3.Client, prefix, name string, on bo
 		found = found || n == name
 	}
 	if !found {
-		return fmt.Errorf("no live worker %q in fleet %s (live: %s): check the name with `skippr fleet status`", name, prefix, strings.Join(names, ", "))
+		return fmt.Errorf("%w %q in fleet %s (live: %s): check the name with `skippr fleet status`", ErrNoWorker, name, prefix, strings.Join(names, ", "))
 	}
 	b, _ := json.Marshal(map[string]any{"requested": time.Now().UTC()})
 	if _, err := cli.Put(ctx, drainKey(prefix, name), string(b)); err != nil {
