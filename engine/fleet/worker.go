@@ -426,6 +426,18 @@ func (ss *session) hold(ctx context.Context, name string) {
 	w, log := ss.w, ss.w.log().With("pipeline", name)
 	bg := context.WithoutCancel(ctx)
 	e := concurrency.NewElection(ss.s, electKey(w.Prefix, name))
+	// Our candidacy key can outlive a campaign that failed or was cancelled (the put may have landed after
+	// the context ended), and a key of ours left in the election blocks every other candidate for as long as
+	// this worker lives. Delete it whenever we stop campaigning.
+	mine := fmt.Sprintf("%s/%x", electKey(w.Prefix, name), ss.s.Lease())
+	withdraw := func() {
+		dctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		defer cancel()
+		if _, err := w.Client.Delete(dctx, mine); err != nil {
+			log.Warn("fleet: could not withdraw from the election; the key goes with this worker's lease", "key", mine, "err", err)
+		}
+	}
+	defer withdraw()
 	// A soft stop ends a campaign at once (nothing is in flight yet); a running pipeline sees it itself.
 	cctx, ccancel := context.WithCancel(ctx)
 	defer ccancel()
@@ -439,6 +451,7 @@ func (ss *session) hold(ctx context.Context, name string) {
 	for {
 		t0 := time.Now()
 		if err := e.Campaign(cctx, w.Name); err != nil {
+			withdraw()
 			if cctx.Err() != nil {
 				return
 			}
@@ -473,6 +486,7 @@ func (ss *session) hold(ctx context.Context, name string) {
 			log.Warn("fleet: resign failed; the election key goes with this worker's lease", "err", rerr)
 		}
 		cancel()
+		withdraw()
 		select {
 		case ss.events <- heldEvent{pipeline: name, held: false}:
 		case <-ctx.Done():
