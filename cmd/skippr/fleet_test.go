@@ -29,6 +29,7 @@ type fleetEnv struct {
 	url     string
 	ttl     time.Duration
 	workers map[string]*exec.Cmd
+	exited  map[string]chan struct{}
 	logs    map[string]string
 	starts  map[string]int
 }
@@ -62,7 +63,7 @@ func newFleetEnv(t *testing.T, gen string) *fleetEnv {
 		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
 	}
 	f := &fleetEnv{env: e, etcd: c, url: "etcd://" + strings.Join(hosts, ",") + "/fleet", ttl: 3 * time.Second,
-		workers: map[string]*exec.Cmd{}, logs: map[string]string{}, starts: map[string]int{}}
+		workers: map[string]*exec.Cmd{}, exited: map[string]chan struct{}{}, logs: map[string]string{}, starts: map[string]int{}}
 	t.Cleanup(func() {
 		for name := range f.workers {
 			f.signal(name, syscall.SIGKILL)
@@ -70,7 +71,13 @@ func newFleetEnv(t *testing.T, gen string) *fleetEnv {
 		if t.Failed() {
 			for name, path := range f.logs {
 				b, _ := os.ReadFile(path)
-				t.Logf("--- worker %s log (last 4 KiB) ---\n%s", name, tail(string(b), 4096))
+				var keep []string
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.Contains(line, "fleet") || strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+						keep = append(keep, line)
+					}
+				}
+				t.Logf("--- worker %s, log %s (fleet lines, warnings, errors; last 16 KiB) ---\n%s", name, path, tail(strings.Join(keep, "\n"), 16384))
 			}
 		}
 	})
@@ -98,8 +105,9 @@ func (f *fleetEnv) start(name string) {
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)
 	}
-	go func() { cmd.Wait(); log.Close() }()
-	f.workers[name], f.logs[name] = cmd, path
+	done := make(chan struct{})
+	go func() { cmd.Wait(); log.Close(); close(done) }()
+	f.workers[name], f.logs[name], f.exited[name] = cmd, path, done
 }
 
 // signal sends sig to the worker's whole process group: the worker and its plugins, like a host.
@@ -112,9 +120,35 @@ func (f *fleetEnv) signal(name string, sig syscall.Signal) {
 	}
 }
 
+// stop sends SIGTERM to the worker alone (it stops its plugins) and waits for it to exit.
+func (f *fleetEnv) stop(name string) {
+	f.t.Helper()
+	f.workers[name].Process.Signal(syscall.SIGTERM)
+	select {
+	case <-f.exited[name]:
+	case <-time.After(2 * time.Minute):
+		f.t.Fatalf("worker %s did not exit within 2 minutes of SIGTERM", name)
+	}
+	if code := f.workers[name].ProcessState.ExitCode(); code != 0 {
+		f.t.Fatalf("worker %s exited with %d after SIGTERM", name, code)
+	}
+	delete(f.workers, name)
+}
+
 func (f *fleetEnv) log(name string) string {
 	b, _ := os.ReadFile(f.logs[name])
 	return string(b)
+}
+
+// logsContaining counts the workers' current logs that contain s.
+func (f *fleetEnv) logsContaining(s string, names ...string) int {
+	n := 0
+	for _, name := range names {
+		if strings.Contains(f.log(name), s) {
+			n++
+		}
+	}
+	return n
 }
 
 func (f *fleetEnv) status() *fleet.Status {
@@ -198,7 +232,7 @@ func (f *fleetEnv) waitConverged(want map[string]map[string]map[string]any, time
 // etcd, and goes through the faults of a fleet: a worker SIGKILLed, a worker paused past its lease (the zombie),
 // an etcd member killed, a drain; then every destination is compared with the source row by row.
 func TestFleet(t *testing.T) {
-	gen := `{ seed: 21, rows: 6000, rows_per_second: 150, batch_size: 50, update_ratio: 0.2, delete_ratio: 0.05 }`
+	gen := `{ seed: 21, rows: 12000, rows_per_second: 150, batch_size: 50, update_ratio: 0.2, delete_ratio: 0.05 }`
 	f := newFleetEnv(t, gen)
 	for _, w := range []string{"w1", "w2", "w3"} {
 		f.start(w)
@@ -224,6 +258,8 @@ func TestFleet(t *testing.T) {
 			t.Fatalf("pipeline %s: epoch %d after w2's %d", p, x.epoch, before[p].epoch)
 		}
 	}
+	// The successors' WAL Acquire took w2's live S3 lease by the higher elected epoch and fenced it.
+	waitFor(t, time.Minute, func() bool { return f.logsContaining("a newer election", "w1", "w3") > 0 })
 	f.signal("w2", syscall.SIGCONT)
 	waitFor(t, time.Minute, func() bool { return strings.Contains(f.log("w2"), "etcd lease expired") })
 	h, _ = f.waitHeld("w2 rejoined", 2*time.Minute, "w1", "w2", "w3")
@@ -243,6 +279,75 @@ func TestFleet(t *testing.T) {
 	f.waitHeld("w3 drained", 2*time.Minute, "w1", "w2")
 	f.mustRun("fleet", "drain", "--cancel", "--fleet", f.url, "w3")
 	f.waitHeld("w3 back", 2*time.Minute, "w1", "w2", "w3")
+
+	// Quorum lost: every worker stops its pipelines when its lease expires, and all resume when it returns.
+	// Each worker's log restarts here, so that "lease expired" below is this fault's.
+	for _, w := range []string{"w1", "w2", "w3"} {
+		f.stop(w)
+		f.start(w)
+	}
+	f.waitHeld("restarted workers", 2*time.Minute, "w1", "w2", "w3")
+	f.etcd.Kill(1)
+	f.etcd.Kill(2)
+	t0 := time.Now()
+	waitFor(t, time.Minute, func() bool { return f.logsContaining("etcd lease expired", "w1", "w2", "w3") == 3 })
+	t.Logf("quorum lost: all three workers stopped their pipelines after %s (lease TTL %s)", time.Since(t0), f.ttl)
+	if d := time.Since(t0); d < f.ttl/2 {
+		t.Fatalf("pipelines stopped %s after quorum loss, before the lease could expire", d)
+	}
+	for _, i := range []int{1, 2} {
+		if err := f.etcd.Start(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, took = f.waitHeld("resumed after quorum returned", 3*time.Minute, "w1", "w2", "w3")
+	t.Logf("quorum back: every pipeline held again after %s", took)
+
+	// Rolling restart: SIGTERM one worker at a time and start it again; track how long any pipeline is unheld.
+	var longest time.Duration
+	unheldSince := map[string]time.Time{}
+	watch := func() {
+		now := time.Now()
+		h := holders(f.status())
+		for i := 1; i <= fleetPipelines; i++ {
+			p := fleetPipelineName(i)
+			if _, ok := h[p]; ok {
+				if t0, was := unheldSince[p]; was {
+					longest = max(longest, now.Sub(t0))
+					delete(unheldSince, p)
+				}
+			} else if _, was := unheldSince[p]; !was {
+				unheldSince[p] = now
+			}
+		}
+	}
+	for _, w := range []string{"w1", "w2", "w3"} {
+		stopped := make(chan struct{})
+		go func() { f.stop(w); close(stopped) }()
+		for waiting := true; waiting; {
+			select {
+			case <-stopped:
+				waiting = false
+			case <-time.After(200 * time.Millisecond):
+				watch()
+			}
+		}
+		f.start(w)
+		for t0 := time.Now(); ; {
+			watch()
+			if len(unheldSince) == 0 && len(perWorker(holders(f.status()))) == 3 {
+				break
+			}
+			if time.Since(t0) > 2*time.Minute {
+				t.Fatalf("rolling restart of %s: not all pipelines held after 2 minutes", w)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	t.Logf("rolling restart: the longest a pipeline was without a holder: %s", longest)
+	if longest > 30*time.Second {
+		t.Fatalf("a pipeline went %s without a holder during the rolling restart", longest)
+	}
 
 	f.waitConverged(want(t, gen), 5*time.Minute)
 	var fenced []string
