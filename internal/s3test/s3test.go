@@ -1,6 +1,7 @@
 // Package s3test runs a real S3-compatible server (versitygw, posix backend)
 // on 127.0.0.1 for tests: one process per test or per package, a fresh bucket
-// per test.
+// per test. StartIn and NewIn run it inside a network namespace instead (a
+// testkit/netns host), listening on the namespace's address.
 package s3test
 
 import (
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
@@ -51,7 +54,7 @@ func Binary() (string, error) {
 
 // Server is one running versitygw process.
 type Server struct {
-	Endpoint  string // http://127.0.0.1:PORT
+	Endpoint  string // http://127.0.0.1:PORT, or the namespace's address (StartIn)
 	AccessKey string
 	SecretKey string
 	Dir       string // the posix backend's root
@@ -61,6 +64,17 @@ type Server struct {
 	exited  chan struct{}
 	waitErr error
 	stop    sync.Once
+	netns   Netns
+}
+
+// Netns is a network namespace to run the server in; testkit/netns.Host is one.
+type Netns interface {
+	// Addr is the namespace's IP address.
+	Addr() string
+	// Wrap makes a command that is ready to start start inside the namespace.
+	Wrap(cmd *exec.Cmd) error
+	// DialContext dials from inside the namespace.
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 type lockedBuffer struct {
@@ -98,6 +112,14 @@ func freePort() (int, error) {
 // Start runs versitygw on a free loopback port with its data in dir and
 // returns once it answers S3 requests. Stop it with Stop.
 func Start(ctx context.Context, dir string) (*Server, error) {
+	return StartIn(ctx, dir, nil)
+}
+
+// StartIn is Start inside a network namespace (ns nil: on loopback): the server
+// listens on the namespace's address, which only the namespace's segment
+// reaches; Client dials from inside the namespace, so the test binary still
+// reaches it.
+func StartIn(ctx context.Context, dir string, ns Netns) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -105,7 +127,7 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 	var lastErr error
 	// A port found free can be taken before versitygw binds it; try again then.
 	for range 3 {
-		s, err := start(ctx, bin, dir)
+		s, err := start(ctx, bin, dir, ns)
 		if err == nil {
 			return s, nil
 		}
@@ -117,27 +139,38 @@ func Start(ctx context.Context, dir string) (*Server, error) {
 	return nil, lastErr
 }
 
-func start(ctx context.Context, bin, dir string) (*Server, error) {
+func start(ctx context.Context, bin, dir string, ns Netns) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
+	host := "127.0.0.1"
+	if ns != nil {
+		host = ns.Addr()
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	s := &Server{
-		Endpoint:  "http://127.0.0.1:" + strconv.Itoa(port),
+		Endpoint:  "http://" + addr,
 		AccessKey: "AK" + randomHex(8),
 		SecretKey: "SK" + randomHex(16),
 		Dir:       dir,
 		out:       &lockedBuffer{},
 		exited:    make(chan struct{}),
+		netns:     ns,
 	}
 	// Global flags go before the backend subcommand.
 	s.cmd = exec.Command(bin,
-		"--port", "127.0.0.1:"+strconv.Itoa(port),
+		"--port", addr,
 		"--access", s.AccessKey, "--secret", s.SecretKey,
 		"--region", Region, "--quiet",
 		"posix", dir)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.SysProcAttr = sysProcAttr()
+	if ns != nil {
+		if err := ns.Wrap(s.cmd); err != nil {
+			return nil, fmt.Errorf("start %s in namespace %s: %w", bin, host, err)
+		}
+	}
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -184,20 +217,45 @@ func (s *Server) Stop() {
 // Output is what the server printed so far (for failure messages).
 func (s *Server) Output() string { return s.out.String() }
 
-// Client returns an S3 client for the server (path-style, static keys).
+// Client returns an S3 client for the server (path-style, static keys). For a
+// server in a namespace it dials from inside that namespace.
 func (s *Server) Client() *s3.Client {
-	return s3.New(s3.Options{
+	if s.netns != nil {
+		return s.ClientVia(s.netns.DialContext)
+	}
+	return s.ClientVia(nil)
+}
+
+// ClientVia is Client with its connections made by dial (e.g. another
+// namespace's DialContext); nil dials from the test binary's namespace.
+func (s *Server) ClientVia(dial func(ctx context.Context, network, address string) (net.Conn, error)) *s3.Client {
+	o := s3.Options{
 		Region:       Region,
 		BaseEndpoint: aws.String(s.Endpoint),
 		UsePathStyle: true,
 		Credentials:  credentials.NewStaticCredentialsProvider(s.AccessKey, s.SecretKey, ""),
-	})
+	}
+	if dial != nil {
+		o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) { tr.DialContext = dial })
+	}
+	return s3.New(o)
 }
 
 // New starts a server for one test; it is killed at t.Cleanup.
 func New(t testing.TB) *Server {
 	t.Helper()
 	s, err := Start(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// NewIn is New inside a network namespace (see StartIn).
+func NewIn(t testing.TB, ns Netns) *Server {
+	t.Helper()
+	s, err := StartIn(context.Background(), t.TempDir(), ns)
 	if err != nil {
 		t.Fatalf("%v", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/skippr-dev/skippr/testkit/netns"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -144,5 +145,33 @@ func TestBucketName(t *testing.T) {
 		if !valid.MatchString(got) || strings.Contains(got, "--") {
 			t.Errorf("bucketName(%q) = %q is not a valid bucket name", name, got)
 		}
+	}
+}
+
+// TestInNetns: a server started in host a listens on a's address, is reachable from host b and not from the
+// root namespace, and its own Client (which dials from inside a) serves the test binary.
+func TestInNetns(t *testing.T) {
+	n := netns.New(t, "s3tns")
+	a, b := n.Host(t, "a"), n.Host(t, "b")
+	srv := NewIn(t, a)
+	if !strings.HasPrefix(srv.Endpoint, "http://"+a.Addr()+":") {
+		t.Fatalf("endpoint %s is not on host a's address %s", srv.Endpoint, a.Addr())
+	}
+	bk := srv.NewBucket(t)
+	if _, err := bk.Client.PutObject(ctxT(t), &s3.PutObjectInput{Bucket: aws.String(bk.Name), Key: aws.String("k"), Body: strings.NewReader("v")}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := srv.ClientVia(b.DialContext).ListObjectsV2(ctxT(t), &s3.ListObjectsV2Input{Bucket: aws.String(bk.Name)})
+	if err != nil {
+		t.Fatalf("list from host b: %v", err)
+	}
+	if len(out.Contents) != 1 || aws.ToString(out.Contents[0].Key) != "k" {
+		t.Fatalf("host b lists %v, want the one object k", out.Contents)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	root := srv.ClientVia(nil)
+	if _, err := root.ListBuckets(ctx, &s3.ListBucketsInput{}, func(o *s3.Options) { o.RetryMaxAttempts = 1 }); err == nil {
+		t.Fatalf("the root namespace reached the server in host a at %s", srv.Endpoint)
 	}
 }

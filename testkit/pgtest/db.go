@@ -118,7 +118,7 @@ func (s *Server) NewDB(t testing.TB) *DB {
 func (db *DB) drop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, db.Server.ConnString("postgres"))
+	c, err := pgx.Connect(ctx, db.Server.LocalConnString("postgres"))
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func (db *DB) Connect(t testing.TB) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, db.ConnString())
+	c, err := pgx.Connect(ctx, db.Server.LocalConnString(db.Name))
 	if err != nil {
 		t.Fatalf("pgtest: connect to %s: %v", db.Name, err)
 	}
@@ -189,7 +189,7 @@ func (db *DB) Exec(t testing.TB, sql string, args ...any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	c, err := pgx.Connect(ctx, db.ConnString())
+	c, err := pgx.Connect(ctx, db.Server.LocalConnString(db.Name))
 	if err != nil {
 		t.Fatalf("pgtest: connect to %s: %v", db.Name, err)
 	}
@@ -204,7 +204,7 @@ func (db *DB) QueryRow(t testing.TB, dest []any, sql string, args ...any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := pgx.Connect(ctx, db.ConnString())
+	c, err := pgx.Connect(ctx, db.Server.LocalConnString(db.Name))
 	if err != nil {
 		t.Fatalf("pgtest: connect to %s: %v", db.Name, err)
 	}

@@ -45,11 +45,24 @@ const AptPackage = "postgresql"
 type Options struct {
 	// Settings are postgresql.conf parameters added to (or replacing) the defaults, e.g. {"wal_level": "replica"}.
 	Settings map[string]string
+	// Netns, when set, runs the server inside a network namespace (a testkit/netns.Host), listening on the
+	// namespace's address instead of 127.0.0.1 and accepting the same logins from its subnet as from
+	// 127.0.0.1. ConnString then names that address, which only other namespaces of the segment reach; the
+	// test binary's own helpers (Exec, NewDB, DB.Connect…) use the server's Unix socket (LocalConnString).
+	Netns Netns
+}
+
+// Netns is a network namespace to run the server in; testkit/netns.Host is one.
+type Netns interface {
+	// Addr is the namespace's IP address.
+	Addr() string
+	// Wrap makes a command that is ready to start (with its Credential and Pdeathsig) start inside the namespace.
+	Wrap(cmd *exec.Cmd) error
 }
 
 // Server is a running PostgreSQL server.
 type Server struct {
-	Host string // always 127.0.0.1
+	Host string // 127.0.0.1, or the namespace's address (Options.Netns)
 	Port int
 	// Dir holds the data directory ("data"), the Unix socket and the server log ("server.log").
 	Dir string
@@ -59,6 +72,7 @@ type Server struct {
 	waitErr error
 	dbSeq   atomic.Int64
 	roleSeq atomic.Int64
+	netns   Netns
 }
 
 // binDir finds the directory holding initdb and postgres.
@@ -236,8 +250,15 @@ func start(ctx context.Context, bin string, cred *syscall.Credential, dir string
 	if err != nil {
 		return nil, err
 	}
+	host := "127.0.0.1"
+	if opts.Netns != nil {
+		host = opts.Netns.Addr()
+		if err := allowSamenet(filepath.Join(dir, "data", "pg_hba.conf")); err != nil {
+			return nil, err
+		}
+	}
 	conf := map[string]string{
-		"listen_addresses":        "127.0.0.1",
+		"listen_addresses":        host,
 		"port":                    strconv.Itoa(port),
 		"unix_socket_directories": dir,
 		"wal_level":               "logical",
@@ -273,17 +294,22 @@ func start(ctx context.Context, bin string, cred *syscall.Credential, dir string
 	// (The signal follows the OS thread that started the server; Go ends threads only when a goroutine
 	// locked to one exits, which tests do not do.)
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
+	if opts.Netns != nil {
+		if err := opts.Netns.Wrap(cmd); err != nil {
+			return nil, fmt.Errorf("start postgres in namespace %s: %w", host, err)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start postgres: %w", err)
 	}
-	s := &Server{Host: "127.0.0.1", Port: port, Dir: dir, cmd: cmd, exited: make(chan struct{})}
+	s := &Server{Host: host, Port: port, Dir: dir, cmd: cmd, exited: make(chan struct{}), netns: opts.Netns}
 	go func() {
 		s.waitErr = cmd.Wait()
 		close(s.exited)
 	}()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		c, err := pgx.Connect(ctx, s.connString("postgres", "postgres", ""))
+		c, err := pgx.Connect(ctx, s.LocalConnString("postgres"))
 		if err == nil {
 			c.Close(ctx)
 			return s, nil
@@ -358,9 +384,38 @@ func (s *Server) connString(db, user, password string) string {
 // ConnString is a keyword/value connection string for the superuser to database db.
 func (s *Server) ConnString(db string) string { return s.connString(db, "postgres", "") }
 
+// LocalConnString is the superuser's connection string for the test binary itself: ConnString, or for a
+// server in a namespace (which the test binary's network cannot reach) its Unix socket.
+func (s *Server) LocalConnString(db string) string {
+	if s.netns == nil {
+		return s.ConnString(db)
+	}
+	return fmt.Sprintf("host=%s port=%d dbname=%s user=postgres sslmode=disable", quoteDSN(s.Dir), s.Port, quoteDSN(db))
+}
+
+// allowSamenet lets the namespace's subnet log in as 127.0.0.1 may: hosts of the segment are the clients of a
+// server in a namespace.
+func allowSamenet(hba string) error {
+	f, err := os.OpenFile(hba, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("allow the namespace's subnet in pg_hba.conf: %w", err)
+	}
+	_, err = f.WriteString("host all postgres samenet trust\n" +
+		"host replication postgres samenet trust\n" +
+		"host all all samenet scram-sha-256\n" +
+		"host replication all samenet scram-sha-256\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("allow the namespace's subnet in pg_hba.conf: %w", err)
+	}
+	return nil
+}
+
 // admin runs a statement as the superuser in database "postgres".
 func (s *Server) admin(ctx context.Context, sql string, args ...any) error {
-	c, err := pgx.Connect(ctx, s.ConnString("postgres"))
+	c, err := pgx.Connect(ctx, s.LocalConnString("postgres"))
 	if err != nil {
 		return err
 	}
