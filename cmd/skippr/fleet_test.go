@@ -366,3 +366,55 @@ func TestFleet(t *testing.T) {
 	sort.Strings(fenced)
 	t.Logf("workers whose log shows a fenced WAL writer: %v", slices.Compact(fenced))
 }
+
+// TestFleetRefusals: what `skippr worker` and `skippr fleet` refuse, with exit 2 and a message naming the fix.
+func TestFleetRefusals(t *testing.T) {
+	e := newEnvWith(t, "datagen", "testdest")
+	c := etcdtest.New(t, 3)
+	fleetURL := "etcd://" + strings.TrimPrefix(c.Endpoints()[0], "http://") + "/refusals"
+	e.writeConfig(pipelineConfig(`{ rows: 10 }`, filepath.Join(e.dir, "out"), "", "file://"+filepath.Join(e.dir, "wal"), ""))
+	for _, tc := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"worker", "--fleet", fleetURL}, 2, []string{"pipeline orders: its WAL is on local disk", "could not read", "fleet: {pin: WORKER}"}},
+		{[]string{"worker"}, 2, []string{"pipeline orders: its WAL is on local disk"}},
+		{[]string{"fleet", "drain", "--fleet", fleetURL, "nobody"}, 2, []string{`no live worker "nobody" in fleet /refusals`, "skippr fleet status"}},
+		{[]string{"fleet", "status", "--fleet", "http://x:2379/p"}, 2, []string{"want etcd://host:2379"}},
+		{[]string{"fleet", "status"}, 2, []string{"no fleet given", "SKIPPR_FLEET"}},
+		{[]string{"fleet", "status", "--fleet", fleetURL}, 1, []string{"1 of 1 pipelines have no holder"}},
+	} {
+		r := e.run(tc.args...)
+		if r.code != tc.code {
+			t.Fatalf("skippr %v: exit %d, want %d\n%s%s", tc.args, r.code, tc.code, r.stdout, r.stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Fatalf("skippr %v: stderr lacks %q:\n%s", tc.args, w, r.stderr)
+			}
+		}
+	}
+	// The table names the unheld pipeline.
+	r := e.run("fleet", "status", "--fleet", fleetURL)
+	if !regexp.MustCompile(`(?m)^orders\s+-\s`).MatchString(r.stdout) {
+		t.Fatalf("status table:\n%s", r.stdout)
+	}
+	// Pinned, the local WAL is accepted: the worker starts and joins (then we stop it).
+	e.writeConfig(pipelineConfig(`{ rows: 10 }`, filepath.Join(e.dir, "out"), "", "file://"+filepath.Join(e.dir, "wal"), "    fleet: { pin: solo }\n"))
+	cmd := e.cmd(context.Background(), "worker", "--fleet", fleetURL, "--name", "solo", "--lease-ttl", "3s")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitFor(t, time.Minute, func() bool {
+		r := e.run("fleet", "status", "--json", "--fleet", fleetURL)
+		return r.code == 0 && strings.Contains(r.stdout, `"holder":"solo"`)
+	})
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("worker after SIGTERM: %v\n%s", err, out.String())
+	}
+}
