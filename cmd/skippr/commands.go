@@ -24,6 +24,8 @@ func commands(g *globals) []*cli.Command {
 		resnapshotCommand(g),
 		lakeCommand(g),
 		queryCommand(g),
+		workerCommand(g),
+		fleetCommand(g),
 	}
 }
 

@@ -42,14 +42,17 @@ type env struct {
 	extraEnv []string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { t.Helper(); return newEnvWith(t, e2ePlugins...) }
+
+// newEnvWith is newEnv with a registry holding only the named plugins (less to build).
+func newEnvWith(t *testing.T, plugins ...string) *env {
 	t.Helper()
 	e := &env{t: t, dir: t.TempDir(), skippr: testplugins.BuildSkippr(t)}
 	e.home = filepath.Join(e.dir, "home")
 	e.registry = filepath.Join(e.dir, "registry")
 	keys := filepath.Join(e.dir, "keys")
 	e.mustRun("registry", "keygen", "--out", keys)
-	for _, name := range e2ePlugins {
+	for _, name := range plugins {
 		e.mustRun("registry", "add", e.registry, testplugins.Build(t, name), "--name", name, "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
 	}
 	e.mustRun("registry", "sign", e.registry, "--key", filepath.Join(keys, "skippr-ed25519.key"))
@@ -164,11 +167,17 @@ func yamlFlowToJSON(s string) ([]byte, error) {
 
 func compare(t *testing.T, outDir string, want map[string]map[string]map[string]any) filedest.State {
 	t.Helper()
+	return comparePipeline(t, outDir, "orders", want)
+}
+
+// comparePipeline compares a testdest directory written by one pipeline with the source's rows.
+func comparePipeline(t *testing.T, outDir, pipeline string, want map[string]map[string]map[string]any) filedest.State {
+	t.Helper()
 	st, err := filedest.Load(outDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seqs := st.Sequences["orders"]
+	seqs := st.Sequences[pipeline]
 	for i := 1; i < len(seqs); i++ {
 		if seqs[i] != seqs[i-1]+1 {
 			t.Fatalf("WAL sequence numbers applied out of order or twice: %v", seqs)

@@ -145,6 +145,8 @@ type pipelineRun struct {
 	status   *statusWriter
 	progress time.Duration
 	m        *metrics.Pipeline
+	// epoch is the fleet election's revision, the WAL writer epoch (0 outside fleet mode).
+	epoch uint64
 }
 
 const exitLocked = 5
@@ -232,7 +234,7 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 	if err := precheck.Run(ctx, pre); err != nil {
 		return refusedAtStart(err)
 	}
-	wl, err := openWAL(ctx, s.p, log)
+	wl, err := openWALEpoch(ctx, s.p, log, s.epoch)
 	if err != nil {
 		return err
 	}
@@ -301,7 +303,12 @@ func logProgress(log *slog.Logger, st pipeline.Status) {
 }
 
 func openWAL(ctx context.Context, p *config.Pipeline, log *slog.Logger) (*wal.Log, error) {
-	opts := wal.Options{Logger: log, S3: wal.S3Options{
+	return openWALEpoch(ctx, p, log, 0)
+}
+
+// openWALEpoch opens the WAL for a writer whose epoch an election chose (fleet mode), or 0.
+func openWALEpoch(ctx context.Context, p *config.Pipeline, log *slog.Logger, epoch uint64) (*wal.Log, error) {
+	opts := wal.Options{Logger: log, Epoch: epoch, S3: wal.S3Options{
 		Endpoint: p.WAL.S3.Endpoint, Region: p.WAL.S3.Region, PathStyle: p.WAL.S3.PathStyle,
 		AccessKeyID: os.Getenv("AWS_ACCESS_KEY_ID"), SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
 	}}

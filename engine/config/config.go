@@ -157,7 +157,15 @@ type Pipeline struct {
 	Delivery     Delivery
 	WAL          WALConfig
 	Apply        ApplyConfig
+	Fleet        FleetConfig
 	Pos          Pos
+}
+
+// FleetConfig places a pipeline in fleet mode (`skippr worker`).
+type FleetConfig struct {
+	// Pin names the one worker allowed to run the pipeline ("" = any worker); a local-disk WAL needs it,
+	// because no other worker could read that WAL.
+	Pin string
 }
 
 // WALConfig says where and how a pipeline's write-ahead log is written.

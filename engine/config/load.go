@@ -306,7 +306,7 @@ func (l *loader) pipelines(e entry, cfg *Config, connsOK bool) []*Pipeline {
 		p := &Pipeline{Name: pe.key, Pos: pe.pos, Delivery: DefaultDelivery}
 		out = append(out, p)
 		o := l.object(pe.val, pe.path, pe.pos,
-			"source", "destinations", "destination", "streams", "delivery", "wal", "apply")
+			"source", "destinations", "destination", "streams", "delivery", "wal", "apply", "fleet")
 		if !o.ok {
 			continue
 		}
@@ -334,6 +334,8 @@ func (l *loader) pipelines(e entry, cfg *Config, connsOK bool) []*Pipeline {
 		}
 		ao := l.object(o.by["apply"].val, joinKey(pe.path, "apply"), o.by["apply"].pos, "paused")
 		p.Apply.Paused, _, _ = ao.boolean("paused")
+		fo := l.object(o.by["fleet"].val, joinKey(pe.path, "fleet"), o.by["fleet"].pos, "pin")
+		p.Fleet.Pin, _, _, _ = fo.str("pin")
 	}
 	return out
 }

@@ -301,7 +301,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "unknown key without suggestion",
 			body: base + "    colour: blue\n",
-			want: []string{`FILE:9:5: pipelines.orders.colour: unknown key (want one of: source, destinations, destination, streams, delivery, wal, apply)`},
+			want: []string{`FILE:9:5: pipelines.orders.colour: unknown key (want one of: source, destinations, destination, streams, delivery, wal, apply, fleet)`},
 		},
 		{
 			name: "unknown top-level key",
@@ -892,5 +892,19 @@ func TestManyPipelinesKeepOrder(t *testing.T) {
 		if p, ok := cfg.Pipeline(n); !ok || p != cfg.Pipelines[i] {
 			t.Errorf("Pipeline(%s) = %v, %v", n, p, ok)
 		}
+	}
+}
+
+func TestLoadFleetPin(t *testing.T) {
+	cfg, err := Load(writeConfig(t, base+"    fleet: {pin: worker-2}\n"), envOf(nil))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if p, _ := cfg.Pipeline("orders"); p.Fleet.Pin != "worker-2" {
+		t.Fatalf("pin %q, want worker-2", p.Fleet.Pin)
+	}
+	_, err = Load(writeConfig(t, base+"    fleet: {pinned: worker-2}\n"), envOf(nil))
+	if err == nil || !strings.Contains(err.Error(), `pipelines.orders.fleet.pinned: unknown key (want one of: pin)`) {
+		t.Fatalf("misspelt key: %v", err)
 	}
 }

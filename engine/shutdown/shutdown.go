@@ -74,3 +74,35 @@ func Draining(ctx context.Context) <-chan struct{} {
 	}
 	return nil
 }
+
+// Child returns a context under parent with a soft stop of its own, for stopping one piece of work the way a
+// signal stops all of them (fleet mode hands one pipeline to another worker): stop begins the soft stop —
+// Draining(ctx) closes — and ctx ends grace later. A soft stop of parent begins one of ctx too, and parent's
+// end ends ctx. Call stop or cancel when done with ctx.
+func Child(parent context.Context, grace time.Duration) (context.Context, func(), context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	s := &stop{soft: make(chan struct{}), grace: grace}
+	var once sync.Once
+	begin := func() {
+		once.Do(func() {
+			close(s.soft)
+			go func() {
+				t := time.NewTimer(s.gracePeriod())
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+				}
+				cancel()
+			}()
+		})
+	}
+	go func() {
+		select {
+		case <-Draining(parent):
+			begin()
+		case <-ctx.Done():
+		}
+	}()
+	return context.WithValue(ctx, key{}, s), begin, cancel
+}

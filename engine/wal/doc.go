@@ -166,4 +166,26 @@
 // cannot commit after the takeover. Only then does Acquire delete orphan
 // segments and return. Entries are therefore totally ordered, and the source
 // checkpoint Head reports after Acquire covers every entry.
+//
+// # Elected epochs (fleet mode)
+//
+// In fleet mode (engine/fleet) an etcd election decides which worker runs a
+// pipeline, and the election's revision (etcd's cluster-wide, strictly
+// increasing counter) is passed to Acquire as Options.Epoch. On S3 the lease
+// then carries exactly that epoch, and Acquire decides by comparing it with
+// the stored lease's epoch (and with the newest epoch in segment names):
+//
+//   - lower: refused with ErrFenced, since a newer holder was elected;
+//   - higher: the lease is taken at once even if it has not expired, with a
+//     fence entry as above when its holder never released it, because the
+//     election already proved that holder lost its etcd lease;
+//   - equal: the usual rules (the same holder again in one election term).
+//
+// A previous holder that is merely paused can therefore wake up still
+// believing it leads: its renewal's compare-and-swap fails (412) and its next
+// commit record's conditional create finds the fence entry in its seq. The
+// election alone is not the fence (etcd-io/etcd#10125); the S3 conditional
+// writes are. The local backend ignores Options.Epoch: its flock already
+// excludes a second writer, and fleet mode refuses a local WAL unless the
+// pipeline is pinned to one worker.
 package wal

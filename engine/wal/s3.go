@@ -276,9 +276,16 @@ func (s *s3Store) lock(ctx context.Context, req lockRequest) (writerLease, error
 		if err != nil && !errors.Is(err, errNotFound) {
 			return nil, err
 		}
+		if req.epoch != 0 && (req.epoch < req.minEpoch || found && req.epoch < prev.Epoch) {
+			return nil, fmt.Errorf("wal %s: %w: elected epoch %d is older than the log's (lease epoch %d by %s, newest segment epoch %d): a newer holder was elected since",
+				s.url(""), ErrFenced, req.epoch, prev.Epoch, prev.Owner, req.minEpoch)
+		}
 		var why string // why a lease nobody released may be taken now
 		if found && !prev.Released {
 			switch {
+			case req.epoch > prev.Epoch:
+				why = fmt.Sprintf("a newer election (epoch %d over %d) replaces its holder %s; lease valid until %s",
+					req.epoch, prev.Epoch, prev.Owner, prev.Expires.Format(time.RFC3339Nano))
 			case !time.Now().Before(prev.Expires):
 				why = fmt.Sprintf("its lease expired at %s", prev.Expires.Format(time.RFC3339Nano))
 			case s.self.deadHere(prev.PIDSpace, prev.PID):
@@ -297,6 +304,9 @@ func (s *s3Store) lock(ctx context.Context, req lockRequest) (writerLease, error
 			Token:    hex.EncodeToString(tok),
 			Epoch:    max(prev.Epoch, req.minEpoch) + 1,
 			Expires:  t0.UTC().Add(req.ttl),
+		}
+		if req.epoch != 0 {
+			rec.Epoch = req.epoch
 		}
 		body, err := sealRecord(kindLease, rec)
 		if err != nil {

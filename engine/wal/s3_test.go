@@ -423,3 +423,65 @@ func deadPID(t *testing.T) int {
 	}
 	return pid
 }
+
+// In fleet mode the epoch comes from an etcd election: a higher one takes a live lease at once and fences its
+// holder (a paused process that still believes it leads), a lower one is refused, an equal one waits as usual.
+func TestS3ElectedEpoch(t *testing.T) {
+	url, opts := s3Log(t, versity.Get(t).NewBucket(t), time.Minute)
+	opts.Epoch = 100
+	l1 := mustOpen(t, url, opts)
+	if err := l1.Acquire(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if h := mustHead(t, l1); h.Epoch != 100 {
+		t.Fatalf("epoch %d, want the elected 100", h.Epoch)
+	}
+	mustCommit(t, l1, []Frame{batchFrame(t, "s", 5, 1)}, "a")
+	zombie := l1.lease.(*s3Lease)
+	zombie.halt() // paused: its lease stays valid for a minute
+
+	for _, c := range []struct {
+		epoch uint64
+		want  error
+		msg   string
+	}{
+		{50, ErrFenced, "elected epoch 50 is older than the log's (lease epoch 100 by s3-test"},
+		{100, ErrLocked, "held by s3-test (epoch 100)"},
+	} {
+		o := opts
+		o.Owner, o.Epoch = "other", c.epoch
+		wantErr(t, mustOpen(t, url, o).Acquire(ctxT(t)), c.want, c.msg)
+	}
+
+	o := opts
+	o.Owner, o.Epoch = "successor", 200
+	l2 := mustOpen(t, url, o)
+	if err := l2.Acquire(ctxT(t)); err != nil {
+		t.Fatalf("a newer election must take the live lease at once: %v", err)
+	}
+	_, err := l1.Commit(ctxT(t), []Frame{batchFrame(t, "s", 5, 2)}, []byte("zombie"))
+	wantErr(t, err, ErrFenced, "wal commit 2: commit record")
+	wantErr(t, zombie.renew(), ErrFenced, "taken over by successor (epoch 200)")
+
+	mustCommit(t, l2, []Frame{batchFrame(t, "s", 5, 3)}, "c")
+	recs := mustEntries(t, l2, 0)
+	if !slices.Equal(seqsOf(recs), []uint64{1, 2, 3}) || recs[1].Segment != "" || recs[1].Epoch != 200 || recs[2].Epoch != 200 {
+		t.Fatalf("entries: %+v", recs)
+	}
+	for _, r := range recs {
+		if string(r.Checkpoint) == "zombie" {
+			t.Fatalf("zombie entry committed: %+v", r)
+		}
+	}
+	// The same term again after a clean Close (a retry in one election term): allowed, no fence.
+	if err := l2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l3 := mustOpen(t, url, o)
+	if err := l3.Acquire(ctxT(t)); err != nil {
+		t.Fatalf("re-acquire in the same term: %v", err)
+	}
+	if rec := mustCommit(t, l3, nil, "d"); rec.Seq != 4 || rec.Segment == "" || rec.Epoch != 200 {
+		t.Fatalf("commit after re-acquire: %+v", rec)
+	}
+}

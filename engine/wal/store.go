@@ -44,7 +44,9 @@ type lockRequest struct {
 	ttl   time.Duration
 	// minEpoch is the highest epoch seen in segment names: the new epoch must exceed it.
 	minEpoch uint64
-	log      *slog.Logger
+	// epoch, when not 0, is the epoch to take, given by an outside election (Options.Epoch).
+	epoch uint64
+	log   *slog.Logger
 }
 
 // writerLease is the right to append, held from Acquire to Close.

@@ -24,6 +24,12 @@ type Options struct {
 	LeaseTTL time.Duration
 	S3       S3Options
 	Logger   *slog.Logger
+	// Epoch, when not 0, is the writer epoch chosen by an outside election (fleet mode: the etcd election's
+	// revision) instead of the stored epoch plus one. Acquire on S3 then refuses with ErrFenced when Epoch is
+	// lower than the stored epoch (a newer holder was elected), and takes over a live lease only when Epoch
+	// is higher (writing a fence entry, as after an expiry); an equal Epoch follows the usual rules. The local
+	// backend, whose flock already excludes a second writer, ignores it.
+	Epoch uint64
 }
 
 // Head summarises the log.
@@ -314,7 +320,7 @@ func (l *Log) Acquire(ctx context.Context) error {
 			maxEpoch = max(maxEpoch, e)
 		}
 	}
-	lease, err := l.st.lock(ctx, lockRequest{owner: l.opts.Owner, ttl: l.opts.LeaseTTL, minEpoch: maxEpoch, log: l.log})
+	lease, err := l.st.lock(ctx, lockRequest{owner: l.opts.Owner, ttl: l.opts.LeaseTTL, minEpoch: maxEpoch, epoch: l.opts.Epoch, log: l.log})
 	if err != nil {
 		return err
 	}

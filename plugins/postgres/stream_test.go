@@ -635,3 +635,46 @@ func TestForeignPublication(t *testing.T) {
 		t.Errorf("a slot was created although the publication is incomplete")
 	}
 }
+
+// TestWaitsForPreviousReader: a reader that pauses (a fleet worker cut off or SIGSTOPped) keeps its walsender
+// and so the slot; the next reader waits for it to go instead of failing — here for 30 s, well past the ten
+// seconds the start once retried for (plus the new reader's own start-up).
+func TestWaitsForPreviousReader(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	db.Exec(t, `CREATE TABLE acct (id int PRIMARY KEY, v int); INSERT INTO acct SELECT g, g FROM generate_series(1, 100) g`)
+	srcSet := settings(db, map[string]any{"tables": []string{"acct"}, "slot": slot(db)})
+	old := startPlugin(t)
+	p := newPipe(t, old, startPlugin(t), srcSet, settings(db, map[string]any{"schema": "replica"}))
+	p.start()
+	for {
+		c, err := p.step(time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if position(t, c.cp.Position).Phase == source.PhaseStream {
+			break
+		}
+	}
+	pid := old.Pid()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(30 * time.Second)
+		syscall.Kill(pid, syscall.SIGKILL) // its connection closes, and with it the walsender
+		released <- time.Now()
+	}()
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	p.src = startPlugin(t)
+	p.start()
+	db.Exec(t, `INSERT INTO acct VALUES (1000, 1); UPDATE acct SET v = 0 WHERE id = 7`)
+	p.catchUp(db, 2*time.Minute)
+	select {
+	case <-released:
+	default:
+		t.Fatal("caught up while the previous reader still held the slot")
+	}
+	sameRows(t, db, "public.acct", "replica.acct")
+}

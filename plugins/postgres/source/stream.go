@@ -37,6 +37,9 @@ const (
 	handOff      = 256
 	handOffBytes = 1 << 20
 	queueLen     = 8
+	// slotBusyWait bounds the wait for another walsender to leave the slot: Postgres's default
+	// wal_sender_timeout (60 s) plus room for a server that checks late.
+	slotBusyWait = 2 * time.Minute
 )
 
 // item is what the replication loop hands to the processor, in server order.
@@ -115,6 +118,7 @@ func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgco
 	if r.messages {
 		args = append(args, "messages 'true'")
 	}
+	var busySince time.Time // when the slot was first found in use by another walsender
 	for attempt := 0; ; attempt++ {
 		conn, err := r.cfg.ConnectReplication(ctx)
 		if err != nil {
@@ -128,13 +132,28 @@ func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgco
 		}
 		conn.Close(context.Background())
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55006" && attempt < 100 {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(100 * time.Millisecond):
+		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+			// A slot admits one walsender. The previous reader's (a run that just ended, or a fleet worker
+			// that lost the pipeline while cut off or paused) lasts until Postgres notices it is gone, at most
+			// wal_sender_timeout: wait for it, saying so once, rather than fail and be restarted in a loop.
+			if busySince.IsZero() {
+				busySince = time.Now()
 			}
-			continue
+			waited := time.Since(busySince)
+			if waited < slotBusyWait {
+				if attempt == 20 {
+					r.log.Warn("replication slot is in use by another reader; waiting for it to go (a previous holder's walsender lasts until the server's wal_sender_timeout)",
+						"slot", r.cfg.Slot, "waited", waited.Round(time.Millisecond), "wait_at_most", slotBusyWait)
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			}
+			return nil, fmt.Errorf("start replication from slot %s at %s: still in use by another reader after %s (another pipeline on the same slot?): %w",
+				r.cfg.Slot, lsn, waited.Round(time.Second), r.cfg.Explain(err))
 		}
 		return nil, fmt.Errorf("start replication from slot %s at %s: %w", r.cfg.Slot, lsn, r.cfg.Explain(err))
 	}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/fleet"
+	"github.com/skippr-dev/skippr/engine/shutdown"
+)
+
+// etcdFlags are the flags every fleet command needs to reach etcd.
+func etcdFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "fleet", EnvVars: []string{"SKIPPR_FLEET"}, Usage: "the fleet: etcd://h1:2379,h2:2379,h3:2379/prefix (etcds:// for TLS)"},
+		&cli.StringFlag{Name: "etcd-ca", EnvVars: []string{"SKIPPR_ETCD_CA"}, Usage: "PEM file of the CA that signed etcd's certificates (implies TLS)"},
+		&cli.StringFlag{Name: "etcd-cert", EnvVars: []string{"SKIPPR_ETCD_CERT"}, Usage: "PEM client certificate for etcd (with --etcd-key)"},
+		&cli.StringFlag{Name: "etcd-key", EnvVars: []string{"SKIPPR_ETCD_KEY"}, Usage: "PEM private key of --etcd-cert"},
+		&cli.StringFlag{Name: "etcd-user", EnvVars: []string{"SKIPPR_ETCD_USER"}, Usage: "etcd user name; the password comes from $SKIPPR_ETCD_PASSWORD only"},
+	}
+}
+
+func etcdClient(c *cli.Context) (*clientv3.Client, fleet.Target, error) {
+	raw := c.String("fleet")
+	if raw == "" {
+		return nil, fleet.Target{}, withCode(exitUsage, errors.New("no fleet given: pass --fleet etcd://h1:2379,h2:2379/prefix or set SKIPPR_FLEET"))
+	}
+	t, err := fleet.ParseURL(raw)
+	if err != nil {
+		return nil, t, withCode(exitUsage, err)
+	}
+	cli, err := t.Client(fleet.ClientOptions{
+		CAFile: c.String("etcd-ca"), CertFile: c.String("etcd-cert"), KeyFile: c.String("etcd-key"),
+		Username: c.String("etcd-user"), Password: os.Getenv("SKIPPR_ETCD_PASSWORD"),
+	})
+	if err != nil {
+		return nil, t, withCode(exitUsage, err)
+	}
+	return cli, t, nil
+}
+
+// fleetPipelines checks that every pipeline can move between workers and returns them for the assignment.
+func fleetPipelines(pipes []*config.Pipeline) ([]fleet.Pipeline, error) {
+	var out []fleet.Pipeline
+	var errs []error
+	for _, p := range pipes {
+		if err := fleet.CheckPlacement(p.Name, p.WAL.URL, p.Fleet.Pin); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.WAL.Pos, err))
+		}
+		out = append(out, fleet.Pipeline{Name: p.Name, Pin: p.Fleet.Pin})
+	}
+	if len(errs) > 0 {
+		return nil, withCode(exitUsage, errors.Join(errs...))
+	}
+	return out, nil
+}
+
+func workerCommand(g *globals) *cli.Command {
+	host, _ := os.Hostname()
+	return &cli.Command{
+		Name:      "worker",
+		Usage:     "run as one worker of a fleet: the pipelines of the config are spread over every live worker (etcd)",
+		ArgsUsage: "[PIPELINE...]",
+		Description: `Joins the fleet named by --fleet and runs the pipelines it is elected for, each on exactly one worker
+at a time, at most ⌈pipelines/workers⌉ per worker. Every worker reads the same config file. A worker that dies
+loses its etcd lease; its pipelines restart on the others after --lease-ttl, resuming from their WAL on S3.
+SIGTERM (or ` + "`skippr fleet drain NAME`" + `) hands this worker's pipelines over after their in-flight commits.
+A pipeline whose WAL is on local disk is refused unless pinned to one worker (pipelines.NAME.fleet.pin).
+See docs/fleet.md.`,
+		Flags: append(etcdFlags(),
+			&cli.StringFlag{Name: "name", Value: host, EnvVars: []string{"SKIPPR_WORKER_NAME"}, Usage: "this worker's name, unique in the fleet (pins refer to it)"},
+			&cli.DurationFlag{Name: "lease-ttl", Value: fleet.DefaultTTL, Usage: "etcd lease: how long a dead worker's pipelines wait before moving (whole seconds)"},
+			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry: refuse to start a plugin that is not installed"},
+			&cli.DurationFlag{Name: "progress-every", Value: 5 * time.Second, Usage: "how often to log progress"},
+			&cli.DurationFlag{Name: "stop-timeout", Value: shutdown.DefaultGrace, Usage: "how long a pipeline being handed over (or stopped by SIGTERM) may take to finish its WAL commit and applies in flight"},
+			&cli.StringFlag{Name: "metrics-addr", Usage: "serve /metrics, /healthz, /readyz on this host:port (overrides metrics.addr in the config)"},
+			&cli.StringFlag{Name: "health-addr", Usage: "serve GET /fleet/pipelines/NAME on this host:port: 200 on the worker that runs NAME, 503 on the others (for a load balancer in front of an HTTP source)"},
+		),
+		Action: func(c *cli.Context) error {
+			shutdown.SetGrace(c.Context, c.Duration("stop-timeout"))
+			cfg, pipes, err := configuredPipelines(c, g)
+			if err != nil {
+				return err
+			}
+			fps, err := fleetPipelines(pipes)
+			if err != nil {
+				return err
+			}
+			cli, target, err := etcdClient(c)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			host, err := newHost(c, g, cfg, c.Bool("offline"))
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithCancel(c.Context)
+			defer cancel()
+			reg, err := serveMetrics(ctx, g, cfg, c.String("metrics-addr"))
+			if err != nil {
+				return err
+			}
+			byName := map[string]*config.Pipeline{}
+			for _, p := range pipes {
+				byName[p.Name] = p
+			}
+			w := &fleet.Worker{
+				Client: cli, Prefix: target.Prefix, Name: c.String("name"), Version: version, TTL: c.Duration("lease-ttl"),
+				Pipelines: fps, Logger: g.Log, StopTimeout: c.Duration("stop-timeout"),
+				Run: func(ctx context.Context, name string, epoch uint64) error {
+					p := byName[name]
+					s := &pipelineRun{g: g, cfg: cfg, p: p, host: host, progress: c.Duration("progress-every"),
+						status: newStatusWriter(g, p), m: reg.Pipeline(p.Name), epoch: epoch}
+					// WaitLock: an equal epoch (this worker again, same term) waits out its own earlier lease.
+					return s.supervise(ctx, true)
+				},
+			}
+			if addr := c.String("health-addr"); addr != "" {
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					return withCode(exitUsage, fmt.Errorf("--health-addr %s: %w", addr, err))
+				}
+				srv := &http.Server{Handler: w.Health(), ReadHeaderTimeout: 5 * time.Second}
+				go srv.Serve(ln)
+				defer srv.Close()
+				g.Log.Info("fleet health listening", "addr", ln.Addr().String(), "path", "/fleet/pipelines/NAME")
+			}
+			g.Log.Info("fleet worker starting", "worker", w.Name, "fleet", target.Endpoints, "prefix", target.Prefix, "pipelines", len(fps))
+			return w.Serve(c.Context)
+		},
+	}
+}
+
+func fleetCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:  "fleet",
+		Usage: "look at and steer a fleet of workers (skippr worker)",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "status",
+				Usage: "show the fleet's workers (pipelines held, version, draining) and pipelines (holder, epoch, since, last error)",
+				Description: `Reads the fleet from etcd; the pipelines are the config's. A pipeline with no holder is being
+handed over or waits for a worker (a pinned worker that is not alive). Exits 1 when a pipeline has no holder.`,
+				Flags: append(etcdFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
+				Action: func(c *cli.Context) error {
+					_, pipes, err := configuredPipelines(c, g)
+					if err != nil {
+						return err
+					}
+					var fps []fleet.Pipeline
+					for _, p := range pipes {
+						fps = append(fps, fleet.Pipeline{Name: p.Name, Pin: p.Fleet.Pin})
+					}
+					cli, target, err := etcdClient(c)
+					if err != nil {
+						return err
+					}
+					defer cli.Close()
+					ctx, cancel := context.WithTimeout(c.Context, 15*time.Second)
+					defer cancel()
+					st, err := fleet.ReadStatus(ctx, cli, target.Prefix, fps)
+					if err != nil {
+						return err
+					}
+					unheld := 0
+					for _, p := range st.Pipelines {
+						if p.Holder == "" {
+							unheld++
+						}
+					}
+					if c.Bool("json") {
+						if err := json.NewEncoder(c.App.Writer).Encode(st); err != nil {
+							return err
+						}
+					} else {
+						printFleetStatus(c, st)
+					}
+					if unheld > 0 {
+						return withCode(exitFailure, fmt.Errorf("%d of %d pipelines have no holder", unheld, len(st.Pipelines)))
+					}
+					return nil
+				},
+			},
+			{
+				Name:      "drain",
+				Usage:     "hand every pipeline of worker NAME to the other workers (after their in-flight commits)",
+				ArgsUsage: "NAME",
+				Description: `The worker stays in the fleet without pipelines until ` + "`skippr fleet drain --cancel NAME`" + `; the
+request survives its restarts.`,
+				Flags: append(etcdFlags(), &cli.BoolFlag{Name: "cancel", Usage: "let the worker take its share again"}),
+				Action: func(c *cli.Context) error {
+					args, err := commandArgs(c)
+					if err != nil {
+						return err
+					}
+					if len(args) != 1 {
+						return withCode(exitUsage, errors.New("name one worker: skippr fleet drain NAME (see skippr fleet status)"))
+					}
+					cli, target, err := etcdClient(c)
+					if err != nil {
+						return err
+					}
+					defer cli.Close()
+					ctx, cancel := context.WithTimeout(c.Context, 15*time.Second)
+					defer cancel()
+					if err := fleet.Drain(ctx, cli, target.Prefix, args[0], !c.Bool("cancel")); err != nil {
+						if errors.Is(err, fleet.ErrNoWorker) {
+							return withCode(exitUsage, err)
+						}
+						return err
+					}
+					if c.Bool("cancel") {
+						fmt.Fprintf(c.App.Writer, "worker %s takes its share of pipelines again\n", args[0])
+					} else {
+						fmt.Fprintf(c.App.Writer, "worker %s hands its pipelines over; watch with skippr fleet status\n", args[0])
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func printFleetStatus(c *cli.Context, st *fleet.Status) {
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WORKER\tSTATE\tPIPELINES\tVERSION\tHOST\tPID\tSTARTED")
+	for _, w := range st.Workers {
+		state := "alive"
+		if w.Draining {
+			state = "draining"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", w.Name, state, len(w.Pipelines), w.Version, w.Host, w.PID, w.Started.Format(time.RFC3339))
+	}
+	tw.Flush()
+	fmt.Fprintln(c.App.Writer)
+	tw = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PIPELINE\tHOLDER\tEPOCH\tSINCE\tASSIGNED\tLAST ERROR")
+	for _, p := range st.Pipelines {
+		holder, since, epoch := p.Holder, "", ""
+		if holder == "" {
+			holder = "-"
+		} else {
+			since, epoch = p.Since.Format(time.RFC3339), fmt.Sprint(p.Epoch)
+		}
+		last := ""
+		if p.LastError != nil {
+			last = fmt.Sprintf("%s (%s, %s)", p.LastError.Error, p.LastError.Worker, p.LastError.Time.Format(time.RFC3339))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, holder, epoch, since, p.Assigned, last)
+	}
+	tw.Flush()
+}

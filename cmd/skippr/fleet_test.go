@@ -1,0 +1,420 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skippr-dev/skippr/engine/fleet"
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
+	"github.com/skippr-dev/skippr/testkit/etcdtest"
+)
+
+// fleetEnv is a fleet on 127.0.0.1: a 3-member etcd cluster, versitygw for the WALs, worker processes each in
+// its own process group (a "host": a SIGKILL or SIGSTOP of the group takes its plugins along).
+type fleetEnv struct {
+	*env
+	etcd    *etcdtest.Cluster
+	url     string
+	ttl     time.Duration
+	workers map[string]*exec.Cmd
+	exited  map[string]chan struct{}
+	logs    map[string]string
+	starts  map[string]int
+}
+
+const fleetPipelines = 12
+
+func fleetPipelineName(i int) string { return fmt.Sprintf("p%02d", i) }
+
+func newFleetEnv(t *testing.T, gen string) *fleetEnv {
+	t.Helper()
+	c := etcdtest.New(t, 3)
+	e := newEnvWith(t, "datagen", "testdest")
+	b := versity.Get(t).NewBucket(t)
+	e.extraEnv = []string{"AWS_ACCESS_KEY_ID=" + b.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.SecretKey}
+	var conf strings.Builder
+	fmt.Fprintf(&conf, "connections:\n  gen:\n    plugin: datagen\n    version: \"~> 0.1\"\n    settings: %s\n", gen)
+	for i := 1; i <= fleetPipelines; i++ {
+		fmt.Fprintf(&conf, "  out%02d:\n    plugin: testdest\n    version: \">= 0.1\"\n    settings: { dir: %s }\n", i, filepath.Join(e.dir, "out", fleetPipelineName(i)))
+	}
+	conf.WriteString("pipelines:\n")
+	for i := 1; i <= fleetPipelines; i++ {
+		fmt.Fprintf(&conf, "  %s:\n    source: gen\n    destinations: [out%02d]\n    wal:\n      url: s3://%s/%s\n      s3: { endpoint: %s, region: us-east-1, path_style: true }\n      group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n",
+			fleetPipelineName(i), i, b.Name, fleetPipelineName(i), b.Endpoint)
+	}
+	e.writeConfig(conf.String())
+	// Install the plugins once, so three workers starting together do not race to install them.
+	e.mustRun("plugin", "install", "datagen")
+	e.mustRun("plugin", "install", "testdest")
+	var hosts []string
+	for _, ep := range c.Endpoints() {
+		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
+	}
+	f := &fleetEnv{env: e, etcd: c, url: "etcd://" + strings.Join(hosts, ",") + "/fleet", ttl: 3 * time.Second,
+		workers: map[string]*exec.Cmd{}, exited: map[string]chan struct{}{}, logs: map[string]string{}, starts: map[string]int{}}
+	t.Cleanup(func() {
+		for name := range f.workers {
+			f.signal(name, syscall.SIGKILL)
+		}
+		if t.Failed() {
+			for name, path := range f.logs {
+				b, _ := os.ReadFile(path)
+				var keep []string
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.Contains(line, `msg="fleet`) || strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+						keep = append(keep, line)
+					}
+				}
+				t.Logf("--- worker %s, log %s (fleet lines, warnings, errors; last 16 KiB) ---\n%s", name, path, tail(strings.Join(keep, "\n"), 16384))
+			}
+		}
+	})
+	return f
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (f *fleetEnv) start(name string) {
+	f.t.Helper()
+	f.starts[name]++
+	path := filepath.Join(f.dir, fmt.Sprintf("worker-%s-%d.log", name, f.starts[name]))
+	log, err := os.Create(path)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cmd := f.cmd(context.Background(), "worker", "--fleet", f.url, "--name", name, "--lease-ttl", f.ttl.String(), "--progress-every", "1m")
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); log.Close(); close(done) }()
+	f.workers[name], f.logs[name], f.exited[name] = cmd, path, done
+}
+
+// signal sends sig to the worker's whole process group: the worker and its plugins, like a host.
+func (f *fleetEnv) signal(name string, sig syscall.Signal) {
+	if cmd, ok := f.workers[name]; ok {
+		syscall.Kill(-cmd.Process.Pid, sig)
+		if sig == syscall.SIGKILL {
+			delete(f.workers, name)
+		}
+	}
+}
+
+// stop sends SIGTERM to the worker alone (it stops its plugins) and waits for it to exit.
+func (f *fleetEnv) stop(name string) {
+	f.t.Helper()
+	f.workers[name].Process.Signal(syscall.SIGTERM)
+	select {
+	case <-f.exited[name]:
+	case <-time.After(2 * time.Minute):
+		f.t.Fatalf("worker %s did not exit within 2 minutes of SIGTERM", name)
+	}
+	if code := f.workers[name].ProcessState.ExitCode(); code != 0 {
+		f.t.Fatalf("worker %s exited with %d after SIGTERM", name, code)
+	}
+	delete(f.workers, name)
+}
+
+func (f *fleetEnv) log(name string) string {
+	b, _ := os.ReadFile(f.logs[name])
+	return string(b)
+}
+
+// logsContaining counts the workers' current logs that contain s.
+func (f *fleetEnv) logsContaining(s string, names ...string) int {
+	n := 0
+	for _, name := range names {
+		if strings.Contains(f.log(name), s) {
+			n++
+		}
+	}
+	return n
+}
+
+func (f *fleetEnv) status() *fleet.Status {
+	f.t.Helper()
+	r := f.run("fleet", "status", "--json", "--fleet", f.url)
+	var st fleet.Status
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		f.t.Fatalf("fleet status: exit %d, %v\n%s\n%s", r.code, err, r.stdout, r.stderr)
+	}
+	return &st
+}
+
+// holders maps each held pipeline to its holder and epoch.
+type holding struct {
+	holder string
+	epoch  uint64
+}
+
+func holders(st *fleet.Status) map[string]holding {
+	out := map[string]holding{}
+	for _, p := range st.Pipelines {
+		if p.Holder != "" {
+			out[p.Name] = holding{p.Holder, p.Epoch}
+		}
+	}
+	return out
+}
+
+func perWorker(h map[string]holding) map[string]int {
+	out := map[string]int{}
+	for _, x := range h {
+		out[x.holder]++
+	}
+	return out
+}
+
+// waitHeld waits until every pipeline is held, by exactly the given workers, at most ⌈P/N⌉ each.
+func (f *fleetEnv) waitHeld(what string, timeout time.Duration, workers ...string) (map[string]holding, time.Duration) {
+	f.t.Helper()
+	t0 := time.Now()
+	limit := (fleetPipelines + len(workers) - 1) / len(workers)
+	for {
+		h := holders(f.status())
+		pw := perWorker(h)
+		ok := len(h) == fleetPipelines && len(pw) == len(workers)
+		for _, w := range workers {
+			ok = ok && pw[w] > 0 && pw[w] <= limit
+		}
+		if ok {
+			return h, time.Since(t0)
+		}
+		if time.Since(t0) > timeout {
+			f.t.Fatalf("%s: not after %s: %d held, per worker %v", what, timeout, len(h), pw)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitConverged waits until every destination holds the source's rows, then compares them row by row and
+// checks that no WAL entry was applied twice.
+func (f *fleetEnv) waitConverged(want map[string]map[string]map[string]any, timeout time.Duration) {
+	f.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for i := 1; i <= fleetPipelines; i++ {
+		dir := filepath.Join(f.dir, "out", fleetPipelineName(i))
+		for {
+			st, err := filedest.Load(dir)
+			if err == nil && reflect.DeepEqual(st.Tables, map[string]map[string]map[string]any(want)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				break // comparePipeline reports what differs
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		comparePipeline(f.t, dir, fleetPipelineName(i), want)
+	}
+}
+
+// unpaced drops datagen's rows_per_second: the rows do not depend on it, and reading them for the comparison
+// should not take as long as the test.
+func unpaced(gen string) string {
+	return regexp.MustCompile(`rows_per_second: *[0-9]+, *`).ReplaceAllString(gen, "")
+}
+
+// TestFleet runs 12 pipelines (datagen → testdest, WALs on versitygw) over three `skippr worker` processes and
+// etcd, and goes through the faults of a fleet: a worker SIGKILLed, a worker paused past its lease (the zombie),
+// an etcd member killed, a drain; then every destination is compared with the source row by row.
+func TestFleet(t *testing.T) {
+	gen := `{ seed: 21, rows: 12000, rows_per_second: 150, batch_size: 50, update_ratio: 0.2, delete_ratio: 0.05 }`
+	f := newFleetEnv(t, gen)
+	for _, w := range []string{"w1", "w2", "w3"} {
+		f.start(w)
+	}
+	_, took := f.waitHeld("12 pipelines over 3 workers", 3*time.Minute, "w1", "w2", "w3")
+	t.Logf("3 workers hold 4 pipelines each after %s", took)
+
+	// SIGKILL a worker (and its plugins): its pipelines move to the others after the lease TTL.
+	f.signal("w1", syscall.SIGKILL)
+	h, took := f.waitHeld("w1's pipelines on w2 and w3", 2*time.Minute, "w2", "w3")
+	t.Logf("takeover after SIGKILL: %s (etcd lease TTL %s)", took, f.ttl)
+	f.start("w1")
+	h, _ = f.waitHeld("w1 back with its share", 2*time.Minute, "w1", "w2", "w3")
+
+	// Pause w2 (and its plugins) past its lease: the others take its pipelines; on SIGCONT it finds its
+	// lease gone and stops, and the WAL fence refuses anything it still tries to commit.
+	f.signal("w2", syscall.SIGSTOP)
+	before := h
+	h, took = f.waitHeld("w2's pipelines taken while it is paused", 2*time.Minute, "w1", "w3")
+	t.Logf("takeover from a paused worker: %s", took)
+	for p, x := range h {
+		if before[p].holder == "w2" && x.epoch <= before[p].epoch {
+			t.Fatalf("pipeline %s: epoch %d after w2's %d", p, x.epoch, before[p].epoch)
+		}
+	}
+	// The successors' WAL Acquire took w2's live S3 lease by the higher elected epoch and fenced it.
+	waitFor(t, time.Minute, func() bool { return f.logsContaining("a newer election", "w1", "w3") > 0 })
+	f.signal("w2", syscall.SIGCONT)
+	waitFor(t, time.Minute, func() bool { return strings.Contains(f.log("w2"), "etcd lease expired") })
+	h, _ = f.waitHeld("w2 rejoined", 2*time.Minute, "w1", "w2", "w3")
+
+	// One etcd member down: quorum holds, nothing moves.
+	f.etcd.Kill(0)
+	time.Sleep(3 * f.ttl)
+	if after := holders(f.status()); !maps.Equal(after, h) {
+		t.Fatalf("pipelines moved while one etcd member was down:\nbefore %v\nafter  %v", h, after)
+	}
+	if err := f.etcd.Start(0); err != nil {
+		t.Fatal(err)
+	}
+
+	// A drain hands w3's pipelines over; cancelling it gives w3 its share back.
+	f.mustRun("fleet", "drain", "--fleet", f.url, "w3")
+	f.waitHeld("w3 drained", 2*time.Minute, "w1", "w2")
+	f.mustRun("fleet", "drain", "--cancel", "--fleet", f.url, "w3")
+	f.waitHeld("w3 back", 2*time.Minute, "w1", "w2", "w3")
+
+	// Quorum lost: every worker stops its pipelines when its lease expires, and all resume when it returns.
+	// Each worker's log restarts here, so that "lease expired" below is this fault's.
+	for _, w := range []string{"w1", "w2", "w3"} {
+		f.stop(w)
+		f.start(w)
+	}
+	f.waitHeld("restarted workers", 2*time.Minute, "w1", "w2", "w3")
+	f.etcd.Kill(1)
+	f.etcd.Kill(2)
+	t0 := time.Now()
+	waitFor(t, time.Minute, func() bool { return f.logsContaining("etcd lease expired", "w1", "w2", "w3") == 3 })
+	t.Logf("quorum lost: all three workers stopped their pipelines after %s (lease TTL %s)", time.Since(t0), f.ttl)
+	if d := time.Since(t0); d < f.ttl/2 {
+		t.Fatalf("pipelines stopped %s after quorum loss, before the lease could expire", d)
+	}
+	for _, i := range []int{1, 2} {
+		if err := f.etcd.Start(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, took = f.waitHeld("resumed after quorum returned", 3*time.Minute, "w1", "w2", "w3")
+	t.Logf("quorum back: every pipeline held again after %s", took)
+
+	// Rolling restart: SIGTERM one worker at a time and start it again; track how long any pipeline is unheld.
+	var longest time.Duration
+	unheldSince := map[string]time.Time{}
+	watch := func() {
+		now := time.Now()
+		h := holders(f.status())
+		for i := 1; i <= fleetPipelines; i++ {
+			p := fleetPipelineName(i)
+			if _, ok := h[p]; ok {
+				if t0, was := unheldSince[p]; was {
+					longest = max(longest, now.Sub(t0))
+					delete(unheldSince, p)
+				}
+			} else if _, was := unheldSince[p]; !was {
+				unheldSince[p] = now
+			}
+		}
+	}
+	for _, w := range []string{"w1", "w2", "w3"} {
+		stopped := make(chan struct{})
+		go func() { f.stop(w); close(stopped) }()
+		for waiting := true; waiting; {
+			select {
+			case <-stopped:
+				waiting = false
+			case <-time.After(200 * time.Millisecond):
+				watch()
+			}
+		}
+		f.start(w)
+		for t0 := time.Now(); ; {
+			watch()
+			if len(unheldSince) == 0 && len(perWorker(holders(f.status()))) == 3 {
+				break
+			}
+			if time.Since(t0) > 2*time.Minute {
+				t.Fatalf("rolling restart of %s: not all pipelines held after 2 minutes", w)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	t.Logf("rolling restart: the longest a pipeline was without a holder: %s", longest)
+	if longest > 30*time.Second {
+		t.Fatalf("a pipeline went %s without a holder during the rolling restart", longest)
+	}
+
+	f.waitConverged(want(t, unpaced(gen)), 5*time.Minute)
+	var fenced []string
+	for name := range f.logs {
+		if strings.Contains(f.log(name), "wal writer fenced") {
+			fenced = append(fenced, name)
+		}
+	}
+	sort.Strings(fenced)
+	t.Logf("workers whose log shows a fenced WAL writer: %v", slices.Compact(fenced))
+}
+
+// TestFleetRefusals: what `skippr worker` and `skippr fleet` refuse, with exit 2 and a message naming the fix.
+func TestFleetRefusals(t *testing.T) {
+	e := newEnvWith(t, "datagen", "testdest")
+	c := etcdtest.New(t, 3)
+	fleetURL := "etcd://" + strings.TrimPrefix(c.Endpoints()[0], "http://") + "/refusals"
+	e.writeConfig(pipelineConfig(`{ rows: 10 }`, filepath.Join(e.dir, "out"), "", "file://"+filepath.Join(e.dir, "wal"), ""))
+	for _, tc := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"worker", "--fleet", fleetURL}, 2, []string{"pipeline orders: its WAL is on local disk", "could not read", "fleet: {pin: WORKER}"}},
+		{[]string{"worker"}, 2, []string{"pipeline orders: its WAL is on local disk"}},
+		{[]string{"fleet", "drain", "--fleet", fleetURL, "nobody"}, 2, []string{`no live worker "nobody" in fleet /refusals`, "skippr fleet status"}},
+		{[]string{"fleet", "status", "--fleet", "http://x:2379/p"}, 2, []string{"want etcd://host:2379"}},
+		{[]string{"fleet", "status"}, 2, []string{"no fleet given", "SKIPPR_FLEET"}},
+		{[]string{"fleet", "status", "--fleet", fleetURL}, 1, []string{"1 of 1 pipelines have no holder"}},
+	} {
+		r := e.run(tc.args...)
+		if r.code != tc.code {
+			t.Fatalf("skippr %v: exit %d, want %d\n%s%s", tc.args, r.code, tc.code, r.stdout, r.stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Fatalf("skippr %v: stderr lacks %q:\n%s", tc.args, w, r.stderr)
+			}
+		}
+	}
+	// The table names the unheld pipeline.
+	r := e.run("fleet", "status", "--fleet", fleetURL)
+	if !regexp.MustCompile(`(?m)^orders\s+-\s`).MatchString(r.stdout) {
+		t.Fatalf("status table:\n%s", r.stdout)
+	}
+	// Pinned, the local WAL is accepted: the worker starts and joins (then we stop it).
+	e.writeConfig(pipelineConfig(`{ rows: 10 }`, filepath.Join(e.dir, "out"), "", "file://"+filepath.Join(e.dir, "wal"), "    fleet: { pin: solo }\n"))
+	cmd := e.cmd(context.Background(), "worker", "--fleet", fleetURL, "--name", "solo", "--lease-ttl", "3s")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitFor(t, time.Minute, func() bool {
+		r := e.run("fleet", "status", "--json", "--fleet", fleetURL)
+		return r.code == 0 && strings.Contains(r.stdout, `"holder":"solo"`)
+	})
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("worker after SIGTERM: %v\n%s", err, out.String())
+	}
+}

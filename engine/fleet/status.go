@@ -1,0 +1,118 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Status is the fleet as etcd sees it.
+type Status struct {
+	Workers   []Member         `json:"workers"`
+	Pipelines []PipelineStatus `json:"pipelines"`
+}
+
+// PipelineStatus is one pipeline of the config.
+type PipelineStatus struct {
+	Name     string    `json:"name"`
+	Pin      string    `json:"pin,omitempty"`
+	Holder   string    `json:"holder"` // "" when no worker runs it
+	Epoch    uint64    `json:"epoch,omitempty"`
+	Since    time.Time `json:"since,omitzero"`
+	Assigned string    `json:"assigned"` // the worker the assignment gives it to
+	// LastError is the last error a run of it ended with, on any worker, and when.
+	LastError *LastError `json:"last_error,omitempty"`
+}
+
+// ReadStatus reads members, holders and last errors; pipelines are the config's.
+func ReadStatus(ctx context.Context, cli *clientv3.Client, prefix string, pipelines []Pipeline) (*Status, error) {
+	resp, err := cli.Get(ctx, prefix+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read fleet %s: %w", prefix, err)
+	}
+	members := map[string]Member{}
+	holds := map[string]Holding{}
+	errs := map[string]LastError{}
+	for _, kv := range resp.Kvs {
+		k := strings.TrimPrefix(string(kv.Key), prefix+"/")
+		kind, name, ok := strings.Cut(k, "/")
+		if !ok {
+			continue
+		}
+		switch kind {
+		case "workers":
+			var m Member
+			if json.Unmarshal(kv.Value, &m) == nil {
+				members[name] = m
+			}
+		case "pipelines":
+			var h Holding
+			if json.Unmarshal(kv.Value, &h) == nil {
+				holds[name] = h
+			}
+		case "errors":
+			var e LastError
+			if json.Unmarshal(kv.Value, &e) == nil {
+				errs[name] = e
+			}
+		}
+	}
+	st := &Status{Workers: []Member{}, Pipelines: []PipelineStatus{}}
+	for _, m := range members {
+		st.Workers = append(st.Workers, m)
+	}
+	sort.Slice(st.Workers, func(i, j int) bool { return st.Workers[i].Name < st.Workers[j].Name })
+	assigned := Assign(pipelines, live(members))
+	for _, p := range pipelines {
+		ps := PipelineStatus{Name: p.Name, Pin: p.Pin, Assigned: assigned[p.Name]}
+		if h, ok := holds[p.Name]; ok {
+			ps.Holder, ps.Epoch, ps.Since = h.Holder, h.Epoch, h.Since
+		}
+		if e, ok := errs[p.Name]; ok {
+			ps.LastError = &e
+		}
+		st.Pipelines = append(st.Pipelines, ps)
+	}
+	sort.Slice(st.Pipelines, func(i, j int) bool { return st.Pipelines[i].Name < st.Pipelines[j].Name })
+	return st, nil
+}
+
+// ErrNoWorker: the named worker is not alive in the fleet.
+var ErrNoWorker = errors.New("no live worker")
+
+// Drain asks worker name to hand all its pipelines to the others (on) or to take its share again (off). The
+// request outlives the worker's restarts until cancelled. Draining a worker that is not alive is refused.
+func Drain(ctx context.Context, cli *clientv3.Client, prefix, name string, on bool) error {
+	if !on {
+		if _, err := cli.Delete(ctx, drainKey(prefix, name)); err != nil {
+			return fmt.Errorf("cancel drain of %s: %w", name, err)
+		}
+		return nil
+	}
+	resp, err := cli.Get(ctx, workersKey(prefix), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return fmt.Errorf("read fleet %s: %w", prefix, err)
+	}
+	var names []string
+	for _, kv := range resp.Kvs {
+		names = append(names, strings.TrimPrefix(string(kv.Key), workersKey(prefix)))
+	}
+	found := false
+	for _, n := range names {
+		found = found || n == name
+	}
+	if !found {
+		return fmt.Errorf("%w %q in fleet %s (live: %s): check the name with `skippr fleet status`", ErrNoWorker, name, prefix, strings.Join(names, ", "))
+	}
+	b, _ := json.Marshal(map[string]any{"requested": time.Now().UTC()})
+	if _, err := cli.Put(ctx, drainKey(prefix, name), string(b)); err != nil {
+		return fmt.Errorf("drain %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,544 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/skippr-dev/skippr/engine/shutdown"
+)
+
+// Member is a live worker's record, P/workers/<name>.
+type Member struct {
+	Name     string    `json:"name"`
+	Version  string    `json:"version,omitempty"`
+	Host     string    `json:"host,omitempty"`
+	PID      int       `json:"pid"`
+	Started  time.Time `json:"started"`
+	Draining bool      `json:"draining,omitempty"`
+	// Pipelines are the ones it holds right now (won the election and runs).
+	Pipelines []string `json:"pipelines"`
+}
+
+// Holding is a held pipeline's record, P/pipelines/<name>, written by its holder.
+type Holding struct {
+	Pipeline string    `json:"pipeline"`
+	Holder   string    `json:"holder"`
+	Epoch    uint64    `json:"epoch"`
+	Since    time.Time `json:"since"`
+}
+
+// LastError is the last error a pipeline's run ended with, P/errors/<name>; it outlives the worker.
+type LastError struct {
+	Worker string    `json:"worker"`
+	Error  string    `json:"error"`
+	Time   time.Time `json:"time"`
+}
+
+// RunFunc runs a pipeline as the holder of election epoch until ctx ends (a soft stop first: see
+// shutdown.Draining) or the pipeline fails for good.
+type RunFunc func(ctx context.Context, pipeline string, epoch uint64) error
+
+// Worker is one `skippr worker` process.
+type Worker struct {
+	Client    *clientv3.Client
+	Prefix    string // no trailing slash
+	Name      string // unique in the fleet
+	Version   string
+	TTL       time.Duration // the etcd lease; rounded up to whole seconds
+	Pipelines []Pipeline
+	Run       RunFunc
+	Logger    *slog.Logger
+	// StopTimeout bounds the soft stop of a pipeline handed to another worker (in-flight commits finish).
+	StopTimeout time.Duration
+	// RetryAfter is the pause before campaigning again after a pipeline's run failed.
+	RetryAfter time.Duration
+
+	holding sync.Map // pipeline name → true while this worker runs it; read by Health
+}
+
+// DefaultTTL is the etcd lease of a worker: how long a dead worker's pipelines wait before moving.
+const DefaultTTL = 10 * time.Second
+
+// ErrLeaseLost ends a session whose etcd lease expired (or could not be kept alive for a TTL).
+var ErrLeaseLost = errors.New("etcd lease lost")
+
+func (w *Worker) log() *slog.Logger {
+	if w.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return w.Logger
+}
+
+func (w *Worker) ttlSeconds() int {
+	ttl := w.TTL
+	if ttl <= 0 {
+		ttl = DefaultTTL
+	}
+	return int((ttl + time.Second - 1) / time.Second)
+}
+
+// Keys.
+func workersKey(prefix string) string         { return prefix + "/workers/" }
+func drainKey(prefix, name string) string     { return prefix + "/drain/" + name }
+func electKey(prefix, pipeline string) string { return prefix + "/elect/" + pipeline }
+func holdingKey(prefix, p string) string      { return prefix + "/pipelines/" + p }
+func errorKey(prefix, p string) string        { return prefix + "/errors/" + p }
+
+// Serve runs the worker until ctx ends: joins the fleet, runs the pipelines it is elected for, and rejoins
+// after losing its lease. When ctx's soft stop begins (SIGTERM) it drains: marks itself draining so the others
+// take its share, stops its pipelines softly, resigns and leaves.
+func (w *Worker) Serve(ctx context.Context) error {
+	if w.Name == "" || strings.Contains(w.Name, "/") {
+		return fmt.Errorf("fleet worker name %q: want a non-empty name without '/'", w.Name)
+	}
+	backoff := time.Second
+	for {
+		err := w.session(ctx)
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		select {
+		case <-shutdown.Draining(ctx):
+			return nil
+		default:
+		}
+		w.log().Error("fleet: not in the fleet; this worker runs no pipeline until it rejoins", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-shutdown.Draining(ctx):
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Duration(w.ttlSeconds())*time.Second)
+	}
+}
+
+// holder is one pipeline this worker campaigns for or runs.
+type holder struct {
+	stop   func() // soft stop
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type session struct {
+	w        *Worker
+	s        *concurrency.Session
+	member   Member
+	holders  map[string]*holder
+	held     map[string]bool // won and running
+	events   chan heldEvent
+	members  map[string]Member
+	draining bool // drain requested (fleet drain)
+}
+
+type heldEvent struct {
+	pipeline string
+	held     bool // true: won; false: gave up or ended
+	ended    bool // the holder goroutine returned
+}
+
+func (w *Worker) session(ctx context.Context) error {
+	gctx, cancel := context.WithTimeout(ctx, time.Duration(w.ttlSeconds())*time.Second)
+	lease, err := w.Client.Grant(gctx, int64(w.ttlSeconds()))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd lease grant: %w", err)
+	}
+	// The session's context is not ctx: a soft stop must still resign and leave through it.
+	s, err := concurrency.NewSession(w.Client, concurrency.WithLease(lease.ID), concurrency.WithTTL(w.ttlSeconds()))
+	if err != nil {
+		return fmt.Errorf("etcd session: %w", err)
+	}
+	host, _ := os.Hostname()
+	ss := &session{
+		w: w, s: s,
+		member:  Member{Name: w.Name, Version: w.Version, Host: host, PID: os.Getpid(), Started: time.Now().UTC(), Pipelines: []string{}},
+		holders: map[string]*holder{}, held: map[string]bool{}, events: make(chan heldEvent, 64),
+	}
+	return ss.run(ctx)
+}
+
+func (ss *session) putMember(ctx context.Context) error {
+	ss.member.Pipelines = ss.member.Pipelines[:0]
+	for p, h := range ss.held {
+		if h {
+			ss.member.Pipelines = append(ss.member.Pipelines, p)
+		}
+	}
+	sort.Strings(ss.member.Pipelines)
+	b, _ := json.Marshal(ss.member)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := ss.w.Client.Put(ctx, workersKey(ss.w.Prefix)+ss.w.Name, string(b), clientv3.WithLease(ss.s.Lease()))
+	return err
+}
+
+func (ss *session) run(ctx context.Context) error {
+	w, log := ss.w, ss.w.log()
+	bg := context.WithoutCancel(ctx)
+	if err := ss.putMember(ctx); err != nil {
+		ss.s.Orphan()
+		return fmt.Errorf("register worker %s: %w", w.Name, err)
+	}
+	// Is another live process registered under this name? Two workers of one name would both run its share.
+	log.Info("fleet: joined", "worker", w.Name, "lease_ttl_s", ss.w.ttlSeconds(), "prefix", w.Prefix)
+
+	wctx, wcancel := context.WithCancel(bg)
+	defer wcancel()
+	members, rev, err := ss.readMembers(ctx)
+	if err != nil {
+		ss.s.Orphan()
+		return err
+	}
+	ss.members = members
+	dr, err := w.Client.Get(ctx, drainKey(w.Prefix, w.Name))
+	if err != nil {
+		ss.s.Orphan()
+		return fmt.Errorf("read drain request: %w", err)
+	}
+	ss.setDraining(ctx, len(dr.Kvs) > 0)
+	mwatch := w.Client.Watch(clientv3.WithRequireLeader(wctx), workersKey(w.Prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	dwatch := w.Client.Watch(clientv3.WithRequireLeader(wctx), drainKey(w.Prefix, w.Name), clientv3.WithRev(dr.Header.Revision+1))
+	ss.reconcile(bg)
+
+	for {
+		select {
+		case <-ss.s.Done():
+			// The lease expired (etcd deleted our keys, another worker may already hold our pipelines) or could
+			// not be kept alive for a whole TTL: stop at once, the WAL fence stops whatever is still in flight.
+			log.Error("fleet: etcd lease expired; stopping every pipeline of this worker now", "worker", w.Name, "pipelines", ss.heldList())
+			ss.stopAll(true)
+			return fmt.Errorf("worker %s: %w", w.Name, ErrLeaseLost)
+		case <-shutdown.Draining(ctx):
+			log.Info("fleet: stopping: handing pipelines over after their in-flight commits", "worker", w.Name, "pipelines", ss.heldList())
+			ss.member.Draining = true
+			if err := ss.putMember(bg); err != nil {
+				log.Warn("fleet: could not mark this worker draining", "err", err)
+			}
+			ss.stopAll(false)
+			dctx, cancel := context.WithTimeout(bg, 5*time.Second)
+			w.Client.Delete(dctx, workersKey(w.Prefix)+w.Name)
+			cancel()
+			ss.s.Close()
+			log.Info("fleet: left", "worker", w.Name)
+			return nil
+		case <-ctx.Done():
+			ss.stopAll(true)
+			ss.s.Orphan()
+			return nil
+		case ev := <-ss.events:
+			ss.apply(ctx, ev)
+		case wr, ok := <-mwatch:
+			if !ok || wr.Err() != nil {
+				// Compaction or a lost leader: read everything again and watch from there.
+				members, rev, err := ss.readMembers(ctx)
+				if err != nil {
+					log.Warn("fleet: re-reading members", "err", err)
+					time.Sleep(time.Second)
+					mwatch = w.Client.Watch(clientv3.WithRequireLeader(wctx), workersKey(w.Prefix), clientv3.WithPrefix())
+					continue
+				}
+				ss.members = members
+				mwatch = w.Client.Watch(clientv3.WithRequireLeader(wctx), workersKey(w.Prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+			} else {
+				for _, ev := range wr.Events {
+					name := strings.TrimPrefix(string(ev.Kv.Key), workersKey(w.Prefix))
+					if ev.Type == clientv3.EventTypeDelete {
+						delete(ss.members, name)
+						continue
+					}
+					var m Member
+					if json.Unmarshal(ev.Kv.Value, &m) == nil {
+						ss.members[name] = m
+					}
+				}
+			}
+			ss.reconcile(bg)
+		case wr, ok := <-dwatch:
+			if !ok || wr.Err() != nil {
+				dwatch = w.Client.Watch(clientv3.WithRequireLeader(wctx), drainKey(w.Prefix, w.Name))
+				continue
+			}
+			for _, ev := range wr.Events {
+				ss.setDraining(bg, ev.Type == clientv3.EventTypePut)
+			}
+			ss.reconcile(bg)
+		}
+	}
+}
+
+func (ss *session) setDraining(ctx context.Context, on bool) {
+	if ss.draining == on {
+		return
+	}
+	ss.draining = on
+	ss.member.Draining = on
+	if on {
+		ss.w.log().Info("fleet: drain requested: handing every pipeline to other workers", "worker", ss.w.Name)
+	} else {
+		ss.w.log().Info("fleet: drain cancelled: taking a share of pipelines again", "worker", ss.w.Name)
+	}
+	if err := ss.putMember(ctx); err != nil {
+		ss.w.log().Warn("fleet: could not update this worker's record", "err", err)
+	}
+}
+
+func (ss *session) readMembers(ctx context.Context) (map[string]Member, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := ss.w.Client.Get(ctx, workersKey(ss.w.Prefix), clientv3.WithPrefix())
+	if err != nil {
+		return nil, 0, fmt.Errorf("read fleet members: %w", err)
+	}
+	out := map[string]Member{}
+	for _, kv := range resp.Kvs {
+		var m Member
+		if json.Unmarshal(kv.Value, &m) == nil {
+			out[strings.TrimPrefix(string(kv.Key), workersKey(ss.w.Prefix))] = m
+		}
+	}
+	return out, resp.Header.Revision, nil
+}
+
+// live are the members that take pipelines: alive and not draining.
+func live(members map[string]Member) []string {
+	var out []string
+	for name, m := range members {
+		if !m.Draining {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (ss *session) reconcile(ctx context.Context) {
+	w := ss.w
+	var mine map[string]string
+	if !ss.draining && !ss.member.Draining {
+		workers := live(ss.members)
+		if !slices.Contains(workers, w.Name) {
+			workers = append(workers, w.Name) // our own record may not have come back through the watch yet
+		}
+		mine = Assign(w.Pipelines, workers)
+	}
+	for _, p := range w.Pipelines {
+		h, running := ss.holders[p.Name]
+		want := mine[p.Name] == w.Name
+		switch {
+		case want && !running:
+			ss.start(ctx, p.Name)
+		case !want && running && h.stop != nil:
+			w.log().Info("fleet: pipeline assigned elsewhere; stopping it after its in-flight commits", "pipeline", p.Name, "to", mine[p.Name])
+			h.stop()
+			h.stop = nil // stopping; the holder reports when it has ended
+		}
+	}
+}
+
+func (ss *session) start(parent context.Context, name string) {
+	grace := ss.w.StopTimeout
+	if grace <= 0 {
+		grace = shutdown.DefaultGrace
+	}
+	ctx, stop, cancel := shutdown.Child(parent, grace)
+	h := &holder{stop: stop, cancel: cancel, done: make(chan struct{})}
+	ss.holders[name] = h
+	go func() {
+		defer close(h.done)
+		defer func() { ss.events <- heldEvent{pipeline: name, ended: true} }()
+		ss.hold(ctx, name)
+	}()
+}
+
+func (ss *session) apply(ctx context.Context, ev heldEvent) {
+	if ev.ended {
+		if h, ok := ss.holders[ev.pipeline]; ok {
+			<-h.done
+			h.cancel()
+			delete(ss.holders, ev.pipeline)
+		}
+		ev.held = false
+	}
+	if ss.held[ev.pipeline] != ev.held {
+		ss.held[ev.pipeline] = ev.held
+		ss.w.holding.Store(ev.pipeline, ev.held)
+		if err := ss.putMember(context.WithoutCancel(ctx)); err != nil {
+			ss.w.log().Warn("fleet: could not update this worker's record", "err", err)
+		}
+	}
+	if ev.ended {
+		ss.reconcile(context.WithoutCancel(ctx)) // it may be ours again
+	}
+}
+
+func (ss *session) heldList() []string {
+	var out []string
+	for p, h := range ss.held {
+		if h {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// stopAll stops every pipeline: softly (in-flight commits finish) or at once, and waits for them.
+func (ss *session) stopAll(hard bool) {
+	for _, h := range ss.holders {
+		if hard {
+			h.cancel()
+		} else if h.stop != nil {
+			h.stop()
+		}
+	}
+	for name, h := range ss.holders {
+		for waiting := true; waiting; {
+			select {
+			case <-h.done:
+				waiting = false
+			case <-ss.events: // holders report as they end; nobody else reads them now
+			}
+		}
+		h.cancel()
+		delete(ss.holders, name)
+		delete(ss.held, name)
+		ss.w.holding.Delete(name)
+	}
+}
+
+// hold campaigns for the pipeline and runs it while elected, until ctx ends.
+func (ss *session) hold(ctx context.Context, name string) {
+	w, log := ss.w, ss.w.log().With("pipeline", name)
+	bg := context.WithoutCancel(ctx)
+	e := concurrency.NewElection(ss.s, electKey(w.Prefix, name))
+	// Our candidacy key can outlive a campaign that failed or was cancelled (the put may have landed after
+	// the context ended), and a key of ours left in the election blocks every other candidate for as long as
+	// this worker lives. Delete it whenever we stop campaigning.
+	mine := fmt.Sprintf("%s/%x", electKey(w.Prefix, name), ss.s.Lease())
+	withdraw := func() {
+		dctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		defer cancel()
+		if _, err := w.Client.Delete(dctx, mine); err != nil {
+			log.Warn("fleet: could not withdraw from the election; the key goes with this worker's lease", "key", mine, "err", err)
+		}
+	}
+	defer withdraw()
+	// A soft stop ends a campaign at once (nothing is in flight yet); a running pipeline sees it itself.
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	go func() {
+		select {
+		case <-shutdown.Draining(ctx):
+			ccancel()
+		case <-cctx.Done():
+		}
+	}()
+	for {
+		t0 := time.Now()
+		if err := e.Campaign(cctx, w.Name); err != nil {
+			withdraw()
+			if cctx.Err() != nil {
+				return
+			}
+			log.Warn("fleet: campaign failed; retrying", "err", err)
+			if !sleep(ctx, time.Second) {
+				return
+			}
+			continue
+		}
+		epoch := uint64(e.Rev())
+		log.Info("fleet: elected; starting the pipeline", "worker", w.Name, "epoch", epoch, "waited", time.Since(t0).Round(time.Millisecond))
+		hb, _ := json.Marshal(Holding{Pipeline: name, Holder: w.Name, Epoch: epoch, Since: time.Now().UTC()})
+		pctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		if _, err := w.Client.Put(pctx, holdingKey(w.Prefix, name), string(hb), clientv3.WithLease(ss.s.Lease())); err != nil {
+			log.Warn("fleet: could not record the holder", "err", err)
+		}
+		cancel()
+		select {
+		case ss.events <- heldEvent{pipeline: name, held: true}:
+		case <-ctx.Done():
+		}
+		err := w.Run(ctx, name, epoch)
+		// The holding record goes before the election key: once we resign the next holder writes its own.
+		rctx, cancel := context.WithTimeout(bg, 5*time.Second)
+		w.Client.Txn(rctx).If(clientv3.Compare(clientv3.Value(holdingKey(w.Prefix, name)), "=", string(hb))).
+			Then(clientv3.OpDelete(holdingKey(w.Prefix, name))).Commit()
+		if err != nil && cctx.Err() == nil {
+			eb, _ := json.Marshal(LastError{Worker: w.Name, Error: err.Error(), Time: time.Now().UTC()})
+			w.Client.Put(rctx, errorKey(w.Prefix, name), string(eb))
+		}
+		if rerr := e.Resign(rctx); rerr != nil {
+			log.Warn("fleet: resign failed; the election key goes with this worker's lease", "err", rerr)
+		}
+		cancel()
+		withdraw()
+		select {
+		case ss.events <- heldEvent{pipeline: name, held: false}:
+		case <-ctx.Done():
+		}
+		if cctx.Err() != nil {
+			log.Info("fleet: pipeline stopped and handed over", "worker", w.Name, "epoch", epoch)
+			return
+		}
+		retry := w.RetryAfter
+		if retry <= 0 {
+			retry = 5 * time.Second
+		}
+		log.Error("fleet: pipeline ended; campaigning again", "epoch", epoch, "err", err, "retry_in", retry)
+		if !sleep(ctx, retry) {
+			return
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-shutdown.Draining(ctx):
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// Holds reports whether this worker runs the pipeline right now.
+func (w *Worker) Holds(pipeline string) bool {
+	v, ok := w.holding.Load(pipeline)
+	return ok && v.(bool)
+}
+
+// Health serves GET /fleet/pipelines/NAME: 200 on the worker that runs the pipeline, 503 on every other
+// worker, 404 for a pipeline not in the config. A load balancer in front of every worker's push endpoint (the
+// HTTP source) checks it to send traffic only to the holder.
+func (w *Worker) Health() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /fleet/pipelines/{name}", func(rw http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		if !slices.ContainsFunc(w.Pipelines, func(p Pipeline) bool { return p.Name == name }) {
+			http.Error(rw, "no pipeline "+name+" in this worker's config", http.StatusNotFound)
+			return
+		}
+		if !w.Holds(name) {
+			http.Error(rw, "pipeline "+name+" is not held by worker "+w.Name, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(rw, "pipeline %s is held by worker %s\n", name, w.Name)
+	})
+	return mux
+}
