@@ -279,6 +279,8 @@ func registered(t *testing.T) map[string]bool {
 		{Name: "slot_wal_status", Value: 1, Labels: map[string]string{"slot": "s", "wal_status": "reserved"}},
 		{Name: "snapshot_rows_done", Value: 1, Labels: map[string]string{"table": "t"}},
 		{Name: "snapshot_rows_total", Value: 1, Labels: map[string]string{"table": "t"}},
+		{Name: "resnapshot_rows", Value: 1, Labels: map[string]string{"table": "t"}},
+		{Name: "resnapshot_rows_total", Value: 1, Labels: map[string]string{"table": "t"}},
 	}})
 	names := map[string]bool{}
 	for name := range gather(t, r) {

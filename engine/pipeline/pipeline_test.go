@@ -190,11 +190,13 @@ func TestCorruptSegmentStopsApply(t *testing.T) {
 		{"first of a range", `"no_coalesce": false`, 0, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The directory before the plugins: cleanups run last-first, so the destination (which may still be
+			// writing the aborted range) is killed before its directory is removed.
+			out := t.TempDir()
 			src, dst := start(t, "datagen"), start(t, "testdest")
 			// Paced, so that batches arrive after the previous commit is done: unpaced, all but the first may
 			// land in one entry while the first commits.
 			srcSettings := []byte(`{"rows": 3000, "batch_size": 100, "rows_per_second": 6000}`)
-			out := t.TempDir()
 			dstSettings := []byte(fmt.Sprintf(`{"dir": %q, %s}`, out, tc.settings))
 			walDir := t.TempDir()
 			log := openLog(t, walDir)
