@@ -37,7 +37,7 @@ func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
 	createOrders(t, ctx, sc, 20000)
 
 	e := newEnv(t)
-	// Besides the SIGKILLs, the plugin exits on purpose right before the commit of every fifth apply (once
+	// Besides the SIGKILLs, the plugin exits on purpose right before the commit of every 25th apply (once
 	// each): the window where rows are staged and nothing is committed is hit every time, not by luck.
 	crashes := t.TempDir()
 	// The bigquery plugin joins this test's registry (the other tests do not need it built).

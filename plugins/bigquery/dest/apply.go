@@ -547,7 +547,7 @@ func (a *applier) dropStages() {
 
 // crashPoint is the test hook of Settings.TestCrashDir: the process exits between staging and commit.
 func crashPoint(dir string, req serve.ApplyRequest) {
-	if dir == "" || req.Sequence%5 != 0 {
+	if dir == "" || req.Sequence%25 != 0 {
 		return
 	}
 	marker := filepath.Join(dir, fmt.Sprintf("crash-%s-%d", req.Pipeline, req.Sequence))
