@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 // stand-in (testkit/bigquerytest: a stand-in for the cloud service, on PostgreSQL) while a writer inserts,
 // updates and deletes rows with arrays (ARRAY<STRING>), jsonb (JSON), numeric (NUMERIC) and timestamptz
 // (TIMESTAMP) values, SIGKILLs the engine during the snapshot and during streaming and the bigquery plugin
-// alone, then adds a column in the source, and compares the two tables row by row after a final sync.
+// alone, makes the plugin exit between staging and commit (its test_crash_dir hook), then adds a column in the source, and compares the two tables row by row after a final sync.
 func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
 	src := pgtest.NewDB(t)
 	bq := bigquerytest.Start(t, "skippr-chaos")
@@ -36,6 +37,9 @@ func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
 	createOrders(t, ctx, sc, 20000)
 
 	e := newEnv(t)
+	// Besides the SIGKILLs, the plugin exits on purpose right before the commit of every 25th apply (once
+	// each): the window where rows are staged and nothing is committed is hit every time, not by luck.
+	crashes := t.TempDir()
 	// The bigquery plugin joins this test's registry (the other tests do not need it built).
 	e.mustRun("registry", "add", e.registry, testplugins.Build(t, "bigquery"), "--name", "bigquery", "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
 	e.mustRun("registry", "sign", e.registry, "--key", filepath.Join(e.dir, "keys", "skippr-ed25519.key"))
@@ -48,7 +52,7 @@ func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
   warehouse:
     plugin: bigquery
     version: "~> 0.1"
-    settings: { project: %[4]s, dataset: chaos, endpoint: "%[5]s" }
+    settings: { project: %[4]s, dataset: chaos, endpoint: "%[5]s", test_crash_dir: "%[7]s" }
 pipelines:
   orders:
     source: src
@@ -57,7 +61,7 @@ pipelines:
     wal:
       url: file://%[6]s
       group_commit: { max_bytes: 256KiB, max_delay: 100ms }
-`, s.Host, s.Port, src.Name, bq.Project, bq.URL, filepath.Join(e.dir, "wal")))
+`, s.Host, s.Port, src.Name, bq.Project, bq.URL, filepath.Join(e.dir, "wal"), crashes))
 
 	stopWriter := startOrdersWriter(t, ctx, conn(), 20001)
 	kills := 8
@@ -100,6 +104,10 @@ pipelines:
 			t.Fatalf("row %d differs:\nsource   %s\nbigquery %s", i, want[i], got[i])
 		}
 	}
-	t.Logf("%d SIGKILLs of skippr sync and one of the bigquery plugin, then a column added; %d rows equal in Postgres and BigQuery; %d query jobs",
-		kills, len(want), len(bq.Queries()))
+	hooks, err := os.ReadDir(crashes)
+	if err != nil || len(hooks) == 0 {
+		t.Fatalf("the plugin never reached its crash point before commit (%v)", err)
+	}
+	t.Logf("%d SIGKILLs of skippr sync, one of the bigquery plugin, %d exits of the plugin between staging and commit, then a column added; %d rows equal in Postgres and BigQuery; %d query jobs",
+		kills, len(hooks), len(want), len(bq.Queries()))
 }

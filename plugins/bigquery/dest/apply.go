@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -177,6 +180,7 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 	sort.Strings(streams[1:])
 	stmts = append(stmts, gsql.SetState(c.table(gsql.StateTable)))
 	a.st.Statements = len(stmts) + 2
+	crashPoint(c.s.TestCrashDir, req)
 	if _, err := c.query(ctx, gsql.Transaction(stmts), map[string]any{
 		"pipeline": req.Pipeline, "fence": int64(fence), "sequence": int64(req.Sequence), "streams": streams,
 	}); err != nil {
@@ -539,4 +543,19 @@ func (a *applier) dropStages() {
 		}
 		a.st.RoundTrips++
 	}
+}
+
+// crashPoint is the test hook of Settings.TestCrashDir: the process exits between staging and commit.
+func crashPoint(dir string, req serve.ApplyRequest) {
+	if dir == "" || req.Sequence%25 != 0 {
+		return
+	}
+	marker := filepath.Join(dir, fmt.Sprintf("crash-%s-%d", req.Pipeline, req.Sequence))
+	if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		return
+	}
+	os.Exit(3)
 }

@@ -23,6 +23,11 @@ type Settings struct {
 	// Endpoint points both the REST and the Storage Write API at one http(s) address instead of Google's
 	// services, without authentication: for tests against testkit/bigquerytest.
 	Endpoint string `json:"endpoint"`
+	// TestCrashDir, with Endpoint only, makes the plugin exit at a named crash point: right before the
+	// transaction of every apply whose last sequence number is a multiple of 25, once per sequence number (a
+	// marker file in the directory records it). Chaos tests use it to land a crash in the one window where
+	// staged rows exist and nothing is committed, instead of hoping a SIGKILL hits it.
+	TestCrashDir string `json:"test_crash_dir"`
 }
 
 // SettingsSchema is the JSON Schema of Settings; the engine validates configs against it.
@@ -38,7 +43,8 @@ const SettingsSchema = `{
     "location": {"type": "string", "description": "dataset location when it is created, and of the jobs (default: the dataset's)"},
     "credentials_json": {"type": "string", "description": "a service-account key as JSON text; use ${ENV} rather than the text itself"},
     "credentials_file": {"type": "string", "description": "path of a service-account key file"},
-    "endpoint": {"type": "string", "description": "for tests only: http://host:port of a BigQuery stand-in serving REST and the Storage Write API, used without authentication"}
+    "endpoint": {"type": "string", "description": "for tests only: http://host:port of a BigQuery stand-in serving REST and the Storage Write API, used without authentication"},
+    "test_crash_dir": {"type": "string", "description": "for tests only, with endpoint: exit before the commit of every 25th apply once, recording it in this directory"}
   }
 }`
 
@@ -66,6 +72,9 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 		return s, fault.ConfigErr(fmt.Errorf("settings: credentials_json and credentials_file are both set"), "keep one of credentials_json and credentials_file")
 	case s.Endpoint != "" && (s.CredentialsJSON != "" || s.CredentialsFile != ""):
 		return s, fault.ConfigErr(fmt.Errorf("settings: endpoint is for tests against a stand-in, which takes no credentials"), "remove endpoint to write to BigQuery, or the credentials to use a stand-in")
+	}
+	if s.TestCrashDir != "" && s.Endpoint == "" {
+		return s, fault.ConfigErr(fmt.Errorf("settings: test_crash_dir is a test hook and needs endpoint (a stand-in)"), "remove test_crash_dir")
 	}
 	if s.CredentialsJSON != "" {
 		var key struct {
