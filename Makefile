@@ -30,7 +30,7 @@ build:
 
 # Each module is tested on its own: `go test ./...` stops at module boundaries.
 test: tools
-	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) $(GO) test -count=1 -timeout 20m ./...); done
+	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) $(GO) test -count=1 -timeout 40m ./...); done
 
 # Regenerates the checked-in protobuf code (needs protoc; `apt-get install protobuf-compiler`).
 proto:
