@@ -78,4 +78,3 @@ any lake plugin offering it), started and verified like at every sync.`,
 		}},
 	}
 }
-

@@ -104,7 +104,7 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		byName  = map[string]*streamPlan{}
 		touched = map[string]uint64{}
 		rows    int64
-		entry   uint64 // the entry whose items the plans hold
+		entry   uint64       // the entry whose items the plans hold
 		marks   []serve.Item // resnapshot marks, applied after the rows (resnapshot.go)
 	)
 	defer func() { releasePlans(plans) }()
