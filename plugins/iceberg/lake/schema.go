@@ -320,7 +320,7 @@ func promotable(from, to iceberg.Type) bool {
 // catalog's table at commit, so a second update in the same transaction asserts the id the first one created
 // and fails as "current schema id has changed: expected 1, found 0" with no other writer.
 func stageEvolution(us *table.UpdateSchema, changes []schemaChange) {
-	for _, c := range changes {
+	for _, c := range foldIntoPendingAdds(changes) {
 		switch c.kind {
 		case addColumn:
 			us.AddColumn(c.path, c.typ, "", false, nil)
@@ -330,6 +330,66 @@ func stageEvolution(us *table.UpdateSchema, changes []schemaChange) {
 			us.UpdateColumn(c.path, table.ColumnUpdate{Required: iceberg.Optional[bool]{Valid: true, Val: false}})
 		}
 	}
+}
+
+// foldIntoPendingAdds folds each change under a column that the same update adds into that column's type.
+// iceberg-go's UpdateSchema looks a parent up in the table's schema only, not among the update's own adds, and
+// a coalesced apply gathers the changes of several schemas into one update: a struct added by one schema and
+// a field added to it by the next would fail with "parent field not found".
+func foldIntoPendingAdds(changes []schemaChange) []schemaChange {
+	var out []schemaChange
+	for _, c := range changes {
+		folded := false
+		for i := range out {
+			a := &out[i]
+			if a.kind != addColumn || len(c.path) <= len(a.path) || !slices.Equal(a.path, c.path[:len(a.path)]) {
+				continue
+			}
+			if t, ok := applyWithin(a.typ, c.path[len(a.path):], c); ok {
+				a.typ, folded = t, true
+			}
+			break
+		}
+		if !folded {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// applyWithin applies c at the path rel inside typ, through struct fields; ok is false where rel leaves the
+// structs (a list element, a map value), which then stays a change of its own.
+func applyWithin(typ iceberg.Type, rel []string, c schemaChange) (iceberg.Type, bool) {
+	st, ok := typ.(*iceberg.StructType)
+	if !ok {
+		return nil, false
+	}
+	fields := slices.Clone(st.FieldList)
+	if len(rel) == 1 && c.kind == addColumn {
+		fields = append(fields, iceberg.NestedField{Name: rel[0], Type: c.typ, Required: false})
+		return &iceberg.StructType{FieldList: fields}, true
+	}
+	for i := range fields {
+		if fields[i].Name != rel[0] {
+			continue
+		}
+		switch {
+		case len(rel) > 1:
+			t, ok := applyWithin(fields[i].Type, rel[1:], c)
+			if !ok {
+				return nil, false
+			}
+			fields[i].Type = t
+		case c.kind == promoteColumn:
+			fields[i].Type = c.typ
+		case c.kind == makeOptional:
+			fields[i].Required = false
+		default:
+			return nil, false
+		}
+		return &iceberg.StructType{FieldList: fields}, true
+	}
+	return nil, false
 }
 
 func describe(changes []schemaChange) string {

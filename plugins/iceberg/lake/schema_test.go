@@ -307,3 +307,35 @@ func TestAddedColumnWithExistingRowsValueIsLogged(t *testing.T) {
 		t.Errorf("log does not name column n and its value (only):\n%s", logs.String())
 	}
 }
+
+// Changes under a column the same update adds are folded into its type: iceberg-go finds parents only in the
+// table's schema, so a struct added by one schema of a coalesced apply and extended by the next would fail.
+func TestFoldIntoPendingAdds(t *testing.T) {
+	str := iceberg.PrimitiveTypes.String
+	long := iceberg.PrimitiveTypes.Int64
+	address := &iceberg.StructType{FieldList: []iceberg.NestedField{{Name: "city", Type: str}}}
+	inner := &iceberg.StructType{FieldList: []iceberg.NestedField{{Name: "n", Type: iceberg.PrimitiveTypes.Int32, Required: true}}}
+	nested := &iceberg.StructType{FieldList: []iceberg.NestedField{{Name: "in", Type: inner}}}
+	tests := []struct {
+		name string
+		in   []schemaChange
+		want string
+	}{
+		{"a field of an added struct",
+			[]schemaChange{{kind: addColumn, path: []string{"address"}, typ: address}, {kind: addColumn, path: []string{"address", "zip"}, typ: long}, {kind: addColumn, path: []string{"tags"}, typ: str}},
+			"add address struct<0: city: optional string, 0: zip: optional long>, add tags string"},
+		{"promotion and optional deep inside an added struct",
+			[]schemaChange{{kind: addColumn, path: []string{"x"}, typ: nested}, {kind: promoteColumn, path: []string{"x", "in", "n"}, typ: long}, {kind: makeOptional, path: []string{"x", "in", "n"}}},
+			"add x struct<0: in: optional struct<0: n: optional long>>"},
+		{"a field of an existing struct stays its own change",
+			[]schemaChange{{kind: addColumn, path: []string{"address", "zip"}, typ: long}},
+			"add address.zip long"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := describe(foldIntoPendingAdds(tt.in)); got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
