@@ -41,7 +41,7 @@ func TestFleetLinkCut(t *testing.T) {
 	b := s3srv.NewBucket(t)
 
 	gen := `{ seed: 19, rows: 15000, rows_per_second: 150, batch_size: 50, update_ratio: 0.2, delete_ratio: 0.05 }`
-	f := newFleetEnvOn(t, gen, etcdURL, fleetS3{b.Name, b.Endpoint, b.AccessKey, b.SecretKey})
+	f := newFleetEnvOn(t, gen, etcdURL, fleetS3{b.Name, b.Endpoint, b.AccessKey, b.SecretKey}, false)
 	f.hosts, f.ctl = hosts, infra
 	commits := watchCommits(b.Client, b.Name)
 	for _, w := range workers {
