@@ -14,7 +14,8 @@ import (
 )
 
 // TestFleetChaos SIGKILLs random workers (with their plugins) of a 3-worker fleet running 12 pipelines, starts
-// each again, and measures every takeover; then compares every destination with the source row by row.
+// each again, and measures every takeover; then compares every destination, an Iceberg table whose warehouse
+// is on the same S3 server as the WALs, with the source row by row.
 // SKIPPR_FLEET_CHAOS_FAULTS sets the number of kills (default 4; `make chaos` runs 24). Before the faults it
 // measures the etcd requests of the fleet at steady state.
 func TestFleetChaos(t *testing.T) {
@@ -29,7 +30,7 @@ func TestFleetChaos(t *testing.T) {
 	// A paced source that is still streaming when the last fault lands (≈ 15 s per fault).
 	rows := 150 * (60 + 15*faults)
 	gen := `{ seed: 33, rows: ` + strconv.Itoa(rows) + `, rows_per_second: 150, batch_size: 50, update_ratio: 0.2, delete_ratio: 0.05 }`
-	f := newFleetEnv(t, gen)
+	f := newLakeFleetEnv(t, gen)
 	workers := []string{"w1", "w2", "w3"}
 	for _, w := range workers {
 		f.start(w)

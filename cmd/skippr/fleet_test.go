@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/skippr-dev/skippr/engine/fleet"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
 	"github.com/skippr-dev/skippr/testkit/etcdtest"
+	"github.com/skippr-dev/skippr/testkit/netns"
 )
 
 // fleetEnv is a fleet on 127.0.0.1: a 3-member etcd cluster, versitygw for the WALs, worker processes each in
@@ -33,7 +35,16 @@ type fleetEnv struct {
 	exited  map[string]chan struct{}
 	logs    map[string]string
 	starts  map[string]int
+	// hosts, when set, runs each worker inside its own network namespace, and ctl runs `skippr fleet`
+	// commands (the test binary cannot reach etcd across namespaces).
+	hosts map[string]*netns.Host
+	ctl   *netns.Host
+	// lakes holds each pipeline's Iceberg settings when the destinations are Iceberg tables (else testdest).
+	lakes []string
 }
+
+// fleetS3 is where the fleet's WALs live.
+type fleetS3 struct{ bucket, endpoint, accessKey, secretKey string }
 
 const fleetPipelines = 12
 
@@ -41,29 +52,70 @@ func fleetPipelineName(i int) string { return fmt.Sprintf("p%02d", i) }
 
 func newFleetEnv(t *testing.T, gen string) *fleetEnv {
 	t.Helper()
+	return newLocalFleetEnv(t, gen, false)
+}
+
+// newLakeFleetEnv is newFleetEnv with Iceberg destinations whose warehouses are on the same S3 server as
+// the WALs (each pipeline its own table, catalog and warehouse path).
+func newLakeFleetEnv(t *testing.T, gen string) *fleetEnv {
+	t.Helper()
+	return newLocalFleetEnv(t, gen, true)
+}
+
+func newLocalFleetEnv(t *testing.T, gen string, lake bool) *fleetEnv {
+	t.Helper()
 	c := etcdtest.New(t, 3)
-	e := newEnvWith(t, "datagen", "testdest")
 	b := versity.Get(t).NewBucket(t)
-	e.extraEnv = []string{"AWS_ACCESS_KEY_ID=" + b.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.SecretKey}
+	var hosts []string
+	for _, ep := range c.Endpoints() {
+		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
+	}
+	f := newFleetEnvOn(t, gen, "etcd://"+strings.Join(hosts, ",")+"/fleet", fleetS3{b.Name, b.Endpoint, b.AccessKey, b.SecretKey}, lake)
+	f.etcd = c
+	return f
+}
+
+// newFleetEnvOn writes the 12 pipelines' config for a fleet whose etcd is at url and WALs in s3.
+func newFleetEnvOn(t *testing.T, gen, url string, b fleetS3, lake bool) *fleetEnv {
+	t.Helper()
+	plugins := []string{"datagen", "testdest"}
+	if lake {
+		plugins = append(plugins, "iceberg")
+	}
+	e := newEnvWith(t, plugins...)
+	var lakes []string
+	if lake {
+		if err := os.MkdirAll(filepath.Join(e.dir, "lake"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= fleetPipelines; i++ {
+			lakes = append(lakes, fmt.Sprintf(`{"catalog": {"path": %q, "warehouse": "s3://%s/wh/%s"}, "namespace": "lake", "s3": {"endpoint": %q, "region": "us-east-1", "path_style": true, "access_key_id": %q, "secret_access_key": %q}, "auto_compact": {"max_data_files": 16, "max_delete_files": 16}}`,
+				filepath.Join(e.dir, "lake", fleetPipelineName(i)+".db"), b.bucket, fleetPipelineName(i), b.endpoint, b.accessKey, b.secretKey))
+		}
+	}
+	e.extraEnv = []string{"AWS_ACCESS_KEY_ID=" + b.accessKey, "AWS_SECRET_ACCESS_KEY=" + b.secretKey}
 	var conf strings.Builder
 	fmt.Fprintf(&conf, "connections:\n  gen:\n    plugin: datagen\n    version: \"~> 0.1\"\n    settings: %s\n", gen)
 	for i := 1; i <= fleetPipelines; i++ {
+		if lake {
+			fmt.Fprintf(&conf, "  out%02d:\n    plugin: iceberg\n    version: \"~> 0.1\"\n    settings: %s\n", i, lakes[i-1])
+			continue
+		}
 		fmt.Fprintf(&conf, "  out%02d:\n    plugin: testdest\n    version: \">= 0.1\"\n    settings: { dir: %s }\n", i, filepath.Join(e.dir, "out", fleetPipelineName(i)))
 	}
 	conf.WriteString("pipelines:\n")
 	for i := 1; i <= fleetPipelines; i++ {
 		fmt.Fprintf(&conf, "  %s:\n    source: gen\n    destinations: [out%02d]\n    wal:\n      url: s3://%s/%s\n      s3: { endpoint: %s, region: us-east-1, path_style: true }\n      group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n",
-			fleetPipelineName(i), i, b.Name, fleetPipelineName(i), b.Endpoint)
+			fleetPipelineName(i), i, b.bucket, fleetPipelineName(i), b.endpoint)
 	}
 	e.writeConfig(conf.String())
 	// Install the plugins once, so three workers starting together do not race to install them.
 	e.mustRun("plugin", "install", "datagen")
 	e.mustRun("plugin", "install", "testdest")
-	var hosts []string
-	for _, ep := range c.Endpoints() {
-		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
+	if lake {
+		e.mustRun("plugin", "install", "iceberg")
 	}
-	f := &fleetEnv{env: e, etcd: c, url: "etcd://" + strings.Join(hosts, ",") + "/fleet", ttl: 3 * time.Second,
+	f := &fleetEnv{env: e, url: url, ttl: 3 * time.Second, lakes: lakes,
 		workers: map[string]*exec.Cmd{}, exited: map[string]chan struct{}{}, logs: map[string]string{}, starts: map[string]int{}}
 	t.Cleanup(func() {
 		for name := range f.workers {
@@ -103,6 +155,12 @@ func (f *fleetEnv) start(name string) {
 	cmd := f.cmd(context.Background(), "worker", "--fleet", f.url, "--name", name, "--lease-ttl", f.ttl.String(), "--progress-every", "1m")
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if h := f.hosts[name]; h != nil {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		if err := h.Wrap(cmd); err != nil {
+			f.t.Fatal(err)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)
 	}
@@ -152,9 +210,36 @@ func (f *fleetEnv) logsContaining(s string, names ...string) int {
 	return n
 }
 
+// fleetRun runs `skippr fleet args…`, inside f.ctl when the fleet lives in network namespaces.
+func (f *fleetEnv) fleetRun(args ...string) result {
+	f.t.Helper()
+	args = append([]string{"fleet"}, args...)
+	if f.ctl == nil {
+		return f.run(args...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := f.cmd(ctx, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := f.ctl.Wrap(cmd); err != nil {
+		f.t.Fatal(err)
+	}
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	code := 0
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		f.t.Fatalf("skippr %v in host %s: %v", args, f.ctl.Namespace, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
 func (f *fleetEnv) status() *fleet.Status {
 	f.t.Helper()
-	r := f.run("fleet", "status", "--json", "--fleet", f.url)
+	r := f.fleetRun("status", "--json", "--fleet", f.url)
 	var st fleet.Status
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
 		f.t.Fatalf("fleet status: exit %d, %v\n%s\n%s", r.code, err, r.stdout, r.stderr)
@@ -213,6 +298,10 @@ func (f *fleetEnv) waitHeld(what string, timeout time.Duration, workers ...strin
 func (f *fleetEnv) waitConverged(want map[string]map[string]map[string]any, timeout time.Duration) {
 	f.t.Helper()
 	deadline := time.Now().Add(timeout)
+	if f.lakes != nil {
+		f.waitLakesConverged(want, deadline)
+		return
+	}
 	for i := 1; i <= fleetPipelines; i++ {
 		dir := filepath.Join(f.dir, "out", fleetPipelineName(i))
 		for {
@@ -227,6 +316,49 @@ func (f *fleetEnv) waitConverged(want map[string]map[string]map[string]any, time
 		}
 		comparePipeline(f.t, dir, fleetPipelineName(i), want)
 	}
+}
+
+// waitLakesConverged waits until every pipeline's Iceberg table (read back by the iceberg plugin binary,
+// deletes applied; a key held twice fails the test) equals the source's events row by row.
+func (f *fleetEnv) waitLakesConverged(want map[string]map[string]map[string]any, deadline time.Time) {
+	f.t.Helper()
+	events := want["events"]
+	if len(want) != 1 || events == nil {
+		f.t.Fatalf("the lake comparison expects one stream, events; the source has %d", len(want))
+	}
+	for i, lake := range f.lakes {
+		for {
+			got := scanLake(f.t, lake, "events")
+			diff := lakeDiff(got, events)
+			if diff == "" {
+				f.t.Logf("pipeline %s: the S3 Iceberg table's %d rows equal the source's", fleetPipelineName(i+1), len(got))
+				break
+			}
+			if time.Now().After(deadline) {
+				f.t.Fatalf("pipeline %s: the S3 Iceberg table differs from the source: %s", fleetPipelineName(i+1), diff)
+			}
+			time.Sleep(3 * time.Second)
+		}
+	}
+}
+
+// lakeDiff describes the first difference between a lake table and the source's rows ("" when equal).
+func lakeDiff(got, want map[string]map[string]any) string {
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d rows, the source %d", len(got), len(want))
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok {
+			return fmt.Sprintf("id %s missing", k)
+		}
+		for col, v := range w {
+			if !reflect.DeepEqual(normalizeJSON(g[col]), normalizeJSON(v)) {
+				return fmt.Sprintf("id %s column %s: lake %v, source %v", k, col, g[col], v)
+			}
+		}
+	}
+	return ""
 }
 
 // unpaced drops datagen's rows_per_second: the rows do not depend on it, and reading them for the comparison
