@@ -16,6 +16,7 @@ package etcdtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -306,4 +307,37 @@ func (c *Cluster) Close() {
 	for i := range c.members {
 		c.Kill(i)
 	}
+}
+
+// Leader returns the index of the member that leads the cluster now, asking each running member's
+// maintenance status through etcd's HTTP gateway (member ids are decimal strings there).
+func (c *Cluster) Leader(ctx context.Context) (int, error) {
+	var last error
+	for i, m := range c.members {
+		if !c.Running(i) {
+			continue
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, m.ClientURL+"/v3/maintenance/status", strings.NewReader("{}"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			last = err
+			continue
+		}
+		var st struct {
+			Header struct {
+				MemberID string `json:"member_id"`
+			} `json:"header"`
+			Leader string `json:"leader"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil || st.Leader == "" {
+			last = fmt.Errorf("member %s status: %v (leader %q)", m.Name, err, st.Leader)
+			continue
+		}
+		if st.Header.MemberID == st.Leader {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("no running member says it leads: %v", last)
 }

@@ -43,6 +43,29 @@ func TestCluster(t *testing.T) {
 	if err := put(ctx, c.Endpoints()[0]); err != nil {
 		t.Fatalf("put: %v", err)
 	}
+	// Exactly one member leads, and killing it makes another lead.
+	lead, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Kill(lead)
+	waitLeader := time.Now().Add(20 * time.Second)
+	for {
+		next, err := c.Leader(ctx)
+		if err == nil && next != lead {
+			break
+		}
+		if time.Now().After(waitLeader) {
+			t.Fatalf("no new leader after member %d was killed: %d, %v", lead, next, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := c.Start(lead); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctx, lead, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	// One member down: the other two keep quorum and accept writes.
 	c.Kill(0)
 	if c.Running(0) {
