@@ -20,12 +20,17 @@ import (
 // OpColumn is the staging table's last column: the row's change op (change.Op), which the MERGE reads.
 const OpColumn = "_skippr_op"
 
+// OrdColumn follows OpColumn: the row's place in its staging table (its write-stream offset). A staging table
+// gathers the entries of a coalesced range one by one, so a key can have a row from each; the MERGE takes the
+// one with the highest OrdColumn.
+const OrdColumn = "_skippr_ord"
+
 // StageName is the staging table's name of data column i. Staging columns are positional, so any column name
 // the target allows (spaces, dashes, non-ASCII) works without a protobuf field name that must spell it.
 func StageName(i int) string { return "c" + strconv.Itoa(i) }
 
 // StageSchema is the staging table of a batch whose data columns have the target types cols: c0…cN-1 and
-// the op.
+// the op and the ordinal.
 func StageSchema(cols []*bigquery.FieldSchema) bigquery.Schema {
 	out := make(bigquery.Schema, 0, len(cols)+1)
 	for i, c := range cols {
@@ -34,7 +39,8 @@ func StageSchema(cols []*bigquery.FieldSchema) bigquery.Schema {
 		s.Required = false
 		out = append(out, &s)
 	}
-	return append(out, &bigquery.FieldSchema{Name: OpColumn, Type: Int64, Required: true})
+	return append(out, &bigquery.FieldSchema{Name: OpColumn, Type: Int64, Required: true},
+		&bigquery.FieldSchema{Name: OrdColumn, Type: Int64, Required: true})
 }
 
 // Descriptor is the self-contained proto2 message description of a staging schema, as the Storage Write API
@@ -95,7 +101,7 @@ type Encoder struct {
 }
 
 // NewEncoder encodes the columns cols (Arrow column indexes of s, in staging order) as the types Column gives
-// them; staging column n is field n+1, the op field len(cols)+1.
+// them; staging column n is field n+1, the op field len(cols)+1, the ordinal len(cols)+2.
 func NewEncoder(s *arrow.Schema, cols []int) (*Encoder, error) {
 	e := &Encoder{cols: cols, encs: make([]valueEnc, len(cols))}
 	for n, ci := range cols {
@@ -109,8 +115,8 @@ func NewEncoder(s *arrow.Schema, cols []int) (*Encoder, error) {
 	return e, nil
 }
 
-// Append appends row i of rec, with op, as one serialized message.
-func (e *Encoder) Append(buf []byte, rec arrow.RecordBatch, i int, op int8) ([]byte, error) {
+// Append appends row i of rec, with op and ord, as one serialized message.
+func (e *Encoder) Append(buf []byte, rec arrow.RecordBatch, i int, op int8, ord int64) ([]byte, error) {
 	for n, ci := range e.cols {
 		a := rec.Column(ci)
 		if a.IsNull(i) {
@@ -122,7 +128,9 @@ func (e *Encoder) Append(buf []byte, rec arrow.RecordBatch, i int, op int8) ([]b
 		}
 	}
 	buf = protowire.AppendTag(buf, protowire.Number(len(e.cols)+1), protowire.VarintType)
-	return protowire.AppendVarint(buf, uint64(int64(op))), nil
+	buf = protowire.AppendVarint(buf, uint64(int64(op)))
+	buf = protowire.AppendTag(buf, protowire.Number(len(e.cols)+2), protowire.VarintType)
+	return protowire.AppendVarint(buf, uint64(ord)), nil
 }
 
 func newEnc(f arrow.Field, col *bigquery.FieldSchema) (valueEnc, error) {
