@@ -119,7 +119,7 @@ func NewEncoder(s *arrow.Schema, cols []int) (*Encoder, error) {
 func (e *Encoder) Append(buf []byte, rec arrow.RecordBatch, i int, op int8, ord int64) ([]byte, error) {
 	for n, ci := range e.cols {
 		a := rec.Column(ci)
-		if a.IsNull(i) {
+		if isNull(a, i) {
 			continue
 		}
 		var err error
@@ -140,6 +140,13 @@ func newEnc(f arrow.Field, col *bigquery.FieldSchema) (valueEnc, error) {
 			b := storage(a).(*array.FixedSizeBinary).Value(i)
 			return appendString(buf, num, uuidText(b)), nil
 		}, nil
+	}
+	switch f.Type.(type) {
+	case *arrow.RunEndEncodedType, arrow.UnionType:
+		// Arrow's text form of these is not the value (a union shows its type code, a run-end encoded null
+		// reads "(null)"): refused rather than written wrong (serve.TypeLimits declares them).
+		return nil, fault.DataErr(fmt.Errorf("arrow type %s has no BigQuery column", f.Type),
+			"cast the column to a plain type in the source, or leave it out of the stream")
 	}
 	switch t := f.Type.(type) {
 	case arrow.ExtensionType:
@@ -338,7 +345,7 @@ func structEnc(f arrow.Field, col *bigquery.FieldSchema) (valueEnc, error) {
 		var sub []byte
 		for k, enc := range encs {
 			child := s.Field(k)
-			if child.IsNull(i) {
+			if isNull(child, i) {
 				continue
 			}
 			var err error
@@ -433,3 +440,7 @@ func floorDiv(a, b int64) int64 {
 	}
 	return q
 }
+
+// isNull says value i of a is NULL; an array of Arrow's null type has no validity bitmap, and IsNull says
+// false for it.
+func isNull(a arrow.Array, i int) bool { return a.IsNull(i) || a.DataType().ID() == arrow.NULL }

@@ -225,3 +225,29 @@ func BenchmarkEncode(b *testing.B) {
 		b.ReportMetric(float64(size)/n, "bytes/row")
 	})
 }
+
+// A column of Arrow's null type is NULL in every row (its array has no validity bitmap, so IsNull says
+// false), not the text "(null)".
+func TestNullTypeEncodesNull(t *testing.T) {
+	s := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "n", Type: arrow.Null, Nullable: true}}, nil)
+	ids := array.NewInt64Builder(memory.DefaultAllocator)
+	ids.Append(7)
+	rec := array.NewRecordBatch(s, []arrow.Array{ids.NewArray(), array.NewNull(1)}, 1)
+	enc, err := NewEncoder(s, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := enc.Append(nil, rec, 0, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := []*bigquery.FieldSchema{Column("id", s.Field(0)), Column("n", s.Field(1))}
+	md := messageType(t, Descriptor(StageSchema(cols)))
+	m := dynamicpb.NewMessage(md)
+	if err := proto.Unmarshal(buf, m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Has(md.Fields().ByName("c1")) {
+		t.Fatalf("the null-typed column holds %v, want NULL", m.Get(md.Fields().ByName("c1")))
+	}
+}
