@@ -142,7 +142,7 @@ func lex(src string) ([]token, error) {
 		case c == '<' && i+1 < len(src) && src[i+1] == '>', c == '!' && i+1 < len(src) && src[i+1] == '=':
 			out = append(out, token{kind: tPunct, text: "<>", pos: i})
 			i += 2
-		case strings.IndexByte("(),.=;", c) >= 0:
+		case strings.IndexByte("(),.=;*", c) >= 0:
 			out = append(out, token{kind: tPunct, text: string(c), pos: i})
 			i++
 		default:
@@ -634,7 +634,11 @@ func (p *parser) merge() error {
 	if err := p.kw("USING"); err != nil {
 		return err
 	}
-	if t := p.peek(); t.kind == tPunct && t.text == "(" {
+	if t := p.peek(); t.kind == tPunct && t.text == "(" && p.toks[p.i+2].kind == tPunct && p.toks[p.i+2].text == "*" {
+		if err := p.latestRows(); err != nil {
+			return err
+		}
+	} else if t.kind == tPunct && t.text == "(" {
 		p.next()
 		p.emit("(")
 		if err := p.kw("SELECT"); err != nil {
@@ -822,5 +826,81 @@ func (p *parser) merge() error {
 	if whens == 0 {
 		return p.errf("a MERGE needs at least one WHEN clause")
 	}
+	return nil
+}
+
+// latestRows reads the one subquery form the plugin's data MERGE uses, the newest staged row per key:
+//
+//	(SELECT * FROM table WHERE TRUE QUALIFY ROW_NUMBER() OVER (PARTITION BY c, … ORDER BY c DESC) = 1)
+//
+// (QUALIFY, "Query syntax"; BigQuery once required a WHERE beside it, hence WHERE TRUE). PostgreSQL 15 has no
+// QUALIFY: it becomes a window in a derived table filtered outside.
+func (p *parser) latestRows() error {
+	p.next() // (
+	head := p.out.String()
+	if err := p.kw("SELECT"); err != nil {
+		return err
+	}
+	if err := p.punct("*"); err != nil {
+		return err
+	}
+	if err := p.kw("FROM"); err != nil {
+		return err
+	}
+	mark := p.out.Len()
+	if err := p.table(); err != nil {
+		return err
+	}
+	table := strings.TrimSpace(p.out.String()[mark:])
+	for _, w := range []string{"WHERE", "TRUE", "QUALIFY", "ROW_NUMBER"} {
+		if err := p.kw(w); err != nil {
+			return err
+		}
+	}
+	if err := p.punct("("); err != nil {
+		return err
+	}
+	if err := p.punct(")"); err != nil {
+		return err
+	}
+	if err := p.kw("OVER"); err != nil {
+		return err
+	}
+	if err := p.punct("("); err != nil {
+		return err
+	}
+	if err := p.kw("PARTITION", "BY"); err != nil {
+		return err
+	}
+	part, err := p.idents()
+	if err != nil {
+		return err
+	}
+	if err := p.kw("ORDER", "BY"); err != nil {
+		return err
+	}
+	ord, err := p.ident()
+	if err != nil {
+		return err
+	}
+	if err := p.kw("DESC"); err != nil {
+		return err
+	}
+	if err := p.punct(")"); err != nil {
+		return err
+	}
+	if err := p.punct("="); err != nil {
+		return err
+	}
+	if t := p.next(); t.kind != tInt || t.text != "1" {
+		return p.errf("the plugin keeps ROW_NUMBER() = 1 only")
+	}
+	if err := p.punct(")"); err != nil {
+		return err
+	}
+	p.out.Reset()
+	p.out.WriteString(head)
+	p.emit(fmt.Sprintf(`(SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY %s ORDER BY %s DESC) AS "_skippr_rn" FROM %s) AS "_skippr_q" WHERE "_skippr_rn" = 1)`,
+		quoteAll(part), pgIdent(ord), table))
 	return nil
 }

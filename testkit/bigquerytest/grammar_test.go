@@ -26,6 +26,8 @@ func TestGrammarRefuses(t *testing.T) {
 		"create table":          "CREATE TABLE `p`.`d`.`t` (a INT64)",
 		"unclosed string":       "SELECT a FROM `p`.`d`.`t` WHERE a = 'x",
 		"semicolon only":        ";",
+		"qualify other window":  "MERGE `p`.`d`.`t` T USING (SELECT * FROM `p`.`d`.`s` WHERE TRUE QUALIFY RANK() OVER (PARTITION BY c0 ORDER BY o DESC) = 1) S ON T.a = S.c0 WHEN MATCHED THEN DELETE",
+		"qualify ascending":     "MERGE `p`.`d`.`t` T USING (SELECT * FROM `p`.`d`.`s` WHERE TRUE QUALIFY ROW_NUMBER() OVER (PARTITION BY c0 ORDER BY o) = 1) S ON T.a = S.c0 WHEN MATCHED THEN DELETE",
 	} {
 		if _, err := Parse(sql); err == nil || !strings.Contains(err.Error(), "rror") && !strings.Contains(err.Error(), "Inserted row") {
 			t.Errorf("%s: %q was accepted (err %v)", name, sql, err)
@@ -38,6 +40,7 @@ func TestGrammarTranslates(t *testing.T) {
 	for sql, want := range map[string]string{
 		"DELETE FROM `p`.`d`.`t` WHERE TRUE": `DELETE FROM "d"."t" WHERE TRUE`,
 		"MERGE `p`.`d`.`t` AS T USING `p`.`d`.`s` AS S ON T.`id` = S.c0 WHEN MATCHED AND S._skippr_op = 3 THEN DELETE WHEN NOT MATCHED BY TARGET AND S._skippr_op <> 3 THEN INSERT (`id`) VALUES (S.c0)": `MERGE INTO "d"."t" AS "T" USING "d"."s" AS "S" ON "T"."id" = "S"."c0" WHEN MATCHED AND "S"."_skippr_op" = 3 THEN DELETE WHEN NOT MATCHED AND "S"."_skippr_op" <> 3 THEN INSERT ("id") VALUES ( "S"."c0" )`,
+		"MERGE `p`.`d`.`t` AS T USING (SELECT * FROM `p`.`d`.`s` WHERE TRUE QUALIFY ROW_NUMBER() OVER (PARTITION BY c0, c1 ORDER BY _skippr_ord DESC) = 1) AS S ON T.a = S.c0 WHEN MATCHED THEN DELETE":  `MERGE INTO "d"."t" AS "T" USING (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "c0", "c1" ORDER BY "_skippr_ord" DESC) AS "_skippr_rn" FROM "d"."s") AS "_skippr_q" WHERE "_skippr_rn" = 1) AS "S" ON "T"."a" = "S"."c0" WHEN MATCHED THEN DELETE`,
 		"SELECT stream, last_sequence FROM `p`.`d`.`_skippr_state` WHERE pipeline = @pipeline":                                                                                                           "SELECT \"stream\", \"last_sequence\" FROM \"d\".\"_skippr_state\" WHERE \"pipeline\" = \x00param:pipeline\x00",
 	} {
 		st, err := Parse(sql)

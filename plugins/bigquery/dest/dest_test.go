@@ -107,7 +107,7 @@ func dump(t *testing.T, s *bigquerytest.Server, table string, withNote bool) []s
 
 func apply(t *testing.T, d *Destination, raw json.RawMessage, first, last uint64, items ...serve.Item) (serve.ApplyResult, Stats) {
 	t.Helper()
-	res, st, err := d.apply(context.Background(), serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: first, Sequence: last, Items: items})
+	res, st, err := d.apply(context.Background(), serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: first, Sequence: last, Items: items}, nil)
 	if err != nil {
 		t.Fatalf("apply %d–%d: %v", first, last, err)
 	}
@@ -204,7 +204,7 @@ func TestTypeChangeIsADataError(t *testing.T) {
 	b.Row(change.OpInsert, "")
 	rec := b.NewBatch()
 	b.Release()
-	_, _, err := d.apply(context.Background(), serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: 2, Sequence: 2, Items: []serve.Item{{Stream: "orders", Record: rec, Sequence: 2}}})
+	_, _, err := d.apply(context.Background(), serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: 2, Sequence: 2, Items: []serve.Item{{Stream: "orders", Record: rec, Sequence: 2}}}, nil)
 	if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), "column name is STRING") || !strings.Contains(err.Error(), "maps to INT64") {
 		t.Fatalf("want a data error naming column name, STRING and INT64; got %v", err)
 	}

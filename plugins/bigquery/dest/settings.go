@@ -24,7 +24,7 @@ type Settings struct {
 	// services, without authentication: for tests against testkit/bigquerytest.
 	Endpoint string `json:"endpoint"`
 	// TestCrashDir, with Endpoint only, makes the plugin exit at a named crash point: right before the
-	// transaction of every apply whose last sequence number is a multiple of 25, once per sequence number (a
+	// transaction of every apply whose range holds a multiple of 25, once per such number (a
 	// marker file in the directory records it). Chaos tests use it to land a crash in the one window where
 	// staged rows exist and nothing is committed, instead of hoping a SIGKILL hits it.
 	TestCrashDir string `json:"test_crash_dir"`

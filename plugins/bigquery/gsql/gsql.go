@@ -5,7 +5,8 @@
 //   - BEGIN TRANSACTION / COMMIT TRANSACTION around one apply's statements (multi-statement transactions);
 //   - SELECT IF(…, 0, ERROR(…)) (the state row still holds the fence this process read: another writer fails
 //     the transaction);
-//   - DELETE … WHERE TRUE (a truncate), MERGE by key from a staging table, INSERT … SELECT (a keyless stream);
+//   - DELETE … WHERE TRUE (a truncate), MERGE by key from a staging table's newest row per key (QUALIFY
+//     ROW_NUMBER() = 1), INSERT … SELECT (a keyless stream);
 //   - MERGE of the state rows from UNNEST(@streams), and SELECT of them.
 //
 // Values are query parameters (@pipeline, @sequence, @fence, @streams); names are backtick-quoted, each part of
@@ -36,6 +37,9 @@ func (t Table) String() string {
 // StateTable is the name of the table holding the state rows, in the destination's dataset.
 const StateTable = "_skippr_state"
 
+// OrdColumn is the staging table's ordinal column (rows.OrdColumn): the higher, the newer.
+const OrdColumn = "_skippr_ord"
+
 // WholePipeline is the stream value of the state row recording the pipeline's last applied sequence number.
 const WholePipeline = ""
 
@@ -43,7 +47,14 @@ const WholePipeline = ""
 // op replaces it or inserts it. cols are the target's column names, staged as c0…; key lists indexes of cols.
 func Merge(target, stage Table, cols []string, key []int, stageCol func(int) string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "MERGE %s AS T USING %s AS S ON ", target, stage)
+	// A staging table holds the entries of a range as they arrived, so a key can have several rows: the
+	// newest (highest ordinal) is the key's last change, and a MERGE must see one source row per target row.
+	part := make([]string, len(key))
+	for n, k := range key {
+		part[n] = stageCol(k)
+	}
+	fmt.Fprintf(&b, "MERGE %s AS T USING (SELECT * FROM %s WHERE TRUE QUALIFY ROW_NUMBER() OVER (PARTITION BY %s ORDER BY %s DESC) = 1) AS S ON ",
+		target, stage, strings.Join(part, ", "), OrdColumn)
 	isKey := map[int]bool{}
 	for n, k := range key {
 		if n > 0 {

@@ -20,12 +20,17 @@ import (
 // OpColumn is the staging table's last column: the row's change op (change.Op), which the MERGE reads.
 const OpColumn = "_skippr_op"
 
+// OrdColumn follows OpColumn: the row's place in its staging table (its write-stream offset). A staging table
+// gathers the entries of a coalesced range one by one, so a key can have a row from each; the MERGE takes the
+// one with the highest OrdColumn.
+const OrdColumn = "_skippr_ord"
+
 // StageName is the staging table's name of data column i. Staging columns are positional, so any column name
 // the target allows (spaces, dashes, non-ASCII) works without a protobuf field name that must spell it.
 func StageName(i int) string { return "c" + strconv.Itoa(i) }
 
 // StageSchema is the staging table of a batch whose data columns have the target types cols: c0…cN-1 and
-// the op.
+// the op and the ordinal.
 func StageSchema(cols []*bigquery.FieldSchema) bigquery.Schema {
 	out := make(bigquery.Schema, 0, len(cols)+1)
 	for i, c := range cols {
@@ -34,7 +39,8 @@ func StageSchema(cols []*bigquery.FieldSchema) bigquery.Schema {
 		s.Required = false
 		out = append(out, &s)
 	}
-	return append(out, &bigquery.FieldSchema{Name: OpColumn, Type: Int64, Required: true})
+	return append(out, &bigquery.FieldSchema{Name: OpColumn, Type: Int64, Required: true},
+		&bigquery.FieldSchema{Name: OrdColumn, Type: Int64, Required: true})
 }
 
 // Descriptor is the self-contained proto2 message description of a staging schema, as the Storage Write API
@@ -95,7 +101,7 @@ type Encoder struct {
 }
 
 // NewEncoder encodes the columns cols (Arrow column indexes of s, in staging order) as the types Column gives
-// them; staging column n is field n+1, the op field len(cols)+1.
+// them; staging column n is field n+1, the op field len(cols)+1, the ordinal len(cols)+2.
 func NewEncoder(s *arrow.Schema, cols []int) (*Encoder, error) {
 	e := &Encoder{cols: cols, encs: make([]valueEnc, len(cols))}
 	for n, ci := range cols {
@@ -109,11 +115,11 @@ func NewEncoder(s *arrow.Schema, cols []int) (*Encoder, error) {
 	return e, nil
 }
 
-// Append appends row i of rec, with op, as one serialized message.
-func (e *Encoder) Append(buf []byte, rec arrow.RecordBatch, i int, op int8) ([]byte, error) {
+// Append appends row i of rec, with op and ord, as one serialized message.
+func (e *Encoder) Append(buf []byte, rec arrow.RecordBatch, i int, op int8, ord int64) ([]byte, error) {
 	for n, ci := range e.cols {
 		a := rec.Column(ci)
-		if a.IsNull(i) {
+		if isNull(a, i) {
 			continue
 		}
 		var err error
@@ -122,7 +128,9 @@ func (e *Encoder) Append(buf []byte, rec arrow.RecordBatch, i int, op int8) ([]b
 		}
 	}
 	buf = protowire.AppendTag(buf, protowire.Number(len(e.cols)+1), protowire.VarintType)
-	return protowire.AppendVarint(buf, uint64(int64(op))), nil
+	buf = protowire.AppendVarint(buf, uint64(int64(op)))
+	buf = protowire.AppendTag(buf, protowire.Number(len(e.cols)+2), protowire.VarintType)
+	return protowire.AppendVarint(buf, uint64(ord)), nil
 }
 
 func newEnc(f arrow.Field, col *bigquery.FieldSchema) (valueEnc, error) {
@@ -132,6 +140,13 @@ func newEnc(f arrow.Field, col *bigquery.FieldSchema) (valueEnc, error) {
 			b := storage(a).(*array.FixedSizeBinary).Value(i)
 			return appendString(buf, num, uuidText(b)), nil
 		}, nil
+	}
+	switch f.Type.(type) {
+	case *arrow.RunEndEncodedType, arrow.UnionType:
+		// Arrow's text form of these is not the value (a union shows its type code, a run-end encoded null
+		// reads "(null)"): refused rather than written wrong (serve.TypeLimits declares them).
+		return nil, fault.DataErr(fmt.Errorf("arrow type %s has no BigQuery column", f.Type),
+			"cast the column to a plain type in the source, or leave it out of the stream")
 	}
 	switch t := f.Type.(type) {
 	case arrow.ExtensionType:
@@ -330,7 +345,7 @@ func structEnc(f arrow.Field, col *bigquery.FieldSchema) (valueEnc, error) {
 		var sub []byte
 		for k, enc := range encs {
 			child := s.Field(k)
-			if child.IsNull(i) {
+			if isNull(child, i) {
 				continue
 			}
 			var err error
@@ -425,3 +440,7 @@ func floorDiv(a, b int64) int64 {
 	}
 	return q
 }
+
+// isNull says value i of a is NULL; an array of Arrow's null type has no validity bitmap, and IsNull says
+// false for it.
+func isNull(a arrow.Array, i int) bool { return a.IsNull(i) || a.DataType().ID() == arrow.NULL }

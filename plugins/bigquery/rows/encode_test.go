@@ -92,7 +92,7 @@ func TestEncodeDecodesWithTheDescriptor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	buf, err := enc.Append(nil, rec, 2, 1)
+	buf, err := enc.Append(nil, rec, 2, 1, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +105,10 @@ func TestEncodeDecodesWithTheDescriptor(t *testing.T) {
 	}
 	get := func(name string) protoreflect.Value { return m.Get(md.Fields().ByName(protoreflect.Name(name))) }
 	pair := get("c6").Message()
-	got := fmt.Sprintf("%d|%s|%s|%v|%s|%d|%d:%v|%d", get("c0").Int(), get("c1").String(), get("c2").String(),
+	got := fmt.Sprintf("%d|%s|%s|%v|%s|%d|%d:%v|%d|%d", get("c0").Int(), get("c1").String(), get("c2").String(),
 		[]string{get("c3").List().Get(0).String(), get("c3").List().Get(1).String()}, get("c4").String(), get("c5").Int(),
-		pair.Get(pair.Descriptor().Fields().ByName("a")).Int(), pair.Has(pair.Descriptor().Fields().ByName("b")), get(OpColumn).Int())
-	want := `2|customer 2|2.50|[a b2]|{"k": 2}|1767225602000000|2:true|1`
+		pair.Get(pair.Descriptor().Fields().ByName("a")).Int(), pair.Has(pair.Descriptor().Fields().ByName("b")), get(OpColumn).Int(), get(OrdColumn).Int())
+	want := `2|customer 2|2.50|[a b2]|{"k": 2}|1767225602000000|2:true|1|7`
 	if got != want {
 		t.Fatalf("decoded %s, want %s", got, want)
 	}
@@ -152,7 +152,7 @@ func TestNullArrayElementIsADataError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := enc.Append(nil, rec, 0, 1); err == nil || !strings.Contains(err.Error(), "column tags") || !strings.Contains(err.Error(), "NULL") {
+	if _, err := enc.Append(nil, rec, 0, 1, 0); err == nil || !strings.Contains(err.Error(), "column tags") || !strings.Contains(err.Error(), "NULL") {
 		t.Fatalf("want an error naming column tags and the NULL, got %v", err)
 	}
 }
@@ -172,7 +172,7 @@ func BenchmarkEncode(b *testing.B) {
 		for b.Loop() {
 			buf = buf[:0]
 			for i := 0; i < n; i++ {
-				if buf, err = enc.Append(buf, rec, i, 1); err != nil {
+				if buf, err = enc.Append(buf, rec, i, 1, int64(i)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -224,4 +224,30 @@ func BenchmarkEncode(b *testing.B) {
 		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
 		b.ReportMetric(float64(size)/n, "bytes/row")
 	})
+}
+
+// A column of Arrow's null type is NULL in every row (its array has no validity bitmap, so IsNull says
+// false), not the text "(null)".
+func TestNullTypeEncodesNull(t *testing.T) {
+	s := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "n", Type: arrow.Null, Nullable: true}}, nil)
+	ids := array.NewInt64Builder(memory.DefaultAllocator)
+	ids.Append(7)
+	rec := array.NewRecordBatch(s, []arrow.Array{ids.NewArray(), array.NewNull(1)}, 1)
+	enc, err := NewEncoder(s, []int{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf, err := enc.Append(nil, rec, 0, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := []*bigquery.FieldSchema{Column("id", s.Field(0)), Column("n", s.Field(1))}
+	md := messageType(t, Descriptor(StageSchema(cols)))
+	m := dynamicpb.NewMessage(md)
+	if err := proto.Unmarshal(buf, m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Has(md.Fields().ByName("c1")) {
+		t.Fatalf("the null-typed column holds %v, want NULL", m.Get(md.Fields().ByName("c1")))
+	}
 }
