@@ -41,15 +41,24 @@ if [ -z "${PGHOST:-}" ]; then
 			exit 1
 		fi
 	fi
-	# A free port: nothing answers on it.
-	port=55432
-	for p in $(seq 55432 55532); do (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { port=$p; break; }; done
 	# Under /tmp, not the checkout: the postgres user may not be able to enter the checkout's parents.
 	pgdata=$(mktemp -d /tmp/skippr-quickstart-pg.XXXXXX)
-	step "starting a throwaway Postgres on 127.0.0.1:$port (data in $pgdata; stopped and removed at the end)"
+	step "starting a throwaway Postgres on 127.0.0.1 (data in $pgdata; stopped and removed at the end)"
 	[ "$(id -u)" = 0 ] && chown postgres "$pgdata"
 	as_pg "$pgbin/initdb" -D "$pgdata" -U postgres --auth=trust >/dev/null
-	as_pg "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/log" -w -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$pgdata -c wal_level=logical -c max_wal_senders=4 -c max_replication_slots=4" start >/dev/null
+	# A free port: nothing answers on it, and the server can bind it (a port can be taken without a listener: the
+	# local end of some other connection), so a failed start tries the next one.
+	port=""
+	for p in $(seq 55432 55532); do
+		(echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+		if as_pg "$pgbin/pg_ctl" -D "$pgdata" -l "$pgdata/log" -w -o "-c listen_addresses=127.0.0.1 -p $p -c unix_socket_directories=$pgdata -c wal_level=logical -c max_wal_senders=4 -c max_replication_slots=4" start >/dev/null; then
+			port=$p
+			break
+		fi
+		grep -q "Address already in use" "$pgdata/log" 2>/dev/null || { tail -20 "$pgdata/log" >&2; exit 1; }
+		: >"$pgdata/log"
+	done
+	[ -n "$port" ] || { echo "quickstart: no free port for Postgres in 55432-55532" >&2; exit 1; }
 	export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=postgres
 	psql() { "$pgbin/psql" "$@"; }
 fi
