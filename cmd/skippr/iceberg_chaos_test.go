@@ -30,7 +30,7 @@ func TestDatagenToIcebergSurvivesSIGKILL(t *testing.T) {
 	e := newEnv(t)
 	gen := `{ seed: 21, rows: 30000, rows_per_second: 6000, batch_size: 500, nested: true, update_ratio: 0.2, delete_ratio: 0.05 }`
 	lakeSettings := fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.dir, "lake"))
-	e.writeDatagenLakeConfig(gen, lakeSettings, "128KiB", "{ max_bytes: 512KiB }")
+	e.writeDatagenLakeConfig(gen, lakeSettings, "128KiB", "{ max_bytes: 512KiB, max_interval: 400ms }")
 
 	kills := 10
 	e.killSyncAtRandom(kills, 500*time.Millisecond, 2500*time.Millisecond)
@@ -45,6 +45,7 @@ func TestDatagenToIcebergSurvivesSIGKILL(t *testing.T) {
 			ranges++
 		}
 	}
+	// max_interval makes the lake gather entries even when it keeps up (a quiet machine), so ranges happen.
 	if ranges == 0 {
 		t.Fatalf("no snapshot covered a range of entries (fences %v): coalescing was not exercised", fences)
 	}

@@ -146,6 +146,13 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		}
 		touched[it.Stream] = req.Sequence
 		if it.Schema != nil {
+			// Rows before a schema change are written before it: a column added with a value for existing
+			// rows must find them in the table (they share an entry when a group commit gathered both).
+			if sp := byName[it.Stream]; sp != nil && len(sp.recs) > 0 {
+				if err := flush(); err != nil {
+					return serve.ApplyResult{}, err
+				}
+			}
 			sp := plan(it.Stream)
 			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
 			continue
