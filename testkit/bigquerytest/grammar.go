@@ -560,17 +560,10 @@ func (p *parser) insert() error {
 	if err := p.table(); err != nil {
 		return err
 	}
-	if err := p.punct("("); err != nil {
-		return err
-	}
-	cols, err := p.idents()
+	cols, err := p.columnList()
 	if err != nil {
 		return err
 	}
-	if err := p.punct(")"); err != nil {
-		return err
-	}
-	p.emit("(" + quoteAll(cols) + ")")
 	if err := p.kw("SELECT"); err != nil {
 		return err
 	}
@@ -782,17 +775,10 @@ func (p *parser) merge() error {
 			if err := p.kw("INSERT"); err != nil {
 				return err
 			}
-			if err := p.punct("("); err != nil {
-				return err
-			}
-			cols, err := p.idents()
+			cols, err := p.columnList()
 			if err != nil {
 				return err
 			}
-			if err := p.punct(")"); err != nil {
-				return err
-			}
-			p.emit("(" + quoteAll(cols) + ")")
 			if err := p.kw("VALUES"); err != nil {
 				return err
 			}
@@ -903,4 +889,20 @@ func (p *parser) latestRows() error {
 	p.emit(fmt.Sprintf(`(SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY %s ORDER BY %s DESC) AS "_skippr_rn" FROM %s) AS "_skippr_q" WHERE "_skippr_rn" = 1)`,
 		quoteAll(part), pgIdent(ord), table))
 	return nil
+}
+
+// columnList reads "(a, b, …)" and emits it with every name quoted; it returns the names.
+func (p *parser) columnList() ([]string, error) {
+	if err := p.punct("("); err != nil {
+		return nil, err
+	}
+	cols, err := p.idents()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.punct(")"); err != nil {
+		return nil, err
+	}
+	p.emit("(" + quoteAll(cols) + ")")
+	return cols, nil
 }
