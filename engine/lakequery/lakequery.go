@@ -116,10 +116,20 @@ func Open(ctx context.Context, opts Options) (q *Querier, err error) {
 	return q, nil
 }
 
-// start starts a connection's plugin; it returns nil (and stops the plugin) when the plugin does not offer
-// service.
+// start starts a connection's plugin and keeps it running until Close; it returns nil when the plugin does not
+// offer service.
 func (q *Querier) start(ctx context.Context, cn *config.Connection, service string) (*client.Client, error) {
-	c, _, err := q.opts.Host.Start(ctx, pluginhost.Connection{Name: cn.Name, Plugin: cn.Plugin, Constraint: cn.Version, Path: cn.Path})
+	c, err := startOffering(ctx, q.opts.Host, cn, service)
+	if c != nil {
+		q.running = append(q.running, c)
+	}
+	return c, err
+}
+
+// startOffering starts a connection's plugin; it returns nil (and stops the plugin) when the plugin does not
+// offer service.
+func startOffering(ctx context.Context, host Starter, cn *config.Connection, service string) (*client.Client, error) {
+	c, _, err := host.Start(ctx, pluginhost.Connection{Name: cn.Name, Plugin: cn.Plugin, Constraint: cn.Version, Path: cn.Path})
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +142,6 @@ func (q *Querier) start(ctx context.Context, cn *config.Connection, service stri
 		c.Kill()
 		return nil, nil
 	}
-	q.running = append(q.running, c)
 	return c, nil
 }
 
@@ -275,29 +284,33 @@ func Offering(ctx context.Context, cfg *config.Config, host Starter, name, servi
 		}
 		conns = []*config.Connection{cn}
 	}
-	q := &Querier{opts: Options{Host: host}}
 	var found []*config.Connection
-	var running *client.Client
+	var running []*client.Client
+	stop := func() {
+		for _, c := range running {
+			c.Kill()
+		}
+	}
 	for _, cn := range conns {
-		c, err := q.start(ctx, cn, service)
+		c, err := startOffering(ctx, host, cn, service)
 		if err != nil {
-			q.Close()
+			stop()
 			return nil, nil, err
 		}
 		if c != nil {
-			found, running = append(found, cn), c
+			found, running = append(found, cn), append(running, c)
 		}
 	}
 	switch len(found) {
 	case 1:
-		return found[0], running, nil
+		return found[0], running[0], nil
 	case 0:
 		if name != "" {
 			return nil, nil, fmt.Errorf("%w: connection %s (plugin %s) does not offer %s", ErrNoService, name, conns[0].Plugin, service)
 		}
 		return nil, nil, fmt.Errorf("%w: no connection in %s has a plugin offering %s", ErrNoService, cfg.Path, service)
 	}
-	q.Close()
+	stop()
 	var names []string
 	for _, cn := range found {
 		names = append(names, cn.Name)
