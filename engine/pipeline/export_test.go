@@ -5,3 +5,6 @@ var Items = items
 
 // TakeRange is takeRange, for the table test of range selection.
 var TakeRange = takeRange
+
+// ResolveApply is resolveApply, for the table test of plugin-proposed apply limits.
+var ResolveApply = resolveApply

@@ -1,0 +1,70 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+)
+
+// ApplyKeys names apply limits, one flag per key of a connection's `apply:`.
+type ApplyKeys struct {
+	MaxInterval, MaxBytes, MaxEntries bool
+}
+
+// resolveApply returns the limits a destination applies with: each limit in lim.Unset takes the destination's
+// proposal (CapabilitiesResponse.apply_defaults) when it makes one, and keeps lim's value otherwise (MaxBytes 0
+// being DefaultApplyMaxBytes). A limit the connection states wins over any proposal, 0 included, so
+// `max_interval: 0s` stays "no wait" for a warehouse. taken names the keys a proposal set, for the log.
+func resolveApply(lim ApplyLimits, p *pluginv1.ApplyDefaults) (eff ApplyLimits, taken []string) {
+	if ms := p.GetMaxIntervalMs(); lim.Unset.MaxInterval && ms > 0 {
+		lim.MaxInterval = time.Duration(ms) * time.Millisecond
+		taken = append(taken, "max_interval")
+	}
+	if n := p.GetMaxBytes(); lim.Unset.MaxBytes && n > 0 {
+		lim.MaxBytes = n
+		taken = append(taken, "max_bytes")
+	}
+	if n := p.GetMaxEntries(); lim.Unset.MaxEntries && n > 0 {
+		lim.MaxEntries = int(n)
+		taken = append(taken, "max_entries")
+	}
+	if lim.MaxBytes <= 0 {
+		lim.MaxBytes = DefaultApplyMaxBytes
+	}
+	return lim, taken
+}
+
+// proposalMessage is the log line that says which apply limits of destination d came from its plugin and which
+// key of the connection overrides them.
+func proposalMessage(d Endpoint[Destination], lim ApplyLimits, taken []string) string {
+	vals := make([]string, len(taken))
+	for i, k := range taken {
+		switch k {
+		case "max_interval":
+			vals[i] = fmt.Sprintf("apply.%s %s", k, lim.MaxInterval)
+		case "max_bytes":
+			vals[i] = fmt.Sprintf("apply.%s %d", k, lim.MaxBytes)
+		case "max_entries":
+			vals[i] = fmt.Sprintf("apply.%s %d", k, lim.MaxEntries)
+		}
+	}
+	plugin := d.PluginName
+	if plugin == "" {
+		plugin = "of destination " + d.Name
+	}
+	keys := "apply." + strings.Join(taken, ", apply.")
+	return fmt.Sprintf("%s proposed by plugin %s; set %s on connection %s to change", strings.Join(vals, ", "), plugin, keys, d.Name)
+}
+
+// ApplyStatus is a destination's effective apply limits, as `skippr status --json` shows them.
+type ApplyStatus struct {
+	// Coalesce: the destination takes ranges; without it every apply is one entry and the limits are unused.
+	Coalesce      bool  `json:"coalesce"`
+	MaxIntervalMS int64 `json:"max_interval_ms"`
+	MaxBytes      int64 `json:"max_bytes"`
+	MaxEntries    int   `json:"max_entries"` // 0 is no limit
+	// FromPlugin names the limits the destination plugin proposed because the connection left them out.
+	FromPlugin []string `json:"from_plugin,omitempty"`
+}
