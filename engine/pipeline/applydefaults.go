@@ -13,21 +13,27 @@ type ApplyKeys struct {
 	MaxInterval, MaxBytes, MaxEntries bool
 }
 
+// proposalOf is a destination's proposed limits (CapabilitiesResponse.apply_defaults) in engine terms; a
+// field of 0 (or less) proposes nothing.
+func proposalOf(p *pluginv1.ApplyDefaults) ApplyLimits {
+	return ApplyLimits{MaxInterval: time.Duration(p.GetMaxIntervalMs()) * time.Millisecond, MaxBytes: p.GetMaxBytes(), MaxEntries: int(p.GetMaxEntries())}
+}
+
 // resolveApply returns the limits a destination applies with: each limit in lim.Unset takes the destination's
-// proposal (CapabilitiesResponse.apply_defaults) when it makes one, and keeps lim's value otherwise (MaxBytes 0
-// being DefaultApplyMaxBytes). A limit the connection states wins over any proposal, 0 included, so
-// `max_interval: 0s` stays "no wait" for a warehouse. taken names the keys a proposal set, for the log.
-func resolveApply(lim ApplyLimits, p *pluginv1.ApplyDefaults) (eff ApplyLimits, taken []string) {
-	if ms := p.GetMaxIntervalMs(); lim.Unset.MaxInterval && ms > 0 {
-		lim.MaxInterval = time.Duration(ms) * time.Millisecond
+// proposal when it makes one, and keeps lim's value otherwise (MaxBytes 0 being DefaultApplyMaxBytes). A limit
+// the connection states wins over any proposal, 0 included, so `max_interval: 0s` stays "no wait" for a
+// warehouse. taken names the keys a proposal set, for the log.
+func resolveApply(lim, proposed ApplyLimits) (eff ApplyLimits, taken []string) {
+	if lim.Unset.MaxInterval && proposed.MaxInterval > 0 {
+		lim.MaxInterval = proposed.MaxInterval
 		taken = append(taken, "max_interval")
 	}
-	if n := p.GetMaxBytes(); lim.Unset.MaxBytes && n > 0 {
-		lim.MaxBytes = n
+	if lim.Unset.MaxBytes && proposed.MaxBytes > 0 {
+		lim.MaxBytes = proposed.MaxBytes
 		taken = append(taken, "max_bytes")
 	}
-	if n := p.GetMaxEntries(); lim.Unset.MaxEntries && n > 0 {
-		lim.MaxEntries = int(n)
+	if lim.Unset.MaxEntries && proposed.MaxEntries > 0 {
+		lim.MaxEntries = proposed.MaxEntries
 		taken = append(taken, "max_entries")
 	}
 	if lim.MaxBytes <= 0 {

@@ -270,7 +270,7 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 			return wal.Head{}, fmt.Errorf("pipeline %s: source %s propagates TRUNCATE, but destination %s cannot apply a truncate; set the source's `truncate: error` (stop at a TRUNCATE) or `truncate: ignore` (keep the rows): %w", cfg.Name, cfg.Source.Name, d.Name, ErrGuarantee)
 		}
 		r.coalesce[i] = caps.Coalesce
-		lim, taken := resolveApply(d.Apply, caps.ApplyDefaults)
+		lim, taken := resolveApply(d.Apply, proposalOf(caps.ApplyDefaults))
 		cfg.Destinations[i].Apply = lim
 		if !caps.Coalesce {
 			taken = nil // one entry per apply: no limit applies, so none is worth a line
