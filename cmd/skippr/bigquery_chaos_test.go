@@ -53,6 +53,8 @@ func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
     plugin: bigquery
     version: "~> 0.1"
     settings: { project: %[4]s, dataset: chaos, endpoint: "%[5]s", test_crash_dir: "%[7]s" }
+    # Overrides the plugin's 60 s default: the crash point needs many applies.
+    apply: { max_interval: 0s }
 pipelines:
   orders:
     source: src

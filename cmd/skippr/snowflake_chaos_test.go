@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,7 +57,10 @@ func TestPostgresToSnowflakeSurvivesSIGKILL(t *testing.T) {
 	e.mustRun("registry", "add", e.registry, testplugins.Build(t, "snowflake"), "--name", "snowflake", "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
 	e.mustRun("registry", "sign", e.registry, "--key", filepath.Join(e.dir, "keys", "skippr-ed25519.key"))
 	e.extraEnv = append(e.extraEnv, "SNOWFLAKE_PASSWORD=s3cret")
-	e.writeConfig(fmt.Sprintf(`connections:
+	// The chaos states `max_interval: 0s`, which overrides the plugin's 60 s, to get many applies for the
+	// SIGKILLs to land in; the final run leaves it out and so takes the warehouse default.
+	config := func(apply string) string {
+		return fmt.Sprintf(`connections:
   src:
     plugin: postgres
     version: "~> 0.1"
@@ -64,6 +69,7 @@ func TestPostgresToSnowflakeSurvivesSIGKILL(t *testing.T) {
     plugin: snowflake
     version: "~> 0.1"
     settings: { account: chaos, user: loader, password: "${SNOWFLAKE_PASSWORD}", warehouse: LOAD_WH, role: LOADER, database: ANALYTICS, schema: RAW, host: %[4]s, port: %[5]d, protocol: http }
+%[7]s
 pipelines:
   orders:
     source: src
@@ -72,7 +78,9 @@ pipelines:
     wal:
       url: file://%[6]s
       group_commit: { max_bytes: 256KiB, max_delay: 100ms }
-`, src.Server.Host, src.Server.Port, src.Name, sf.Host, sf.Port, filepath.Join(e.dir, "wal")))
+`, src.Server.Host, src.Server.Port, src.Name, sf.Host, sf.Port, filepath.Join(e.dir, "wal"), apply)
+	}
+	e.writeConfig(config("    apply: { max_interval: 0s }"))
 	e.mustRun("connect", "wh")
 
 	stopWriter := startOrdersWriter(t, ctx, conn(), 20001)
@@ -91,7 +99,18 @@ pipelines:
 		e.killPluginAtRandom("skippr-plugin-snowflake", 200*time.Millisecond, 2*time.Second)
 	}
 	stopWriter()
-	e.mustRun("sync", "--once", "--wait-lock")
+	// The warehouse default: the plugin's 60 s is taken and said so, and --once still ends as soon as
+	// everything is applied rather than waiting it out.
+	e.writeConfig(config(""))
+	onceAt := time.Now()
+	r := e.mustRun("sync", "--once", "--wait-lock")
+	const proposed = "apply.max_interval 1m0s proposed by plugin snowflake; set apply.max_interval on connection wh to change"
+	if !strings.Contains(r.stderr, proposed) {
+		t.Errorf("sync --once without apply.max_interval does not log %q:\n%s", proposed, r.stderr)
+	}
+	if took := time.Since(onceAt); took > 45*time.Second {
+		t.Errorf("sync --once took %v: it waited for the proposed max_interval", took)
+	}
 
 	rows, err := sc.Query(ctx, `SELECT to_jsonb(o) FROM orders o`)
 	if err != nil {
@@ -137,9 +156,20 @@ pipelines:
 		WAL struct {
 			LastCommitted uint64 `json:"last_committed"`
 		} `json:"wal"`
+		Live struct {
+			Destinations []struct {
+				Apply struct {
+					MaxIntervalMS int64    `json:"max_interval_ms"`
+					FromPlugin    []string `json:"from_plugin"`
+				} `json:"apply"`
+			} `json:"destinations"`
+		} `json:"live"`
 	}
 	if r := e.mustRun("status", "--json"); json.Unmarshal([]byte(r.stdout), &status) != nil || len(status) != 1 {
 		t.Fatalf("status --json: %s", r.stdout)
+	}
+	if d := status[0].Live.Destinations; len(d) != 1 || d[0].Apply.MaxIntervalMS != 60000 || !slices.Equal(d[0].Apply.FromPlugin, []string{"max_interval"}) {
+		t.Errorf("status --json destinations %+v: want max_interval 60000 ms from the plugin", d)
 	}
 	found := false
 	for _, s := range state {

@@ -227,8 +227,10 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		if !d.hasKind(pluginv1.Kind_KIND_DESTINATION) {
 			return withCode(exitUsage, fmt.Errorf("%s: pipelines.%s.destinations: plugin %s is not a destination", s.p.Pos, s.p.Name, cn.Plugin))
 		}
-		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d.client, Settings: d.settings,
-			Apply: pipeline.ApplyLimits{MaxInterval: cn.Apply.MaxInterval, MaxBytes: cn.Apply.MaxBytes, MaxEntries: cn.Apply.MaxEntries}})
+		a := cn.Apply
+		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d.client, Settings: d.settings, PluginName: cn.Plugin,
+			Apply: pipeline.ApplyLimits{MaxInterval: a.MaxInterval, MaxBytes: a.MaxBytes, MaxEntries: a.MaxEntries,
+				Unset: pipeline.ApplyKeys{MaxInterval: a.Unset.MaxInterval, MaxBytes: a.Unset.MaxBytes, MaxEntries: a.Unset.MaxEntries}}})
 		pre.Destinations = append(pre.Destinations, precheck.Endpoint[precheck.Destination]{Name: name, Plugin: d.client, Settings: d.settings})
 	}
 	if err := precheck.Run(ctx, pre); err != nil {

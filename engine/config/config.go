@@ -127,7 +127,16 @@ type ApplyLimits struct {
 	MaxInterval time.Duration
 	MaxBytes    int64 // WAL bytes in one apply; the first entry goes even when it alone is larger
 	MaxEntries  int   // WAL entries in one apply; 0 is no limit
-	Pos         Pos   // where `apply:` is, or the connection when it is absent
+	// Unset: the limits `apply:` leaves out. Each takes the destination plugin's proposal when it makes one
+	// (a warehouse proposes max_interval 60s), else the default above; a limit written out always wins, so
+	// `max_interval: 0s` means no wait whatever the plugin proposes.
+	Unset ApplyKeys
+	Pos   Pos // where `apply:` is, or the connection when it is absent
+}
+
+// ApplyKeys names apply limits, one flag per key of `apply:`.
+type ApplyKeys struct {
+	MaxInterval, MaxBytes, MaxEntries bool
 }
 
 // SettingsJSON returns the interpolated settings as a JSON object, keys in file order,

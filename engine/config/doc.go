@@ -80,8 +80,11 @@
 //     goes even when larger) and max_entries (default: no limit), in one transaction or
 //     snapshot. max_interval (default 0s: apply at once) makes a destination that has caught
 //     up wait until that long after its last apply began, unless a limit fills first: fewer,
-//     larger commits for warehouses (their plugins suggest 60s) and fewer lake snapshots, at
-//     the cost of latency. `sync --once` and a stop do not wait for it. A destination whose
+//     larger commits for warehouses and fewer lake snapshots, at the cost of latency.
+//     `sync --once` and a stop do not wait for it. A key left out takes the destination
+//     plugin's proposal when it makes one (snowflake and bigquery propose max_interval 60s;
+//     `skippr sync` logs each one it takes), else the default above; a key written out always
+//     wins, so `max_interval: 0s` applies at once even into a warehouse. A destination whose
 //     plugin does not coalesce gets one entry per apply whatever these say. apply on a
 //     connection that is only ever a source is an error.
 //

@@ -191,7 +191,7 @@ func (l *loader) connections(e entry) ([]*Connection, bool) {
 			c.Path = abs
 		}
 		c.Settings = l.settings(o, c, ce.path)
-		c.Apply = ApplyLimits{MaxBytes: DefaultApplyMaxBytes, Pos: ce.pos}
+		c.Apply = ApplyLimits{MaxBytes: DefaultApplyMaxBytes, Unset: ApplyKeys{MaxInterval: true, MaxBytes: true, MaxEntries: true}, Pos: ce.pos}
 		if ae, ok := o.get("apply"); ok {
 			l.applyLimits(&c.Apply, ae)
 		}
@@ -204,13 +204,13 @@ func (l *loader) applyLimits(a *ApplyLimits, e entry) {
 	a.Pos = e.pos
 	o := l.object(e.val, e.path, e.pos, "max_interval", "max_bytes", "max_entries")
 	if d, _, ok := o.duration("max_interval"); ok {
-		a.MaxInterval = d
+		a.MaxInterval, a.Unset.MaxInterval = d, false
 	}
 	if n, _, ok := o.size("max_bytes"); ok {
-		a.MaxBytes = n
+		a.MaxBytes, a.Unset.MaxBytes = n, false
 	}
 	if n, _, ok := o.count("max_entries"); ok {
-		a.MaxEntries = n
+		a.MaxEntries, a.Unset.MaxEntries = n, false
 	}
 }
 

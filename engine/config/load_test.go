@@ -212,7 +212,7 @@ pipelines:
 		t.Errorf("pipeline = %+v", p)
 	}
 	dst, _ := cfg.Connection("dst")
-	if want := (ApplyLimits{MaxBytes: DefaultApplyMaxBytes, Pos: Pos{File: path, Line: 3, Column: 3}}); dst.Apply != want {
+	if want := (ApplyLimits{MaxBytes: DefaultApplyMaxBytes, Unset: ApplyKeys{MaxInterval: true, MaxBytes: true, MaxEntries: true}, Pos: Pos{File: path, Line: 3, Column: 3}}); dst.Apply != want {
 		t.Errorf("dst.Apply = %+v, want %+v", dst.Apply, want)
 	}
 }
@@ -223,9 +223,11 @@ func TestLoadApplyLimits(t *testing.T) {
 		want        ApplyLimits
 	}{
 		{"all three", "{max_interval: 1m, max_bytes: 64MiB, max_entries: 10}", ApplyLimits{MaxInterval: time.Minute, MaxBytes: 64 << 20, MaxEntries: 10}},
-		{"interval only keeps the default bytes", "{max_interval: 500ms}", ApplyLimits{MaxInterval: 500 * time.Millisecond, MaxBytes: DefaultApplyMaxBytes}},
-		{"entries only", "{max_entries: 1}", ApplyLimits{MaxBytes: DefaultApplyMaxBytes, MaxEntries: 1}},
-		{"empty", "{}", ApplyLimits{MaxBytes: DefaultApplyMaxBytes}},
+		{"interval only keeps the default bytes", "{max_interval: 500ms}", ApplyLimits{MaxInterval: 500 * time.Millisecond, MaxBytes: DefaultApplyMaxBytes, Unset: ApplyKeys{MaxBytes: true, MaxEntries: true}}},
+		// 0s is stated, not left out: it must override a plugin's proposal.
+		{"interval 0s is set", "{max_interval: 0s}", ApplyLimits{MaxBytes: DefaultApplyMaxBytes, Unset: ApplyKeys{MaxBytes: true, MaxEntries: true}}},
+		{"entries only", "{max_entries: 1}", ApplyLimits{MaxBytes: DefaultApplyMaxBytes, MaxEntries: 1, Unset: ApplyKeys{MaxInterval: true, MaxBytes: true}}},
+		{"empty", "{}", ApplyLimits{MaxBytes: DefaultApplyMaxBytes, Unset: ApplyKeys{MaxInterval: true, MaxBytes: true, MaxEntries: true}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

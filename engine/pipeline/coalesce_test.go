@@ -1,8 +1,12 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -123,31 +127,59 @@ func TestBehindDestinationCoalesces(t *testing.T) {
 
 // TestMaxInterval: a destination that has caught up applies each entry at once by default, but with a
 // max_interval it waits, so a run gets a few large applies; the end of a --once run, and the backpressure of
-// the log's own bound, end the wait (a run would otherwise last the whole interval).
+// the log's own bound, end the wait (a run would otherwise last the whole interval). A max_interval the
+// destination plugin proposes does the same when the connection leaves it out, and a stated 0s overrides it.
 func TestMaxInterval(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		interval   time.Duration
+		propose    string // the destination's propose_max_interval
+		unset      bool   // the connection leaves max_interval out
 		unapplied  int64
 		minApplies int // at least, as a fraction of entries: 2 means entries/2
 		maxApplies int
 	}{
 		{name: "no interval: applies as entries come", interval: 0, minApplies: 2},
 		{name: "an hour: the first apply, then one at the end", interval: time.Hour, maxApplies: 2},
-		{name: "an hour under backpressure", interval: time.Hour, unapplied: 4 << 10},
+		{name: "an hour proposed by the plugin, left out: as an hour", propose: "1h", unset: true, maxApplies: 2},
+		{name: "an hour proposed by the plugin, 0s stated: applies as entries come", propose: "1h", minApplies: 2},
+		{name: "an hour proposed by the plugin, under backpressure", propose: "1h", unset: true, unapplied: 4 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src, dst := start(t, "datagen"), start(t, "testdest")
 			out := t.TempDir()
 			log := openLog(t, t.TempDir())
-			cfg := config("p", src, pacedSource, dst, []byte(fmt.Sprintf(`{"dir": %q}`, out)), log)
+			cfg := config("p", src, pacedSource, dst, []byte(fmt.Sprintf(`{"dir": %q, "propose_max_interval": %q}`, out, tc.propose)), log)
 			cfg.MaxBatchBytes = 1
 			cfg.MaxUnappliedBytes = tc.unapplied
-			cfg.Destinations[0].Apply = pipeline.ApplyLimits{MaxInterval: tc.interval}
+			cfg.Destinations[0].Apply = pipeline.ApplyLimits{MaxInterval: tc.interval, Unset: pipeline.ApplyKeys{MaxInterval: tc.unset}}
+			cfg.Destinations[0].PluginName = "testdest"
+			var logs bytes.Buffer
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+			var (
+				mu   sync.Mutex
+				last pipeline.Status
+			)
+			cfg.OnStatus = func(st pipeline.Status) { mu.Lock(); last = st; mu.Unlock() }
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
+			began := time.Now()
 			if err := pipeline.Run(ctx, cfg); err != nil {
 				t.Fatalf("run: %v (a wait for max_interval that never ended?)", err)
+			}
+			t.Logf("run took %v", time.Since(began))
+			const line = "apply.max_interval 1h0m0s proposed by plugin testdest; set apply.max_interval on connection sink to change"
+			taken := tc.propose != "" && tc.unset
+			if got := strings.Contains(logs.String(), line); got != taken {
+				t.Errorf("log has %q: %v, want %v; log:\n%s", line, got, taken, logs.String())
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(last.Destinations) != 1 || last.Destinations[0].Apply == nil {
+				t.Fatalf("status destinations %+v: want the effective apply limits", last.Destinations)
+			}
+			if a := last.Destinations[0].Apply; taken != (len(a.FromPlugin) == 1 && a.MaxIntervalMS == time.Hour.Milliseconds()) {
+				t.Errorf("status apply %+v: want the plugin's hour only when max_interval is left out", a)
 			}
 			assertExactlyOnce(t, out, "p", expected(t, src, pacedSource))
 			st, _ := filedest.Load(out)
@@ -174,7 +206,10 @@ func TestSoftStopDoesNotWaitForMaxInterval(t *testing.T) {
 	out := t.TempDir()
 	cfg := config("soft", src, srcSettings, dst, []byte(fmt.Sprintf(`{"dir": %q}`, out)), openLog(t, t.TempDir()))
 	cfg.Once = false
-	cfg.Destinations[0].Apply = pipeline.ApplyLimits{MaxInterval: time.Hour}
+	// The hour is the destination's proposal, taken because the connection leaves max_interval out: what a
+	// warehouse's default does. A stated one is the same limit once resolved.
+	cfg.Destinations[0].Settings = []byte(fmt.Sprintf(`{"dir": %q, "propose_max_interval": "1h"}`, out))
+	cfg.Destinations[0].Apply = pipeline.ApplyLimits{Unset: pipeline.ApplyKeys{MaxInterval: true}}
 	ctx, release := shutdown.OnSignals(context.Background(), time.Hour, syscall.SIGUSR1)
 	defer release()
 	errc := make(chan error, 1)

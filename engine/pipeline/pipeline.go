@@ -62,6 +62,8 @@ type Endpoint[T any] struct {
 	Settings []byte // JSON
 	// Apply bounds one apply of a destination that coalesces; unused for a source.
 	Apply ApplyLimits
+	// PluginName is the plugin's name, for messages ("" names the connection instead).
+	PluginName string
 }
 
 // ApplyLimits bound a coalesced apply: a destination whose capabilities say coalesce and that is behind gets
@@ -77,6 +79,10 @@ type ApplyLimits struct {
 	MaxBytes int64
 	// MaxEntries in one apply; 0 is no limit.
 	MaxEntries int
+	// Unset: the limits the connection leaves out. Each takes the destination's proposal
+	// (CapabilitiesResponse.apply_defaults) when it makes one, else the value above; a limit not in Unset is
+	// as given, 0 included.
+	Unset ApplyKeys
 }
 
 // DefaultApplyMaxBytes: 32 entries of the default 8 MiB, so a lake destination catching up writes large files
@@ -154,6 +160,7 @@ type runner struct {
 	status       Status
 	lastStatus   time.Time
 	caps         []*pluginv1.CapabilitiesResponse // per destination
+	fromPlugin   [][]string                       // per destination: the apply limits its plugin proposed
 	lastCP       []byte                           // the source checkpoint of the last committed entry
 }
 
@@ -174,12 +181,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
 	}
+	// start resolves each destination's apply limits in place.
 	cfg.Destinations = slices.Clone(cfg.Destinations)
-	for i := range cfg.Destinations {
-		if cfg.Destinations[i].Apply.MaxBytes <= 0 {
-			cfg.Destinations[i].Apply.MaxBytes = DefaultApplyMaxBytes
-		}
-	}
 	if cfg.ResnapshotPoll <= 0 {
 		cfg.ResnapshotPoll = DefaultResnapshotPoll
 	}
@@ -267,6 +270,15 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 			return wal.Head{}, fmt.Errorf("pipeline %s: source %s propagates TRUNCATE, but destination %s cannot apply a truncate; set the source's `truncate: error` (stop at a TRUNCATE) or `truncate: ignore` (keep the rows): %w", cfg.Name, cfg.Source.Name, d.Name, ErrGuarantee)
 		}
 		r.coalesce[i] = caps.Coalesce
+		lim, taken := resolveApply(d.Apply, proposalOf(caps.ApplyDefaults))
+		cfg.Destinations[i].Apply = lim
+		if !caps.Coalesce {
+			taken = nil // one entry per apply: no limit applies, so none is worth a line
+		}
+		r.fromPlugin = append(r.fromPlugin, taken)
+		if len(taken) > 0 {
+			r.log.Info(proposalMessage(d, lim, taken), "destination", d.Name)
+		}
 	}
 	head, err := cfg.Log.Head(ctx)
 	if err != nil {

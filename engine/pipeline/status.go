@@ -62,6 +62,8 @@ type WALStatus struct {
 type DestinationStatus struct {
 	Name        string `json:"name"`
 	LastApplied uint64 `json:"last_applied"`
+	// Apply is the destination's effective apply limits, after its plugin's proposals.
+	Apply *ApplyStatus `json:"apply,omitempty"`
 }
 
 // SourceStatus is the source's latest checkpoint and progress.
@@ -105,7 +107,9 @@ func (r *runner) publish(force bool) {
 	}
 	s.Destinations = nil
 	for i, d := range r.cfg.Destinations {
-		s.Destinations = append(s.Destinations, DestinationStatus{Name: d.Name, LastApplied: r.applied[i]})
+		lim := d.Apply
+		s.Destinations = append(s.Destinations, DestinationStatus{Name: d.Name, LastApplied: r.applied[i], Apply: &ApplyStatus{
+			Coalesce: r.coalesce[i], MaxIntervalMS: lim.MaxInterval.Milliseconds(), MaxBytes: lim.MaxBytes, MaxEntries: lim.MaxEntries, FromPlugin: r.fromPlugin[i]}})
 	}
 	r.mu.Unlock()
 	r.cfg.OnStatus(s)

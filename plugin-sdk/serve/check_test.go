@@ -8,10 +8,12 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
@@ -70,5 +72,40 @@ func TestCapabilitiesCarryUnsupportedTypes(t *testing.T) {
 	}
 	if got := r.UnsupportedTypes; len(got) != 2 || got[0] != "decimal256" || got[1] != "dense_union" {
 		t.Fatalf("unsupported types %v", got)
+	}
+}
+
+// proposingDest proposes apply limits.
+type proposingDest struct {
+	plainDest
+	defaults ApplyDefaults
+}
+
+func (d *proposingDest) Capabilities(context.Context, json.RawMessage) (Capabilities, error) {
+	return Capabilities{Coalesce: true, ApplyDefaults: d.defaults}, nil
+}
+
+// A proposal crosses the boundary in milliseconds, and no proposal stays absent, so the engine can tell a
+// destination that proposes nothing from one that proposes zero.
+func TestCapabilitiesCarryApplyDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		defaults ApplyDefaults
+		want     *pluginv1.ApplyDefaults
+	}{
+		{"none", ApplyDefaults{}, nil},
+		{"interval", ApplyDefaults{MaxInterval: time.Minute}, &pluginv1.ApplyDefaults{MaxIntervalMs: 60000}},
+		{"all three", ApplyDefaults{MaxInterval: 1500 * time.Microsecond, MaxBytes: 1 << 30, MaxEntries: 100}, &pluginv1.ApplyDefaults{MaxIntervalMs: 1, MaxBytes: 1 << 30, MaxEntries: 100}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startServer(t, &proposingDest{defaults: tc.defaults}, memory.DefaultAllocator)
+			r, err := c.Capabilities(context.Background(), &pluginv1.CapabilitiesRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(r.ApplyDefaults, tc.want) {
+				t.Fatalf("apply defaults %v, want %v", r.ApplyDefaults, tc.want)
+			}
+		})
 	}
 }

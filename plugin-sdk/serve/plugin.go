@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 )
@@ -152,6 +153,18 @@ type Capabilities struct {
 	// same commit, every row of the stream it did not receive since the begin mark, however many applies lie
 	// between the two. The engine refuses a `skippr resnapshot` request unless every destination has it.
 	Resnapshot bool
+	// ApplyDefaults proposes apply limits for a connection that leaves them out of its `apply:`; the engine
+	// logs each one it takes. Zero fields propose nothing. Only a destination with Coalesce gets ranges, so
+	// only its proposals matter.
+	ApplyDefaults ApplyDefaults
+}
+
+// ApplyDefaults are the apply limits a destination proposes. A warehouse, where every commit spends compute
+// credits, proposes a MaxInterval of a minute so that a caught-up pipeline commits once a minute, not per entry.
+type ApplyDefaults struct {
+	MaxInterval time.Duration // rounded down to milliseconds on the wire
+	MaxBytes    int64         // of WAL entries in one apply
+	MaxEntries  int64         // WAL entries in one apply
 }
 
 // TypeLimits is implemented by a destination that cannot hold some Arrow types. UnsupportedTypes returns

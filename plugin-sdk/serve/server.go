@@ -247,7 +247,16 @@ func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesReq
 	if tl, ok := d.(TypeLimits); ok {
 		unsupported = tl.UnsupportedTypes()
 	}
-	return &pluginv1.CapabilitiesResponse{UnsupportedTypes: unsupported, ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce, Resnapshot: c.Resnapshot}, nil
+	return &pluginv1.CapabilitiesResponse{UnsupportedTypes: unsupported, ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce, Resnapshot: c.Resnapshot,
+		ApplyDefaults: applyDefaults(c.ApplyDefaults)}, nil
+}
+
+// applyDefaults is nil when a destination proposes nothing, as it was before proposals existed.
+func applyDefaults(a ApplyDefaults) *pluginv1.ApplyDefaults {
+	if a == (ApplyDefaults{}) {
+		return nil
+	}
+	return &pluginv1.ApplyDefaults{MaxIntervalMs: a.MaxInterval.Milliseconds(), MaxBytes: a.MaxBytes, MaxEntries: a.MaxEntries}
 }
 
 func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {

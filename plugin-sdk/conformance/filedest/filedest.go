@@ -24,6 +24,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -47,6 +48,9 @@ type Settings struct {
 	NoCoalesce bool `json:"no_coalesce"`
 	// NoResnapshot makes the destination declare that it cannot apply resnapshot marks (to test the refusal).
 	NoResnapshot bool `json:"no_resnapshot"`
+	// ProposeMaxInterval (a Go duration, "1h") makes the destination propose that apply max_interval, as a
+	// warehouse does (to test the engine's apply defaults).
+	ProposeMaxInterval string `json:"propose_max_interval"`
 }
 
 // SettingsSchema is the JSON Schema of Settings.
@@ -60,7 +64,8 @@ const SettingsSchema = `{
     "at_least_once": {"type": "boolean"},
     "no_truncate": {"type": "boolean"},
     "no_coalesce": {"type": "boolean", "description": "take one WAL entry per apply"},
-    "no_resnapshot": {"type": "boolean"}
+    "no_resnapshot": {"type": "boolean"},
+    "propose_max_interval": {"type": "string", "description": "apply max_interval to propose (a Go duration)"}
   }
 }`
 
@@ -160,6 +165,11 @@ func parse(raw json.RawMessage) (Settings, error) {
 	if s.Dir == "" {
 		return s, errors.New("settings: dir is required")
 	}
+	if s.ProposeMaxInterval != "" {
+		if _, err := time.ParseDuration(s.ProposeMaxInterval); err != nil {
+			return s, fault.ConfigErr(fmt.Errorf("settings: propose_max_interval: %w", err), `write a Go duration such as "1h"`)
+		}
+	}
 	return s, nil
 }
 
@@ -179,10 +189,14 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 	if err != nil {
 		return serve.Capabilities{}, err
 	}
-	if s.AtLeastOnce {
-		return serve.Capabilities{Deletes: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
+	var proposal serve.ApplyDefaults
+	if s.ProposeMaxInterval != "" {
+		proposal.MaxInterval, _ = time.ParseDuration(s.ProposeMaxInterval) // parse checked it
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot}, nil
+	if s.AtLeastOnce {
+		return serve.Capabilities{Deletes: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot, ApplyDefaults: proposal, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
+	}
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot, ApplyDefaults: proposal}, nil
 }
 
 func (d *Destination) LastApplied(_ context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {

@@ -21,7 +21,6 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
-	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/bigquery/gsql"
 	"github.com/skippr-dev/skippr/plugins/bigquery/rows"
@@ -91,9 +90,10 @@ func (d *Destination) apply(ctx context.Context, req serve.ApplyRequest, items i
 	if err != nil {
 		return serve.ApplyResult{}, st, err
 	}
-	a := &applier{c: c, req: req, st: &st, log: d.log(), byName: map[string]*streamState{}, tables: map[string]string{}}
+	a := &applier{c: c, req: req, st: &st, log: d.log(), byName: map[string]*streamState{}, tables: map[string]string{},
+		entry: change.NewPlans(change.FoldOptions{})}
 	res, err := a.run(ctx, items)
-	a.releaseEntry()
+	a.entry.Release()
 	if err != nil {
 		// What this process believed (fence, table schemas) may be wrong now: read it again next time.
 		delete(c.fences, req.Pipeline)
@@ -114,7 +114,7 @@ type applier struct {
 	streams []*streamState // in order of first sight
 	byName  map[string]*streamState
 	tables  map[string]string // lower-cased table name → stream
-	entry   []*entryFold      // the entry being read, per stream
+	entry   *change.Plans     // the entry being read, per stream: its rows folded, its records retained until staged
 }
 
 // streamState is what the range so far holds for one stream: its staging tables, in the order their MERGEs
@@ -126,13 +126,6 @@ type streamState struct {
 	truncated bool
 	segs      []*segment
 	voided    []*segment // staged before a truncate of a later entry: closed, never committed
-}
-
-// entryFold folds one stream's rows of one entry: per key the last change, keys in first-seen order.
-type entryFold struct {
-	st   *streamState
-	fold *change.Fold
-	recs []arrow.RecordBatch // retained until the entry is staged
 }
 
 func (a *applier) stream(name string) (*streamState, error) {
@@ -149,17 +142,6 @@ func (a *applier) stream(name string) (*streamState, error) {
 	a.byName[name] = ss
 	a.streams = append(a.streams, ss)
 	return ss, nil
-}
-
-func (a *applier) entryOf(ss *streamState) *entryFold {
-	for _, e := range a.entry {
-		if e.st == ss {
-			return e
-		}
-	}
-	e := &entryFold{st: ss, fold: change.NewFold(change.FoldOptions{})}
-	a.entry = append(a.entry, e)
-	return e
 }
 
 func (a *applier) run(ctx context.Context, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
@@ -208,13 +190,13 @@ func (a *applier) run(ctx context.Context, items iter.Seq2[serve.Item, error]) (
 		case seq <= fence:
 			// Part of a range this destination holds already (its fence lies inside the range).
 		case it.Truncate:
-			a.entryOf(ss).fold.Truncate()
+			a.entry.Get(ss.stream).Fold.Truncate()
 			ss.touched = true
 		case it.Record != nil:
 			if err := a.ensureTable(ctx, ss.table, it.Record.Schema()); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
 			}
-			if err := a.entryOf(ss).add(it.Record); err != nil {
+			if err := a.entry.Get(ss.stream).Add(it.Record); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
 			}
 			res.Rows += it.Record.NumRows()
@@ -260,40 +242,13 @@ func (a *applier) run(ctx context.Context, items iter.Seq2[serve.Item, error]) (
 	return res, nil
 }
 
-func (e *entryFold) add(rec arrow.RecordBatch) error {
-	ops, err := change.OpValues(rec)
-	if err != nil {
-		return err
-	}
-	key, err := change.KeyOf(rec)
-	if err != nil {
-		return err
-	}
-	if err := e.fold.Add(key, ops); err != nil {
-		return err
-	}
-	rec.Retain()
-	e.recs = append(e.recs, rec)
-	return nil
-}
-
-// releaseEntry lets go of the records of the entry being read.
-func (a *applier) releaseEntry() {
-	for _, e := range a.entry {
-		for _, r := range e.recs {
-			r.Release()
-		}
-	}
-	a.entry = nil
-}
-
 // endEntry stages the surviving rows of the entry read so far, per stream, and releases its records. A
 // truncate in the entry voids what earlier entries staged for the stream.
 func (a *applier) endEntry(ctx context.Context) error {
-	defer a.releaseEntry()
-	for _, e := range a.entry {
-		ss := e.st
-		if e.fold.Truncated() {
+	defer a.entry.Release()
+	for _, e := range a.entry.List() {
+		ss := a.byName[e.Stream]
+		if e.Fold.Truncated() {
 			ss.truncated = true
 			for _, sg := range ss.segs {
 				sg.close()
@@ -306,19 +261,6 @@ func (a *applier) endEntry(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func sameSchema(x, y *arrow.Schema) bool {
-	return x == y || (x.Equal(y) && protocol.SchemaID(x) == protocol.SchemaID(y))
-}
-
-func appendSchema(list []*arrow.Schema, s *arrow.Schema) []*arrow.Schema {
-	for _, x := range list {
-		if sameSchema(x, s) {
-			return list
-		}
-	}
-	return append(list, s)
 }
 
 // targetColumns matches a batch's data columns to the target's: the target's spelling of each name, the
@@ -505,17 +447,17 @@ func (a *applier) closeSegments() {
 
 // stageEntry appends the entry's surviving rows of one stream to its staging tables: the current one when the
 // rows' schema is its schema, a new one otherwise (so the MERGEs, run in order, keep the order of changes).
-func (a *applier) stageEntry(ctx context.Context, ss *streamState, e *entryFold) error {
+func (a *applier) stageEntry(ctx context.Context, ss *streamState, e *change.Plan) error {
 	type group struct {
 		schema *arrow.Schema
 		last   []change.Last
 	}
 	var groups []*group
-	for _, l := range e.fold.Last() {
-		s := e.recs[l.Batch].Schema()
+	for _, l := range e.Fold.Last() {
+		s := e.Batches[l.Batch].Schema()
 		var g *group
 		for _, x := range groups {
-			if sameSchema(x.schema, s) {
+			if change.SameSchema(x.schema, s) {
 				g = x
 				break
 			}
@@ -528,7 +470,7 @@ func (a *applier) stageEntry(ctx context.Context, ss *streamState, e *entryFold)
 	}
 	for _, g := range groups {
 		var sg *segment
-		if n := len(ss.segs); n > 0 && sameSchema(ss.segs[n-1].schema, g.schema) {
+		if n := len(ss.segs); n > 0 && change.SameSchema(ss.segs[n-1].schema, g.schema) {
 			sg = ss.segs[n-1]
 		} else {
 			var err error
@@ -537,7 +479,7 @@ func (a *applier) stageEntry(ctx context.Context, ss *streamState, e *entryFold)
 			}
 			ss.segs = append(ss.segs, sg)
 		}
-		if err := a.appendRows(ctx, ss.table, sg, e.recs, g.last); err != nil {
+		if err := a.appendRows(ctx, ss.table, sg, e.Batches, g.last); err != nil {
 			return err
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"cloud.google.com/go/bigquery"
 	"cloud.google.com/go/bigquery/storage/managedwriter"
@@ -313,12 +314,19 @@ func contains(list []string, s string) bool {
 
 // Capabilities: exactly-once, deletes, added columns, truncates, and coalesced ranges (a MERGE per range
 // rather than per WAL entry is what makes a warehouse affordable).
+// It proposes an apply max_interval of WarehouseApplyInterval, which a connection that leaves
+// apply.max_interval out takes: a caught-up pipeline then commits once a minute, not once per WAL entry.
 func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serve.Capabilities, error) {
 	if _, err := ParseSettings(raw); err != nil {
 		return serve.Capabilities{}, err
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true,
+		ApplyDefaults: serve.ApplyDefaults{MaxInterval: WarehouseApplyInterval}}, nil
 }
+
+// WarehouseApplyInterval: each commit starts compute that bills by the minute or by the query, so a minute
+// between commits bounds the cost of a trickle of changes (the README's worked example).
+const WarehouseApplyInterval = time.Minute
 
 // LastApplied reads the pipeline's state rows.
 func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {

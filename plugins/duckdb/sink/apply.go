@@ -14,7 +14,6 @@ import (
 	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
-	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
@@ -45,15 +44,6 @@ type row struct {
 	op  change.Op
 	rec arrow.RecordBatch
 	i   int
-}
-
-// streamPlan collects a stream's batches, folded (change.Fold): per key the last change, keys in first-seen
-// order so that statements are deterministic, or every row for a stream without a key.
-type streamPlan struct {
-	stream  string
-	schemas []*arrow.Schema // in order of appearance
-	fold    *change.Fold
-	recs    []arrow.RecordBatch // the fold's batches, by number
 }
 
 func (a *applier) exec(ctx context.Context, q string, args ...any) error {
@@ -89,37 +79,28 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		return serve.ApplyResult{Skipped: true}, nil
 	}
 	var (
-		plans  []*streamPlan
-		byName = map[string]*streamPlan{}
+		// The plans of one entry (per key the last change, streams in first-seen order so that statements
+		// are deterministic), written when it ends.
+		plans  = change.NewPlans(change.FoldOptions{})
 		tables = map[string]string{} // lower-cased table → the stream writing it, across the whole range
 		entry  uint64                // the entry whose items the plans hold
 	)
-	defer func() { releasePlans(plans) }()
+	defer func() { plans.Release() }()
 	a.tables = map[string]map[string]string{}
-	plan := func(stream string) *streamPlan {
-		sp := byName[stream]
-		if sp == nil {
-			sp = &streamPlan{stream: stream, fold: change.NewFold(change.FoldOptions{})}
-			byName[stream] = sp
-			plans = append(plans, sp)
-		}
-		return sp
-	}
 	flush := func() error {
-		for _, sp := range plans {
-			t := strings.ToLower(TableName(sp.stream))
-			if other, ok := tables[t]; ok && other != sp.stream {
-				return fmt.Errorf("streams %s and %s both map to table %s", other, sp.stream, TableName(sp.stream))
+		for _, sp := range plans.List() {
+			t := strings.ToLower(TableName(sp.Stream))
+			if other, ok := tables[t]; ok && other != sp.Stream {
+				return fmt.Errorf("streams %s and %s both map to table %s", other, sp.Stream, TableName(sp.Stream))
 			}
-			tables[t] = sp.stream
+			tables[t] = sp.Stream
 		}
-		for _, sp := range plans {
+		for _, sp := range plans.List() {
 			if err := a.writeStream(ctx, sp); err != nil {
-				return fmt.Errorf("stream %s: %w", sp.stream, err)
+				return fmt.Errorf("stream %s: %w", sp.Stream, err)
 			}
 		}
-		releasePlans(plans)
-		plans, byName = nil, map[string]*streamPlan{}
+		plans.Release()
 		return nil
 	}
 	for it, err := range items {
@@ -142,14 +123,11 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		state.Streams[it.Stream] = req.Sequence
 		switch {
 		case it.Schema != nil:
-			sp := plan(it.Stream)
-			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
+			plans.Get(it.Stream).AddSchema(it.Schema.Schema)
 		case it.Truncate:
-			plan(it.Stream).fold.Truncate()
+			plans.Get(it.Stream).Fold.Truncate()
 		case it.Record != nil:
-			sp := plan(it.Stream)
-			sp.schemas = appendSchema(sp.schemas, it.Record.Schema())
-			if err := sp.add(it.Record); err != nil {
+			if err := plans.Get(it.Stream).Add(it.Record); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
 			}
 			res.Rows += it.Record.NumRows()
@@ -175,65 +153,24 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 	return res, nil
 }
 
-// releasePlans gives back the batches the plans retained.
-func releasePlans(plans []*streamPlan) {
-	for _, sp := range plans {
-		for _, rec := range sp.recs {
-			rec.Release()
-		}
-		sp.recs = nil
-	}
-}
-
-func sameSchema(x, y *arrow.Schema) bool {
-	return x == y || (x.Equal(y) && protocol.SchemaID(x) == protocol.SchemaID(y))
-}
-
-func appendSchema(list []*arrow.Schema, s *arrow.Schema) []*arrow.Schema {
-	for _, x := range list {
-		if sameSchema(x, s) {
-			return list
-		}
-	}
-	return append(list, s)
-}
-
-// add folds a batch into the plan: the last change of a key wins.
-func (sp *streamPlan) add(rec arrow.RecordBatch) error {
-	ops, err := change.OpValues(rec)
-	if err != nil {
-		return err
-	}
-	key, err := change.KeyOf(rec)
-	if err != nil {
-		return err
-	}
-	if err := sp.fold.Add(key, ops); err != nil {
-		return err
-	}
-	rec.Retain() // a streamed item's batch is released once the next item is asked for
-	sp.recs = append(sp.recs, rec)
-	return nil
-}
-
 // writeStream empties the table if the stream was truncated, brings it up to the stream's schemas, then merges the surviving rows, one staging load
 // and one statement per batch schema.
-func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
-	if sp.fold.Truncated() {
+func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
+	if sp.Fold.Truncated() {
 		// In the apply's transaction: a reader sees the truncate and the rows after it together.
-		cols, err := a.columns(ctx, sp.stream)
+		cols, err := a.columns(ctx, sp.Stream)
 		if err != nil {
 			return err
 		}
 		if cols != nil {
-			if err := a.exec(ctx, "DELETE FROM "+a.tableName(sp.stream)); err != nil {
-				return fmt.Errorf("truncate %s: %w", a.tableName(sp.stream), err)
+			if err := a.exec(ctx, "DELETE FROM "+a.tableName(sp.Stream)); err != nil {
+				return fmt.Errorf("truncate %s: %w", a.tableName(sp.Stream), err)
 			}
 		}
 	}
 	// All DDL of the table comes before its rows, so the rows meet the grown table.
-	for _, s := range sp.schemas {
-		if err := a.ensureTable(ctx, sp.stream, s); err != nil {
+	for _, s := range sp.Schemas {
+		if err := a.ensureTable(ctx, sp.Stream, s); err != nil {
 			return err
 		}
 	}
@@ -245,21 +182,21 @@ func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
 	add := func(r row) {
 		s := r.rec.Schema()
 		for _, g := range groups {
-			if sameSchema(g.schema, s) {
+			if change.SameSchema(g.schema, s) {
 				g.rows = append(g.rows, r)
 				return
 			}
 		}
 		groups = append(groups, &group{schema: s, rows: []row{r}})
 	}
-	for _, l := range sp.fold.Last() {
-		add(row{op: l.Op, rec: sp.recs[l.Batch], i: l.Row})
+	for _, l := range sp.Fold.Last() {
+		add(row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row})
 	}
 	for _, g := range groups {
 		if err := a.stage(ctx, g.schema, g.rows); err != nil {
 			return err
 		}
-		if err := a.merge(ctx, sp.stream, g.schema); err != nil {
+		if err := a.merge(ctx, sp.Stream, g.schema); err != nil {
 			return err
 		}
 	}

@@ -47,16 +47,6 @@ type row struct {
 	i   int
 }
 
-// streamPlan collects a stream's batches, folded (change.Fold): per key the last change, keys in first-seen
-// order so that statements are deterministic, or every row for a stream without a key.
-type streamPlan struct {
-	stream  string
-	schemas []*arrow.Schema // in order of appearance
-	fold    *change.Fold
-	recs    []arrow.RecordBatch // the fold's batches, by number
-	keyed   []bool              // per batch: its schema declares a key
-}
-
 // apply runs one transaction: the entries of the request after the pipeline's fence, then the new fence. The
 // changes are folded per entry (the last change of a key wins) and written as each entry ends, so a long
 // range costs one entry's memory; the range still commits, or not, as one.
@@ -100,31 +90,22 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 	}
 
 	var (
-		plans   []*streamPlan
-		byName  = map[string]*streamPlan{}
+		// The plans of one entry (per key the last change, streams in first-seen order so that statements
+		// are deterministic), written when it ends.
+		plans   = change.NewPlans(change.FoldOptions{})
 		touched = map[string]uint64{}
 		rows    int64
 		entry   uint64       // the entry whose items the plans hold
 		marks   []serve.Item // resnapshot marks, applied after the rows (resnapshot.go)
 	)
-	defer func() { releasePlans(plans) }()
-	plan := func(stream string) *streamPlan {
-		sp := byName[stream]
-		if sp == nil {
-			sp = &streamPlan{stream: stream, fold: change.NewFold(change.FoldOptions{})}
-			byName[stream] = sp
-			plans = append(plans, sp)
-		}
-		return sp
-	}
+	defer func() { plans.Release() }()
 	flush := func() error {
-		for _, sp := range plans {
+		for _, sp := range plans.List() {
 			if err := a.writeStream(ctx, sp); err != nil {
-				return fmt.Errorf("apply %d: stream %s: %w", entry, sp.stream, err)
+				return fmt.Errorf("apply %d: stream %s: %w", entry, sp.Stream, err)
 			}
 		}
-		releasePlans(plans)
-		plans, byName = nil, map[string]*streamPlan{}
+		plans.Release()
 		return nil
 	}
 	for it, err := range items {
@@ -148,17 +129,16 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		if it.Schema != nil {
 			// Rows before a schema change are written before it: a column added with a value for existing
 			// rows must find them in the table (they share an entry when a group commit gathered both).
-			if sp := byName[it.Stream]; sp != nil && len(sp.recs) > 0 {
+			if sp := plans.Lookup(it.Stream); sp != nil && len(sp.Batches) > 0 {
 				if err := flush(); err != nil {
 					return serve.ApplyResult{}, err
 				}
 			}
-			sp := plan(it.Stream)
-			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
+			plans.Get(it.Stream).AddSchema(it.Schema.Schema)
 			continue
 		}
 		if it.Truncate {
-			plan(it.Stream).fold.Truncate()
+			plans.Get(it.Stream).Fold.Truncate()
 			continue
 		}
 		if it.Resnapshot != serve.ResnapshotNone {
@@ -168,13 +148,10 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		if it.Record == nil {
 			continue
 		}
-		sp := plan(it.Stream)
-		sp.schemas = appendSchema(sp.schemas, it.Record.Schema())
-		n, err := sp.add(it.Record)
-		if err != nil {
+		if err := plans.Get(it.Stream).Add(it.Record); err != nil {
 			return serve.ApplyResult{}, fmt.Errorf("apply %d: stream %s: %w", seq, it.Stream, err)
 		}
-		rows += n
+		rows += it.Record.NumRows()
 	}
 	if err := flush(); err != nil {
 		return serve.ApplyResult{}, err
@@ -193,52 +170,14 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 	return serve.ApplyResult{Rows: rows}, nil
 }
 
-// releasePlans gives back the batches the plans retained.
-func releasePlans(plans []*streamPlan) {
-	for _, sp := range plans {
-		for _, rec := range sp.recs {
-			rec.Release()
-		}
-		sp.recs = nil
-	}
-}
-
-func appendSchema(list []*arrow.Schema, s *arrow.Schema) []*arrow.Schema {
-	for _, x := range list {
-		if x.Equal(s) && protocol.SchemaID(x) == protocol.SchemaID(s) {
-			return list
-		}
-	}
-	return append(list, s)
-}
-
-// add folds a batch into the plan: the last change of a key wins.
-func (sp *streamPlan) add(rec arrow.RecordBatch) (int64, error) {
-	ops, err := change.OpValues(rec)
-	if err != nil {
-		return 0, err
-	}
-	key, err := change.KeyOf(rec)
-	if err != nil {
-		return 0, err
-	}
-	if err := sp.fold.Add(key, ops); err != nil {
-		return 0, err
-	}
-	rec.Retain() // a streamed item's batch is released once the next item is asked for
-	sp.recs = append(sp.recs, rec)
-	sp.keyed = append(sp.keyed, key.Len() > 0)
-	return rec.NumRows(), nil
-}
-
 // writeStream empties the table if the stream was truncated, brings it up to the stream's schemas, then
 // deletes and upserts the surviving rows: all in the apply's transaction, so a reader sees the truncate and
 // the rows after it together.
-func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
-	if sp.fold.Truncated() {
+func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
+	if sp.Fold.Truncated() {
 		// DELETE rather than TRUNCATE: it takes no exclusive lock, so readers of the table are not blocked
 		// while the apply runs.
-		name := pgx.Identifier{a.cfg.TargetSchema, TableName(sp.stream)}.Sanitize()
+		name := pgx.Identifier{a.cfg.TargetSchema, TableName(sp.Stream)}.Sanitize()
 		var exists bool
 		if err := a.tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, name).Scan(&exists); err != nil {
 			return a.cfg.Explain(err)
@@ -249,12 +188,12 @@ func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
 			}
 		}
 	}
-	for _, s := range sp.schemas {
-		if err := a.ensureTable(ctx, sp.stream, s); err != nil {
+	for _, s := range sp.Schemas {
+		if err := a.ensureTable(ctx, sp.Stream, s); err != nil {
 			return err
 		}
 	}
-	ts := a.tables[sp.stream]
+	ts := a.tables[sp.Stream]
 	if ts == nil {
 		return nil // only schema changes of a stream without rows yet: the table exists now
 	}
@@ -277,10 +216,10 @@ func (a *applier) writeStream(ctx context.Context, sp *streamPlan) error {
 		}
 	)
 	var inserts []row // rows of a stream without a key: appended as they come
-	for _, l := range sp.fold.Last() {
-		r := row{op: l.Op, rec: sp.recs[l.Batch], i: l.Row}
+	for _, l := range sp.Fold.Last() {
+		r := row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row}
 		switch {
-		case !sp.keyed[l.Batch]:
+		case !sp.Keyed[l.Batch]:
 			inserts = append(inserts, r)
 		case r.op == change.OpDelete:
 			g := find(&deletes, r.rec.Schema())

@@ -16,7 +16,6 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
-	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/snowflake/sfsql"
 )
@@ -29,14 +28,11 @@ func TableName(stream string) string {
 	return sfsql.Name(stream)
 }
 
-// streamPlan collects a stream's batches of one apply, folded.
+// streamPlan is a stream's folded batches of one apply, with the table they go to and their staged files.
 type streamPlan struct {
-	stream  string
-	table   sfsql.Table
-	schemas []*arrow.Schema
-	fold    *change.Fold
-	recs    []arrow.RecordBatch
-	loads   []*load
+	*change.Plan
+	table sfsql.Table
+	loads []*load
 }
 
 // load is one Parquet file of a stream: the surviving rows of the batches of one schema.
@@ -46,19 +42,6 @@ type load struct {
 	file   string // local path; its base name is the staged file's name
 	stage  sfsql.Table
 	rows   int64
-}
-
-func sameSchema(x, y *arrow.Schema) bool {
-	return x == y || (x.Equal(y) && protocol.SchemaID(x) == protocol.SchemaID(y))
-}
-
-func appendSchema(list []*arrow.Schema, s *arrow.Schema) []*arrow.Schema {
-	for _, x := range list {
-		if sameSchema(x, s) {
-			return list
-		}
-	}
-	return append(list, s)
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
@@ -95,19 +78,8 @@ func (x *session) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
-	var (
-		plans  []*streamPlan
-		byName = map[string]*streamPlan{}
-	)
-	plan := func(stream string) *streamPlan {
-		sp := byName[stream]
-		if sp == nil {
-			sp = &streamPlan{stream: stream, table: x.table(TableName(stream)), fold: change.NewFold(change.FoldOptions{})}
-			byName[stream] = sp
-			plans = append(plans, sp)
-		}
-		return sp
-	}
+	folded := change.NewPlans(change.FoldOptions{})
+	defer folded.Release()
 	for _, it := range req.Items {
 		seq := it.Sequence
 		if seq == 0 {
@@ -120,37 +92,29 @@ func (x *session) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 		state.Streams[it.Stream] = req.Sequence
 		switch {
 		case it.Schema != nil:
-			sp := plan(it.Stream)
-			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
+			folded.Get(it.Stream).AddSchema(it.Schema.Schema)
 		case it.Truncate:
-			plan(it.Stream).fold.Truncate()
+			folded.Get(it.Stream).Fold.Truncate()
 		case it.Record != nil:
-			sp := plan(it.Stream)
-			sp.schemas = appendSchema(sp.schemas, it.Record.Schema())
-			ops, err := change.OpValues(it.Record)
-			if err != nil {
+			if err := folded.Get(it.Stream).Add(it.Record); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
 			}
-			key, err := change.KeyOf(it.Record)
-			if err != nil {
-				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
-			}
-			if err := sp.fold.Add(key, ops); err != nil {
-				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
-			}
-			sp.recs = append(sp.recs, it.Record)
 			res.Rows += it.Record.NumRows()
 		default:
 			return res, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
 		}
 	}
+	var plans []*streamPlan
+	for _, p := range folded.List() {
+		plans = append(plans, &streamPlan{Plan: p, table: x.table(TableName(p.Stream))})
+	}
 	seen := map[string]string{}
 	for _, sp := range plans {
 		if other, ok := seen[sp.table.Name]; ok {
-			return res, fault.ConfigErr(fmt.Errorf("streams %s and %s both map to table %s", other, sp.stream, sp.table),
+			return res, fault.ConfigErr(fmt.Errorf("streams %s and %s both map to table %s", other, sp.Stream, sp.table),
 				"replicate only one of the two tables into this database and schema, or send them to separate destinations")
 		}
-		seen[sp.table.Name] = sp.stream
+		seen[sp.table.Name] = sp.Stream
 	}
 
 	// Outside the transaction (each DDL statement commits in Snowflake): tables and columns, files, staging tables.
@@ -161,13 +125,13 @@ func (x *session) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 	defer os.RemoveAll(dir)
 	nstage := 0
 	for _, sp := range plans {
-		for _, s := range sp.schemas {
+		for _, s := range sp.Schemas {
 			if err := x.ensureTable(ctx, sp.table, s); err != nil {
-				return res, fmt.Errorf("stream %s: %w", sp.stream, err)
+				return res, fmt.Errorf("stream %s: %w", sp.Stream, err)
 			}
 		}
 		if err := x.prepareLoads(ctx, req, sp, dir, &nstage); err != nil {
-			return res, fmt.Errorf("stream %s: %w", sp.stream, err)
+			return res, fmt.Errorf("stream %s: %w", sp.Stream, err)
 		}
 	}
 
@@ -184,7 +148,7 @@ func (x *session) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 	}()
 	txexec := func(q string, args ...any) error { return x.exec(ctx, q, args...) }
 	for _, sp := range plans {
-		if sp.fold.Truncated() {
+		if sp.Fold.Truncated() {
 			if err := txexec(sfsql.DeleteAll(sp.table)); err != nil {
 				return res, explain(x.s, "truncate "+sp.table.String(), err)
 			}
@@ -210,7 +174,7 @@ func (x *session) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 	var args []any
 	args = append(args, req.Pipeline, "", strconv.FormatUint(req.Sequence, 10))
 	for _, sp := range plans {
-		args = append(args, req.Pipeline, sp.stream, strconv.FormatUint(req.Sequence, 10))
+		args = append(args, req.Pipeline, sp.Stream, strconv.FormatUint(req.Sequence, 10))
 	}
 	if err := txexec(sfsql.UpsertState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema), len(args)/3), args...); err != nil {
 		return res, explain(x.s, fmt.Sprintf("record sequence %d", req.Sequence), err)
@@ -293,11 +257,11 @@ func (x *session) prepareLoads(ctx context.Context, req serve.ApplyRequest, sp *
 		order  []int
 	}
 	var groups []*group
-	for _, l := range sp.fold.Last() {
-		rec := sp.recs[l.Batch]
+	for _, l := range sp.Fold.Last() {
+		rec := sp.Batches[l.Batch]
 		var g *group
 		for _, c := range groups {
-			if sameSchema(c.schema, rec.Schema()) {
+			if change.SameSchema(c.schema, rec.Schema()) {
 				g = c
 			}
 		}
@@ -315,13 +279,13 @@ func (x *session) prepareLoads(ctx context.Context, req serve.ApplyRequest, sp *
 		if err != nil {
 			return err
 		}
-		name := unsafeName.ReplaceAllString(fmt.Sprintf("%s__%s__%d__%d.parquet", req.Pipeline, sp.stream, req.Sequence, gi), "_")
+		name := unsafeName.ReplaceAllString(fmt.Sprintf("%s__%s__%d__%d.parquet", req.Pipeline, sp.Stream, req.Sequence, gi), "_")
 		l := &load{schema: g.schema, cols: cols, file: filepath.Join(dir, name)}
 		*nstage++
 		l.stage = x.table(fmt.Sprintf("_SKIPPR_STAGE_%d", *nstage))
 		var parts []part
 		for _, bi := range g.order {
-			parts = append(parts, part{rec: sp.recs[bi], picks: g.picks[bi]})
+			parts = append(parts, part{rec: sp.Batches[bi], picks: g.picks[bi]})
 		}
 		n, size, err := writeParquet(ctx, l.file, g.schema, cols, parts)
 		if err != nil {

@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	sf "github.com/snowflakedb/gosnowflake"
 
@@ -86,12 +87,19 @@ func (d *Destination) Spec() serve.Spec {
 
 // Capabilities: exactly-once (the state row commits with the data), deletes, added columns, truncates, and
 // coalesced ranges, which is what keeps a warehouse's MERGE to one per apply interval.
+// It proposes an apply max_interval of WarehouseApplyInterval, which a connection that leaves
+// apply.max_interval out takes: a caught-up pipeline then commits once a minute, not once per WAL entry.
 func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serve.Capabilities, error) {
 	if _, err := ParseSettings(raw); err != nil {
 		return serve.Capabilities{}, err
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true,
+		ApplyDefaults: serve.ApplyDefaults{MaxInterval: WarehouseApplyInterval}}, nil
 }
+
+// WarehouseApplyInterval: each commit starts compute that bills by the minute or by the query, so a minute
+// between commits bounds the cost of a trickle of changes (the README's worked example).
+const WarehouseApplyInterval = time.Minute
 
 // Close closes every connection pool, which closes the Snowflake sessions.
 func (d *Destination) Close() error {

@@ -1232,8 +1232,11 @@ type CapabilitiesResponse struct {
 	// Arrow type names (arrow.DataType.Name(): "decimal256", "dense_union", ...) the destination cannot hold at
 	// any depth of a column's type. The engine refuses a pipeline at start when a source stream has one.
 	UnsupportedTypes []string `protobuf:"bytes,8,rep,name=unsupported_types,json=unsupportedTypes,proto3" json:"unsupported_types,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The apply limits the destination proposes for a connection whose `apply:` leaves them out (a warehouse
+	// proposes a long max_interval, since each commit costs compute). Unset means no proposal.
+	ApplyDefaults *ApplyDefaults `protobuf:"bytes,9,opt,name=apply_defaults,json=applyDefaults,proto3" json:"apply_defaults,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
@@ -1322,6 +1325,75 @@ func (x *CapabilitiesResponse) GetUnsupportedTypes() []string {
 	return nil
 }
 
+func (x *CapabilitiesResponse) GetApplyDefaults() *ApplyDefaults {
+	if x != nil {
+		return x.ApplyDefaults
+	}
+	return nil
+}
+
+// ApplyDefaults: a destination's proposed apply limits; 0 is no proposal for that limit, which then takes the
+// engine's default. A limit the connection states always wins, 0 included.
+type ApplyDefaults struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MaxIntervalMs int64                  `protobuf:"varint,1,opt,name=max_interval_ms,json=maxIntervalMs,proto3" json:"max_interval_ms,omitempty"`
+	MaxBytes      int64                  `protobuf:"varint,2,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxEntries    int64                  `protobuf:"varint,3,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyDefaults) Reset() {
+	*x = ApplyDefaults{}
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyDefaults) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyDefaults) ProtoMessage() {}
+
+func (x *ApplyDefaults) ProtoReflect() protoreflect.Message {
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyDefaults.ProtoReflect.Descriptor instead.
+func (*ApplyDefaults) Descriptor() ([]byte, []int) {
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ApplyDefaults) GetMaxIntervalMs() int64 {
+	if x != nil {
+		return x.MaxIntervalMs
+	}
+	return 0
+}
+
+func (x *ApplyDefaults) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *ApplyDefaults) GetMaxEntries() int64 {
+	if x != nil {
+		return x.MaxEntries
+	}
+	return 0
+}
+
 type ApplyHeader struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Settings []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
@@ -1336,7 +1408,7 @@ type ApplyHeader struct {
 
 func (x *ApplyHeader) Reset() {
 	*x = ApplyHeader{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1420,7 @@ func (x *ApplyHeader) String() string {
 func (*ApplyHeader) ProtoMessage() {}
 
 func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1433,7 @@ func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyHeader.ProtoReflect.Descriptor instead.
 func (*ApplyHeader) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApplyHeader) GetSettings() []byte {
@@ -1403,7 +1475,7 @@ type EntryStart struct {
 
 func (x *EntryStart) Reset() {
 	*x = EntryStart{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1487,7 @@ func (x *EntryStart) String() string {
 func (*EntryStart) ProtoMessage() {}
 
 func (x *EntryStart) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1500,7 @@ func (x *EntryStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryStart.ProtoReflect.Descriptor instead.
 func (*EntryStart) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EntryStart) GetSequence() uint64 {
@@ -1455,7 +1527,7 @@ type ApplyMessage struct {
 
 func (x *ApplyMessage) Reset() {
 	*x = ApplyMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1539,7 @@ func (x *ApplyMessage) String() string {
 func (*ApplyMessage) ProtoMessage() {}
 
 func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1552,7 @@ func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyMessage.ProtoReflect.Descriptor instead.
 func (*ApplyMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApplyMessage) GetMsg() isApplyMessage_Msg {
@@ -1594,7 +1666,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1606,7 +1678,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1619,7 +1691,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApplyResponse) GetSkipped() bool {
@@ -1646,7 +1718,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1658,7 +1730,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1671,7 +1743,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LastAppliedRequest) GetSettings() []byte {
@@ -1698,7 +1770,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1782,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1795,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{24}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LastAppliedResponse) GetSequence() uint64 {
@@ -1749,7 +1821,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1833,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1846,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{25}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TeardownRequest) GetSettings() []byte {
@@ -1794,7 +1866,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1878,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1891,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{26}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TeardownResponse) GetReleased() []string {
@@ -1841,7 +1913,7 @@ type LakePlanRequest struct {
 
 func (x *LakePlanRequest) Reset() {
 	*x = LakePlanRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1925,7 @@ func (x *LakePlanRequest) String() string {
 func (*LakePlanRequest) ProtoMessage() {}
 
 func (x *LakePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +1938,7 @@ func (x *LakePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakePlanRequest.ProtoReflect.Descriptor instead.
 func (*LakePlanRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{27}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LakePlanRequest) GetSettings() []byte {
@@ -1906,7 +1978,7 @@ type LakePlanResponse struct {
 
 func (x *LakePlanResponse) Reset() {
 	*x = LakePlanResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +1990,7 @@ func (x *LakePlanResponse) String() string {
 func (*LakePlanResponse) ProtoMessage() {}
 
 func (x *LakePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2003,7 @@ func (x *LakePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakePlanResponse.ProtoReflect.Descriptor instead.
 func (*LakePlanResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{28}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LakePlanResponse) GetPlan() []byte {
@@ -1956,7 +2028,7 @@ type LakeCompactRequest struct {
 
 func (x *LakeCompactRequest) Reset() {
 	*x = LakeCompactRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2040,7 @@ func (x *LakeCompactRequest) String() string {
 func (*LakeCompactRequest) ProtoMessage() {}
 
 func (x *LakeCompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2053,7 @@ func (x *LakeCompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakeCompactRequest.ProtoReflect.Descriptor instead.
 func (*LakeCompactRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{29}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LakeCompactRequest) GetSettings() []byte {
@@ -2035,7 +2107,7 @@ type LakeCompactResponse struct {
 
 func (x *LakeCompactResponse) Reset() {
 	*x = LakeCompactResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2119,7 @@ func (x *LakeCompactResponse) String() string {
 func (*LakeCompactResponse) ProtoMessage() {}
 
 func (x *LakeCompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2132,7 @@ func (x *LakeCompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakeCompactResponse.ProtoReflect.Descriptor instead.
 func (*LakeCompactResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{30}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LakeCompactResponse) GetReport() []byte {
@@ -2079,7 +2151,7 @@ type QueryInput struct {
 
 func (x *QueryInput) Reset() {
 	*x = QueryInput{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2163,7 @@ func (x *QueryInput) String() string {
 func (*QueryInput) ProtoMessage() {}
 
 func (x *QueryInput) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2176,7 @@ func (x *QueryInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryInput.ProtoReflect.Descriptor instead.
 func (*QueryInput) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{31}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueryInput) GetData() []byte {
@@ -2124,7 +2196,7 @@ type QueryOutput struct {
 
 func (x *QueryOutput) Reset() {
 	*x = QueryOutput{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[32]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2208,7 @@ func (x *QueryOutput) String() string {
 func (*QueryOutput) ProtoMessage() {}
 
 func (x *QueryOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[32]
+	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2221,7 @@ func (x *QueryOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOutput.ProtoReflect.Descriptor instead.
 func (*QueryOutput) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{32}
+	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *QueryOutput) GetData() []byte {
@@ -2252,7 +2324,7 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"checkpoint\"\r\n" +
 	"\vAckResponse\"1\n" +
 	"\x13CapabilitiesRequest\x12\x1a\n" +
-	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xaf\x02\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xf7\x02\n" +
 	"\x14CapabilitiesResponse\x12!\n" +
 	"\fexactly_once\x18\x01 \x01(\bR\vexactlyOnce\x12\x18\n" +
 	"\adeletes\x18\x02 \x01(\bR\adeletes\x12)\n" +
@@ -2263,7 +2335,13 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"resnapshot\x18\a \x01(\bR\n" +
 	"resnapshot\x12+\n" +
-	"\x11unsupported_types\x18\b \x03(\tR\x10unsupportedTypes\"\x88\x01\n" +
+	"\x11unsupported_types\x18\b \x03(\tR\x10unsupportedTypes\x12F\n" +
+	"\x0eapply_defaults\x18\t \x01(\v2\x1f.skippr.plugin.v1.ApplyDefaultsR\rapplyDefaults\"u\n" +
+	"\rApplyDefaults\x12&\n" +
+	"\x0fmax_interval_ms\x18\x01 \x01(\x03R\rmaxIntervalMs\x12\x1b\n" +
+	"\tmax_bytes\x18\x02 \x01(\x03R\bmaxBytes\x12\x1f\n" +
+	"\vmax_entries\x18\x03 \x01(\x03R\n" +
+	"maxEntries\"\x88\x01\n" +
 	"\vApplyHeader\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x1a\n" +
 	"\bpipeline\x18\x02 \x01(\tR\bpipeline\x12\x1a\n" +
@@ -2358,7 +2436,7 @@ func file_skippr_plugin_v1_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_skippr_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(Kind)(0),                    // 0: skippr.plugin.v1.Kind
 	(SyncMode)(0),                // 1: skippr.plugin.v1.SyncMode
@@ -2381,22 +2459,23 @@ var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	(*AckResponse)(nil),          // 18: skippr.plugin.v1.AckResponse
 	(*CapabilitiesRequest)(nil),  // 19: skippr.plugin.v1.CapabilitiesRequest
 	(*CapabilitiesResponse)(nil), // 20: skippr.plugin.v1.CapabilitiesResponse
-	(*ApplyHeader)(nil),          // 21: skippr.plugin.v1.ApplyHeader
-	(*EntryStart)(nil),           // 22: skippr.plugin.v1.EntryStart
-	(*ApplyMessage)(nil),         // 23: skippr.plugin.v1.ApplyMessage
-	(*ApplyResponse)(nil),        // 24: skippr.plugin.v1.ApplyResponse
-	(*LastAppliedRequest)(nil),   // 25: skippr.plugin.v1.LastAppliedRequest
-	(*LastAppliedResponse)(nil),  // 26: skippr.plugin.v1.LastAppliedResponse
-	(*TeardownRequest)(nil),      // 27: skippr.plugin.v1.TeardownRequest
-	(*TeardownResponse)(nil),     // 28: skippr.plugin.v1.TeardownResponse
-	(*LakePlanRequest)(nil),      // 29: skippr.plugin.v1.LakePlanRequest
-	(*LakePlanResponse)(nil),     // 30: skippr.plugin.v1.LakePlanResponse
-	(*LakeCompactRequest)(nil),   // 31: skippr.plugin.v1.LakeCompactRequest
-	(*LakeCompactResponse)(nil),  // 32: skippr.plugin.v1.LakeCompactResponse
-	(*QueryInput)(nil),           // 33: skippr.plugin.v1.QueryInput
-	(*QueryOutput)(nil),          // 34: skippr.plugin.v1.QueryOutput
-	nil,                          // 35: skippr.plugin.v1.Metric.LabelsEntry
-	nil,                          // 36: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	(*ApplyDefaults)(nil),        // 21: skippr.plugin.v1.ApplyDefaults
+	(*ApplyHeader)(nil),          // 22: skippr.plugin.v1.ApplyHeader
+	(*EntryStart)(nil),           // 23: skippr.plugin.v1.EntryStart
+	(*ApplyMessage)(nil),         // 24: skippr.plugin.v1.ApplyMessage
+	(*ApplyResponse)(nil),        // 25: skippr.plugin.v1.ApplyResponse
+	(*LastAppliedRequest)(nil),   // 26: skippr.plugin.v1.LastAppliedRequest
+	(*LastAppliedResponse)(nil),  // 27: skippr.plugin.v1.LastAppliedResponse
+	(*TeardownRequest)(nil),      // 28: skippr.plugin.v1.TeardownRequest
+	(*TeardownResponse)(nil),     // 29: skippr.plugin.v1.TeardownResponse
+	(*LakePlanRequest)(nil),      // 30: skippr.plugin.v1.LakePlanRequest
+	(*LakePlanResponse)(nil),     // 31: skippr.plugin.v1.LakePlanResponse
+	(*LakeCompactRequest)(nil),   // 32: skippr.plugin.v1.LakeCompactRequest
+	(*LakeCompactResponse)(nil),  // 33: skippr.plugin.v1.LakeCompactResponse
+	(*QueryInput)(nil),           // 34: skippr.plugin.v1.QueryInput
+	(*QueryOutput)(nil),          // 35: skippr.plugin.v1.QueryOutput
+	nil,                          // 36: skippr.plugin.v1.Metric.LabelsEntry
+	nil,                          // 37: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 }
 var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // 0: skippr.plugin.v1.SpecResponse.kind:type_name -> skippr.plugin.v1.Kind
@@ -2404,48 +2483,49 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	7,  // 2: skippr.plugin.v1.DiscoverResponse.streams:type_name -> skippr.plugin.v1.Stream
 	7,  // 3: skippr.plugin.v1.SchemaChange.stream:type_name -> skippr.plugin.v1.Stream
 	13, // 4: skippr.plugin.v1.Checkpoint.metrics:type_name -> skippr.plugin.v1.Metric
-	35, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
+	36, // 5: skippr.plugin.v1.Metric.labels:type_name -> skippr.plugin.v1.Metric.LabelsEntry
 	10, // 6: skippr.plugin.v1.ReadMessage.batch:type_name -> skippr.plugin.v1.Chunk
 	11, // 7: skippr.plugin.v1.ReadMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
 	12, // 8: skippr.plugin.v1.ReadMessage.checkpoint:type_name -> skippr.plugin.v1.Checkpoint
 	16, // 9: skippr.plugin.v1.ReadMessage.truncate:type_name -> skippr.plugin.v1.Truncate
 	15, // 10: skippr.plugin.v1.ReadMessage.resnapshot:type_name -> skippr.plugin.v1.ResnapshotMark
-	21, // 11: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
-	10, // 12: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
-	11, // 13: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
-	16, // 14: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
-	22, // 15: skippr.plugin.v1.ApplyMessage.entry:type_name -> skippr.plugin.v1.EntryStart
-	15, // 16: skippr.plugin.v1.ApplyMessage.resnapshot:type_name -> skippr.plugin.v1.ResnapshotMark
-	36, // 17: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
-	2,  // 18: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
-	4,  // 19: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
-	6,  // 20: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
-	9,  // 21: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
-	17, // 22: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
-	19, // 23: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
-	23, // 24: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
-	25, // 25: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
-	27, // 26: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
-	29, // 27: skippr.plugin.v1.Plugin.LakePlan:input_type -> skippr.plugin.v1.LakePlanRequest
-	31, // 28: skippr.plugin.v1.Plugin.LakeCompact:input_type -> skippr.plugin.v1.LakeCompactRequest
-	33, // 29: skippr.plugin.v1.Plugin.Query:input_type -> skippr.plugin.v1.QueryInput
-	3,  // 30: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
-	5,  // 31: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
-	8,  // 32: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
-	14, // 33: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
-	18, // 34: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
-	20, // 35: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
-	24, // 36: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
-	26, // 37: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
-	28, // 38: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
-	30, // 39: skippr.plugin.v1.Plugin.LakePlan:output_type -> skippr.plugin.v1.LakePlanResponse
-	32, // 40: skippr.plugin.v1.Plugin.LakeCompact:output_type -> skippr.plugin.v1.LakeCompactResponse
-	34, // 41: skippr.plugin.v1.Plugin.Query:output_type -> skippr.plugin.v1.QueryOutput
-	30, // [30:42] is the sub-list for method output_type
-	18, // [18:30] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	21, // 11: skippr.plugin.v1.CapabilitiesResponse.apply_defaults:type_name -> skippr.plugin.v1.ApplyDefaults
+	22, // 12: skippr.plugin.v1.ApplyMessage.header:type_name -> skippr.plugin.v1.ApplyHeader
+	10, // 13: skippr.plugin.v1.ApplyMessage.batch:type_name -> skippr.plugin.v1.Chunk
+	11, // 14: skippr.plugin.v1.ApplyMessage.schema:type_name -> skippr.plugin.v1.SchemaChange
+	16, // 15: skippr.plugin.v1.ApplyMessage.truncate:type_name -> skippr.plugin.v1.Truncate
+	23, // 16: skippr.plugin.v1.ApplyMessage.entry:type_name -> skippr.plugin.v1.EntryStart
+	15, // 17: skippr.plugin.v1.ApplyMessage.resnapshot:type_name -> skippr.plugin.v1.ResnapshotMark
+	37, // 18: skippr.plugin.v1.LastAppliedResponse.streams:type_name -> skippr.plugin.v1.LastAppliedResponse.StreamsEntry
+	2,  // 19: skippr.plugin.v1.Plugin.Spec:input_type -> skippr.plugin.v1.SpecRequest
+	4,  // 20: skippr.plugin.v1.Plugin.Check:input_type -> skippr.plugin.v1.CheckRequest
+	6,  // 21: skippr.plugin.v1.Plugin.Discover:input_type -> skippr.plugin.v1.DiscoverRequest
+	9,  // 22: skippr.plugin.v1.Plugin.Read:input_type -> skippr.plugin.v1.ReadRequest
+	17, // 23: skippr.plugin.v1.Plugin.Ack:input_type -> skippr.plugin.v1.AckRequest
+	19, // 24: skippr.plugin.v1.Plugin.Capabilities:input_type -> skippr.plugin.v1.CapabilitiesRequest
+	24, // 25: skippr.plugin.v1.Plugin.Apply:input_type -> skippr.plugin.v1.ApplyMessage
+	26, // 26: skippr.plugin.v1.Plugin.LastApplied:input_type -> skippr.plugin.v1.LastAppliedRequest
+	28, // 27: skippr.plugin.v1.Plugin.Teardown:input_type -> skippr.plugin.v1.TeardownRequest
+	30, // 28: skippr.plugin.v1.Plugin.LakePlan:input_type -> skippr.plugin.v1.LakePlanRequest
+	32, // 29: skippr.plugin.v1.Plugin.LakeCompact:input_type -> skippr.plugin.v1.LakeCompactRequest
+	34, // 30: skippr.plugin.v1.Plugin.Query:input_type -> skippr.plugin.v1.QueryInput
+	3,  // 31: skippr.plugin.v1.Plugin.Spec:output_type -> skippr.plugin.v1.SpecResponse
+	5,  // 32: skippr.plugin.v1.Plugin.Check:output_type -> skippr.plugin.v1.CheckResponse
+	8,  // 33: skippr.plugin.v1.Plugin.Discover:output_type -> skippr.plugin.v1.DiscoverResponse
+	14, // 34: skippr.plugin.v1.Plugin.Read:output_type -> skippr.plugin.v1.ReadMessage
+	18, // 35: skippr.plugin.v1.Plugin.Ack:output_type -> skippr.plugin.v1.AckResponse
+	20, // 36: skippr.plugin.v1.Plugin.Capabilities:output_type -> skippr.plugin.v1.CapabilitiesResponse
+	25, // 37: skippr.plugin.v1.Plugin.Apply:output_type -> skippr.plugin.v1.ApplyResponse
+	27, // 38: skippr.plugin.v1.Plugin.LastApplied:output_type -> skippr.plugin.v1.LastAppliedResponse
+	29, // 39: skippr.plugin.v1.Plugin.Teardown:output_type -> skippr.plugin.v1.TeardownResponse
+	31, // 40: skippr.plugin.v1.Plugin.LakePlan:output_type -> skippr.plugin.v1.LakePlanResponse
+	33, // 41: skippr.plugin.v1.Plugin.LakeCompact:output_type -> skippr.plugin.v1.LakeCompactResponse
+	35, // 42: skippr.plugin.v1.Plugin.Query:output_type -> skippr.plugin.v1.QueryOutput
+	31, // [31:43] is the sub-list for method output_type
+	19, // [19:31] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_skippr_plugin_v1_plugin_proto_init() }
@@ -2460,7 +2540,7 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 		(*ReadMessage_Truncate)(nil),
 		(*ReadMessage_Resnapshot)(nil),
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[21].OneofWrappers = []any{
+	file_skippr_plugin_v1_plugin_proto_msgTypes[22].OneofWrappers = []any{
 		(*ApplyMessage_Header)(nil),
 		(*ApplyMessage_Batch)(nil),
 		(*ApplyMessage_Schema)(nil),
@@ -2474,7 +2554,7 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
