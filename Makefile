@@ -60,7 +60,8 @@ release:
 
 bench: build tools
 	$(GO) run ./bench -bin $(BIN)
-	cd engine/wal && VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench . -benchtime 20x .
+	cd engine/wal && VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench 'LocalAppend|CommitLatency' -benchtime 20x .
+	cd engine/wal && VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench CommitUnderReclaim -benchtime 1000x .
 	cd plugins/iceberg && for v in snapshot/pqarrow snapshot/iceberg changes/pqarrow changes/iceberg; do SKIPPR_ICEBERG_BENCH_ROWS=10000000 $(GO) test -run '^$$' -bench "BenchmarkLake/$$v" -benchtime 1x -timeout 60m ./lake/ || exit 1; done
 
 chaos: build tools

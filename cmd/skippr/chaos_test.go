@@ -38,8 +38,13 @@ func TestChaos(t *testing.T) {
 			}
 			// Small entries and a paced source, so kills land during reads, commits and applies alike.
 			gen := `{ seed: 9, rows: 40000, rows_per_second: 8000, batch_size: 400, nested: true, update_ratio: 0.2, delete_ratio: 0.05 }`
-			out := filepath.Join(e.dir, "out")
-			e.writeConfig(pipelineConfig(gen, out, "", walURL, walExtra+"      group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n"))
+			// Two destinations, one taking ranges and one an entry per apply, so they stand at different
+			// entries and share segments through the apply loops' read cache across every kill.
+			out, out2 := filepath.Join(e.dir, "out"), filepath.Join(e.dir, "out2")
+			cfg := pipelineConfig(gen, out, "", walURL, walExtra+"      group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n")
+			cfg = strings.Replace(cfg, "pipelines:\n", fmt.Sprintf("  out2:\n    plugin: testdest\n    version: \">= 0.1\"\n    settings: { dir: %s, no_coalesce: true }\npipelines:\n", out2), 1)
+			cfg = strings.Replace(cfg, "destinations: [out]", "destinations: [out, out2]", 1)
+			e.writeConfig(cfg)
 			seed := time.Now().UnixNano()
 			rng := rand.New(rand.NewPCG(uint64(seed), 7))
 			t.Logf("chaos seed %d", seed)
@@ -71,7 +76,9 @@ func TestChaos(t *testing.T) {
 				}
 			}
 			r := e.mustRun("sync", "--once", "--wait-lock")
-			st := compare(t, out, want(t, gen))
+			w := want(t, gen)
+			st := compare(t, out, w)
+			compare(t, out2, w)
 			t.Logf("%s: %d SIGKILLs of skippr sync, %d of a plugin alone; %d WAL entries applied, %d change rows applied in all",
 				backend, syncKills, pluginKills, len(st.Sequences["orders"]), st.Rows)
 			if strings.Contains(r.stderr, "level=ERROR") && !strings.Contains(r.stderr, "restarting") {

@@ -32,7 +32,9 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 		if !ok {
 			return nil
 		}
-		entries, err := cfg.Log.Entries(ctx, applied)
+		// The commit records come from the runner, which holds every live one: listing and reading them
+		// again from the log (on S3, a LIST and a GET each) would only find the same.
+		entries, err := r.pending(applied)
 		if err != nil {
 			return fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
 		}
@@ -54,7 +56,7 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 				}
 			}
 			began = time.Now()
-			resp, sum, err := r.applyRange(ctx, d, rng)
+			resp, sum, err := r.applyRange(ctx, i, rng)
 			if err != nil {
 				return err
 			}
@@ -96,7 +98,7 @@ func (r *runner) waitDue(ctx context.Context, i int, began time.Time) (applied u
 		if applied < committed && r.coalesce[i] && lim.MaxInterval > 0 && !r.flush && r.unappliedBytes() <= r.cfg.MaxUnappliedBytes {
 			var bytes int64
 			for seq := applied + 1; seq <= committed; seq++ {
-				bytes += r.sizes[seq]
+				bytes += r.records[seq].Size
 			}
 			full := bytes >= lim.MaxBytes || (lim.MaxEntries > 0 && committed-applied >= uint64(lim.MaxEntries))
 			if !full {
@@ -131,12 +133,13 @@ func (r *runner) waitDue(ctx context.Context, i int, began time.Time) (applied u
 
 // applyRange applies rng to d as one call, streaming: it reads one segment, sends its items, then reads the
 // next, so memory holds one segment however long the range. sum describes the range for the observer.
-func (r *runner) applyRange(ctx context.Context, d Endpoint[Destination], rng []wal.CommitRecord) (*pluginv1.ApplyResponse, Entry, error) {
+func (r *runner) applyRange(ctx context.Context, i int, rng []wal.CommitRecord) (*pluginv1.ApplyResponse, Entry, error) {
 	cfg := r.cfg
+	d := cfg.Destinations[i]
 	first, last := rng[0], rng[len(rng)-1]
 	sum := Entry{First: first.Seq, Seq: last.Seq, Committed: last.Time, Streams: map[string]StreamFigures{}}
 	read := func(ctx context.Context, e wal.CommitRecord) ([]wal.Frame, error) {
-		frames, err := cfg.Log.ReadSegment(ctx, e)
+		frames, err := r.segments.read(ctx, e, r.othersNeeding(i, e.Seq))
 		if err != nil {
 			// A corrupt or missing segment stops apply: skipping it would lose data silently.
 			return nil, fmt.Errorf("pipeline %s: destination %s: apply stopped: %w", cfg.Name, d.Name, &EntryError{Seq: e.Seq, Segment: e.Segment, Err: err})
@@ -269,12 +272,42 @@ func (r *runner) reclaim(ctx context.Context) error {
 	if lo > r.reclaimed {
 		r.reclaimed = lo
 	}
-	for s := range r.sizes {
+	for s := range r.records {
 		if s <= lo {
-			delete(r.sizes, s)
+			delete(r.records, s)
 		}
 	}
 	r.notify()
 	r.mu.Unlock()
+	r.segments.drop(lo)
 	return nil
+}
+
+// pending returns the commit records after applied, through the last committed entry.
+func (r *runner) pending(applied uint64) ([]wal.CommitRecord, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]wal.CommitRecord, 0, r.committedSeq-min(applied, r.committedSeq))
+	for seq := applied + 1; seq <= r.committedSeq; seq++ {
+		rec, ok := r.records[seq]
+		if !ok {
+			return nil, fmt.Errorf("WAL entry %d is not among the live entries %s holds (reclaimed through %d): %w", seq, r.cfg.Log.URL(), r.reclaimed, wal.ErrMissing)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// othersNeeding is how many destinations other than i have not applied seq yet: the readers a shared segment
+// is kept for.
+func (r *runner) othersNeeding(i int, seq uint64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for j, a := range r.applied {
+		if j != i && a < seq {
+			n++
+		}
+	}
+	return n
 }

@@ -1,6 +1,11 @@
 package pipeline
 
-import pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+import (
+	"context"
+
+	"github.com/skippr-dev/skippr/engine/wal"
+	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+)
 
 // Items is items, for tests that hand WAL frames to a destination as the apply loop does.
 var Items = items
@@ -12,3 +17,14 @@ var TakeRange = takeRange
 func ResolveApply(lim ApplyLimits, p *pluginv1.ApplyDefaults) (ApplyLimits, []string) {
 	return resolveApply(lim, proposalOf(p))
 }
+// SegmentCache is segmentCache, for its unit tests.
+type SegmentCache = segmentCache
+
+// NewSegmentCache is newSegmentCache.
+var NewSegmentCache = newSegmentCache
+
+func (c *segmentCache) Read(ctx context.Context, rec wal.CommitRecord, others int) ([]wal.Frame, error) {
+	return c.read(ctx, rec, others)
+}
+func (c *segmentCache) Drop(seq uint64) { c.drop(seq) }
+func (c *segmentCache) Bytes() int64    { return c.bytes() }

@@ -5,8 +5,10 @@
 // A destination whose capabilities say coalesce gets, when it is behind, every committed entry it lacks up to
 // its ApplyLimits as one apply of the range first..last, streamed one segment at a time; it records last as
 // what it holds, atomically with the data, and skips the entries of a replayed range it holds already. One
-// without coalesce gets one entry per apply. Reclaim runs beside the apply loops and deletes what the slowest
-// destination applied.
+// without coalesce gets one entry per apply. The apply loops take the commit records the runner holds (it
+// listed them at start and added each entry it committed) and read each segment once for all destinations
+// through a small bounded cache (segments.go). Reclaim runs beside the apply loops and deletes what the
+// slowest destination applied.
 //
 // The only state that matters across a crash lives in the WAL (entries and the source checkpoint each covers)
 // and in each destination (the highest sequence number it applied, committed atomically with the data). Run
@@ -108,6 +110,10 @@ type Config struct {
 	MaxDelay      time.Duration
 	// MaxUnappliedBytes stops reading the source while the WAL holds more than this, unapplied.
 	MaxUnappliedBytes int64
+	// ReadCacheBytes bounds the segments kept for destinations that have not applied them yet, so each
+	// segment is read once for all destinations (segments.go). 0 means DefaultReadCacheBytes; below 0, every
+	// destination reads every segment itself.
+	ReadCacheBytes int64
 	// ApplyPaused keeps committed entries in the WAL without applying them.
 	ApplyPaused bool
 	// Once returns nil when the source is idle and every destination has applied everything.
@@ -154,9 +160,10 @@ type runner struct {
 	committedSeq uint64
 	reclaimed    uint64
 	applied      []uint64
-	coalesce     []bool           // per destination: it takes a range of entries in one apply
-	flush        bool             // a --once run is finishing: no apply waits for its max_interval
-	sizes        map[uint64]int64 // live entry sizes, for WAL depth and backpressure
+	coalesce     []bool                      // per destination: it takes a range of entries in one apply
+	flush        bool                        // a --once run is finishing: no apply waits for its max_interval
+	records      map[uint64]wal.CommitRecord // live entries (without checkpoints): what the apply loops apply, WAL depth and backpressure
+	segments     *segmentCache
 	status       Status
 	lastStatus   time.Time
 	caps         []*pluginv1.CapabilitiesResponse // per destination
@@ -183,6 +190,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// start resolves each destination's apply limits in place.
 	cfg.Destinations = slices.Clone(cfg.Destinations)
+	if cfg.ReadCacheBytes == 0 {
+		cfg.ReadCacheBytes = DefaultReadCacheBytes
+	}
 	if cfg.ResnapshotPoll <= 0 {
 		cfg.ResnapshotPoll = DefaultResnapshotPoll
 	}
@@ -190,7 +200,8 @@ func Run(ctx context.Context, cfg Config) error {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	r := &runner{cfg: cfg, log: lg, changed: make(chan struct{}), stopApply: make(chan struct{}), reclaimDue: make(chan struct{}, 1), sizes: map[uint64]int64{}}
+	r := &runner{cfg: cfg, log: lg, changed: make(chan struct{}), stopApply: make(chan struct{}), reclaimDue: make(chan struct{}, 1), records: map[uint64]wal.CommitRecord{}}
+	r.segments = newSegmentCache(cfg.Log, cfg.ReadCacheBytes)
 	head, err := r.start(ctx)
 	if err != nil {
 		return err
@@ -290,7 +301,7 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 		return head, fmt.Errorf("pipeline %s: %w", cfg.Name, err)
 	}
 	for _, e := range entries {
-		r.sizes[e.Seq] = e.Size
+		r.keep(e)
 	}
 	r.applied = make([]uint64, len(cfg.Destinations))
 	for i, d := range cfg.Destinations {
@@ -344,10 +355,16 @@ func (r *runner) minApplied() uint64 {
 func (r *runner) unappliedBytes() int64 {
 	lo := r.minApplied()
 	var n int64
-	for seq, sz := range r.sizes {
+	for seq, rec := range r.records {
 		if seq > lo {
-			n += sz
+			n += rec.Size
 		}
 	}
 	return n
+}
+
+// keep holds rec for the apply loops. Callers hold r.mu, or are alone.
+func (r *runner) keep(rec wal.CommitRecord) {
+	rec.Checkpoint = nil // the apply path never needs it, and a source may keep its schemas in it
+	r.records[rec.Seq] = rec
 }

@@ -21,7 +21,7 @@ import (
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 )
 
-func TestMain(m *testing.M) { testplugins.Main(m) }
+func TestMain(m *testing.M) { testplugins.Main(m, versity.Stop) }
 
 func start(t *testing.T, name string) *client.Client {
 	t.Helper()

@@ -315,7 +315,7 @@ func (r *runner) committed(rec wal.CommitRecord) {
 	}
 	r.mu.Lock()
 	r.committedSeq = rec.Seq
-	r.sizes[rec.Seq] = rec.Size
+	r.keep(rec)
 	r.status.RowsCommitted += rows
 	r.countStreams(rec.Rows)
 	r.notify()

@@ -93,10 +93,10 @@ func (r *runner) publish(force bool) {
 	s.Updated = now
 	s.WAL.LastCommitted = r.committedSeq
 	s.WAL.ReclaimedThrough = r.reclaimed
-	s.WAL.Entries = len(r.sizes)
+	s.WAL.Entries = len(r.records)
 	s.WAL.Bytes = 0
-	for _, sz := range r.sizes {
-		s.WAL.Bytes += sz
+	for _, rec := range r.records {
+		s.WAL.Bytes += rec.Size
 	}
 	s.WAL.UnappliedBytes = r.unappliedBytes()
 	if s.Backpressure {

@@ -73,3 +73,64 @@ func TestSoftStopFinishesTheApplyInFlight(t *testing.T) {
 		t.Fatalf("the apply of entry %d in flight at the stop did not finish; finished: %v", inflight, w.applied)
 	}
 }
+
+// stuckDestination is the real testdest plugin whose applies hang until their context ends: a destination
+// that cannot finish within any grace period.
+type stuckDestination struct {
+	pipeline.Destination
+	began chan uint64
+}
+
+func (s stuckDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv1.ApplyResponse, error) {
+	select {
+	case s.began <- seq:
+	default:
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestSoftStopEndsAtTheGracePeriod: an apply that does not finish holds a soft stop only until the grace
+// period runs out; then the run ends at once, and the next run applies everything exactly once.
+func TestSoftStopEndsAtTheGracePeriod(t *testing.T) {
+	src, dst := start(t, "datagen"), start(t, "testdest")
+	srcSettings := []byte(`{"seed": 12, "rows": 2000, "batch_size": 200}`)
+	out := t.TempDir()
+	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, out))
+	walDir := t.TempDir()
+	log := openLog(t, walDir)
+	stuck := stuckDestination{Destination: dst, began: make(chan uint64, 1)}
+	cfg := config("grace", src, srcSettings, stuck, dstSettings, log)
+	cfg.Once = false
+	const grace = 500 * time.Millisecond
+	ctx, release := shutdown.OnSignals(context.Background(), grace, syscall.SIGUSR1)
+	defer release()
+	errc := make(chan error, 1)
+	go func() { errc <- pipeline.Run(ctx, cfg) }()
+	select {
+	case <-stuck.began:
+	case err := <-errc:
+		t.Fatalf("run ended before any apply: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("no apply began")
+	}
+	stopped := time.Now()
+	syscall.Kill(syscall.Getpid(), syscall.SIGUSR1)
+	select {
+	case <-errc:
+	case <-time.After(time.Minute):
+		t.Fatal("run did not end after the grace period")
+	}
+	if took := time.Since(stopped); took < grace || took > grace+20*time.Second {
+		t.Fatalf("run ended %s after the soft stop; want the grace period (%s) and little more", took, grace)
+	}
+	// The cut-off apply committed nothing; the next run (a new handle on the log, as after a restart) carries on.
+	log.Close()
+	cfg = config("grace", src, srcSettings, dst, dstSettings, openLog(t, walDir))
+	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := pipeline.Run(rctx, cfg); err != nil {
+		t.Fatalf("run after the stop: %v", err)
+	}
+	assertExactlyOnce(t, out, "grace", expected(t, src, srcSettings))
+}

@@ -1,10 +1,12 @@
 package wal
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -123,6 +125,84 @@ func BenchmarkCommitLatency(b *testing.B) {
 			}
 			b.ReportMetric(pct(0.50), "p50-ms")
 			b.ReportMetric(pct(0.99), "p99-ms")
+		})
+	}
+}
+
+// BenchmarkCommitUnderReclaim commits at a steady rate on the S3 backend, once with a reclaimer deleting
+// applied entries beside it (as a pipeline's reclaim loop does after each apply) and once without, and reports
+// the commit call's p50/p99 for both in the same run. Each iteration is one commit; run it with enough of them
+// for a p99 (`-benchtime 1000x`). Reclaim lists the log and deletes commit records, segments and checkpoint
+// records: whatever part of that a Commit must wait for shows here.
+func BenchmarkCommitUnderReclaim(b *testing.B) {
+	const (
+		every   = 20 * time.Millisecond  // 50 commits/s
+		reclaim = 100 * time.Millisecond // a destination applying every 100 ms
+		lag     = 5                      // entries the destination is behind
+	)
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("reclaim=%v", on), func(b *testing.B) {
+			bucket := versity.Get(b).NewBucket(b)
+			l := mustAcquire(b, "s3://"+bucket.Name+"/bench", Options{Owner: "bench", S3: S3Options{
+				Endpoint: bucket.Endpoint, PathStyle: true, AccessKeyID: bucket.AccessKey, SecretAccessKey: bucket.SecretKey,
+			}})
+			frames := []Frame{batchFrame(b, "public.orders", 1000, 1)}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var last atomic.Uint64
+			var reclaims atomic.Int64
+			done := make(chan error, 1)
+			go func() {
+				if !on {
+					done <- nil
+					return
+				}
+				t := time.NewTicker(reclaim)
+				defer t.Stop()
+				var through uint64
+				for {
+					select {
+					case <-ctx.Done():
+						done <- nil
+						return
+					case <-t.C:
+					}
+					if upTo := last.Load(); upTo > through+lag {
+						through = upTo - lag
+						if err := l.Reclaim(ctx, through); err != nil && ctx.Err() == nil {
+							done <- err
+							return
+						}
+						reclaims.Add(1)
+					}
+				}
+			}()
+			lat := make([]time.Duration, 0, b.N)
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				<-tick.C
+				t0 := time.Now()
+				rec, err := l.Commit(ctx, frames, []byte("ckpt"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+				last.Store(rec.Seq)
+			}
+			b.StopTimer()
+			cancel()
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+			slices.Sort(lat)
+			pct := func(p float64) float64 {
+				return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) / 1000
+			}
+			b.ReportMetric(pct(0.50), "p50-ms")
+			b.ReportMetric(pct(0.99), "p99-ms")
+			b.ReportMetric(float64(reclaims.Load()), "reclaims")
 		})
 	}
 }

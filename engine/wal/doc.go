@@ -100,7 +100,8 @@
 // checkpoint records. The newest checkpoint record wins, so a crash at any
 // point leaves a readable log, and a restart with every entry reclaimed still
 // knows the last seq and the source checkpoint (Head). Acquire finishes an
-// interrupted Reclaim.
+// interrupted Reclaim. Reclaim runs beside Commit, not under its lock: it only
+// touches entries <= upTo, and Commit only writes entries > last >= upTo.
 //
 // # Writing and durability
 //

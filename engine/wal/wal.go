@@ -62,6 +62,9 @@ type Log struct {
 	// held mirrors lease for Head, which must not wait behind a slow Commit.
 	held atomic.Pointer[heldLease]
 
+	// reclaimMu serialises Reclaim and keeps Close from releasing the lease under one; it is taken before mu.
+	reclaimMu sync.Mutex
+
 	mu     sync.Mutex
 	lease  writerLease // nil while read-only
 	last   uint64      // newest committed seq, valid while lease != nil
@@ -643,15 +646,24 @@ func (l *Log) ReadSegment(ctx context.Context, rec CommitRecord) ([]Frame, error
 // Reclaim deletes entries with Seq <= upTo. It first writes a checkpoint
 // record holding upTo and that entry's source checkpoint, so Head still
 // reports both when no entry is left.
+//
+// It holds the commit lock only to check the lease and the last seq: the
+// listing and deleting that follow touch only entries <= upTo, which no Commit
+// writes, and on S3 they take long enough (three listings, a DELETE per
+// object) to double a concurrent commit's p99 (BENCHMARKS.md). Reclaims run
+// one at a time.
 func (l *Log) Reclaim(ctx context.Context, upTo uint64) error {
+	l.reclaimMu.Lock()
+	defer l.reclaimMu.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	lease, err := l.writable()
+	last := l.last
+	l.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if upTo > l.last {
-		return fmt.Errorf("wal %s: cannot reclaim through %d: the last entry is %d", l.url, upTo, l.last)
+	if upTo > last {
+		return fmt.Errorf("wal %s: cannot reclaim through %d: the last entry is %d", l.url, upTo, last)
 	}
 	reclaimed, _, err := l.readReclaimed(ctx)
 	if err != nil {
@@ -752,6 +764,8 @@ func (l *Log) Head(ctx context.Context) (Head, error) {
 
 // Close releases the lease (if held). The Log cannot be used afterwards.
 func (l *Log) Close() error {
+	l.reclaimMu.Lock() // a Reclaim in progress finishes with the lease it checked
+	defer l.reclaimMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {

@@ -2,11 +2,14 @@ package wal
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestCommitEntriesRead(t *testing.T) {
@@ -219,6 +222,68 @@ func TestReclaim(t *testing.T) {
 		}
 		if rec := mustCommit(t, l2, []Frame{batchFrame(t, "s", 1, 6)}, "ckpt-6"); rec.Seq != 6 {
 			t.Fatalf("first commit after emptying got seq %d, want 6", rec.Seq)
+		}
+	})
+}
+
+// stallingStore holds every remove until release is closed, announcing the first on removing.
+type stallingStore struct {
+	store
+	removing chan struct{}
+	once     sync.Once
+	release  chan struct{}
+}
+
+func (s *stallingStore) remove(ctx context.Context, name string) error {
+	s.once.Do(func() { close(s.removing) })
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.store.remove(ctx, name)
+}
+
+// TestCommitBesideReclaim: a Reclaim busy deleting (slow DELETEs on S3) does not hold up Commit, which writes
+// only entries Reclaim does not touch.
+func TestCommitBesideReclaim(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		url, opts := b.fresh(t)
+		l := mustAcquire(t, url, opts)
+		for i := 1; i <= 3; i++ {
+			mustCommit(t, l, []Frame{batchFrame(t, "s", 10, uint64(i))}, fmt.Sprintf("ckpt-%d", i))
+		}
+		st := &stallingStore{store: l.st, removing: make(chan struct{}), release: make(chan struct{})}
+		l.st = st
+		reclaimed := make(chan error, 1)
+		go func() { reclaimed <- l.Reclaim(ctxT(t), 2) }()
+		select {
+		case <-st.removing:
+		case err := <-reclaimed:
+			t.Fatalf("Reclaim returned before deleting anything: %v", err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("Reclaim never started deleting")
+		}
+		committed := make(chan error, 1)
+		go func() {
+			_, err := l.Commit(ctxT(t), []Frame{batchFrame(t, "s", 10, 4)}, []byte("ckpt-4"))
+			committed <- err
+		}()
+		select {
+		case err := <-committed:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			close(st.release)
+			t.Fatal("Commit waited for a Reclaim's deletes")
+		}
+		close(st.release)
+		if err := <-reclaimed; err != nil {
+			t.Fatal(err)
+		}
+		if got := seqsOf(mustEntries(t, l, 2)); !slices.Equal(got, []uint64{3, 4}) {
+			t.Fatalf("Entries(2) = %v", got)
 		}
 	})
 }
