@@ -17,6 +17,7 @@ var TakeRange = takeRange
 func ResolveApply(lim ApplyLimits, p *pluginv1.ApplyDefaults) (ApplyLimits, []string) {
 	return resolveApply(lim, proposalOf(p))
 }
+
 // SegmentCache is segmentCache, for its unit tests.
 type SegmentCache = segmentCache
 
