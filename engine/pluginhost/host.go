@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/registry"
 )
@@ -99,7 +100,8 @@ func (h *Host) Start(ctx context.Context, c Connection) (*client.Client, Binary,
 		Logger:       h.PluginLog,
 	})
 	if errors.Is(err, client.ErrProtocol) {
-		return nil, b, fmt.Errorf("connection %s: %w; %s", c.Name, err, h.upgradeHint(ctx, c))
+		// Another version of the plugin is the fix: a config error, so no restart tries the same binary again.
+		return nil, b, fault.ConfigErr(fmt.Errorf("connection %s: %w", c.Name, err), h.upgradeHint(ctx, c))
 	}
 	if err != nil {
 		return nil, b, fmt.Errorf("connection %s: %w", c.Name, err)
