@@ -61,8 +61,8 @@ func (c *Client) Ensure(ctx context.Context, req EnsureRequest) (Installed, erro
 			ErrLockMismatch, req.Name, req.LockPath, e.Version, req.Constraint, req.Name, req.Constraint)
 	}
 	if !intersects(e.ProtocolVersions, c.opts.Protocols) {
-		return Installed{}, fmt.Errorf("%w: plugin %s %s (pinned in %s) speaks protocol %v, this engine speaks %v; run `skippr plugin install %s` to pick a compatible version",
-			ErrIncompatible, req.Name, e.Version, req.LockPath, e.ProtocolVersions, c.opts.Protocols, req.Name)
+		return Installed{}, fmt.Errorf("%w: plugin %s %s (pinned in %s) speaks protocol %v, this engine speaks %v; %s",
+			ErrIncompatible, req.Name, e.Version, req.LockPath, e.ProtocolVersions, c.opts.Protocols, c.UpgradeHint(ctx, req.Name, req.Offline))
 	}
 	pk := c.opts.Platform.String()
 	want, ok := e.SHA256[pk]

@@ -141,8 +141,23 @@ func TestEnsure(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = c.Ensure(testCtx(t), EnsureRequest{Name: "echo", LockPath: lockPath})
-		if !errors.Is(err, ErrIncompatible) {
+		if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "no version of echo in the configured registries speaks protocol [2]") {
 			t.Fatalf("error %v", err)
+		}
+		// Once a version speaking 2 is published, the refusal names it (the lock still pins 1.0.0).
+		f.publish("echo", "2.0.0", "source", 2)
+		f.sign()
+		c, err = New(Options{Home: home, Registries: []Registry{reg}, Protocols: []int{2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Ensure(testCtx(t), EnsureRequest{Name: "echo", LockPath: lockPath})
+		if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "the newest version of echo that speaks protocol [2] is 2.0.0") {
+			t.Fatalf("error %v", err)
+		}
+		_, err = c.Ensure(testCtx(t), EnsureRequest{Name: "echo", LockPath: lockPath, Offline: true})
+		if !errors.Is(err, ErrIncompatible) || !strings.Contains(err.Error(), "(--offline)") {
+			t.Fatalf("offline: error %v", err)
 		}
 	})
 }

@@ -353,6 +353,47 @@ func TestSyncRefusals(t *testing.T) {
 	}
 }
 
+// A plugin that speaks only protocol 1 (as an SDK before 0.3.0 built it) is refused at start with exit 2, at
+// once even without --once (no restart loop), naming the plugin, its version, what it offers and the newest
+// version in the registries that speaks protocol 2: as a local binary, and as a version pinned in the config.
+func TestSyncRefusesV1Plugin(t *testing.T) {
+	e := newEnvWith(t, "datagen", "testdest")
+	old := testplugins.BuildWithVars(t, "testdest", "main.protocols=1", "main.version=0.0.9")
+	out := filepath.Join(e.dir, "out")
+	walURL := "file://" + filepath.Join(e.dir, "wal")
+	local := strings.Replace(pipelineConfig(`{ rows: 10 }`, out, "", walURL, ""), `version: ">= 0.1"`, "path: "+old, 1)
+	e.writeConfig(local)
+	start := time.Now()
+	r := e.run("sync")
+	if r.code != 2 {
+		t.Fatalf("sync with a v1-only local plugin: exit %d, want 2\n%s", r.code, r.stderr)
+	}
+	for _, s := range []string{"connection out", "plugin testdest 0.0.9", "offers protocol versions [1]", "this engine speaks protocol versions [2]",
+		"the newest version of testdest that speaks protocol [2] is 0.1.0", "remove the connection's `path:`"} {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, r.stderr)
+		}
+	}
+	if strings.Contains(r.stderr, "restarting") || strings.Count(r.stderr, "needs a person") != 1 || time.Since(start) > time.Minute {
+		t.Errorf("a refused plugin must fail the pipeline once, without a restart (took %v):\n%s", time.Since(start), r.stderr)
+	}
+
+	// The same plugin published as testdest 0.0.9 and asked for by version.
+	keys := filepath.Join(e.dir, "keys")
+	e.mustRun("registry", "add", e.registry, old, "--name", "testdest", "--version", "0.0.9", "--os", "linux", "--arch", "amd64")
+	e.mustRun("registry", "sign", e.registry, "--key", filepath.Join(keys, "skippr-ed25519.key"))
+	e.writeConfig(strings.Replace(local, "path: "+old, `version: "0.0.9"`, 1))
+	r = e.run("sync", "--once")
+	if r.code != 2 {
+		t.Fatalf("sync with testdest 0.0.9 (protocol 1) pinned: exit %d, want 2\n%s", r.code, r.stderr)
+	}
+	for _, s := range []string{"plugin testdest", "0.0.9 (speaks protocol [1], the engine speaks [2])", "newest version that works with this engine and platform: 0.1.0"} {
+		if !strings.Contains(r.stderr, s) {
+			t.Errorf("stderr lacks %q:\n%s", s, r.stderr)
+		}
+	}
+}
+
 func TestSecondWriterRefused(t *testing.T) {
 	e := newEnv(t)
 	out := filepath.Join(e.dir, "out")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/registry"
 )
 
@@ -99,7 +100,10 @@ func registryExitCode(err error) int {
 	switch {
 	case errors.Is(err, registry.ErrChecksum), errors.Is(err, registry.ErrSignature), errors.Is(err, registry.ErrLockMismatch):
 		return exitVerify
-	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrUnreachable), errors.Is(err, registry.ErrIncompatible), errors.Is(err, registry.ErrNotInstalled):
+	case errors.Is(err, registry.ErrIncompatible), errors.Is(err, client.ErrProtocol):
+		// A plugin that speaks no protocol of this engine needs another version: a retry cannot help.
+		return exitUsage
+	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrUnreachable), errors.Is(err, registry.ErrNotInstalled):
 		return exitNotFound
 	case errors.Is(err, registry.ErrInvalid):
 		return exitUsage

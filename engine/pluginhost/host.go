@@ -6,6 +6,7 @@ package pluginhost
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/registry"
 )
@@ -32,6 +34,8 @@ type Connection struct {
 // Installer installs or finds a pinned plugin; *registry.Client is one.
 type Installer interface {
 	Ensure(ctx context.Context, req registry.EnsureRequest) (registry.Installed, error)
+	// UpgradeHint names the version of a plugin to use instead of one that speaks no protocol of the engine.
+	UpgradeHint(ctx context.Context, name string, offline bool) string
 }
 
 // Binary is a plugin binary ready to start.
@@ -95,11 +99,27 @@ func (h *Host) Start(ctx context.Context, c Connection) (*client.Client, Binary,
 		StartTimeout: h.StartTimeout,
 		Logger:       h.PluginLog,
 	})
+	if errors.Is(err, client.ErrProtocol) {
+		// Another version of the plugin is the fix: a config error, so no restart tries the same binary again.
+		return nil, b, fault.ConfigErr(fmt.Errorf("connection %s: %w", c.Name, err), h.upgradeHint(ctx, c))
+	}
 	if err != nil {
 		return nil, b, fmt.Errorf("connection %s: %w", c.Name, err)
 	}
 	h.logger().Debug("plugin started", "connection", c.Name, "plugin", c.Plugin, "version", b.Version, "protocol", cl.Protocol)
 	return cl, b, nil
+}
+
+// upgradeHint says which version of a connection's plugin speaks the engine's protocol.
+func (h *Host) upgradeHint(ctx context.Context, c Connection) string {
+	if h.Installer == nil || c.Plugin == "" {
+		return fmt.Sprintf("rebuild the plugin with a plugin SDK that speaks protocol %v", Protocols)
+	}
+	hint := h.Installer.UpgradeHint(ctx, c.Plugin, h.Offline)
+	if c.Path != "" {
+		hint += " (and remove the connection's `path:`, which overrides the registry)"
+	}
+	return hint
 }
 
 func (h *Host) logger() *slog.Logger {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -62,13 +63,25 @@ func Build(t testing.TB, name string) string {
 	return build(t, name, "skippr-plugin-"+name, filepath.Join("plugins", name), ".")
 }
 
+// BuildWithVars returns plugins/<name> built with -ldflags "-X <var>" for each var ("main.version=0.0.9"), as
+// skippr-plugin-<name> in a folder of its own: a plugin as another release of it would be built.
+func BuildWithVars(t testing.TB, name string, vars ...string) string {
+	t.Helper()
+	var flags []string
+	for _, v := range vars {
+		flags = append(flags, "-X", v)
+	}
+	key := name + " " + strings.Join(vars, " ")
+	return build(t, key, filepath.Join(fmt.Sprintf("v%x", sha256.Sum256([]byte(key)))[:17], "skippr-plugin-"+name), filepath.Join("plugins", name), ".", "-ldflags", strings.Join(flags, " "))
+}
+
 // BuildSkippr returns the path of the skippr command built from cmd/skippr.
 func BuildSkippr(t testing.TB) string {
 	t.Helper()
 	return build(t, "skippr", "skippr", ".", "./cmd/skippr")
 }
 
-func build(t testing.TB, key, binary, moduleDir, pkg string) string {
+func build(t testing.TB, key, binary, moduleDir, pkg string, flags ...string) string {
 	t.Helper()
 	mu.Lock()
 	defer mu.Unlock()
@@ -83,7 +96,10 @@ func build(t testing.TB, key, binary, moduleDir, pkg string) string {
 		dir = d
 	}
 	out := filepath.Join(dir, binary)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, flags...), pkg)...)
 	cmd.Dir = filepath.Join(Root(t), moduleDir)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", key, err, b)

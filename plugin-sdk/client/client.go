@@ -5,6 +5,7 @@ package client
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -54,8 +55,51 @@ type Client struct {
 	Protocol int
 }
 
-// ErrProtocol is returned when host and plugin share no protocol version.
+// ErrProtocol is returned when host and plugin share no protocol version; the error is a *ProtocolError.
 var ErrProtocol = errors.New("plugin protocol mismatch")
+
+// ProtocolError is a plugin that shares no protocol version with the host. It names what the plugin says of
+// itself when run with protocol.InfoFlag, so the caller can name a version that would work.
+type ProtocolError struct {
+	Binary  string // the binary's file name
+	Name    string // the plugin's name, "" when it could not say (it predates protocol.InfoFlag)
+	Version string // the plugin's version, "" likewise
+	Offered []int  // the protocol versions the plugin offers; nil when it could not say
+	Host    []int  // the protocol versions the host speaks
+	Detail  string // go-plugin's own words
+}
+
+func (e *ProtocolError) Error() string {
+	who := e.Binary
+	if e.Name != "" {
+		who = fmt.Sprintf("%s %s (%s)", e.Name, e.Version, e.Binary)
+	}
+	offers := fmt.Sprintf("offers protocol versions %v", e.Offered)
+	if e.Offered == nil {
+		offers = "does not say which protocol versions it offers (" + e.Detail + ")"
+	}
+	return fmt.Sprintf("%s: plugin %s %s, this engine speaks protocol versions %v", ErrProtocol, who, offers, e.Host)
+}
+
+func (e *ProtocolError) Unwrap() error { return ErrProtocol }
+
+// pluginInfo runs a binary with protocol.InfoFlag. The binary's checksum was verified by the failed start
+// that leads here.
+func pluginInfo(ctx context.Context, cfg Config) (protocol.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cfg.Path, protocol.InfoFlag)
+	cmd.Env = append([]string{}, cfg.Env...)
+	out, err := cmd.Output()
+	if err != nil {
+		return protocol.Info{}, fmt.Errorf("%s %s: %w", filepath.Base(cfg.Path), protocol.InfoFlag, err)
+	}
+	var info protocol.Info
+	if err := json.Unmarshal(out, &info); err != nil {
+		return protocol.Info{}, fmt.Errorf("%s %s: %w", filepath.Base(cfg.Path), protocol.InfoFlag, err)
+	}
+	return info, nil
+}
 
 // Start launches the plugin and completes the handshake.
 func Start(ctx context.Context, cfg Config) (*Client, error) {
@@ -127,7 +171,7 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 	rpcClient, err := onStartThread(pc.Client) // go-plugin forks the plugin inside Client
 	if err != nil {
 		pc.Kill()
-		return nil, startError(name, protos, err, tail)
+		return nil, startError(ctx, cfg, name, protos, err, tail)
 	}
 	raw, err := rpcClient.Dispense(protocol.PluginName)
 	if err != nil {
@@ -137,12 +181,17 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 	return &Client{name: name, pc: pc, rpc: raw.(pluginv1.PluginClient), tail: tail, Protocol: pc.NegotiatedVersion()}, nil
 }
 
-func startError(name string, protos []int, err error, tail *tailBuffer) error {
+func startError(ctx context.Context, cfg Config, name string, protos []int, err error, tail *tailBuffer) error {
 	msg := err.Error()
 	switch {
 	case strings.Contains(strings.ToLower(msg), "incompatible api version"):
-		// go-plugin's message says "Plugin version: N, Client versions: [...]"; say it in our words too.
-		return fmt.Errorf("start plugin %s: %w: this engine speaks protocol versions %v; %s", name, ErrProtocol, protos, msg)
+		// go-plugin's message names one version the plugin offers ("Plugin version: N"); ask the binary for
+		// all of them, and for its name and version.
+		pe := &ProtocolError{Binary: name, Host: protos, Detail: msg}
+		if info, ierr := pluginInfo(ctx, cfg); ierr == nil {
+			pe.Name, pe.Version, pe.Offered = info.Name, info.Version, info.ProtocolVersions
+		}
+		return fmt.Errorf("start plugin %s: %w", name, pe)
 	case strings.Contains(msg, "checksums did not match"):
 		return fmt.Errorf("start plugin %s: refusing a binary whose SHA-256 differs from the pinned one (tampered or replaced?): %w", name, err)
 	}

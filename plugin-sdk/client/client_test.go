@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,7 +51,8 @@ func TestStart(t *testing.T) {
 		{name: "verified", sum: good},
 		{name: "unverified local override", sum: nil},
 		{name: "tampered binary", sum: bad, wantErr: "SHA-256 differs"},
-		{name: "protocol the host does not speak", sum: good, env: []string{"PROBE_PROTOCOL=2"}, wantErr: "this engine speaks protocol versions [1]"},
+		{name: "protocol the host does not speak", sum: good, env: []string{"PROBE_PROTOCOL=1"},
+			wantErr: "plugin probe 0.0.1 (skippr-plugin-probe) offers protocol versions [1], this engine speaks protocol versions [2]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := client.Start(context.Background(), client.Config{Path: bin, SHA256: tc.sum, Env: tc.env, StartTimeout: 20 * time.Second})
@@ -73,6 +75,58 @@ func TestStart(t *testing.T) {
 			}
 			if strings.Contains(tc.wantErr, "protocol") && !errors.Is(err, client.ErrProtocol) {
 				t.Fatalf("error %v is not ErrProtocol", err)
+			}
+		})
+	}
+}
+
+// Host and plugin settle on the highest protocol version both speak; a plugin of this SDK still runs under an
+// engine that speaks only 1, and a plugin sharing no version with the host is refused with what it offers.
+func TestNegotiation(t *testing.T) {
+	bin := buildProbe(t)
+	sum := checksum(t, bin)
+	for _, tc := range []struct {
+		name    string
+		offers  string // PROBE_PROTOCOL; "" is the SDK's default
+		host    []int
+		want    int
+		offered []int // on refusal
+	}{
+		{name: "this SDK and this engine", host: []int{protocol.Version}, want: 2},
+		{name: "this SDK under an engine that speaks only 1", host: []int{1}, want: 1},
+		{name: "host speaking 1 and 2 picks 2", offers: "2,1", host: []int{1, 2}, want: 2},
+		{name: "v1-only plugin under this engine", offers: "1", host: []int{protocol.Version}, offered: []int{1}},
+		{name: "plugin newer than the engine", offers: "3", host: []int{protocol.Version}, offered: []int{3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var env []string
+			if tc.offers != "" {
+				env = []string{"PROBE_PROTOCOL=" + tc.offers}
+			}
+			c, err := client.Start(context.Background(), client.Config{Path: bin, SHA256: sum, Env: env, Protocols: tc.host, StartTimeout: 20 * time.Second})
+			if tc.offered == nil {
+				if err != nil {
+					t.Fatalf("start: %v", err)
+				}
+				defer c.Kill()
+				if c.Protocol != tc.want {
+					t.Fatalf("negotiated protocol %d, want %d", c.Protocol, tc.want)
+				}
+				if _, err := c.Spec(context.Background()); err != nil {
+					t.Fatalf("spec over protocol %d: %v", c.Protocol, err)
+				}
+				return
+			}
+			if err == nil {
+				c.Kill()
+				t.Fatalf("start succeeded over protocol %d, want a refusal", c.Protocol)
+			}
+			var pe *client.ProtocolError
+			if !errors.As(err, &pe) || !errors.Is(err, client.ErrProtocol) {
+				t.Fatalf("error %v is not a *ProtocolError wrapping ErrProtocol", err)
+			}
+			if pe.Name != "probe" || pe.Version != "0.0.1" || !slices.Equal(pe.Offered, tc.offered) || !slices.Equal(pe.Host, tc.host) {
+				t.Fatalf("refusal names plugin %q %q offering %v to host %v; want probe 0.0.1 offering %v to %v", pe.Name, pe.Version, pe.Offered, pe.Host, tc.offered, tc.host)
 			}
 		})
 	}

@@ -222,3 +222,20 @@ func TestNeedResumeSettings(t *testing.T) {
 		})
 	}
 }
+
+func TestTypeLimitErrors(t *testing.T) {
+	for _, tc := range []struct {
+		names []string
+		bad   int
+	}{
+		{[]string{"decimal256", "large_utf8", "dense_union", "run_end_encoded", "time64"}, 0},
+		{[]string{"decimal32", "decimal64", "date64", "duration", "month_interval", "day_time_interval", // Snowflake's
+			"month_day_nano_interval", "sparse_union", "list_view", "large_list_view", "string_view", "binary_view"}, 0},
+		{[]string{"DECIMAL256"}, 1},                // arrow.DECIMAL256.String(), not the name
+		{[]string{"string", "utf8", "varchar"}, 2}, // SQL's words are not Arrow's
+	} {
+		if errs := typeLimitErrors(tc.names); len(errs) != tc.bad {
+			t.Errorf("%v: %d errors %v, want %d", tc.names, len(errs), errs, tc.bad)
+		}
+	}
+}

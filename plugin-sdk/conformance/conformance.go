@@ -51,6 +51,10 @@ type Config struct {
 	NoReplay bool
 	// Timeout bounds the whole run (default 60s).
 	Timeout time.Duration
+	// Rows, if set, reads back what a destination holds of a stream: each row's key (the id column's value as
+	// text) to its data columns as text (absent when the row is gone). The truncate and resnapshot checks then
+	// check the rows they leave behind, not only that the applies succeed and are skipped when replayed.
+	Rows func(stream string) (map[string]map[string]string, error)
 }
 
 // Run runs every check that applies to the plugin's kind, each as a subtest.
@@ -512,6 +516,7 @@ func checkApply(ctx context.Context, t *testing.T, c *client.Client, cfg Config)
 	if caps.Coalesce && caps.ExactlyOnce {
 		t.Run("coalesce", func(t *testing.T) { checkCoalesce(ctx, t, c, cfg) })
 	}
+	checkCapabilities(ctx, t, c, cfg, caps)
 }
 
 // checkCoalesce: a destination offering coalesce applies a range of entries as one apply recording its last
@@ -563,6 +568,11 @@ func checkCoalesce(ctx context.Context, t *testing.T, c *client.Client, cfg Conf
 
 // sampleBatch builds a change batch of stream "conformance" with columns id (key) and name.
 func sampleBatch(t *testing.T, ops []change.Op, ids []int64) (*pluginv1.Stream, protocol.Batch) {
+	return sampleBatchOf(t, "conformance", ops, ids)
+}
+
+// sampleBatchOf builds a change batch of a stream with columns id (key) and name ("name-<id>-<op>").
+func sampleBatchOf(t *testing.T, stream string, ops []change.Op, ids []int64) (*pluginv1.Stream, protocol.Batch) {
 	sc := change.Schema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
@@ -588,6 +598,6 @@ func sampleBatch(t *testing.T, ops []change.Op, ids []int64) (*pluginv1.Stream, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pluginv1.Stream{Name: "conformance", ArrowSchema: schemaBytes, PrimaryKey: []string{"id"}, SchemaId: protocol.SchemaID(sc)},
-		protocol.Batch{Stream: "conformance", SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipcBytes}
+	return &pluginv1.Stream{Name: stream, ArrowSchema: schemaBytes, PrimaryKey: []string{"id"}, SchemaId: protocol.SchemaID(sc)},
+		protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipcBytes}
 }

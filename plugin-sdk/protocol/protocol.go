@@ -12,9 +12,22 @@ import (
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 )
 
-// Version is the protocol version this SDK speaks. A host lists the versions it speaks; go-plugin picks the
-// highest both sides share and refuses the plugin when they share none.
-const Version = 1
+// Version is the newest protocol version this SDK speaks, and the only one the engine of this repository
+// speaks. A host lists the versions it speaks; go-plugin picks the highest both sides share and refuses the
+// plugin when they share none.
+//
+// Version 2 is version 1 as skippr spoke it at SDK 0.2.0 (coalesced applies with entry marks, Truncate and
+// ResnapshotMark items, the lake and query services, unsupported types), now promised: a plugin that offers 2
+// was built with an SDK that reads every one of those messages. A plugin offering only 1 may predate them, and
+// proto3 drops a oneof member it does not know without an error (a Truncate or an EntryStart would vanish), so
+// an engine speaking 2 refuses it.
+const Version = 2
+
+// PluginVersions are the versions a plugin built with this SDK offers, newest first. It offers 1 as well
+// because version 2 sends nothing an engine that speaks only 1 (skippr before protocol 2) does not know: a
+// plugin rebuilt with this SDK keeps running under such an engine, so engine and plugins can be upgraded in
+// either order.
+var PluginVersions = []int{Version, 1}
 
 // InfoFlag makes a plugin binary print its Info as JSON and exit, without a handshake. Registries read a
 // binary's protocol versions this way.
@@ -87,9 +100,12 @@ func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc
 	return pluginv1.NewPluginClient(c), nil
 }
 
-// PluginSets returns the versioned plugin sets for go-plugin, one per protocol version this side speaks.
-func PluginSets(impl pluginv1.PluginServer) map[int]plugin.PluginSet {
-	return map[int]plugin.PluginSet{
-		Version: {PluginName: &GRPCPlugin{Impl: impl}},
+// PluginSets returns the versioned plugin sets for go-plugin, one per protocol version in versions; every
+// version is served by the same implementation.
+func PluginSets(impl pluginv1.PluginServer, versions []int) map[int]plugin.PluginSet {
+	sets := make(map[int]plugin.PluginSet, len(versions))
+	for _, v := range versions {
+		sets[v] = plugin.PluginSet{PluginName: &GRPCPlugin{Impl: impl}}
 	}
+	return sets
 }

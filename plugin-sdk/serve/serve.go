@@ -28,7 +28,7 @@ func WithProtocolVersions(v ...int) Option { return func(o *options) { o.protoco
 // Serve runs p as a plugin process and returns when the host ends it. Run with protocol.InfoFlag as the only
 // argument, it prints the plugin's Info and exits instead.
 func Serve(p Plugin, opts ...Option) {
-	o := options{protocols: []int{protocol.Version}}
+	o := options{protocols: protocol.PluginVersions}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -41,10 +41,7 @@ func Serve(p Plugin, opts ...Option) {
 	slog.SetDefault(Logger(sp.Name))
 	go exitWithParent(os.Getppid())
 	impl := NewServer(p, nil)
-	sets := map[int]plugin.PluginSet{}
-	for _, v := range o.protocols {
-		sets[v] = protocol.PluginSets(impl)[protocol.Version]
-	}
+	sets := protocol.PluginSets(impl, o.protocols)
 	hs := protocol.Handshake
 	hs.ProtocolVersion = uint(o.protocols[0])
 	plugin.Serve(&plugin.ServeConfig{

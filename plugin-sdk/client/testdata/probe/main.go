@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -72,8 +73,10 @@ func main() {
 	}
 	var versions []int
 	if v := os.Getenv("PROBE_PROTOCOL"); v != "" {
-		n, _ := strconv.Atoi(v)
-		versions = append(versions, n)
+		for _, f := range strings.Split(v, ",") {
+			n, _ := strconv.Atoi(f)
+			versions = append(versions, n)
+		}
 	}
 	if versions == nil {
 		serve.Serve(probe{})
