@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -35,6 +36,9 @@ func TableName(stream string) string {
 type applier struct {
 	s    Settings
 	conn *sql.Conn
+	log  *slog.Logger
+	// open holds the pipeline's open re-snapshots: stream → the table of keys received since the begin.
+	open map[string]string
 	// tables holds what this apply knows of each destination table's columns (lower-cased name → type),
 	// since DuckDB resolves column names without regard to case.
 	tables map[string]map[string]string
@@ -87,6 +91,9 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 	fence := state.Sequence
 	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
+	}
+	if err := a.loadResnapshots(ctx, req.Pipeline); err != nil {
+		return res, fmt.Errorf("database %s: %w", a.s.Path, err)
 	}
 	var (
 		plans  []*streamPlan
@@ -146,6 +153,14 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 			sp.schemas = appendSchema(sp.schemas, it.Schema.Schema)
 		case it.Truncate:
 			plan(it.Stream).fold.Truncate()
+		case it.Resnapshot != serve.ResnapshotNone:
+			// The rows before the mark are written first: only those after a begin count as received.
+			if err := flush(); err != nil {
+				return res, err
+			}
+			if err := a.resnapshotMark(ctx, req.Pipeline, req.Sequence, it); err != nil {
+				return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
+			}
 		case it.Record != nil:
 			sp := plan(it.Stream)
 			sp.schemas = appendSchema(sp.schemas, it.Record.Schema())
@@ -447,5 +462,5 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema) err
 	if err := a.exec(ctx, q); err != nil {
 		return fmt.Errorf("write into %s: %w", name, err)
 	}
-	return nil
+	return a.noteKeys(ctx, stream, key)
 }
