@@ -10,6 +10,8 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/resnapshot"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 func resnapshotCommand(g *globals) *cli.Command {
@@ -24,7 +26,8 @@ running, when it starts). The source copies each table in key-ordered chunks bes
 during the copy — rows the source no longer has. A copy interrupted by a crash resumes from its last chunk.
 Asking again for a table already requested changes nothing. ` + "`skippr status`" + ` shows the progress.
 
-Refused (exit 2) for a table the source does not offer or a destination that cannot apply a re-snapshot.`,
+Refused (exit 2) for a source that cannot re-snapshot (only the postgres source can, for now), a destination
+that cannot apply a re-snapshot, or a table the source does not offer.`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"},
@@ -46,11 +49,11 @@ Refused (exit 2) for a table the source does not offer or a destination that can
 				return err
 			}
 			p, tables := pipes[0], args[1:]
-			offered, lacking, err := resnapshotTargets(c, g, cfg, p)
+			t, err := resnapshotTargets(c, g, cfg, p)
 			if err != nil {
 				return err
 			}
-			if err := resnapshot.Check(tables, offered, lacking); err != nil {
+			if err := resnapshot.Check(tables, t.offered, t.source, t.lacking); err != nil {
 				return withCode(exitUsage, fmt.Errorf("pipeline %s: %w", p.Name, err))
 			}
 			reqs, err := resnapshotStore(g.Home, p).Add(tables)
@@ -68,42 +71,53 @@ Refused (exit 2) for a table the source does not offer or a destination that can
 	}
 }
 
-// resnapshotTargets asks the source which streams it offers and the destinations whether they can apply a
-// re-snapshot.
-func resnapshotTargets(c *cli.Context, g *globals, cfg *config.Config, p *config.Pipeline) (offered, lacking []string, err error) {
+// targets is what the plugins of a pipeline say about a re-snapshot.
+type targets struct {
+	offered []string // the source's streams
+	source  string   // "connection (plugin name)" when the source cannot re-snapshot
+	lacking []string // destinations that cannot apply one
+}
+
+// resnapshotTargets asks the source which streams it offers and whether it can re-snapshot, and the
+// destinations whether they can apply a re-snapshot.
+func resnapshotTargets(c *cli.Context, g *globals, cfg *config.Config, p *config.Pipeline) (targets, error) {
+	var t targets
 	host, err := newHost(c, g, cfg, c.Bool("offline"))
 	if err != nil {
-		return nil, nil, err
+		return t, err
 	}
 	cn, _ := cfg.Connection(p.Source)
 	s, err := startConnection(c.Context, host, cn)
 	if err != nil {
-		return nil, nil, err
+		return t, err
 	}
 	defer s.client.Kill()
+	if !client.Offers(s.spec, protocol.ServiceResnapshot) {
+		t.source = fmt.Sprintf("%s (plugin %s)", cn.Name, s.spec.Name)
+	}
 	streams, err := s.client.Discover(c.Context, s.settings)
 	if err != nil {
-		return nil, nil, fmt.Errorf("pipeline %s: source %s: %w", p.Name, cn.Name, err)
+		return t, fmt.Errorf("pipeline %s: source %s: %w", p.Name, cn.Name, err)
 	}
 	for _, st := range streams {
-		offered = append(offered, st.Name)
+		t.offered = append(t.offered, st.Name)
 	}
 	for _, name := range p.Destinations {
 		dc, _ := cfg.Connection(name)
 		d, err := startConnection(c.Context, host, dc)
 		if err != nil {
-			return nil, nil, err
+			return t, err
 		}
 		caps, err := d.client.Capabilities(c.Context, d.settings)
 		d.client.Kill()
 		if err != nil {
-			return nil, nil, fmt.Errorf("pipeline %s: destination %s: %w", p.Name, name, err)
+			return t, fmt.Errorf("pipeline %s: destination %s: %w", p.Name, name, err)
 		}
 		if !caps.Resnapshot {
-			lacking = append(lacking, name)
+			t.lacking = append(t.lacking, name)
 		}
 	}
-	return offered, lacking, nil
+	return t, nil
 }
 
 // resnapshotStore is the pipeline's request directory, beside its status file.

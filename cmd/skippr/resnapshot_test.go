@@ -1,9 +1,15 @@
 package main_test
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,27 +17,164 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skippr-dev/skippr/engine/resnapshot"
+	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
-// TestPostgresResnapshotWhileStreaming damages a Postgres destination (rows deleted, rows changed, rows the
-// source never had), asks for a re-snapshot of the table while a writer keeps inserting, updating and deleting at
-// the source, SIGKILLs `skippr sync` at random points of the copy, and then compares the destination with the
-// source row by row.
-func TestPostgresResnapshotWhileStreaming(t *testing.T) {
-	src, dst := pgtest.NewDB(t), pgtest.NewDB(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	conn := func(db *pgtest.DB) *pgx.Conn {
-		c, err := pgx.Connect(ctx, db.Server.ConnString(db.Name))
+// resnapDest is a destination of the re-snapshot scenario: its connection, how to damage the table it holds
+// (rows deleted, rows changed, rows the source never had), and its rows in orderRow's form, by id.
+type resnapDest struct {
+	name       string
+	connection func(t *testing.T, e *env) string // the YAML settings of connection dst
+	damage     func(t *testing.T, ctx context.Context, e *env)
+	dump       func(t *testing.T, ctx context.Context, e *env) []string
+}
+
+// resnapDamage is what a re-snapshot repairs: rows lost downstream, rows changed downstream, rows the source
+// never had (SQL that Postgres and DuckDB both run).
+var resnapDamage = []string{
+	`DELETE FROM orders WHERE id % 50 = 0`,
+	`UPDATE orders SET name = 'damaged' WHERE id % 77 = 0`,
+	`INSERT INTO orders (id, name, amount) SELECT i, 'stray', 0 FROM range(1000001, 1000301) t(i)`,
+}
+
+// orderRow is one orders row in the form both sides are compared in: numbers to cents, the JSON document with
+// sorted keys.
+func orderRow(id any, name any, amount any, tags any, doc any) string {
+	a := ""
+	if amount != nil {
+		f, err := strconv.ParseFloat(fmt.Sprint(amount), 64)
 		if err != nil {
+			a = fmt.Sprint(amount)
+		} else {
+			a = strconv.FormatFloat(f, 'f', 2, 64)
+		}
+	}
+	if s, ok := doc.(string); ok {
+		var v any
+		if json.Unmarshal([]byte(s), &v) == nil {
+			doc = v
+		}
+	}
+	d, _ := json.Marshal(normalizeJSON(doc))
+	tg, _ := json.Marshal(normalizeJSON(tags))
+	return fmt.Sprintf("%v|%v|%s|%s|%s", id, name, a, tg, d)
+}
+
+func resnapDests() []resnapDest {
+	var dst *pgtest.DB
+	duck := func(e *env) string {
+		return fmt.Sprintf(`{"path": %q}`, filepath.Join(e.dir, "dest", "orders.duckdb"))
+	}
+	return []resnapDest{{
+		name: "postgres",
+		connection: func(t *testing.T, e *env) string {
+			dst = pgtest.NewDB(t)
+			s := dst.Server
+			return fmt.Sprintf(`{ host: %s, port: %d, user: postgres, database: %s, sslmode: disable }`, s.Host, s.Port, dst.Name)
+		},
+		damage: func(t *testing.T, ctx context.Context, e *env) {
+			c := pgConn(t, ctx, dst)
+			for _, q := range resnapDamage {
+				if _, err := c.Exec(ctx, strings.ReplaceAll(q, "range(", "generate_series(")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		dump: func(t *testing.T, ctx context.Context, e *env) []string {
+			return dumpOrders(t, ctx, pgConn(t, ctx, dst))
+		},
+	}, {
+		name:       "duckdb",
+		connection: func(t *testing.T, e *env) string { return duck(e) },
+		damage: func(t *testing.T, ctx context.Context, e *env) {
+			cmd := exec.CommandContext(ctx, testplugins.Build(t, "duckdb"), "exec", strings.Join(resnapDamage, "; "))
+			cmd.Stdin = strings.NewReader(duck(e))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("damage the DuckDB table: %v\n%s", err, out)
+			}
+		},
+		dump: func(t *testing.T, ctx context.Context, e *env) []string {
+			rows := dumpDuckDB(t, duck(e), "public.orders")
+			out := make([]string, 0, len(rows))
+			for _, r := range rows {
+				out = append(out, orderRow(r["id"], r["name"], r["amount"], r["tags"], r["doc"]))
+			}
+			return sortByID(out)
+		},
+	}}
+}
+
+// sortByID orders rows "id|…" by their numeric id.
+func sortByID(rows []string) []string {
+	id := func(r string) int64 { n, _ := strconv.ParseInt(r[:strings.IndexByte(r, '|')], 10, 64); return n }
+	slices.SortFunc(rows, func(a, b string) int { return cmp.Compare(id(a), id(b)) })
+	return rows
+}
+
+func pgConn(t *testing.T, ctx context.Context, db *pgtest.DB) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(ctx, db.Server.ConnString(db.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// dumpOrders reads a Postgres orders table in orderRow's form, by id.
+func dumpOrders(t *testing.T, ctx context.Context, c *pgx.Conn) []string {
+	t.Helper()
+	rows, err := c.Query(ctx, `SELECT id, name, amount::float8, tags, doc FROM orders ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var (
+			id     int64
+			name   string
+			amount *float64
+			tags   []string
+			doc    any
+		)
+		if err := rows.Scan(&id, &name, &amount, &tags, &doc); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Close(context.Background()) })
-		return c
+		var a any
+		if amount != nil {
+			a = *amount
+		}
+		var tg any
+		if tags != nil {
+			tg = tags
+		}
+		out = append(out, orderRow(id, name, a, tg, doc))
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestResnapshotWhileStreaming damages the destination (rows deleted, rows changed, rows the source never had),
+// asks for a re-snapshot of the table while a writer keeps inserting, updating and deleting at the Postgres
+// source, SIGKILLs `skippr sync` at random points of the copy, and then compares the destination with the
+// source row by row — for each destination that applies re-snapshot marks.
+func TestResnapshotWhileStreaming(t *testing.T) {
+	for _, d := range resnapDests() {
+		t.Run(d.name, func(t *testing.T) { resnapshotWhileStreaming(t, d) })
+	}
+}
+
+func resnapshotWhileStreaming(t *testing.T, d resnapDest) {
+	src := pgtest.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	const n = 20000
-	sc, dc := conn(src), conn(dst)
+	sc := pgConn(t, ctx, src)
 	createOrders(t, ctx, sc, n)
 
 	e := newEnv(t)
@@ -42,38 +185,30 @@ func TestPostgresResnapshotWhileStreaming(t *testing.T) {
     version: "~> 0.1"
     settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[3]s, sslmode: disable, tables: [public.orders], slot: resnap, publication: resnap, batch_size: 250 }
   dst:
-    plugin: postgres
+    plugin: %[4]s
     version: "~> 0.1"
-    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[4]s, sslmode: disable }
+    settings: %[5]s
 pipelines:
   orders:
     source: src
     destinations: [dst]
     wal:
-      url: file://%[5]s
+      url: file://%[6]s
       group_commit: { max_bytes: 64KiB, max_delay: 50ms }
-`, s.Host, s.Port, src.Name, dst.Name, filepath.Join(e.dir, "wal")))
+`, s.Host, s.Port, src.Name, d.name, d.connection(t, e), filepath.Join(e.dir, "wal")))
 	e.mustRun("sync", "--once")
-
-	// What a re-snapshot repairs: rows lost downstream, rows changed downstream, rows the source never had.
-	for _, q := range []string{
-		`DELETE FROM orders WHERE id % 50 = 0`,
-		`UPDATE orders SET name = 'damaged' WHERE id % 77 = 0`,
-		`INSERT INTO orders SELECT i, 'stray', 0, ARRAY['z'], '{}', now() FROM generate_series(1000001, 1000300) i`,
-	} {
-		if _, err := dc.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d.damage(t, ctx, e)
 
 	if r := e.run("resnapshot", "orders", "public.order"); r.code != 2 || !strings.Contains(r.stderr, `did you mean "public.orders"`) {
 		t.Fatalf("a misspelt table: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
-	stop := startOrdersWriter(t, ctx, conn(src), n+1)
+	stop := startOrdersWriter(t, ctx, pgConn(t, ctx, src), n+1)
 	// The request reaches a sync that is already streaming: it restarts its Read with it and drops the request
 	// once a checkpoint carrying it is durable. From then on only the source's checkpoint knows about the
 	// re-snapshot, so the runs killed below must resume it from there.
 	bg := e.cmd(ctx, "sync")
+	var bgErr bytes.Buffer
+	bg.Stderr = &bgErr
 	if err := bg.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -84,12 +219,14 @@ pipelines:
 		t.Fatalf("resnapshot --json: %s", again.stdout)
 	}
 	requests := filepath.Join(e.home, "state", "orders-*", "resnapshot", "*.json")
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if left, _ := filepath.Glob(requests); len(left) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the running sync did not take the request")
+			bg.Process.Signal(syscall.SIGKILL)
+			bg.Wait()
+			t.Fatalf("the running sync did not take the request; its stderr:\n%s", bgErr.String())
 		}
 	}
 	bg.Process.Signal(syscall.SIGKILL)
@@ -97,26 +234,12 @@ pipelines:
 	kills := 5
 	e.killSyncAtRandom(kills, 700*time.Millisecond, 2500*time.Millisecond)
 	stop()
-	r := e.mustRun("sync", "--once")
-	if !strings.Contains(r.stderr, "re-snapshot") && !strings.Contains(r.stderr, "resnapshot") {
-		t.Logf("final sync stderr:\n%s", r.stderr)
-	}
+	e.mustRun("sync", "--once")
 	if left, _ := filepath.Glob(requests); len(left) != 0 {
 		t.Fatalf("requests left after the re-snapshot: %v", left)
 	}
 
-	dump := func(c *pgx.Conn) []string {
-		rows, err := c.Query(ctx, `SELECT id::text || '|' || name || '|' || coalesce(amount::text, '') || '|' || coalesce(tags::text, '') || '|' || coalesce(doc::text, '') FROM orders ORDER BY id`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	want, got := dump(sc), dump(dc)
+	want, got := dumpOrders(t, ctx, sc), d.dump(t, ctx, e)
 	for i := range min(len(want), len(got)) {
 		if want[i] != got[i] {
 			t.Fatalf("row %d differs:\nsource      %s\ndestination %s", i, want[i], got[i])
@@ -125,23 +248,55 @@ pipelines:
 	if len(want) != len(got) {
 		t.Fatalf("source has %d rows, destination %d", len(want), len(got))
 	}
-	t.Logf("%d SIGKILLs during the re-snapshot; %d rows equal in source and destination", kills, len(want))
+	t.Logf("%s: %d SIGKILLs during the re-snapshot; %d rows equal in source and destination", d.name, kills, len(want))
 }
 
-// TestResnapshotRefusedForIncapableDestination: a destination that cannot apply a re-snapshot makes the request
-// fail at once with exit 2, naming it, and nothing is recorded.
-func TestResnapshotRefusedForIncapableDestination(t *testing.T) {
-	e := newEnv(t)
+// TestResnapshotRefusedUpFront: a source that cannot re-snapshot (datagen) and a destination that cannot apply
+// one make the request fail at once with exit 2, naming both, and nothing is recorded. A request a running sync
+// finds anyway (written before the plugins changed, or by hand) is marked refused with the reason in `status`
+// and dropped — never left waiting — while the pipeline goes on.
+func TestResnapshotRefusedUpFront(t *testing.T) {
+	e := newEnvWith(t, "datagen", "testdest")
 	gen := `{ seed: 1, rows: 10, stream: orders }`
-	e.writeConfig(pipelineConfig(gen, filepath.Join(e.dir, "out"), ", no_resnapshot: true", "file://"+filepath.Join(e.dir, "wal"), ""))
-	r := e.run("resnapshot", "orders", "orders")
-	if r.code != 2 || !strings.Contains(r.stderr, "destination out cannot apply a re-snapshot") {
-		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	write := func(destExtra string) {
+		e.writeConfig(pipelineConfig(gen, filepath.Join(e.dir, "out"), destExtra, "file://"+filepath.Join(e.dir, "wal"), ""))
 	}
-	if reqs, _ := filepath.Glob(filepath.Join(e.home, "state", "*", "resnapshot", "*.json")); len(reqs) != 0 {
+	write(", no_resnapshot: true")
+	requests := filepath.Join(e.home, "state", "*", "resnapshot", "*.json")
+	r := e.run("resnapshot", "orders", "orders")
+	for _, want := range []string{"source gen (plugin datagen) cannot re-snapshot a table", "destination out cannot apply a re-snapshot"} {
+		if r.code != 2 || !strings.Contains(r.stderr, want) {
+			t.Fatalf("exit %d, want 2 and %q; stderr:\n%s", r.code, want, r.stderr)
+		}
+	}
+	if reqs, _ := filepath.Glob(requests); len(reqs) != 0 {
 		t.Fatalf("a refused request was recorded: %v", reqs)
 	}
 	if r := e.run("resnapshot", "orders"); r.code != 2 {
 		t.Fatalf("no table: exit %d, want 2:\n%s", r.code, r.stderr)
+	}
+
+	// The source alone lacking is refused too.
+	write("")
+	if r := e.run("resnapshot", "orders", "orders"); r.code != 2 || !strings.Contains(r.stderr, "source gen (plugin datagen) cannot re-snapshot") || strings.Contains(r.stderr, "destination") {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+
+	// A request the running sync finds.
+	e.mustRun("sync", "--once")
+	states, _ := filepath.Glob(filepath.Join(e.home, "state", "orders-*"))
+	if len(states) != 1 {
+		t.Fatalf("state directories of orders: %v", states)
+	}
+	if _, err := (resnapshot.Store{Dir: filepath.Join(states[0], "resnapshot")}).Add([]string{"orders"}); err != nil {
+		t.Fatal(err)
+	}
+	e.mustRun("sync", "--once")
+	if reqs, _ := filepath.Glob(requests); len(reqs) != 0 {
+		t.Fatalf("the refused request is still waiting: %v", reqs)
+	}
+	st := e.mustRun("status", "orders")
+	if !strings.Contains(st.stdout, "re-snapshot of orders: refused") || !strings.Contains(st.stdout, "source gen (plugin datagen) cannot re-snapshot a table") {
+		t.Fatalf("status:\n%s", st.stdout)
 	}
 }

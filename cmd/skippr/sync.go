@@ -26,8 +26,10 @@ import (
 	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/engine/supervise"
 	"github.com/skippr-dev/skippr/engine/wal"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 func syncCommand(g *globals) *cli.Command {
@@ -214,6 +216,8 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		Logger:            log,
 		Observer:          s.m,
 		Resnapshots:       resnapshotStore(s.g.Home, s.p),
+		SourceResnapshots: client.Offers(src.spec, protocol.ServiceResnapshot),
+		SourcePlugin:      srcConn.Plugin,
 	}
 	pre := precheck.Config{Pipeline: s.p.Name, Streams: s.p.Streams,
 		Source: precheck.Endpoint[precheck.Source]{Name: srcConn.Name, Plugin: src.client, Settings: src.settings}}

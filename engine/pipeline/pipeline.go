@@ -128,6 +128,10 @@ type Config struct {
 	// the source's Read from the last durable checkpoint with the streams to copy again (resnapshot.go).
 	Resnapshots    Resnapshots
 	ResnapshotPoll time.Duration
+	// SourceResnapshots: the source offers protocol.ServiceResnapshot. Without it each request is refused at
+	// once (status "refused", naming SourcePlugin) instead of waiting for a copy that never starts.
+	SourceResnapshots bool
+	SourcePlugin      string // the source's plugin name, for messages
 }
 
 // Defaults chosen by measurement (BENCHMARKS.md): 8 MiB entries amortise an fsync (local) or two PUTs (S3)

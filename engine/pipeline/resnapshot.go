@@ -2,11 +2,13 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/skippr-dev/skippr/engine/resnapshot"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 // Resnapshots is where `skippr resnapshot` requests wait for the runner (engine/resnapshot.Store).
@@ -33,8 +35,9 @@ type ResnapshotStatus struct {
 // errReread ends one Read so the next starts from the last durable checkpoint with new resnapshot requests.
 var errReread = errors.New("source read restarts for a resnapshot request")
 
-// newResnapshots returns the requests not yet handed to the source, refusing (and dropping) the ones a
-// destination cannot apply: a refused request never reaches the source, and the pipeline goes on.
+// newResnapshots returns the requests not yet handed to the source, refusing (and dropping) the ones the source
+// cannot copy or a destination cannot apply: a refused request never reaches the source, and the pipeline goes
+// on.
 func (r *runner) newResnapshots(included []resnapshot.Request) []resnapshot.Request {
 	if r.cfg.Resnapshots == nil {
 		return nil
@@ -49,8 +52,7 @@ func (r *runner) newResnapshots(included []resnapshot.Request) []resnapshot.Requ
 		if slices.ContainsFunc(included, func(q resnapshot.Request) bool { return q.ID == p.ID }) {
 			continue
 		}
-		if d := r.lacksResnapshot(); d != "" {
-			reason := "destination " + d + " cannot apply a re-snapshot (it would keep rows the source deleted); remove it from the pipeline or re-create the pipeline under a new name"
+		if reason := r.resnapshotRefusal(); reason != "" {
 			r.log.Error("resnapshot request refused", "stream", p.Stream, "reason", reason)
 			r.setResnapshot(p.Stream, ResnapshotStatus{State: "refused", Reason: reason})
 			refused = append(refused, p)
@@ -64,6 +66,21 @@ func (r *runner) newResnapshots(included []resnapshot.Request) []resnapshot.Requ
 		}
 	}
 	return fresh
+}
+
+// resnapshotRefusal says why this pipeline cannot carry out a re-snapshot, or "".
+func (r *runner) resnapshotRefusal() string {
+	if !r.cfg.SourceResnapshots {
+		plugin := r.cfg.SourcePlugin
+		if plugin == "" {
+			plugin = "?"
+		}
+		return fmt.Sprintf("source %s (plugin %s) cannot re-snapshot a table (it offers no %s service); re-create the pipeline under a new name to copy everything again", r.cfg.Source.Name, plugin, protocol.ServiceResnapshot)
+	}
+	if d := r.lacksResnapshot(); d != "" {
+		return "destination " + d + " cannot apply a re-snapshot (it would keep rows the source deleted); remove it from the pipeline or re-create the pipeline under a new name"
+	}
+	return ""
 }
 
 // lacksResnapshot names a destination without the resnapshot capability, or "".

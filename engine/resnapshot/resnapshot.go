@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/internal/suggest"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 // Request asks for one stream to be copied again.
@@ -159,13 +160,26 @@ func (s Store) Done(reqs []Request) error {
 	return nil
 }
 
-// ErrRefused is a request that cannot be carried out as asked: an unknown stream, or a destination that cannot
-// apply a re-snapshot.
+// ErrRefused is a request that cannot be carried out as asked: a source that cannot re-snapshot, a
+// destination that cannot apply one, or an unknown stream.
 var ErrRefused = errors.New("resnapshot refused")
 
-// Check refuses streams the source does not offer (naming the closest one) and destinations without the
-// capability (lacking names them), before anything is recorded.
-func Check(streams, offered, lacking []string) error {
+// Check refuses, before anything is recorded: a source that cannot re-snapshot (source names it, "" when it
+// can), destinations without the capability (lacking names them), and streams the source does not offer
+// (naming the closest one).
+func Check(streams, offered []string, source string, lacking []string) error {
+	var why, fix []string
+	if source != "" {
+		why = append(why, fmt.Sprintf("source %s cannot re-snapshot a table (its plugin offers no %s service)", source, protocol.ServiceResnapshot))
+	}
+	if len(lacking) > 0 {
+		why = append(why, fmt.Sprintf("destination %s cannot apply a re-snapshot: it could not remove the rows the source no longer has", strings.Join(lacking, ", ")))
+		fix = append(fix, "take it out of the pipeline for the re-snapshot")
+	}
+	if len(why) > 0 {
+		fix = append(fix, "re-create the pipeline under a new name to copy everything again")
+		return fmt.Errorf("%s; %s: %w", strings.Join(why, "; "), strings.Join(fix, ", or "), ErrRefused)
+	}
 	for _, s := range streams {
 		if slices.Contains(offered, s) {
 			continue
@@ -175,9 +189,6 @@ func Check(streams, offered, lacking []string) error {
 			msg += fmt.Sprintf("; did you mean %q?", m)
 		}
 		return fmt.Errorf("%s (offered: %s); add the table to the source's tables first (a newly added table is copied on its own): %w", msg, strings.Join(offered, ", "), ErrRefused)
-	}
-	if len(lacking) > 0 {
-		return fmt.Errorf("destination %s cannot apply a re-snapshot: it could not remove the rows the source no longer has; take it out of the pipeline for the re-snapshot, or re-create the pipeline under a new name: %w", strings.Join(lacking, ", "), ErrRefused)
 	}
 	return nil
 }

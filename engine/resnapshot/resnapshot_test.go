@@ -1,7 +1,9 @@
 package resnapshot
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -39,5 +41,43 @@ func TestStore(t *testing.T) {
 	p, err = s.Pending()
 	if err != nil || fmt.Sprint(p) != fmt.Sprint(renewed) {
 		t.Fatalf("pending %v (%v), want only the renewed request %v", p, err, renewed)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	offered := []string{"public.orders", "public.users"}
+	for _, tc := range []struct {
+		name    string
+		streams []string
+		source  string
+		lacking []string
+		want    []string // substrings of the error; nil: no error
+	}{
+		{"all can", []string{"public.orders"}, "", nil, nil},
+		{"misspelt", []string{"public.order"}, "", nil, []string{`did you mean "public.orders"`}},
+		{"source cannot", []string{"public.orders"}, "gen (plugin datagen)", nil,
+			[]string{"source gen (plugin datagen) cannot re-snapshot", "source.resnapshot", "re-create the pipeline"}},
+		{"destination cannot", []string{"public.orders"}, "", []string{"lake"},
+			[]string{"destination lake cannot apply a re-snapshot", "take it out of the pipeline"}},
+		{"both, before the stream", []string{"nope"}, "gen (plugin datagen)", []string{"lake"},
+			[]string{"source gen (plugin datagen) cannot", "; destination lake cannot"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Check(tc.streams, offered, tc.source, tc.lacking)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrRefused) {
+				t.Fatalf("%v: not ErrRefused", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("%v: lacks %q", err, w)
+				}
+			}
+		})
 	}
 }

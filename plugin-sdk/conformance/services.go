@@ -15,6 +15,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 // checkServices exercises the optional services the plugin's spec names, each as a subtest.
@@ -27,8 +28,13 @@ func checkServices(ctx context.Context, t *testing.T, c *client.Client, spec *pl
 			t.Run("lake-compact", func(t *testing.T) { checkLakeCompact(ctx, t, c, cfg) })
 		case lakequery.ServiceQuery:
 			t.Run("query-engine", func(t *testing.T) { checkQuery(ctx, t, c) })
+		case protocol.ServiceResnapshot:
+			// What a re-snapshot copies depends on the source's database; here only that a source announces it.
+			if k := spec.GetKind(); k != pluginv1.Kind_KIND_SOURCE && k != pluginv1.Kind_KIND_BOTH {
+				t.Errorf("spec names service %s, but the plugin is no source (kind %s)", s, k)
+			}
 		default:
-			t.Errorf("spec names unknown service %q (known: %s, %s, %s)", s, lakequery.ServicePlan, lakequery.ServiceCompact, lakequery.ServiceQuery)
+			t.Errorf("spec names unknown service %q (known: %s, %s, %s, %s)", s, lakequery.ServicePlan, lakequery.ServiceCompact, lakequery.ServiceQuery, protocol.ServiceResnapshot)
 		}
 	}
 }

@@ -33,6 +33,11 @@ var PluginVersions = []int{Version, 1}
 // binary's protocol versions this way.
 const InfoFlag = "--skippr-plugin-info"
 
+// ServiceResnapshot is the service (SpecResponse.services) of a source that copies streams again while it
+// streams (ReadRequest.resnapshot, `skippr resnapshot`). The engine refuses a request up front for a source
+// without it, rather than waiting for a copy that never starts.
+const ServiceResnapshot = "source.resnapshot"
+
 // PluginName is the key of the one plugin a skippr plugin binary serves.
 const PluginName = "skippr"
 

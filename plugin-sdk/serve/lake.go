@@ -13,6 +13,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 // The optional services. A plugin offers one by implementing its interface; Serve announces it in Spec, so the
@@ -46,6 +47,9 @@ func services(p Plugin) []string {
 	}
 	if _, ok := p.(QueryEngine); ok {
 		out = append(out, lakequery.ServiceQuery)
+	}
+	if r, ok := p.(Resnapshotter); ok && r.CanResnapshot() {
+		out = append(out, protocol.ServiceResnapshot)
 	}
 	return out
 }

@@ -124,6 +124,13 @@ type Source interface {
 	Ack(ctx context.Context, checkpoint []byte) error
 }
 
+// Resnapshotter is a source that can copy streams again while it streams (ReadRequest.Resnapshot): Serve
+// announces the service protocol.ServiceResnapshot when CanResnapshot says so. A source without it gets no
+// re-snapshot requests: the engine refuses them up front.
+type Resnapshotter interface {
+	CanResnapshot() bool
+}
+
 // ReadRequest is the input of Source.Read.
 type ReadRequest struct {
 	Settings   json.RawMessage

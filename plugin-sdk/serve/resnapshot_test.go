@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -123,4 +124,37 @@ func TestResnapshotMarksTravelInOrder(t *testing.T) {
 			t.Fatalf("err = %v, items %v; want InvalidArgument and nothing applied", err, d.got)
 		}
 	})
+}
+
+// canResnapSource is resnapSource declaring (or not) that it can re-snapshot.
+type canResnapSource struct {
+	resnapSource
+	can bool
+}
+
+func (s canResnapSource) CanResnapshot() bool { return s.can }
+
+// TestSpecAnnouncesResnapshot: Spec lists source.resnapshot exactly for a source whose CanResnapshot says so.
+func TestSpecAnnouncesResnapshot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name string
+		p    Plugin
+		want bool
+	}{
+		{"declares", canResnapSource{can: true}, true},
+		{"declares it cannot", canResnapSource{can: false}, false},
+		{"silent", resnapSource{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, err := startServer(t, tc.p, memory.DefaultAllocator).Spec(ctx, &pluginv1.SpecRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := slices.Contains(spec.Services, protocol.ServiceResnapshot); got != tc.want {
+				t.Fatalf("services %v: %s listed = %v, want %v", spec.Services, protocol.ServiceResnapshot, got, tc.want)
+			}
+		})
+	}
 }

@@ -8,7 +8,8 @@
 //     query.engine.
 //
 // `skippr-plugin-duckdb dump STREAM` (settings as JSON on stdin) prints a destination table as JSON lines
-// ordered by its key, for checks from outside the engine.
+// ordered by its key, for checks from outside the engine; `skippr-plugin-duckdb exec SQL` runs statements on the
+// file (settings on stdin) in one transaction, for repairs and tests from outside the engine.
 package main
 
 import (
@@ -37,6 +38,16 @@ func main() {
 		}
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == "exec" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		err := execSQL(ctx, os.Args[2:])
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "skippr-plugin-duckdb exec:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	d := &sink.Destination{Version: version}
 	serve.Serve(plugin{d})
 	// Serve returns when the host ends the plugin: closing checkpoints the database and releases its lock.
@@ -54,6 +65,17 @@ func dump(ctx context.Context, args []string) error {
 		return fmt.Errorf("read settings from stdin: %w", err)
 	}
 	return sink.Dump(ctx, settings, args[0], os.Stdout)
+}
+
+func execSQL(ctx context.Context, args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("want the SQL as one argument, got %d arguments; settings come on stdin", len(args))
+	}
+	settings, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		return fmt.Errorf("read settings from stdin: %w", err)
+	}
+	return sink.Exec(ctx, settings, args[0])
 }
 
 // plugin is the destination plus the query engine: the query shares nothing with the destination's databases.

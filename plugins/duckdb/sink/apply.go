@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -34,6 +35,9 @@ func TableName(stream string) string {
 type applier struct {
 	s    Settings
 	conn *sql.Conn
+	log  *slog.Logger
+	// open holds the pipeline's open re-snapshots: stream → the table of keys received since the begin.
+	open map[string]string
 	// tables holds what this apply knows of each destination table's columns (lower-cased name → type),
 	// since DuckDB resolves column names without regard to case.
 	tables map[string]map[string]string
@@ -77,6 +81,9 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 	fence := state.Sequence
 	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
+	}
+	if err := a.loadResnapshots(ctx, req.Pipeline); err != nil {
+		return res, fmt.Errorf("database %s: %w", a.s.Path, err)
 	}
 	var (
 		// The plans of one entry (per key the last change, streams in first-seen order so that statements
@@ -126,6 +133,14 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 			plans.Get(it.Stream).AddSchema(it.Schema.Schema)
 		case it.Truncate:
 			plans.Get(it.Stream).Fold.Truncate()
+		case it.Resnapshot != serve.ResnapshotNone:
+			// The rows before the mark are written first: only those after a begin count as received.
+			if err := flush(); err != nil {
+				return res, err
+			}
+			if err := a.resnapshotMark(ctx, req.Pipeline, req.Sequence, it); err != nil {
+				return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
+			}
 		case it.Record != nil:
 			if err := plans.Get(it.Stream).Add(it.Record); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
@@ -384,5 +399,5 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema) err
 	if err := a.exec(ctx, q); err != nil {
 		return fmt.Errorf("write into %s: %w", name, err)
 	}
-	return nil
+	return a.noteKeys(ctx, stream, key)
 }

@@ -72,3 +72,38 @@ func Dump(ctx context.Context, raw json.RawMessage, stream string, w io.Writer) 
 	}
 	return bw.Flush()
 }
+
+// Exec runs SQL statements on the destination's file, in one transaction, with the destination's schema first on
+// the search path. It is for repairs and tests from outside the engine (a damaged table a re-snapshot repairs):
+// it waits for the file lock like a dump, so nothing else may write the file meanwhile.
+func Exec(ctx context.Context, raw json.RawMessage, statements string) error {
+	s, err := ParseSettings(raw)
+	if err != nil {
+		return err
+	}
+	db, err := Open(ctx, s.Path, false, dumpLockWait)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("database %s: %w", s.Path, err)
+	}
+	defer conn.Close()
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("database %s: %w", s.Path, err)
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, "SET search_path = "+ducksql.Literal(s.Schema)); err != nil {
+		return fmt.Errorf("database %s: %w", s.Path, err)
+	}
+	if _, err := tx.ExecContext(ctx, statements); err != nil {
+		return fmt.Errorf("database %s: %w", s.Path, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("database %s: commit: %w", s.Path, err)
+	}
+	return nil
+}

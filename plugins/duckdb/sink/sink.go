@@ -181,12 +181,13 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 	return nil
 }
 
-// Capabilities: exactly-once (the state row commits with the data), deletes, and added columns.
+// Capabilities: exactly-once (the state row commits with the data), deletes, added columns, truncates,
+// coalesced ranges and re-snapshots (resnapshot.go).
 func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serve.Capabilities, error) {
 	if _, err := ParseSettings(raw); err != nil {
 		return serve.Capabilities{}, err
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true, Resnapshot: true}, nil
 }
 
 // stateName is the state table's qualified name.
@@ -292,6 +293,6 @@ func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, i
 		return serve.ApplyResult{}, fmt.Errorf("database %s: %w", s.Path, err)
 	}
 	defer conn.Close()
-	a := &applier{s: s, conn: conn}
+	a := &applier{s: s, conn: conn, log: d.log()}
 	return a.apply(ctx, req, items)
 }

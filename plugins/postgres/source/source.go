@@ -42,6 +42,12 @@ func New() *Source {
 	return &Source{reads: map[string]*slotState{}, last: map[string]config.Settings{}}
 }
 
+// CanResnapshot: the source copies tables again by the watermark method (resnapshot.go), so Serve announces
+// the source.resnapshot service.
+func (s *Source) CanResnapshot() bool { return true }
+
+var _ serve.Resnapshotter = (*Source)(nil)
+
 // Discover describes the configured tables as streams.
 func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Stream, error) {
 	cfg, err := config.Parse(raw)
