@@ -174,9 +174,17 @@ func TestDestinationDirFailsAtOnce(t *testing.T) {
 	e.syncRefused("set the connection's dir", "check of destination out failed", "a-file/out is not writable")
 }
 
-// A Postgres source whose slot was dropped needs a re-snapshot (exit 1), and a wrong password a new setting
-// (the check fails: refused at start, exit 2): both stop `sync --once` at once in state failed, with the
-// plugin's class and fix.
+// A delivery guarantee a destination cannot honour (exactly-once into a destination that records no applied
+// sequence numbers) is refused at start: exit 2, class config, the setting that gets past it.
+func TestRefusedGuaranteeFailsAtOnce(t *testing.T) {
+	e := newEnv(t)
+	e.writeConfig(pipelineConfig(`{ rows: 100 }`, filepath.Join(e.dir, "out"), ", at_least_once: true", "file://"+filepath.Join(e.dir, "wal"), ""))
+	e.syncRefused("set `delivery: at-least-once`", "asks for exactly-once, but destination out cannot honour it")
+}
+
+// A Postgres source whose slot was dropped needs a re-snapshot (exit 1), a value its Arrow type cannot hold a
+// person's choice (data, exit 1), and a wrong password a new setting (the check fails: refused at start, exit
+// 2): each stops `sync --once` at once in state failed, with the plugin's class and fix.
 func TestPostgresSourceFaultsFailAtOnce(t *testing.T) {
 	src := pgtest.NewDB(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -215,6 +223,31 @@ pipelines:
 			t.Fatal(err)
 		}
 		e.syncFails("resnapshot", "re-snapshot", "replication slot faults does not exist")
+	})
+	// A value the column's Arrow type cannot hold, under the default on_unrepresentable: fail, is a data
+	// fault: failed at once with the table, column, key and value, never a restart loop.
+	t.Run("unrepresentable value", func(t *testing.T) {
+		if _, err := sc.Exec(ctx, `CREATE TABLE odd_price (id int PRIMARY KEY, n numeric(10,2)); INSERT INTO odd_price VALUES (1, 1.50), (2, 'NaN')`); err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t)
+		e.writeConfig(fmt.Sprintf(`connections:
+  src:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %s, port: %d, user: postgres, database: %s, sslmode: disable, tables: [public.odd_price], slot: faults_odd, publication: faults_odd }
+  out:
+    plugin: testdest
+    version: ">= 0.1"
+    settings: { dir: %s }
+pipelines:
+  orders:
+    source: src
+    destinations: [out]
+    wal:
+      url: file://%s
+`, s.Host, s.Port, src.Name, filepath.Join(e.dir, "out"), filepath.Join(e.dir, "wal")))
+		e.syncFails("data", "set on_unrepresentable: null_and_record", "table public.odd_price, column n, key id=2: value NaN")
 	})
 	t.Run("wrong password", func(t *testing.T) {
 		e := newEnv(t)

@@ -1,6 +1,6 @@
 // Package values decides what a source does with a legal source value that its Arrow type cannot hold: NaN
-// or ±Infinity in a numeric(p,s) carried as decimal128, ±infinity or a year past timestamp[us]'s range in a
-// timestamp, ±infinity in a date. Decoders report such a value as an *Unrepresentable error; the source hands
+// or ±Infinity in a numeric(p,s) carried as decimal128, a year past timestamp[us]'s range in a timestamp.
+// Decoders report such a value as an *Unrepresentable error; the source hands
 // it to a Handler, which applies the pipeline's on_unrepresentable setting:
 //
 //	fail             the source stops with a fault.DataErr naming the table, column, key and value, and the
@@ -23,6 +23,14 @@
 // in the destination, NULL in new rows. Key columns never take the replacement: a row without its key cannot
 // be applied, so an unrepresentable key value fails under either policy.
 //
+// ±infinity in a date or a timestamp is a value, not a loss: it travels as DuckDB keeps it, the largest value
+// of date32 or timestamp[us] for infinity and its negation for -infinity (TimestampInfinity and the others
+// below). A PostgreSQL destination writes them back as 'infinity' and '-infinity', and DuckDB (skippr query,
+// the DuckDB destination) reads them as its own infinities from Iceberg's Parquet files. No finite PostgreSQL
+// date comes near either end of date32, nor a finite timestamp near -MaxInt64 microseconds; the one finite
+// timestamp that equals TimestampInfinity (294247-01-10 04:00:54.775807 UTC, the last microsecond of
+// timestamp[us]) is reported as Unrepresentable, so no real value is ever read back as infinity.
+//
 // The column travels with the _skippr_ prefix of the change protocol's columns but is data: change.DataFields
 // and change.StripReserved keep it, so destinations write it like any other column.
 package values
@@ -32,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +49,14 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+)
+
+// How ±infinity travels in date32 and timestamp[us] columns (the package doc says why these values).
+const (
+	TimestampInfinity    = arrow.Timestamp(math.MaxInt64)
+	TimestampNegInfinity = arrow.Timestamp(-math.MaxInt64)
+	DateInfinity         = arrow.Date32(math.MaxInt32)
+	DateNegInfinity      = arrow.Date32(-math.MaxInt32)
 )
 
 // Policy is the on_unrepresentable setting.

@@ -21,7 +21,8 @@ import (
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
-// oddTable holds legal PostgreSQL values that Arrow cannot (and, in id 4 and 6, values at the edge that it can).
+// oddTable holds legal PostgreSQL values that Arrow cannot (and values at the edge that it can: ±infinity,
+// the first and last dates, the microsecond before the one that carries infinity).
 const oddTable = `CREATE TABLE odd (id int PRIMARY KEY, n numeric(10,2), ts timestamp, tstz timestamptz, d date, arr timestamp[], ia int[])`
 
 // oddRows are inserted with ids base+1..base+6; oddChanges is what null_and_record must record for each
@@ -30,25 +31,25 @@ var (
 	oddRows = []string{
 		`'NaN', '2024-01-01 00:00:00', NULL, NULL, NULL, '{{1,2},{3,4}}'`,
 		`NULL, NULL, 'infinity', NULL, NULL, '[0:2]={7,8,9}'`, // numeric(p,s) refuses ±Infinity itself: only NaN gets in
-		`'NaN', '-infinity', NULL, 'infinity', NULL, NULL`,
-		`NULL, '294247-01-10 04:00:54.775807', '294247-01-10 04:00:54.775807+00', '-infinity', NULL, NULL`,
-		`NULL, '294276-12-31 23:59:59', '294247-01-10 04:00:54.775808+00', NULL, '{"2024-01-01 00:00:00",infinity}', NULL`,
+		`'NaN', '-infinity', '-infinity', 'infinity', '{infinity,-infinity}', NULL`,
+		`NULL, '294247-01-10 04:00:54.775806', '294247-01-10 04:00:54.775807+00', '-infinity', NULL, NULL`,
+		`NULL, '294276-12-31 23:59:59', '294247-01-10 04:00:54.775808+00', NULL, '{"2024-01-01 00:00:00",infinity,"294247-01-10 04:00:54.775807"}', NULL`,
 		`12.50, '4713-01-01 00:00:00 BC', '2000-01-01 00:00:00+00', '5874897-12-31', '{}', '{1,NULL}'`,
 	}
 	oddChanges = [][]string{
 		{"n=NaN", "ia={{1,2},{3,4}}"},
-		{"tstz=infinity", "ia=[0:2]={7,8,9}"},
-		{"n=NaN", "ts=-infinity", "d=infinity"},
-		{"d=-infinity"},
-		{"ts=294276-12-31 23:59:59", "tstz=294247-01-10 04:00:54.775808+00", `arr={"2024-01-01 00:00:00",infinity}`},
+		{"ia=[0:2]={7,8,9}"},
+		{"n=NaN"},
+		{"tstz=294247-01-10 04:00:54.775807+00"}, // int64's last microsecond carries infinity
+		{"ts=294276-12-31 23:59:59", "tstz=294247-01-10 04:00:54.775808+00", `arr={"2024-01-01 00:00:00",infinity,"294247-01-10 04:00:54.775807"}`},
 		nil,
 	}
 	oddKept = []string{
 		`NULL, '2024-01-01 00:00:00', NULL, NULL, NULL, NULL`,
-		`NULL, NULL, NULL, NULL, NULL, '{7,8,9}'`,
-		`NULL, NULL, NULL, NULL, NULL, NULL`,
-		`NULL, '294247-01-10 04:00:54.775807', '294247-01-10 04:00:54.775807+00', NULL, NULL, NULL`,
-		`NULL, NULL, NULL, NULL, '{"2024-01-01 00:00:00",NULL}', NULL`,
+		`NULL, NULL, 'infinity', NULL, NULL, '{7,8,9}'`,
+		`NULL, '-infinity', '-infinity', 'infinity', '{infinity,-infinity}', NULL`,
+		`NULL, '294247-01-10 04:00:54.775806', NULL, '-infinity', NULL, NULL`,
+		`NULL, NULL, NULL, NULL, '{"2024-01-01 00:00:00",infinity,NULL}', NULL`,
 		`12.50, '4713-01-01 00:00:00 BC', '2000-01-01 00:00:00+00', '5874897-12-31', '{}', '{1,NULL}'`,
 	}
 )
@@ -64,7 +65,8 @@ func insertOdd(t *testing.T, db *pgtest.DB, table string, rows []string, base in
 
 // TestNullAndRecord: under on_unrepresentable: null_and_record, every value Arrow cannot hold arrives as NULL
 // with the value recorded in _skippr_meta, in the snapshot and in the stream alike, and every value it can
-// hold (the last microsecond of timestamp[us] included) arrives exactly — in a PostgreSQL destination.
+// hold (±infinity and the microsecond before infinity's included) arrives exactly — in a PostgreSQL
+// destination.
 func TestNullAndRecord(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
@@ -139,8 +141,7 @@ func TestFailNamesTheValue(t *testing.T) {
 	}{
 		{"snapshot numeric NaN", true, `NULL, NULL, NULL, NULL, NULL, NULL), (2, 'NaN', NULL, NULL, NULL, NULL, NULL`, "table public.odd, column n, key id=2: value NaN: numeric NaN cannot be represented as decimal128(10,2)"},
 		{"snapshot timestamp past arrow", true, `NULL, '294276-12-31 23:59:59', NULL, NULL, NULL, NULL`, "table public.odd, column ts, key id=1: value 294276-12-31 23:59:59: timestamp 294276-12-31 23:59:59 is outside the range of timestamp[us]"},
-		{"stream timestamptz infinity", false, `NULL, NULL, 'infinity', NULL, NULL, NULL`, "table public.odd, column tstz, key id=1: value infinity: timestamp infinity has no timestamp[us] value"},
-		{"stream date -infinity", false, `NULL, NULL, NULL, '-infinity', NULL, NULL`, "table public.odd, column d, key id=1: value -infinity: date -infinity has no date32 value"},
+		{"stream timestamptz at infinity's microsecond", false, `NULL, NULL, '294247-01-10 04:00:54.775807+00', NULL, NULL, NULL`, "table public.odd, column tstz, key id=1: value 294247-01-10 04:00:54.775807+00: timestamp 294247-01-10 04:00:54.775807+00 is outside the range of timestamp[us] (294247-01-10 04:00:54.775806 UTC at most; the next microsecond carries infinity)"},
 		{"stream 2-D array", false, `NULL, NULL, NULL, NULL, NULL, '{{1,2},{3,4}}'`, "table public.odd, column ia, key id=1: value {{1,2},{3,4}}: integer[] arrays of more than one dimension have no list<int32> value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,10 +231,15 @@ func TestNullAndRecordIntoTestdest(t *testing.T) {
 				t.Errorf("id %d: recorded %q, want %q", id, have, want)
 			}
 		}
-		// The last microsecond of timestamp[us] (294247-01-10 04:00:54.775807, int64's maximum in µs; testdest
-		// keeps timestamps as numbers) is a value, not a stand-in.
-		if ts := fmt.Sprint(rows[fmt.Sprint(base+4)]["ts"]); ts != "9223372036854775807" {
-			t.Errorf("id %d: ts = %s, want 9223372036854775807 µs", base+4, ts)
+		// ±infinity travels as int64's extremes (testdest keeps timestamps as numbers); the microsecond
+		// before infinity's is a value.
+		for _, c := range []struct {
+			id        int
+			col, want string
+		}{{base + 3, "ts", "-9223372036854775807"}, {base + 2, "tstz", "9223372036854775807"}, {base + 4, "ts", "9223372036854775806"}} {
+			if got := fmt.Sprint(rows[fmt.Sprint(c.id)][c.col]); got != c.want {
+				t.Errorf("id %d: %s = %s, want %s µs", c.id, c.col, got, c.want)
+			}
 		}
 	}
 }

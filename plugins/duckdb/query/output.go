@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -27,7 +28,9 @@ func answer(ctx context.Context, conn *sql.Conn, req lakequery.Request, w io.Wri
 	switch req.Format {
 	case "", lakequery.FormatTable:
 		return printTable(ctx, conn, q, w)
-	case lakequery.FormatCSV, lakequery.FormatJSON, lakequery.FormatParquet:
+	case lakequery.FormatCSV, lakequery.FormatJSON:
+		return copyOut(ctx, conn, exactTimestampTZ(ctx, conn, q), req.Format, w, tmp)
+	case lakequery.FormatParquet:
 		return copyOut(ctx, conn, q, req.Format, w, tmp)
 	}
 	return 0, fmt.Errorf("format %q is not table, csv, json or parquet", req.Format)
@@ -56,6 +59,43 @@ func copyOut(ctx context.Context, conn *sql.Conn, q, format string, w io.Writer,
 		return 0, fmt.Errorf("write result: %w", err)
 	}
 	return n, nil
+}
+
+// exactTimestampTZ rewrites q so that its TIMESTAMPTZ columns are printed from their microseconds as UTC
+// text. DuckDB prints a TIMESTAMPTZ through ICU's calendar, which counts milliseconds in a double: near the
+// end of the range (year 294247) that is a millisecond off. A plain TIMESTAMP prints exactly, ±infinity and
+// BC years included. q is returned as it is when it has no such column or its columns cannot be read (COPY
+// then reports the error in the SQL), or when two columns share a name (REPLACE could not tell them apart).
+func exactTimestampTZ(ctx context.Context, conn *sql.Conn, q string) string {
+	rows, err := conn.QueryContext(ctx, "SELECT * FROM ("+q+") LIMIT 0")
+	if err != nil {
+		return q
+	}
+	cols, err := rows.ColumnTypes()
+	rows.Close()
+	if err != nil {
+		return q
+	}
+	seen := map[string]bool{}
+	var repl []string
+	for _, c := range cols {
+		if seen[c.Name()] {
+			return q
+		}
+		seen[c.Name()] = true
+		if isTimestampTZ(c.DatabaseTypeName()) {
+			repl = append(repl, fmt.Sprintf("CASE WHEN isfinite(%[1]s) THEN make_timestamp(epoch_us(%[1]s))::VARCHAR || '+00' ELSE %[1]s::VARCHAR END AS %[1]s",
+				ducksql.Ident(c.Name())))
+		}
+	}
+	if len(repl) == 0 {
+		return q
+	}
+	return "SELECT * REPLACE (" + strings.Join(repl, ", ") + ") FROM (" + q + ")"
+}
+
+func isTimestampTZ(dbType string) bool {
+	return dbType == "TIMESTAMPTZ" || strings.Contains(dbType, "TIME ZONE")
 }
 
 // printTable prints the result as aligned columns, as a person reads it.
@@ -125,16 +165,11 @@ func formatValue(v any, dbType string) string {
 	case nil:
 		return "NULL"
 	case time.Time:
-		switch {
-		case dbType == "DATE":
-			return x.Format("2006-01-02")
-		case strings.HasPrefix(dbType, "TIME") && !strings.HasPrefix(dbType, "TIMESTAMP"):
-			return x.Format("15:04:05.999999")
-		case strings.Contains(dbType, "TIME ZONE") || dbType == "TIMESTAMPTZ":
-			return x.UTC().Format("2006-01-02 15:04:05.999999Z07:00")
-		}
-		return x.Format("2006-01-02 15:04:05.999999")
+		return formatTime(x, dbType)
 	case []byte:
+		if dbType == "UUID" && len(x) == 16 {
+			return fmt.Sprintf("%x-%x-%x-%x-%x", x[:4], x[4:6], x[6:8], x[8:10], x[10:])
+		}
 		return `\x` + hex.EncodeToString(x)
 	case duckdb.Decimal:
 		return decimalString(x)
@@ -154,6 +189,58 @@ func formatValue(v any, dbType string) string {
 		return string(b)
 	}
 	return fmt.Sprint(v)
+}
+
+// The driver hands DuckDB's infinities over as the instants their sentinels would be (DuckDB keeps ±infinity
+// as the largest and the negated largest count of its unit), which no finite value equals.
+var (
+	infTimestamp    = time.UnixMicro(math.MaxInt64).UTC()
+	negInfTimestamp = time.UnixMicro(-math.MaxInt64).UTC()
+)
+
+const (
+	infDate    = math.MaxInt32
+	negInfDate = -math.MaxInt32
+)
+
+// formatTime prints dates and times as DuckDB does: ±infinity as words and years before 1 as "(BC)", where
+// Go would print the sentinel's finite instant and an astronomical year (-4712 for 4713 BC).
+func formatTime(x time.Time, dbType string) string {
+	x = x.UTC()
+	switch {
+	case strings.HasPrefix(dbType, "TIME") && !strings.HasPrefix(dbType, "TIMESTAMP"):
+		return x.Format("15:04:05.999999")
+	case dbType == "DATE":
+		switch days := x.Unix() / 86400; days {
+		case infDate:
+			return "infinity"
+		case negInfDate:
+			return "-infinity"
+		}
+		return civilDate(x)
+	case x.Equal(infTimestamp):
+		return "infinity"
+	case x.Equal(negInfTimestamp):
+		return "-infinity"
+	}
+	day := civilDate(x)
+	clock := x.Format("15:04:05.999999")
+	if isTimestampTZ(dbType) {
+		clock += "Z"
+	}
+	if bc := strings.TrimSuffix(day, " (BC)"); bc != day {
+		return bc + " (BC) " + clock
+	}
+	return day + " " + clock
+}
+
+// civilDate is the date part, with years before 1 as "(BC)" (year 0 is 1 BC).
+func civilDate(x time.Time) string {
+	y := x.Year()
+	if y > 0 {
+		return fmt.Sprintf("%04d-%02d-%02d", y, x.Month(), x.Day())
+	}
+	return fmt.Sprintf("%04d-%02d-%02d (BC)", 1-y, x.Month(), x.Day())
 }
 
 // decimalString keeps the column's scale (1.50, 0.00), as SQL shells print a DECIMAL; the driver's String

@@ -200,7 +200,7 @@ func collect(req lakequery.Request, rd *lakequery.Reader, dir string) ([]*table,
 			}
 			path := filepath.Join(dir, fmt.Sprintf("wal-%08d.parquet", files))
 			files++
-			rows, key, err := writeWALBatch(path, b.IPC, &order)
+			rows, key, uuids, err := writeWALBatch(path, b.IPC, &order)
 			if err != nil {
 				return nil, fmt.Errorf("pipeline %s: WAL entry %d: stream %s: %w", e.Pipeline, e.Seq, b.Stream, err)
 			}
@@ -211,16 +211,24 @@ func collect(req lakequery.Request, rd *lakequery.Reader, dir string) ([]*table,
 			if len(key) > 0 {
 				t.walKey = key
 			}
+			for _, c := range uuids {
+				if t.walUUID == nil {
+					t.walUUID = map[string]bool{}
+				}
+				t.walUUID[c] = true
+			}
 		}
 	}
 }
 
-// writeWALBatch writes a batch's rows with their place in the log (order, counting on) to a Parquet file.
-func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string, error) {
+// writeWALBatch writes a batch's rows with their place in the log (order, counting on) to a Parquet file. It
+// returns the row count, the batch's primary key and its UUID columns, which it writes as plain 16 bytes so
+// that DuckDB reads every UUID column as a BLOB, whether or not a writer marked it (see uuidFromBlob).
+func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string, []string, error) {
 	mem := memory.DefaultAllocator
 	recs, sc, err := protocol.DecodeRecords(mem, ipcBytes)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer func() {
 		for _, r := range recs {
@@ -232,14 +240,22 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 		total += r.NumRows()
 	}
 	if total == 0 {
-		return 0, nil, nil
+		return 0, nil, nil, nil
 	}
-	fields := append(sc.Fields(), arrow.Field{Name: orderColumn, Type: arrow.PrimitiveTypes.Int64})
+	fields := sc.Fields()
+	var uuids []string
+	for i, f := range fields {
+		if isUUID(f) {
+			uuids = append(uuids, f.Name)
+			fields[i] = arrow.Field{Name: f.Name, Type: &arrow.FixedSizeBinaryType{ByteWidth: 16}, Nullable: f.Nullable}
+		}
+	}
+	fields = append(fields, arrow.Field{Name: orderColumn, Type: arrow.PrimitiveTypes.Int64})
 	meta := sc.Metadata()
 	out := arrow.NewSchema(fields, &meta)
 	f, err := os.Create(path)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer f.Close()
 	// A temp file read once, right away: neither compression nor dictionaries pay for their CPU here.
@@ -247,7 +263,7 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 		parquet.WithDictionaryDefault(false), parquet.WithAllocator(mem))
 	w, err := pqarrow.NewFileWriter(out, f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithAllocator(mem)))
 	if err != nil {
-		return 0, nil, fmt.Errorf("parquet writer: %w", err)
+		return 0, nil, nil, fmt.Errorf("parquet writer: %w", err)
 	}
 	for _, r := range recs {
 		ob := array.NewInt64Builder(mem)
@@ -258,17 +274,22 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 		oa := ob.NewArray()
 		ob.Release()
 		cols := append(append([]arrow.Array{}, r.Columns()...), oa)
+		for i, c := range cols {
+			if ext, ok := c.(array.ExtensionArray); ok && isUUID(sc.Field(i)) {
+				cols[i] = ext.Storage()
+			}
+		}
 		rec := array.NewRecordBatch(out, cols, r.NumRows())
 		err := w.Write(rec)
 		rec.Release()
 		oa.Release()
 		if err != nil {
 			w.Close()
-			return 0, nil, fmt.Errorf("write %s: %w", path, err)
+			return 0, nil, nil, fmt.Errorf("write %s: %w", path, err)
 		}
 	}
 	if err := w.Close(); err != nil {
-		return 0, nil, fmt.Errorf("close %s: %w", path, err)
+		return 0, nil, nil, fmt.Errorf("close %s: %w", path, err)
 	}
-	return total, change.PrimaryKey(sc), nil
+	return total, change.PrimaryKey(sc), uuids, nil
 }

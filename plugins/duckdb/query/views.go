@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -30,9 +31,10 @@ type table struct {
 	pipeline  string
 	namespace string
 	plan      lakequery.TablePlan
-	schema    *arrow.Schema // the lake's current schema; nil when the table does not exist yet
-	wal       []string      // Parquet files of WAL batches, in log order
-	walKey    []string      // the primary key the WAL batches declare
+	schema    *arrow.Schema   // the lake's current schema; nil when the table does not exist yet
+	wal       []string        // Parquet files of WAL batches, in log order
+	walKey    []string        // the primary key the WAL batches declare
+	walUUID   map[string]bool // columns of the WAL batches that hold UUIDs (written to Parquet as plain 16 bytes)
 	// truncated: a WAL entry above the fence truncated the stream, so the lake's rows are gone and wal holds
 	// only the rows after the last truncate.
 	truncated bool
@@ -77,8 +79,16 @@ func (t *table) create(ctx context.Context, conn *sql.Conn, n int, asOfLake bool
 			files[i] = ducksql.Literal(f)
 		}
 		// Materialized once: the WAL part is small next to the lake, and a view would read it twice.
-		if _, err := conn.ExecContext(ctx, fmt.Sprintf("CREATE TEMP TABLE %s AS SELECT * FROM read_parquet([%s], union_by_name = true)",
-			w, strings.Join(files, ", "))); err != nil {
+		sel := "*"
+		if len(t.walUUID) > 0 {
+			var repl []string
+			for _, c := range slices.Sorted(maps.Keys(t.walUUID)) {
+				repl = append(repl, uuidFromBlob(ducksql.Ident(c))+" AS "+ducksql.Ident(c))
+			}
+			sel = "* REPLACE (" + strings.Join(repl, ", ") + ")"
+		}
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("CREATE TEMP TABLE %s AS SELECT %s FROM read_parquet([%s], union_by_name = true)",
+			w, sel, strings.Join(files, ", "))); err != nil {
 			return fmt.Errorf("table %s: load WAL rows: %w", t.plan.Name, err)
 		}
 		body = t.mergeSQL(lake, w)
@@ -117,6 +127,11 @@ func (t *table) lakeSQL(ctx context.Context, conn *sql.Conn, n int) (string, err
 		col := "_c" + strconv.Itoa(id)
 		entries[id] = fmt.Sprintf("%d: {name: %s, type: %s, default_value: NULL}", id, ducksql.Literal(col), ducksql.Literal(dt))
 		mapEntries = append(mapEntries, entries[id])
+		if isUUID(f) {
+			project = append(project, fmt.Sprintf("%s AS %s", uuidFromBlob("d."+col), ducksql.Ident(f.Name)))
+			nulls = append(nulls, "CAST(NULL AS UUID) AS "+ducksql.Ident(f.Name))
+			continue
+		}
 		project = append(project, fmt.Sprintf("d.%s AS %s", col, ducksql.Ident(f.Name)))
 		nulls = append(nulls, fmt.Sprintf("CAST(NULL AS %s) AS %s", dt, ducksql.Ident(f.Name)))
 	}
@@ -233,6 +248,20 @@ func (t *table) key() []string {
 	}
 	return t.walKey
 }
+
+// isUUID says whether a field holds UUIDs: the arrow.uuid extension, registered in this process or only
+// named in the field's metadata.
+func isUUID(f arrow.Field) bool {
+	if ext, ok := f.Type.(arrow.ExtensionType); ok {
+		return ext.ExtensionName() == "arrow.uuid"
+	}
+	name, _ := f.Metadata.GetValue("ARROW:extension:name")
+	return name == "arrow.uuid"
+}
+
+// uuidFromBlob is a DuckDB expression turning 16 bytes into a UUID: data files hold a UUID as 16 bytes, which
+// read_parquet reads as a BLOB unless the file marks the column with Parquet's UUID logical type.
+func uuidFromBlob(expr string) string { return "CAST(" + expr + " AS UUID)" }
 
 func fieldID(f arrow.Field) (int, error) {
 	v, ok := f.Metadata.GetValue("PARQUET:field_id")

@@ -9,6 +9,7 @@ import (
 	"iter"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -21,7 +22,10 @@ import (
 
 // stageTable is the temporary table rows are appended to before they are merged; temporary tables belong to
 // the connection, which the destination never shares.
-const stageTable = "_skippr_stage"
+const (
+	stageTable = "_skippr_stage"
+	stageRow   = "_skippr_row" // the staging table's row number
+)
 
 // TableName is the destination table of a stream: its last dot-separated part (public.users → users).
 func TableName(stream string) string {
@@ -321,11 +325,13 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 		defs = append(defs, ducksql.Ident(f.Name)+" "+t)
 		idx = append(idx, i)
 	}
-	defs = append(defs, ducksql.Ident(change.OpColumn)+" TINYINT")
+	// The row number finds a staged row again: rowids inside a transaction are not row numbers.
+	defs = append(defs, ducksql.Ident(change.OpColumn)+" TINYINT", ducksql.Ident(stageRow)+" BIGINT")
 	if err := a.exec(ctx, "CREATE OR REPLACE TEMP TABLE "+stageTable+" ("+strings.Join(defs, ", ")+")"); err != nil {
 		return fmt.Errorf("create staging table: %w", err)
 	}
-	return a.conn.Raw(func(dc any) error {
+	fix := map[[2]string][]string{} // {column, value expression} -> staged row numbers
+	if err := a.conn.Raw(func(dc any) error {
 		c, ok := dc.(driver.Conn)
 		if !ok {
 			return fmt.Errorf("staging: connection is a %T, not a DuckDB connection", dc)
@@ -334,13 +340,20 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 		if err != nil {
 			return fmt.Errorf("staging: appender: %w", err)
 		}
-		vals := make([]driver.Value, len(idx)+1)
-		for _, r := range rows {
+		vals := make([]driver.Value, len(idx)+2)
+		for n, r := range rows {
 			if err := ctx.Err(); err != nil {
 				app.Close()
 				return err
 			}
 			for j, ci := range idx {
+				if expr := appenderless(r.rec.Column(ci), r.i); expr != "" {
+					// Staged as NULL and set below.
+					k := [2]string{s.Field(ci).Name, expr}
+					fix[k] = append(fix[k], strconv.Itoa(n))
+					vals[j] = nil
+					continue
+				}
 				v, err := Value(r.rec.Column(ci), r.i)
 				if err != nil {
 					app.Close()
@@ -349,6 +362,7 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 				vals[j] = v
 			}
 			vals[len(idx)] = int8(r.op)
+			vals[len(idx)+1] = int64(n)
 			if err := app.AppendRow(vals...); err != nil {
 				app.Close()
 				return fmt.Errorf("staging: row %d: %w", r.i, err)
@@ -358,7 +372,16 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 			return fmt.Errorf("staging: flush %d rows: %w", len(rows), err)
 		}
 		return nil
-	})
+	}); err != nil {
+		return err
+	}
+	for k, ns := range fix {
+		q := fmt.Sprintf("UPDATE temp.main.%s SET %s = %s WHERE %s IN (%s)", stageTable, ducksql.Ident(k[0]), k[1], ducksql.Ident(stageRow), strings.Join(ns, ", "))
+		if err := a.exec(ctx, q); err != nil {
+			return fmt.Errorf("staging: column %s: %s: %w", k[0], k[1], err)
+		}
+	}
+	return nil
 }
 
 // merge moves the staged rows into the stream's table: by key (delete, update or insert) when s has a key,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 // harness is a destination on a fresh file.
@@ -525,4 +526,33 @@ func TestApplyRange(t *testing.T) {
 	}
 	h.wantRows(`SELECT id, name FROM users ORDER BY id`, "1|a2", "4|d5")
 	h.wantRows(`SELECT sequence FROM _skippr_state WHERE pipeline = 'p'`, "5")
+}
+
+// ±infinity arrives as the values plugin-sdk/values names for it, which are DuckDB's own infinities: the
+// table holds infinity, not the finite instant next to it, and the microsecond before infinity stays a value.
+func TestInfinityLandsAsDuckDBInfinity(t *testing.T) {
+	h := newHarness(t, "")
+	sc := change.Schema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "ts", Type: &arrow.TimestampType{Unit: arrow.Microsecond}, Nullable: true},
+		{Name: "tz", Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}, Nullable: true},
+		{Name: "d", Type: arrow.FixedWidthTypes.Date32, Nullable: true},
+	}, []string{"id"})
+	b := change.NewBuilder(memory.DefaultAllocator, sc)
+	for i, r := range []struct {
+		ts arrow.Timestamp
+		d  arrow.Date32
+	}{{values.TimestampInfinity, values.DateInfinity}, {values.TimestampNegInfinity, values.DateNegInfinity}, {values.TimestampInfinity - 1, 0}} {
+		b.Field(0).(*array.Int64Builder).Append(int64(i + 1))
+		b.Field(1).(*array.TimestampBuilder).Append(r.ts)
+		b.Field(2).(*array.TimestampBuilder).Append(r.ts)
+		b.Field(3).(*array.Date32Builder).Append(r.d)
+		b.Row(change.OpInsert, "")
+	}
+	rec := b.NewBatch()
+	b.Release()
+	defer rec.Release()
+	h.apply(1, serve.Item{Stream: "public.edges", Record: rec})
+	h.wantRows(`SELECT id, ts::VARCHAR, CASE WHEN isfinite(tz) THEN epoch_us(tz)::VARCHAR ELSE tz::VARCHAR END, d::VARCHAR FROM edges ORDER BY id`,
+		"1|infinity|infinity|infinity", "2|-infinity|-infinity|-infinity", "3|294247-01-10 04:00:54.775806|9223372036854775806|1970-01-01")
 }

@@ -9,10 +9,56 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/duckdb/duckdb-go/v2"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
 
 var midnight = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// appenderless is a DuckDB expression for row i of a when the appender cannot take it, else "": ±infinity in a
+// top-level timestamp[us] or date32 (carried as plugin-sdk/values names it), and timestamps in the years the
+// appender refuses (it takes a time.Time and stops at 294246, while DuckDB's TIMESTAMP goes on to
+// 294247-01-10). DuckDB's infinities are those very values, so the expressions are exact.
+func appenderless(a arrow.Array, i int) string {
+	if a.IsNull(i) {
+		return ""
+	}
+	switch a := a.(type) {
+	case *array.Timestamp:
+		tt := a.DataType().(*arrow.TimestampType)
+		if tt.Unit != arrow.Microsecond {
+			return ""
+		}
+		v := a.Value(i)
+		switch {
+		case v == values.TimestampInfinity:
+			return "'infinity'"
+		case v == values.TimestampNegInfinity:
+			return "'-infinity'"
+		case v > appenderMaxMicros || v < appenderMinMicros:
+			if tt.TimeZone != "" {
+				// As UTC text: a cast from TIMESTAMP would read it in the session's zone, and ICU's
+				// arithmetic overflows there.
+				return ducksql.Literal(time.UnixMicro(int64(v)).UTC().Format("2006-01-02 15:04:05.999999")+"+00") + "::TIMESTAMPTZ"
+			}
+			return fmt.Sprintf("make_timestamp(%d)", int64(v))
+		}
+	case *array.Date32:
+		switch a.Value(i) {
+		case values.DateInfinity:
+			return "'infinity'"
+		case values.DateNegInfinity:
+			return "'-infinity'"
+		}
+	}
+	return ""
+}
+
+// The appender's range for TIMESTAMP values: years -290307 to 294246.
+var (
+	appenderMaxMicros = arrow.Timestamp(time.Date(294247, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro() - 1)
+	appenderMinMicros = arrow.Timestamp(time.Date(-290307, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro())
+)
 
 // Value returns row i of a as the Go value the DuckDB appender takes for ducksql.Type(a.DataType()): nil for
 // null, []any for lists, map[string]any for structs, duckdb.OrderedMap for maps.

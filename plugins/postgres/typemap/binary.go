@@ -169,9 +169,11 @@ func Decoder(t *Type, b array.Builder, inBinary bool) func([]byte) error {
 			d := int32(binary.BigEndian.Uint32(v))
 			switch d {
 			case math.MaxInt32: // infinity and -infinity are the extremes of the binary form
-				return values.Unrepresentablef("infinity", "date infinity has no date32 value")
+				db.Append(values.DateInfinity)
+				return nil
 			case math.MinInt32:
-				return values.Unrepresentablef("-infinity", "date -infinity has no date32 value")
+				db.Append(values.DateNegInfinity)
+				return nil
 			}
 			// Cannot overflow: PostgreSQL's last date is 2 145 031 948 days after 2000.
 			db.Append(arrow.Date32(d + pgEpochDays))
@@ -224,16 +226,17 @@ func sizeErr(t *Type, v []byte, want int) error {
 	return fmt.Errorf("%s: binary value of %d bytes, want %d", t.Name, len(v), want)
 }
 
-// timestampBinary converts microseconds since 2000 to microseconds since 1970. ±infinity and instants past
-// int64 microseconds since 1970 are Unrepresentable, as in ParseTimestamp.
+// timestampBinary converts microseconds since 2000 to microseconds since 1970, ±infinity to the values that
+// carry it (plugin-sdk/values). Instants from values.TimestampInfinity on are Unrepresentable, as in
+// ParseTimestamp.
 func timestampBinary(us int64, tz bool) (int64, error) {
 	switch us {
 	case math.MaxInt64:
-		return 0, values.Unrepresentablef("infinity", "timestamp infinity has no timestamp[us] value")
+		return int64(values.TimestampInfinity), nil
 	case math.MinInt64:
-		return 0, values.Unrepresentablef("-infinity", "timestamp -infinity has no timestamp[us] value")
+		return int64(values.TimestampNegInfinity), nil
 	}
-	if us > math.MaxInt64-pgEpochMicros {
+	if us >= math.MaxInt64-pgEpochMicros {
 		// Name the value as PostgreSQL would print it (UTC): days and the rest cannot overflow.
 		days := floorDiv(us, 86400e6)
 		text := AppendTimestamp(nil, arrow.Timestamp(us-days*86400e6), arrow.Microsecond, tz)

@@ -17,11 +17,12 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
-// A value its Arrow type cannot hold — ±infinity in a date or timestamp, a timestamp past int64 microseconds
-// (PostgreSQL goes to 294276 AD, timestamp[us] to 294247-01-10 04:00:54.775807 UTC), NaN or ±Infinity in a
-// numeric(p,s) — is reported as a *values.Unrepresentable, never mapped to a stand-in: the source applies the
-// pipeline's on_unrepresentable policy to it (plugin-sdk/values). The extremes of the Arrow types are
-// ordinary values, so a PostgreSQL destination writes back exactly the timestamp the source had.
+// A value its Arrow type cannot hold — a timestamp from int64's last microsecond on (PostgreSQL goes to
+// 294276 AD, timestamp[us] to 294247-01-10 04:00:54.775807 UTC, which carries infinity), NaN or ±Infinity in
+// a numeric(p,s) — is reported as a *values.Unrepresentable, never mapped to a stand-in: the source applies
+// the pipeline's on_unrepresentable policy to it (plugin-sdk/values). ±infinity in a date or timestamp is
+// carried as the values that plugin-sdk/values names for it, which no finite value takes, so a PostgreSQL
+// destination writes back exactly what the source had.
 
 // Append decodes one value in PostgreSQL's text form and appends it to b, a builder of t.Arrow().
 func Append(t *Type, b array.Builder, text []byte) error {
@@ -291,11 +292,14 @@ func bc(s string) (string, bool) {
 	return s, false
 }
 
-// ParseDate returns days since 1970-01-01; every finite PostgreSQL date fits date32, ±infinity does not.
+// ParseDate returns days since 1970-01-01; every finite PostgreSQL date fits date32, and ±infinity is
+// values.DateInfinity and values.DateNegInfinity.
 func ParseDate(s string) (int32, error) {
 	switch s {
-	case "infinity", "-infinity":
-		return 0, values.Unrepresentablef(s, "date %s has no date32 value", s)
+	case "infinity":
+		return int32(values.DateInfinity), nil
+	case "-infinity":
+		return int32(values.DateNegInfinity), nil
 	}
 	s2, isBC := bc(s)
 	y, m, d, rest, err := parseYMD(s2)
@@ -353,11 +357,14 @@ func ParseTime(s string) (int64, error) {
 }
 
 // ParseTimestamp returns microseconds since 1970-01-01 00:00:00 UTC for timestamp and timestamptz text forms
-// (an offset, if present, is applied). ±infinity and instants past int64 microseconds are Unrepresentable.
+// (an offset, if present, is applied), ±infinity as values.TimestampInfinity and values.TimestampNegInfinity.
+// Instants from int64's last microsecond on are Unrepresentable: that microsecond carries infinity.
 func ParseTimestamp(s string) (int64, error) {
 	switch s {
-	case "infinity", "-infinity":
-		return 0, values.Unrepresentablef(s, "timestamp %s has no timestamp[us] value", s)
+	case "infinity":
+		return int64(values.TimestampInfinity), nil
+	case "-infinity":
+		return int64(values.TimestampNegInfinity), nil
 	}
 	s2, isBC := bc(s)
 	y, m, d, rest, err := parseYMD(s2)
@@ -400,7 +407,7 @@ func ParseTimestamp(s string) (int64, error) {
 	}
 	// The same bound as the binary decoder's, to the microsecond: whatever one accepts, so does the other.
 	v, ok := timestampMicros(daysFromCivil(y, m, d), us-offset)
-	if !ok {
+	if !ok || v == int64(values.TimestampInfinity) {
 		return 0, outOfRange(s)
 	}
 	return v, nil
@@ -420,7 +427,7 @@ func timestampMicros(days, us int64) (int64, bool) {
 }
 
 func outOfRange(s string) error {
-	return values.Unrepresentablef(s, "timestamp %s is outside the range of timestamp[us] (294247-01-10 04:00:54.775807 UTC at most)", s)
+	return values.Unrepresentablef(s, "timestamp %s is outside the range of timestamp[us] (294247-01-10 04:00:54.775806 UTC at most; the next microsecond carries infinity)", s)
 }
 
 // ParseInterval parses the iso_8601 IntervalStyle (P1Y2M3DT4H5M6.5S, each part possibly negative).

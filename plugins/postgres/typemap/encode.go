@@ -11,6 +11,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 // ColumnType returns the PostgreSQL type a destination column gets for an Arrow field. hint is the field's
@@ -169,7 +171,16 @@ func NewEncoder(f arrow.Field, arr arrow.Array) (Encoder, error) {
 	case *array.FixedSizeBinary:
 		return func(buf []byte, i int) []byte { return appendBytea(buf, a.Value(i)) }, nil
 	case *array.Date32:
-		return func(buf []byte, i int) []byte { return AppendDate(buf, int64(a.Value(i))) }, nil
+		return func(buf []byte, i int) []byte {
+			switch v := a.Value(i); v {
+			case values.DateInfinity:
+				return append(buf, "infinity"...)
+			case values.DateNegInfinity:
+				return append(buf, "-infinity"...)
+			default:
+				return AppendDate(buf, int64(v))
+			}
+		}, nil
 	case *array.Date64:
 		return func(buf []byte, i int) []byte { return AppendDate(buf, int64(a.Value(i))/86400000) }, nil
 	case *array.Time32:
@@ -186,7 +197,18 @@ func NewEncoder(f arrow.Field, arr arrow.Array) (Encoder, error) {
 		return func(buf []byte, i int) []byte { return appendClock(buf, int64(a.Value(i))/div) }, nil
 	case *array.Timestamp:
 		tt := a.DataType().(*arrow.TimestampType)
-		return func(buf []byte, i int) []byte { return AppendTimestamp(buf, a.Value(i), tt.Unit, tt.TimeZone != "") }, nil
+		return func(buf []byte, i int) []byte {
+			v := a.Value(i)
+			if tt.Unit == arrow.Microsecond {
+				switch v {
+				case values.TimestampInfinity:
+					return append(buf, "infinity"...)
+				case values.TimestampNegInfinity:
+					return append(buf, "-infinity"...)
+				}
+			}
+			return AppendTimestamp(buf, v, tt.Unit, tt.TimeZone != "")
+		}, nil
 	case *array.MonthDayNanoInterval:
 		return func(buf []byte, i int) []byte { return appendInterval(buf, a.Value(i)) }, nil
 	case *array.MonthInterval:

@@ -2,6 +2,7 @@ package typemap
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -110,8 +111,8 @@ func TestDateTimeRoundTrip(t *testing.T) {
 		{"2024-01-02 03:04:05.123456", "2024-01-02 03:04:05.123456"},
 		{"1969-12-31 23:59:59.5", "1969-12-31 23:59:59.500000"},
 		{"0001-01-01 00:00:00 BC", "0001-01-01 00:00:00 BC"},
-		{"294247-01-10 04:00:54.775807", "294247-01-10 04:00:54.775807"}, // int64's last microsecond: a value, not infinity
-		{"294247-01-10 04:00:59.775807+00:00:05", "294247-01-10 04:00:54.775807"},
+		{"294247-01-10 04:00:54.775806", "294247-01-10 04:00:54.775806"}, // the last microsecond before infinity's
+		{"294247-01-10 04:00:59.775806+00:00:05", "294247-01-10 04:00:54.775806"},
 		{"2024-01-02 03:04:05+05:30", "2024-01-01 21:34:05"},
 		{"2024-01-02 03:04:05-08", "2024-01-02 11:04:05"},
 		{"1900-01-01 00:00:00+00:19:32", "1899-12-31 23:40:28"},
@@ -134,10 +135,9 @@ func TestDateTimeRoundTrip(t *testing.T) {
 		{"294276-12-31 23:59:59", tsErr, "outside the range of timestamp[us]"},
 		{"294247-01-10 04:00:54.775808", tsErr, "outside the range of timestamp[us]"},
 		{"294247-01-10 04:00:54.775807-00:00:01", tsErr, "outside the range of timestamp[us]"},
-		{"infinity", tsErr, "timestamp infinity has no timestamp[us] value"},
-		{"-infinity", tsErr, "timestamp -infinity has no timestamp[us] value"},
-		{"infinity", dateErr, "date infinity has no date32 value"},
-		{"-infinity", dateErr, "date -infinity has no date32 value"},
+		// int64's last microsecond is a legal PostgreSQL timestamp, but it carries infinity.
+		{"294247-01-10 04:00:54.775807", tsErr, "the next microsecond carries infinity"},
+		{"294247-01-10 04:00:59.775807+00:00:05", tsErr, "the next microsecond carries infinity"},
 		{"NaN", decErr, "numeric NaN cannot be represented as decimal128(10,2)"},
 		{"-Infinity", decErr, "numeric -Infinity cannot be represented"},
 	} {
@@ -155,6 +155,66 @@ func TestDateTimeRoundTrip(t *testing.T) {
 		if back, _ := ParseTime(string(appendClock(nil, us))); back != us {
 			t.Errorf("time %q: %d came back as %d", in, us, back)
 		}
+	}
+}
+
+// ±infinity in dates and timestamps, text and binary alike, is carried as plugin-sdk/values names it and
+// encodes back to the word; no finite value encodes to it.
+func TestInfinityRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		typ  *Type
+		in   string
+		want int64
+	}{
+		{&Type{Name: "timestamp", Kind: KindTimestamp}, "infinity", int64(values.TimestampInfinity)},
+		{&Type{Name: "timestamp", Kind: KindTimestamp}, "-infinity", int64(values.TimestampNegInfinity)},
+		{&Type{Name: "timestamptz", Kind: KindTimestampTZ}, "infinity", int64(values.TimestampInfinity)},
+		{&Type{Name: "timestamptz", Kind: KindTimestampTZ}, "-infinity", int64(values.TimestampNegInfinity)},
+		{&Type{Name: "date", Kind: KindDate}, "infinity", int64(values.DateInfinity)},
+		{&Type{Name: "date", Kind: KindDate}, "-infinity", int64(values.DateNegInfinity)},
+		{&Type{Name: "timestamp", Kind: KindTimestamp}, "4713-01-01 00:00:00 BC", -210863520000000000},
+		{&Type{Name: "date", Kind: KindDate}, "4713-01-01 BC", -2440550},
+	} {
+		b := array.NewBuilder(memory.DefaultAllocator, tc.typ.Arrow())
+		if err := Append(tc.typ, b, []byte(tc.in)); err != nil {
+			t.Fatalf("%s %s: %v", tc.typ.Name, tc.in, err)
+		}
+		arr := b.NewArray()
+		b.Release()
+		var got int64
+		switch a := arr.(type) {
+		case *array.Timestamp:
+			got = int64(a.Value(0))
+		case *array.Date32:
+			got = int64(a.Value(0))
+		}
+		enc, err := NewEncoder(Field("c", tc.typ), arr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back := string(enc(nil, 0))
+		if tc.typ.Kind == KindTimestampTZ && tc.in[0] != '-' && tc.in[0] != 'i' {
+			back = strings.TrimSuffix(back, "+00")
+		}
+		if got != tc.want || back != tc.in {
+			t.Errorf("%s %s: carried as %d and written back as %q, want %d and %q", tc.typ.Name, tc.in, got, back, tc.want, tc.in)
+		}
+		arr.Release()
+	}
+	for _, tc := range []struct {
+		pg   int64 // PostgreSQL's binary form: microseconds since 2000
+		want int64
+	}{
+		{math.MaxInt64, int64(values.TimestampInfinity)},
+		{math.MinInt64, int64(values.TimestampNegInfinity)},
+	} {
+		if got, err := timestampBinary(tc.pg, false); err != nil || got != tc.want {
+			t.Errorf("binary %d: %d, %v; want %d", tc.pg, got, err, tc.want)
+		}
+	}
+	var u *values.Unrepresentable
+	if _, err := timestampBinary(math.MaxInt64-pgEpochMicros, false); !errors.As(err, &u) {
+		t.Errorf("binary timestamp at int64's last microsecond since 1970: %v, want Unrepresentable (it carries infinity)", err)
 	}
 }
 
@@ -218,9 +278,9 @@ func TestListUnrepresentableElement(t *testing.T) {
 	typ := &Type{Name: "timestamp[]", Kind: KindList, Elem: &Type{Name: "timestamp", Kind: KindTimestamp}}
 	b := array.NewBuilder(memory.DefaultAllocator, typ.Arrow())
 	defer b.Release()
-	err := Append(typ, b, []byte(`{"2024-01-01 00:00:00",infinity}`))
+	err := Append(typ, b, []byte(`{"2024-01-01 00:00:00","294276-12-31 23:59:59"}`))
 	var u *values.Unrepresentable
-	if !errors.As(err, &u) || !u.Appended || !strings.Contains(u.Reason, "element 2 (infinity)") {
+	if !errors.As(err, &u) || !u.Appended || !strings.Contains(u.Reason, "element 2 (294276-12-31 23:59:59)") {
 		t.Fatalf("got %v, want an Appended Unrepresentable naming element 2", err)
 	}
 	arr := b.NewArray()
