@@ -12,7 +12,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"vitess.io/vitess/go/mysql"
 	"vitess.io/vitess/go/sqltypes"
 
@@ -498,9 +497,11 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 				return nil
 			}
 			n = 0
+			rb.Reserve(r.cfg.BatchSize)
 		}
 		if rb == nil {
-			rb = array.NewRecordBuilder(memory.DefaultAllocator, t.Schema)
+			rb = array.NewRecordBuilder(r.mem, t.Schema)
+			rb.Reserve(r.cfg.BatchSize)
 		}
 		if err := r.appendRow(rb, t, row, change.OpRead, ""); err != nil {
 			return err

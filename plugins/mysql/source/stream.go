@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"vitess.io/vitess/go/mysql"
 	"vitess.io/vitess/go/mysql/binlog"
 	"vitess.io/vitess/go/mysql/replication"
@@ -436,7 +435,7 @@ func (s *streamer) add(ctx context.Context, t *Table, row []sqltypes.Value, op c
 		if s.rb != nil {
 			s.rb.Release()
 		}
-		s.table, s.rb = t, array.NewRecordBuilder(memory.DefaultAllocator, t.Schema)
+		s.table, s.rb = t, array.NewRecordBuilder(s.mem, t.Schema)
 	}
 	for i := range t.Columns {
 		b := s.rb.Field(i)
