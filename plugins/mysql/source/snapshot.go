@@ -254,20 +254,13 @@ func (r *reader) snapshot(ctx context.Context, conn *mysql.Conn, pos *Position, 
 			c.ExecuteFetch("ROLLBACK", 0, false)
 		}
 	}()
-	first, last := earliest(at), latest(at)
 	if fresh {
-		pos.File, pos.Pos, pos.GTID = first.file, first.pos, gtid
-		r.log.Info("snapshot opened", "file", first.file, "pos", first.pos, "gtid", gtid, "readers", len(conns))
+		r.log.Info("snapshot opened", "file", earliest(at).file, "pos", earliest(at).pos, "gtid", gtid, "readers", len(conns))
 	} else {
-		r.log.Info("resuming the snapshot under a new snapshot", "rows_done", pos.Rows, "file", last.file, "pos", last.pos, "readers", len(conns))
+		r.log.Info("resuming the snapshot under a new snapshot", "rows_done", pos.Rows, "file", latest(at).file, "pos", latest(at).pos, "readers", len(conns))
 	}
-	// Nothing written since the first snapshot: the copy holds nothing streaming will replay, and the
-	// checkpoints stay those of the first copy, byte for byte.
-	if before(pos.File, pos.Pos, last.file, last.pos) && before(pos.OverlapFile, pos.OverlapPos, last.file, last.pos) {
-		pos.OverlapFile, pos.OverlapPos = last.file, last.pos
-		if fresh {
-			r.log.Info("the parallel readers' snapshots are apart: inserts up to the latest go as upserts", "latest_file", last.file, "latest_pos", last.pos)
-		}
+	if reconcile(pos, at, gtid, fresh) && fresh {
+		r.log.Info("the parallel readers' snapshots are apart: inserts up to the latest go as upserts", "latest_file", latest(at).file, "latest_pos", latest(at).pos)
 	}
 	if err := r.copyTables(ctx, conns, todo, pos); err != nil {
 		return nil, ctxErr(ctx, err)
@@ -279,6 +272,25 @@ func (r *reader) snapshot(ctx context.Context, conn *mysql.Conn, pos *Position, 
 	}
 	r.log.Info("snapshot done", "rows", pos.Rows)
 	return next, nil
+}
+
+// reconcile sets where streaming starts after a copy whose readers' snapshots are at coordinates at (gtid is
+// the GTID position at the earliest): a fresh copy streams from the earliest, so no reader's table misses a
+// change; when a snapshot is later than where streaming starts (another reader's, or a resumed copy's), the
+// latest becomes the overlap, up to which inserts travel as upserts. It reports whether it set the overlap.
+// Nothing written since the first snapshot leaves the position as it was: the copy holds nothing streaming
+// will replay, and a replay's checkpoints stay those of the first copy, byte for byte.
+func reconcile(pos *Position, at []coord, gtid string, fresh bool) bool {
+	if fresh {
+		first := earliest(at)
+		pos.File, pos.Pos, pos.GTID = first.file, first.pos, gtid
+	}
+	last := latest(at)
+	if before(pos.File, pos.Pos, last.file, last.pos) && before(pos.OverlapFile, pos.OverlapPos, last.file, last.pos) {
+		pos.OverlapFile, pos.OverlapPos = last.file, last.pos
+		return true
+	}
+	return false
 }
 
 // ctxErr prefers the context's error: a cancelled Read closes its connection, and the query then fails.

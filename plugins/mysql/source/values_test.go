@@ -1,6 +1,7 @@
 package source
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
@@ -43,6 +44,44 @@ func TestSmallDecimal(t *testing.T) {
 		}
 		if got := decimal128.FromI64(n); got != want {
 			t.Errorf("%q scale %d: %v, FromString %v", tc.in, tc.scale, got, want)
+		}
+	}
+}
+
+// TestReconcile: streaming starts at the earliest of the readers' snapshots, and the latest, when later
+// than that start and than an earlier overlap, becomes the overlap (inserts as upserts up to it).
+func TestReconcile(t *testing.T) {
+	type want struct {
+		file    string
+		pos     uint64
+		overlap string // "file:pos", "" for none
+		set     bool
+	}
+	for _, tc := range []struct {
+		name  string
+		start Position
+		at    []coord
+		fresh bool
+		want
+	}{
+		{"fresh, one point", Position{}, []coord{{"b.000002", 100}, {"b.000002", 100}}, true, want{"b.000002", 100, "", false}},
+		{"fresh, apart", Position{}, []coord{{"b.000002", 300}, {"b.000002", 100}, {"b.000002", 200}}, true, want{"b.000002", 100, "b.000002:300", true}},
+		{"fresh, apart across files", Position{}, []coord{{"b.000003", 4}, {"b.000002", 900}}, true, want{"b.000002", 900, "b.000003:4", true}},
+		{"resumed, nothing written since", Position{File: "b.000002", Pos: 100}, []coord{{"b.000002", 100}}, false, want{"b.000002", 100, "", false}},
+		{"resumed, written since", Position{File: "b.000002", Pos: 100}, []coord{{"b.000002", 150}, {"b.000002", 180}}, false, want{"b.000002", 100, "b.000002:180", true}},
+		{"resumed, earlier overlap kept", Position{File: "b.000002", Pos: 100, OverlapFile: "b.000002", OverlapPos: 500}, []coord{{"b.000002", 180}}, false, want{"b.000002", 100, "b.000002:500", false}},
+	} {
+		p := tc.start
+		set := reconcile(&p, tc.at, "0-1-5", tc.fresh)
+		overlap := ""
+		if p.OverlapFile != "" {
+			overlap = fmt.Sprintf("%s:%d", p.OverlapFile, p.OverlapPos)
+		}
+		if p.File != tc.file || p.Pos != tc.pos || overlap != tc.overlap || set != tc.set {
+			t.Errorf("%s: start %s:%d overlap %q set %v, want %s:%d overlap %q set %v", tc.name, p.File, p.Pos, overlap, set, tc.file, tc.pos, tc.overlap, tc.set)
+		}
+		if tc.fresh && p.GTID != "0-1-5" {
+			t.Errorf("%s: gtid %q", tc.name, p.GTID)
 		}
 	}
 }
