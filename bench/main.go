@@ -60,6 +60,7 @@ func main() {
 	myOnly := flag.Bool("mysql-only", false, "run only the MySQL source benchmarks")
 	var my myOptions
 	flag.Int64Var(&my.rows, "mysql-rows", 2_000_000, "rows of the MySQL snapshot table")
+	flag.IntVar(&my.tables, "mysql-tables", 4, "tables the MySQL snapshot rows are split over (the plugin copies them in parallel, the baseline SELECTs them at once)")
 	flag.Int64Var(&my.streamRows, "mysql-stream-rows", 500_000, "rows of the MySQL binlog backlog")
 	flag.IntVar(&my.repeat, "mysql-repeat", 3, "runs of each MySQL measurement and its baseline (medians are reported)")
 	queryRun := flag.Bool("query", true, "run the skippr query benchmark (needs skippr, and the datagen, iceberg and duckdb plugins)")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
@@ -22,7 +23,8 @@ import (
 
 // myOptions size the MySQL source benchmarks.
 type myOptions struct {
-	rows       int64 // snapshot table
+	rows       int64 // snapshot tables, in all
+	tables     int   // snapshot tables
 	streamRows int64 // binlog backlog
 	repeat     int   // runs of each measurement and its baseline, alternating (medians are reported)
 }
@@ -79,13 +81,24 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 	fmt.Println("| benchmark | rows | rows/s | MB/s | notes |")
 	fmt.Println("|---|---:|---:|---:|---|")
 	start := time.Now()
-	if err := m.exec(ctx, `CREATE DATABASE bench; CREATE TABLE bench.snap (`+myColumns+`); CREATE TABLE bench.stream (`+myColumns+`)`); err != nil {
+	if err := m.exec(ctx, `CREATE DATABASE bench; CREATE TABLE bench.stream (`+myColumns+`)`); err != nil {
 		return err
 	}
-	if err := m.fill(ctx, "snap", 1, o.rows); err != nil {
-		return err
+	m.opts.tables = max(o.tables, 1)
+	per := o.rows / int64(m.opts.tables)
+	for i, name := range m.snapTables() {
+		if err := m.exec(ctx, `CREATE TABLE bench.`+name+` (`+myColumns+`)`); err != nil {
+			return err
+		}
+		to := per * int64(i+1)
+		if i == m.opts.tables-1 {
+			to = o.rows
+		}
+		if err := m.fill(ctx, name, per*int64(i)+1, to); err != nil {
+			return err
+		}
 	}
-	row("load: INSERT … SELECT FROM seq_1_to_N, 1M-row transactions", o.rows, 0, time.Since(start), "setup, not a benchmark")
+	row("load: INSERT … SELECT FROM seq_1_to_N, 1M-row transactions", o.rows, 0, time.Since(start), fmt.Sprintf("setup, not a benchmark; %d tables", m.opts.tables))
 
 	var sels, sns []pgResult
 	for range max(o.repeat, 1) {
@@ -102,9 +115,9 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 		sels, sns = append(sels, sel), append(sns, sn)
 	}
 	sel, sn := median(sels), median(sns)
-	row("`SELECT *` of the table, streamed through vitess `go/mysql` (**baseline**)", sel.rows, sel.bytes, sel.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the snapshot's; every cell read; CPU µs/row client %.1f",
+	row(fmt.Sprintf("`SELECT *` of the %d tables at once, streamed through vitess `go/mysql` (**baseline**)", m.opts.tables), sel.rows, sel.bytes, sel.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the snapshot's; every cell read; CPU µs/row client %.1f",
 		len(sels), rateRange(sels), perRow(sel.engineCPU, sel.rows)))
-	row("MySQL snapshot → WAL (local, apply paused)", sn.rows, 0, sn.dur, fmt.Sprintf("median of %d (%s rows/s); **%.0f%% of SELECT**; chunks of 10000 rows in key order; CPU µs/row: plugin %.1f, engine %.1f; %d WAL entries, %s stored; peak RSS engine %s, plugin %s",
+	row(fmt.Sprintf("MySQL snapshot → WAL (local, apply paused), %d tables, snapshot_parallel %d", m.opts.tables, m.opts.tables), sn.rows, 0, sn.dur, fmt.Sprintf("median of %d (%s rows/s); **%.0f%% of SELECT**; chunks of 10000 rows in key order; CPU µs/row: plugin %.1f, engine %.1f; %d WAL entries, %s stored; peak RSS engine %s, plugin %s",
 		len(sns), rateRange(sns), 100*rate(sn)/rate(sel), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), sn.entries, mib(sn.walBytes), mib(sn.engineRSS), mib(sn.pluginRSS)))
 
 	// The backlog: its position first, then its rows in 1000-row transactions; both readers start there.
@@ -170,45 +183,78 @@ func (m *myBench) conn(ctx context.Context) (*mysql.Conn, error) {
 	return mysql.Connect(ctx, &mysql.ConnParams{Host: m.srv.Host, Port: m.srv.Port, Uname: "root", DbName: "bench"})
 }
 
-// selectBaseline streams `SELECT *` of the table through the driver the plugin uses, touching every cell.
-func (m *myBench) selectBaseline(ctx context.Context) (pgResult, error) {
-	c, err := m.conn(ctx)
-	if err != nil {
-		return pgResult{}, err
+// snapTables are the snapshot's tables.
+func (m *myBench) snapTables() []string {
+	out := make([]string, m.opts.tables)
+	for i := range out {
+		out[i] = fmt.Sprintf("snap%d", i+1)
 	}
-	defer c.Close()
+	return out
+}
+
+// selectBaseline streams `SELECT *` of every snapshot table at once, one connection each, through the
+// driver the plugin uses, touching every cell.
+func (m *myBench) selectBaseline(ctx context.Context) (pgResult, error) {
+	names := m.snapTables()
+	conns := make([]*mysql.Conn, len(names))
+	for i := range conns {
+		c, err := m.conn(ctx)
+		if err != nil {
+			return pgResult{}, err
+		}
+		defer c.Close()
+		conns[i] = c
+	}
 	cpu0, start := selfCPU(), time.Now()
-	if err := c.ExecuteStreamFetch("SELECT * FROM snap"); err != nil {
-		return pgResult{}, err
+	results := make([]pgResult, len(names))
+	errs := make(chan error, len(names))
+	for i, c := range conns {
+		go func() {
+			if err := c.ExecuteStreamFetch("SELECT * FROM " + names[i]); err != nil {
+				errs <- err
+				return
+			}
+			for {
+				r, err := c.FetchNext(nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if r == nil {
+					break
+				}
+				results[i].rows++
+				for _, v := range r {
+					results[i].bytes += int64(len(v.Raw()))
+				}
+			}
+			errs <- nil
+		}()
 	}
 	var res pgResult
-	for {
-		r, err := c.FetchNext(nil)
-		if err != nil {
+	for range names {
+		if err := <-errs; err != nil {
 			return res, err
 		}
-		if r == nil {
-			break
-		}
-		res.rows++
-		for _, v := range r {
-			res.bytes += int64(len(v.Raw()))
-		}
 	}
-	c.CloseResult()
+	for _, r := range results {
+		res.rows += r.rows
+		res.bytes += r.bytes
+	}
 	res.dur, res.engineCPU = time.Since(start), selfCPU()-cpu0
 	return res, nil
 }
 
-func (m *myBench) settings(table string, snapshot bool) []byte {
-	return []byte(fmt.Sprintf(`{"host": %q, "port": %d, "user": "root", "database": "bench", "tables": [%q], "snapshot": %v, "batch_size": 10000}`,
-		m.srv.Host, m.srv.Port, table, snapshot))
+func (m *myBench) settings(tables []string, snapshot bool) []byte {
+	b, _ := json.Marshal(map[string]any{"host": m.srv.Host, "port": m.srv.Port, "user": "root", "database": "bench", "tables": tables,
+		"snapshot": snapshot, "batch_size": 10000, "snapshot_parallel": max(len(tables), 1)})
+	return b
 }
 
 // snapshotToWAL runs the plugin's snapshot of the table into the WAL; the clock stops when the WAL holds
 // every row.
 func (m *myBench) snapshotToWAL(ctx context.Context) (pgResult, error) {
-	w, err := startWALRun(ctx, m.bin, "bench-mysql", m.settings("snap", true), nil, nil)
+	w, err := startWALRun(ctx, m.bin, "bench-mysql", m.settings(m.snapTables(), true), nil, nil)
 	if err != nil {
 		return pgResult{}, err
 	}
@@ -225,7 +271,7 @@ func (m *myBench) snapshotToWAL(ctx context.Context) (pgResult, error) {
 // stops the clock when the WAL holds the backlog.
 func (m *myBench) streamToWAL(ctx context.Context, file string, pos uint64, gtid string) (pgResult, error) {
 	cp := source.Position{V: 1, Phase: source.PhaseStream, Flavor: "mariadb", File: file, Pos: pos, GTID: gtid, Tables: []string{"stream"}}
-	w, err := startWALRun(ctx, m.bin, "bench-mysql", m.settings("stream", false), cp.Encode(), nil)
+	w, err := startWALRun(ctx, m.bin, "bench-mysql", m.settings([]string{"stream"}, false), cp.Encode(), nil)
 	if err != nil {
 		return pgResult{}, err
 	}

@@ -21,8 +21,9 @@ import (
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
-// mysqlChaos is a MariaDB source for a `skippr sync` killed at random: table shop.orders with 60000 rows, a
-// writer changing it, and schema changes between the kill rounds.
+// mysqlChaos is a MariaDB source for a `skippr sync` killed at random: table shop.orders with 60000 rows and
+// shop.items with 20000, snapshotted in parallel (snapshot_parallel: 4), a writer changing both, and schema
+// changes of orders between the kill rounds.
 type mysqlChaos struct {
 	t   *testing.T
 	ctx context.Context
@@ -48,6 +49,8 @@ func newMySQLChaos(t *testing.T, ctx context.Context, nType string) *mysqlChaos 
 		"CREATE DATABASE shop",
 		"CREATE TABLE shop.orders (id bigint PRIMARY KEY, name varchar(100) NOT NULL, amount decimal(12,2), n " + nType + ")",
 		"INSERT INTO shop.orders SELECT seq, concat('n', seq), seq * 1.25, seq * 1000 FROM shop.seq_1_to_60000",
+		"CREATE TABLE shop.items (id int PRIMARY KEY, sku varchar(20) NOT NULL, qty int NOT NULL)",
+		"INSERT INTO shop.items SELECT seq, concat('sku', seq), seq % 100 FROM shop.seq_1_to_20000",
 	} {
 		if _, err := src.ExecContext(ctx, q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -60,13 +63,13 @@ func newMySQLChaos(t *testing.T, ctx context.Context, nType string) *mysqlChaos 
 	return &mysqlChaos{t: t, ctx: ctx, srv: srv, src: src, e: e}
 }
 
-// config writes one pipeline shop.orders → dst (a connection body in YAML flow style).
+// config writes one pipeline shop.orders, shop.items → dst (a connection body in YAML flow style).
 func (m *mysqlChaos) config(dstPlugin, dstSettings string) {
 	m.e.writeConfig(fmt.Sprintf(`connections:
   src:
     plugin: mysql
     version: "~> 0.1"
-    settings: { host: %[1]s, port: %[2]d, user: root, database: shop, tables: [orders], batch_size: 2000 }
+    settings: { host: %[1]s, port: %[2]d, user: root, database: shop, tables: [orders, items], batch_size: 2000, snapshot_parallel: 4 }
   dst:
     plugin: %[3]s
     version: "~> 0.1"
@@ -105,9 +108,19 @@ func (m *mysqlChaos) run(nValue, addNote string) int {
 	return kills
 }
 
-// want is the source table: id → "name|note|amount|n".
+// want is the source table orders: id → "name|note|amount|n".
 func (m *mysqlChaos) want() map[string]string {
-	rows, err := m.src.QueryContext(m.ctx, "SELECT id, concat(name, '|', coalesce(note, '<null>'), '|', coalesce(amount, ''), '|', coalesce(n, '')) FROM shop.orders")
+	return m.rows("SELECT id, concat(name, '|', coalesce(note, '<null>'), '|', coalesce(amount, ''), '|', coalesce(n, '')) FROM shop.orders")
+}
+
+// wantItems is the source table items: id → "sku|qty".
+func (m *mysqlChaos) wantItems() map[string]string {
+	return m.rows("SELECT id, concat(sku, '|', qty) FROM shop.items")
+}
+
+// rows runs a query of (key, text) pairs.
+func (m *mysqlChaos) rows(q string) map[string]string {
+	rows, err := m.src.QueryContext(m.ctx, q)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -174,7 +187,21 @@ func TestMySQLToPostgresSurvivesSIGKILL(t *testing.T) {
 	}
 	want := m.want()
 	sameTable(t, want, got)
-	t.Logf("%d SIGKILLs during snapshot and streaming, across 2 schema changes; %d rows equal in source and destination", kills, len(want))
+	items := map[string]string{}
+	irow, err := pc.Query(ctx, `SELECT id::text, sku || '|' || qty FROM items`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for irow.Next() {
+		var id, s string
+		if err := irow.Scan(&id, &s); err != nil {
+			t.Fatal(err)
+		}
+		items[id] = s
+	}
+	wantItems := m.wantItems()
+	sameTable(t, wantItems, items)
+	t.Logf("%d SIGKILLs during snapshot and streaming, across 2 schema changes; %d + %d rows equal in source and destination", kills, len(want), len(wantItems))
 }
 
 // TestMySQLToIcebergSurvivesSIGKILL is the same run into the embedded Iceberg lake, compared by scanning the
@@ -210,10 +237,16 @@ func TestMySQLToIcebergSurvivesSIGKILL(t *testing.T) {
 	}
 	want := m.want()
 	sameTable(t, want, got)
-	t.Logf("%d SIGKILLs during snapshot and streaming, across 2 schema changes; %d rows equal in source and lake", kills, len(want))
+	items := map[string]string{}
+	for id, row := range scanLake(t, lakeSettings, "shop.items") {
+		items[id] = fmt.Sprint(row["sku"]) + "|" + fmt.Sprint(row["qty"])
+	}
+	wantItems := m.wantItems()
+	sameTable(t, wantItems, items)
+	t.Logf("%d SIGKILLs during snapshot and streaming, across 2 schema changes; %d + %d rows equal in source and lake", kills, len(want), len(wantItems))
 }
 
-// startMySQLWriter keeps changing shop.orders — inserts from id next on (n = nValue), updates (some of the
+// startMySQLWriter keeps changing shop.orders (and shop.items: updates, upserts) — inserts from id next on (n = nValue), updates (some of the
 // key, some of column note once it exists) and deletes of random earlier ids, in small transactions — until
 // the returned stop is called. Its statements name their columns, so they run on across added columns.
 func startMySQLWriter(t *testing.T, ctx context.Context, w *sql.DB, next int64, nValue string) (stop func()) {
@@ -226,7 +259,11 @@ func startMySQLWriter(t *testing.T, ctx context.Context, w *sql.DB, next int64, 
 		for writerCtx.Err() == nil {
 			id := 1 + rng.Int64N(min(next-1, 70_000)) // mostly rows that exist
 			var q string
-			switch rng.IntN(5) {
+			switch rng.IntN(7) {
+			case 5:
+				q = fmt.Sprintf(`UPDATE shop.items SET qty = qty + 1 WHERE id = %d`, 1+rng.IntN(25_000))
+			case 6:
+				q = fmt.Sprintf(`INSERT INTO shop.items VALUES (%d, 'new', 1) ON DUPLICATE KEY UPDATE sku = concat(sku, '+')`, 20_000+rng.IntN(10_000))
 			case 0:
 				q = fmt.Sprintf(`INSERT INTO shop.orders (id, name, amount, n) VALUES (%d, 'new', 1.5, %s)`, next, nValue)
 				next++

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -139,38 +140,100 @@ func TestSnapshotThenStream(t *testing.T) {
 	same(t, snapshotState(t, startPlugin(t), set), s)
 }
 
-// TestSnapshotResume kills a Read in the middle of its snapshot (the engine keeps only what was before the
-// last checkpoint), changes rows on both sides of the copied range, and resumes from that checkpoint in a
-// new plugin process: the result equals a fresh copy.
+// TestSnapshotResume copies five tables four at a time (snapshot_parallel: 4, so a table enters the window
+// when one is done) and stops that Read in the middle of its snapshot (the engine keeps only what was before
+// the last checkpoint with rows). A new plugin process replaying from that checkpoint, nothing changed,
+// reaches the same batches and the same checkpoints byte for byte, in the same order (the overlap coordinate
+// aside: other tests write to the shared server). Then rows change on both sides of the copied range, and a
+// resumed Read from the same checkpoint ends equal to a fresh copy.
 func TestSnapshotResume(t *testing.T) {
 	t.Parallel()
 	db := mysqltest.NewDB(t)
 	twoTables(t, db, 1000)
-	set := settings(db, map[string]any{"tables": []string{"a", "b"}, "batch_size": 100})
-	r := startReading(t, startPlugin(t), set, nil)
-	s := newState()
-	var last []byte
-	for i := 0; i < 5; i++ {
-		ch, err := r.Next(time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.apply(t, ch)
-		// Like the engine, which makes durable only checkpoints that carry rows.
-		if ch.Rows > 0 {
-			last = ch.Checkpoint.Position
+	db.Exec(t, `CREATE TABLE c LIKE a; INSERT INTO c SELECT * FROM a WHERE id <= 250;
+		CREATE TABLE d LIKE a; INSERT INTO d SELECT * FROM a WHERE id <= 50;
+		CREATE TABLE e LIKE b; INSERT INTO e SELECT * FROM b LIMIT 420`)
+	set := settings(db, map[string]any{"tables": []string{"a", "b", "c", "d", "e"}, "batch_size": 100, "snapshot_parallel": 4})
+	first := readSnapshot(t, set, nil)
+	// The checkpoint to resume from: two chunks after the first table finished (d, in round 1), so e is in
+	// the window and a, b, c are part copied.
+	kill := -1
+	for i, ch := range first {
+		if p := position(t, ch.Checkpoint.Position); p.Progress["d"].Done && kill < 0 {
+			kill = i + 2
 		}
 	}
-	r.Stop()
+	if kill < 0 || kill >= len(first)-1 {
+		t.Fatalf("no checkpoint after table d was copied among %d", len(first))
+	}
+	last := first[kill].Checkpoint.Position
 	p := position(t, last)
-	if p.Phase != source.PhaseSnapshot || p.Progress["a"].Key == nil {
-		t.Fatalf("after 5 checkpoints: %s, want a snapshot in progress", last)
+	if p.Phase != source.PhaseSnapshot || p.Progress["a"].Key == nil || p.Progress["a"].Done || !p.Progress["d"].Done {
+		t.Fatalf("resuming from %s, want a snapshot in progress with d done and a not", last)
+	}
+	replay := readSnapshot(t, set, last)
+	if len(replay) != len(first)-kill-1 {
+		t.Fatalf("the replay from checkpoint %d reached %d checkpoints, the first copy %d after it", kill, len(replay), len(first)-kill-1)
+	}
+	for i, ch := range replay {
+		want := first[kill+1+i]
+		if got, w := withoutOverlap(t, ch.Checkpoint.Position), withoutOverlap(t, want.Checkpoint.Position); got != w || !sameBatches(ch, want) {
+			t.Fatalf("replayed checkpoint %d: %s with %d rows, the first copy's: %s with %d rows", i, got, ch.Rows, w, want.Rows)
+		}
+	}
+
+	s := newState()
+	for _, ch := range first[:kill+1] {
+		s.apply(t, ch)
 	}
 	db.Exec(t, `UPDATE a SET v = 'changed' WHERE id IN (5, 450, 999); DELETE FROM a WHERE id IN (6, 451);
-		INSERT INTO a VALUES (7000, 'new', 1); UPDATE b SET payload = 'changed' WHERE k1 = 1`)
+		INSERT INTO a VALUES (7000, 'new', 1); UPDATE b SET payload = 'changed' WHERE k1 = 1;
+		UPDATE c SET v = 'changed' WHERE id IN (1, 249); UPDATE d SET v = 'changed' WHERE id = 3; DELETE FROM e LIMIT 5`)
 	r2 := startReading(t, startPlugin(t), set, last)
 	catchUp(t, r2, s, db)
 	same(t, snapshotState(t, startPlugin(t), set), s)
+}
+
+// readSnapshot reads from checkpoint from (nil: a new snapshot) in a new plugin process up to the end of
+// the snapshot, and returns every chunk up to and including the snapshot's last checkpoint with rows.
+func readSnapshot(t *testing.T, set, from []byte) []conformance.Chunk {
+	t.Helper()
+	r := startReading(t, startPlugin(t), set, from)
+	defer r.Stop()
+	var out []conformance.Chunk
+	for {
+		ch, err := r.Next(2 * time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if position(t, ch.Checkpoint.Position).Phase == source.PhaseStream {
+			return out
+		}
+		out = append(out, ch)
+	}
+}
+
+// withoutOverlap is a checkpoint as text without its overlap coordinate.
+func withoutOverlap(t *testing.T, b []byte) string {
+	p := position(t, b)
+	p.OverlapFile, p.OverlapPos = "", 0
+	return string(p.Encode())
+}
+
+// sameBatches reports whether two chunks hold the same batches, byte for byte.
+func sameBatches(a, b conformance.Chunk) bool {
+	var x, y [][]byte
+	for _, it := range a.Items {
+		if it.Batch != nil {
+			x = append(x, it.Batch.IPC)
+		}
+	}
+	for _, it := range b.Items {
+		if it.Batch != nil {
+			y = append(y, it.Batch.IPC)
+		}
+	}
+	return slices.EqualFunc(x, y, bytes.Equal)
 }
 
 // TestPurgedBinlog: a pipeline that resumes after the server purged its binlog file stops with a

@@ -37,10 +37,12 @@ type Settings struct {
 	ServerID        uint32   `json:"server_id"`
 	Snapshot        *bool    `json:"snapshot"`
 	SnapshotLocking string   `json:"snapshot_locking"`
-	BatchSize       int      `json:"batch_size"`
-	ZeroDate        string   `json:"zero_date"`
-	Truncate        string   `json:"truncate"`
-	TLS             string   `json:"tls"`
+	// SnapshotParallel is how many tables the snapshot copies at once, each over its own connection.
+	SnapshotParallel int    `json:"snapshot_parallel"`
+	BatchSize        int    `json:"batch_size"`
+	ZeroDate         string `json:"zero_date"`
+	Truncate         string `json:"truncate"`
+	TLS              string `json:"tls"`
 }
 
 // Setting values and defaults.
@@ -56,6 +58,8 @@ const (
 	TruncateError     = "error"
 	TruncateIgnore    = "ignore"
 	DefaultBatchSize  = 10000
+	DefaultParallel   = 4
+	MaxParallel       = 16
 	DefaultPort       = 3306
 
 	TLSPreferred      = "preferred"
@@ -83,6 +87,9 @@ func Parse(raw json.RawMessage) (Settings, error) {
 	}
 	if s.BatchSize == 0 {
 		s.BatchSize = DefaultBatchSize
+	}
+	if s.SnapshotParallel == 0 {
+		s.SnapshotParallel = DefaultParallel
 	}
 	if s.ZeroDate == "" {
 		s.ZeroDate = ZeroDateError
@@ -132,6 +139,9 @@ func Parse(raw json.RawMessage) (Settings, error) {
 	}
 	if s.ZeroDate != ZeroDateError && s.ZeroDate != ZeroDateNull {
 		problems = append(problems, fmt.Sprintf("zero_date %q is not one of error, null", s.ZeroDate))
+	}
+	if s.SnapshotParallel < 1 || s.SnapshotParallel > MaxParallel {
+		problems = append(problems, fmt.Sprintf("snapshot_parallel must be between 1 and %d, got %d", MaxParallel, s.SnapshotParallel))
 	}
 	if s.BatchSize < 1 {
 		problems = append(problems, fmt.Sprintf("batch_size must be positive, got %d", s.BatchSize))

@@ -73,8 +73,12 @@ func Check(ctx context.Context, raw json.RawMessage) error {
 	}
 	if !mariadb && cfg.SnapshotLocking == config.LockingMinimal && *cfg.Snapshot {
 		if ok, err := hasGrant(conn, "RELOAD"); err == nil && !ok {
-			fail(fmt.Sprintf("user %q may not take the snapshot's instant lock (RELOAD)", cfg.User), fmt.Sprintf("GRANT RELOAD ON *.* TO '%s', or set snapshot_locking: none", cfg.User))
+			fail(fmt.Sprintf("user %q may not take the snapshot's instant lock (RELOAD)", cfg.User), fmt.Sprintf("GRANT RELOAD ON *.* TO '%s', or set snapshot: false to stream without a snapshot", cfg.User))
 		}
+	}
+	if !mariadb && cfg.SnapshotLocking == config.LockingNone && *cfg.Snapshot {
+		fail("snapshot_locking is none, and a MySQL server gives a consistent snapshot's binlog position only under the instant FLUSH TABLES WITH READ LOCK (a lock-free watermark snapshot is not built)",
+			"set snapshot_locking: minimal (GRANT RELOAD for the instant of opening the snapshot), or snapshot: false to stream without a snapshot")
 	}
 	for _, name := range cfg.Tables {
 		if _, err := loadTable(conn, cfg, name); err != nil {

@@ -5,11 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"vitess.io/vitess/go/mysql"
 	"vitess.io/vitess/go/sqltypes"
 
@@ -19,75 +21,131 @@ import (
 	"github.com/skippr-dev/skippr/plugins/mysql/config"
 )
 
-// openSnapshot starts a consistent-snapshot transaction on conn and returns the binlog coordinate and GTID
-// position it sees: every transaction committed before the coordinate is in the snapshot, none after it.
+// openSnapshots starts a consistent-snapshot transaction on each of conns (the first and the parallel
+// readers' others) and returns the binlog coordinate each one sees, and the GTID position at the earliest:
+// every transaction committed before a snapshot's coordinate is in that snapshot, none after it.
 //
 // MariaDB (and Percona) need no lock: inside START TRANSACTION WITH CONSISTENT SNAPSHOT the status variables
-// binlog_snapshot_file/binlog_snapshot_position are the binlog coordinate of that very snapshot. Its GTID
-// position must be the same point, and @@gtid_binlog_pos is not: it is read by a later statement, and a
-// transaction committing in between would be counted without being in the snapshot. BINLOG_GTID_POS(file,
-// pos) maps the snapshot's own coordinate to the GTID position at it, so both name the same point.
+// binlog_snapshot_file/binlog_snapshot_position are the binlog coordinate of that very snapshot (InnoDB and
+// the binary log commit in one order). Two snapshots at the same coordinate therefore see the same
+// transactions; under writes the parallel readers' snapshots, opened one after the other, may land a few
+// transactions apart, and the caller reconciles them the way a resumed copy is reconciled (streaming starts
+// at the earliest, inserts travel as upserts up to the latest). MariaDB has no way to hand one snapshot to
+// another session (Percona's START TRANSACTION WITH CONSISTENT SNAPSHOT FROM SESSION, PostgreSQL's
+// pg_export_snapshot), and taking a global lock just to align them would need RELOAD and stall every writer.
+// The GTID position must be the earliest coordinate's, and @@gtid_binlog_pos is not: it is read by a later
+// statement, and a transaction committing in between would be counted without being in the snapshot.
+// BINLOG_GTID_POS(file, pos) maps the coordinate to the GTID position at it, so both name the same point.
 //
 // MySQL has no such variable: with snapshot_locking: minimal, FLUSH TABLES WITH READ LOCK holds commits for
-// the instant of opening the snapshot and reading SHOW BINARY LOG STATUS (SHOW MASTER STATUS before 8.2),
-// then UNLOCK TABLES (Debezium's "minimal" mode). With snapshot_locking: none, a MySQL snapshot is refused.
-func openSnapshot(conn *mysql.Conn, cfg config.Settings, flavor string) (file string, pos uint64, gtid string, err error) {
-	exec := func(q string) (*sqltypes.Result, error) {
+// the instant of opening every snapshot and reading SHOW BINARY LOG STATUS (SHOW MASTER STATUS before 8.2),
+// then UNLOCK TABLES (Debezium's "minimal" mode): all snapshots see the same point. With snapshot_locking:
+// none, a MySQL snapshot is refused.
+func openSnapshots(conns []*mysql.Conn, cfg config.Settings, flavor string) (at []coord, gtid string, err error) {
+	if flavor == flavorMySQL && cfg.SnapshotLocking == config.LockingNone {
+		return nil, "", fault.ConfigErr(errors.New("snapshot_locking is none, and a MySQL server gives a consistent snapshot's binlog position only under FLUSH TABLES WITH READ LOCK (MariaDB and Percona need no lock); a lock-free (watermark) snapshot is not built"),
+			"set snapshot_locking: minimal (the lock is held only while the snapshot opens, and needs GRANT RELOAD), or snapshot: false to stream without a snapshot")
+	}
+	exec := func(conn *mysql.Conn, q string) (*sqltypes.Result, error) {
 		res, err := conn.ExecuteFetch(q, 10_000, true)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", q, cfg.Explain(err))
 		}
 		return res, nil
 	}
-	if flavor == flavorMySQL && cfg.SnapshotLocking == config.LockingNone {
-		return "", 0, "", fault.ConfigErr(errors.New("snapshot_locking is none, and a MySQL server gives a consistent snapshot's binlog position only under FLUSH TABLES WITH READ LOCK (MariaDB and Percona need no lock)"),
-			"set snapshot_locking: minimal (the lock is held only while the snapshot opens), or snapshot: false to stream without a snapshot")
-	}
-	if _, err := exec("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		return "", 0, "", err
-	}
-	if flavor == flavorMariaDB {
-		if _, err := exec("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
-			return "", 0, "", err
-		}
-		res, err := exec("SHOW STATUS LIKE 'binlog_snapshot_%'")
-		if err != nil {
-			return "", 0, "", err
-		}
-		for _, row := range res.Rows {
-			switch row[0].ToString() {
-			case "Binlog_snapshot_file":
-				file = row[1].ToString()
-			case "Binlog_snapshot_position":
-				pos, _ = strconv.ParseUint(row[1].ToString(), 10, 64)
+	begin := func() error {
+		for _, c := range conns {
+			if _, err := exec(c, "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+				return err
 			}
 		}
-		if file == "" {
-			return "", 0, "", fault.ConfigErr(errors.New("the server reports no binlog_snapshot_file: its binary log is off"),
-				"enable the binary log: log_bin in the server configuration, then restart the server")
+		for _, c := range conns {
+			if _, err := exec(c, "START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
+				return err
+			}
 		}
-		g, err := exec("SELECT BINLOG_GTID_POS(" + sqltypes.EncodeStringSQL(file) + ", " + strconv.FormatUint(pos, 10) + ")")
+		return nil
+	}
+	if flavor == flavorMariaDB {
+		if err := begin(); err != nil {
+			return nil, "", err
+		}
+		at = make([]coord, len(conns))
+		for i, c := range conns {
+			res, err := exec(c, "SHOW STATUS LIKE 'binlog_snapshot_%'")
+			if err != nil {
+				return nil, "", err
+			}
+			for _, row := range res.Rows {
+				switch row[0].ToString() {
+				case "Binlog_snapshot_file":
+					at[i].file = row[1].ToString()
+				case "Binlog_snapshot_position":
+					at[i].pos, _ = strconv.ParseUint(row[1].ToString(), 10, 64)
+				}
+			}
+			if at[i].file == "" {
+				return nil, "", fault.ConfigErr(errors.New("the server reports no binlog_snapshot_file: its binary log is off"),
+					"enable the binary log: log_bin in the server configuration, then restart the server")
+			}
+		}
+		first := earliest(at)
+		g, err := exec(conns[0], "SELECT BINLOG_GTID_POS("+sqltypes.EncodeStringSQL(first.file)+", "+strconv.FormatUint(first.pos, 10)+")")
 		if err != nil {
-			return "", 0, "", err
+			return nil, "", err
 		}
 		if len(g.Rows) == 1 && !g.Rows[0][0].IsNull() {
 			gtid = g.Rows[0][0].ToString()
 		}
-		return file, pos, gtid, nil
+		return at, gtid, nil
 	}
-	if _, err := exec("FLUSH TABLES WITH READ LOCK"); err != nil {
-		return "", 0, "", fault.ConfigErr(err, fmt.Sprintf("GRANT RELOAD ON *.* TO '%s' (for the instant of the snapshot's lock), or set snapshot: false", cfg.User))
+	if _, err := exec(conns[0], "FLUSH TABLES WITH READ LOCK"); err != nil {
+		return nil, "", fault.ConfigErr(err, fmt.Sprintf("GRANT RELOAD ON *.* TO '%s' (for the instant of the snapshot's lock), or set snapshot: false", cfg.User))
 	}
 	defer func() {
-		if _, uerr := conn.ExecuteFetch("UNLOCK TABLES", 0, false); uerr != nil && err == nil {
+		if _, uerr := conns[0].ExecuteFetch("UNLOCK TABLES", 0, false); uerr != nil && err == nil {
 			err = fmt.Errorf("UNLOCK TABLES: %w", cfg.Explain(uerr))
 		}
 	}()
-	if _, err := exec("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"); err != nil {
-		return "", 0, "", err
+	if err := begin(); err != nil {
+		return nil, "", err
 	}
-	file, pos, gtid, err = binlogStatus(conn, flavor)
-	return file, pos, gtid, err
+	file, pos, gtid, err := binlogStatus(conns[0], flavor)
+	if err != nil {
+		return nil, "", err
+	}
+	at = make([]coord, len(conns))
+	for i := range at {
+		at[i] = coord{file, pos}
+	}
+	return at, gtid, nil
+}
+
+// coord is a binary log coordinate.
+type coord struct {
+	file string
+	pos  uint64
+}
+
+// earliest and latest of a non-empty list of coordinates.
+func earliest(cs []coord) coord {
+	m := cs[0]
+	for _, c := range cs[1:] {
+		if before(c.file, c.pos, m.file, m.pos) {
+			m = c
+		}
+	}
+	return m
+}
+
+func latest(cs []coord) coord {
+	m := cs[0]
+	for _, c := range cs[1:] {
+		if before(m.file, m.pos, c.file, c.pos) {
+			m = c
+		}
+	}
+	return m
 }
 
 // binlogStatus reads where the binary log ends now, and the GTID position there.
@@ -142,40 +200,70 @@ func parseBinlogStatus(res *sqltypes.Result) (file string, pos uint64, gtid stri
 	return file, pos, gtid
 }
 
-// snapshot copies the tables in primary-key order, batch_size rows at a time, with a checkpoint after each
-// chunk, and returns the stream position that follows it. fresh says pos is new: its coordinate is this
-// snapshot's. A resumed copy (after a crash, the first snapshot's transaction is gone) continues from each
-// table's last key under a new snapshot: streaming still starts at the first snapshot's coordinate and
-// replays every change after it, and replaying a change over a newer row converges to the same row (upserts
-// and deletes by key, in commit order); Overlap marks where inserts must be sent as upserts.
+// snapshot copies the tables in primary-key order, snapshot_parallel at a time, batch_size rows per chunk
+// with a checkpoint after each, and returns the stream position that follows it. fresh says pos is new: its
+// coordinate is this snapshot's. A resumed copy (after a crash, the first snapshot's transactions are gone)
+// continues from each table's last key under new snapshots: streaming still starts at the first snapshot's
+// coordinate and replays every change after it, and replaying a change over a newer row converges to the
+// same row (upserts and deletes by key, in commit order); Overlap marks where inserts must be sent as upserts.
+// The parallel readers' snapshots are reconciled the same way when they did not land on one coordinate
+// (openSnapshots): streaming starts at the earliest, Overlap is the latest.
 func (r *reader) snapshot(ctx context.Context, conn *mysql.Conn, pos *Position, fresh bool) (*Position, error) {
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	file, at, gtid, err := openSnapshot(conn, r.cfg, r.flavor)
-	if err != nil {
-		return nil, ctxErr(ctx, err)
-	}
-	defer conn.ExecuteFetch("ROLLBACK", 0, false)
-	if fresh {
-		pos.File, pos.Pos, pos.GTID = file, at, gtid
-		r.log.Info("snapshot opened", "file", file, "pos", at, "gtid", gtid)
-	} else {
-		// Nothing written since the first snapshot: the copy holds nothing streaming will replay, and the
-		// checkpoints stay those of the first copy, byte for byte.
-		if before(pos.File, pos.Pos, file, at) && before(pos.OverlapFile, pos.OverlapPos, file, at) {
-			pos.OverlapFile, pos.OverlapPos = file, at
-		}
-		r.log.Info("resuming the snapshot under a new snapshot", "rows_done", pos.Rows, "file", file, "pos", at)
-	}
 	if pos.Progress == nil {
 		pos.Progress = map[string]TableProgress{}
 	}
+	var todo []*Table
 	for _, t := range r.order {
-		for !pos.Progress[t.Name].Done {
-			if err := r.chunk(ctx, conn, t, pos); err != nil {
-				return nil, ctxErr(ctx, err)
-			}
+		if !pos.Progress[t.Name].Done {
+			todo = append(todo, t)
 		}
+	}
+	conns := []*mysql.Conn{conn}
+	defer func() {
+		for _, c := range conns[1:] {
+			c.Close()
+		}
+	}()
+	for len(conns) < min(r.cfg.SnapshotParallel, max(len(todo), 1)) {
+		c, err := r.cfg.Connect(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("connect a parallel snapshot reader: %w", err)
+		}
+		conns = append(conns, c)
+	}
+	// A cancelled Read closes the connections: a reader blocked on the server then returns.
+	stop := context.AfterFunc(ctx, func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	defer stop()
+	for _, c := range conns {
+		// A reader waits while the others' chunks are sent (and while the engine is busy): the server must
+		// not give up on a result it is writing meanwhile (net_write_timeout, 60 s by default).
+		if _, err := c.ExecuteFetch("SET SESSION net_write_timeout = 86400", 0, false); err != nil {
+			return nil, ctxErr(ctx, fmt.Errorf("SET SESSION net_write_timeout: %w", r.cfg.Explain(err)))
+		}
+	}
+	at, gtid, err := openSnapshots(conns, r.cfg, r.flavor)
+	if err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	defer func() {
+		for _, c := range conns {
+			c.ExecuteFetch("ROLLBACK", 0, false)
+		}
+	}()
+	if fresh {
+		r.log.Info("snapshot opened", "file", earliest(at).file, "pos", earliest(at).pos, "gtid", gtid, "readers", len(conns))
+	} else {
+		r.log.Info("resuming the snapshot under a new snapshot", "rows_done", pos.Rows, "file", latest(at).file, "pos", latest(at).pos, "readers", len(conns))
+	}
+	if reconcile(pos, at, gtid, fresh) && fresh {
+		r.log.Info("the parallel readers' snapshots are apart: inserts up to the latest go as upserts", "latest_file", latest(at).file, "latest_pos", latest(at).pos)
+	}
+	if err := r.copyTables(ctx, conns, todo, pos); err != nil {
+		return nil, ctxErr(ctx, err)
 	}
 	next := &Position{V: positionVersion, Phase: PhaseStream, Flavor: pos.Flavor, File: pos.File, Pos: pos.Pos, GTID: pos.GTID,
 		Tables: pos.Tables, OverlapFile: pos.OverlapFile, OverlapPos: pos.OverlapPos, Schemas: pos.Schemas}
@@ -186,6 +274,25 @@ func (r *reader) snapshot(ctx context.Context, conn *mysql.Conn, pos *Position, 
 	return next, nil
 }
 
+// reconcile sets where streaming starts after a copy whose readers' snapshots are at coordinates at (gtid is
+// the GTID position at the earliest): a fresh copy streams from the earliest, so no reader's table misses a
+// change; when a snapshot is later than where streaming starts (another reader's, or a resumed copy's), the
+// latest becomes the overlap, up to which inserts travel as upserts. It reports whether it set the overlap.
+// Nothing written since the first snapshot leaves the position as it was: the copy holds nothing streaming
+// will replay, and a replay's checkpoints stay those of the first copy, byte for byte.
+func reconcile(pos *Position, at []coord, gtid string, fresh bool) bool {
+	if fresh {
+		first := earliest(at)
+		pos.File, pos.Pos, pos.GTID = first.file, first.pos, gtid
+	}
+	last := latest(at)
+	if before(pos.File, pos.Pos, last.file, last.pos) && before(pos.OverlapFile, pos.OverlapPos, last.file, last.pos) {
+		pos.OverlapFile, pos.OverlapPos = last.file, last.pos
+		return true
+	}
+	return false
+}
+
 // ctxErr prefers the context's error: a cancelled Read closes its connection, and the query then fails.
 func ctxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
@@ -194,9 +301,148 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// chunk copies the next batch_size rows of t after its last key, emits them and a checkpoint.
-func (r *reader) chunk(ctx context.Context, conn *mysql.Conn, t *Table, pos *Position) error {
+// chunk is a copied chunk of a table on its way to the engine.
+type chunk struct {
+	rec  arrow.RecordBatch // nil for an empty table
+	rows int
+	last []string // the key of its last row
+	done bool     // the table's last chunk
+}
+
+// lane is a table being copied: readTable reads it over its own connection and hands its chunks on.
+type lane struct {
+	t      *Table
+	conn   *mysql.Conn
+	chunks chan chunk
+	err    chan error // readTable's result, once chunks is closed
+}
+
+// copyTables copies todo, snapshot_parallel tables at a time, updating pos after each chunk.
+//
+// The tables in flight are a window: the first len(conns) unfinished tables in settings order, each read by
+// its own goroutine over its own connection. This goroutine sends their chunks in turn, one per table per
+// round, each followed by its checkpoint; a table leaves the window with its last chunk (whose checkpoint
+// says it is done), and the next unfinished table enters on the freed connection. The order of chunks
+// therefore depends only on the rows and on the position the copy started from: a resumed copy's window is
+// again the first unfinished tables, and its first turn is the table after pos.Table, the table of the last
+// chunk, exactly as the interrupted copy would have continued. So a replay reaches the same checkpoints.
+// Memory in flight is about two chunks per table in the window.
+func (r *reader) copyTables(ctx context.Context, conns []*mysql.Conn, todo []*Table, pos *Position) error {
+	if len(todo) == 0 {
+		return nil
+	}
+	index := func(name string) int { return slices.Index(r.cfg.Tables, name) }
+	free := slices.Clone(conns)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // before the Wait: the readers stop at their next row or chunk
+	var window []*lane
+	open := func(t *Table) {
+		l := &lane{t: t, conn: free[len(free)-1], chunks: make(chan chunk), err: make(chan error, 1)}
+		free = free[:len(free)-1]
+		from := pos.Progress[t.Name].Key
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := r.readTable(ctx, l.conn, t, from, l.chunks)
+			if err != nil {
+				// Its result may be unread: the connection is no use for the snapshot's ROLLBACK or another table.
+				l.conn.Close()
+			}
+			close(l.chunks)
+			l.err <- err
+		}()
+		window = append(window, l)
+		r.log.Info("copying table", "table", t.Name, "from_key", from)
+	}
+	for len(free) > 0 && len(todo) > 0 {
+		open(todo[0])
+		todo = todo[1:]
+	}
+	turn := 0
+	if lastIdx := index(pos.Table); lastIdx >= 0 {
+		for i, l := range window {
+			if index(l.t.Name) > lastIdx {
+				turn = i
+				break
+			}
+		}
+	}
+	for len(window) > 0 {
+		l := window[turn]
+		var (
+			c  chunk
+			ok bool
+		)
+		select {
+		case c, ok = <-l.chunks:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if !ok {
+			if err := <-l.err; err != nil {
+				return err
+			}
+			return fmt.Errorf("copy %s: the reader ended without the table's last chunk", l.t.Stream)
+		}
+		err := r.emitChunk(ctx, l.t, c, pos)
+		if c.rec != nil {
+			c.rec.Release()
+		}
+		if err != nil {
+			return err
+		}
+		if !c.done {
+			turn = (turn + 1) % len(window)
+			continue
+		}
+		if err := <-l.err; err != nil {
+			return err
+		}
+		r.log.Info("table copied", "table", l.t.Name, "rows", pos.Progress[l.t.Name].Rows)
+		free = append(free, l.conn)
+		window = slices.Delete(window, turn, turn+1)
+		if len(todo) > 0 {
+			open(todo[0])
+			todo = todo[1:]
+		}
+		if turn >= len(window) {
+			turn = 0
+		}
+	}
+	return nil
+}
+
+// emitChunk sends a chunk of t and the checkpoint after it.
+func (r *reader) emitChunk(ctx context.Context, t *Table, c chunk, pos *Position) error {
+	if c.rec != nil {
+		if err := r.out.Batch(ctx, t.Stream, c.rec); err != nil {
+			return err
+		}
+	}
 	prog := pos.Progress[t.Name]
+	if c.rows > 0 {
+		prog.Key = c.last
+	}
+	prog.Rows += int64(c.rows)
+	prog.Done = c.done
+	pos.Rows += int64(c.rows)
+	pos.Progress[t.Name] = prog
+	pos.Table = t.Name
+	return r.out.Checkpoint(ctx, serve.Checkpoint{Position: pos.Encode(), RowsDone: pos.Rows})
+}
+
+// readTable reads t in key order after the key from (from the start when nil) and hands it on in chunks of
+// batch_size rows, the last one marked done.
+//
+// It is one query read to its end, not one LIMIT query per chunk (each of those cost the server a plan and an
+// index descent, and left it idle for a round trip); a resumed copy needs nothing more, since the checkpoint
+// after each chunk holds its last key. Each chunk is known to be the table's last before it is sent (a row is
+// read ahead), so the checkpoint that carries its rows already says the copy is done: the engine makes durable
+// only checkpoints with rows, and a restart from one saying "not done" would need the table's columns as they
+// were (DDL may follow).
+func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from []string, out chan<- chunk) error {
 	cols := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
 		cols[i] = config.QuoteIdent(c.Name)
@@ -210,51 +456,71 @@ func (r *reader) chunk(ctx context.Context, conn *mysql.Conn, t *Table, pos *Pos
 		keys[i] = config.QuoteIdent(t.Columns[k].Name)
 	}
 	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + config.QuoteIdent(r.cfg.Database) + "." + config.QuoteIdent(t.Name)
-	if prog.Key != nil {
-		cond, err := afterKey(t, prog.Key)
+	if from != nil {
+		cond, err := afterKey(t, from)
 		if err != nil {
 			return fault.ResnapshotErr(err, "start the pipeline from an empty checkpoint (a new snapshot)")
 		}
 		q += " WHERE " + cond
 	}
-	// One row more than a chunk says whether this chunk is the table's last, so the checkpoint that carries
-	// its rows already says the copy is done: the engine makes durable only checkpoints with rows, and a
-	// restart from one saying "not done" would need the table's columns as they were (DDL may follow).
-	q += " ORDER BY " + strings.Join(keys, ", ") + " LIMIT " + strconv.Itoa(r.cfg.BatchSize+1)
-	res, err := conn.ExecuteFetch(q, r.cfg.BatchSize+1, false)
-	if err != nil {
+	q += " ORDER BY " + strings.Join(keys, ", ")
+	if err := conn.ExecuteStreamFetch(q); err != nil {
 		return fmt.Errorf("copy %s: %w", t.Stream, r.cfg.Explain(err))
 	}
-	more := len(res.Rows) > r.cfg.BatchSize
-	if more {
-		res.Rows = res.Rows[:r.cfg.BatchSize]
+	send := func(c chunk) error {
+		select {
+		case out <- c:
+			return nil
+		case <-ctx.Done():
+			if c.rec != nil {
+				c.rec.Release()
+			}
+			return ctx.Err()
+		}
 	}
-	if len(res.Rows) > 0 {
-		rb := array.NewRecordBuilder(memory.DefaultAllocator, t.Schema)
-		defer rb.Release()
-		for _, row := range res.Rows {
-			if err := r.appendRow(rb, t, row, change.OpRead, ""); err != nil {
+	var (
+		rb   *array.RecordBuilder
+		n    int
+		last []sqltypes.Value
+	)
+	defer func() {
+		if rb != nil {
+			rb.Release()
+		}
+	}()
+	for {
+		row, err := conn.FetchNext(nil)
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", t.Stream, r.cfg.Explain(err))
+		}
+		if row == nil || n == r.cfg.BatchSize {
+			c := chunk{rows: n, done: row == nil}
+			if n > 0 {
+				c.rec = rb.NewRecordBatch()
+				c.last = make([]string, len(t.Key))
+				for i, k := range t.Key {
+					c.last[i] = keyText(&t.Columns[k], last[k].Raw())
+				}
+			}
+			if err := send(c); err != nil {
 				return err
 			}
+			if row == nil {
+				return nil
+			}
+			n = 0
+			rb.Reserve(r.cfg.BatchSize)
 		}
-		rec := rb.NewRecordBatch()
-		err := r.out.Batch(ctx, t.Stream, rec)
-		rec.Release()
-		if err != nil {
+		if rb == nil {
+			rb = array.NewRecordBuilder(r.mem, t.Schema)
+			rb.Reserve(r.cfg.BatchSize)
+		}
+		if err := r.appendRow(rb, t, row, change.OpRead, ""); err != nil {
 			return err
 		}
-		last := res.Rows[len(res.Rows)-1]
-		prog.Key = make([]string, len(t.Key))
-		for i, k := range t.Key {
-			prog.Key[i] = keyText(&t.Columns[k], last[k].Raw())
-		}
+		n++
+		last = row
 	}
-	prog.Rows += int64(len(res.Rows))
-	pos.Rows += int64(len(res.Rows))
-	prog.Done = !more
-	pos.Progress[t.Name] = prog
-	pos.Table = t.Name
-	return r.out.Checkpoint(ctx, serve.Checkpoint{Position: pos.Encode(), RowsDone: pos.Rows})
 }
 
 // appendRow appends one row of text values (from a snapshot query) to rb.

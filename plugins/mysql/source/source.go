@@ -16,9 +16,11 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"vitess.io/vitess/go/mysql"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/mempool"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/mysql/config"
 )
@@ -87,6 +89,9 @@ type reader struct {
 	out    serve.Emitter
 	log    *slog.Logger
 	flavor string
+	// mem builds the batches: it hands the buffers of sent batches out again (plugin-sdk/mempool), instead of
+	// fresh zeroed memory for every batch.
+	mem memory.Allocator
 }
 
 // Read emits the snapshot (unless the checkpoint is past it or snapshots are off), then binlog changes.
@@ -104,7 +109,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		return err
 	}
 	defer conn.Close()
-	r := &reader{cfg: cfg, tables: map[string]*Table{}, out: out, log: slog.Default().With("database", cfg.Database)}
+	r := &reader{cfg: cfg, tables: map[string]*Table{}, out: out, log: slog.Default().With("database", cfg.Database), mem: mempool.New()}
 	r.flavor = flavorMySQL
 	if isMariaDB(conn) {
 		r.flavor = flavorMariaDB

@@ -65,7 +65,7 @@ func TestParseBinlogStatus(t *testing.T) {
 // TestMySQLRefusesLockFreeSnapshot: with snapshot_locking none a MySQL snapshot is refused before any
 // statement, naming the settings that fix it.
 func TestMySQLRefusesLockFreeSnapshot(t *testing.T) {
-	_, _, _, err := openSnapshot(nil, config.Settings{SnapshotLocking: config.LockingNone}, flavorMySQL)
+	_, _, err := openSnapshots(nil, config.Settings{SnapshotLocking: config.LockingNone}, flavorMySQL)
 	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(fault.FixOf(err), "snapshot_locking: minimal") {
 		t.Fatalf("got %v (fix %q), want a config error naming snapshot_locking: minimal", err, fault.FixOf(err))
 	}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"vitess.io/vitess/go/mysql"
 	"vitess.io/vitess/go/mysql/binlog"
 	"vitess.io/vitess/go/mysql/replication"
@@ -45,6 +44,8 @@ type streamer struct {
 	table *Table
 	rb    *array.RecordBuilder
 	n     int
+	// imgs are the row images decode fills, reused from row to row (add copies the values into the batch).
+	imgs [2][]sqltypes.Value
 	// data: rows were emitted since the last checkpoint; moved: the position moved since the last checkpoint.
 	data, moved bool
 	idleSent    bool
@@ -350,7 +351,7 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 		row := &rows.Rows[i]
 		switch {
 		case ev.IsWriteRows():
-			after, err := s.decode(t, tm, &rows.DataColumns, &row.NullColumns, row.Data)
+			after, err := s.decode(1, t, tm, &rows.DataColumns, &row.NullColumns, row.Data)
 			if err != nil {
 				return err
 			}
@@ -358,7 +359,7 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 				return err
 			}
 		case ev.IsDeleteRows():
-			before, err := s.decode(t, tm, &rows.IdentifyColumns, &row.NullIdentifyColumns, row.Identify)
+			before, err := s.decode(0, t, tm, &rows.IdentifyColumns, &row.NullIdentifyColumns, row.Identify)
 			if err != nil {
 				return err
 			}
@@ -366,11 +367,11 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 				return err
 			}
 		default:
-			before, err := s.decode(t, tm, &rows.IdentifyColumns, &row.NullIdentifyColumns, row.Identify)
+			before, err := s.decode(0, t, tm, &rows.IdentifyColumns, &row.NullIdentifyColumns, row.Identify)
 			if err != nil {
 				return err
 			}
-			after, err := s.decode(t, tm, &rows.DataColumns, &row.NullColumns, row.Data)
+			after, err := s.decode(1, t, tm, &rows.DataColumns, &row.NullColumns, row.Data)
 			if err != nil {
 				return err
 			}
@@ -401,10 +402,11 @@ func keyChanged(t *Table, before, after []sqltypes.Value) bool {
 	return false
 }
 
-// decode reads one row image: the value of each column, NULL for null ones. Every column must be present
-// (binlog_row_image=FULL): a partial image cannot make a whole row.
-func (s *streamer) decode(t *Table, tm *mysql.TableMap, cols, nulls *mysql.Bitmap, data []byte) ([]sqltypes.Value, error) {
-	out := make([]sqltypes.Value, len(t.Columns))
+// decode reads one row image into s.imgs[img]: the value of each column, NULL for null ones. Every column
+// must be present (binlog_row_image=FULL): a partial image cannot make a whole row.
+func (s *streamer) decode(img int, t *Table, tm *mysql.TableMap, cols, nulls *mysql.Bitmap, data []byte) ([]sqltypes.Value, error) {
+	out := slices.Grow(s.imgs[img][:0], len(t.Columns))[:len(t.Columns)]
+	s.imgs[img] = out
 	pos, present := 0, 0
 	for c := range t.Columns {
 		if !cols.Bit(c) {
@@ -436,7 +438,7 @@ func (s *streamer) add(ctx context.Context, t *Table, row []sqltypes.Value, op c
 		if s.rb != nil {
 			s.rb.Release()
 		}
-		s.table, s.rb = t, array.NewRecordBuilder(memory.DefaultAllocator, t.Schema)
+		s.table, s.rb = t, array.NewRecordBuilder(s.mem, t.Schema)
 	}
 	for i := range t.Columns {
 		b := s.rb.Field(i)

@@ -93,12 +93,14 @@ func (e *valueError) Error() string { return e.msg }
 
 // appendValue appends one non-null value's text form v to b. fromBinlog says v came from the binary log,
 // where ENUM is the member's number and SET a bitmap. zeroNull turns zero dates into nulls instead of errors.
+//
+// It runs for every cell of the snapshot and the stream, so it does not copy v into a string where a parse
+// can read the bytes (strconv does not keep its argument, so string(v) there does not allocate).
 func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bool) error {
-	s := string(v)
-	bad := func(err error) error { return fmt.Errorf("column %s: value %q: %w", col.Name, s, err) }
+	bad := func(err error) error { return fmt.Errorf("column %s: value %q: %w", col.Name, v, err) }
 	switch col.Kind {
 	case KindInt8, KindInt16, KindInt32, KindInt64, KindYear:
-		n, err := strconv.ParseInt(s, 10, 64)
+		n, err := strconv.ParseInt(string(v), 10, 64)
 		if err != nil {
 			return bad(err)
 		}
@@ -113,7 +115,7 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 			bb.Append(n)
 		}
 	case KindUint8, KindUint16, KindUint32, KindUint64:
-		n, err := strconv.ParseUint(s, 10, 64)
+		n, err := strconv.ParseUint(string(v), 10, 64)
 		if err != nil {
 			return bad(err)
 		}
@@ -128,25 +130,29 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 			bb.Append(n)
 		}
 	case KindFloat32:
-		f, err := strconv.ParseFloat(s, 32)
+		f, err := strconv.ParseFloat(string(v), 32)
 		if err != nil {
 			return bad(err)
 		}
 		b.(*array.Float32Builder).Append(float32(f))
 	case KindFloat64:
-		f, err := strconv.ParseFloat(s, 64)
+		f, err := strconv.ParseFloat(string(v), 64)
 		if err != nil {
 			return bad(err)
 		}
 		b.(*array.Float64Builder).Append(f)
 	case KindDecimal128:
-		d, err := decimal128.FromString(s, col.Precision, col.Scale)
+		if n, ok := smallDecimal(v, col.Scale); ok {
+			b.(*array.Decimal128Builder).Append(decimal128.FromI64(n))
+			return nil
+		}
+		d, err := decimal128.FromString(string(v), col.Precision, col.Scale)
 		if err != nil {
 			return bad(err)
 		}
 		b.(*array.Decimal128Builder).Append(d)
 	case KindDecimal256:
-		d, err := decimal256.FromString(s, col.Precision, col.Scale)
+		d, err := decimal256.FromString(string(v), col.Precision, col.Scale)
 		if err != nil {
 			return bad(err)
 		}
@@ -159,7 +165,7 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 		copy(buf[8-len(v):], v)
 		b.(*array.Uint64Builder).Append(binary.BigEndian.Uint64(buf[:]))
 	case KindDate, KindDatetime, KindTimestamp:
-		t, zero, err := parseDateTime(s)
+		t, zero, err := parseDateTime(string(v))
 		if err != nil {
 			return bad(err)
 		}
@@ -168,7 +174,7 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 				b.AppendNull()
 				return nil
 			}
-			return &valueError{fmt.Sprintf("column %s holds the zero date %q, which no destination type can hold (set zero_date: null to carry it as null)", col.Name, s)}
+			return &valueError{fmt.Sprintf("column %s holds the zero date %q, which no destination type can hold (set zero_date: null to carry it as null)", col.Name, v)}
 		}
 		if col.Kind == KindDate {
 			b.(*array.Date32Builder).Append(arrow.Date32(t.Unix() / 86400))
@@ -176,12 +182,13 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 			b.(*array.TimestampBuilder).Append(arrow.Timestamp(t.UnixMicro()))
 		}
 	case KindTime:
-		d, err := parseTime(s)
+		d, err := parseTime(string(v))
 		if err != nil {
 			return bad(err)
 		}
 		b.(*array.DurationBuilder).Append(arrow.Duration(d))
 	case KindEnum:
+		s := string(v)
 		if fromBinlog {
 			n, err := strconv.Atoi(s)
 			if err != nil {
@@ -195,6 +202,7 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 		}
 		b.(*array.StringBuilder).Append(s)
 	case KindSet:
+		s := string(v)
 		if fromBinlog {
 			var bits uint64
 			for i := len(v) - 1; i >= 0; i-- {
@@ -213,7 +221,7 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 		if !utf8.Valid(v) {
 			return &valueError{fmt.Sprintf("column %s holds bytes that are not UTF-8: %q", col.Name, v)}
 		}
-		b.(*array.StringBuilder).Append(s)
+		b.(*array.StringBuilder).BinaryBuilder.Append(v)
 	case KindBinary:
 		if fromBinlog && len(v) < col.Width {
 			v = append(append(make([]byte, 0, col.Width), v...), make([]byte, col.Width-len(v))...)
@@ -223,6 +231,41 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 		return bad(fmt.Errorf("unknown kind %d", col.Kind))
 	}
 	return nil
+}
+
+// smallDecimal reads a decimal's text form with exactly scale fraction digits ("-123.45" for scale 2, as
+// the server writes it) of at most 18 digits in all as the unscaled integer, without the big-number parse
+// decimal128.FromString makes; ok is false for anything else, which then takes that parse.
+func smallDecimal(v []byte, scale int32) (n int64, ok bool) {
+	neg := len(v) > 0 && v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	digits, frac, dot := 0, 0, false
+	for _, c := range v {
+		switch {
+		case c >= '0' && c <= '9':
+			n = n*10 + int64(c-'0')
+			digits++
+			if dot {
+				frac++
+			}
+		case c == '.' && !dot:
+			dot = true
+		default:
+			return 0, false
+		}
+		if digits > 18 {
+			return 0, false
+		}
+	}
+	if digits == 0 || int32(frac) != scale {
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // parseDateTime reads "YYYY-MM-DD[ HH:MM:SS[.ffffff]]" as UTC. zero is set for a date with a zero year,
