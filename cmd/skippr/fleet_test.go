@@ -552,6 +552,20 @@ func TestFleetRefusals(t *testing.T) {
 		r := e.run("fleet", "status", "--json", "--fleet", fleetURL)
 		return r.code == 0 && strings.Contains(r.stdout, `"holder":"solo"`)
 	})
+	// Its holder publishes the pipeline's lag at its heartbeat: the 10 rows applied, nothing behind.
+	waitFor(t, time.Minute, func() bool {
+		var st fleet.Status
+		r := e.run("fleet", "status", "--json", "--fleet", fleetURL)
+		if json.Unmarshal([]byte(r.stdout), &st) != nil || len(st.Pipelines) != 1 {
+			return false
+		}
+		p := st.Pipelines[0]
+		return p.Progress != nil && p.Progress.Committed > 0 && p.Progress.Applied == p.Progress.Committed && p.LagEntries == 0 &&
+			!p.Progress.FirstApply.IsZero() && time.Since(p.Published) < time.Minute
+	})
+	if r := e.run("fleet", "status", "--fleet", fleetURL); !regexp.MustCompile(`(?m)^orders\s+solo\s.*\s0 entries, 0s\s+[0-9.]+m?s ago`).MatchString(r.stdout) {
+		t.Fatalf("status table lacks the lag:\n%s", r.stdout)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("worker after SIGTERM: %v\n%s", err, out.String())

@@ -47,6 +47,26 @@ type LastError struct {
 	Time   time.Time `json:"time"`
 }
 
+// Progress is a held pipeline's WAL position as its holder last published it (see Worker.Progress).
+type Progress struct {
+	Committed uint64 `json:"committed"` // the newest committed WAL sequence
+	Applied   uint64 `json:"applied"`   // what every destination applied
+	// UnappliedBytes are the bytes of the entries some destination lacks; OldestUnapplied is the oldest one's
+	// commit time (zero when the destinations are caught up).
+	UnappliedBytes  int64     `json:"unapplied_bytes"`
+	OldestUnapplied time.Time `json:"oldest_unapplied,omitzero"`
+	// Started is when the holder's run read its log; FirstApply when it first applied new data: the end of
+	// the takeover that gave it the pipeline (zero until then).
+	Started    time.Time `json:"started"`
+	FirstApply time.Time `json:"first_apply,omitzero"`
+}
+
+// progressRecord is P/progress/<worker>: its held pipelines' progress, rewritten at every heartbeat.
+type progressRecord struct {
+	Published time.Time           `json:"published"`
+	Pipelines map[string]Progress `json:"pipelines"`
+}
+
 // RunFunc runs a pipeline as the holder of election epoch until ctx ends (a soft stop first: see
 // shutdown.Draining) or the pipeline fails for good.
 type RunFunc func(ctx context.Context, pipeline string, epoch uint64) error
@@ -65,8 +85,12 @@ type Worker struct {
 	StopTimeout time.Duration
 	// RetryAfter is the pause before campaigning again after a pipeline's run failed.
 	RetryAfter time.Duration
+	// Progress, when set, reports a held pipeline's progress (ok false while it has none yet). The worker
+	// publishes its pipelines' progress to etcd in one put every HeartbeatEvery, for `skippr fleet status`.
+	Progress func(pipeline string) (p Progress, ok bool)
 
 	holding sync.Map // pipeline name → true while this worker runs it; read by Health
+	elected sync.Map // pipeline name → when this worker last won its election
 }
 
 // DefaultTTL is the etcd lease of a worker: how long a dead worker's pipelines wait before moving.
@@ -96,6 +120,13 @@ func drainKey(prefix, name string) string     { return prefix + "/drain/" + name
 func electKey(prefix, pipeline string) string { return prefix + "/elect/" + pipeline }
 func holdingKey(prefix, p string) string      { return prefix + "/pipelines/" + p }
 func errorKey(prefix, p string) string        { return prefix + "/errors/" + p }
+func progressKey(prefix, name string) string  { return prefix + "/progress/" + name }
+
+// HeartbeatEvery is how often the worker publishes its pipelines' progress: a third of the lease TTL, the
+// pace at which the etcd client keeps the lease alive, so status is at most that stale.
+func (w *Worker) HeartbeatEvery() time.Duration {
+	return time.Duration(w.ttlSeconds()) * time.Second / 3
+}
 
 // Serve runs the worker until ctx ends: joins the fleet, runs the pipelines it is elected for, and rejoins
 // after losing its lease. When ctx's soft stop begins (SIGTERM) it drains: marks itself draining so the others
@@ -211,6 +242,9 @@ func (ss *session) run(ctx context.Context) error {
 		return fmt.Errorf("read drain request: %w", err)
 	}
 	ss.setDraining(ctx, len(dr.Kvs) > 0)
+	if w.Progress != nil {
+		go ss.publishProgress(wctx)
+	}
 	mwatch := w.Client.Watch(clientv3.WithRequireLeader(wctx), workersKey(w.Prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	dwatch := w.Client.Watch(clientv3.WithRequireLeader(wctx), drainKey(w.Prefix, w.Name), clientv3.WithRev(dr.Header.Revision+1))
 	ss.reconcile(bg)
@@ -277,6 +311,39 @@ func (ss *session) run(ctx context.Context) error {
 				ss.setDraining(bg, ev.Type == clientv3.EventTypePut)
 			}
 			ss.reconcile(bg)
+		}
+	}
+}
+
+// publishProgress puts the held pipelines' progress under this worker's lease at every heartbeat until ctx
+// ends. One put per worker, not per pipeline: the cost stays at the lease keep-alive's pace.
+func (ss *session) publishProgress(ctx context.Context) {
+	w := ss.w
+	tick := time.NewTicker(w.HeartbeatEvery())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rec := progressRecord{Published: time.Now().UTC(), Pipelines: map[string]Progress{}}
+		for _, p := range w.Pipelines {
+			if !w.Holds(p.Name) {
+				continue
+			}
+			// A run from before this term (the pipeline came back to this worker) is not this holder's progress.
+			since, _ := w.elected.Load(p.Name)
+			if pr, ok := w.Progress(p.Name); ok && since != nil && !pr.Started.Before(since.(time.Time)) {
+				rec.Pipelines[p.Name] = pr
+			}
+		}
+		b, _ := json.Marshal(rec)
+		pctx, cancel := context.WithTimeout(ctx, w.HeartbeatEvery())
+		_, err := w.Client.Put(pctx, progressKey(w.Prefix, w.Name), string(b), clientv3.WithLease(ss.s.Lease()))
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			w.log().Debug("fleet: could not publish progress", "err", err)
 		}
 	}
 }
@@ -462,6 +529,7 @@ func (ss *session) hold(ctx context.Context, name string) {
 			continue
 		}
 		epoch := uint64(e.Rev())
+		w.elected.Store(name, time.Now())
 		log.Info("fleet: elected; starting the pipeline", "worker", w.Name, "epoch", epoch, "waited", time.Since(t0).Round(time.Millisecond))
 		hb, _ := json.Marshal(Holding{Pipeline: name, Holder: w.Name, Epoch: epoch, Since: time.Now().UTC()})
 		pctx, cancel := context.WithTimeout(bg, 5*time.Second)
