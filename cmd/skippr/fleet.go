@@ -142,7 +142,13 @@ See docs/fleet.md.`,
 				g.Log.Info("fleet health listening", "addr", ln.Addr().String(), "path", "/fleet/pipelines/NAME")
 			}
 			g.Log.Info("fleet worker starting", "worker", w.Name, "fleet", target.Endpoints, "prefix", target.Prefix, "pipelines", len(fps))
-			return w.Serve(c.Context)
+			if err := w.Serve(c.Context); err != nil {
+				if errors.Is(err, fleet.ErrNameTaken) {
+					return withCode(exitUsage, err)
+				}
+				return err
+			}
+			return nil
 		},
 	}
 }

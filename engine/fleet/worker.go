@@ -89,12 +89,16 @@ type Worker struct {
 	// publishes its pipelines' progress to etcd in one put every HeartbeatEvery, for `skippr fleet status`.
 	Progress func(pipeline string) (p Progress, ok bool)
 
-	holding sync.Map // pipeline name → true while this worker runs it; read by Health
-	elected sync.Map // pipeline name → when this worker last won its election
+	lastLease clientv3.LeaseID // the previous session's lease: a record under it is this process's own
+	holding   sync.Map         // pipeline name → true while this worker runs it; read by Health
+	elected   sync.Map         // pipeline name → when this worker last won its election
 }
 
 // DefaultTTL is the etcd lease of a worker: how long a dead worker's pipelines wait before moving.
 const DefaultTTL = 10 * time.Second
+
+// ErrNameTaken: another live process is registered in the fleet under this worker's name.
+var ErrNameTaken = errors.New("worker name taken")
 
 // ErrLeaseLost ends a session whose etcd lease expired (or could not be kept alive for a TTL).
 var ErrLeaseLost = errors.New("etcd lease lost")
@@ -136,10 +140,15 @@ func (w *Worker) Serve(ctx context.Context) error {
 		return fmt.Errorf("fleet worker name %q: want a non-empty name without '/'", w.Name)
 	}
 	backoff := time.Second
-	for {
+	for first := true; ; first = false {
 		err := w.session(ctx)
 		if err == nil || ctx.Err() != nil {
 			return nil
+		}
+		if first && errors.Is(err, ErrNameTaken) {
+			// At start, a second process of one name is a mistake to report; later (this worker rejoining) the
+			// name may be held by a process that replaced us while we were cut off: wait for it like for etcd.
+			return err
 		}
 		select {
 		case <-shutdown.Draining(ctx):
@@ -200,7 +209,42 @@ func (w *Worker) session(ctx context.Context) error {
 		member:  Member{Name: w.Name, Version: w.Version, Host: host, PID: os.Getpid(), Started: time.Now().UTC(), Pipelines: []string{}},
 		holders: map[string]*holder{}, held: map[string]bool{}, events: make(chan heldEvent, 64),
 	}
+	defer func() { w.lastLease = lease.ID }()
 	return ss.run(ctx)
+}
+
+// claimName registers this worker under its name unless another live process is registered under it: two
+// workers of one name would both take that name's share of the pipelines.
+func (ss *session) claimName(ctx context.Context) error {
+	w := ss.w
+	key := workersKey(w.Prefix) + w.Name
+	b, _ := json.Marshal(ss.member)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := w.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(ss.s.Lease()))).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return err
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) > 0 && w.lastLease != 0 && clientv3.LeaseID(kvs[0].Lease) == w.lastLease {
+		// Our own record from before we lost the lease (etcd kept it, e.g. across a quorum loss): revoke that
+		// lease, which takes our stale election keys along, and register anew.
+		if _, err := w.Client.Revoke(ctx, w.lastLease); err != nil {
+			return fmt.Errorf("revoke this worker's previous lease: %w", err)
+		}
+		w.lastLease = 0
+		return ss.putMember(ctx)
+	}
+	var m Member
+	if len(kvs) > 0 {
+		json.Unmarshal(kvs[0].Value, &m)
+	}
+	return fmt.Errorf("%w: a live worker named %q is in fleet %s (host %s, pid %d, started %s): give this worker another --name, or stop that one; if it died, its etcd lease frees the name within %ds",
+		ErrNameTaken, w.Name, w.Prefix, m.Host, m.PID, m.Started.Format(time.RFC3339), w.ttlSeconds())
 }
 
 func (ss *session) putMember(ctx context.Context) error {
@@ -221,11 +265,17 @@ func (ss *session) putMember(ctx context.Context) error {
 func (ss *session) run(ctx context.Context) error {
 	w, log := ss.w, ss.w.log()
 	bg := context.WithoutCancel(ctx)
-	if err := ss.putMember(ctx); err != nil {
+	if err := ss.claimName(ctx); err != nil {
+		// Nothing of ours is in etcd yet: give the lease back rather than leave it to expire.
+		rctx, cancel := context.WithTimeout(bg, 5*time.Second)
 		ss.s.Orphan()
+		w.Client.Revoke(rctx, ss.s.Lease())
+		cancel()
+		if errors.Is(err, ErrNameTaken) {
+			return err
+		}
 		return fmt.Errorf("register worker %s: %w", w.Name, err)
 	}
-	// Is another live process registered under this name? Two workers of one name would both run its share.
 	log.Info("fleet: joined", "worker", w.Name, "lease_ttl_s", ss.w.ttlSeconds(), "prefix", w.Prefix)
 
 	wctx, wcancel := context.WithCancel(bg)
