@@ -364,7 +364,13 @@ func (f *fleetEnv) waitLakesConverged(want map[string]map[string]map[string]any,
 			if stream != "events" {
 				src = f.pg.Rows(strings.TrimPrefix(stream, "public."))
 			}
-			got := scanLake(f.t, lake, stream)
+			var wrap func(*exec.Cmd) error
+			if f.ctl != nil {
+				wrap = f.ctl.Wrap // the S3 server is on another host, reachable from the fleet's hosts only
+			}
+			got := pluginRowsWith(f.t, wrap, "iceberg", "scan", lake, stream, "the lake table", func(_ []byte, row map[string]any) string {
+				return fmt.Sprint(row["id"])
+			})
 			diff := lakeDiff(got, src)
 			if diff == "" {
 				f.t.Logf("pipeline %s: the S3 Iceberg table's %d rows equal the source's (%s)", fleetPipelineName(i+1), len(got), stream)
