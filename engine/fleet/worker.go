@@ -140,16 +140,30 @@ func (w *Worker) Serve(ctx context.Context) error {
 		return fmt.Errorf("fleet worker name %q: want a non-empty name without '/'", w.Name)
 	}
 	backoff := time.Second
-	for first := true; ; first = false {
+	var takenSince time.Time
+	for joined := false; ; {
 		err := w.session(ctx)
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
-		if first && errors.Is(err, ErrNameTaken) {
-			// At start, a second process of one name is a mistake to report; later (this worker rejoining) the
-			// name may be held by a process that replaced us while we were cut off: wait for it like for etcd.
-			return err
+		if !joined && errors.Is(err, ErrNameTaken) {
+			// At start, a second live process of one name is a mistake to report. A process of this name that
+			// just crashed (a quick restart) leaves its record until its lease expires: wait that long first.
+			// Later (this worker rejoining) the name may be held by a process that replaced us while we were
+			// cut off: wait for it like for etcd.
+			if takenSince.IsZero() {
+				takenSince = time.Now()
+				w.log().Warn("fleet: worker name in use; waiting for its lease to expire in case its process died", "err", err, "wait", 2*time.Duration(w.ttlSeconds())*time.Second)
+			}
+			if time.Since(takenSince) > 2*time.Duration(w.ttlSeconds())*time.Second {
+				return err
+			}
+			if !sleep(ctx, 500*time.Millisecond) {
+				return nil
+			}
+			continue
 		}
+		joined = true
 		select {
 		case <-shutdown.Draining(ctx):
 			return nil
