@@ -65,7 +65,7 @@ bench: build tools
 	cd plugins/iceberg && for v in snapshot/pqarrow snapshot/iceberg changes/pqarrow changes/iceberg; do SKIPPR_ICEBERG_BENCH_ROWS=10000000 $(GO) test -run '^$$' -bench "BenchmarkLake/$$v" -benchtime 1x -timeout 60m ./lake/ || exit 1; done
 
 chaos: build tools
-	cd cmd/skippr && VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) SKIPPR_CHAOS_KILLS=100 SKIPPR_CHAOS_FAULTS=100 SKIPPR_FLEET_CHAOS_FAULTS=24 $(GO) test -count=1 -timeout 60m -run Chaos -v .
+	cd cmd/skippr && VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) SKIPPR_CHAOS_KILLS=100 SKIPPR_CHAOS_FAULTS=100 SKIPPR_FLEET_CHAOS_FAULTS=40 $(GO) test -count=1 -timeout 60m -run Chaos -v .
 
 lint:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done

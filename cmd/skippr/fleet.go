@@ -118,6 +118,11 @@ See docs/fleet.md.`,
 			w := &fleet.Worker{
 				Client: cli, Prefix: target.Prefix, Name: c.String("name"), Version: version, TTL: c.Duration("lease-ttl"),
 				Pipelines: fps, Logger: g.Log, StopTimeout: c.Duration("stop-timeout"),
+				Progress: func(name string) (fleet.Progress, bool) {
+					l, ok := reg.Pipeline(name).Lag()
+					return fleet.Progress{Committed: l.Committed, Applied: l.Applied, UnappliedBytes: l.UnappliedBytes,
+						OldestUnapplied: l.Oldest, Started: l.Started, FirstApply: l.FirstApply}, ok
+				},
 				Run: func(ctx context.Context, name string, epoch uint64) error {
 					p := byName[name]
 					s := &pipelineRun{g: g, cfg: cfg, p: p, host: host, progress: c.Duration("progress-every"),
@@ -137,7 +142,13 @@ See docs/fleet.md.`,
 				g.Log.Info("fleet health listening", "addr", ln.Addr().String(), "path", "/fleet/pipelines/NAME")
 			}
 			g.Log.Info("fleet worker starting", "worker", w.Name, "fleet", target.Endpoints, "prefix", target.Prefix, "pipelines", len(fps))
-			return w.Serve(c.Context)
+			if err := w.Serve(c.Context); err != nil {
+				if errors.Is(err, fleet.ErrNameTaken) {
+					return withCode(exitUsage, err)
+				}
+				return err
+			}
+			return nil
 		},
 	}
 }
@@ -149,9 +160,11 @@ func fleetCommand(g *globals) *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:  "status",
-				Usage: "show the fleet's workers (pipelines held, version, draining) and pipelines (holder, epoch, since, last error)",
+				Usage: "show the fleet's workers (pipelines held, version, draining) and pipelines (holder, epoch, since, lag, last error)",
 				Description: `Reads the fleet from etcd; the pipelines are the config's. A pipeline with no holder is being
-handed over or waits for a worker (a pinned worker that is not alive). Exits 1 when a pipeline has no holder.`,
+handed over or waits for a worker (a pinned worker that is not alive). Exits 1 when a pipeline has no holder.
+LAG is the holder's WAL entries not yet applied by every destination and the age of the oldest of them, as the
+holder last published them: every third of its lease TTL, so up to that old (AS OF).`,
 				Flags: append(etcdFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
 				Action: func(c *cli.Context) error {
 					_, pipes, err := configuredPipelines(c, g)
@@ -245,19 +258,24 @@ func printFleetStatus(c *cli.Context, st *fleet.Status) {
 	tw.Flush()
 	fmt.Fprintln(c.App.Writer)
 	tw = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PIPELINE\tHOLDER\tEPOCH\tSINCE\tASSIGNED\tLAST ERROR")
+	fmt.Fprintln(tw, "PIPELINE\tHOLDER\tEPOCH\tSINCE\tASSIGNED\tLAG\tAS OF\tLAST ERROR")
+	now := time.Now()
 	for _, p := range st.Pipelines {
-		holder, since, epoch := p.Holder, "", ""
+		holder, since, epoch, lag, asOf := p.Holder, "", "", "-", "-"
 		if holder == "" {
 			holder = "-"
 		} else {
 			since, epoch = p.Since.Format(time.RFC3339), fmt.Sprint(p.Epoch)
 		}
+		if p.Progress != nil {
+			lag = fmt.Sprintf("%d entries, %s", p.LagEntries, (time.Duration(p.LagSeconds * float64(time.Second))).Round(100*time.Millisecond))
+			asOf = now.Sub(p.Published).Round(100*time.Millisecond).String() + " ago"
+		}
 		last := ""
 		if p.LastError != nil {
 			last = fmt.Sprintf("%s (%s, %s)", p.LastError.Error, p.LastError.Worker, p.LastError.Time.Format(time.RFC3339))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, holder, epoch, since, p.Assigned, last)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, holder, epoch, since, p.Assigned, lag, asOf, last)
 	}
 	tw.Flush()
 }

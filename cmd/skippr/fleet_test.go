@@ -41,6 +41,8 @@ type fleetEnv struct {
 	ctl   *netns.Host
 	// lakes holds each pipeline's Iceberg settings when the destinations are Iceberg tables (else testdest).
 	lakes []string
+	// pg, when set, is the Postgres some pipelines read (lake destinations only).
+	pg *fleetPG
 }
 
 // fleetS3 is where the fleet's WALs live.
@@ -55,13 +57,6 @@ func newFleetEnv(t *testing.T, gen string) *fleetEnv {
 	return newLocalFleetEnv(t, gen, false)
 }
 
-// newLakeFleetEnv is newFleetEnv with Iceberg destinations whose warehouses are on the same S3 server as
-// the WALs (each pipeline its own table, catalog and warehouse path).
-func newLakeFleetEnv(t *testing.T, gen string) *fleetEnv {
-	t.Helper()
-	return newLocalFleetEnv(t, gen, true)
-}
-
 func newLocalFleetEnv(t *testing.T, gen string, lake bool) *fleetEnv {
 	t.Helper()
 	c := etcdtest.New(t, 3)
@@ -70,17 +65,40 @@ func newLocalFleetEnv(t *testing.T, gen string, lake bool) *fleetEnv {
 	for _, ep := range c.Endpoints() {
 		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
 	}
-	f := newFleetEnvOn(t, gen, "etcd://"+strings.Join(hosts, ",")+"/fleet", fleetS3{b.Name, b.Endpoint, b.AccessKey, b.SecretKey}, lake)
+	f := newFleetEnvOn(t, gen, "etcd://"+strings.Join(hosts, ",")+"/fleet", fleetS3{b.Name, b.Endpoint, b.AccessKey, b.SecretKey}, lake, nil)
 	f.etcd = c
 	return f
 }
 
-// newFleetEnvOn writes the 12 pipelines' config for a fleet whose etcd is at url and WALs in s3.
-func newFleetEnvOn(t *testing.T, gen, url string, b fleetS3, lake bool) *fleetEnv {
+// fleetPG makes the last Tables pipelines read Postgres instead of datagen: pipeline pNN reads table
+// public.tNN of database DB through slot and publication fleet_tNN. Rows returns a table's rows for the
+// comparison, keyed by id, with numbers as json.Numbers like a lake scan's.
+type fleetPG struct {
+	Host   string
+	Port   int
+	DB     string
+	Tables int
+	Rows   func(table string) map[string]map[string]any
+}
+
+// pgTable is the Postgres table pipeline i reads, "" when it reads datagen.
+func (pg *fleetPG) pgTable(i int) string {
+	if pg == nil || i <= fleetPipelines-pg.Tables {
+		return ""
+	}
+	return fmt.Sprintf("t%02d", i)
+}
+
+// newFleetEnvOn writes the 12 pipelines' config for a fleet whose etcd is at url and WALs in s3; with pg, the
+// last pg.Tables pipelines read Postgres tables.
+func newFleetEnvOn(t *testing.T, gen, url string, b fleetS3, lake bool, pg *fleetPG) *fleetEnv {
 	t.Helper()
 	plugins := []string{"datagen", "testdest"}
 	if lake {
 		plugins = append(plugins, "iceberg")
+	}
+	if pg != nil {
+		plugins = append(plugins, "postgres")
 	}
 	e := newEnvWith(t, plugins...)
 	var lakes []string
@@ -97,6 +115,10 @@ func newFleetEnvOn(t *testing.T, gen, url string, b fleetS3, lake bool) *fleetEn
 	var conf strings.Builder
 	fmt.Fprintf(&conf, "connections:\n  gen:\n    plugin: datagen\n    version: \"~> 0.1\"\n    settings: %s\n", gen)
 	for i := 1; i <= fleetPipelines; i++ {
+		if tb := pg.pgTable(i); tb != "" {
+			fmt.Fprintf(&conf, "  pg%02d:\n    plugin: postgres\n    version: \"~> 0.1\"\n    settings: { host: %s, port: %d, user: postgres, database: %s, sslmode: disable, tables: [public.%s], slot: fleet_%s, publication: fleet_%s, batch_size: 500 }\n",
+				i, pg.Host, pg.Port, pg.DB, tb, tb, tb)
+		}
 		if lake {
 			fmt.Fprintf(&conf, "  out%02d:\n    plugin: iceberg\n    version: \"~> 0.1\"\n    settings: %s\n", i, lakes[i-1])
 			continue
@@ -105,8 +127,12 @@ func newFleetEnvOn(t *testing.T, gen, url string, b fleetS3, lake bool) *fleetEn
 	}
 	conf.WriteString("pipelines:\n")
 	for i := 1; i <= fleetPipelines; i++ {
-		fmt.Fprintf(&conf, "  %s:\n    source: gen\n    destinations: [out%02d]\n    wal:\n      url: s3://%s/%s\n      s3: { endpoint: %s, region: us-east-1, path_style: true }\n      group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n",
-			fleetPipelineName(i), i, b.bucket, fleetPipelineName(i), b.endpoint)
+		source := "gen"
+		if pg.pgTable(i) != "" {
+			source = fmt.Sprintf("pg%02d", i)
+		}
+		fmt.Fprintf(&conf, "  %s:\n    source: %s\n    destinations: [out%02d]\n    wal:\n      url: s3://%s/%s\n      s3: { endpoint: %s, region: us-east-1, path_style: true }\n      group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n",
+			fleetPipelineName(i), source, i, b.bucket, fleetPipelineName(i), b.endpoint)
 	}
 	e.writeConfig(conf.String())
 	// Install the plugins once, so three workers starting together do not race to install them.
@@ -115,7 +141,10 @@ func newFleetEnvOn(t *testing.T, gen, url string, b fleetS3, lake bool) *fleetEn
 	if lake {
 		e.mustRun("plugin", "install", "iceberg")
 	}
-	f := &fleetEnv{env: e, url: url, ttl: 3 * time.Second, lakes: lakes,
+	if pg != nil {
+		e.mustRun("plugin", "install", "postgres")
+	}
+	f := &fleetEnv{env: e, url: url, ttl: 3 * time.Second, lakes: lakes, pg: pg,
 		workers: map[string]*exec.Cmd{}, exited: map[string]chan struct{}{}, logs: map[string]string{}, starts: map[string]int{}}
 	t.Cleanup(func() {
 		for name := range f.workers {
@@ -327,11 +356,24 @@ func (f *fleetEnv) waitLakesConverged(want map[string]map[string]map[string]any,
 		f.t.Fatalf("the lake comparison expects one stream, events; the source has %d", len(want))
 	}
 	for i, lake := range f.lakes {
+		stream, src := "events", events
+		if tb := f.pg.pgTable(i + 1); tb != "" {
+			stream = "public." + tb
+		}
 		for {
-			got := scanLake(f.t, lake, "events")
-			diff := lakeDiff(got, events)
+			if stream != "events" {
+				src = f.pg.Rows(strings.TrimPrefix(stream, "public."))
+			}
+			var wrap func(*exec.Cmd) error
+			if f.ctl != nil {
+				wrap = f.ctl.Wrap // the S3 server is on another host, reachable from the fleet's hosts only
+			}
+			got := pluginRowsWith(f.t, wrap, "iceberg", "scan", lake, stream, "the lake table", func(_ []byte, row map[string]any) string {
+				return fmt.Sprint(row["id"])
+			})
+			diff := lakeDiff(got, src)
 			if diff == "" {
-				f.t.Logf("pipeline %s: the S3 Iceberg table's %d rows equal the source's", fleetPipelineName(i+1), len(got))
+				f.t.Logf("pipeline %s: the S3 Iceberg table's %d rows equal the source's (%s)", fleetPipelineName(i+1), len(got), stream)
 				break
 			}
 			if time.Now().After(deadline) {
@@ -543,6 +585,45 @@ func TestFleetRefusals(t *testing.T) {
 	e.writeConfig(pipelineConfig(`{ rows: 10 }`, filepath.Join(e.dir, "out"), "", "file://"+filepath.Join(e.dir, "wal"), "    fleet: { pin: solo }\n"))
 	cmd := e.cmd(context.Background(), "worker", "--fleet", fleetURL, "--name", "solo", "--lease-ttl", "3s")
 	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitFor(t, time.Minute, func() bool {
+		r := e.run("fleet", "status", "--json", "--fleet", fleetURL)
+		return r.code == 0 && strings.Contains(r.stdout, `"holder":"solo"`)
+	})
+	// Its holder publishes the pipeline's lag at its heartbeat: the 10 rows applied, nothing behind.
+	waitFor(t, time.Minute, func() bool {
+		var st fleet.Status
+		r := e.run("fleet", "status", "--json", "--fleet", fleetURL)
+		if json.Unmarshal([]byte(r.stdout), &st) != nil || len(st.Pipelines) != 1 {
+			return false
+		}
+		p := st.Pipelines[0]
+		return p.Progress != nil && p.Progress.Committed > 0 && p.Progress.Applied == p.Progress.Committed && p.LagEntries == 0 &&
+			!p.Progress.FirstApply.IsZero() && time.Since(p.Published) < time.Minute
+	})
+	if r := e.run("fleet", "status", "--fleet", fleetURL); !regexp.MustCompile(`(?m)^orders\s+solo\s.*\s0 entries, 0s\s+[0-9.]+m?s ago`).MatchString(r.stdout) {
+		t.Fatalf("status table lacks the lag:\n%s", r.stdout)
+	}
+	// A second worker of the same name is refused while the first lives, naming it.
+	r = e.run("worker", "--fleet", fleetURL, "--name", "solo", "--lease-ttl", "3s")
+	for _, w := range []string{`a live worker named "solo" is in fleet /refusals`, fmt.Sprintf("pid %d", cmd.Process.Pid), "another --name"} {
+		if r.code != 2 || !strings.Contains(r.stderr, w) {
+			t.Fatalf("a second worker solo: exit %d, want 2 and %q in:\n%s", r.code, w, r.stderr)
+		}
+	}
+	// Once the first died and its lease expired, the name is free: a new solo joins and holds the pipeline.
+	cmd.Process.Kill()
+	cmd.Wait()
+	waitFor(t, time.Minute, func() bool {
+		r := e.run("fleet", "status", "--json", "--fleet", fleetURL)
+		return strings.Contains(r.stdout, `"workers":[]`)
+	})
+	cmd = e.cmd(context.Background(), "worker", "--fleet", fleetURL, "--name", "solo", "--lease-ttl", "3s")
+	out.Reset()
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

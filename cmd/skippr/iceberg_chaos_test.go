@@ -219,7 +219,19 @@ func scanLake(t *testing.T, lakeSettings, stream string) map[string]map[string]a
 // lines keyed by key(line, row); numbers stay json.Numbers. A key held twice fails the test, naming what.
 func pluginRows(t *testing.T, plugin, subcommand, settings, stream, what string, key func(line []byte, row map[string]any) string) map[string]map[string]any {
 	t.Helper()
+	return pluginRowsWith(t, nil, plugin, subcommand, settings, stream, what, key)
+}
+
+// pluginRowsWith is pluginRows with the command passed through wrap first (to run it in a network namespace).
+func pluginRowsWith(t *testing.T, wrap func(*exec.Cmd) error, plugin, subcommand, settings, stream, what string, key func(line []byte, row map[string]any) string) map[string]map[string]any {
+	t.Helper()
 	cmd := exec.Command(testplugins.Build(t, plugin), subcommand, stream)
+	if wrap != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := wrap(cmd); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cmd.Stdin = strings.NewReader(settings)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -28,6 +28,14 @@ type PipelineStatus struct {
 	Assigned string    `json:"assigned"` // the worker the assignment gives it to
 	// LastError is the last error a run of it ended with, on any worker, and when.
 	LastError *LastError `json:"last_error,omitempty"`
+	// Progress is what its holder last published (nil before its first heartbeat); it is as of Published,
+	// at most one heartbeat (a third of the lease TTL) old while the holder lives.
+	Progress  *Progress `json:"progress,omitempty"`
+	Published time.Time `json:"published,omitzero"`
+	// LagEntries are the WAL entries committed and not yet applied by every destination; LagSeconds the
+	// age of the oldest of them at Published (0 when caught up).
+	LagEntries uint64  `json:"lag_entries"`
+	LagSeconds float64 `json:"lag_seconds"`
 }
 
 // ReadStatus reads members, holders and last errors; pipelines are the config's.
@@ -39,6 +47,7 @@ func ReadStatus(ctx context.Context, cli *clientv3.Client, prefix string, pipeli
 	members := map[string]Member{}
 	holds := map[string]Holding{}
 	errs := map[string]LastError{}
+	progress := map[string]progressRecord{}
 	for _, kv := range resp.Kvs {
 		k := strings.TrimPrefix(string(kv.Key), prefix+"/")
 		kind, name, ok := strings.Cut(k, "/")
@@ -55,6 +64,11 @@ func ReadStatus(ctx context.Context, cli *clientv3.Client, prefix string, pipeli
 			var h Holding
 			if json.Unmarshal(kv.Value, &h) == nil {
 				holds[name] = h
+			}
+		case "progress":
+			var p progressRecord
+			if json.Unmarshal(kv.Value, &p) == nil {
+				progress[name] = p
 			}
 		case "errors":
 			var e LastError
@@ -73,6 +87,16 @@ func ReadStatus(ctx context.Context, cli *clientv3.Client, prefix string, pipeli
 		ps := PipelineStatus{Name: p.Name, Pin: p.Pin, Assigned: assigned[p.Name]}
 		if h, ok := holds[p.Name]; ok {
 			ps.Holder, ps.Epoch, ps.Since = h.Holder, h.Epoch, h.Since
+			rec := progress[h.Holder]
+			if pr, ok := rec.Pipelines[p.Name]; ok {
+				ps.Progress, ps.Published = &pr, rec.Published
+				if pr.Committed > pr.Applied {
+					ps.LagEntries = pr.Committed - pr.Applied
+				}
+				if !pr.OldestUnapplied.IsZero() {
+					ps.LagSeconds = max(rec.Published.Sub(pr.OldestUnapplied).Seconds(), 0)
+				}
+			}
 		}
 		if e, ok := errs[p.Name]; ok {
 			ps.LastError = &e

@@ -47,6 +47,26 @@ type LastError struct {
 	Time   time.Time `json:"time"`
 }
 
+// Progress is a held pipeline's WAL position as its holder last published it (see Worker.Progress).
+type Progress struct {
+	Committed uint64 `json:"committed"` // the newest committed WAL sequence
+	Applied   uint64 `json:"applied"`   // what every destination applied
+	// UnappliedBytes are the bytes of the entries some destination lacks; OldestUnapplied is the oldest one's
+	// commit time (zero when the destinations are caught up).
+	UnappliedBytes  int64     `json:"unapplied_bytes"`
+	OldestUnapplied time.Time `json:"oldest_unapplied,omitzero"`
+	// Started is when the holder's run read its log; FirstApply when it first applied new data: the end of
+	// the takeover that gave it the pipeline (zero until then).
+	Started    time.Time `json:"started"`
+	FirstApply time.Time `json:"first_apply,omitzero"`
+}
+
+// progressRecord is P/progress/<worker>: its held pipelines' progress, rewritten at every heartbeat.
+type progressRecord struct {
+	Published time.Time           `json:"published"`
+	Pipelines map[string]Progress `json:"pipelines"`
+}
+
 // RunFunc runs a pipeline as the holder of election epoch until ctx ends (a soft stop first: see
 // shutdown.Draining) or the pipeline fails for good.
 type RunFunc func(ctx context.Context, pipeline string, epoch uint64) error
@@ -65,12 +85,20 @@ type Worker struct {
 	StopTimeout time.Duration
 	// RetryAfter is the pause before campaigning again after a pipeline's run failed.
 	RetryAfter time.Duration
+	// Progress, when set, reports a held pipeline's progress (ok false while it has none yet). The worker
+	// publishes its pipelines' progress to etcd in one put every HeartbeatEvery, for `skippr fleet status`.
+	Progress func(pipeline string) (p Progress, ok bool)
 
-	holding sync.Map // pipeline name → true while this worker runs it; read by Health
+	lastLease clientv3.LeaseID // the previous session's lease: a record under it is this process's own
+	holding   sync.Map         // pipeline name → true while this worker runs it; read by Health
+	elected   sync.Map         // pipeline name → when this worker last won its election
 }
 
 // DefaultTTL is the etcd lease of a worker: how long a dead worker's pipelines wait before moving.
 const DefaultTTL = 10 * time.Second
+
+// ErrNameTaken: another live process is registered in the fleet under this worker's name.
+var ErrNameTaken = errors.New("worker name taken")
 
 // ErrLeaseLost ends a session whose etcd lease expired (or could not be kept alive for a TTL).
 var ErrLeaseLost = errors.New("etcd lease lost")
@@ -96,6 +124,13 @@ func drainKey(prefix, name string) string     { return prefix + "/drain/" + name
 func electKey(prefix, pipeline string) string { return prefix + "/elect/" + pipeline }
 func holdingKey(prefix, p string) string      { return prefix + "/pipelines/" + p }
 func errorKey(prefix, p string) string        { return prefix + "/errors/" + p }
+func progressKey(prefix, name string) string  { return prefix + "/progress/" + name }
+
+// HeartbeatEvery is how often the worker publishes its pipelines' progress: a third of the lease TTL, the
+// pace at which the etcd client keeps the lease alive, so status is at most that stale.
+func (w *Worker) HeartbeatEvery() time.Duration {
+	return time.Duration(w.ttlSeconds()) * time.Second / 3
+}
 
 // Serve runs the worker until ctx ends: joins the fleet, runs the pipelines it is elected for, and rejoins
 // after losing its lease. When ctx's soft stop begins (SIGTERM) it drains: marks itself draining so the others
@@ -105,11 +140,30 @@ func (w *Worker) Serve(ctx context.Context) error {
 		return fmt.Errorf("fleet worker name %q: want a non-empty name without '/'", w.Name)
 	}
 	backoff := time.Second
-	for {
+	var takenSince time.Time
+	for joined := false; ; {
 		err := w.session(ctx)
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
+		if !joined && errors.Is(err, ErrNameTaken) {
+			// At start, a second live process of one name is a mistake to report. A process of this name that
+			// just crashed (a quick restart) leaves its record until its lease expires: wait that long first.
+			// Later (this worker rejoining) the name may be held by a process that replaced us while we were
+			// cut off: wait for it like for etcd.
+			if takenSince.IsZero() {
+				takenSince = time.Now()
+				w.log().Warn("fleet: worker name in use; waiting for its lease to expire in case its process died", "err", err, "wait", 2*time.Duration(w.ttlSeconds())*time.Second)
+			}
+			if time.Since(takenSince) > 2*time.Duration(w.ttlSeconds())*time.Second {
+				return err
+			}
+			if !sleep(ctx, 500*time.Millisecond) {
+				return nil
+			}
+			continue
+		}
+		joined = true
 		select {
 		case <-shutdown.Draining(ctx):
 			return nil
@@ -169,7 +223,42 @@ func (w *Worker) session(ctx context.Context) error {
 		member:  Member{Name: w.Name, Version: w.Version, Host: host, PID: os.Getpid(), Started: time.Now().UTC(), Pipelines: []string{}},
 		holders: map[string]*holder{}, held: map[string]bool{}, events: make(chan heldEvent, 64),
 	}
+	defer func() { w.lastLease = lease.ID }()
 	return ss.run(ctx)
+}
+
+// claimName registers this worker under its name unless another live process is registered under it: two
+// workers of one name would both take that name's share of the pipelines.
+func (ss *session) claimName(ctx context.Context) error {
+	w := ss.w
+	key := workersKey(w.Prefix) + w.Name
+	b, _ := json.Marshal(ss.member)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := w.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(ss.s.Lease()))).Else(clientv3.OpGet(key)).Commit()
+	if err != nil {
+		return err
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) > 0 && w.lastLease != 0 && clientv3.LeaseID(kvs[0].Lease) == w.lastLease {
+		// Our own record from before we lost the lease (etcd kept it, e.g. across a quorum loss): revoke that
+		// lease, which takes our stale election keys along, and register anew.
+		if _, err := w.Client.Revoke(ctx, w.lastLease); err != nil {
+			return fmt.Errorf("revoke this worker's previous lease: %w", err)
+		}
+		w.lastLease = 0
+		return ss.putMember(ctx)
+	}
+	var m Member
+	if len(kvs) > 0 {
+		json.Unmarshal(kvs[0].Value, &m)
+	}
+	return fmt.Errorf("%w: a live worker named %q is in fleet %s (host %s, pid %d, started %s): give this worker another --name, or stop that one; if it died, its etcd lease frees the name within %ds",
+		ErrNameTaken, w.Name, w.Prefix, m.Host, m.PID, m.Started.Format(time.RFC3339), w.ttlSeconds())
 }
 
 func (ss *session) putMember(ctx context.Context) error {
@@ -190,11 +279,17 @@ func (ss *session) putMember(ctx context.Context) error {
 func (ss *session) run(ctx context.Context) error {
 	w, log := ss.w, ss.w.log()
 	bg := context.WithoutCancel(ctx)
-	if err := ss.putMember(ctx); err != nil {
+	if err := ss.claimName(ctx); err != nil {
+		// Nothing of ours is in etcd yet: give the lease back rather than leave it to expire.
+		rctx, cancel := context.WithTimeout(bg, 5*time.Second)
 		ss.s.Orphan()
+		w.Client.Revoke(rctx, ss.s.Lease())
+		cancel()
+		if errors.Is(err, ErrNameTaken) {
+			return err
+		}
 		return fmt.Errorf("register worker %s: %w", w.Name, err)
 	}
-	// Is another live process registered under this name? Two workers of one name would both run its share.
 	log.Info("fleet: joined", "worker", w.Name, "lease_ttl_s", ss.w.ttlSeconds(), "prefix", w.Prefix)
 
 	wctx, wcancel := context.WithCancel(bg)
@@ -211,6 +306,9 @@ func (ss *session) run(ctx context.Context) error {
 		return fmt.Errorf("read drain request: %w", err)
 	}
 	ss.setDraining(ctx, len(dr.Kvs) > 0)
+	if w.Progress != nil {
+		go ss.publishProgress(wctx)
+	}
 	mwatch := w.Client.Watch(clientv3.WithRequireLeader(wctx), workersKey(w.Prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	dwatch := w.Client.Watch(clientv3.WithRequireLeader(wctx), drainKey(w.Prefix, w.Name), clientv3.WithRev(dr.Header.Revision+1))
 	ss.reconcile(bg)
@@ -277,6 +375,39 @@ func (ss *session) run(ctx context.Context) error {
 				ss.setDraining(bg, ev.Type == clientv3.EventTypePut)
 			}
 			ss.reconcile(bg)
+		}
+	}
+}
+
+// publishProgress puts the held pipelines' progress under this worker's lease at every heartbeat until ctx
+// ends. One put per worker, not per pipeline: the cost stays at the lease keep-alive's pace.
+func (ss *session) publishProgress(ctx context.Context) {
+	w := ss.w
+	tick := time.NewTicker(w.HeartbeatEvery())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rec := progressRecord{Published: time.Now().UTC(), Pipelines: map[string]Progress{}}
+		for _, p := range w.Pipelines {
+			if !w.Holds(p.Name) {
+				continue
+			}
+			// A run from before this term (the pipeline came back to this worker) is not this holder's progress.
+			since, _ := w.elected.Load(p.Name)
+			if pr, ok := w.Progress(p.Name); ok && since != nil && !pr.Started.Before(since.(time.Time)) {
+				rec.Pipelines[p.Name] = pr
+			}
+		}
+		b, _ := json.Marshal(rec)
+		pctx, cancel := context.WithTimeout(ctx, w.HeartbeatEvery())
+		_, err := w.Client.Put(pctx, progressKey(w.Prefix, w.Name), string(b), clientv3.WithLease(ss.s.Lease()))
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			w.log().Debug("fleet: could not publish progress", "err", err)
 		}
 	}
 }
@@ -462,6 +593,7 @@ func (ss *session) hold(ctx context.Context, name string) {
 			continue
 		}
 		epoch := uint64(e.Rev())
+		w.elected.Store(name, time.Now())
 		log.Info("fleet: elected; starting the pipeline", "worker", w.Name, "epoch", epoch, "waited", time.Since(t0).Round(time.Millisecond))
 		hb, _ := json.Marshal(Holding{Pipeline: name, Holder: w.Name, Epoch: epoch, Since: time.Now().UTC()})
 		pctx, cancel := context.WithTimeout(bg, 5*time.Second)

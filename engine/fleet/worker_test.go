@@ -84,7 +84,7 @@ type testWorker struct {
 	done   chan struct{}
 }
 
-func startWorker(t *testing.T, c *etcdtest.Cluster, prefix, name string, ps []Pipeline, l *ledger) *testWorker {
+func startWorker(t *testing.T, c *etcdtest.Cluster, prefix, name string, ps []Pipeline, l *ledger, opts ...func(*Worker)) *testWorker {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
 	if err != nil {
@@ -94,6 +94,9 @@ func startWorker(t *testing.T, c *etcdtest.Cluster, prefix, name string, ps []Pi
 	ctx, stop, cancel := shutdown.Child(context.Background(), 30*time.Second)
 	w := &Worker{Client: cli, Prefix: prefix, Name: name, TTL: 3 * time.Second, Pipelines: ps, Run: l.run(name),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("w", name), RetryAfter: 200 * time.Millisecond}
+	for _, o := range opts {
+		o(w)
+	}
 	tw := &testWorker{w: w, cancel: cancel, stop: stop, done: make(chan struct{})}
 	go func() {
 		defer close(tw.done)
@@ -205,5 +208,52 @@ func TestDrainRequest(t *testing.T) {
 	l.waitFor(t, "a takes its share again", 60*time.Second, balanced(6, "a", "b"))
 	if l.starts < 6+3+3 {
 		t.Fatalf("%d starts", l.starts)
+	}
+}
+
+// TestStatusProgress: a holder publishes its pipelines' progress at its heartbeat, and status shows the lag of
+// each from it; progress of a run older than the holder's election (a previous term) is not shown.
+func TestStatusProgress(t *testing.T) {
+	c := etcdtest.New(t, 3)
+	l := newLedger(t)
+	ps := pipelines(2)
+	oldest := time.Now().Add(-time.Minute)
+	startWorker(t, c, "/fleet-progress", "a", ps, l, func(w *Worker) {
+		w.Progress = func(p string) (Progress, bool) {
+			switch p {
+			case "p00":
+				return Progress{Committed: 9, Applied: 6, UnappliedBytes: 300, OldestUnapplied: oldest, Started: time.Now()}, true
+			default:
+				return Progress{Committed: 1, Started: time.Now().Add(-time.Hour)}, true
+			}
+		}
+	})
+	l.waitFor(t, "both on a", 60*time.Second, all(2))
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var st *Status
+	for {
+		if st, err = ReadStatus(ctx, cli, "/fleet-progress", ps); err != nil {
+			t.Fatal(err)
+		}
+		if st.Pipelines[0].Progress != nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p0, p1 := st.Pipelines[0], st.Pipelines[1]
+	if p0.Progress == nil || p0.Progress.Applied != 6 || p0.LagEntries != 3 || p0.LagSeconds < 59 || p0.LagSeconds > 120 || p0.Published.IsZero() {
+		t.Fatalf("p00's status: %+v progress %+v", p0, p0.Progress)
+	}
+	if age := time.Since(p0.Published); age > time.Minute {
+		t.Fatalf("p00's progress is %s old", age)
+	}
+	if p1.Progress != nil || p1.LagEntries != 0 {
+		t.Fatalf("p01 shows the progress of a run from before its election: %+v", p1.Progress)
 	}
 }

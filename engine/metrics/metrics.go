@@ -181,6 +181,9 @@ type Pipeline struct {
 	applied   map[string]uint64 // by destination
 	started   bool              // wal and applied describe the log
 	source    map[string][]sourceSeries
+	// firstApply is when this run's first apply of new data committed (zero before): the end of a takeover.
+	firstApply time.Time
+	startedAt  time.Time // when the current run read its log
 }
 
 type walEntry struct {
@@ -201,6 +204,7 @@ func (p *Pipeline) Started(inWAL []wal.CommitRecord, applied map[string]uint64) 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.state, p.reason, p.started = StateRunning, "", true
+	p.firstApply, p.startedAt = time.Time{}, time.Now()
 	clear(p.wal)
 	p.lastSeq = 0
 	for _, e := range inWAL {
@@ -245,8 +249,44 @@ func (p *Pipeline) Applied(destination string, e pipeline.Entry, skipped bool, t
 	p.r.applyEntries.WithLabelValues(p.name, destination).Observe(float64(e.Entries()))
 	p.mu.Lock()
 	p.applied[destination] = e.Seq
+	if !skipped && p.firstApply.IsZero() {
+		p.firstApply = time.Now()
+	}
 	p.prune()
 	p.mu.Unlock()
+}
+
+// Lag is how far a running pipeline's destinations are behind its WAL.
+type Lag struct {
+	Committed uint64 // the newest committed WAL sequence
+	Applied   uint64 // what every destination applied
+	// UnappliedBytes are the bytes of the entries some destination lacks; Oldest is the oldest one's commit
+	// time (zero when every destination applied everything).
+	UnappliedBytes int64
+	Oldest         time.Time
+	// Started is when this run read its log; FirstApply when it first applied new data (zero before).
+	Started    time.Time
+	FirstApply time.Time
+}
+
+// Lag reports the pipeline's lag; ok is false until a run has read its log.
+func (p *Pipeline) Lag() (l Lag, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.started {
+		return Lag{}, false
+	}
+	l = Lag{Committed: p.lastSeq, Applied: p.minApplied(), Started: p.startedAt, FirstApply: p.firstApply}
+	for seq, e := range p.wal {
+		if seq > l.Applied {
+			l.UnappliedBytes += e.size
+		}
+	}
+	// Sequence numbers are consecutive: the oldest entry some destination lacks follows the lowest applied point.
+	if e, ok := p.wal[l.Applied+1]; ok {
+		l.Oldest = e.committed
+	}
+	return l, true
 }
 
 // prune forgets the entries every destination applied: the pipeline reclaims them right after. Callers hold p.mu.

@@ -201,9 +201,15 @@ func TestReadyz(t *testing.T) {
 func TestWALFigures(t *testing.T) {
 	r := New(nil)
 	p := r.Pipeline("p")
+	if _, ok := p.Lag(); ok {
+		t.Fatal("Lag reports a pipeline that has not started")
+	}
 	old := time.Now().Add(-time.Minute)
 	p.Started([]wal.CommitRecord{{Seq: 3, Size: 100, Time: old}}, map[string]uint64{"fast": 2, "slow": 2})
 	p.Committed(pipeline.Entry{Seq: 4, Size: 50, Committed: time.Now(), Streams: map[string]pipeline.StreamFigures{"s": {Rows: 7, Bytes: 40}}}, time.Millisecond)
+	if l, ok := p.Lag(); !ok || l != (Lag{Committed: 4, Applied: 2, UnappliedBytes: 150, Oldest: old, Started: l.Started}) || l.Started.IsZero() {
+		t.Fatalf("lag before any apply: %+v %v", l, ok)
+	}
 	p.Applied("fast", pipeline.Entry{Seq: 3, Size: 100, Streams: map[string]pipeline.StreamFigures{"s": {Rows: 5, Bytes: 90}}}, false, time.Millisecond)
 	p.Applied("fast", pipeline.Entry{Seq: 4, Size: 50, Streams: map[string]pipeline.StreamFigures{"s": {Rows: 7, Bytes: 40}}}, false, time.Millisecond)
 	fams := gather(t, r)
@@ -224,12 +230,25 @@ func TestWALFigures(t *testing.T) {
 			t.Errorf("oldest unapplied age of %s: %v", dest, age)
 		}
 	}
+	// The lag is the slow destination's.
+	if l, _ := p.Lag(); l.Committed != 4 || l.Applied != 2 || l.UnappliedBytes != 150 || !l.Oldest.Equal(old) || l.FirstApply.IsZero() {
+		t.Fatalf("lag with one destination behind: %+v", l)
+	}
 	// The slow destination catches up: everything is reclaimed.
 	p.Applied("slow", pipeline.Entry{Seq: 3, Size: 100, Streams: map[string]pipeline.StreamFigures{"s": {Rows: 5, Bytes: 90}}}, true, time.Millisecond)
 	p.Applied("slow", pipeline.Entry{Seq: 4, Size: 50, Streams: map[string]pipeline.StreamFigures{"s": {Rows: 7, Bytes: 40}}}, false, time.Millisecond)
 	fams = gather(t, r)
 	if got := series(fams["skippr_wal_entries"]); !slices.Equal(got, []string{"{pipeline=p} 0"}) {
 		t.Errorf("after both applied: %q", got)
+	}
+	if l, _ := p.Lag(); l.Applied != 4 || l.UnappliedBytes != 0 || !l.Oldest.IsZero() {
+		t.Fatalf("lag after both applied: %+v", l)
+	}
+	// A new run (a takeover) has not applied yet: only a non-replayed apply ends it.
+	p.Started(nil, map[string]uint64{"fast": 4, "slow": 4})
+	p.Applied("fast", pipeline.Entry{Seq: 4, Size: 50}, true, time.Millisecond)
+	if l, _ := p.Lag(); !l.FirstApply.IsZero() {
+		t.Fatalf("a replay counted as the run's first apply: %+v", l)
 	}
 	var applied []string
 	for _, m := range fams["skippr_rows_applied_total"].GetMetric() {
