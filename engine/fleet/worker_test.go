@@ -190,12 +190,19 @@ func TestDrainRequest(t *testing.T) {
 	if rec.Code != http.StatusNotFound {
 		t.Fatalf("health of an unknown pipeline: %d", rec.Code)
 	}
-	st, err := ReadStatus(ctx, cli, "/fleet-drain", ps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(st.Workers) != 2 || !st.Workers[0].Draining || st.Workers[0].Name != "a" || len(st.Workers[1].Pipelines) != 6 {
-		t.Fatalf("status workers: %+v", st.Workers)
+	// A worker publishes what it holds after its runs start, so status may lag the ledger for a moment.
+	var st *Status
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		st, err = ReadStatus(ctx, cli, "/fleet-drain", ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Workers) == 2 && st.Workers[0].Draining && st.Workers[0].Name == "a" && len(st.Workers[1].Pipelines) == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status workers after 10s: %+v", st.Workers)
+		}
 	}
 	for _, p := range st.Pipelines {
 		if p.Holder != "b" || p.Epoch == 0 {
