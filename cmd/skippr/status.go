@@ -155,6 +155,21 @@ func printStatus(w io.Writer, out []pipelineStatus) error {
 			fmt.Fprintln(w, line)
 		}
 	}
+	// A destination that waits between applies lags by design: say so, or its LAG reads as a fault.
+	for _, ps := range out {
+		if ps.Live == nil {
+			continue
+		}
+		for _, d := range ps.Live.Destinations {
+			if a := d.Apply; a != nil && a.Coalesce && a.MaxIntervalMS > 0 {
+				from := "set in the config"
+				if slices.Contains(a.FromPlugin, "max_interval") {
+					from = "proposed by its plugin"
+				}
+				fmt.Fprintf(w, "%s: destination %s applies at most every %s (apply.max_interval, %s)\n", ps.Pipeline, d.Name, time.Duration(a.MaxIntervalMS)*time.Millisecond, from)
+			}
+		}
+	}
 	// The reason and the way out, below the table: they do not fit in a column.
 	for _, ps := range out {
 		f := ps.Fault
