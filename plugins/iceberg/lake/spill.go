@@ -64,7 +64,11 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 		return err
 	}
 	defer c.release()
-	fo, err := fold(ctx, st.a.mem, c.batches, c.keyIdx, c.keySchema, st.s.UpsertInserts, "stream "+st.g.stream)
+	upsert := st.s.UpsertInserts || st.a.rs.upsert(items)
+	if err := st.a.rs.feed(st.g.stream, items, c); err != nil {
+		return err
+	}
+	fo, err := fold(ctx, st.a.mem, c.batches, c.keyIdx, c.keySchema, upsert, "stream "+st.g.stream)
 	if err != nil {
 		return err
 	}
@@ -199,6 +203,10 @@ func (st *spilledTable) rebase(ctx context.Context, attempt int) (skipped bool, 
 	if skipped, err := a.begin(ctx); err != nil || skipped {
 		return skipped, err
 	}
+	if a.rs.prop != old.rs.prop {
+		return false, fmt.Errorf("another writer changed the re-snapshot property %s of table %s while this apply wrote files for it", resnapKey(st.req.Pipeline), st.g.table)
+	}
+	a.rs = old.rs // what the chunks written so far received
 	for _, sc := range old.schemas {
 		if err := a.evolve(sc); err != nil {
 			return false, err
@@ -260,6 +268,8 @@ func keyOf(items []serve.Item) []string {
 	for _, it := range items {
 		var sc *arrow.Schema
 		switch {
+		case it.Resnapshot != serve.ResnapshotNone:
+			continue
 		case it.Schema != nil && it.Schema.Schema != nil && change.PrimaryKey(it.Schema.Schema) == nil && len(it.Schema.PrimaryKey) > 0:
 			k = it.Schema.PrimaryKey
 			continue
