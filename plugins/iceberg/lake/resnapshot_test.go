@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
@@ -71,8 +72,9 @@ func TestResnapshotRemovesRowsNotReceived(t *testing.T) {
 				t.Fatalf("a second begin moved the property from %s to %s", begin, got)
 			}
 			// A compaction inside the bracket rewrites old and new rows into files of its own.
-			if _, err := Compact(ctxT(t), e.raw, "users", CompactOptions{MinInputFiles: 1}); err != nil {
-				t.Fatal(err)
+			// Its snapshot expiry waits for the end: those snapshots say which rows arrived.
+			if res, err := Compact(ctxT(t), e.raw, "users", CompactOptions{MinInputFiles: 1, ExpireOlderThan: time.Nanosecond, RetainLast: 1}); err != nil || res.ExpiryHeldBy != resnapKey(e.pipeline) {
+				t.Fatalf("compaction inside a re-snapshot: %+v, %v", res, err)
 			}
 			e.wantIDs("users", "1", "2", "3", "5", "6")
 
