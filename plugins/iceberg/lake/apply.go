@@ -235,7 +235,7 @@ func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
 	}
 	defer c.release()
 	upsert := a.s.UpsertInserts || a.rs.upsert(a.g.items)
-	if err := a.rs.feed(a.g.stream, a.g.items, c); err != nil {
+	if _, err := a.rs.feed(ctx, a.mem, a.g.stream, a.g.items, c); err != nil {
 		return tableResult{}, err
 	}
 	fo, err := fold(ctx, a.mem, c.batches, c.keyIdx, c.keySchema, upsert, "stream "+a.g.stream)

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
@@ -84,35 +87,110 @@ func (r *resnap) upsert(items []serve.Item) bool {
 }
 
 // feed takes a run of the apply's items, in log order, with the change set built from them (one batch per
-// item with a record, in order).
-func (r *resnap) feed(stream string, items []serve.Item, c *changeSet) error {
+// item with a record, in order). When a re-snapshot that began in this apply ends in the run, the rows the run
+// wrote before its begin and not since are deleted at the end's place: a delete batch of their keys goes into
+// c.batches there, since an equality delete cannot reach rows of its own commit. It returns the received keys of
+// those re-snapshots, for the caller to drop rows that earlier chunks of the apply wrote (spill.go).
+func (r *resnap) feed(ctx context.Context, mem memory.Allocator, stream string, items []serve.Item, c *changeSet) ([]map[string]struct{}, error) {
 	r.keySchema, r.eqIDs = c.keySchema, c.eqIDs
-	j := 0
+	var (
+		out     []opBatch
+		closed  []map[string]struct{}
+		written map[string]rowAt // the place of each key's last row in out, when an end is among the items
+		j       int
+	)
+	for _, it := range items {
+		if it.Resnapshot == serve.ResnapshotEnd {
+			written = map[string]rowAt{}
+		}
+	}
 	for _, it := range items {
 		switch {
 		case it.Resnapshot != serve.ResnapshotNone:
 			r.marks = true
 			if len(c.keyIdx) == 0 {
-				return fault.DataErr(fmt.Errorf("stream %s has no primary key, so a re-snapshot cannot tell which rows it received", stream),
+				return nil, fault.DataErr(fmt.Errorf("stream %s has no primary key, so a re-snapshot cannot tell which rows it received", stream),
 					"add a primary key to the source table (or name its key columns in the source's settings) before asking for a re-snapshot")
+			}
+			if it.Resnapshot == serve.ResnapshotEnd && r.open && r.began {
+				del, err := r.deleteUnreceived(ctx, mem, c, out, written)
+				if err != nil {
+					return nil, fmt.Errorf("stream %s: %w", stream, err)
+				}
+				out = append(out, del...)
+				closed = append(closed, r.received)
 			}
 			r.mark(it.Resnapshot)
 		case it.Record != nil:
 			b := c.batches[j]
 			j++
-			if !r.open {
+			out = append(out, b)
+			if !r.open && written == nil {
 				continue
 			}
-			cols := make([]arrow.Array, len(c.keyIdx))
-			for i, k := range c.keyIdx {
-				cols[i] = b.rec.Column(k)
-			}
-			if err := r.note(change.NewKey(cols, nil), int(b.rec.NumRows()), r.received); err != nil {
-				return fmt.Errorf("stream %s: %w", stream, err)
+			k := batchKey(b, c.keyIdx)
+			for row := range int(b.rec.NumRows()) {
+				var err error
+				if r.buf, err = k.Append(r.buf[:0], row); err != nil {
+					return nil, fmt.Errorf("stream %s: %w", stream, err)
+				}
+				if written != nil {
+					written[string(r.buf)] = rowAt{batch: len(out) - 1, row: row}
+				}
+				if r.open {
+					r.received[string(r.buf)] = struct{}{}
+				}
 			}
 		}
 	}
-	return nil
+	c.batches = out
+	return closed, nil
+}
+
+// rowAt is a row of a batch of the change set being fed.
+type rowAt struct{ batch, row int }
+
+func batchKey(b opBatch, keyIdx []int) *change.Key {
+	cols := make([]arrow.Array, len(keyIdx))
+	for i, k := range keyIdx {
+		cols[i] = b.rec.Column(k)
+	}
+	return change.NewKey(cols, nil)
+}
+
+// deleteUnreceived returns delete batches of the keys written in out (at their last rows) that the open
+// re-snapshot did not receive.
+func (r *resnap) deleteUnreceived(ctx context.Context, mem memory.Allocator, c *changeSet, out []opBatch, written map[string]rowAt) ([]opBatch, error) {
+	rows := map[int][]int64{}
+	for enc, at := range written {
+		if _, ok := r.received[enc]; !ok {
+			rows[at.batch] = append(rows[at.batch], int64(at.row))
+		}
+	}
+	var del []opBatch
+	for _, bi := range slices.Sorted(maps.Keys(rows)) {
+		idx := rows[bi]
+		slices.Sort(idx)
+		rec, err := take(ctx, mem, out[bi].rec, idx)
+		if err != nil {
+			release(opRecs(del))
+			return nil, err
+		}
+		ops := make([]change.Op, len(idx))
+		for i := range ops {
+			ops[i] = change.OpDelete
+		}
+		del = append(del, opBatch{rec: rec, ops: ops})
+	}
+	return del, nil
+}
+
+func opRecs(bs []opBatch) []arrow.RecordBatch {
+	out := make([]arrow.RecordBatch, len(bs))
+	for i, b := range bs {
+		out[i] = b.rec
+	}
+	return out
 }
 
 func (r *resnap) mark(m serve.ResnapshotMark) {

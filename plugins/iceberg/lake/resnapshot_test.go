@@ -118,11 +118,11 @@ func TestResnapshotRemovesRowsNotReceived(t *testing.T) {
 			e.apply(5, mark("users", serve.ResnapshotEnd))
 			e.wantIDs("users", "1", "2", "3", "6", "7")
 
-			// A bracket within one apply: the rows of earlier commits not received between its marks go; a row the
-			// same apply wrote before the begin stays (an equality delete cannot reach its own commit's rows).
-			e.apply(6, users(user(opU, 2, "b3")), mark("users", serve.ResnapshotBegin), users(user(opR, 1, "a"), user(opR, 3, "c")),
-				mark("users", serve.ResnapshotEnd))
-			e.wantIDs("users", "1", "2", "3")
+			// A bracket within one apply: only the rows between its marks count, also against a row the same apply
+			// wrote before the begin (spilled: in an earlier chunk), and one written after the end stays.
+			e.apply(6, users(user(opU, 2, "b3"), user(opI, 8, "h")), mark("users", serve.ResnapshotBegin),
+				users(user(opR, 1, "a"), user(opR, 3, "c")), mark("users", serve.ResnapshotEnd), users(user(opI, 9, "i")))
+			e.wantIDs("users", "1", "3", "9")
 			// A re-snapshot that receives nothing (the source's table is empty) empties the table.
 			e.apply(7, mark("users", serve.ResnapshotBegin))
 			e.apply(8, mark("users", serve.ResnapshotEnd))

@@ -65,8 +65,12 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 	}
 	defer c.release()
 	upsert := st.s.UpsertInserts || st.a.rs.upsert(items)
-	if err := st.a.rs.feed(st.g.stream, items, c); err != nil {
+	closed, err := st.a.rs.feed(ctx, st.a.mem, st.g.stream, items, c)
+	if err != nil {
 		return err
+	}
+	for _, received := range closed {
+		st.dropUnreceived(received)
 	}
 	fo, err := fold(ctx, st.a.mem, c.batches, c.keyIdx, c.keySchema, upsert, "stream "+st.g.stream)
 	if err != nil {
@@ -285,4 +289,36 @@ func keyOf(items []serve.Item) []string {
 		}
 	}
 	return k
+}
+
+// dropUnreceived removes, by position deletes, the rows earlier chunks of the apply wrote whose key a
+// re-snapshot that began in this apply and ends in the current chunk did not receive: written before its begin,
+// and not sent since (resnap.feed deletes those of the current chunk).
+func (st *spilledTable) dropUnreceived(received map[string]struct{}) {
+	if st.index == nil {
+		return
+	}
+	drop := func(loc uint64) {
+		if st.posDels == nil {
+			st.posDels = map[int][]int64{}
+		}
+		file := int(loc >> posBits)
+		st.posDels[file] = append(st.posDels[file], int64(loc&(1<<posBits-1)))
+	}
+	var buf []byte
+	for k, loc := range st.index.ints {
+		buf = change.AppendInt(buf[:0], k)
+		if _, ok := received[string(buf)]; !ok {
+			drop(loc)
+			delete(st.index.ints, k)
+			st.index.bytes -= intEntryBytes
+		}
+	}
+	for k, loc := range st.index.encs {
+		if _, ok := received[k]; !ok {
+			drop(loc)
+			delete(st.index.encs, k)
+			st.index.bytes -= encEntryBytes + int64(len(k))
+		}
+	}
 }
