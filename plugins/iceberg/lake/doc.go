@@ -56,7 +56,8 @@
 // skippr.pipeline.P.resnapshot holds the id of the snapshot the table was at before the commit of the apply that
 // carried its begin mark ("none": no snapshot), set in that commit. The rows received since are the data files
 // that P's apply snapshots (those whose summary has skippr.pipeline.P.sequence) added after that snapshot, plus
-// the end's own apply's rows before the end mark. The commit of the apply that carries the end mark adds
+// the end's own apply's rows before the end mark (a begin and end within one apply count only the rows between
+// them: the apply's rows before the begin not received again are deleted in its fold). The commit of the apply that carries the end mark adds
 // equality deletes for every live key of the table outside that set and removes the property. While one is open,
 // inserts and reads of S are written as upserts, and `compact` does not expire snapshots. See resnapshot.go.
 //
