@@ -431,7 +431,7 @@ func BenchmarkResnapshot(b *testing.B) {
 	for _, v := range []string{"copy/plain", "copy/open", "end"} {
 		b.Run(v, func(b *testing.B) {
 			raw, _ := json.Marshal(map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(b.TempDir(), "wh")}})
-			d := &Destination{}
+			d := &Destination{Log: slog.New(slog.DiscardHandler)}
 			defer d.Close()
 			var seq uint64
 			apply := func(items ...serve.Item) {
