@@ -152,3 +152,47 @@ func TestResnapshotOfKeylessStream(t *testing.T) {
 		t.Fatal("the refused apply committed")
 	}
 }
+
+// TestResnapshotPartitionedAndREST: the end's equality deletes reach the rows not received in every partition —
+// scoped when the table is partitioned by its key, global (spec 0) when by a non-key column, also for a row the
+// copy moved to another partition — and the begin property is set and removed on a REST catalog (SeaweedFS) as
+// on the embedded one.
+func TestResnapshotPartitionedAndREST(t *testing.T) {
+	cases := []struct {
+		name string
+		env  func(t *testing.T) *env
+	}{
+		{"day of a non-key column", func(t *testing.T) *env {
+			return newEnv(t, map[string]any{"partitions": map[string]any{"events": []string{"day(ts)"}}})
+		}},
+		{"bucket of the key", func(t *testing.T) *env {
+			return newEnv(t, map[string]any{"partitions": map[string]any{"events": []string{"bucket(4, id)"}}})
+		}},
+		{"rest catalog", func(t *testing.T) *env { return newRESTEnv(t, "", nil) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := tc.env(t)
+			sc := eventsSchema()
+			events := func(rows ...row) serve.Item { return serve.Item{Stream: "events", Record: batch(t, sc, rows...)} }
+			e.apply(1, events(dayEvent(opI, 1, 1, "eu", 10), dayEvent(opI, 2, 1, "eu", 20), dayEvent(opI, 3, 2, "us", 30),
+				dayEvent(opI, 4, 2, "us", 40), dayEvent(opI, 5, 3, "eu", 50), dayEvent(opI, 6, 3, "us", 60)))
+			e.apply(2, mark("events", serve.ResnapshotBegin), events(dayEvent(opR, 1, 4, "eu", 11)))
+			if e.resnapProp("events") == "" {
+				t.Fatal("the begin left no property")
+			}
+			e.apply(3, events(dayEvent(opR, 3, 2, "us", 30), dayEvent(opD, 4, 0, "", 0)))
+			e.apply(4, events(dayEvent(opR, 5, 3, "eu", 50)), mark("events", serve.ResnapshotEnd))
+			if p := e.resnapProp("events"); p != "" {
+				t.Fatalf("the end left the property %s", p)
+			}
+			for _, k := range []string{"2", "6"} {
+				delete(e.expected["events"], k)
+			}
+			e.check("events", "events", "id")
+			if got := e.ids("events"); !slices.Equal(got, []string{"1", "3", "5"}) {
+				t.Fatalf("events holds %v", got)
+			}
+		})
+	}
+}
