@@ -15,10 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skippr-dev/skippr/engine/resnapshot"
 	"github.com/skippr-dev/skippr/internal/testplugins"
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
@@ -67,6 +73,9 @@ func resnapDests() []resnapDest {
 	duck := func(e *env) string {
 		return fmt.Sprintf(`{"path": %q}`, filepath.Join(e.dir, "dest", "orders.duckdb"))
 	}
+	lake := func(e *env) string {
+		return fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.dir, "lake"))
+	}
 	return []resnapDest{{
 		name: "postgres",
 		connection: func(t *testing.T, e *env) string {
@@ -103,7 +112,65 @@ func resnapDests() []resnapDest {
 			}
 			return sortByID(out)
 		},
+	}, {
+		name:       "iceberg",
+		connection: func(t *testing.T, e *env) string { return lake(e) },
+		damage:     func(t *testing.T, ctx context.Context, e *env) { damageLake(t, ctx, lake(e)) },
+		dump: func(t *testing.T, ctx context.Context, e *env) []string {
+			rows := scanLake(t, lake(e), "public.orders")
+			out := make([]string, 0, len(rows))
+			for _, r := range rows {
+				out = append(out, orderRow(r["id"], r["name"], r["amount"], r["tags"], r["doc"]))
+			}
+			return sortByID(out)
+		},
 	}}
+}
+
+// damageLake does resnapDamage to the lake's orders table: an Iceberg table has no SQL to run, so another
+// pipeline ("damage") commits the same changes through the iceberg plugin's own protocol — rows deleted, rows
+// changed, rows the source never had. Its commits are not the orders pipeline's: a re-snapshot must undo them.
+func damageLake(t *testing.T, ctx context.Context, settings string) {
+	t.Helper()
+	bin := testplugins.Build(t, "iceberg")
+	c, err := client.Start(ctx, client.Config{Path: bin, SHA256: testplugins.SHA256(t, bin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Kill()
+	sc := change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "name", Type: arrow.BinaryTypes.String}}, []string{"id"})
+	b := change.NewBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	row := func(op change.Op, id int64, name string) {
+		b.Field(0).(*array.Int64Builder).Append(id)
+		b.Field(1).(*array.StringBuilder).Append(name)
+		b.Row(op, "")
+	}
+	for id := int64(50); id <= 20000; id += 50 {
+		row(change.OpDelete, id, "")
+	}
+	for id := int64(77); id <= 20000; id += 77 {
+		if id%50 != 0 {
+			row(change.OpUpdate, id, "damaged")
+		}
+	}
+	for id := int64(1000001); id <= 1000300; id++ {
+		row(change.OpInsert, id, "stray")
+	}
+	rec := b.NewBatch()
+	defer rec.Release()
+	ipc, err := protocol.EncodeRecord(memory.DefaultAllocator, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	item := client.ApplyItem{Batch: &protocol.Batch{Stream: "public.orders", SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipc}}
+	if _, err := c.Apply(ctx, []byte(settings), "damage", 1, []client.ApplyItem{item}); err != nil {
+		t.Fatalf("damage the lake table: %v", err)
+	}
+	got := scanLake(t, settings, "public.orders")
+	if _, ok := got["50"]; ok || got["77"]["name"] != "damaged" || got["1000300"]["name"] != "stray" {
+		t.Fatalf("the damage did not land: id 50 %v, 77 %v, 1000300 %v", got["50"], got["77"], got["1000300"])
+	}
 }
 
 // sortByID orders rows "id|…" by their numeric id.

@@ -100,6 +100,7 @@ type tableAttempt struct {
 	schemas     []*arrow.Schema // the schemas evolved, in order
 	evolution   []schemaChange  // changes evolve gathered, committed as one schema update (commitEvolution)
 	partitioned bool            // the configured partition spec was considered
+	rs          *resnap         // the table's re-snapshot bookkeeping (resnapshot.go)
 }
 
 // notCommitted says whether a commit that failed is known not to have landed. Only the embedded SQL catalog
@@ -233,7 +234,11 @@ func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
 		return tableResult{}, err
 	}
 	defer c.release()
-	fo, err := fold(ctx, a.mem, c.batches, c.keyIdx, c.keySchema, a.s.UpsertInserts, "stream "+a.g.stream)
+	upsert := a.s.UpsertInserts || a.rs.upsert(a.g.items)
+	if _, err := a.rs.feed(ctx, a.mem, a.g.stream, a.g.items, c); err != nil {
+		return tableResult{}, err
+	}
+	fo, err := fold(ctx, a.mem, c.batches, c.keyIdx, c.keySchema, upsert, "stream "+a.g.stream)
 	if err != nil {
 		return tableResult{}, err
 	}
@@ -263,6 +268,7 @@ func (a *tableAttempt) begin(ctx context.Context) (skipped bool, err error) {
 	if done >= a.req.Sequence {
 		return true, nil
 	}
+	a.rs = newResnap(tbl, a.req.Pipeline)
 	a.loaded = tbl.MetadataLocation()
 	if a.fs == nil {
 		base, err := tbl.FS(ctx)
@@ -381,6 +387,9 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 		}
 	}()
 	for i, it := range items {
+		if it.Resnapshot != serve.ResnapshotNone {
+			continue // marks are for resnap.feed
+		}
 		if it.Schema != nil {
 			if it.Schema.Schema == nil {
 				return nil, fmt.Errorf("stream %s: schema change without a schema", it.Stream)
@@ -480,6 +489,11 @@ func (a *tableAttempt) commit(ctx context.Context, dataFiles, delFiles, posDelFi
 			return fmt.Errorf("stage truncate: %w", err)
 		}
 	}
+	resnapDels, err := a.stageResnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	delFiles = append(slices.Clone(delFiles), resnapDels...)
 	if len(dataFiles)+len(delFiles)+len(posDelFiles) > 0 {
 		props := iceberg.Properties{seqKey(a.req.Pipeline): seq, propStream: a.g.stream}
 		if err := a.tx.NewRowDelta(props).AddRows(dataFiles...).AddDeletes(append(slices.Clone(delFiles), posDelFiles...)...).Commit(ctx); err != nil {
@@ -659,6 +673,9 @@ func (a *tableAttempt) key(tbl *table.Table) ([]string, error) {
 func (a *tableAttempt) streamKey() []string {
 	var k []string
 	for _, it := range a.g.items {
+		if it.Resnapshot != serve.ResnapshotNone {
+			continue
+		}
 		var sc *arrow.Schema
 		if it.Schema != nil {
 			sc = it.Schema.Schema
@@ -689,6 +706,9 @@ func (a *tableAttempt) loadOrCreate(ctx context.Context, ident table.Identifier)
 	}
 	var first *arrow.Schema
 	for _, it := range a.g.items {
+		if it.Resnapshot != serve.ResnapshotNone {
+			continue
+		}
 		if it.Schema != nil && it.Schema.Schema != nil {
 			first = it.Schema.Schema
 		} else if it.Record != nil {

@@ -41,6 +41,8 @@ type CompactResult struct {
 	SnapshotsBefore            int
 	SnapshotsAfter             int
 	DeletedOrphans             []string
+	// ExpiryHeldBy names the re-snapshot property that kept every snapshot: one is open on the table.
+	ExpiryHeldBy string `json:",omitempty"`
 }
 
 // Compact is the maintenance `skippr lake compact TABLE` runs: it rewrites a table's small data files and
@@ -96,7 +98,10 @@ func Compact(ctx context.Context, raw json.RawMessage, stream string, opts Compa
 	if err != nil {
 		return res, fmt.Errorf("compact %s: %w", res.Table, err)
 	}
-	if opts.ExpireOlderThan >= 0 {
+	if held := openResnapshot(ctx, oc, ident); held != "" {
+		// The snapshots since its begin say which rows it received (resnapshot.go): none may go before its end.
+		res.ExpiryHeldBy = held
+	} else if opts.ExpireOlderThan >= 0 {
 		for attempt := 1; ; attempt++ {
 			err = expire(ctx, oc, ident, opts, &res)
 			if err == nil || !isConflict(err) || attempt >= maxCommitAttempts {
@@ -231,4 +236,19 @@ func expire(ctx context.Context, oc *openCatalog, ident []string, opts CompactOp
 	}
 	res.SnapshotsAfter = len(after.Metadata().Snapshots())
 	return nil
+}
+
+// openResnapshot returns the property of a re-snapshot open on the table, if any: "" when none is (or the table
+// cannot be loaded, which the expiry then reports).
+func openResnapshot(ctx context.Context, oc *openCatalog, ident []string) string {
+	tbl, err := oc.cat.LoadTable(ctx, ident)
+	if err != nil {
+		return ""
+	}
+	for k := range tbl.Properties() {
+		if strings.HasPrefix(k, "skippr.pipeline.") && strings.HasSuffix(k, ".resnapshot") {
+			return k
+		}
+	}
+	return ""
 }

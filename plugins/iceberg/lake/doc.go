@@ -50,6 +50,17 @@
 // records N, the marker moves to N, and a replay of a range that overlaps what a table holds applies only the
 // items of entries above the table's fence (or the marker, if higher): those below are in the table already.
 //
+// # Re-snapshots
+//
+// A re-snapshot of stream S (serve.Capabilities.Resnapshot) is open while table property
+// skippr.pipeline.P.resnapshot holds the id of the snapshot the table was at before the commit of the apply that
+// carried its begin mark ("none": no snapshot), set in that commit. The rows received since are the data files
+// that P's apply snapshots (those whose summary has skippr.pipeline.P.sequence) added after that snapshot, plus
+// the end's own apply's rows before the end mark (a begin and end within one apply count only the rows between
+// them: the apply's rows before the begin not received again are deleted in its fold). The commit of the apply that carries the end mark adds
+// equality deletes for every live key of the table outside that set and removes the property. While one is open,
+// inserts and reads of S are written as upserts, and `compact` does not expire snapshots. See resnapshot.go.
+//
 // # Conflicts
 //
 // A commit that loses a race (another writer committed to the table first) is rebuilt from the reloaded

@@ -118,7 +118,37 @@ func (k *keyCursor) put(r, file int, pos int64) error {
 // packing, partitions, concurrent writers), so the positions are read back from the file's key columns, found
 // by field id, which is cheap next to writing it.
 func (ki *keyIndex) addFile(ctx context.Context, fsys iceio.IO, fileNo int, df iceberg.DataFile, c *changeSet) error {
-	f, err := fsys.Open(df.FilePath())
+	keyIdx := make([]int, len(c.eqIDs))
+	for i := range keyIdx {
+		keyIdx[i] = i
+	}
+	var pos int64
+	err := readFileKeys(ctx, fsys, df.FilePath(), c.eqIDs, c.keySchema, func(rec arrow.RecordBatch) error {
+		k, err := ki.keys(rec, keyIdx)
+		if err != nil {
+			return err
+		}
+		for r := range int(rec.NumRows()) {
+			if err := k.put(r, fileNo, pos); err != nil {
+				return err
+			}
+			pos++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if pos != df.Count() {
+		return fmt.Errorf("read %d keys back, the file holds %d rows", pos, df.Count())
+	}
+	return nil
+}
+
+// readFileKeys hands fn the key columns of a data file in row order, found by field id (a column renamed since
+// the file was written is still found) and cast to keySchema. fn must not keep the batch.
+func readFileKeys(ctx context.Context, fsys iceio.IO, path string, eqIDs []int, keySchema *arrow.Schema, fn func(arrow.RecordBatch) error) error {
+	f, err := fsys.Open(path)
 	if err != nil {
 		return err
 	}
@@ -128,8 +158,8 @@ func (ki *keyIndex) addFile(ctx context.Context, fsys iceio.IO, fileNo int, df i
 		return err
 	}
 	defer pf.Close()
-	leaves := make([]int, len(c.eqIDs))
-	for i, id := range c.eqIDs {
+	leaves := make([]int, len(eqIDs))
+	for i, id := range eqIDs {
 		leaves[i] = -1
 		sc := pf.MetaData().Schema
 		for j := range sc.NumColumns() {
@@ -151,37 +181,18 @@ func (ki *keyIndex) addFile(ctx context.Context, fsys iceio.IO, fileNo int, df i
 		return err
 	}
 	defer rr.Release()
-	keyIdx := make([]int, len(leaves))
-	for i := range keyIdx {
-		keyIdx[i] = i
-	}
-	var pos int64
 	for rr.Next() {
-		rec, err := asKeySchema(ctx, mem, rr.RecordBatch(), c.keySchema)
+		rec, err := asKeySchema(ctx, mem, rr.RecordBatch(), keySchema)
 		if err != nil {
 			return err
 		}
-		k, err := ki.keys(rec, keyIdx)
-		if err == nil {
-			for r := range int(rec.NumRows()) {
-				if err = k.put(r, fileNo, pos); err != nil {
-					break
-				}
-				pos++
-			}
-		}
+		err = fn(rec)
 		rec.Release()
 		if err != nil {
 			return err
 		}
 	}
-	if err := rr.Err(); err != nil {
-		return err
-	}
-	if pos != df.Count() {
-		return fmt.Errorf("read %d keys back, the file holds %d rows", pos, df.Count())
-	}
-	return nil
+	return rr.Err()
 }
 
 // asKeySchema casts key columns read from Parquet to the types the batches had, so that both encode keys

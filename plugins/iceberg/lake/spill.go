@@ -64,7 +64,15 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 		return err
 	}
 	defer c.release()
-	fo, err := fold(ctx, st.a.mem, c.batches, c.keyIdx, c.keySchema, st.s.UpsertInserts, "stream "+st.g.stream)
+	upsert := st.s.UpsertInserts || st.a.rs.upsert(items)
+	closed, err := st.a.rs.feed(ctx, st.a.mem, st.g.stream, items, c)
+	if err != nil {
+		return err
+	}
+	for _, received := range closed {
+		st.dropUnreceived(received)
+	}
+	fo, err := fold(ctx, st.a.mem, c.batches, c.keyIdx, c.keySchema, upsert, "stream "+st.g.stream)
 	if err != nil {
 		return err
 	}
@@ -199,6 +207,10 @@ func (st *spilledTable) rebase(ctx context.Context, attempt int) (skipped bool, 
 	if skipped, err := a.begin(ctx); err != nil || skipped {
 		return skipped, err
 	}
+	if a.rs.prop != old.rs.prop {
+		return false, fmt.Errorf("another writer changed the re-snapshot property %s of table %s while this apply wrote files for it", resnapKey(st.req.Pipeline), st.g.table)
+	}
+	a.rs = old.rs // what the chunks written so far received
 	for _, sc := range old.schemas {
 		if err := a.evolve(sc); err != nil {
 			return false, err
@@ -260,6 +272,8 @@ func keyOf(items []serve.Item) []string {
 	for _, it := range items {
 		var sc *arrow.Schema
 		switch {
+		case it.Resnapshot != serve.ResnapshotNone:
+			continue
 		case it.Schema != nil && it.Schema.Schema != nil && change.PrimaryKey(it.Schema.Schema) == nil && len(it.Schema.PrimaryKey) > 0:
 			k = it.Schema.PrimaryKey
 			continue
@@ -275,4 +289,36 @@ func keyOf(items []serve.Item) []string {
 		}
 	}
 	return k
+}
+
+// dropUnreceived removes, by position deletes, the rows earlier chunks of the apply wrote whose key a
+// re-snapshot that began in this apply and ends in the current chunk did not receive: written before its begin,
+// and not sent since (resnap.feed deletes those of the current chunk).
+func (st *spilledTable) dropUnreceived(received map[string]struct{}) {
+	if st.index == nil {
+		return
+	}
+	drop := func(loc uint64) {
+		if st.posDels == nil {
+			st.posDels = map[int][]int64{}
+		}
+		file := int(loc >> posBits)
+		st.posDels[file] = append(st.posDels[file], int64(loc&(1<<posBits-1)))
+	}
+	var buf []byte
+	for k, loc := range st.index.ints {
+		buf = change.AppendInt(buf[:0], k)
+		if _, ok := received[string(buf)]; !ok {
+			drop(loc)
+			delete(st.index.ints, k)
+			st.index.bytes -= intEntryBytes
+		}
+	}
+	for k, loc := range st.index.encs {
+		if _, ok := received[k]; !ok {
+			drop(loc)
+			delete(st.index.encs, k)
+			st.index.bytes -= encEntryBytes + int64(len(k))
+		}
+	}
 }

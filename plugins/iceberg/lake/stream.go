@@ -147,8 +147,8 @@ type tableBuf struct {
 }
 
 func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
-	if it.Record == nil && it.Schema == nil && !it.Truncate {
-		return fmt.Errorf("stream %s: item holds neither a batch, a schema nor a truncate", it.Stream)
+	if it.Record == nil && it.Schema == nil && !it.Truncate && it.Resnapshot == serve.ResnapshotNone {
+		return fmt.Errorf("stream %s: item holds neither a batch, a schema, a truncate nor a re-snapshot mark", it.Stream)
 	}
 	name := b.s.TableName(it.Stream)
 	tb, ok := b.byTable[name]
@@ -357,8 +357,9 @@ func (b *applyBuffer) commitAll(ctx context.Context) (serve.ApplyResult, error) 
 }
 
 func (b *applyBuffer) commitTable(ctx context.Context, tb *tableBuf) (tableResult, error) {
-	if tb.sp == nil && len(tb.g.items) == 0 && tb.g.truncated {
-		// Only a truncate: a table that does not exist has nothing to remove, and nothing to create it from.
+	if tb.sp == nil && !hasRows(tb.g.items) && (tb.g.truncated || len(tb.g.items) > 0) {
+		// Only a truncate or marks: a table that does not exist has nothing to remove, and nothing to create it
+		// from (a re-snapshot of a stream without a table yet: every row it will have arrives after the begin).
 		_, err := b.oc.cat.LoadTable(ctx, append(b.s.NamespaceIdent(), tb.g.table))
 		if errors.Is(err, catalog.ErrNoSuchTable) {
 			return tableResult{}, nil
@@ -378,4 +379,14 @@ func (b *applyBuffer) commitTable(ctx context.Context, tb *tableBuf) (tableResul
 		tb.releaseItems()
 	}
 	return tb.sp.commit(ctx)
+}
+
+// hasRows says whether items hold a batch or a schema: something a table can be created from.
+func hasRows(items []serve.Item) bool {
+	for _, it := range items {
+		if it.Record != nil || it.Schema != nil {
+			return true
+		}
+	}
+	return false
 }
