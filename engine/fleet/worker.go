@@ -140,7 +140,8 @@ func (w *Worker) HeartbeatEvery() time.Duration {
 
 // Serve runs the worker until ctx ends: joins the fleet, runs the pipelines it is elected for, and rejoins
 // after losing its lease. When ctx's soft stop begins (SIGTERM) it drains: marks itself draining so the others
-// take its share, stops its pipelines softly, resigns and leaves.
+// take its share, stops its pipelines softly, resigns and leaves. It returns ErrNameTaken when another live
+// process holds its name for two lease TTLs, at start or at a rejoin.
 func (w *Worker) Serve(ctx context.Context) error {
 	if w.Name == "" || strings.Contains(w.Name, "/") {
 		return fmt.Errorf("fleet worker name %q: want a non-empty name without '/'", w.Name)
@@ -161,7 +162,8 @@ func (w *Worker) Serve(ctx context.Context) error {
 			takenSince = time.Time{}
 		}
 		if errors.Is(err, ErrNameTaken) {
-			// Our own records are revoked by claimName, so this is another process of our name: a mistake to
+			// claimName revokes this process's own old records, so this is another process of our name (or,
+			// rarely, an old lease of ours that could not be revoked and expires within a TTL): a mistake to
 			// report (at start) or a process that replaced this one while it was cut off (at a rejoin). Either
 			// way one of the two must go, and it is this one; only a process that just died (a quick restart)
 			// frees the name by itself, when its lease expires: wait that long, no longer, then give up.
