@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/urfave/cli/v2"
 
@@ -46,6 +47,48 @@ func startConnection(ctx context.Context, host *pluginhost.Host, cn *config.Conn
 		return nil, withCode(exitUsage, fmt.Errorf("connection %s: %w", cn.Name, err))
 	}
 	return &started{conn: cn, client: cl, spec: spec, settings: settings}, nil
+}
+
+// startConnections starts the plugins of several connections at once, the way startConnection starts one:
+// a pipeline's start (and a fleet takeover) waits for the slowest plugin rather than for the sum of them —
+// hashing and starting a 100 MB destination binary takes seconds on a loaded host. Connections of one plugin
+// start one after the other, so that a first start that installs it does not race itself on the lock file.
+// On an error every plugin started is killed and the error of the first connection (in order) that failed is
+// returned; otherwise the caller kills them all.
+func startConnections(ctx context.Context, host *pluginhost.Host, cns []*config.Connection) ([]*started, error) {
+	out := make([]*started, len(cns))
+	errs := make([]error, len(cns))
+	byPlugin := map[string][]int{}
+	var order []string
+	for i, cn := range cns {
+		key := cn.Plugin + "\x00" + cn.Path
+		if _, ok := byPlugin[key]; !ok {
+			order = append(order, key)
+		}
+		byPlugin[key] = append(byPlugin[key], i)
+	}
+	var wg sync.WaitGroup
+	for _, key := range order {
+		wg.Go(func() {
+			for _, i := range byPlugin[key] {
+				if out[i], errs[i] = startConnection(ctx, host, cns[i]); errs[i] != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			for _, s := range out {
+				if s != nil {
+					s.client.Kill()
+				}
+			}
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // startNamedConnection loads the config and starts the plugin of one of its connections (honouring the

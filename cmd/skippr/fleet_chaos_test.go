@@ -38,7 +38,9 @@ const fleetPGTables = 6
 // live and fails if an epoch ever goes down (a fenced writer committed); at the end every table is compared
 // with its source row by row.
 // SKIPPR_FLEET_CHAOS_FAULTS sets the number of faults (default 20; `make chaos` runs more). Before the faults
-// it measures the etcd requests of the fleet at steady state.
+// it measures the etcd requests of the fleet at steady state. SKIPPR_FLEET_LOG_LEVEL=debug and
+// SKIPPR_FLEET_LOG_DIR=DIR keep the workers' logs with every plugin start, commit and apply, to see where a
+// takeover's time goes.
 func TestFleetChaos(t *testing.T) {
 	faults := 20
 	if v := os.Getenv("SKIPPR_FLEET_CHAOS_FAULTS"); v != "" {

@@ -112,6 +112,12 @@ func newFleetEnvOn(t *testing.T, gen, url string, b fleetS3, lake bool, pg *flee
 		}
 	}
 	e.extraEnv = []string{"AWS_ACCESS_KEY_ID=" + b.accessKey, "AWS_SECRET_ACCESS_KEY=" + b.secretKey}
+	// SKIPPR_FLEET_LOG_LEVEL=debug gives the workers' logs every commit, apply and plugin start with its time:
+	// enough to put a takeover's time on a line (docs in BENCHMARKS.md, fleet). With SKIPPR_FLEET_LOG_DIR they
+	// outlive the test.
+	if l := os.Getenv("SKIPPR_FLEET_LOG_LEVEL"); l != "" {
+		e.extraEnv = append(e.extraEnv, "SKIPPR_LOG_LEVEL="+l)
+	}
 	var conf strings.Builder
 	fmt.Fprintf(&conf, "connections:\n  gen:\n    plugin: datagen\n    version: \"~> 0.1\"\n    settings: %s\n", gen)
 	for i := 1; i <= fleetPipelines; i++ {
@@ -150,6 +156,9 @@ func newFleetEnvOn(t *testing.T, gen, url string, b fleetS3, lake bool, pg *flee
 		for name := range f.workers {
 			f.signal(name, syscall.SIGKILL)
 		}
+		if dir := os.Getenv("SKIPPR_FLEET_LOG_DIR"); dir != "" {
+			f.keepLogs(dir)
+		}
 		if t.Failed() {
 			for name, path := range f.logs {
 				b, _ := os.ReadFile(path)
@@ -164,6 +173,25 @@ func newFleetEnvOn(t *testing.T, gen, url string, b fleetS3, lake bool, pg *flee
 		}
 	})
 	return f
+}
+
+// keepLogs copies every worker log of the test (worker-NAME-START.log) into dir.
+func (f *fleetEnv) keepLogs(dir string) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		f.t.Errorf("SKIPPR_FLEET_LOG_DIR: %v", err)
+		return
+	}
+	paths, _ := filepath.Glob(filepath.Join(f.dir, "worker-*.log"))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, filepath.Base(p)), b, 0o644)
+		}
+		if err != nil {
+			f.t.Errorf("SKIPPR_FLEET_LOG_DIR: %v", err)
+		}
+	}
+	f.t.Logf("worker logs kept in %s", dir)
 }
 
 func tail(s string, n int) string {

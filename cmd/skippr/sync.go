@@ -194,11 +194,19 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srcConn, _ := s.cfg.Connection(s.p.Source)
-	src, err := startConnection(ctx, s.host, srcConn)
+	conns := []*config.Connection{srcConn}
+	for _, name := range s.p.Destinations {
+		cn, _ := s.cfg.Connection(name)
+		conns = append(conns, cn)
+	}
+	plugins, err := startConnections(ctx, s.host, conns)
 	if err != nil {
 		return err
 	}
-	defer src.client.Kill()
+	for _, st := range plugins {
+		defer st.client.Kill()
+	}
+	src := plugins[0]
 	if !src.hasKind(pluginv1.Kind_KIND_SOURCE) {
 		return withCode(exitUsage, fmt.Errorf("%s: pipelines.%s.source: plugin %s is not a source", s.p.Pos, s.p.Name, srcConn.Plugin))
 	}
@@ -221,13 +229,8 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 	}
 	pre := precheck.Config{Pipeline: s.p.Name, Streams: s.p.Streams,
 		Source: precheck.Endpoint[precheck.Source]{Name: srcConn.Name, Plugin: src.client, Settings: src.settings}}
-	for _, name := range s.p.Destinations {
-		cn, _ := s.cfg.Connection(name)
-		d, err := startConnection(ctx, s.host, cn)
-		if err != nil {
-			return err
-		}
-		defer d.client.Kill()
+	for k, name := range s.p.Destinations {
+		d, cn := plugins[k+1], conns[k+1]
 		if !d.hasKind(pluginv1.Kind_KIND_DESTINATION) {
 			return withCode(exitUsage, fmt.Errorf("%s: pipelines.%s.destinations: plugin %s is not a destination", s.p.Pos, s.p.Name, cn.Plugin))
 		}

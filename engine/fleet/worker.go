@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -28,6 +31,9 @@ type Member struct {
 	PID      int       `json:"pid"`
 	Started  time.Time `json:"started"`
 	Draining bool      `json:"draining,omitempty"`
+	// Instance is random per process: a record with this process's instance under an older etcd lease is
+	// this process's own, left from before it lost that lease, and not another worker of the same name.
+	Instance string `json:"instance,omitempty"`
 	// Pipelines are the ones it holds right now (won the election and runs).
 	Pipelines []string `json:"pipelines"`
 }
@@ -89,9 +95,9 @@ type Worker struct {
 	// publishes its pipelines' progress to etcd in one put every HeartbeatEvery, for `skippr fleet status`.
 	Progress func(pipeline string) (p Progress, ok bool)
 
-	lastLease clientv3.LeaseID // the previous session's lease: a record under it is this process's own
-	holding   sync.Map         // pipeline name → true while this worker runs it; read by Health
-	elected   sync.Map         // pipeline name → when this worker last won its election
+	instance string   // Member.Instance; set once by Serve
+	holding  sync.Map // pipeline name → true while this worker runs it; read by Health
+	elected  sync.Map // pipeline name → when this worker last won its election
 }
 
 // DefaultTTL is the etcd lease of a worker: how long a dead worker's pipelines wait before moving.
@@ -134,28 +140,40 @@ func (w *Worker) HeartbeatEvery() time.Duration {
 
 // Serve runs the worker until ctx ends: joins the fleet, runs the pipelines it is elected for, and rejoins
 // after losing its lease. When ctx's soft stop begins (SIGTERM) it drains: marks itself draining so the others
-// take its share, stops its pipelines softly, resigns and leaves.
+// take its share, stops its pipelines softly, resigns and leaves. It returns ErrNameTaken when another live
+// process holds its name for two lease TTLs, at start or at a rejoin.
 func (w *Worker) Serve(ctx context.Context) error {
 	if w.Name == "" || strings.Contains(w.Name, "/") {
 		return fmt.Errorf("fleet worker name %q: want a non-empty name without '/'", w.Name)
 	}
+	if w.instance == "" {
+		var b [16]byte
+		rand.Read(b[:])
+		w.instance = hex.EncodeToString(b[:])
+	}
 	backoff := time.Second
-	var takenSince time.Time
-	for joined := false; ; {
-		err := w.session(ctx)
+	var takenSince time.Time // when the name was first found taken since this worker last joined
+	for {
+		joined, err := w.session(ctx)
 		if err == nil || ctx.Err() != nil {
 			return nil
 		}
-		if !joined && errors.Is(err, ErrNameTaken) {
-			// At start, a second live process of one name is a mistake to report. A process of this name that
-			// just crashed (a quick restart) leaves its record until its lease expires: wait that long first.
-			// Later (this worker rejoining) the name may be held by a process that replaced us while we were
-			// cut off: wait for it like for etcd.
+		if joined {
+			takenSince = time.Time{}
+		}
+		if errors.Is(err, ErrNameTaken) {
+			// claimName revokes this process's own old records, so this is another process of our name (or,
+			// rarely, an old lease of ours that could not be revoked and expires within a TTL): a mistake to
+			// report (at start) or a process that replaced this one while it was cut off (at a rejoin). Either
+			// way one of the two must go, and it is this one; only a process that just died (a quick restart)
+			// frees the name by itself, when its lease expires: wait that long, no longer, then give up.
+			wait := 2 * time.Duration(w.ttlSeconds()) * time.Second
 			if takenSince.IsZero() {
 				takenSince = time.Now()
-				w.log().Warn("fleet: worker name in use; waiting for its lease to expire in case its process died", "err", err, "wait", 2*time.Duration(w.ttlSeconds())*time.Second)
+				w.log().Warn("fleet: worker name in use; waiting for its lease to expire in case its process died", "err", err, "wait_at_most", wait)
 			}
-			if time.Since(takenSince) > 2*time.Duration(w.ttlSeconds())*time.Second {
+			if time.Since(takenSince) > wait {
+				w.log().Error("fleet: failed: another live worker has this worker's name; this worker stops", "worker", w.Name, "err", err)
 				return err
 			}
 			if !sleep(ctx, 500*time.Millisecond) {
@@ -163,7 +181,6 @@ func (w *Worker) Serve(ctx context.Context) error {
 			}
 			continue
 		}
-		joined = true
 		select {
 		case <-shutdown.Draining(ctx):
 			return nil
@@ -197,6 +214,7 @@ type session struct {
 	events   chan heldEvent
 	members  map[string]Member
 	draining bool // drain requested (fleet drain)
+	joined   bool // registered under the worker's name
 }
 
 type heldEvent struct {
@@ -205,26 +223,28 @@ type heldEvent struct {
 	ended    bool // the holder goroutine returned
 }
 
-func (w *Worker) session(ctx context.Context) error {
+// session is one membership of the fleet, under one etcd lease; joined reports whether it registered.
+func (w *Worker) session(ctx context.Context) (joined bool, err error) {
 	gctx, cancel := context.WithTimeout(ctx, time.Duration(w.ttlSeconds())*time.Second)
 	lease, err := w.Client.Grant(gctx, int64(w.ttlSeconds()))
 	cancel()
 	if err != nil {
-		return fmt.Errorf("etcd lease grant: %w", err)
+		return false, fmt.Errorf("etcd lease grant: %w", err)
 	}
 	// The session's context is not ctx: a soft stop must still resign and leave through it.
 	s, err := concurrency.NewSession(w.Client, concurrency.WithLease(lease.ID), concurrency.WithTTL(w.ttlSeconds()))
 	if err != nil {
-		return fmt.Errorf("etcd session: %w", err)
+		return false, fmt.Errorf("etcd session: %w", err)
 	}
 	host, _ := os.Hostname()
 	ss := &session{
 		w: w, s: s,
-		member:  Member{Name: w.Name, Version: w.Version, Host: host, PID: os.Getpid(), Started: time.Now().UTC(), Pipelines: []string{}},
+		member: Member{Name: w.Name, Version: w.Version, Host: host, PID: os.Getpid(), Started: time.Now().UTC(),
+			Instance: w.instance, Pipelines: []string{}},
 		holders: map[string]*holder{}, held: map[string]bool{}, events: make(chan heldEvent, 64),
 	}
-	defer func() { w.lastLease = lease.ID }()
-	return ss.run(ctx)
+	err = ss.run(ctx)
+	return ss.joined, err
 }
 
 // claimName registers this worker under its name unless another live process is registered under it: two
@@ -235,30 +255,37 @@ func (ss *session) claimName(ctx context.Context) error {
 	b, _ := json.Marshal(ss.member)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	resp, err := w.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(b), clientv3.WithLease(ss.s.Lease()))).Else(clientv3.OpGet(key)).Commit()
-	if err != nil {
-		return err
-	}
-	if resp.Succeeded {
-		return nil
-	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) > 0 && w.lastLease != 0 && clientv3.LeaseID(kvs[0].Lease) == w.lastLease {
-		// Our own record from before we lost the lease (etcd kept it, e.g. across a quorum loss): revoke that
-		// lease, which takes our stale election keys along, and register anew.
-		if _, err := w.Client.Revoke(ctx, w.lastLease); err != nil {
-			return fmt.Errorf("revoke this worker's previous lease: %w", err)
+	for revoked := clientv3.NoLease; ; {
+		resp, err := w.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(b), clientv3.WithLease(ss.s.Lease()))).Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return err
 		}
-		w.lastLease = 0
-		return ss.putMember(ctx)
-	}
-	var m Member
-	if len(kvs) > 0 {
+		if resp.Succeeded {
+			return nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue // gone between the compare and the read: cannot happen in one transaction, but try again
+		}
+		var m Member
 		json.Unmarshal(kvs[0].Value, &m)
+		old := clientv3.LeaseID(kvs[0].Lease)
+		if m.Instance != w.instance || old == revoked {
+			return fmt.Errorf("%w: a live worker named %q is in fleet %s (host %s, pid %d, started %s): give this worker another --name, or stop that one; if it died, its etcd lease frees the name within %ds",
+				ErrNameTaken, w.Name, w.Prefix, m.Host, m.PID, m.Started.Format(time.RFC3339), w.ttlSeconds())
+		}
+		// Our own record from an earlier session whose lease this process gave up on: etcd still keeps it
+		// (a quorum loss stops lease expiry; the new leader then renews every lease for a full TTL). Revoke
+		// that lease, which takes our stale election keys along, and register anew. A lease already gone is
+		// fine; one that cannot be revoked leaves the name taken, which Serve waits out for a bounded time.
+		if _, err := w.Client.Revoke(ctx, old); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("%w: by this process's previous etcd lease %x, which could not be revoked (%v); it expires within %ds",
+				ErrNameTaken, int64(old), err, w.ttlSeconds())
+		}
+		w.log().Info("fleet: revoked this worker's lease from before it lost touch with etcd", "worker", w.Name, "lease", fmt.Sprintf("%x", int64(old)))
+		revoked = old
 	}
-	return fmt.Errorf("%w: a live worker named %q is in fleet %s (host %s, pid %d, started %s): give this worker another --name, or stop that one; if it died, its etcd lease frees the name within %ds",
-		ErrNameTaken, w.Name, w.Prefix, m.Host, m.PID, m.Started.Format(time.RFC3339), w.ttlSeconds())
 }
 
 func (ss *session) putMember(ctx context.Context) error {
@@ -279,7 +306,8 @@ func (ss *session) putMember(ctx context.Context) error {
 func (ss *session) run(ctx context.Context) error {
 	w, log := ss.w, ss.w.log()
 	bg := context.WithoutCancel(ctx)
-	if err := ss.claimName(ctx); err != nil {
+	err := ss.claimName(ctx)
+	if err != nil {
 		// Nothing of ours is in etcd yet: give the lease back rather than leave it to expire.
 		rctx, cancel := context.WithTimeout(bg, 5*time.Second)
 		ss.s.Orphan()
@@ -290,6 +318,7 @@ func (ss *session) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("register worker %s: %w", w.Name, err)
 	}
+	ss.joined = true
 	log.Info("fleet: joined", "worker", w.Name, "lease_ttl_s", ss.w.ttlSeconds(), "prefix", w.Prefix)
 
 	wctx, wcancel := context.WithCancel(bg)

@@ -2,10 +2,14 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -262,5 +266,122 @@ func TestStatusProgress(t *testing.T) {
 	}
 	if p1.Progress != nil || p1.LagEntries != 0 {
 		t.Fatalf("p01 shows the progress of a run from before its election: %+v", p1.Progress)
+	}
+}
+
+// newClient is a client of the test's own, as another process would have.
+func newClient(t *testing.T, c *etcdtest.Cluster) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// liveLease grants a lease the test keeps alive until it ends: a process that does not die.
+func liveLease(t *testing.T, ctx context.Context, cli *clientv3.Client) clientv3.LeaseID {
+	t.Helper()
+	l, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.KeepAlive(ctx, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	return l.ID
+}
+
+func putMember(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix string, m Member, lease clientv3.LeaseID) {
+	t.Helper()
+	b, _ := json.Marshal(m)
+	if _, err := cli.Put(ctx, workersKey(prefix)+m.Name, string(b), clientv3.WithLease(lease)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRejoinNameTakenByAnother: a worker loses its lease (as after a link cut) and, while it was away, another
+// live process registered under its name. It must stop with ErrNameTaken and the message that names the fix
+// after waiting about two lease TTLs for that process to turn out dead — not retry as long as it lives.
+func TestRejoinNameTakenByAnother(t *testing.T) {
+	c := etcdtest.New(t, 3)
+	l := newLedger(t)
+	ps := pipelines(2)
+	const prefix = "/fleet-rejoin"
+	cli := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w := &Worker{Client: newClient(t, c), Prefix: prefix, Name: "x", TTL: 3 * time.Second, Pipelines: ps, Run: l.run("x"),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), RetryAfter: 200 * time.Millisecond}
+	served := make(chan error, 1)
+	go func() { served <- w.Serve(ctx) }()
+	l.waitFor(t, "both pipelines on x", time.Minute, all(2))
+
+	resp, err := cli.Get(ctx, workersKey(prefix)+"x")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("x's record: %v %v", resp, err)
+	}
+	// Another process takes the name under its own live lease (a plain put replaces x's record), then x's
+	// lease goes as it would at etcd after a cut: x finds itself out of the fleet and rejoins.
+	putMember(t, ctx, cli, prefix, Member{Name: "x", Host: "elsewhere", PID: 4242, Started: time.Now().UTC(), Instance: "another process"}, liveLease(t, ctx, cli))
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	select {
+	case err := <-served:
+		took := time.Since(t0)
+		t.Logf("x stopped %s after losing its lease: %v", took.Round(time.Millisecond), err)
+		if !errors.Is(err, ErrNameTaken) {
+			t.Fatalf("x ended with %v, want ErrNameTaken", err)
+		}
+		for _, s := range []string{`a live worker named "x" is in fleet /fleet-rejoin`, "host elsewhere, pid 4242", "another --name"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Fatalf("x's error lacks %q: %v", s, err)
+			}
+		}
+		if took < 2*w.TTL {
+			t.Fatalf("x gave up after %s, before the other process's lease could have expired had it died", took)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("x still retrying 60 s after losing its name to another live process (lease TTL 3 s)")
+	}
+	if n := l.load()["x"]; n != 0 {
+		t.Fatalf("x still runs %d pipelines", n)
+	}
+	// The other process's record is untouched.
+	resp, err = cli.Get(ctx, workersKey(prefix)+"x")
+	if err != nil || len(resp.Kvs) != 1 || !strings.Contains(string(resp.Kvs[0].Value), "elsewhere") {
+		t.Fatalf("the other process's record: %v %v", resp, err)
+	}
+}
+
+// TestRejoinRevokesOwnOldLease: etcd still holds this process's record and election keys under a lease it
+// gave up on (as after a quorum loss: etcd's new leader renews every lease). The worker revokes that lease at
+// once — taking the stale election key that would block the pipeline along — rather than wait for a lease
+// that, here, never expires.
+func TestRejoinRevokesOwnOldLease(t *testing.T) {
+	c := etcdtest.New(t, 3)
+	l := newLedger(t)
+	ps := pipelines(2)
+	const prefix = "/fleet-own"
+	cli := newClient(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	old := liveLease(t, ctx, cli)
+	putMember(t, ctx, cli, prefix, Member{Name: "x", PID: os.Getpid(), Started: time.Now().UTC(), Instance: "this process"}, old)
+	if _, err := cli.Put(ctx, fmt.Sprintf("%s/%x", electKey(prefix, "p00"), int64(old)), "x", clientv3.WithLease(old)); err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, c, prefix, "x", ps, l, func(w *Worker) { w.instance = "this process" })
+	took := l.waitFor(t, "both pipelines on x", 30*time.Second, all(2))
+	t.Logf("x runs both pipelines %s after start", took.Round(time.Millisecond))
+	ttl, err := cli.TimeToLive(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl.TTL != -1 {
+		t.Fatalf("x's old lease still there, TTL %d s", ttl.TTL)
 	}
 }
