@@ -211,20 +211,21 @@ func collect(req lakequery.Request, rd *lakequery.Reader, dir string) ([]*table,
 			if len(key) > 0 {
 				t.walKey = key
 			}
-			for _, c := range uuids {
+			for c, list := range uuids {
 				if t.walUUID == nil {
 					t.walUUID = map[string]bool{}
 				}
-				t.walUUID[c] = true
+				t.walUUID[c] = list
 			}
 		}
 	}
 }
 
 // writeWALBatch writes a batch's rows with their place in the log (order, counting on) to a Parquet file. It
-// returns the row count, the batch's primary key and its UUID columns, which it writes as plain 16 bytes so
-// that DuckDB reads every UUID column as a BLOB, whether or not a writer marked it (see uuidFromBlob).
-func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string, []string, error) {
+// returns the row count, the batch's primary key and its UUID columns (true for a list of UUIDs), which it
+// writes as plain 16 bytes so that DuckDB reads every UUID column as a BLOB, whether or not a writer marked it
+// (see uuidFromBlob); a list's elements are cast whether DuckDB reads them as BLOBs or UUIDs.
+func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string, map[string]bool, error) {
 	mem := memory.DefaultAllocator
 	recs, sc, err := protocol.DecodeRecords(mem, ipcBytes)
 	if err != nil {
@@ -243,10 +244,13 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 		return 0, nil, nil, nil
 	}
 	fields := sc.Fields()
-	var uuids []string
+	uuids := map[string]bool{}
 	for i, f := range fields {
+		if isUUIDList(f) {
+			uuids[f.Name] = true
+		}
 		if isUUID(f) {
-			uuids = append(uuids, f.Name)
+			uuids[f.Name] = false
 			fields[i] = arrow.Field{Name: f.Name, Type: &arrow.FixedSizeBinaryType{ByteWidth: 16}, Nullable: f.Nullable}
 		}
 	}
