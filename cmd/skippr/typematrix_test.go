@@ -261,6 +261,8 @@ func expectedMatrix(ctx context.Context, t *testing.T, pg *pgx.Conn) map[string]
 // compareMatrix compares a reader's rows (by id) with the canonical expected rows, value by value.
 func compareMatrix(t *testing.T, what, reader string, kinds map[string]string, want map[string]map[string]string, got map[string]map[string]any) {
 	t.Helper()
+	compared := 0
+	defer func() { t.Logf("%s: %d values compared", what, compared) }()
 	if len(got) != len(want) {
 		t.Errorf("%s: %d rows, want %d", what, len(got), len(want))
 	}
@@ -299,6 +301,7 @@ func compareMatrix(t *testing.T, what, reader string, kinds map[string]string, w
 			default:
 				cv = canon(t, reader, kind, gv)
 			}
+			compared++
 			if cv != wv {
 				bad++
 				if bad <= 40 {
