@@ -143,3 +143,144 @@ pipelines:
 	}
 	t.Logf("%d rows equal in source, Postgres destination and lake", len(want))
 }
+
+// A table without a key or REPLICA IDENTITY FULL is refused at start, the message naming mode: append and
+// key_columns. In mode: append its inserts arrive — snapshot and stream, in a Postgres destination and an
+// Iceberg lake — and its updates and deletes are not carried, as plugins/postgres/README.md states: the
+// destinations keep every row as it was inserted. The source's own UPDATE and DELETE keep working (the table
+// is in the inserts-only append publication; in one that publishes updates, PostgreSQL would refuse them).
+func TestKeylessTableInAppendMode(t *testing.T) {
+	src, dst := pgtest.NewDB(t), pgtest.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sc, dc := src.Connect(t), dst.Connect(t)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := sc.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`CREATE TABLE readings (device text, reading int, note text);
+		INSERT INTO readings SELECT 'd' || (i % 5), i, 'n' || i FROM generate_series(1, 300) i;
+		INSERT INTO readings VALUES ('d1', 1, 'n1'), (NULL, NULL, NULL)`) // a duplicate row and an all-NULL one
+
+	e := newEnvWith(t, "postgres", "iceberg")
+	s := src.Server
+	lakeSettings := fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.dir, "lake"))
+	config := func(options string) {
+		e.writeConfig(fmt.Sprintf(`connections:
+  src:
+    plugin: postgres
+    version: "~> 0.1"
+    settings:
+      host: %[1]s
+      port: %[2]d
+      user: postgres
+      database: %[3]s
+      sslmode: disable
+      tables: [public.readings]
+      slot: appendonly
+      publication: appendonly%[6]s
+  dst:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[4]s, sslmode: disable }
+  lake:
+    plugin: iceberg
+    version: "~> 0.1"
+    settings: %[7]s
+pipelines:
+  readings:
+    source: src
+    destinations: [dst, lake]
+    wal:
+      url: file://%[5]s
+`, s.Host, s.Port, src.Name, dst.Name, filepath.Join(e.dir, "wal"), options, lakeSettings))
+	}
+	config("")
+	r := e.run("sync", "--once")
+	if r.code != 2 {
+		t.Fatalf("sync --once of a keyless table without mode: append: exit %d, want 2\n%s", r.code, r.stderr)
+	}
+	for _, w := range []string{"table public.readings has no primary key", "key_columns", "mode: append"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Fatalf("the refusal lacks %q:\n%s", w, r.stderr)
+		}
+	}
+
+	config("\n      table_options: { public.readings: { mode: append } }")
+	e.mustRun("sync", "--once")
+
+	// The source's own writes: inserts, and updates and deletes, which PostgreSQL must accept.
+	exec(`INSERT INTO readings SELECT 'd' || (i % 5), i, 'n' || i FROM generate_series(301, 400) i`)
+	exec(`UPDATE readings SET note = 'changed' WHERE reading % 10 = 0`)
+	exec(`DELETE FROM readings WHERE reading % 7 = 0`)
+	exec(`INSERT INTO readings VALUES ('late', 1000, 'after the update and delete')`)
+	e.mustRun("sync", "--once")
+
+	// What the README says arrives: every row as inserted (duplicates kept), updates and deletes not carried.
+	var want []string
+	for i := 1; i <= 400; i++ {
+		want = append(want, fmt.Sprintf("d%d|%d|n%d", i%5, i, i))
+	}
+	want = append(want, "d1|1|n1", "||", "late|1000|after the update and delete")
+	slices.Sort(want)
+	rows, err := dc.Query(ctx, `SELECT coalesce(device, '') || '|' || coalesce(reading::text, '') || '|' || coalesce(note, '') FROM readings`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("Postgres destination: %d rows, want %d (every insert, no update or delete); rows it lacks %v; rows it should not have %v", len(got), len(want), missing(want, got), missing(got, want))
+	}
+	// The lake, with no key to tell rows apart, keyed here by position in the sorted list.
+	var lakeRows []string
+	n := 0
+	for _, row := range pluginRows(t, "iceberg", "scan", lakeSettings, "public.readings", "the lake table", func([]byte, map[string]any) string {
+		n++
+		return fmt.Sprint(n)
+	}) {
+		str := func(k string) string {
+			if row[k] == nil {
+				return ""
+			}
+			return fmt.Sprint(row[k])
+		}
+		lakeRows = append(lakeRows, str("device")+"|"+str("reading")+"|"+str("note"))
+	}
+	slices.Sort(lakeRows)
+	if !slices.Equal(lakeRows, want) {
+		t.Fatalf("lake: %d rows, want %d (every insert, no update or delete); rows it lacks %v; rows it should not have %v", len(lakeRows), len(want), missing(want, lakeRows), missing(lakeRows, want))
+	}
+	var pubUpdate, pubInsert bool
+	if err := sc.QueryRow(ctx, `SELECT pubinsert, pubupdate FROM pg_publication WHERE pubname = 'appendonly_append'`).Scan(&pubInsert, &pubUpdate); err != nil {
+		t.Fatalf("the append publication: %v", err)
+	}
+	if !pubInsert || pubUpdate {
+		t.Fatalf("the append publication publishes insert %v, update %v; want inserts only", pubInsert, pubUpdate)
+	}
+	t.Logf("%d rows in the Postgres destination and the lake: every insert, updates and deletes not carried", len(want))
+}
+
+// missing lists the rows of a (sorted) that b (sorted) lacks, counting duplicates, at most 20.
+func missing(a, b []string) []string {
+	var out []string
+	j := 0
+	for _, x := range a {
+		for j < len(b) && b[j] < x {
+			j++
+		}
+		if j < len(b) && b[j] == x {
+			j++
+			continue
+		}
+		if out = append(out, x); len(out) == 20 {
+			break
+		}
+	}
+	return out
+}

@@ -17,8 +17,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 
@@ -61,7 +63,7 @@ func scan(args []string, stdin io.Reader, stdout io.Writer) error {
 		for i := 0; i < int(rec.NumRows()); i++ {
 			row := map[string]any{}
 			for j, f := range rec.Schema().Fields() {
-				row[f.Name] = rec.Column(j).GetOneForMarshal(i)
+				row[f.Name] = marshalValue(rec.Column(j), i)
 			}
 			if err := enc.Encode(row); err != nil {
 				return err
@@ -69,4 +71,20 @@ func scan(args []string, stdin io.Reader, stdout io.Writer) error {
 		}
 		return nil
 	})
+}
+
+// marshalValue is Arrow's JSON form of a value, except a time of day: Arrow prints it through time.Time, which
+// turns PostgreSQL's 24:00:00 into 00:00:00, so it is printed from its count of the unit instead.
+func marshalValue(col arrow.Array, i int) any {
+	t, ok := col.(*array.Time64)
+	if !ok || col.IsNull(i) {
+		return col.GetOneForMarshal(i)
+	}
+	unit := int64(t.DataType().(*arrow.Time64Type).Unit.Multiplier()) // nanoseconds per unit
+	ns := int64(t.Value(i)) * unit
+	s := fmt.Sprintf("%02d:%02d:%02d", ns/3600e9, ns/60e9%60, ns/1e9%60)
+	if frac := ns % 1e9; frac != 0 {
+		s += strings.TrimRight(fmt.Sprintf(".%09d", frac), "0")
+	}
+	return s
 }

@@ -26,7 +26,12 @@ func TestCheck(t *testing.T) {
 		ALTER TABLE good OWNER TO `+owner.Name+`;
 		GRANT CREATE ON DATABASE `+db.Name+` TO `+owner.Name+`;
 		GRANT SELECT ON good TO `+plain.Name+`;
-		CREATE PUBLICATION notrunc FOR TABLE good WITH (publish = 'insert, update, delete')`)
+		CREATE PUBLICATION notrunc FOR TABLE good WITH (publish = 'insert, update, delete');
+		CREATE PUBLICATION haskeyless FOR TABLE good, nokey WITH (publish = 'insert, truncate');
+		CREATE PUBLICATION haskeyless_append FOR TABLE nokey;
+		CREATE PUBLICATION fullkeyless FOR TABLE good, nokey;
+		CREATE PUBLICATION fullkeyless_append FOR TABLE nokey WITH (publish = 'insert, truncate');
+		CREATE PUBLICATION okappend FOR TABLE good; CREATE PUBLICATION okappend_append FOR TABLE nokey WITH (publish = 'insert, truncate')`)
 	as := func(r pgtest.Role, extra map[string]any) []byte {
 		extra["user"], extra["password"] = r.Name, r.Password
 		extra["slot"] = slot(db)
@@ -47,6 +52,14 @@ func TestCheck(t *testing.T) {
 			[]string{"table public.missing does not exist"}},
 		{"no primary key", settings(db, map[string]any{"tables": []string{"nokey"}, "slot": slot(db)}),
 			[]string{"public.nokey has no primary key", "ADD PRIMARY KEY"}},
+		{"no primary key, mode: append", settings(db, map[string]any{"tables": []string{"good", "nokey"}, "slot": slot(db), "publication": "okappend",
+			"table_options": map[string]any{"nokey": map[string]any{"mode": "append"}}}), nil},
+		{"no primary key, mode: append, the publications made by hand publish its updates", settings(db, map[string]any{"tables": []string{"good", "nokey"}, "slot": slot(db), "publication": "haskeyless",
+			"table_options": map[string]any{"nokey": map[string]any{"mode": "append"}}}),
+			[]string{`publication "haskeyless_append" holds the tables in mode: append and must publish inserts (and truncates) only`, `publication "haskeyless" does not publish every insert, update and delete`}},
+		{"no primary key, mode: append, also in the main publication", settings(db, map[string]any{"tables": []string{"good", "nokey"}, "slot": slot(db), "publication": "fullkeyless",
+			"table_options": map[string]any{"nokey": map[string]any{"mode": "append"}}}),
+			[]string{`table public.nokey is in mode: append, but publication "fullkeyless" publishes its updates and deletes`, `ALTER PUBLICATION "fullkeyless" DROP TABLE "public"."nokey"`}},
 		{"TOAST without REPLICA IDENTITY FULL", settings(db, map[string]any{"tables": []string{"toasty"}, "slot": slot(db), "unchanged_toast": "require_full"}),
 			[]string{"body (text)", "REPLICA IDENTITY FULL", "unchanged_toast: fetch"}},
 		{"TOAST with fetch", settings(db, map[string]any{"tables": []string{"toasty"}, "slot": slot(db), "unchanged_toast": "fetch"}), nil},

@@ -18,6 +18,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/testkit/bigquerytest"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
@@ -210,6 +211,39 @@ func TestTypeChangeIsADataError(t *testing.T) {
 	}
 	if got := dump(t, s, "orders", false); len(got) != 1 {
 		t.Fatalf("table has %d rows after the refused apply, want 1", len(got))
+	}
+}
+
+// TestInfinityIsADataError: a timestamp of ±infinity (as sources carry it, plugin-sdk/values) stops the apply
+// on the stand-in with a data error naming the column and the value — the pipeline fails, nothing retries —
+// and nothing of the apply is written.
+func TestInfinityIsADataError(t *testing.T) {
+	s := bigquerytest.Start(t, project)
+	raw := settings(s)
+	d := &Destination{}
+	t.Cleanup(func() { d.Close() })
+	mk := func(id int64, at arrow.Timestamp) arrow.RecordBatch {
+		b := change.NewBuilder(memory.DefaultAllocator, change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+			{Name: "at", Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}, Nullable: true}}, []string{"id"}))
+		defer b.Release()
+		b.Field(0).(*array.Int64Builder).Append(id)
+		b.Field(1).(*array.TimestampBuilder).Append(at)
+		b.Row(change.OpInsert, "")
+		return b.NewBatch()
+	}
+	apply(t, d, raw, 1, 1, serve.Item{Stream: "times", Record: mk(1, 1700000000000000), Sequence: 1})
+	for i, at := range []arrow.Timestamp{values.TimestampInfinity, values.TimestampNegInfinity} {
+		seq := uint64(2 + i)
+		_, _, err := d.apply(context.Background(), serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: seq, Sequence: seq,
+			Items: []serve.Item{{Stream: "times", Record: mk(int64(seq), at), Sequence: seq}}}, nil)
+		want := "column at: timestamp " + map[int]string{0: "infinity", 1: "-infinity"}[i] + " is outside BigQuery's range"
+		if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("want a data error containing %q; got %v", want, err)
+		}
+	}
+	var n int
+	if err := s.Pool().QueryRow(context.Background(), `SELECT count(*) FROM analytics.times`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("table has %d rows (%v) after the refused applies, want 1", n, err)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 // OpColumn is the staging table's last column: the row's change op (change.Op), which the MERGE reads.
@@ -236,6 +237,9 @@ func newEnc(f arrow.Field, col *bigquery.FieldSchema) (valueEnc, error) {
 			case *array.Date64:
 				d = floorDiv(int64(x.Value(i)), 86400000)
 			}
+			if d < minDay || d > maxDay {
+				return buf, outOfRange("date", dayText(d))
+			}
 			return protowire.AppendVarint(protowire.AppendTag(buf, num, protowire.VarintType), uint64(d)), nil
 		}, nil
 	case Time:
@@ -253,12 +257,20 @@ func newEnc(f arrow.Field, col *bigquery.FieldSchema) (valueEnc, error) {
 		unit := f.Type.(*arrow.TimestampType).Unit
 		if typ == Timestamp {
 			return func(buf []byte, num protowire.Number, a arrow.Array, i int) ([]byte, error) {
-				us := timeMicros(int64(a.(*array.Timestamp).Value(i)), unit)
+				v := int64(a.(*array.Timestamp).Value(i))
+				us := timeMicros(v, unit)
+				if err := timestampInRange(v, us, unit); err != nil {
+					return buf, err
+				}
 				return protowire.AppendVarint(protowire.AppendTag(buf, num, protowire.VarintType), uint64(us)), nil
 			}, nil
 		}
 		return func(buf []byte, num protowire.Number, a arrow.Array, i int) ([]byte, error) {
-			us := timeMicros(int64(a.(*array.Timestamp).Value(i)), unit)
+			v := int64(a.(*array.Timestamp).Value(i))
+			us := timeMicros(v, unit)
+			if err := timestampInRange(v, us, unit); err != nil {
+				return buf, err
+			}
 			return appendString(buf, num, time.UnixMicro(us).UTC().Format("2006-01-02 15:04:05.000000")), nil
 		}, nil
 	case Struct:
@@ -426,6 +438,48 @@ func micros(u arrow.TimeUnit) int64 {
 
 // timeMicros converts a value in unit u to microseconds, BigQuery's precision: nanoseconds are truncated
 // toward the past.
+// BigQuery's DATE, DATETIME and TIMESTAMP hold 0001-01-01 to 9999-12-31 (UTC) and nothing infinite.
+const (
+	minDay    = -719162                // 0001-01-01
+	maxDay    = 2932896                // 9999-12-31
+	minMicros = -62135596800000000     // 0001-01-01 00:00:00
+	maxMicros = 253402300800000000 - 1 // 9999-12-31 23:59:59.999999
+)
+
+// outOfRange is the data error for a date or timestamp BigQuery cannot hold: the pipeline stops in state
+// failed with the value named (the caller adds the column), never a retried load the service refuses.
+func outOfRange(kind, value string) error {
+	return fault.DataErr(fmt.Errorf("%s %s is outside BigQuery's range (0001-01-01 to 9999-12-31, nothing infinite)", kind, value),
+		"BigQuery cannot hold it: change the value in the source (for example UPDATE … SET col = NULL WHERE col = 'infinity'), or replicate the table to a destination that holds it (Postgres, DuckDB, Iceberg)")
+}
+
+// timestampInRange checks a timestamp column's value v (in unit; us in microseconds).
+func timestampInRange(v, us int64, unit arrow.TimeUnit) error {
+	if unit == arrow.Microsecond {
+		switch arrow.Timestamp(v) {
+		case values.TimestampInfinity:
+			return outOfRange("timestamp", "infinity")
+		case values.TimestampNegInfinity:
+			return outOfRange("timestamp", "-infinity")
+		}
+	}
+	if us < minMicros || us > maxMicros || (unit != arrow.Nanosecond && us/micros(unit) != v) {
+		return outOfRange("timestamp", strconv.FormatInt(v, 10)+" "+unit.String()+" since 1970-01-01")
+	}
+	return nil
+}
+
+// dayText names a date32 value, ±infinity as the words.
+func dayText(d int64) string {
+	switch arrow.Date32(d) {
+	case values.DateInfinity:
+		return "infinity"
+	case values.DateNegInfinity:
+		return "-infinity"
+	}
+	return strconv.FormatInt(d, 10) + " days since 1970-01-01"
+}
+
 func timeMicros(v int64, u arrow.TimeUnit) int64 {
 	if u == arrow.Nanosecond {
 		return floorDiv(v, 1000)

@@ -15,6 +15,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 // orders builds n rows of the benchmark's table: id int64, name utf8, amount decimal(12,2), tags list<utf8>,
@@ -154,6 +157,65 @@ func TestNullArrayElementIsADataError(t *testing.T) {
 	}
 	if _, err := enc.Append(nil, rec, 0, 1, 0); err == nil || !strings.Contains(err.Error(), "column tags") || !strings.Contains(err.Error(), "NULL") {
 		t.Fatalf("want an error naming column tags and the NULL, got %v", err)
+	}
+}
+
+// TestOutOfRangeTimesAreDataErrors: ±infinity as sources carry it (plugin-sdk/values) and dates or
+// timestamps past BigQuery's years 1–9999 stop the pipeline as data errors naming the column and the value;
+// the ends of the range encode.
+func TestOutOfRangeTimesAreDataErrors(t *testing.T) {
+	s := arrow.NewSchema([]arrow.Field{
+		{Name: "d", Type: arrow.FixedWidthTypes.Date32, Nullable: true},
+		{Name: "ts", Type: &arrow.TimestampType{Unit: arrow.Microsecond}, Nullable: true},
+		{Name: "tz", Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}, Nullable: true},
+	}, nil)
+	const (
+		firstDay, lastDay     = -719162, 2932896
+		firstMicro, lastMicro = -62135596800000000, 253402300799999999
+		inDay, inMicro        = 0, 0
+		wantOK                = ""
+	)
+	for _, c := range []struct {
+		name      string
+		d         arrow.Date32
+		ts, tz    arrow.Timestamp
+		wantError string // "" when the row encodes
+	}{
+		{"range ends", firstDay, firstMicro, lastMicro, wantOK},
+		{"other ends", lastDay, lastMicro, firstMicro, wantOK},
+		{"date infinity", values.DateInfinity, inMicro, inMicro, "column d: date infinity"},
+		{"date -infinity", values.DateNegInfinity, inMicro, inMicro, "column d: date -infinity"},
+		{"date year 10000", lastDay + 1, inMicro, inMicro, "column d: date 2932897 days"},
+		{"date year 0", firstDay - 1, inMicro, inMicro, "column d: date -719163 days"},
+		{"datetime infinity", inDay, values.TimestampInfinity, inMicro, "column ts: timestamp infinity"},
+		{"datetime -infinity", inDay, values.TimestampNegInfinity, inMicro, "column ts: timestamp -infinity"},
+		{"datetime year 10000", inDay, lastMicro + 1, inMicro, "column ts: timestamp 253402300800000000 us"},
+		{"timestamp infinity", inDay, inMicro, values.TimestampInfinity, "column tz: timestamp infinity"},
+		{"timestamp before year 1", inDay, inMicro, firstMicro - 1, "column tz: timestamp -62135596800000001 us"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := array.NewRecordBuilder(memory.DefaultAllocator, s)
+			defer b.Release()
+			b.Field(0).(*array.Date32Builder).Append(c.d)
+			b.Field(1).(*array.TimestampBuilder).Append(c.ts)
+			b.Field(2).(*array.TimestampBuilder).Append(c.tz)
+			rec := b.NewRecordBatch()
+			defer rec.Release()
+			enc, err := NewEncoder(s, []int{0, 1, 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = enc.Append(nil, rec, 0, 1, 0)
+			switch {
+			case c.wantError == "" && err != nil:
+				t.Fatalf("want the row encoded, got %v", err)
+			case c.wantError == "":
+			case err == nil || !strings.Contains(err.Error(), c.wantError):
+				t.Fatalf("want an error containing %q, got %v", c.wantError, err)
+			case fault.ClassOf(err) != fault.Data:
+				t.Fatalf("error class %s, want data (stops the pipeline, no retry): %v", fault.ClassOf(err), err)
+			}
+		})
 	}
 }
 

@@ -29,7 +29,7 @@ func answer(ctx context.Context, conn *sql.Conn, req lakequery.Request, w io.Wri
 	case "", lakequery.FormatTable:
 		return printTable(ctx, conn, q, w)
 	case lakequery.FormatCSV, lakequery.FormatJSON:
-		return copyOut(ctx, conn, exactTimestampTZ(ctx, conn, q), req.Format, w, tmp)
+		return copyOut(ctx, conn, exactColumns(ctx, conn, q, req.Format), req.Format, w, tmp)
 	case lakequery.FormatParquet:
 		return copyOut(ctx, conn, q, req.Format, w, tmp)
 	}
@@ -61,12 +61,17 @@ func copyOut(ctx context.Context, conn *sql.Conn, q, format string, w io.Writer,
 	return n, nil
 }
 
-// exactTimestampTZ rewrites q so that its TIMESTAMPTZ columns are printed from their microseconds as UTC
-// text. DuckDB prints a TIMESTAMPTZ through ICU's calendar, which counts milliseconds in a double: near the
-// end of the range (year 294247) that is a millisecond off. A plain TIMESTAMP prints exactly, ±infinity and
-// BC years included. q is returned as it is when it has no such column or its columns cannot be read (COPY
-// then reports the error in the SQL), or when two columns share a name (REPLACE could not tell them apart).
-func exactTimestampTZ(ctx context.Context, conn *sql.Conn, q string) string {
+// exactColumns rewrites q so that csv and json print every value exactly and json stays JSON:
+//
+//   - TIMESTAMPTZ columns (and their lists' elements) are printed from their microseconds as UTC text. DuckDB prints a TIMESTAMPTZ through
+//     ICU's calendar, which counts milliseconds in a double: near the end of the range (year 294247) that is
+//     a millisecond off. A plain TIMESTAMP prints exactly, ±infinity and BC years included.
+//   - in json, FLOAT and DOUBLE NaN and ±Infinity become the strings "NaN", "Infinity" and "-Infinity" (as
+//     PostgreSQL's to_json writes them): DuckDB's JSON writer puts the bare words, which no JSON parser reads.
+//
+// q is returned as it is when it has no such column or its columns cannot be read (COPY then reports the
+// error in the SQL), or when two columns share a name (REPLACE could not tell them apart).
+func exactColumns(ctx context.Context, conn *sql.Conn, q, format string) string {
 	rows, err := conn.QueryContext(ctx, "SELECT * FROM ("+q+") LIMIT 0")
 	if err != nil {
 		return q
@@ -83,8 +88,15 @@ func exactTimestampTZ(ctx context.Context, conn *sql.Conn, q string) string {
 			return q
 		}
 		seen[c.Name()] = true
-		if isTimestampTZ(c.DatabaseTypeName()) {
+		switch dbType := c.DatabaseTypeName(); {
+		case strings.HasSuffix(dbType, "[]") && isTimestampTZ(strings.TrimSuffix(dbType, "[]")):
+			repl = append(repl, fmt.Sprintf("list_transform(%[1]s, x -> CASE WHEN isfinite(x) THEN make_timestamp(epoch_us(x))::VARCHAR || '+00' ELSE x::VARCHAR END) AS %[1]s",
+				ducksql.Ident(c.Name())))
+		case isTimestampTZ(dbType):
 			repl = append(repl, fmt.Sprintf("CASE WHEN isfinite(%[1]s) THEN make_timestamp(epoch_us(%[1]s))::VARCHAR || '+00' ELSE %[1]s::VARCHAR END AS %[1]s",
+				ducksql.Ident(c.Name())))
+		case format == lakequery.FormatJSON && (dbType == "FLOAT" || dbType == "DOUBLE"):
+			repl = append(repl, fmt.Sprintf(`CASE WHEN isnan(%[1]s) THEN '"NaN"'::JSON WHEN isinf(%[1]s) AND %[1]s > 0 THEN '"Infinity"'::JSON WHEN isinf(%[1]s) THEN '"-Infinity"'::JSON ELSE to_json(%[1]s) END AS %[1]s`,
 				ducksql.Ident(c.Name())))
 		}
 	}

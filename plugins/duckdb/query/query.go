@@ -211,20 +211,21 @@ func collect(req lakequery.Request, rd *lakequery.Reader, dir string) ([]*table,
 			if len(key) > 0 {
 				t.walKey = key
 			}
-			for _, c := range uuids {
+			for c, list := range uuids {
 				if t.walUUID == nil {
 					t.walUUID = map[string]bool{}
 				}
-				t.walUUID[c] = true
+				t.walUUID[c] = list
 			}
 		}
 	}
 }
 
 // writeWALBatch writes a batch's rows with their place in the log (order, counting on) to a Parquet file. It
-// returns the row count, the batch's primary key and its UUID columns, which it writes as plain 16 bytes so
-// that DuckDB reads every UUID column as a BLOB, whether or not a writer marked it (see uuidFromBlob).
-func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string, []string, error) {
+// returns the row count, the batch's primary key and its UUID columns (true for a list of UUIDs), which it
+// writes as plain 16 bytes so that DuckDB reads every UUID column as a BLOB, whether or not a writer marked it
+// (see uuidFromBlob); a list's elements are cast whether DuckDB reads them as BLOBs or UUIDs.
+func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string, map[string]bool, error) {
 	mem := memory.DefaultAllocator
 	recs, sc, err := protocol.DecodeRecords(mem, ipcBytes)
 	if err != nil {
@@ -243,11 +244,17 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 		return 0, nil, nil, nil
 	}
 	fields := sc.Fields()
-	var uuids []string
+	uuids := map[string]bool{}
 	for i, f := range fields {
+		if isUUIDList(f) {
+			uuids[f.Name] = true
+		}
 		if isUUID(f) {
-			uuids = append(uuids, f.Name)
+			uuids[f.Name] = false
 			fields[i] = arrow.Field{Name: f.Name, Type: &arrow.FixedSizeBinaryType{ByteWidth: 16}, Nullable: f.Nullable}
+		}
+		if f.Type.ID() == arrow.INTERVAL_MONTH_DAY_NANO {
+			fields[i] = arrow.Field{Name: f.Name, Type: intervalStruct, Nullable: f.Nullable}
 		}
 	}
 	fields = append(fields, arrow.Field{Name: orderColumn, Type: arrow.PrimitiveTypes.Int64})
@@ -274,15 +281,23 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 		oa := ob.NewArray()
 		ob.Release()
 		cols := append(append([]arrow.Array{}, r.Columns()...), oa)
+		var converted []arrow.Array
 		for i, c := range cols {
 			if ext, ok := c.(array.ExtensionArray); ok && isUUID(sc.Field(i)) {
 				cols[i] = ext.Storage()
+			}
+			if iv, ok := c.(*array.MonthDayNanoInterval); ok {
+				cols[i] = intervalToStruct(mem, iv)
+				converted = append(converted, cols[i])
 			}
 		}
 		rec := array.NewRecordBatch(out, cols, r.NumRows())
 		err := w.Write(rec)
 		rec.Release()
 		oa.Release()
+		for _, c := range converted {
+			c.Release()
+		}
 		if err != nil {
 			w.Close()
 			return 0, nil, nil, fmt.Errorf("write %s: %w", path, err)
@@ -292,4 +307,31 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 		return 0, nil, nil, fmt.Errorf("close %s: %w", path, err)
 	}
 	return total, change.PrimaryKey(sc), uuids, nil
+}
+
+// intervalStruct is how the Iceberg lake holds an interval (Iceberg has none): its months, days and nanoseconds
+// kept apart. WAL rows take the same form, which Parquet can hold (Arrow's month_day_nano_interval it cannot)
+// and which merges with the lake's column.
+var intervalStruct = arrow.StructOf(
+	arrow.Field{Name: "months", Type: arrow.PrimitiveTypes.Int32},
+	arrow.Field{Name: "days", Type: arrow.PrimitiveTypes.Int32},
+	arrow.Field{Name: "nanoseconds", Type: arrow.PrimitiveTypes.Int64},
+)
+
+func intervalToStruct(mem memory.Allocator, arr *array.MonthDayNanoInterval) arrow.Array {
+	b := array.NewStructBuilder(mem, intervalStruct)
+	defer b.Release()
+	months, days, nanos := b.FieldBuilder(0).(*array.Int32Builder), b.FieldBuilder(1).(*array.Int32Builder), b.FieldBuilder(2).(*array.Int64Builder)
+	for i := 0; i < arr.Len(); i++ {
+		if arr.IsNull(i) {
+			b.AppendNull()
+			continue
+		}
+		v := arr.Value(i)
+		b.Append(true)
+		months.Append(v.Months)
+		days.Append(v.Days)
+		nanos.Append(v.Nanoseconds)
+	}
+	return b.NewArray()
 }

@@ -34,7 +34,7 @@ type table struct {
 	schema    *arrow.Schema   // the lake's current schema; nil when the table does not exist yet
 	wal       []string        // Parquet files of WAL batches, in log order
 	walKey    []string        // the primary key the WAL batches declare
-	walUUID   map[string]bool // columns of the WAL batches that hold UUIDs (written to Parquet as plain 16 bytes)
+	walUUID   map[string]bool // columns of the WAL batches that hold UUIDs (written to Parquet as plain 16 bytes), true for lists of them
 	// truncated: a WAL entry above the fence truncated the stream, so the lake's rows are gone and wal holds
 	// only the rows after the last truncate.
 	truncated bool
@@ -83,7 +83,11 @@ func (t *table) create(ctx context.Context, conn *sql.Conn, n int, asOfLake bool
 		if len(t.walUUID) > 0 {
 			var repl []string
 			for _, c := range slices.Sorted(maps.Keys(t.walUUID)) {
-				repl = append(repl, uuidFromBlob(ducksql.Ident(c))+" AS "+ducksql.Ident(c))
+				expr := uuidFromBlob(ducksql.Ident(c))
+				if t.walUUID[c] {
+					expr = uuidListFromBlobs(ducksql.Ident(c))
+				}
+				repl = append(repl, expr+" AS "+ducksql.Ident(c))
 			}
 			sel = "* REPLACE (" + strings.Join(repl, ", ") + ")"
 		}
@@ -130,6 +134,11 @@ func (t *table) lakeSQL(ctx context.Context, conn *sql.Conn, n int) (string, err
 		if isUUID(f) {
 			project = append(project, fmt.Sprintf("%s AS %s", uuidFromBlob("d."+col), ducksql.Ident(f.Name)))
 			nulls = append(nulls, "CAST(NULL AS UUID) AS "+ducksql.Ident(f.Name))
+			continue
+		}
+		if isUUIDList(f) {
+			project = append(project, fmt.Sprintf("%s AS %s", uuidListFromBlobs("d."+col), ducksql.Ident(f.Name)))
+			nulls = append(nulls, "CAST(NULL AS UUID[]) AS "+ducksql.Ident(f.Name))
 			continue
 		}
 		project = append(project, fmt.Sprintf("d.%s AS %s", col, ducksql.Ident(f.Name)))
@@ -262,6 +271,17 @@ func isUUID(f arrow.Field) bool {
 // uuidFromBlob is a DuckDB expression turning 16 bytes into a UUID: data files hold a UUID as 16 bytes, which
 // read_parquet reads as a BLOB unless the file marks the column with Parquet's UUID logical type.
 func uuidFromBlob(expr string) string { return "CAST(" + expr + " AS UUID)" }
+
+// isUUIDList says whether a field is a list of UUIDs (a PostgreSQL uuid[]).
+func isUUIDList(f arrow.Field) bool {
+	lt, ok := f.Type.(arrow.ListLikeType)
+	return ok && isUUID(lt.ElemField())
+}
+
+// uuidListFromBlobs is uuidFromBlob for each element of a list.
+func uuidListFromBlobs(expr string) string {
+	return "list_transform(" + expr + ", u -> " + uuidFromBlob("u") + ")"
+}
 
 func fieldID(f arrow.Field) (int, error) {
 	v, ok := f.Metadata.GetValue("PARQUET:field_id")

@@ -86,7 +86,22 @@ type TableOption struct {
 	// columns must be NOT NULL and, together, unique (the destination holds one row per key), and updates and
 	// deletes can carry them only under REPLICA IDENTITY FULL, unless they are the replica identity index.
 	KeyColumns []string `json:"key_columns"`
+	// Mode is "" (follow inserts, updates and deletes) or ModeAppend: carry inserts only, for a table whose
+	// updates and deletes cannot be matched to a row (no key, no REPLICA IDENTITY FULL). The README states
+	// the rule.
+	Mode string `json:"mode"`
 }
+
+// ModeAppend is the table mode that carries inserts (and truncates) only.
+const ModeAppend = "append"
+
+// AppendPublication is the publication that holds the tables in mode: append. It publishes inserts and
+// truncates only: PostgreSQL refuses UPDATE and DELETE on a table without a replica identity as soon as a
+// publication publishes them, so these tables must not be in the main one.
+func (s Settings) AppendPublication() string { return s.Publication + "_append" }
+
+// Append says whether table t is in mode: append.
+func (s Settings) Append(t TableName) bool { return s.Options[t].Mode == ModeAppend }
 
 // TableName is a schema-qualified table.
 type TableName struct{ Schema, Name string }
@@ -217,6 +232,14 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		if !seen[tn.String()] {
 			problems = append(problems, fmt.Sprintf("table_options names %s, which is not in tables", tn))
 			continue
+		}
+		switch opt.Mode {
+		case "", ModeAppend:
+		default:
+			problems = append(problems, fmt.Sprintf("table_options.%s.mode is %q; the only mode is %s (inserts only)", name, opt.Mode, ModeAppend))
+		}
+		if opt.Mode == ModeAppend && len(opt.KeyColumns) > 0 {
+			problems = append(problems, fmt.Sprintf("table_options.%s sets both mode: append and key_columns: key_columns follow updates and deletes, mode: append carries inserts only; choose one", name))
 		}
 		cols := map[string]bool{}
 		for _, c := range opt.KeyColumns {

@@ -55,6 +55,8 @@ func TestParse(t *testing.T) {
 		{`{"host": "h", "user": "u", "database": "d", "tabels": ["t"]}`, "unknown field"},
 		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"public.u": {"key_columns": ["a"]}}}`, "table_options names public.u, which is not in tables"},
 		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"key_columns": ["a", "a"]}}}`, "key_columns lists a twice"},
+		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"mode": "upsert"}}}`, `table_options.t.mode is "upsert"; the only mode is append`},
+		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"mode": "append", "key_columns": ["a"]}}}`, "sets both mode: append and key_columns"},
 		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"keys": ["a"]}}}`, "unknown field"},
 	} {
 		if _, err := Parse([]byte(tc.in)); err == nil || !strings.Contains(err.Error(), tc.err) {

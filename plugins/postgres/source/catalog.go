@@ -49,9 +49,11 @@ type table struct {
 	IdentityIsKey bool
 	// ExplicitKey: Key comes from the table's key_columns setting, not from the catalog.
 	ExplicitKey bool
-	CanSelect   bool
-	Owned       bool
-	Estimate    int64 // pg_class.reltuples over the leaves, 0 when never analysed
+	// Append: the table is in mode: append (inserts only, through the append publication).
+	Append    bool
+	CanSelect bool
+	Owned     bool
+	Estimate  int64 // pg_class.reltuples over the leaves, 0 when never analysed
 }
 
 // errNoTable marks a configured table the database does not have.
@@ -205,6 +207,7 @@ func loadConfigured(ctx context.Context, q querier, r *typemap.Resolver, cfg con
 		return nil, err
 	}
 	opt := cfg.Options[name]
+	t.Append = opt.Mode == config.ModeAppend
 	if len(opt.KeyColumns) > 0 {
 		// The old row carries every column under REPLICA IDENTITY FULL, else only the identity's.
 		t.IdentityIsKey = t.ReplicaIdentity == "f" || slices.Equal(opt.KeyColumns, t.Key)

@@ -107,20 +107,23 @@ func tableProblems(cfg config.Settings, t *table) Problems {
 	}
 	out = append(out, t.keyColumnProblems()...)
 	switch {
+	case t.Append:
+		// Inserts only: no key or replica identity is needed, since no update or delete is followed.
 	case len(t.Key) == 0:
-		add("table %s has no primary key, so changes cannot be matched to rows: add one (ALTER TABLE %s ADD PRIMARY KEY (...)), make a unique index on NOT NULL columns its replica identity (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...), or name the columns that identify a row in table_options: {%s: {key_columns: [...]}} and run ALTER TABLE %s REPLICA IDENTITY FULL", t.Name, t.Name.Quoted(), t.Name.Quoted(), t.Name, t.Name.Quoted())
+		add("table %s has no primary key, so changes cannot be matched to rows: add one (ALTER TABLE %s ADD PRIMARY KEY (...)), make a unique index on NOT NULL columns its replica identity (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...), name the columns that identify a row in table_options: {%s: {key_columns: [...]}} and run ALTER TABLE %s REPLICA IDENTITY FULL, or carry its inserts only with table_options: {%s: {mode: append}} (updates and deletes are then not carried)", t.Name, t.Name.Quoted(), t.Name.Quoted(), t.Name, t.Name.Quoted(), t.Name)
 	case t.ExplicitKey && !t.IdentityIsKey:
 		add("table %s is keyed on key_columns (%s), which its updates and deletes carry only under REPLICA IDENTITY FULL: run ALTER TABLE %s REPLICA IDENTITY FULL", t.Name, strings.Join(t.Key, ", "), t.Name.Quoted())
 	case !t.IdentityIsKey:
 		add("table %s has a replica identity index other than its primary key, so an update of the primary key could not be followed: run ALTER TABLE %s REPLICA IDENTITY DEFAULT (or FULL)", t.Name, t.Name.Quoted())
 	}
-	switch t.ReplicaIdentity {
-	case "n":
+	switch {
+	case t.Append:
+	case t.ReplicaIdentity == "n":
 		add("table %s has REPLICA IDENTITY NOTHING, so deletes and key updates carry no key: run ALTER TABLE %s REPLICA IDENTITY DEFAULT", t.Name, t.Name.Quoted())
-	case "mixed":
+	case t.ReplicaIdentity == "mixed":
 		add("the partitions of %s have different replica identities: give every partition the same one (ALTER TABLE <partition> REPLICA IDENTITY ...)", t.Name)
 	}
-	if cfg.UnchangedToast == config.ToastRequireFull && t.ReplicaIdentity != "f" {
+	if cfg.UnchangedToast == config.ToastRequireFull && t.ReplicaIdentity != "f" && !t.Append {
 		if cols := t.toastable(); len(cols) > 0 {
 			what := "ALTER TABLE " + t.Name.Quoted() + " REPLICA IDENTITY FULL"
 			if t.Kind == "p" {
@@ -136,9 +139,50 @@ func tableProblems(cfg config.Settings, t *table) Problems {
 	return out
 }
 
+// publicationProblems checks the publication of the tables that follow every change and, when some tables are
+// in mode: append, the append publication (inserts and truncates only) that holds those.
 func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.Settings, tables []*table) Problems {
+	var full, appendOnly []*table
+	for _, t := range tables {
+		if t.Append {
+			appendOnly = append(appendOnly, t)
+		} else {
+			full = append(full, t)
+		}
+	}
+	out := onePublicationProblems(ctx, conn, cfg, false, full)
+	if len(appendOnly) == 0 {
+		return out
+	}
+	out = append(out, onePublicationProblems(ctx, conn, cfg, true, appendOnly)...)
+	// In a publication that publishes updates and deletes, PostgreSQL refuses both on a table without a
+	// replica identity: the source's own writes would fail.
+	for _, t := range appendOnly {
+		var inFull bool
+		err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication_tables pt JOIN pg_publication p USING (pubname)
+			WHERE pt.pubname = $1 AND pt.schemaname = $2 AND pt.tablename = $3 AND (p.pubupdate OR p.pubdelete))`,
+			cfg.Publication, t.Name.Schema, t.Name.Name).Scan(&inFull)
+		if err != nil {
+			out = append(out, fmt.Sprintf("read publication %s: %v", cfg.Publication, cfg.Explain(err)))
+			continue
+		}
+		if inFull {
+			out = append(out, fmt.Sprintf("table %s is in mode: append, but publication %q publishes its updates and deletes (PostgreSQL then refuses them on a table without a replica identity): run ALTER PUBLICATION %s DROP TABLE %s",
+				t.Name, cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize(), t.Name.Quoted()))
+		}
+	}
+	return out
+}
+
+// onePublicationProblems checks one publication: the main one (appendOnly false) or the append one.
+func onePublicationProblems(ctx context.Context, conn typemap.Querier, cfg config.Settings, appendOnly bool, tables []*table) Problems {
 	var out Problems
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	pubName := cfg.Publication
+	if appendOnly {
+		pubName = cfg.AppendPublication()
+	}
+	cfg.Publication = pubName // the messages below name the publication checked
 	var allTables, viaRoot, ins, upd, del, trunc bool
 	err := conn.QueryRow(ctx, `SELECT puballtables, pubviaroot, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1`,
 		cfg.Publication).Scan(&allTables, &viaRoot, &ins, &upd, &del, &trunc)
@@ -160,7 +204,7 @@ func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.S
 				why = "it needs to own the tables (" + strings.Join(notOwned, ", ") + ")"
 			}
 			add("publication %q does not exist and role %q cannot create it (%s): create it as the tables' owner: %s",
-				cfg.Publication, cfg.User, why, createPublicationSQL(cfg))
+				cfg.Publication, cfg.User, why, createPublicationSQL(cfg.Publication, tables, appendOnly))
 		}
 		return out
 	}
@@ -168,13 +212,21 @@ func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.S
 		add("read publication %s: %v", cfg.Publication, cfg.Explain(err))
 		return out
 	}
-	if !ins || !upd || !del {
+	switch {
+	case appendOnly && (!ins || upd || del):
+		add("publication %q holds the tables in mode: append and must publish inserts (and truncates) only: PostgreSQL refuses UPDATE and DELETE on a table without a replica identity in a publication that publishes them: run ALTER PUBLICATION %s SET (publish = 'insert, truncate')",
+			cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize())
+	case !appendOnly && (!ins || !upd || !del):
 		add("publication %q does not publish every insert, update and delete: run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate')",
 			cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize())
 	}
 	if !trunc && cfg.Truncate == config.TruncatePropagate {
-		add("publication %q does not publish TRUNCATE, so truncate: propagate would miss them and the destination would keep rows the source no longer has: run ALTER PUBLICATION %s SET (publish = 'insert, update, delete, truncate'), or set truncate: ignore",
-			cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize())
+		publish := "insert, update, delete, truncate"
+		if appendOnly {
+			publish = "insert, truncate"
+		}
+		add("publication %q does not publish TRUNCATE, so truncate: propagate would miss them and the destination would keep rows the source no longer has: run ALTER PUBLICATION %s SET (publish = '%s'), or set truncate: ignore",
+			cfg.Publication, pgx.Identifier{cfg.Publication}.Sanitize(), publish)
 	}
 	for _, t := range tables {
 		if t.Kind == "p" && !viaRoot {
@@ -206,13 +258,22 @@ func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.S
 	return out
 }
 
-func createPublicationSQL(cfg config.Settings) string {
-	names := make([]string, len(cfg.TableNames))
-	for i, t := range cfg.TableNames {
-		names[i] = t.Quoted()
+// createPublicationSQL creates publication name for tables; an append publication publishes inserts and
+// truncates only. A publication without tables (every table in mode: append) is valid and stays empty.
+func createPublicationSQL(name string, tables []*table, appendOnly bool) string {
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.Name.Quoted()
 	}
-	return fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s WITH (publish_via_partition_root = true)",
-		pgx.Identifier{cfg.Publication}.Sanitize(), strings.Join(names, ", "))
+	with := "publish_via_partition_root = true"
+	if appendOnly {
+		with += ", publish = 'insert, truncate'"
+	}
+	forTables := ""
+	if len(names) > 0 {
+		forTables = " FOR TABLE " + strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("CREATE PUBLICATION %s%s WITH (%s)", pgx.Identifier{name}.Sanitize(), forTables, with)
 }
 
 // slotCheck is what the check found about the slot that is not a problem of the settings: WAL lost (only a

@@ -178,34 +178,51 @@ func (r *reader) tableNames() []string {
 	return out
 }
 
-// ensurePublication creates the publication when it is missing. An existing one is used as it is (check
-// says what it lacks).
+// ensurePublication creates the publication when it is missing, and the append publication when a table is
+// in mode: append and it is missing. An existing one is used as it is (check says what it lacks).
 func (r *reader) ensurePublication(ctx context.Context) error {
-	var exists bool
-	if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, r.cfg.Publication).Scan(&exists); err != nil {
-		return r.cfg.Explain(err)
-	}
-	if exists {
-		// A publication made by hand must cover the tables, or their changes would silently never come.
-		var tables []*table
-		for _, tn := range r.cfg.TableNames {
-			tables = append(tables, r.tables[tn.String()])
+	var full, appendOnly []*table
+	for _, tn := range r.cfg.TableNames {
+		if t := r.tables[tn.String()]; t.Append {
+			appendOnly = append(appendOnly, t)
+		} else {
+			full = append(full, t)
 		}
-		if p := publicationProblems(ctx, r.pool, r.cfg, tables); len(p) > 0 {
+	}
+	existed := false
+	for _, p := range []struct {
+		name       string
+		tables     []*table
+		appendOnly bool
+	}{{r.cfg.Publication, full, false}, {r.cfg.AppendPublication(), appendOnly, true}} {
+		if p.appendOnly && len(p.tables) == 0 {
+			continue
+		}
+		var exists bool
+		if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, p.name).Scan(&exists); err != nil {
+			return r.cfg.Explain(err)
+		}
+		if exists {
+			existed = true
+			continue
+		}
+		pub := pgx.Identifier{p.name}.Sanitize()
+		_, err := r.pool.Exec(ctx, createPublicationSQL(p.name, p.tables, p.appendOnly)+"; COMMENT ON PUBLICATION "+pub+" IS '"+publicationComment+"'")
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
+			continue // created meanwhile by someone else
+		}
+		if err != nil {
+			return fmt.Errorf("create publication %s (run check for what is missing): %w", p.name, r.cfg.Explain(err))
+		}
+		r.log.Info("created publication", "publication", p.name)
+	}
+	if existed {
+		// A publication made by hand must cover the tables, or their changes would silently never come.
+		if p := publicationProblems(ctx, r.pool, r.cfg, append(full, appendOnly...)); len(p) > 0 {
 			return p
 		}
-		return nil
 	}
-	pub := pgx.Identifier{r.cfg.Publication}.Sanitize()
-	_, err := r.pool.Exec(ctx, createPublicationSQL(r.cfg)+"; COMMENT ON PUBLICATION "+pub+" IS '"+publicationComment+"'")
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42710" {
-		return nil // created meanwhile by someone else
-	}
-	if err != nil {
-		return fmt.Errorf("create publication %s (run check for what is missing): %w", r.cfg.Publication, r.cfg.Explain(err))
-	}
-	r.log.Info("created publication", "publication", r.cfg.Publication)
 	return nil
 }
 

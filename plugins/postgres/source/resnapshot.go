@@ -350,6 +350,10 @@ func (r *reader) publish(ctx context.Context, names []string) error {
 		return nil
 	}
 	for _, t := range tables {
+		if t.Append {
+			return fault.ConfigErr(Problems{fmt.Sprintf("table %s is in mode: append, which a running pipeline cannot add yet", t.Name)},
+				"add it to the append publication by hand (ALTER PUBLICATION "+pgx.Identifier{r.cfg.AppendPublication()}.Sanitize()+" ADD TABLE "+t.Name.Quoted()+"), or sync it in a pipeline of its own")
+		}
 		_, err := r.pool.Exec(ctx, `ALTER PUBLICATION `+pgx.Identifier{r.cfg.Publication}.Sanitize()+` ADD TABLE `+t.Name.Quoted())
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42710" {

@@ -93,6 +93,10 @@ type chunk struct {
 	rows int
 	last []string // the chunk's last key
 	keys []string // each row's key (keyText), for a limited query only (a re-snapshot's chunk)
+	// final: the table's last chunk. Its checkpoint marks the table done, so a Read that starts from it
+	// copies nothing more of the table: a resumed copy reads under a fresh snapshot, and for a table without
+	// a key (mode: append) any row it read again would be a second copy.
+	final bool
 }
 
 // progressEvery is how often the snapshot logs each table's rows beside its estimate.
@@ -173,13 +177,31 @@ func (r *reader) copyTables(ctx context.Context, tx pgx.Tx, next *Position, tota
 		open(t)
 	}
 	todo = todo[n:]
-	turn := 0
-	if last := slices.Index(next.Tables, next.Table); last >= 0 {
-		for i, l := range window {
-			if slices.Index(next.Tables, l.t.Name.String()) > last {
-				turn = i
-				break
+	// turnAfter is the lane whose table comes first after table in the order of tables (the first lane when
+	// none does): where a round continues after a chunk of table, in a Read that resumes from its checkpoint
+	// and in one that has just finished table alike, so both reach the same checkpoints.
+	turnAfter := func(table string) int {
+		if last := slices.Index(next.Tables, table); last >= 0 {
+			for i, l := range window {
+				if slices.Index(next.Tables, l.t.Name.String()) > last {
+					return i
+				}
 			}
+		}
+		return 0
+	}
+	turn := turnAfter(next.Table)
+	// finish closes the lane at turn, whose table is copied, and opens the next table.
+	finish := func() {
+		l := window[turn]
+		name := l.t.Name.String()
+		next.Progress[name] = TableProgress{Done: true, Rows: next.Progress[name].Rows}
+		r.log.Info("table copied", "table", name, "rows", next.Progress[name].Rows)
+		free = append(free, l.tx)
+		window = slices.Delete(window, turn, turn+1)
+		if len(todo) > 0 {
+			open(todo[0])
+			todo = todo[1:]
 		}
 	}
 	lastReport := time.Now()
@@ -207,21 +229,25 @@ func (r *reader) copyTables(ctx context.Context, tx pgx.Tx, next *Position, tota
 			if err != nil {
 				return err
 			}
-			turn = (turn + 1) % len(window)
+			if !c.final {
+				turn = (turn + 1) % len(window)
+				continue
+			}
+			// The table's last chunk, whose checkpoint marked it done: its query has ended.
+			for range l.chunks {
+			}
+			if err := <-l.err; err != nil {
+				return err
+			}
+			finish()
+			turn = turnAfter(l.t.Name.String())
 			continue
 		}
+		// The query ended without a final chunk: the table had no rows (left).
 		if err := <-l.err; err != nil {
 			return err
 		}
-		name := l.t.Name.String()
-		next.Progress[name] = TableProgress{Done: true, Rows: next.Progress[name].Rows}
-		r.log.Info("table copied", "table", name, "rows", next.Progress[name].Rows)
-		free = append(free, l.tx)
-		window = slices.Delete(window, turn, turn+1)
-		if len(todo) > 0 {
-			open(todo[0])
-			todo = todo[1:]
-		}
+		finish()
 		if turn >= len(window) {
 			turn = 0
 		}
@@ -238,6 +264,9 @@ func (r *reader) emitChunk(ctx context.Context, t *table, c chunk, next *Positio
 	next.Rows += int64(c.rows)
 	next.Table = name
 	next.Progress[name] = TableProgress{Key: c.last, Rows: next.Progress[name].Rows + int64(c.rows)}
+	if c.final {
+		next.Progress[name] = TableProgress{Done: true, Rows: next.Progress[name].Rows}
+	}
 	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: next.Encode(), RowsDone: next.Rows, RowsTotal: max(total, next.Rows), Metrics: r.snapshotMetrics(next)}); err != nil {
 		return err
 	}
@@ -266,6 +295,13 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 		keyIdx[i] = slices.IndexFunc(t.Columns, func(c column) bool { return c.Name == k })
 		params[i] = fmt.Sprintf("$%d", i+1)
 	}
+	colKeyIdx := keyIdx // the key among the table's columns
+	if len(t.Key) == 0 {
+		// A table without a key (mode: append) is copied in the order of its rows' physical places, which a
+		// resumed copy continues from. The ctid is read after the columns and is no column of the stream.
+		keys, keyIdx, params = []string{"ctid"}, []int{len(t.Columns)}, []string{"$1"}
+		cols = append(cols, "ctid")
+	}
 	from := t.Name.Quoted()
 	if t.Kind == "r" {
 		from = "ONLY " + from // publications publish inheritance children as tables of their own
@@ -287,7 +323,7 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 	// Key columns come back as text: the checkpoint records the last key in text, the form a resumed copy
 	// passes back as parameters. The other columns come in binary where typemap can, which costs the server
 	// and the plugin a fraction of text (BENCHMARKS.md).
-	formats := make([]int16, len(t.Columns))
+	formats := make([]int16, len(cols))
 	decode := make([]func([]byte) error, len(t.Columns))
 	for i, c := range t.Columns {
 		bin := typemap.Binary(c.Type) && !slices.Contains(keyIdx, i)
@@ -307,8 +343,10 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 	}
 	lastBuf := make([][]byte, len(keyIdx))
 	b.Reserve(r.cfg.BatchSize)
-	// flush hands the rows built so far on as one chunk, ending at the key in lastBuf.
-	flush := func(n int) error {
+	// flush hands the rows built so far on as one chunk, ending at the key in lastBuf. A full chunk waits for
+	// the next row (full), so the last chunk of the table is known to be the last.
+	full := false
+	flush := func(n int, final bool) error {
 		last := make([]string, len(keyIdx))
 		for i, v := range lastBuf {
 			last[i] = string(v)
@@ -317,7 +355,7 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 		b.Reserve(r.cfg.BatchSize)
 		reserveData(b, rec)
 		select {
-		case chunks <- chunk{rec: rec, rows: n, last: last, keys: rowKeys}:
+		case chunks <- chunk{rec: rec, rows: n, last: last, keys: rowKeys, final: final}:
 			return nil
 		case <-ctx.Done():
 			rec.Release()
@@ -328,15 +366,22 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 	rr := pgc.ExecParams(ctx, sql, args, nil, nil, formats)
 	n := 0
 	for rr.NextRow() {
+		if full {
+			if err := flush(n, false); err != nil {
+				rr.Close()
+				return err
+			}
+			n, full = 0, false
+		}
 		vals := rr.Values()
 		row.Reset()
-		for i, v := range vals {
+		for i, v := range vals[:len(t.Columns)] {
 			if v == nil {
 				b.Field(i).AppendNull()
 				continue
 			}
 			if err := decode[i](v); err != nil {
-				if err := r.unrepresentable(stream, t.Columns, keyIdx, vals, i, b.Field(i), err, &row); err != nil {
+				if err := r.unrepresentable(stream, t.Columns, colKeyIdx, vals, i, b.Field(i), err, &row); err != nil {
 					rr.Close()
 					return fmt.Errorf("snapshot of %s, column %s: %w", stream, t.Columns[i].Name, err)
 				}
@@ -351,13 +396,7 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 		if limit > 0 {
 			rowKeys = append(rowKeys, keyText(lastBuf))
 		}
-		if n == batch {
-			if err := flush(n); err != nil {
-				rr.Close()
-				return err
-			}
-			n = 0
-		}
+		full = n == batch
 	}
 	if _, err := rr.Close(); err != nil {
 		return fmt.Errorf("snapshot of %s: %w", stream, r.cfg.Explain(err))
@@ -365,7 +404,7 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 	if n == 0 {
 		return nil
 	}
-	return flush(n)
+	return flush(n, true)
 }
 
 // unrepresentable applies on_unrepresentable to decoder error err of column i of a row whose text or binary

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
@@ -69,8 +70,9 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 		if err != nil {
 			return nil, err
 		}
-		if len(t.Key) == 0 {
-			return nil, fmt.Errorf("table %s has no primary key or replica identity index", tn)
+		if len(t.Key) == 0 && !t.Append {
+			return nil, fault.ConfigErr(fmt.Errorf("table %s has no primary key or replica identity index", tn),
+				fmt.Sprintf("add a primary key, name the columns that identify a row in table_options: {%s: {key_columns: [...]}} (with REPLICA IDENTITY FULL), or carry its inserts only with table_options: {%s: {mode: append}}", tn, tn))
 		}
 		out = append(out, t.stream(cfg.Policy))
 	}
@@ -291,20 +293,23 @@ func Drop(ctx context.Context, raw json.RawMessage) (released []string, err erro
 		slog.Info("dropped replication slot", "slot", cfg.Slot)
 		released = append(released, "replication slot "+cfg.Slot)
 	}
-	var ours bool
-	err = conn.QueryRow(ctx, `SELECT coalesce(obj_description(oid, 'pg_publication') = $2, false) FROM pg_publication WHERE pubname = $1`,
-		cfg.Publication, publicationComment).Scan(&ours)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !ours) {
-		return released, nil
+	for _, pub := range []string{cfg.Publication, cfg.AppendPublication()} {
+		var ours bool
+		err = conn.QueryRow(ctx, `SELECT coalesce(obj_description(oid, 'pg_publication') = $2, false) FROM pg_publication WHERE pubname = $1`,
+			pub, publicationComment).Scan(&ours)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !ours) {
+			continue
+		}
+		if err != nil {
+			return released, cfg.Explain(err)
+		}
+		if _, err := conn.Exec(ctx, `DROP PUBLICATION `+pgx.Identifier{pub}.Sanitize()); err != nil {
+			return released, fmt.Errorf("drop publication %s: %w", pub, cfg.Explain(err))
+		}
+		slog.Info("dropped publication", "publication", pub)
+		released = append(released, "publication "+pub)
 	}
-	if err != nil {
-		return released, cfg.Explain(err)
-	}
-	if _, err := conn.Exec(ctx, `DROP PUBLICATION `+pgx.Identifier{cfg.Publication}.Sanitize()); err != nil {
-		return released, fmt.Errorf("drop publication %s: %w", cfg.Publication, cfg.Explain(err))
-	}
-	slog.Info("dropped publication", "publication", cfg.Publication)
-	return append(released, "publication "+cfg.Publication), nil
+	return released, nil
 }
 
 // publicationComment marks a publication this plugin created, so Drop removes only its own.

@@ -114,7 +114,14 @@ func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgco
 		// Only data-free WAL is skipped this way (see package doc); the server starts at its own position.
 		r.log.Info("the slot is ahead of the checkpoint; streaming starts at the slot's position", "checkpoint", lsn.String(), "slot_position", c.String())
 	}
-	args := []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(pgx.Identifier{r.cfg.Publication}.Sanitize(), "'", "''") + "'"}
+	pubs := []string{pgx.Identifier{r.cfg.Publication}.Sanitize()}
+	for _, tn := range r.cfg.TableNames {
+		if r.cfg.Append(tn) { // the tables in mode: append come through their own, inserts-only publication
+			pubs = append(pubs, pgx.Identifier{r.cfg.AppendPublication()}.Sanitize())
+			break
+		}
+	}
+	args := []string{"proto_version '1'", "publication_names '" + strings.ReplaceAll(strings.Join(pubs, ","), "'", "''") + "'"}
 	if r.messages {
 		args = append(args, "messages 'true'")
 	}
@@ -497,7 +504,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			return fmt.Errorf("insert into %s at %s: %w", rel.stream, it.walStart, err)
 		}
 		op := change.OpInsert
-		if p.upsert {
+		if p.upsert && !rel.table.Append { // a stream without a key has no upsert: mode: append keeps inserts (README)
 			op = change.OpUpdate
 		}
 		return p.appendRow(ctx, rel, op, vals, it.walStart)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -17,6 +19,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/snowflake/sfsql"
 )
 
@@ -140,6 +144,23 @@ func convert(mem memory.Allocator, a arrow.Array, t sfsql.Type, want arrow.DataT
 		return b.NewArray(), nil
 	}
 	switch src := a.(type) {
+	case *array.Date32:
+		for i := 0; i < src.Len(); i++ {
+			if d := int64(src.Value(i)); src.IsValid(i) && (d < minDay || d > maxDay) {
+				return nil, outOfRange(i, "date", dayText(src.Value(i)))
+			}
+		}
+	case *array.Timestamp:
+		unit := src.DataType().(*arrow.TimestampType).Unit
+		lo, hi := minMicros/microsPer(unit), maxMicros/microsPer(unit)
+		if unit == arrow.Nanosecond {
+			lo, hi = math.MinInt64, math.MaxInt64 // timestamp[ns] spans 1677–2262: always inside
+		}
+		for i := 0; i < src.Len(); i++ {
+			if v := src.Value(i); src.IsValid(i) && (int64(v) < lo || int64(v) > hi) {
+				return nil, outOfRange(i, "timestamp", timestampText(v, unit))
+			}
+		}
 	case *array.Null:
 		b := array.NewStringBuilder(mem)
 		defer b.Release()
@@ -252,4 +273,52 @@ func EncodeParquet(ctx context.Context, w io.Writer, src *arrow.Schema, cols []s
 		}
 	}
 	return n, fw.Close()
+}
+
+// Snowflake's DATE and TIMESTAMP hold years 1 to 9999 and nothing infinite; the ±infinity sources carry (as
+// DuckDB keeps it, plugin-sdk/values) and later years would be loaded as other instants or refused by COPY.
+const (
+	minDay    = -719162                // 0001-01-01
+	maxDay    = 2932896                // 9999-12-31
+	minMicros = -62135596800000000     // 0001-01-01 00:00:00
+	maxMicros = 253402300800000000 - 1 // 9999-12-31 23:59:59.999999
+)
+
+func microsPer(u arrow.TimeUnit) int64 {
+	switch u {
+	case arrow.Second:
+		return 1e6
+	case arrow.Millisecond:
+		return 1e3
+	}
+	return 1
+}
+
+// outOfRange is the data error for row i's value: the pipeline stops in state failed naming it (StageRecord
+// adds the column), instead of a COPY the warehouse refuses on every retry.
+func outOfRange(row int, kind, value string) error {
+	return fault.DataErr(fmt.Errorf("row %d: %s %s is outside Snowflake's range (years 1 to 9999, nothing infinite)", row, kind, value),
+		"Snowflake cannot hold it: change the value in the source (for example UPDATE … SET col = NULL WHERE col = 'infinity'), or replicate the table to a destination that holds it (Postgres, DuckDB, Iceberg)")
+}
+
+func dayText(d arrow.Date32) string {
+	switch d {
+	case values.DateInfinity:
+		return "infinity"
+	case values.DateNegInfinity:
+		return "-infinity"
+	}
+	return strconv.FormatInt(int64(d), 10) + " days since 1970-01-01"
+}
+
+func timestampText(v arrow.Timestamp, u arrow.TimeUnit) string {
+	if u == arrow.Microsecond {
+		switch v {
+		case values.TimestampInfinity:
+			return "infinity"
+		case values.TimestampNegInfinity:
+			return "-infinity"
+		}
+	}
+	return strconv.FormatInt(int64(v), 10) + " " + u.String() + " since 1970-01-01"
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 	"github.com/skippr-dev/skippr/testkit/snowflaketest"
 )
@@ -358,6 +359,54 @@ func TestKeylessStreamAppendsAndTruncates(t *testing.T) {
 	got := tg.rows(TableName(st))
 	if len(got) != 1 || got["0"]["MSG"] != "after" {
 		t.Fatalf("after truncate: %v, want the one row after it", got)
+	}
+}
+
+// TestOutOfRangeTimesAreDataErrors: ±infinity as sources carry it (plugin-sdk/values) and years past 9999
+// stop the apply with a data error naming the column and the value — the engine marks the pipeline failed
+// instead of retrying a COPY the warehouse refuses — and nothing of the apply is written; the range's ends
+// apply.
+func TestOutOfRangeTimesAreDataErrors(t *testing.T) {
+	tg := newTarget(t, nil)
+	st := tg.prefix + "public.times"
+	s := change.Schema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "d", Type: arrow.FixedWidthTypes.Date32, Nullable: true},
+		{Name: "ts", Type: &arrow.TimestampType{Unit: arrow.Microsecond}, Nullable: true},
+	}, []string{"id"})
+	mk := func(id int64, d arrow.Date32, ts arrow.Timestamp) arrow.RecordBatch {
+		b := change.NewBuilder(mem, s)
+		defer b.Release()
+		b.Field(0).(*array.Int64Builder).Append(id)
+		b.Field(1).(*array.Date32Builder).Append(d)
+		b.Field(2).(*array.TimestampBuilder).Append(ts)
+		b.Row(change.OpInsert, "")
+		return b.NewBatch()
+	}
+	ends := mk(1, -719162, 253402300799999999) // 0001-01-01, 9999-12-31 23:59:59.999999
+	defer ends.Release()
+	tg.apply(1, 1, item(st, 1, ends))
+	for i, c := range []struct {
+		d    arrow.Date32
+		ts   arrow.Timestamp
+		want string
+	}{
+		{values.DateInfinity, 0, "column d: row 0: date infinity"},
+		{values.DateNegInfinity, 0, "column d: row 0: date -infinity"},
+		{0, values.TimestampInfinity, "column ts: row 0: timestamp infinity"},
+		{0, values.TimestampNegInfinity, "column ts: row 0: timestamp -infinity"},
+		{2932897, 0, "column d: row 0: date 2932897 days"},
+		{0, -62135596800000001, "column ts: row 0: timestamp -62135596800000001 us"},
+	} {
+		rec := mk(int64(10+i), c.d, c.ts)
+		_, err := tg.d.Apply(tctx(t), serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: uint64(2 + i), Sequence: uint64(2 + i), Items: []serve.Item{item(st, uint64(2+i), rec)}})
+		rec.Release()
+		if err == nil || !strings.Contains(err.Error(), c.want) || fault.ClassOf(err) != fault.Data {
+			t.Fatalf("case %d: want a data error containing %q, got %v (class %s)", i, c.want, err, fault.ClassOf(err))
+		}
+	}
+	if got := tg.rows(TableName(st)); len(got) != 1 {
+		t.Fatalf("%d rows, want only the one with the range's ends: %v", len(got), got)
 	}
 }
 
