@@ -85,3 +85,30 @@ func SchemaID(s *arrow.Schema) string {
 	sum := sha256.Sum256([]byte(s.String()))
 	return hex.EncodeToString(sum[:8])
 }
+
+// SchemaIDs remembers the id of the schema last seen per stream. SchemaID formats and hashes the whole
+// schema, which cost a streaming source about 4% of its CPU when done for every batch (one batch per
+// transaction: BENCHMARKS.md); batches of one stream nearly always share one *arrow.Schema, and a schema
+// never changes once built, so the same pointer has the same id. The zero value is ready; not safe for
+// concurrent use.
+type SchemaIDs struct {
+	last map[string]schemaID
+}
+
+type schemaID struct {
+	schema *arrow.Schema
+	id     string
+}
+
+// ID is SchemaID(s), computed again only when stream's schema is not the one of its last call.
+func (c *SchemaIDs) ID(stream string, s *arrow.Schema) string {
+	if l, ok := c.last[stream]; ok && l.schema == s {
+		return l.id
+	}
+	if c.last == nil {
+		c.last = map[string]schemaID{}
+	}
+	id := SchemaID(s)
+	c.last[stream] = schemaID{schema: s, id: id}
+	return id
+}

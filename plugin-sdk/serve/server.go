@@ -136,6 +136,7 @@ type emitter struct {
 	// marshalled the message into its own buffers by the time Send returns, and this server installs no
 	// stats handler that could look at the message later.
 	ipc sync.Pool
+	ids protocol.SchemaIDs // under mu
 }
 
 func (e *emitter) send(m *pluginv1.ReadMessage) error {
@@ -159,7 +160,7 @@ func (e *emitter) Batch(ctx context.Context, stream string, rec arrow.RecordBatc
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, c := range protocol.Chunks(protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(rec.Schema()), Rows: rec.NumRows(), IPC: buf.Bytes()}) {
+	for _, c := range protocol.Chunks(protocol.Batch{Stream: stream, SchemaID: e.ids.ID(stream, rec.Schema()), Rows: rec.NumRows(), IPC: buf.Bytes()}) {
 		if err := e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Batch{Batch: c}}); err != nil {
 			return err
 		}

@@ -40,6 +40,7 @@ type reader struct {
 	// announced holds the schema id last announced per stream (SchemaChange before the first batch that
 	// needs it).
 	announced map[string]string
+	ids       protocol.SchemaIDs
 	// emitted says data (batches or schema changes) went out since the last checkpoint.
 	emitted bool
 	// slot is what the heartbeat last read of the slot, for the metrics on checkpoints.
@@ -307,7 +308,7 @@ func (r *reader) beginSnapshot(ctx context.Context, exported string) (pgx.Tx, er
 
 // emitBatch sends a batch, announcing the stream's schema first when it is new to this Read or changed.
 func (r *reader) emitBatch(ctx context.Context, stream string, key []string, rec arrow.RecordBatch) error {
-	id := protocol.SchemaID(rec.Schema())
+	id := r.ids.ID(stream, rec.Schema())
 	if r.announced[stream] != id {
 		if err := r.out.SchemaChange(ctx, serve.Stream{Name: stream, Schema: rec.Schema(), PrimaryKey: key,
 			Modes: []serve.SyncMode{serve.ModeSnapshot, serve.ModeCDC}}); err != nil {

@@ -325,8 +325,7 @@ func (r *reader) own(ctx context.Context, conn *pgconn.PgConn, items chan<- []it
 				if err != nil {
 					return fmt.Errorf("parse XLogData: %w", err)
 				}
-				// The receive buffer is reused by the next read; the processor gets its own copy.
-				lm, err := pglogrepl.Parse(bytes.Clone(xld.WALData))
+				lm, err := parseMessage(xld.WALData)
 				if err != nil {
 					return fmt.Errorf("decode pgoutput message at %s: %w", xld.WALStart, err)
 				}
@@ -768,7 +767,7 @@ func (p *processor) appendRow(ctx context.Context, rel *relation, op change.Op, 
 		}
 	}
 	appendMeta(p.b, len(rel.cols), p.r.cfg.Policy, &p.row)
-	p.b.Row(op, lsn.String())
+	p.b.Row(op, lsnText(lsn))
 	p.rs.saw(rel, vals)
 	p.rows++
 	if p.b.Len() >= p.r.cfg.BatchSize {

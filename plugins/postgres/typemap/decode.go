@@ -26,22 +26,28 @@ import (
 
 // Append decodes one value in PostgreSQL's text form and appends it to b, a builder of t.Arrow().
 func Append(t *Type, b array.Builder, text []byte) error {
-	s := string(text)
+	// Strings and booleans, most of a streamed row, go in without a string copy of the value (an
+	// allocation per value: BENCHMARKS.md, 2026-12-04).
 	switch t.Kind {
 	case KindString:
 		if !utf8.Valid(text) {
 			return fmt.Errorf("%s value is not valid UTF-8", t.Name)
 		}
-		b.(*array.StringBuilder).Append(s)
+		b.(*array.StringBuilder).BinaryBuilder.Append(text)
+		return nil
 	case KindBool:
-		switch s {
-		case "t":
+		switch {
+		case len(text) == 1 && text[0] == 't':
 			b.(*array.BooleanBuilder).Append(true)
-		case "f":
+		case len(text) == 1 && text[0] == 'f':
 			b.(*array.BooleanBuilder).Append(false)
 		default:
-			return fmt.Errorf("boolean %q: want t or f", s)
+			return fmt.Errorf("boolean %q: want t or f", text)
 		}
+		return nil
+	}
+	s := string(text)
+	switch t.Kind {
 	case KindInt16:
 		v, err := strconv.ParseInt(s, 10, 16)
 		if err != nil {
@@ -388,17 +394,20 @@ func ParseTimestamp(s string) (int64, error) {
 		default:
 			return 0, fmt.Errorf("timestamp %q: unexpected %q", s, rest)
 		}
-		parts := strings.Split(rest[1:], ":")
-		mult := []int64{3600, 60, 1}
-		if len(parts) > 3 {
-			return 0, fmt.Errorf("timestamp %q: bad offset %q", s, rest)
-		}
-		for i, p := range parts {
+		// Hours, then minutes and seconds when given: at most three parts (cut, not split: this runs
+		// for every streamed timestamptz).
+		off, mult := rest[1:], int64(3600)
+		for {
+			p, more, found := strings.Cut(off, ":")
 			v, err := strconv.ParseInt(p, 10, 64)
-			if err != nil {
+			if err != nil || mult == 0 {
 				return 0, fmt.Errorf("timestamp %q: bad offset %q", s, rest)
 			}
-			offset += v * mult[i]
+			offset += v * mult
+			if !found {
+				break
+			}
+			off, mult = more, mult/60
 		}
 		offset *= sign * 1e6
 	}

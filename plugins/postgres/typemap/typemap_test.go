@@ -316,3 +316,48 @@ func TestArraysAListCannotHold(t *testing.T) {
 		b.Release()
 	}
 }
+
+// Strings and booleans take their own path in Append (no string copy): values, refusals, and a builder that
+// does not keep the caller's buffer.
+func TestAppendStringAndBool(t *testing.T) {
+	for _, tc := range []struct {
+		typ     *Type
+		in      string
+		want    string // the appended value as fmt prints it
+		wantErr bool
+	}{
+		{&Type{Name: "text", Kind: KindString}, "héllo", "héllo", false},
+		{&Type{Name: "jsonb", Kind: KindString}, `{"k": 1}`, `{"k": 1}`, false},
+		{&Type{Name: "text", Kind: KindString}, "", "", false},
+		{&Type{Name: "text", Kind: KindString}, "\xff", "", true},
+		{&Type{Name: "boolean", Kind: KindBool}, "t", "true", false},
+		{&Type{Name: "boolean", Kind: KindBool}, "f", "false", false},
+		{&Type{Name: "boolean", Kind: KindBool}, "true", "", true},
+		{&Type{Name: "boolean", Kind: KindBool}, "", "", true},
+	} {
+		b := array.NewBuilder(memory.DefaultAllocator, tc.typ.Arrow())
+		in := []byte(tc.in)
+		err := Append(tc.typ, b, in)
+		for i := range in {
+			in[i] = 'X' // the caller's buffer is reused
+		}
+		arr := b.NewArray()
+		b.Release()
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%s %q: error %v, want error %v", tc.typ.Name, tc.in, err, tc.wantErr)
+		} else if err == nil {
+			if got := arr.ValueStr(0); got != tc.want {
+				t.Errorf("%s %q: appended %q, want %q", tc.typ.Name, tc.in, got, tc.want)
+			}
+		}
+		arr.Release()
+	}
+}
+
+func TestParseTimestampRefusesBadOffsets(t *testing.T) {
+	for _, in := range []string{"2024-01-02 03:04:05+01:02:03:04", "2024-01-02 03:04:05+", "2024-01-02 03:04:05+ab", "2024-01-02 03:04:05+01::03", "2024-01-02 03:04:05+01:"} {
+		if us, err := ParseTimestamp(in); err == nil {
+			t.Errorf("ParseTimestamp(%q) = %d, want an error", in, us)
+		}
+	}
+}
