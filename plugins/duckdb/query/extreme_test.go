@@ -3,6 +3,7 @@ package query
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -193,6 +194,36 @@ func TestQueryExtremeValues(t *testing.T) {
 			}
 			if out.String() != c.want {
 				t.Fatalf("got\n%s\nwant\n%s", out.String(), c.want)
+			}
+		})
+	}
+}
+
+// TestQueryJSONFloats: json stays JSON over float NaN and ±Infinity, alone and in lists, where DuckDB's own
+// writer puts the bare words; csv keeps DuckDB's text.
+func TestQueryJSONFloats(t *testing.T) {
+	const q = `SELECT 'NaN'::DOUBLE AS f, [1.5, 'NaN'::DOUBLE, 'Infinity'::DOUBLE, '-Infinity'::DOUBLE, NULL] AS l, ['-Infinity'::FLOAT] AS lf, NULL::DOUBLE[] AS n`
+	for _, c := range []struct{ format, want string }{
+		{"json", `{"f":"NaN","l":[1.5,"NaN","Infinity","-Infinity",null],"lf":["-Infinity"],"n":null}` + "\n"},
+		{"csv", "f,l,lf,n\nnan,\"[1.5, nan, inf, -inf, NULL]\",[-inf],\n"},
+	} {
+		t.Run(c.format, func(t *testing.T) {
+			var in bytes.Buffer
+			if _, err := lakequery.NewWriter(&in, lakequery.Request{SQL: q, Format: c.format}); err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if _, err := Answer(context.Background(), &in, &out, Options{TempDir: t.TempDir()}); err != nil {
+				t.Fatal(err)
+			}
+			if out.String() != c.want {
+				t.Fatalf("got\n%s\nwant\n%s", out.String(), c.want)
+			}
+			if c.format == "json" {
+				var v map[string]any
+				if err := json.Unmarshal(out.Bytes(), &v); err != nil {
+					t.Fatalf("not JSON: %v", err)
+				}
 			}
 		})
 	}

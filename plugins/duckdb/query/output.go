@@ -66,7 +66,7 @@ func copyOut(ctx context.Context, conn *sql.Conn, q, format string, w io.Writer,
 //   - TIMESTAMPTZ columns (and their lists' elements) are printed from their microseconds as UTC text. DuckDB prints a TIMESTAMPTZ through
 //     ICU's calendar, which counts milliseconds in a double: near the end of the range (year 294247) that is
 //     a millisecond off. A plain TIMESTAMP prints exactly, ±infinity and BC years included.
-//   - in json, FLOAT and DOUBLE NaN and ±Infinity become the strings "NaN", "Infinity" and "-Infinity" (as
+//   - in json, FLOAT and DOUBLE NaN and ±Infinity (alone or in a list) become the strings "NaN", "Infinity" and "-Infinity" (as
 //     PostgreSQL's to_json writes them): DuckDB's JSON writer puts the bare words, which no JSON parser reads.
 //
 // q is returned as it is when it has no such column or its columns cannot be read (COPY then reports the
@@ -96,14 +96,20 @@ func exactColumns(ctx context.Context, conn *sql.Conn, q, format string) string 
 			repl = append(repl, fmt.Sprintf("CASE WHEN isfinite(%[1]s) THEN make_timestamp(epoch_us(%[1]s))::VARCHAR || '+00' ELSE %[1]s::VARCHAR END AS %[1]s",
 				ducksql.Ident(c.Name())))
 		case format == lakequery.FormatJSON && (dbType == "FLOAT" || dbType == "DOUBLE"):
-			repl = append(repl, fmt.Sprintf(`CASE WHEN isnan(%[1]s) THEN '"NaN"'::JSON WHEN isinf(%[1]s) AND %[1]s > 0 THEN '"Infinity"'::JSON WHEN isinf(%[1]s) THEN '"-Infinity"'::JSON ELSE to_json(%[1]s) END AS %[1]s`,
-				ducksql.Ident(c.Name())))
+			repl = append(repl, jsonFloat(ducksql.Ident(c.Name()))+" AS "+ducksql.Ident(c.Name()))
+		case format == lakequery.FormatJSON && (dbType == "FLOAT[]" || dbType == "DOUBLE[]"):
+			repl = append(repl, fmt.Sprintf("to_json(list_transform(%[1]s, x -> %[2]s)) AS %[1]s", ducksql.Ident(c.Name()), jsonFloat("x")))
 		}
 	}
 	if len(repl) == 0 {
 		return q
 	}
 	return "SELECT * REPLACE (" + strings.Join(repl, ", ") + ") FROM (" + q + ")"
+}
+
+// jsonFloat is the JSON of the float expression x, with NaN and ±Infinity as strings.
+func jsonFloat(x string) string {
+	return fmt.Sprintf(`CASE WHEN isnan(%[1]s) THEN '"NaN"'::JSON WHEN isinf(%[1]s) AND %[1]s > 0 THEN '"Infinity"'::JSON WHEN isinf(%[1]s) THEN '"-Infinity"'::JSON ELSE to_json(%[1]s) END`, x)
 }
 
 func isTimestampTZ(dbType string) bool {
