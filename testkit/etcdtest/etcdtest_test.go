@@ -66,25 +66,37 @@ func TestCluster(t *testing.T) {
 	if err := c.WaitHealthy(ctx, lead, 60*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	// One member down: the other two keep quorum and accept writes.
-	c.Kill(0)
-	if c.Running(0) {
-		t.Fatal("member 0 still running after Kill")
+	// One member down (a follower, so that no election is in the way): the other two keep quorum and accept
+	// writes. A loaded machine may need a few tries.
+	lead, err = c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := put(wctx, c.Endpoints()[1]); err != nil {
-		t.Fatalf("put with one member down: %v", err)
+	down, up := (lead+1)%3, (lead+2)%3
+	c.Kill(down)
+	if c.Running(down) {
+		t.Fatalf("member %d still running after Kill", down)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := put(wctx, c.Endpoints()[up])
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put with one member down (member %d), to member %d: %v", down, up, err)
+		}
 	}
 	// Two down: no quorum, a write cannot succeed.
-	c.Kill(1)
+	c.Kill(lead)
 	qctx, qcancel := context.WithTimeout(ctx, 3*time.Second)
 	defer qcancel()
-	if err := put(qctx, c.Endpoints()[2]); err == nil {
+	if err := put(qctx, c.Endpoints()[up]); err == nil {
 		t.Fatal("a write succeeded without quorum")
 	}
 	// Both come back with their data and the cluster serves again.
-	for _, i := range []int{0, 1} {
+	for _, i := range []int{down, lead} {
 		if err := c.Start(i); err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +106,15 @@ func TestCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := put(ctx, c.Endpoints()[0]); err != nil {
-		t.Fatalf("put after restart: %v", err)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := put(wctx, c.Endpoints()[0])
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put after restart: %v", err)
+		}
 	}
 }
