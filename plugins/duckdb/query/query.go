@@ -33,6 +33,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
 
@@ -254,7 +255,7 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 			fields[i] = arrow.Field{Name: f.Name, Type: &arrow.FixedSizeBinaryType{ByteWidth: 16}, Nullable: f.Nullable}
 		}
 		if f.Type.ID() == arrow.INTERVAL_MONTH_DAY_NANO {
-			fields[i] = arrow.Field{Name: f.Name, Type: intervalStruct, Nullable: f.Nullable}
+			fields[i] = arrow.Field{Name: f.Name, Type: values.IntervalStruct, Nullable: f.Nullable}
 		}
 	}
 	fields = append(fields, arrow.Field{Name: orderColumn, Type: arrow.PrimitiveTypes.Int64})
@@ -287,7 +288,7 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 				cols[i] = ext.Storage()
 			}
 			if iv, ok := c.(*array.MonthDayNanoInterval); ok {
-				cols[i] = intervalToStruct(mem, iv)
+				cols[i] = values.IntervalsAsStruct(mem, iv, values.IntervalStruct)
 				converted = append(converted, cols[i])
 			}
 		}
@@ -307,31 +308,4 @@ func writeWALBatch(path string, ipcBytes []byte, order *int64) (int64, []string,
 		return 0, nil, nil, fmt.Errorf("close %s: %w", path, err)
 	}
 	return total, change.PrimaryKey(sc), uuids, nil
-}
-
-// intervalStruct is how the Iceberg lake holds an interval (Iceberg has none): its months, days and nanoseconds
-// kept apart. WAL rows take the same form, which Parquet can hold (Arrow's month_day_nano_interval it cannot)
-// and which merges with the lake's column.
-var intervalStruct = arrow.StructOf(
-	arrow.Field{Name: "months", Type: arrow.PrimitiveTypes.Int32},
-	arrow.Field{Name: "days", Type: arrow.PrimitiveTypes.Int32},
-	arrow.Field{Name: "nanoseconds", Type: arrow.PrimitiveTypes.Int64},
-)
-
-func intervalToStruct(mem memory.Allocator, arr *array.MonthDayNanoInterval) arrow.Array {
-	b := array.NewStructBuilder(mem, intervalStruct)
-	defer b.Release()
-	months, days, nanos := b.FieldBuilder(0).(*array.Int32Builder), b.FieldBuilder(1).(*array.Int32Builder), b.FieldBuilder(2).(*array.Int64Builder)
-	for i := 0; i < arr.Len(); i++ {
-		if arr.IsNull(i) {
-			b.AppendNull()
-			continue
-		}
-		v := arr.Value(i)
-		b.Append(true)
-		months.Append(v.Months)
-		days.Append(v.Days)
-		nanos.Append(v.Nanoseconds)
-	}
-	return b.NewArray()
 }

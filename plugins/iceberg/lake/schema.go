@@ -16,6 +16,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 // dataSchema is a change schema without the reserved columns, keeping the metadata (primary key), with each
@@ -33,11 +34,11 @@ func dataSchema(s *arrow.Schema) *arrow.Schema {
 // UTC (Arrow and Iceberg both store instants; Iceberg knows only UTC), uint32 becomes long and uint64
 // decimal(20, 0) (iceberg-go would map them to int and long, which overflow), date64 becomes date and
 // time32 becomes time (microseconds), and month_day_nano_interval (Iceberg has no interval type) becomes
-// intervalStruct. The rows are cast to the table's types when written.
+// values.IntervalStruct. The rows are cast to the table's types when written.
 func icebergCompatible(dt arrow.DataType) arrow.DataType {
 	switch t := dt.(type) {
 	case *arrow.MonthDayNanoIntervalType:
-		return intervalStruct
+		return values.IntervalStruct
 	case *arrow.TimestampType:
 		if t.TimeZone != "" && t.TimeZone != "UTC" {
 			return &arrow.TimestampType{Unit: t.Unit, TimeZone: "UTC"}
@@ -70,34 +71,6 @@ func icebergCompatible(dt arrow.DataType) arrow.DataType {
 		return arrow.MapOfFields(k, v)
 	}
 	return dt
-}
-
-// intervalStruct carries an interval in Iceberg: its three parts kept apart, exactly as Arrow (and PostgreSQL)
-// hold them, since a month has no fixed number of days nor a day of seconds. The names are those of the Arrow
-// value's JSON form. A string would read better but would need parsing to compute with.
-var intervalStruct = arrow.StructOf(
-	arrow.Field{Name: "months", Type: arrow.PrimitiveTypes.Int32},
-	arrow.Field{Name: "days", Type: arrow.PrimitiveTypes.Int32},
-	arrow.Field{Name: "nanoseconds", Type: arrow.PrimitiveTypes.Int64},
-)
-
-// intervalToStruct builds an array of t (intervalStruct with the table's field ids) from intervals.
-func intervalToStruct(mem memory.Allocator, arr *array.MonthDayNanoInterval, t *arrow.StructType) arrow.Array {
-	b := array.NewStructBuilder(mem, t)
-	defer b.Release()
-	months, days, nanos := b.FieldBuilder(0).(*array.Int32Builder), b.FieldBuilder(1).(*array.Int32Builder), b.FieldBuilder(2).(*array.Int64Builder)
-	for i := 0; i < arr.Len(); i++ {
-		if arr.IsNull(i) {
-			b.AppendNull()
-			continue
-		}
-		v := arr.Value(i)
-		b.Append(true)
-		months.Append(v.Months)
-		days.Append(v.Days)
-		nanos.Append(v.Nanoseconds)
-	}
-	return b.NewArray()
 }
 
 // newTableSchema turns a stream's Arrow schema into the Iceberg schema of a new table: the key columns become
@@ -453,7 +426,7 @@ func conformArray(ctx context.Context, mem memory.Allocator, arr arrow.Array, dt
 		if !ok || t.NumFields() != 3 {
 			return nil, fmt.Errorf("column %s is an interval, but the table's column is %s, not struct<months, days, nanoseconds>", path, dt)
 		}
-		return intervalToStruct(mem, iv, t), nil
+		return values.IntervalsAsStruct(mem, iv, t), nil
 	}
 	switch t := dt.(type) {
 	case *arrow.StructType:
