@@ -41,38 +41,8 @@ func TestKeylessTableWithKeyColumns(t *testing.T) {
 		INSERT INTO events SELECT 'd' || (i % 7), i, 'n' || i, jsonb_build_object('i', i), NULLIF(i % 3, 0) FROM generate_series(1, 500) i`)
 
 	e := newEnv(t)
-	s := src.Server
-	lakeSettings := fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.dir, "lake"))
 	config := func(keys string) {
-		e.writeConfig(fmt.Sprintf(`connections:
-  src:
-    plugin: postgres
-    version: "~> 0.1"
-    settings:
-      host: %[1]s
-      port: %[2]d
-      user: postgres
-      database: %[3]s
-      sslmode: disable
-      tables: [public.events]
-      slot: keyless
-      publication: keyless
-      table_options: { public.events: { key_columns: %[6]s } }
-  dst:
-    plugin: postgres
-    version: "~> 0.1"
-    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[4]s, sslmode: disable }
-  lake:
-    plugin: iceberg
-    version: "~> 0.1"
-    settings: %[7]s
-pipelines:
-  events:
-    source: src
-    destinations: [dst, lake]
-    wal:
-      url: file://%[5]s
-`, s.Host, s.Port, src.Name, dst.Name, filepath.Join(e.dir, "wal"), keys, lakeSettings))
+		writeKeylessConfig(e, src, dst, "events", "keyless", "\n      table_options: { public.events: { key_columns: "+keys+" } }")
 	}
 	refused := func(want ...string) {
 		t.Helper()
@@ -123,7 +93,7 @@ pipelines:
 		}
 	}
 	// The lake: equality deletes on the key columns removed the deleted rows and the old keys of moved rows.
-	lake := pluginRows(t, "iceberg", "scan", lakeSettings, "public.events", "the lake table", func(_ []byte, row map[string]any) string {
+	lake := pluginRows(t, "iceberg", "scan", keylessLakeSettings(e), "public.events", "the lake table", func(_ []byte, row map[string]any) string {
 		return fmt.Sprintf("%v|%v", row["device"], row["seq"])
 	})
 	var lakeRows []string
@@ -165,38 +135,7 @@ func TestKeylessTableInAppendMode(t *testing.T) {
 		INSERT INTO readings VALUES ('d1', 1, 'n1'), (NULL, NULL, NULL)`) // a duplicate row and an all-NULL one
 
 	e := newEnvWith(t, "postgres", "iceberg")
-	s := src.Server
-	lakeSettings := fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.dir, "lake"))
-	config := func(options string) {
-		e.writeConfig(fmt.Sprintf(`connections:
-  src:
-    plugin: postgres
-    version: "~> 0.1"
-    settings:
-      host: %[1]s
-      port: %[2]d
-      user: postgres
-      database: %[3]s
-      sslmode: disable
-      tables: [public.readings]
-      slot: appendonly
-      publication: appendonly%[6]s
-  dst:
-    plugin: postgres
-    version: "~> 0.1"
-    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[4]s, sslmode: disable }
-  lake:
-    plugin: iceberg
-    version: "~> 0.1"
-    settings: %[7]s
-pipelines:
-  readings:
-    source: src
-    destinations: [dst, lake]
-    wal:
-      url: file://%[5]s
-`, s.Host, s.Port, src.Name, dst.Name, filepath.Join(e.dir, "wal"), options, lakeSettings))
-	}
+	config := func(options string) { writeKeylessConfig(e, src, dst, "readings", "appendonly", options) }
 	config("")
 	r := e.run("sync", "--once")
 	if r.code != 2 {
@@ -240,7 +179,7 @@ pipelines:
 	// The lake, with no key to tell rows apart, keyed here by position in the sorted list.
 	var lakeRows []string
 	n := 0
-	for _, row := range pluginRows(t, "iceberg", "scan", lakeSettings, "public.readings", "the lake table", func([]byte, map[string]any) string {
+	for _, row := range pluginRows(t, "iceberg", "scan", keylessLakeSettings(e), "public.readings", "the lake table", func([]byte, map[string]any) string {
 		n++
 		return fmt.Sprint(n)
 	}) {
@@ -283,4 +222,43 @@ func missing(a, b []string) []string {
 		}
 	}
 	return out
+}
+
+// writeKeylessConfig writes the config of a pipeline named for table: src's public.<table> (slot and publication
+// name, then the extra source settings lines) into the Postgres database dst and an Iceberg lake in e.dir.
+func writeKeylessConfig(e *env, src, dst *pgtest.DB, table, name, extra string) {
+	s := src.Server
+	e.writeConfig(fmt.Sprintf(`connections:
+  src:
+    plugin: postgres
+    version: "~> 0.1"
+    settings:
+      host: %[1]s
+      port: %[2]d
+      user: postgres
+      database: %[3]s
+      sslmode: disable
+      tables: [public.%[8]s]
+      slot: %[9]s
+      publication: %[9]s%[6]s
+  dst:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[4]s, sslmode: disable }
+  lake:
+    plugin: iceberg
+    version: "~> 0.1"
+    settings: %[7]s
+pipelines:
+  %[8]s:
+    source: src
+    destinations: [dst, lake]
+    wal:
+      url: file://%[5]s
+`, s.Host, s.Port, src.Name, dst.Name, filepath.Join(e.dir, "wal"), extra, keylessLakeSettings(e), table, name))
+}
+
+// keylessLakeSettings are the iceberg settings of writeKeylessConfig's lake.
+func keylessLakeSettings(e *env) string {
+	return fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.dir, "lake"))
 }
