@@ -28,9 +28,9 @@ build:
 	CGO_ENABLED=0 $(GO) build -tags "$(CORE_TAGS)" -ldflags "-X main.version=$(VERSION)" -o $(BIN)/skippr ./cmd/skippr
 	@for p in $(PLUGINS); do echo "$(GO) build plugins/$$p$$(case $$p in iceberg|duckdb) echo '   (the largest: a few minutes when cold)';; esac)"; (cd plugins/$$p && CGO_ENABLED=$$(case " $(CGO_PLUGINS) " in *" $$p "*) echo 1;; *) echo 0;; esac) $(GO) build -o $(BIN)/skippr-plugin-$$p .) || exit 1; done
 
-# Each module is tested on its own: `go test ./...` stops at module boundaries.
+# Each module is tested on its own (`go test ./...` stops at module boundaries); see scripts/test.sh.
 test: tools
-	@set -e; for m in $(MODULES); do echo "== go test $$m"; (cd $$m && VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) $(GO) test -count=1 -timeout 40m ./...); done
+	@VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) GO=$(GO) bash scripts/test.sh $(MODULES)
 
 # Regenerates the checked-in protobuf code (needs protoc; `apt-get install protobuf-compiler`).
 proto:
