@@ -106,6 +106,9 @@ func TestNormalizeArgs(t *testing.T) {
 		// After -- nothing moves.
 		{[]string{"query", "--", "-c"}, []string{"query", "--", "-c"}},
 		{[]string{"help", "synch"}, []string{"help", "synch"}},
+		// --help after a leaf's arguments asks for that command's help: the arguments are dropped.
+		{[]string{"-c", "x.yml", "sync", "orders", "--help"}, []string{"sync", "--help"}},
+		{[]string{"registry", "add", "d", "a", "--name", "x", "-h"}, []string{"registry", "add", "-h"}},
 	}
 	for _, tt := range tests {
 		app := newApp(&globals{})
@@ -117,5 +120,31 @@ func TestNormalizeArgs(t *testing.T) {
 		if want := append([]string{"skippr"}, tt.want...); !reflect.DeepEqual(got, want) {
 			t.Errorf("normalizeArgs(%q) = %q; want %q", tt.in, got, want)
 		}
+	}
+}
+
+// --help anywhere on a leaf prints that command's help and exits 0; the word help as an argument
+// stays an argument (a pipeline or plugin may be called that).
+func TestHelpAfterArguments(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nothere.yml")
+	tests := []struct {
+		args   []string
+		code   int
+		stdout string // printed on stdout
+		stderr string // printed on stderr
+	}{
+		{[]string{"sync", "orders", "--help"}, exitOK, "skippr sync - run pipelines", ""},
+		{[]string{"plugin", "install", "datagen", "-h"}, exitOK, "skippr plugin install - install a plugin", ""},
+		{[]string{"registry", "add", "d", "a", "--name", "x", "--help"}, exitOK, "skippr registry add - add a plugin binary", ""},
+		{[]string{"help", "sync"}, exitOK, "skippr sync - run pipelines", ""},
+		{[]string{"sync", "help", "-c", missing}, exitUsage, "", "config " + missing + " not found"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCapturedAll(t, tt.args...)
+			if code != tt.code || !strings.Contains(stdout, tt.stdout) || !strings.Contains(stderr, tt.stderr) {
+				t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit %d, stdout with %q, stderr with %q", code, stdout, stderr, tt.code, tt.stdout, tt.stderr)
+			}
+		})
 	}
 }
