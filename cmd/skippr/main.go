@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -77,8 +78,13 @@ func run(args []string, stdout, stderr *os.File) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "skippr: %s\n", g.Redact.String(err.Error()))
+	// urfave/cli v3 returns a flag's unparsable environment value ("could not parse … from environment
+	// variable …", Flag.PostParse) as a bare error, not through OnUsageError as v2 did: a usage error all the same.
 	var ee *exitError
+	if !errors.As(err, &ee) && strings.HasPrefix(err.Error(), "could not parse ") {
+		err = withCode(exitUsage, fmt.Errorf("%w (see %s --help)", err, app.Name))
+	}
+	fmt.Fprintf(stderr, "skippr: %s\n", g.Redact.String(err.Error()))
 	if errors.As(err, &ee) {
 		return ee.code
 	}

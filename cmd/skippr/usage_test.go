@@ -148,3 +148,12 @@ func TestHelpAfterArguments(t *testing.T) {
 		})
 	}
 }
+
+// A flag's environment variable with a value the flag cannot hold is a usage error too.
+func TestUsageErrorFromEnv(t *testing.T) {
+	t.Setenv("SKIPPR_PLUGIN_START_TIMEOUT", "soon")
+	code, stderr := runCaptured(t, "status")
+	if want := `environment variable "SKIPPR_PLUGIN_START_TIMEOUT"`; code != exitUsage || !strings.Contains(stderr, want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr, exitUsage, want)
+	}
+}
