@@ -93,7 +93,9 @@ func normalizeArgs(app *cli.Command, args []string) ([]string, error) {
 		if positional {
 			continue
 		}
-		if len(path) == 0 && (a == "help" || a == "h") {
+		// help, and urfave/cli's `completion bash|zsh|fish|pwsh` (shell completion scripts), are added by
+		// urfave/cli when it runs: not in app.Commands yet.
+		if len(path) == 0 && (a == "help" || a == "h" || a == "completion") {
 			rest = append(rest, args[i+1:]...)
 			break
 		}

@@ -124,8 +124,8 @@ func TestNormalizeArgs(t *testing.T) {
 }
 
 // --help anywhere on a leaf prints that command's help and exits 0; the word help as an argument
-// stays an argument (a pipeline or plugin may be called that).
-func TestHelpAfterArguments(t *testing.T) {
+// stays an argument (a pipeline or plugin may be called that). urfave/cli's completion command works.
+func TestHelpAndCompletion(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nothere.yml")
 	tests := []struct {
 		args   []string
@@ -138,6 +138,7 @@ func TestHelpAfterArguments(t *testing.T) {
 		{[]string{"registry", "add", "d", "a", "--name", "x", "--help"}, exitOK, "skippr registry add - add a plugin binary", ""},
 		{[]string{"help", "sync"}, exitOK, "skippr sync - run pipelines", ""},
 		{[]string{"sync", "help", "-c", missing}, exitUsage, "", "config " + missing + " not found"},
+		{[]string{"completion", "bash"}, exitOK, "shell completion script", ""},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
