@@ -99,7 +99,7 @@ func TestNormalizeArgs(t *testing.T) {
 		{[]string{"sync", "-c", "x.yml", "--once"}, []string{"-c", "x.yml", "sync", "--once"}},
 		{[]string{"sync", "--once", "--home=/h", "p1"}, []string{"--home=/h", "sync", "--once", "p1"}},
 		{[]string{"-c", "x.yml", "sync"}, []string{"-c", "x.yml", "sync"}},
-		// After a leaf's positional argument too (commandArgs reads flags there).
+		// After a leaf's positional argument too (urfave/cli v3 reads flags there).
 		{[]string{"plugin", "install", "datagen", "--home", "/h"}, []string{"--home", "/h", "plugin", "install", "datagen"}},
 		// A flag's value is not mistaken for a flag or a command.
 		{[]string{"sync", "--progress-every", "2s", "-c", "sync"}, []string{"-c", "sync", "sync", "--progress-every", "2s"}},
