@@ -95,6 +95,12 @@ func normalizeArgs(app *cli.Command, args []string) ([]string, error) {
 		}
 		// help, and urfave/cli's `completion bash|zsh|fish|pwsh` (shell completion scripts), are added by
 		// urfave/cli when it runs: not in app.Commands yet.
+		if len(path) == 0 && (a == "help" || a == "h") && i+1 < len(args) {
+			// `skippr help plugin install` is `skippr plugin install --help`, so a misspelt name is a
+			// usage error with a suggestion (urfave/cli says "No help topic" and exits 3, our not-found code).
+			again := append(append([]string{args[0]}, lifted...), rest[:len(rest)-1]...)
+			return normalizeArgs(app, append(append(again, args[i+1:]...), "--help"))
+		}
 		if len(path) == 0 && (a == "help" || a == "h" || a == "completion") {
 			rest = append(rest, args[i+1:]...)
 			break

@@ -78,6 +78,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"registry", "add", "d", "a", "--nme", "x"}, exitUsage, "registry add: unknown flag --nme; did you mean --name?"},
 		{[]string{"sync", "--progress-every", "soon"}, exitUsage, `sync: invalid value "soon" for flag -progress-every`},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate" for skippr (see skippr --help)`},
+		{[]string{"help", "synch"}, exitUsage, `unknown command "synch" for skippr; did you mean sync?`},
+		{[]string{"help", "plugin", "instal"}, exitUsage, `unknown command "instal" for skippr plugin; did you mean install?`},
 		// Global flags after the subcommand: the config named there is the one read.
 		{[]string{"sync", "-c", missing}, exitUsage, "config " + missing + " not found"},
 		{[]string{"sync", "--once", "--config=" + missing}, exitUsage, "config " + missing + " not found"},
@@ -105,7 +107,8 @@ func TestNormalizeArgs(t *testing.T) {
 		{[]string{"sync", "--progress-every", "2s", "-c", "sync"}, []string{"-c", "sync", "sync", "--progress-every", "2s"}},
 		// After -- nothing moves.
 		{[]string{"query", "--", "-c"}, []string{"query", "--", "-c"}},
-		{[]string{"help", "synch"}, []string{"help", "synch"}},
+		{[]string{"help"}, []string{"help"}},
+		{[]string{"-c", "x.yml", "help", "plugin", "install"}, []string{"-c", "x.yml", "plugin", "install", "--help"}},
 		// --help after a leaf's arguments asks for that command's help: the arguments are dropped.
 		{[]string{"-c", "x.yml", "sync", "orders", "--help"}, []string{"sync", "--help"}},
 		{[]string{"registry", "add", "d", "a", "--name", "x", "-h"}, []string{"registry", "add", "-h"}},
@@ -137,6 +140,8 @@ func TestHelpAndCompletion(t *testing.T) {
 		{[]string{"plugin", "install", "datagen", "-h"}, exitOK, "skippr plugin install - install a plugin", ""},
 		{[]string{"registry", "add", "d", "a", "--name", "x", "--help"}, exitOK, "skippr registry add - add a plugin binary", ""},
 		{[]string{"help", "sync"}, exitOK, "skippr sync - run pipelines", ""},
+		{[]string{"help", "plugin", "install"}, exitOK, "skippr plugin install - install a plugin", ""},
+		{[]string{"help"}, exitOK, "skippr - continuous change-data-capture", ""},
 		{[]string{"sync", "help", "-c", missing}, exitUsage, "", "config " + missing + " not found"},
 		{[]string{"completion", "bash"}, exitOK, "shell completion script", ""},
 	}
