@@ -17,16 +17,41 @@ export PATH := $(TOOLS):$(PATH)
 
 # The core and every plugin but duckdb (DuckDB's C++ library) build without cgo: static binaries that run on any
 # Linux, and the core's only cgo was `net` and `os/user`, whose pure-Go versions serve it as well. The tags drop
-# code the core never runs (arrow's goccy/go-json encoder, urfave/cli's man-page generator).
+# code the core never runs: arrow's goccy/go-json encoder (arrow_json_stdlib), and the two users of
+# text/template's reflect.Value.MethodByName — urfave/cli's help templates (urfave_cli_no_template: help is
+# printed directly) and grpc's golang.org/x/net/trace pages (grpcnotrace). While either is linked, the linker
+# keeps every exported method of every reachable type: 33.5 MB instead of 23.4 (BENCHMARKS.md, "Binary size").
+# Every build of the core uses these tags: `make build`, `make release`, `make check-size`, and the tests'
+# own builds (internal/testplugins reads SKIPPR_CORE_TAGS).
 CGO_PLUGINS := duckdb
-CORE_TAGS   := arrow_json_stdlib urfave_cli_no_docs
+CORE_TAGS   := arrow_json_stdlib urfave_cli_no_template grpcnotrace
+# Issue #20: the release core (static, stripped) stays under 25 MB (10^6 bytes); `make check-size` and
+# `make release` fail above it.
+CORE_MAX_BYTES := 25000000
+# The plugins drop grpc's trace pages too (−0.4 MB each). They stay larger than they could be: go-plugin's
+# plugin side registers a net/rpc server, whose reflect.Type.Method keeps every exported method linked.
+PLUGIN_TAGS := grpcnotrace
+export SKIPPR_CORE_TAGS := $(CORE_TAGS)
 
-.PHONY: build test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean
+.PHONY: build check-size test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean
 
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -tags "$(CORE_TAGS)" -ldflags "-X main.version=$(VERSION)" -o $(BIN)/skippr ./cmd/skippr
-	@for p in $(PLUGINS); do echo "$(GO) build plugins/$$p$$(case $$p in iceberg|duckdb) echo '   (the largest: a few minutes when cold)';; esac)"; (cd plugins/$$p && CGO_ENABLED=$$(case " $(CGO_PLUGINS) " in *" $$p "*) echo 1;; *) echo 0;; esac) $(GO) build -o $(BIN)/skippr-plugin-$$p .) || exit 1; done
+	@for p in $(PLUGINS); do echo "$(GO) build plugins/$$p$$(case $$p in iceberg|duckdb) echo '   (the largest: a few minutes when cold)';; esac)"; (cd plugins/$$p && CGO_ENABLED=$$(case " $(CGO_PLUGINS) " in *" $$p "*) echo 1;; *) echo 0;; esac) $(GO) build -tags "$(PLUGIN_TAGS)" -o $(BIN)/skippr-plugin-$$p .) || exit 1; done
+
+# The core built as `make release` builds it (static, stripped), for this platform, and its size checked against
+# CORE_MAX_BYTES. It shares compiled packages with `make build` and the tests' build of the core (same tags, no
+# cgo), so after either it only links. (No -trimpath, unlike the release: that would compile everything again,
+# and the paths it keeps make this binary slightly larger than the released one, never smaller.)
+check-size:
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -tags "$(CORE_TAGS)" -ldflags "-s -w" -o $(BIN)/skippr-size ./cmd/skippr
+	@size=$$(stat -c %s $(BIN)/skippr-size); rm -f $(BIN)/skippr-size; \
+	if [ $$size -gt $(CORE_MAX_BYTES) ]; then \
+		echo "check-size: the static stripped core is $$size bytes, over the limit of $(CORE_MAX_BYTES) (issue #20);" \
+			"see what grew: go tool nm -size -sort size, or go version -m, and BENCHMARKS.md \"Binary size\"" >&2; exit 1; \
+	else echo "check-size: the static stripped core is $$size bytes (limit $(CORE_MAX_BYTES))"; fi
 
 # Each module is tested on its own (`go test ./...` stops at module boundaries); see scripts/test.sh.
 test: tools
@@ -56,7 +81,7 @@ registry: build
 # amd64/arm64 into dist/, published into the signed registry dist/registry, then checked: a lock written from it
 # records every platform's sha256. See scripts/release.sh (RELEASE_PLATFORMS, RELEASE_KEY, DIST).
 release:
-	GO=$(GO) VERSION=$(VERSION) PLUGINS="$(PLUGINS)" CGO_PLUGINS="$(CGO_PLUGINS)" CORE_TAGS="$(CORE_TAGS)" bash scripts/release.sh
+	GO=$(GO) VERSION=$(VERSION) PLUGINS="$(PLUGINS)" CGO_PLUGINS="$(CGO_PLUGINS)" CORE_TAGS="$(CORE_TAGS)" PLUGIN_TAGS="$(PLUGIN_TAGS)" CORE_MAX_BYTES=$(CORE_MAX_BYTES) bash scripts/release.sh
 
 bench: build tools
 	$(GO) run ./bench -bin $(BIN)

@@ -1,11 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"runtime"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/pluginhost"
 )
@@ -34,12 +35,12 @@ func versionCommand() *cli.Command {
 		Name:  "version",
 		Usage: "print the engine version and the plugin protocol versions it speaks",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
-		Action: func(c *cli.Context) error {
+		Action: func(ctx context.Context, c *cli.Command) error {
 			v := map[string]any{"version": version, "protocol_versions": pluginhost.Protocols, "go": runtime.Version(), "platform": runtime.GOOS + "_" + runtime.GOARCH}
 			if c.Bool("json") {
-				return json.NewEncoder(c.App.Writer).Encode(v)
+				return json.NewEncoder(c.Root().Writer).Encode(v)
 			}
-			_, err := fmt.Fprintf(c.App.Writer, "skippr %s (plugin protocol %v, %s, %s)\n", version, pluginhost.Protocols, v["go"], v["platform"])
+			_, err := fmt.Fprintf(c.Root().Writer, "skippr %s (plugin protocol %v, %s, %s)\n", version, pluginhost.Protocols, v["go"], v["platform"])
 			return err
 		},
 	}

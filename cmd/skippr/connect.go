@@ -1,10 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
@@ -32,11 +33,8 @@ sync starts; a failed check exits 2, like a config error. Keep secrets as ${ENV}
 			&cli.StringSliceFlag{Name: "set", Usage: "a setting as key=value (repeatable; the value is read as YAML)"},
 			&cli.BoolFlag{Name: "replace", Usage: "replace a connection of the same name"},
 		},
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("connect: want one connection name"))
 			}
@@ -45,15 +43,15 @@ sync starts; a failed check exits 2, like a config error. Keep secrets as ${ENV}
 				if err := addConnection(g.ConfigPath, nc, c.Bool("replace")); err != nil {
 					return err
 				}
-				fmt.Fprintf(c.App.Writer, "added connection %s to %s\n", nc.name, g.ConfigPath)
+				fmt.Fprintf(c.Root().Writer, "added connection %s to %s\n", nc.name, g.ConfigPath)
 			}
-			s, err := startNamedConnection(c, g, args[0])
+			s, err := startNamedConnection(ctx, c, g, args[0])
 			if err != nil {
 				return err
 			}
 			defer s.client.Kill()
 			cn := s.conn
-			if err := s.client.Check(c.Context, s.settings); err != nil {
+			if err := s.client.Check(ctx, s.settings); err != nil {
 				var ce *client.CheckError
 				if errors.As(err, &ce) {
 					msg := fmt.Sprintf("%s: connections.%s: %s", cn.Pos, cn.Name, ce.Message)
@@ -70,7 +68,7 @@ sync starts; a failed check exits 2, like a config error. Keep secrets as ${ENV}
 				}
 				return err
 			}
-			fmt.Fprintf(c.App.Writer, "connection %s ok (plugin %s %s)\n", cn.Name, s.spec.Name, s.spec.Version)
+			fmt.Fprintf(c.Root().Writer, "connection %s ok (plugin %s %s)\n", cn.Name, s.spec.Name, s.spec.Version)
 			return nil
 		},
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
@@ -93,7 +93,7 @@ func startConnections(ctx context.Context, host *pluginhost.Host, cns []*config.
 
 // startNamedConnection loads the config and starts the plugin of one of its connections (honouring the
 // command's --offline flag). The caller kills the plugin.
-func startNamedConnection(c *cli.Context, g *globals, name string) (*started, error) {
+func startNamedConnection(ctx context.Context, c *cli.Command, g *globals, name string) (*started, error) {
 	cfg, err := loadConfig(g)
 	if err != nil {
 		return nil, err
@@ -106,7 +106,7 @@ func startNamedConnection(c *cli.Context, g *globals, name string) (*started, er
 	if err != nil {
 		return nil, err
 	}
-	return startConnection(c.Context, host, cn)
+	return startConnection(ctx, host, cn)
 }
 
 func (s *started) hasKind(k pluginv1.Kind) bool {

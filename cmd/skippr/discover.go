@@ -1,13 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
@@ -37,15 +38,12 @@ func discoverCommand(g *globals) *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"},
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 		},
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("discover: want one connection name"))
 			}
-			s, err := startNamedConnection(c, g, args[0])
+			s, err := startNamedConnection(ctx, c, g, args[0])
 			if err != nil {
 				return err
 			}
@@ -54,7 +52,7 @@ func discoverCommand(g *globals) *cli.Command {
 			if !s.hasKind(pluginv1.Kind_KIND_SOURCE) {
 				return withCode(exitUsage, fmt.Errorf("connection %s: plugin %s is not a source", cn.Name, cn.Plugin))
 			}
-			streams, err := s.client.Discover(c.Context, s.settings)
+			streams, err := s.client.Discover(ctx, s.settings)
 			if err != nil {
 				return err
 			}
@@ -74,13 +72,13 @@ func discoverCommand(g *globals) *cli.Command {
 				out = append(out, ds)
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
+				enc := json.NewEncoder(c.Root().Writer)
 				enc.SetIndent("", "  ")
 				return enc.Encode(out)
 			}
 			for _, ds := range out {
-				fmt.Fprintf(c.App.Writer, "stream %s  key (%s)  modes %s\n", ds.Name, strings.Join(ds.PrimaryKey, ", "), strings.Join(ds.Modes, ", "))
-				tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+				fmt.Fprintf(c.Root().Writer, "stream %s  key (%s)  modes %s\n", ds.Name, strings.Join(ds.PrimaryKey, ", "), strings.Join(ds.Modes, ", "))
+				tw := tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
 				for _, f := range ds.Fields {
 					null := "not null"
 					if f.Nullable {

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
 	"github.com/skippr-dev/skippr/engine/config"
@@ -61,7 +61,7 @@ func configRegistries(cfg *config.Config) ([]registry.Registry, error) {
 
 // newHost builds the plugin host for a config: registries from the config first, then the user's trust store,
 // then the project's own registry.
-func newHost(c *cli.Context, g *globals, cfg *config.Config, offline bool) (*pluginhost.Host, error) {
+func newHost(c *cli.Command, g *globals, cfg *config.Config, offline bool) (*pluginhost.Host, error) {
 	fromConfig, err := configRegistries(cfg)
 	if err != nil {
 		return nil, err
@@ -74,8 +74,8 @@ func newHost(c *cli.Context, g *globals, cfg *config.Config, offline bool) (*plu
 		Home:        g.Home,
 		Registries:  sources,
 		Protocols:   pluginhost.Protocols,
-		Progress:    c.App.ErrWriter,
-		ProgressTTY: isTerminal(c.App.ErrWriter),
+		Progress:    c.Root().ErrWriter,
+		ProgressTTY: isTerminal(c.Root().ErrWriter),
 		Log:         g.Log,
 	})
 	if err != nil {
@@ -86,7 +86,7 @@ func newHost(c *cli.Context, g *globals, cfg *config.Config, offline bool) (*plu
 		LockPath:     lockPath(g),
 		Offline:      offline,
 		Logger:       g.Log,
-		PluginLog:    hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: g.Redact.Writer(c.App.ErrWriter), Level: hclog.Warn}),
+		PluginLog:    hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: g.Redact.Writer(c.Root().ErrWriter), Level: hclog.Warn}),
 		StartTimeout: g.PluginStartTimeout,
 	}, nil
 }

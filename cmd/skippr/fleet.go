@@ -11,7 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/skippr-dev/skippr/engine/config"
@@ -22,15 +22,15 @@ import (
 // etcdFlags are the flags every fleet command needs to reach etcd.
 func etcdFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "fleet", EnvVars: []string{"SKIPPR_FLEET"}, Usage: "the fleet: etcd://h1:2379,h2:2379,h3:2379/prefix (etcds:// for TLS)"},
-		&cli.StringFlag{Name: "etcd-ca", EnvVars: []string{"SKIPPR_ETCD_CA"}, Usage: "PEM file of the CA that signed etcd's certificates (implies TLS)"},
-		&cli.StringFlag{Name: "etcd-cert", EnvVars: []string{"SKIPPR_ETCD_CERT"}, Usage: "PEM client certificate for etcd (with --etcd-key)"},
-		&cli.StringFlag{Name: "etcd-key", EnvVars: []string{"SKIPPR_ETCD_KEY"}, Usage: "PEM private key of --etcd-cert"},
-		&cli.StringFlag{Name: "etcd-user", EnvVars: []string{"SKIPPR_ETCD_USER"}, Usage: "etcd user name; the password comes from $SKIPPR_ETCD_PASSWORD only"},
+		&cli.StringFlag{Name: "fleet", Sources: cli.EnvVars("SKIPPR_FLEET"), Usage: "the fleet: etcd://h1:2379,h2:2379,h3:2379/prefix (etcds:// for TLS)"},
+		&cli.StringFlag{Name: "etcd-ca", Sources: cli.EnvVars("SKIPPR_ETCD_CA"), Usage: "PEM file of the CA that signed etcd's certificates (implies TLS)"},
+		&cli.StringFlag{Name: "etcd-cert", Sources: cli.EnvVars("SKIPPR_ETCD_CERT"), Usage: "PEM client certificate for etcd (with --etcd-key)"},
+		&cli.StringFlag{Name: "etcd-key", Sources: cli.EnvVars("SKIPPR_ETCD_KEY"), Usage: "PEM private key of --etcd-cert"},
+		&cli.StringFlag{Name: "etcd-user", Sources: cli.EnvVars("SKIPPR_ETCD_USER"), Usage: "etcd user name; the password comes from $SKIPPR_ETCD_PASSWORD only"},
 	}
 }
 
-func etcdClient(c *cli.Context) (*clientv3.Client, fleet.Target, error) {
+func etcdClient(c *cli.Command) (*clientv3.Client, fleet.Target, error) {
 	raw := c.String("fleet")
 	if raw == "" {
 		return nil, fleet.Target{}, withCode(exitUsage, errors.New("no fleet given: pass --fleet etcd://h1:2379,h2:2379/prefix or set SKIPPR_FLEET"))
@@ -78,7 +78,7 @@ SIGTERM (or ` + "`skippr fleet drain NAME`" + `) hands this worker's pipelines o
 A pipeline whose WAL is on local disk is refused unless pinned to one worker (pipelines.NAME.fleet.pin).
 See docs/fleet.md.`,
 		Flags: append(etcdFlags(),
-			&cli.StringFlag{Name: "name", Value: host, EnvVars: []string{"SKIPPR_WORKER_NAME"}, Usage: "this worker's name, unique in the fleet (pins refer to it)"},
+			&cli.StringFlag{Name: "name", Value: host, Sources: cli.EnvVars("SKIPPR_WORKER_NAME"), Usage: "this worker's name, unique in the fleet (pins refer to it)"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: fleet.DefaultTTL, Usage: "etcd lease: how long a dead worker's pipelines wait before moving (whole seconds)"},
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry: refuse to start a plugin that is not installed"},
 			&cli.DurationFlag{Name: "progress-every", Value: 5 * time.Second, Usage: "how often to log progress"},
@@ -86,8 +86,8 @@ See docs/fleet.md.`,
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve /metrics, /healthz, /readyz on this host:port (overrides metrics.addr in the config)"},
 			&cli.StringFlag{Name: "health-addr", Usage: "serve GET /fleet/pipelines/NAME on this host:port: 200 on the worker that runs NAME, 503 on the others (for a load balancer in front of an HTTP source)"},
 		),
-		Action: func(c *cli.Context) error {
-			shutdown.SetGrace(c.Context, c.Duration("stop-timeout"))
+		Action: func(ctx context.Context, c *cli.Command) error {
+			shutdown.SetGrace(ctx, c.Duration("stop-timeout"))
 			cfg, pipes, err := configuredPipelines(c, g)
 			if err != nil {
 				return err
@@ -105,9 +105,9 @@ See docs/fleet.md.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithCancel(c.Context)
+			metricsCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			reg, err := serveMetrics(ctx, g, cfg, c.String("metrics-addr"))
+			reg, err := serveMetrics(metricsCtx, g, cfg, c.String("metrics-addr"))
 			if err != nil {
 				return err
 			}
@@ -142,7 +142,7 @@ See docs/fleet.md.`,
 				g.Log.Info("fleet health listening", "addr", ln.Addr().String(), "path", "/fleet/pipelines/NAME")
 			}
 			g.Log.Info("fleet worker starting", "worker", w.Name, "fleet", target.Endpoints, "prefix", target.Prefix, "pipelines", len(fps))
-			if err := w.Serve(c.Context); err != nil {
+			if err := w.Serve(ctx); err != nil {
 				if errors.Is(err, fleet.ErrNameTaken) {
 					return withCode(exitUsage, err)
 				}
@@ -157,7 +157,7 @@ func fleetCommand(g *globals) *cli.Command {
 	return &cli.Command{
 		Name:  "fleet",
 		Usage: "look at and steer a fleet of workers (skippr worker)",
-		Subcommands: []*cli.Command{
+		Commands: []*cli.Command{
 			{
 				Name:  "status",
 				Usage: "show the fleet's workers (pipelines held, version, draining) and pipelines (holder, epoch, since, lag, last error)",
@@ -166,7 +166,7 @@ handed over or waits for a worker (a pinned worker that is not alive). Exits 1 w
 LAG is the holder's WAL entries not yet applied by every destination and the age of the oldest of them, as the
 holder last published them: every third of its lease TTL, so up to that old (AS OF).`,
 				Flags: append(etcdFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
-				Action: func(c *cli.Context) error {
+				Action: func(ctx context.Context, c *cli.Command) error {
 					_, pipes, err := configuredPipelines(c, g)
 					if err != nil {
 						return err
@@ -180,7 +180,7 @@ holder last published them: every third of its lease TTL, so up to that old (AS 
 						return err
 					}
 					defer cli.Close()
-					ctx, cancel := context.WithTimeout(c.Context, 15*time.Second)
+					ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 					defer cancel()
 					st, err := fleet.ReadStatus(ctx, cli, target.Prefix, fps)
 					if err != nil {
@@ -193,7 +193,7 @@ holder last published them: every third of its lease TTL, so up to that old (AS 
 						}
 					}
 					if c.Bool("json") {
-						if err := json.NewEncoder(c.App.Writer).Encode(st); err != nil {
+						if err := json.NewEncoder(c.Root().Writer).Encode(st); err != nil {
 							return err
 						}
 					} else {
@@ -212,11 +212,8 @@ holder last published them: every third of its lease TTL, so up to that old (AS 
 				Description: `The worker stays in the fleet without pipelines until ` + "`skippr fleet drain --cancel NAME`" + `; the
 request survives its restarts.`,
 				Flags: append(etcdFlags(), &cli.BoolFlag{Name: "cancel", Usage: "let the worker take its share again"}),
-				Action: func(c *cli.Context) error {
-					args, err := commandArgs(c)
-					if err != nil {
-						return err
-					}
+				Action: func(ctx context.Context, c *cli.Command) error {
+					args := c.Args().Slice()
 					if len(args) != 1 {
 						return withCode(exitUsage, errors.New("name one worker: skippr fleet drain NAME (see skippr fleet status)"))
 					}
@@ -225,7 +222,7 @@ request survives its restarts.`,
 						return err
 					}
 					defer cli.Close()
-					ctx, cancel := context.WithTimeout(c.Context, 15*time.Second)
+					ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 					defer cancel()
 					if err := fleet.Drain(ctx, cli, target.Prefix, args[0], !c.Bool("cancel")); err != nil {
 						if errors.Is(err, fleet.ErrNoWorker) {
@@ -234,9 +231,9 @@ request survives its restarts.`,
 						return err
 					}
 					if c.Bool("cancel") {
-						fmt.Fprintf(c.App.Writer, "worker %s takes its share of pipelines again\n", args[0])
+						fmt.Fprintf(c.Root().Writer, "worker %s takes its share of pipelines again\n", args[0])
 					} else {
-						fmt.Fprintf(c.App.Writer, "worker %s hands its pipelines over; watch with skippr fleet status\n", args[0])
+						fmt.Fprintf(c.Root().Writer, "worker %s hands its pipelines over; watch with skippr fleet status\n", args[0])
 					}
 					return nil
 				},
@@ -245,8 +242,8 @@ request survives its restarts.`,
 	}
 }
 
-func printFleetStatus(c *cli.Context, st *fleet.Status) {
-	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+func printFleetStatus(c *cli.Command, st *fleet.Status) {
+	tw := tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKER\tSTATE\tPIPELINES\tVERSION\tHOST\tPID\tSTARTED")
 	for _, w := range st.Workers {
 		state := "alive"
@@ -256,8 +253,8 @@ func printFleetStatus(c *cli.Context, st *fleet.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", w.Name, state, len(w.Pipelines), w.Version, w.Host, w.PID, w.Started.Format(time.RFC3339))
 	}
 	tw.Flush()
-	fmt.Fprintln(c.App.Writer)
-	tw = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(c.Root().Writer)
+	tw = tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PIPELINE\tHOLDER\tEPOCH\tSINCE\tASSIGNED\tLAG\tAS OF\tLAST ERROR")
 	now := time.Now()
 	for _, p := range st.Pipelines {

@@ -2,10 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"testing"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 )
 
 // Every command and subcommand answers --help with its usage, and exits 0.
@@ -21,14 +22,14 @@ func TestHelpEverywhere(t *testing.T) {
 				app := newApp(&globals{})
 				var out bytes.Buffer
 				app.Writer, app.ErrWriter = &out, &out
-				if err := app.Run(args); err != nil {
+				if err := app.Run(context.Background(), args); err != nil {
 					t.Fatalf("%v: %v", args, err)
 				}
 				if c.Usage == "" || !strings.Contains(out.String(), c.Usage) {
 					t.Fatalf("%v printed no usage:\n%s", args, out.String())
 				}
 			})
-			walk(append(path, c.Name), c.Subcommands)
+			walk(append(path, c.Name), c.Commands)
 		}
 	}
 	walk(nil, newApp(&globals{}).Commands)

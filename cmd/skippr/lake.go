@@ -1,11 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/lakequery"
 	sdklakequery "github.com/skippr-dev/skippr/plugin-sdk/lakequery"
@@ -15,7 +16,7 @@ func lakeCommand(g *globals) *cli.Command {
 	return &cli.Command{
 		Name:  "lake",
 		Usage: "maintain Iceberg tables written by skippr",
-		Subcommands: []*cli.Command{{
+		Commands: []*cli.Command{{
 			Name:      "compact",
 			Usage:     "rewrite a table's small files, fold its deletes into data files and expire old snapshots",
 			ArgsUsage: "TABLE",
@@ -32,11 +33,8 @@ any lake plugin offering it), started and verified like at every sync.`,
 				&cli.StringFlag{Name: "orphans-older-than", Value: "72h", Usage: "delete unreferenced files older than this"},
 				&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 			},
-			Action: func(c *cli.Context) error {
-				args, err := commandArgs(c)
-				if err != nil {
-					return err
-				}
+			Action: func(ctx context.Context, c *cli.Command) error {
+				args := c.Args().Slice()
 				if len(args) != 1 {
 					return withCode(exitUsage, fmt.Errorf("lake compact: want one table (stream) name"))
 				}
@@ -48,7 +46,7 @@ any lake plugin offering it), started and verified like at every sync.`,
 				if err != nil {
 					return err
 				}
-				cn, plugin, err := lakequery.Offering(c.Context, cfg, host, c.String("connection"), sdklakequery.ServiceCompact)
+				cn, plugin, err := lakequery.Offering(ctx, cfg, host, c.String("connection"), sdklakequery.ServiceCompact)
 				switch {
 				case errors.Is(err, lakequery.ErrNoService):
 					return withCode(exitUsage, err)
@@ -66,13 +64,13 @@ any lake plugin offering it), started and verified like at every sync.`,
 						return withCode(exitUsage, fmt.Errorf("lake compact: --%s: %w", f, err))
 					}
 				}
-				report, err := plugin.LakeCompact(c.Context, settings, sdklakequery.CompactRequest{
+				report, err := plugin.LakeCompact(ctx, settings, sdklakequery.CompactRequest{
 					Table: args[0], ExpireOlderThan: durs[0], RetainLast: c.Int("retain-last"), OrphansOlderThan: durs[1],
 				})
 				if err != nil {
 					return fmt.Errorf("lake compact %s: %w", args[0], err)
 				}
-				fmt.Fprintf(c.App.Writer, "%s\n", report)
+				fmt.Fprintf(c.Root().Writer, "%s\n", report)
 				return nil
 			},
 		}},

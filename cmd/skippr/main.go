@@ -8,10 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/redact"
 	"github.com/skippr-dev/skippr/engine/shutdown"
@@ -72,13 +73,18 @@ func run(args []string, stdout, stderr *os.File) int {
 	defer stop()
 	args, err := normalizeArgs(app, args)
 	if err == nil {
-		err = app.RunContext(ctx, args)
+		err = app.Run(ctx, args)
 	}
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "skippr: %s\n", g.Redact.String(err.Error()))
+	// urfave/cli v3 returns a flag's unparsable environment value ("could not parse … from environment
+	// variable …", Flag.PostParse) as a bare error, not through OnUsageError as v2 did: a usage error all the same.
 	var ee *exitError
+	if !errors.As(err, &ee) && strings.HasPrefix(err.Error(), "could not parse ") {
+		err = withCode(exitUsage, fmt.Errorf("%w (see %s --help)", err, app.Name))
+	}
+	fmt.Fprintf(stderr, "skippr: %s\n", g.Redact.String(err.Error()))
 	if errors.As(err, &ee) {
 		return ee.code
 	}
@@ -99,22 +105,24 @@ func defaultHome() string {
 	return ".skippr"
 }
 
-func newApp(g *globals) *cli.App {
-	app := &cli.App{
-		Name:                 "skippr",
-		Usage:                "continuous change-data-capture ingest through a write-ahead log",
-		Version:              version,
-		EnableBashCompletion: true,
-		ExitErrHandler:       func(*cli.Context, error) {}, // run() prints and maps exit codes
-		OnUsageError:         onUsageError,
+// newApp builds the command tree. The root's flags are global: urfave/cli v3 makes them persistent, so a
+// subcommand accepts them too, and normalizeArgs moves them in front of it so that Before reads them.
+func newApp(g *globals) *cli.Command {
+	app := &cli.Command{
+		Name:                  "skippr",
+		Usage:                 "continuous change-data-capture ingest through a write-ahead log",
+		Version:               version,
+		EnableShellCompletion: true,
+		ExitErrHandler:        func(context.Context, *cli.Command, error) {}, // run() prints and maps exit codes
+		OnUsageError:          onUsageError,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "skippr.yml", EnvVars: []string{"SKIPPR_CONFIG"}, Usage: "pipeline configuration file"},
-			&cli.StringFlag{Name: "home", Value: defaultHome(), EnvVars: []string{"SKIPPR_HOME"}, Usage: "directory for installed plugins and local state"},
-			&cli.StringFlag{Name: "log-level", Value: "info", EnvVars: []string{"SKIPPR_LOG_LEVEL"}, Usage: "debug, info, warn or error"},
-			&cli.StringFlag{Name: "log-format", Value: "text", EnvVars: []string{"SKIPPR_LOG_FORMAT"}, Usage: "text or json"},
-			&cli.DurationFlag{Name: "plugin-start-timeout", Value: 60 * time.Second, EnvVars: []string{"SKIPPR_PLUGIN_START_TIMEOUT"}, Usage: "how long a plugin may take to start (a large binary on a slow disk may need more)"},
+			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "skippr.yml", Sources: cli.EnvVars("SKIPPR_CONFIG"), Usage: "pipeline configuration file"},
+			&cli.StringFlag{Name: "home", Value: defaultHome(), Sources: cli.EnvVars("SKIPPR_HOME"), Usage: "directory for installed plugins and local state"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Sources: cli.EnvVars("SKIPPR_LOG_LEVEL"), Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "log-format", Value: "text", Sources: cli.EnvVars("SKIPPR_LOG_FORMAT"), Usage: "text or json"},
+			&cli.DurationFlag{Name: "plugin-start-timeout", Value: 60 * time.Second, Sources: cli.EnvVars("SKIPPR_PLUGIN_START_TIMEOUT"), Usage: "how long a plugin may take to start (a large binary on a slow disk may need more)"},
 		},
-		Before: func(c *cli.Context) error {
+		Before: func(ctx context.Context, c *cli.Command) (context.Context, error) {
 			g.ConfigPath = c.String("config")
 			g.Home = c.String("home")
 			g.PluginStartTimeout = c.Duration("plugin-start-timeout")
@@ -122,18 +130,18 @@ func newApp(g *globals) *cli.App {
 			g.Started = time.Now()
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-				return withCode(exitUsage, fmt.Errorf("--log-level: %w", err))
+				return ctx, withCode(exitUsage, fmt.Errorf("--log-level: %w", err))
 			}
 			opts := &slog.HandlerOptions{Level: lvl}
 			switch c.String("log-format") {
 			case "json":
-				g.Log = slog.New(g.Redact.Handler(slog.NewJSONHandler(c.App.ErrWriter, opts)))
+				g.Log = slog.New(g.Redact.Handler(slog.NewJSONHandler(c.Root().ErrWriter, opts)))
 			case "text":
-				g.Log = slog.New(g.Redact.Handler(slog.NewTextHandler(c.App.ErrWriter, opts)))
+				g.Log = slog.New(g.Redact.Handler(slog.NewTextHandler(c.Root().ErrWriter, opts)))
 			default:
-				return withCode(exitUsage, fmt.Errorf("--log-format %q: want text or json", c.String("log-format")))
+				return ctx, withCode(exitUsage, fmt.Errorf("--log-format %q: want text or json", c.String("log-format")))
 			}
-			return nil
+			return ctx, nil
 		},
 		Commands: commands(g),
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/pluginhost"
 	"github.com/skippr-dev/skippr/registry"
@@ -28,7 +29,7 @@ Registries are tried in order: those given with --registry, otherwise the config
 ` + "`skippr registry trust`" + `, then the project's own (` + registry.DefaultRegistryURL + `), which is asked only
 when none of those answered. A registry that lacks the plugin but lists a close name stops the search ("did you mean").
 skippr.lock (beside the config) pins the exact version and the sha256 of every platform.`,
-		Subcommands: []*cli.Command{
+		Commands: []*cli.Command{
 			pluginInstallCommand(g),
 			pluginListCommand(g),
 			pluginRemoveCommand(g),
@@ -62,11 +63,8 @@ this is how a pinned plugin is upgraded.
   skippr plugin install 'postgres@~> 1.2'
   skippr plugin install echo@1.0.0 --registry https://example.com/reg --key example.pub`,
 		Flags: registryFlags(),
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("plugin install: want NAME[@CONSTRAINT], got %d arguments", len(args)))
 			}
@@ -79,13 +77,13 @@ this is how a pinned plugin is upgraded.
 			if pathExists(g.ConfigPath) || pathExists(lockPath(g)) {
 				lp = lockPath(g)
 			}
-			inst, err := rc.Install(c.Context, name, constraint, lp)
+			inst, err := rc.Install(ctx, name, constraint, lp)
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
-			fmt.Fprintf(c.App.Writer, "installed %s %s from %s\n  %s\n  sha256 %s\n", inst.Name, inst.Version, inst.Registry, inst.Path, inst.SHA256)
+			fmt.Fprintf(c.Root().Writer, "installed %s %s from %s\n  %s\n  sha256 %s\n", inst.Name, inst.Version, inst.Registry, inst.Path, inst.SHA256)
 			if lp != "" {
-				fmt.Fprintf(c.App.Writer, "pinned in %s\n", lp)
+				fmt.Fprintf(c.Root().Writer, "pinned in %s\n", lp)
 			}
 			return nil
 		},
@@ -100,7 +98,7 @@ func pluginListCommand(g *globals) *cli.Command {
 		Description: `Lists the plugins under $SKIPPR_HOME/plugins with the sha256 of each binary as it is on disk now, and
 whether skippr.lock pins that version.`,
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
-		Action: func(c *cli.Context) error {
+		Action: func(ctx context.Context, c *cli.Command) error {
 			list, err := registry.ListInstalled(g.Home)
 			if err != nil {
 				return withCode(exitFailure, err)
@@ -119,15 +117,15 @@ whether skippr.lock pins that version.`,
 				rows = append(rows, row{Installed: p, Locked: ok && e.Version == p.Version})
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
+				enc := json.NewEncoder(c.Root().Writer)
 				enc.SetIndent("", "  ")
 				return enc.Encode(rows)
 			}
 			if len(rows) == 0 {
-				fmt.Fprintf(c.App.Writer, "no plugins installed in %s\n", g.Home)
+				fmt.Fprintf(c.Root().Writer, "no plugins installed in %s\n", g.Home)
 				return nil
 			}
-			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			tw := tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tVERSION\tLOCKED\tSHA256\tPATH")
 			for _, r := range rows {
 				locked := "-"
@@ -148,24 +146,21 @@ func pluginRemoveCommand(g *globals) *cli.Command {
 		ArgsUsage: "NAME[@VERSION]",
 		Description: `Removes one installed version, or every installed version of NAME. skippr.lock is not changed: a
 pinned version is installed again by the next sync (unless --offline).`,
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("plugin remove: want NAME[@VERSION], got %d arguments", len(args)))
 			}
 			name, ver, _ := strings.Cut(args[0], "@")
-			removed, err := registry.Remove(c.Context, g.Home, name, ver)
+			removed, err := registry.Remove(ctx, g.Home, name, ver)
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
 			lock, _ := registry.ReadLock(lockPath(g))
 			for _, v := range removed {
-				fmt.Fprintf(c.App.Writer, "removed %s %s\n", name, v)
+				fmt.Fprintf(c.Root().Writer, "removed %s %s\n", name, v)
 				if lock != nil && lock.Plugins[name].Version == v {
-					fmt.Fprintf(c.App.Writer, "  %s still pins it; the next sync installs it again\n", lockPath(g))
+					fmt.Fprintf(c.Root().Writer, "  %s still pins it; the next sync installs it again\n", lockPath(g))
 				}
 			}
 			return nil
@@ -181,11 +176,8 @@ func pluginInfoCommand(g *globals) *cli.Command {
 		Description: `Shows, from the first registry that lists NAME, every version with its protocol versions, kind,
 platforms and yank reason, after verifying the index signature.`,
 		Flags: append(registryFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("plugin info: want NAME, got %d arguments", len(args)))
 			}
@@ -194,7 +186,7 @@ platforms and yank reason, after verifying the index signature.`,
 			if err != nil {
 				return err
 			}
-			si, err := rc.Find(c.Context, name)
+			si, err := rc.Find(ctx, name)
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
@@ -217,12 +209,12 @@ platforms and yank reason, after verifying the index signature.`,
 				out.Versions = append(out.Versions, ver{v, r.ProtocolVersions, r.Kind, r.PlatformKeys(), r.Yanked})
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
+				enc := json.NewEncoder(c.Root().Writer)
 				enc.SetIndent("", "  ")
 				return enc.Encode(out)
 			}
-			fmt.Fprintf(c.App.Writer, "%s in %s (index signed by key %s); this engine speaks protocol %v\n\n", name, out.Registry, out.KeyID, pluginhost.Protocols)
-			tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(c.Root().Writer, "%s in %s (index signed by key %s); this engine speaks protocol %v\n\n", name, out.Registry, out.KeyID, pluginhost.Protocols)
+			tw := tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "VERSION\tPROTOCOLS\tKIND\tPLATFORMS\tYANKED")
 			for _, v := range out.Versions {
 				y := "-"
@@ -249,11 +241,8 @@ signed index.json and index.json.sig verbatim, into DIR. DIR is then a file:// r
 
 With plugins from several registries each gets a subfolder of DIR.`,
 		Flags: registryFlags(),
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("plugin mirror: want DIR, got %d arguments", len(args)))
 			}
@@ -261,12 +250,12 @@ With plugins from several registries each gets a subfolder of DIR.`,
 			if err != nil {
 				return err
 			}
-			ms, err := rc.Mirror(c.Context, lockPath(g), args[0])
+			ms, err := rc.Mirror(ctx, lockPath(g), args[0])
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
 			for _, m := range ms {
-				fmt.Fprintf(c.App.Writer, "mirrored %s into %s: %s\n", m.From, m.Dir, strings.Join(m.Plugins, ", "))
+				fmt.Fprintf(c.Root().Writer, "mirrored %s into %s: %s\n", m.From, m.Dir, strings.Join(m.Plugins, ", "))
 			}
 			return nil
 		},
@@ -276,7 +265,7 @@ With plugins from several registries each gets a subfolder of DIR.`,
 // pluginClient builds a registry client for a plugin command: the --registry
 // URLs when given, else the config's registries, the trust store and the
 // project's registry, in that order.
-func pluginClient(c *cli.Context, g *globals) (*registry.Client, error) {
+func pluginClient(c *cli.Command, g *globals) (*registry.Client, error) {
 	var known []registry.Registry
 	if pathExists(g.ConfigPath) {
 		cfg, err := loadConfig(g)
@@ -328,8 +317,8 @@ func pluginClient(c *cli.Context, g *globals) (*registry.Client, error) {
 		Home:        g.Home,
 		Registries:  regs,
 		Protocols:   pluginhost.Protocols,
-		Progress:    c.App.ErrWriter,
-		ProgressTTY: isTerminal(c.App.ErrWriter),
+		Progress:    c.Root().ErrWriter,
+		ProgressTTY: isTerminal(c.Root().ErrWriter),
 		Log:         g.Log,
 	})
 	if err != nil {
@@ -343,58 +332,9 @@ func pathExists(path string) bool {
 	return !errors.Is(err, fs.ErrNotExist)
 }
 
-// commandArgs returns a command's positional arguments and applies flags
-// written after them (`add DIR ARTIFACT --name x`): urfave/cli v2 stops
-// parsing flags at the first positional argument.
-func commandArgs(c *cli.Context) ([]string, error) {
-	var pos []string
-	args := c.Args().Slice()
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			pos = append(pos, args[i+1:]...)
-			break
-		}
-		if !strings.HasPrefix(a, "-") || a == "-" {
-			pos = append(pos, a)
-			continue
-		}
-		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		var flag cli.Flag
-		for _, f := range c.Command.Flags {
-			for _, n := range f.Names() {
-				if n == name {
-					flag = f
-				}
-			}
-		}
-		if name == "h" || name == "help" {
-			return nil, withCode(exitUsage, fmt.Errorf("for help put --help before the arguments: %s --help", c.Command.HelpName))
-		}
-		if flag == nil {
-			return nil, withCode(exitUsage, fmt.Errorf("%s: unknown flag %s (see --help)", cmdName(c), a))
-		}
-		if _, isBool := flag.(*cli.BoolFlag); isBool {
-			if !hasVal {
-				val = "true"
-			}
-		} else if !hasVal {
-			if i+1 >= len(args) {
-				return nil, withCode(exitUsage, fmt.Errorf("%s: flag %s needs a value", cmdName(c), a))
-			}
-			i++
-			val = args[i]
-		}
-		if err := c.Set(name, val); err != nil {
-			return nil, withCode(exitUsage, fmt.Errorf("%s: %s: %w", cmdName(c), a, err))
-		}
-	}
-	return pos, nil
-}
-
-// requireFlags stands in for cli's Required, which is checked before
-// commandArgs has applied flags written after the arguments.
-func requireFlags(c *cli.Context, names ...string) error {
+// requireFlags stands in for cli's Required flags: it names every missing flag at once and
+// exits with the usage code.
+func requireFlags(c *cli.Command, names ...string) error {
 	var missing []string
 	for _, n := range names {
 		if !c.IsSet(n) {
@@ -409,6 +349,6 @@ func requireFlags(c *cli.Context, names ...string) error {
 
 // cmdName is the command path without the program name ("registry sign"):
 // run() already prefixes errors with "skippr: ".
-func cmdName(c *cli.Context) string {
-	return strings.TrimPrefix(c.Command.HelpName, c.App.Name+" ")
+func cmdName(c *cli.Command) string {
+	return strings.TrimPrefix(c.FullName(), c.Root().Name+" ")
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/chzyer/readline"
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
 	"github.com/skippr-dev/skippr/engine/config"
@@ -42,11 +42,8 @@ stderr), 3 plugin not found, 4 verification failed.`,
 			&cli.StringSliceFlag{Name: "pipeline", Usage: "only these pipelines' lakes (default: every pipeline with an iceberg destination)"},
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 		},
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			format := c.String("format")
 			if c.Bool("json") {
 				format = sdklakequery.FormatJSON
@@ -54,38 +51,38 @@ stderr), 3 plugin not found, 4 verification failed.`,
 			if !slices.Contains([]string{sdklakequery.FormatTable, sdklakequery.FormatCSV, sdklakequery.FormatJSON, sdklakequery.FormatParquet}, format) {
 				return withCode(exitUsage, fmt.Errorf("query: --format %q is not table, csv, json or parquet", format))
 			}
-			q, err := newQuerier(c, g)
+			q, err := newQuerier(ctx, c, g)
 			if err != nil {
 				return err
 			}
 			defer q.q.Close()
 			q.req = lakequery.Request{Format: format, AsOfLake: c.Bool("as-of-lake")}
 			if len(args) > 0 {
-				return q.run(c.Context, strings.Join(args, " "))
+				return q.run(ctx, strings.Join(args, " "))
 			}
-			if f, ok := c.App.Reader.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
-				sql, err := io.ReadAll(c.App.Reader)
+			if f, ok := c.Root().Reader.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
+				sql, err := io.ReadAll(c.Root().Reader)
 				if err != nil {
 					return withCode(exitFailure, fmt.Errorf("query: read SQL from stdin: %w", err))
 				}
 				if strings.TrimSpace(string(sql)) == "" {
 					return withCode(exitUsage, errors.New("query: no SQL given (as an argument or on stdin)"))
 				}
-				return q.run(c.Context, string(sql))
+				return q.run(ctx, string(sql))
 			}
-			return q.repl(c, g)
+			return q.repl(ctx, c, g)
 		},
 	}
 }
 
 // querier is one `skippr query` invocation: the engine's querier and how to print.
 type querier struct {
-	c   *cli.Context
+	c   *cli.Command
 	q   *lakequery.Querier
 	req lakequery.Request
 }
 
-func newQuerier(c *cli.Context, g *globals) (*querier, error) {
+func newQuerier(ctx context.Context, c *cli.Command, g *globals) (*querier, error) {
 	cfg, err := loadConfig(g)
 	if err != nil {
 		return nil, err
@@ -100,7 +97,7 @@ func newQuerier(c *cli.Context, g *globals) (*querier, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, err := lakequery.Open(c.Context, lakequery.Options{
+	q, err := lakequery.Open(ctx, lakequery.Options{
 		Config:    cfg,
 		Pipelines: pipes,
 		Host:      host,
@@ -119,31 +116,31 @@ func newQuerier(c *cli.Context, g *globals) (*querier, error) {
 func (q *querier) run(ctx context.Context, sql string) error {
 	req := q.req
 	req.SQL = sql
-	summary, err := q.q.Run(ctx, req, q.c.App.Writer)
+	summary, err := q.q.Run(ctx, req, q.c.Root().Writer)
 	if errors.Is(err, sdklakequery.ErrSQL) {
 		// The engine's message names what is wrong with the statement (and the known tables).
-		fmt.Fprintln(q.c.App.ErrWriter, strings.TrimPrefix(err.Error(), sdklakequery.ErrSQL.Error()+": "))
+		fmt.Fprintln(q.c.Root().ErrWriter, strings.TrimPrefix(err.Error(), sdklakequery.ErrSQL.Error()+": "))
 		return withCode(exitUsage, sdklakequery.ErrSQL)
 	}
 	if err != nil {
 		return withCode(exitFailure, fmt.Errorf("query: %w", err))
 	}
 	if summary != "" {
-		fmt.Fprintln(q.c.App.ErrWriter, summary)
+		fmt.Fprintln(q.c.Root().ErrWriter, summary)
 	}
 	return nil
 }
 
 // repl reads statements from a prompt with history until EOF or .quit. A failed statement prints its error
 // and the prompt continues.
-func (q *querier) repl(c *cli.Context, g *globals) error {
+func (q *querier) repl(ctx context.Context, c *cli.Command, g *globals) error {
 	rl, err := readline.NewEx(&readline.Config{
 		Prompt:          "skippr> ",
 		HistoryFile:     filepath.Join(g.Home, "query_history"),
 		InterruptPrompt: "^C",
 		EOFPrompt:       ".quit",
-		Stdout:          c.App.Writer,
-		Stderr:          c.App.ErrWriter,
+		Stdout:          c.Root().Writer,
+		Stderr:          c.Root().ErrWriter,
 	})
 	if err != nil {
 		return withCode(exitFailure, fmt.Errorf("query: prompt: %w", err))
@@ -153,7 +150,7 @@ func (q *querier) repl(c *cli.Context, g *globals) error {
 	if q.req.AsOfLake {
 		source = "the lake alone (--as-of-lake)"
 	}
-	fmt.Fprintf(c.App.ErrWriter, "skippr query: answers from %s. End statements with ';', .quit to leave.\n", source)
+	fmt.Fprintf(c.Root().ErrWriter, "skippr query: answers from %s. End statements with ';', .quit to leave.\n", source)
 	var stmt strings.Builder
 	for {
 		line, err := rl.Readline()
@@ -178,9 +175,9 @@ func (q *querier) repl(c *cli.Context, g *globals) error {
 		sql := stmt.String()
 		stmt.Reset()
 		rl.SetPrompt("skippr> ")
-		if err := q.run(c.Context, sql); err != nil {
+		if err := q.run(ctx, sql); err != nil {
 			if !errors.Is(err, sdklakequery.ErrSQL) { // run printed the engine's message already
-				fmt.Fprintln(c.App.ErrWriter, "error:", err)
+				fmt.Fprintln(c.Root().ErrWriter, "error:", err)
 			}
 		}
 	}

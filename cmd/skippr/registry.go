@@ -1,9 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/registry"
 )
@@ -23,7 +24,7 @@ binaries. Serve it from any web server or bucket, or use it as file:///path. Pub
 Using it (once per machine, or list it under registries: in the config):
 
   skippr registry trust https://example.com/reg --key skippr-ed25519.pub`,
-		Subcommands: []*cli.Command{
+		Commands: []*cli.Command{
 			registryKeygenCommand(),
 			registryAddCommand(),
 			registrySignCommand(),
@@ -41,10 +42,7 @@ func registryKeygenCommand() *cli.Command {
 		Description: `Writes DIR/` + registry.PrivateKeyFile + ` (mode 0600: keep it secret, it signs your index) and
 DIR/` + registry.PublicKeyFile + ` (publish it: users trust your registry with it). Never overwrites a key.`,
 		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "directory for the key files (required)"}},
-		Action: func(c *cli.Context) error {
-			if _, err := commandArgs(c); err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
 			if err := requireFlags(c, "out"); err != nil {
 				return err
 			}
@@ -52,7 +50,7 @@ DIR/` + registry.PublicKeyFile + ` (publish it: users trust your registry with i
 			if err != nil {
 				return withCode(exitFailure, err)
 			}
-			fmt.Fprintf(c.App.Writer, "key id %s\n  private: %s (keep secret)\n  public:  %s\n", id, priv, pub)
+			fmt.Fprintf(c.Root().Writer, "key id %s\n  private: %s (keep secret)\n  public:  %s\n", id, priv, pub)
 			return nil
 		},
 	}
@@ -77,18 +75,15 @@ different bytes for an existing version and platform fails.`,
 			&cli.StringFlag{Name: "kind", Usage: "source, destination or both (required for another platform)"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no reminder to sign (for scripts that add several binaries, then sign once)"},
 		},
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) != 2 {
 				return withCode(exitUsage, fmt.Errorf("registry add: want DIR ARTIFACT, got %d arguments", len(args)))
 			}
 			if err := requireFlags(c, "name", "version"); err != nil {
 				return err
 			}
-			art, err := registry.Add(c.Context, registry.AddRequest{
+			art, err := registry.Add(ctx, registry.AddRequest{
 				Dir: args[0], Artifact: args[1],
 				Name: c.String("name"), Version: c.String("version"),
 				OS: c.String("os"), Arch: c.String("arch"),
@@ -97,9 +92,9 @@ different bytes for an existing version and platform fails.`,
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
-			fmt.Fprintf(c.App.Writer, "added %s (%d bytes, sha256 %s)\n", art.URL, art.Size, art.SHA256)
+			fmt.Fprintf(c.Root().Writer, "added %s (%d bytes, sha256 %s)\n", art.URL, art.Size, art.SHA256)
 			if !c.Bool("quiet") {
-				fmt.Fprintf(c.App.Writer, "index.json changed: run `skippr registry sign %s --key KEYFILE`\n", args[0])
+				fmt.Fprintf(c.Root().Writer, "index.json changed: run `skippr registry sign %s --key KEYFILE`\n", args[0])
 			}
 			return nil
 		},
@@ -115,11 +110,8 @@ func registrySignCommand() *cli.Command {
 other keys already in the file are kept, so signing with an old and a new key rotates keys without breaking
 users who trust only one of them.`,
 		Flags: []cli.Flag{&cli.StringFlag{Name: "key", Usage: "private key file from `skippr registry keygen` (required)"}},
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("registry sign: want DIR, got %d arguments", len(args)))
 			}
@@ -130,7 +122,7 @@ users who trust only one of them.`,
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
-			fmt.Fprintf(c.App.Writer, "signed %s/%s with key %s\n", args[0], registry.IndexFile, id)
+			fmt.Fprintf(c.Root().Writer, "signed %s/%s with key %s\n", args[0], registry.IndexFile, id)
 			return nil
 		},
 	}
@@ -145,11 +137,8 @@ func registryTrustCommand(g *globals) *cli.Command {
 when its index is signed by one of its keys. Registries are consulted in the order they were first trusted.
 URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoint=URL&path_style=true&anonymous=true].`,
 		Flags: []cli.Flag{&cli.StringSliceFlag{Name: "key", Usage: "public key file (required, repeatable)"}},
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("registry trust: want URL, got %d arguments", len(args)))
 			}
@@ -168,11 +157,11 @@ URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoi
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
-			fmt.Fprintf(c.App.Writer, "trusting %s with key", r.URL)
+			fmt.Fprintf(c.Root().Writer, "trusting %s with key", r.URL)
 			for _, k := range r.Keys {
-				fmt.Fprintf(c.App.Writer, " %s", k.ID())
+				fmt.Fprintf(c.Root().Writer, " %s", k.ID())
 			}
-			fmt.Fprintln(c.App.Writer)
+			fmt.Fprintln(c.Root().Writer)
 			return nil
 		},
 	}
@@ -186,11 +175,8 @@ func registryYankCommand() *cli.Command {
 		Description: `Marks VERSION as yanked with a reason users will see. New installs skip it unless they pin it exactly;
 lock files that pin it still install it, with a warning. The binaries stay. Sign the index again afterwards.`,
 		Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why the version was withdrawn (required)"}},
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) != 3 {
 				return withCode(exitUsage, fmt.Errorf("registry yank: want DIR NAME VERSION, got %d arguments", len(args)))
 			}
@@ -200,7 +186,7 @@ lock files that pin it still install it, with a warning. The binaries stay. Sign
 			if err := registry.Yank(args[0], args[1], args[2], c.String("reason")); err != nil {
 				return withCode(registryExitCode(err), err)
 			}
-			fmt.Fprintf(c.App.Writer, "yanked %s %s\nindex.json changed: run `skippr registry sign %s --key KEYFILE`\n", args[1], args[2], args[0])
+			fmt.Fprintf(c.Root().Writer, "yanked %s %s\nindex.json changed: run `skippr registry sign %s --key KEYFILE`\n", args[1], args[2], args[0])
 			return nil
 		},
 	}

@@ -1,12 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/resnapshot"
@@ -32,11 +33,8 @@ that cannot apply a re-snapshot, or a table the source does not offer.`,
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"},
 		},
-		Action: func(c *cli.Context) error {
-			args, err := commandArgs(c)
-			if err != nil {
-				return err
-			}
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
 			if len(args) < 2 {
 				return withCode(exitUsage, errors.New("resnapshot: name a pipeline and at least one table"))
 			}
@@ -49,7 +47,7 @@ that cannot apply a re-snapshot, or a table the source does not offer.`,
 				return err
 			}
 			p, tables := pipes[0], args[1:]
-			t, err := resnapshotTargets(c, g, cfg, p)
+			t, err := resnapshotTargets(ctx, c, g, cfg, p)
 			if err != nil {
 				return err
 			}
@@ -61,10 +59,10 @@ that cannot apply a re-snapshot, or a table the source does not offer.`,
 				return withCode(exitFailure, err)
 			}
 			if c.Bool("json") {
-				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"pipeline": p.Name, "requests": reqs})
+				return json.NewEncoder(c.Root().Writer).Encode(map[string]any{"pipeline": p.Name, "requests": reqs})
 			}
 			for _, r := range reqs {
-				fmt.Fprintf(c.App.Writer, "pipeline %s: re-snapshot of %s requested (%s); a running sync starts it within a second; see skippr status\n", p.Name, r.Stream, r.ID)
+				fmt.Fprintf(c.Root().Writer, "pipeline %s: re-snapshot of %s requested (%s); a running sync starts it within a second; see skippr status\n", p.Name, r.Stream, r.ID)
 			}
 			return nil
 		},
@@ -80,14 +78,14 @@ type targets struct {
 
 // resnapshotTargets asks the source which streams it offers and whether it can re-snapshot, and the
 // destinations whether they can apply a re-snapshot.
-func resnapshotTargets(c *cli.Context, g *globals, cfg *config.Config, p *config.Pipeline) (targets, error) {
+func resnapshotTargets(ctx context.Context, c *cli.Command, g *globals, cfg *config.Config, p *config.Pipeline) (targets, error) {
 	var t targets
 	host, err := newHost(c, g, cfg, c.Bool("offline"))
 	if err != nil {
 		return t, err
 	}
 	cn, _ := cfg.Connection(p.Source)
-	s, err := startConnection(c.Context, host, cn)
+	s, err := startConnection(ctx, host, cn)
 	if err != nil {
 		return t, err
 	}
@@ -95,7 +93,7 @@ func resnapshotTargets(c *cli.Context, g *globals, cfg *config.Config, p *config
 	if !client.Offers(s.spec, protocol.ServiceResnapshot) {
 		t.source = fmt.Sprintf("%s (plugin %s)", cn.Name, s.spec.Name)
 	}
-	streams, err := s.client.Discover(c.Context, s.settings)
+	streams, err := s.client.Discover(ctx, s.settings)
 	if err != nil {
 		return t, fmt.Errorf("pipeline %s: source %s: %w", p.Name, cn.Name, err)
 	}
@@ -104,11 +102,11 @@ func resnapshotTargets(c *cli.Context, g *globals, cfg *config.Config, p *config
 	}
 	for _, name := range p.Destinations {
 		dc, _ := cfg.Connection(name)
-		d, err := startConnection(c.Context, host, dc)
+		d, err := startConnection(ctx, host, dc)
 		if err != nil {
 			return t, err
 		}
-		caps, err := d.client.Capabilities(c.Context, d.settings)
+		caps, err := d.client.Capabilities(ctx, d.settings)
 		d.client.Kill()
 		if err != nil {
 			return t, fmt.Errorf("pipeline %s: destination %s: %w", p.Name, name, err)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/pipeline"
 )
@@ -49,7 +50,7 @@ func statusCommand(g *globals) *cli.Command {
 resnapshot), the time, the WAL entry when the fault is in the log, and the fix; one that retries shows as
 retrying with the attempt and the last error. Exits 1 when any pipeline shown has failed.`,
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
-		Action: func(c *cli.Context) error {
+		Action: func(ctx context.Context, c *cli.Command) error {
 			_, pipes, err := configuredPipelines(c, g)
 			if err != nil {
 				return err
@@ -74,9 +75,9 @@ retrying with the attempt and the last error. Exits 1 when any pipeline shown ha
 				case ps.Running:
 					ps.State = st.State
 				}
-				if wl, err := openWAL(c.Context, p, g.Log); err != nil {
+				if wl, err := openWAL(ctx, p, g.Log); err != nil {
 					ps.WAL.Error = err.Error()
-				} else if h, err := wl.Head(c.Context); err != nil {
+				} else if h, err := wl.Head(ctx); err != nil {
 					ps.WAL.Error = err.Error()
 				} else {
 					ps.WAL.Entries, ps.WAL.Bytes, ps.WAL.LastCommitted, ps.WAL.ReclaimedThrough, ps.WAL.Holder = h.Entries, h.Bytes, h.LastSeq, h.ReclaimedThrough, h.Holder
@@ -90,12 +91,12 @@ retrying with the attempt and the last error. Exits 1 when any pipeline shown ha
 				}
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.App.Writer)
+				enc := json.NewEncoder(c.Root().Writer)
 				enc.SetIndent("", "  ")
 				if err := enc.Encode(out); err != nil {
 					return err
 				}
-			} else if err := printStatus(c.App.Writer, out); err != nil {
+			} else if err := printStatus(c.Root().Writer, out); err != nil {
 				return err
 			}
 			if len(failed) > 0 {

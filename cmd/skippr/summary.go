@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/pipeline"
@@ -14,7 +14,7 @@ import (
 
 // printSyncSummary prints what `sync --once` did, from the pipelines' final status files: a table on stdout,
 // or one JSON object with --log-format json.
-func printSyncSummary(c *cli.Context, g *globals, pipes []*config.Pipeline) error {
+func printSyncSummary(c *cli.Command, g *globals, pipes []*config.Pipeline) error {
 	var sts []pipeline.Status
 	for _, p := range pipes {
 		b, err := os.ReadFile(statusFile(g.Home, p))
@@ -29,7 +29,7 @@ func printSyncSummary(c *cli.Context, g *globals, pipes []*config.Pipeline) erro
 	}
 	sum := pipeline.Summarize(sts, time.Since(g.Started))
 	if g.LogFormat == "json" {
-		return json.NewEncoder(c.App.Writer).Encode(sum)
+		return json.NewEncoder(c.Root().Writer).Encode(sum)
 	}
-	return sum.WriteText(c.App.Writer)
+	return sum.WriteText(c.Root().Writer)
 }

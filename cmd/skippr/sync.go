@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/metrics"
@@ -55,8 +55,8 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 			&cli.DurationFlag{Name: "stop-timeout", Value: shutdown.DefaultGrace, Usage: "after SIGTERM/SIGINT, how long the WAL commit and applies in flight may take to finish before sync stops at once (a second signal stops at once too)"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve /metrics (Prometheus), /healthz and /readyz on this host:port (overrides metrics.addr in the config; port 0 picks a free one, logged)"},
 		},
-		Action: func(c *cli.Context) error {
-			shutdown.SetGrace(c.Context, c.Duration("stop-timeout"))
+		Action: func(ctx context.Context, c *cli.Command) error {
+			shutdown.SetGrace(ctx, c.Duration("stop-timeout"))
 			cfg, pipes, err := configuredPipelines(c, g)
 			if err != nil {
 				return err
@@ -65,9 +65,9 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithCancel(c.Context)
+			metricsCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			reg, err := serveMetrics(ctx, g, cfg, c.String("metrics-addr"))
+			reg, err := serveMetrics(metricsCtx, g, cfg, c.String("metrics-addr"))
 			if err != nil {
 				return err
 			}
@@ -82,7 +82,7 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 					defer wg.Done()
 					s := &pipelineRun{g: g, cfg: cfg, p: p, host: host, once: c.Bool("once"), progress: c.Duration("progress-every"),
 						status: newStatusWriter(g, p), m: reg.Pipeline(p.Name)}
-					if err := s.supervise(c.Context, c.Bool("wait-lock")); err != nil {
+					if err := s.supervise(ctx, c.Bool("wait-lock")); err != nil {
 						mu.Lock()
 						errs = append(errs, err)
 						mu.Unlock()
@@ -102,16 +102,12 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 }
 
 // configuredPipelines loads the config and picks the pipelines named in the arguments (all by default).
-func configuredPipelines(c *cli.Context, g *globals) (*config.Config, []*config.Pipeline, error) {
-	args, err := commandArgs(c)
-	if err != nil {
-		return nil, nil, err
-	}
+func configuredPipelines(c *cli.Command, g *globals) (*config.Config, []*config.Pipeline, error) {
 	cfg, err := loadConfig(g)
 	if err != nil {
 		return nil, nil, err
 	}
-	pipes, err := selectPipelines(cfg, args)
+	pipes, err := selectPipelines(cfg, c.Args().Slice())
 	return cfg, pipes, err
 }
 

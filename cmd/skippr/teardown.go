@@ -1,11 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/pipeline"
 )
@@ -24,7 +25,7 @@ Refuses while the pipeline's sync is running on this host.`,
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"},
 		},
-		Action: func(c *cli.Context) error {
+		Action: func(ctx context.Context, c *cli.Command) error {
 			cfg, pipes, err := configuredPipelines(c, g)
 			if err != nil {
 				return err
@@ -43,25 +44,25 @@ Refuses while the pipeline's sync is running on this host.`,
 				return err
 			}
 			cn, _ := cfg.Connection(p.Source)
-			s, err := startConnection(c.Context, host, cn)
+			s, err := startConnection(ctx, host, cn)
 			if err != nil {
 				return err
 			}
 			defer s.client.Kill()
-			released, err := s.client.Teardown(c.Context, s.settings)
+			released, err := s.client.Teardown(ctx, s.settings)
 			if err != nil {
 				return err
 			}
 			os.Remove(statusFile(g.Home, p))
 			os.Remove(legacyStatusFile(g.Home, p.Name))
 			if c.Bool("json") {
-				return json.NewEncoder(c.App.Writer).Encode(map[string]any{"pipeline": p.Name, "released": released})
+				return json.NewEncoder(c.Root().Writer).Encode(map[string]any{"pipeline": p.Name, "released": released})
 			}
 			if len(released) == 0 {
-				fmt.Fprintf(c.App.Writer, "pipeline %s: source %s held nothing to release\n", p.Name, cn.Name)
+				fmt.Fprintf(c.Root().Writer, "pipeline %s: source %s held nothing to release\n", p.Name, cn.Name)
 			}
 			for _, r := range released {
-				fmt.Fprintf(c.App.Writer, "pipeline %s: released %s\n", p.Name, r)
+				fmt.Fprintf(c.Root().Writer, "pipeline %s: released %s\n", p.Name, r)
 			}
 			return nil
 		},

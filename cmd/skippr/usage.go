@@ -1,17 +1,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/internal/suggest"
 )
 
 // globalFlagNames are the app-wide flags that may also be written after a subcommand
-// (`skippr sync -c x.yml`); urfave/cli v2 only accepts them before it.
-func globalFlagNames(app *cli.App) map[string]cli.Flag {
+// (`skippr sync -c x.yml`). urfave/cli v3 accepts them there too, but sets them on the
+// subcommand, after the root's Before has read them: normalizeArgs moves them to the front.
+func globalFlagNames(app *cli.Command) map[string]cli.Flag {
 	m := map[string]cli.Flag{}
 	for _, f := range app.Flags {
 		for _, n := range f.Names() {
@@ -40,7 +42,7 @@ func takesValue(f cli.Flag) bool {
 // normalizeArgs checks command names and moves global flags written after a subcommand to
 // the front, where urfave/cli parses them. A flag the subcommand defines itself stays
 // where it is. An unknown command is a usage error naming the closest one.
-func normalizeArgs(app *cli.App, args []string) ([]string, error) {
+func normalizeArgs(app *cli.Command, args []string) ([]string, error) {
 	if len(args) < 2 {
 		return args, nil
 	}
@@ -60,6 +62,11 @@ func normalizeArgs(app *cli.App, args []string) ([]string, error) {
 		if strings.HasPrefix(a, "-") && a != "-" {
 			name, _, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
 			if name == "help" || name == "h" {
+				if positional {
+					// urfave/cli v3 reads a leaf's first argument after --help as a help topic
+					// ("No help topic for 'orders'"): the command's own help is what is asked for.
+					return append(append([]string{args[0]}, path...), a), nil
+				}
 				rest = append(rest, args[i:]...)
 				break
 			}
@@ -86,13 +93,21 @@ func normalizeArgs(app *cli.App, args []string) ([]string, error) {
 		if positional {
 			continue
 		}
-		if len(path) == 0 && (a == "help" || a == "h") {
+		// help, and urfave/cli's `completion bash|zsh|fish|pwsh` (shell completion scripts), are added by
+		// urfave/cli when it runs: not in app.Commands yet.
+		if len(path) == 0 && (a == "help" || a == "h") && i+1 < len(args) {
+			// `skippr help plugin install` is `skippr plugin install --help`, so a misspelt name is a
+			// usage error with a suggestion (urfave/cli says "No help topic" and exits 3, our not-found code).
+			again := append(append([]string{args[0]}, lifted...), rest[:len(rest)-1]...)
+			return normalizeArgs(app, append(append(again, args[i+1:]...), "--help"))
+		}
+		if len(path) == 0 && (a == "help" || a == "h" || a == "completion") {
 			rest = append(rest, args[i+1:]...)
 			break
 		}
 		if c := findCommand(cmds, a); c != nil {
 			path = append(path, c.Name)
-			leaf, cmds, flags = c, c.Subcommands, c.Flags
+			leaf, cmds, flags = c, c.Commands, c.Flags
 			continue
 		}
 		if len(cmds) > 0 && (leaf == nil || leaf.Action == nil) {
@@ -130,7 +145,7 @@ func unknownCommand(app string, path []string, name string, cmds []*cli.Command)
 
 // builtinFlag reports the flags urfave/cli adds itself.
 func builtinFlag(name string, root bool) bool {
-	return name == "generate-bash-completion" || root && (name == "version" || name == "v")
+	return name == "generate-shell-completion" || root && (name == "version" || name == "v")
 }
 
 func unknownFlag(app string, path []string, name string, flags []cli.Flag) error {
@@ -152,17 +167,14 @@ func unknownFlag(app string, path []string, name string, flags []cli.Flag) error
 
 // onUsageError turns urfave/cli's flag errors (unknown flag, bad value) into exit 2 with
 // the closest flag name, instead of a help page and exit 1.
-func onUsageError(c *cli.Context, err error, _ bool) error {
-	var path []string
-	flags := c.App.Flags
-	if c.Command != nil && c.Command.Name != "" {
-		path = strings.Fields(strings.TrimPrefix(c.Command.HelpName, c.App.Name))
-		flags = c.Command.Flags
-	}
+func onUsageError(_ context.Context, c *cli.Command, err error, _ bool) error {
+	root := c.Root().Name
+	path := strings.Fields(strings.TrimPrefix(c.FullName(), root))
+	flags := c.Flags
 	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok {
-		return unknownFlag(c.App.Name, path, strings.TrimLeft(name, "-"), flags)
+		return unknownFlag(root, path, strings.TrimLeft(name, "-"), flags)
 	}
-	where := strings.Join(append([]string{c.App.Name}, path...), " ")
+	where := strings.Join(append([]string{root}, path...), " ")
 	prefix := ""
 	if len(path) > 0 {
 		prefix = strings.Join(path, " ") + ": "
@@ -177,10 +189,15 @@ func dashed(name string) string {
 	return "--" + name
 }
 
-// setUsageErrors installs onUsageError on every command.
+// setUsageErrors installs onUsageError on every command. A command without subcommands gets
+// no `help` subcommand either: urfave/cli v3 would add one, and then `skippr sync help` or
+// `skippr plugin install help` would print help instead of naming a pipeline or plugin "help".
 func setUsageErrors(cmds []*cli.Command) {
 	for _, c := range cmds {
 		c.OnUsageError = onUsageError
-		setUsageErrors(c.Subcommands)
+		if len(c.Commands) == 0 {
+			c.HideHelpCommand = true
+		}
+		setUsageErrors(c.Commands)
 	}
 }

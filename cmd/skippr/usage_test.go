@@ -78,6 +78,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"registry", "add", "d", "a", "--nme", "x"}, exitUsage, "registry add: unknown flag --nme; did you mean --name?"},
 		{[]string{"sync", "--progress-every", "soon"}, exitUsage, `sync: invalid value "soon" for flag -progress-every`},
 		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate" for skippr (see skippr --help)`},
+		{[]string{"help", "synch"}, exitUsage, `unknown command "synch" for skippr; did you mean sync?`},
+		{[]string{"help", "plugin", "instal"}, exitUsage, `unknown command "instal" for skippr plugin; did you mean install?`},
 		// Global flags after the subcommand: the config named there is the one read.
 		{[]string{"sync", "-c", missing}, exitUsage, "config " + missing + " not found"},
 		{[]string{"sync", "--once", "--config=" + missing}, exitUsage, "config " + missing + " not found"},
@@ -99,13 +101,17 @@ func TestNormalizeArgs(t *testing.T) {
 		{[]string{"sync", "-c", "x.yml", "--once"}, []string{"-c", "x.yml", "sync", "--once"}},
 		{[]string{"sync", "--once", "--home=/h", "p1"}, []string{"--home=/h", "sync", "--once", "p1"}},
 		{[]string{"-c", "x.yml", "sync"}, []string{"-c", "x.yml", "sync"}},
-		// After a leaf's positional argument too (commandArgs reads flags there).
+		// After a leaf's positional argument too (urfave/cli v3 reads flags there).
 		{[]string{"plugin", "install", "datagen", "--home", "/h"}, []string{"--home", "/h", "plugin", "install", "datagen"}},
 		// A flag's value is not mistaken for a flag or a command.
 		{[]string{"sync", "--progress-every", "2s", "-c", "sync"}, []string{"-c", "sync", "sync", "--progress-every", "2s"}},
 		// After -- nothing moves.
 		{[]string{"query", "--", "-c"}, []string{"query", "--", "-c"}},
-		{[]string{"help", "synch"}, []string{"help", "synch"}},
+		{[]string{"help"}, []string{"help"}},
+		{[]string{"-c", "x.yml", "help", "plugin", "install"}, []string{"-c", "x.yml", "plugin", "install", "--help"}},
+		// --help after a leaf's arguments asks for that command's help: the arguments are dropped.
+		{[]string{"-c", "x.yml", "sync", "orders", "--help"}, []string{"sync", "--help"}},
+		{[]string{"registry", "add", "d", "a", "--name", "x", "-h"}, []string{"registry", "add", "-h"}},
 	}
 	for _, tt := range tests {
 		app := newApp(&globals{})
@@ -117,5 +123,43 @@ func TestNormalizeArgs(t *testing.T) {
 		if want := append([]string{"skippr"}, tt.want...); !reflect.DeepEqual(got, want) {
 			t.Errorf("normalizeArgs(%q) = %q; want %q", tt.in, got, want)
 		}
+	}
+}
+
+// --help anywhere on a leaf prints that command's help and exits 0; the word help as an argument
+// stays an argument (a pipeline or plugin may be called that). urfave/cli's completion command works.
+func TestHelpAndCompletion(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nothere.yml")
+	tests := []struct {
+		args   []string
+		code   int
+		stdout string // printed on stdout
+		stderr string // printed on stderr
+	}{
+		{[]string{"sync", "orders", "--help"}, exitOK, "skippr sync - run pipelines", ""},
+		{[]string{"plugin", "install", "datagen", "-h"}, exitOK, "skippr plugin install - install a plugin", ""},
+		{[]string{"registry", "add", "d", "a", "--name", "x", "--help"}, exitOK, "skippr registry add - add a plugin binary", ""},
+		{[]string{"help", "sync"}, exitOK, "skippr sync - run pipelines", ""},
+		{[]string{"help", "plugin", "install"}, exitOK, "skippr plugin install - install a plugin", ""},
+		{[]string{"help"}, exitOK, "skippr - continuous change-data-capture", ""},
+		{[]string{"sync", "help", "-c", missing}, exitUsage, "", "config " + missing + " not found"},
+		{[]string{"completion", "bash"}, exitOK, "shell completion script", ""},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			code, stdout, stderr := runCapturedAll(t, tt.args...)
+			if code != tt.code || !strings.Contains(stdout, tt.stdout) || !strings.Contains(stderr, tt.stderr) {
+				t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit %d, stdout with %q, stderr with %q", code, stdout, stderr, tt.code, tt.stdout, tt.stderr)
+			}
+		})
+	}
+}
+
+// A flag's environment variable with a value the flag cannot hold is a usage error too.
+func TestUsageErrorFromEnv(t *testing.T) {
+	t.Setenv("SKIPPR_PLUGIN_START_TIMEOUT", "soon")
+	code, stderr := runCaptured(t, "status")
+	if want := `environment variable "SKIPPR_PLUGIN_START_TIMEOUT"`; code != exitUsage || !strings.Contains(stderr, want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr, exitUsage, want)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -16,16 +17,16 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/wal"
 )
 
 func walCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:        "wal",
-		Usage:       "inspect the engine's write-ahead log",
-		Subcommands: []*cli.Command{walInspectCommand(g)},
+		Name:     "wal",
+		Usage:    "inspect the engine's write-ahead log",
+		Commands: []*cli.Command{walInspectCommand(g)},
 	}
 }
 
@@ -43,15 +44,12 @@ func walInspectCommand(g *globals) *cli.Command {
 			&cli.StringFlag{Name: "s3-region", Usage: "S3 region (empty: from the environment, else us-east-1)"},
 			&cli.BoolFlag{Name: "s3-path-style", Usage: "address buckets in the path (most S3-compatible servers)"},
 		},
-		Action: func(c *cli.Context) error { return walInspect(c, g) },
+		Action: func(ctx context.Context, c *cli.Command) error { return walInspect(ctx, c, g) },
 	}
 }
 
-func walInspect(c *cli.Context, g *globals) error {
-	args, err := commandArgs(c)
-	if err != nil {
-		return err
-	}
+func walInspect(ctx context.Context, c *cli.Command, g *globals) error {
+	args := c.Args().Slice()
 	if len(args) != 1 {
 		return withCode(exitUsage, fmt.Errorf("wal inspect: want one URL (file:///abs/dir or s3://bucket/prefix), got %d arguments", len(args)))
 	}
@@ -66,7 +64,7 @@ func walInspect(c *cli.Context, g *globals) error {
 			return withCode(exitNotFound, fmt.Errorf("wal inspect: no WAL at %s: %s does not exist", raw, u.Path))
 		}
 	}
-	ctx := c.Context
+
 	l, err := wal.Open(ctx, raw, wal.Options{
 		Logger: g.Log,
 		S3: wal.S3Options{
@@ -86,13 +84,13 @@ func walInspect(c *cli.Context, g *globals) error {
 		return withCode(exitFailure, err)
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(c.App.Writer)
+		enc := json.NewEncoder(c.Root().Writer)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			return withCode(exitFailure, err)
 		}
 	} else {
-		printInspect(c.App.Writer, rep)
+		printInspect(c.Root().Writer, rep)
 	}
 	if rep.Bad > 0 {
 		var bad []string

@@ -60,7 +60,7 @@ func Root(t testing.TB) string {
 // Build returns the path of plugins/<name> built as skippr-plugin-<name>.
 func Build(t testing.TB, name string) string {
 	t.Helper()
-	return build(t, name, "skippr-plugin-"+name, filepath.Join("plugins", name), ".")
+	return build(t, name, "skippr-plugin-"+name, filepath.Join("plugins", name), ".", nil)
 }
 
 // BuildWithVars returns plugins/<name> built with -ldflags "-X <var>" for each var ("main.version=0.0.9"), as
@@ -72,16 +72,18 @@ func BuildWithVars(t testing.TB, name string, vars ...string) string {
 		flags = append(flags, "-X", v)
 	}
 	key := name + " " + strings.Join(vars, " ")
-	return build(t, key, filepath.Join(fmt.Sprintf("v%x", sha256.Sum256([]byte(key)))[:17], "skippr-plugin-"+name), filepath.Join("plugins", name), ".", "-ldflags", strings.Join(flags, " "))
+	return build(t, key, filepath.Join(fmt.Sprintf("v%x", sha256.Sum256([]byte(key)))[:17], "skippr-plugin-"+name), filepath.Join("plugins", name), ".", nil, "-ldflags", strings.Join(flags, " "))
 }
 
-// BuildSkippr returns the path of the skippr command built from cmd/skippr.
+// BuildSkippr returns the path of the skippr command built from cmd/skippr as the release builds it: without cgo
+// and with the Makefile's CORE_TAGS, which `make test` exports as SKIPPR_CORE_TAGS (so the tests run the code
+// that ships, and `make check-size` reuses the compiled packages).
 func BuildSkippr(t testing.TB) string {
 	t.Helper()
-	return build(t, "skippr", "skippr", ".", "./cmd/skippr")
+	return build(t, "skippr", "skippr", ".", "./cmd/skippr", []string{"CGO_ENABLED=0"}, "-tags", os.Getenv("SKIPPR_CORE_TAGS"))
 }
 
-func build(t testing.TB, key, binary, moduleDir, pkg string, flags ...string) string {
+func build(t testing.TB, key, binary, moduleDir, pkg string, env []string, flags ...string) string {
 	t.Helper()
 	mu.Lock()
 	defer mu.Unlock()
@@ -101,6 +103,7 @@ func build(t testing.TB, key, binary, moduleDir, pkg string, flags ...string) st
 	}
 	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, flags...), pkg)...)
 	cmd.Dir = filepath.Join(Root(t), moduleDir)
+	cmd.Env = append(os.Environ(), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", key, err, b)
 	}
