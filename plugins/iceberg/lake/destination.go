@@ -50,6 +50,10 @@ type hooks struct {
 	// bufferBudget, when positive, replaces the share of memory_limit an apply buffers before it spills, so
 	// that tests spill with a few rows.
 	bufferBudget int64
+	// resnapBudget, when positive, replaces the share of memory_limit a re-snapshot's end diffs keys in, so that
+	// tests spill with a few keys; spillDir, when set, is where it spills (default: the system's temp directory).
+	resnapBudget int64
+	spillDir     string
 }
 
 var _ serve.Destination = (*Destination)(nil)
