@@ -38,6 +38,8 @@ type Destination struct {
 	// commit (spill.go); tests read them.
 	retries atomic.Int64
 	spills  atomic.Int64
+	// resnapSpills counts re-snapshot ends whose key diff spilled to disk (keydiff.go); tests read it.
+	resnapSpills atomic.Int64
 	// hooks let tests stop an apply at the points a crash or a race matters.
 	hooks hooks
 }

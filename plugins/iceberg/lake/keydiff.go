@@ -135,7 +135,8 @@ func (kd *keyDiff) startSpill() error {
 	}
 	perKey := kd.bytes / max(entries, 1)
 	want := max(2*kd.bytes, kd.est*perKey*int64(len(kd.sets)))
-	kd.parts = int(min(max((want+kd.budget/2-1)/(kd.budget/2), 2), maxParts))
+	half := max(kd.budget/2, 1)
+	kd.parts = int(min(max((want+half-1)/half, 2), maxParts))
 	sweepSpills(kd.dir, kd.log)
 	dir, err := os.MkdirTemp(kd.dir, spillPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {

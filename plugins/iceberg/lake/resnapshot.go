@@ -328,6 +328,7 @@ func (a *tableAttempt) unreceived(ctx context.Context, emit func([]arrow.RecordB
 	}
 	var ls *liveSpill
 	if kd.spill != "" {
+		a.d.resnapSpills.Add(1)
 		var err error
 		if ls, err = kd.newLiveSpill(); err != nil {
 			return 0, err
