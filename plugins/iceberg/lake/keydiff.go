@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -91,6 +92,15 @@ func (kd *keyDiff) newSet(base map[string]struct{}) *keySet {
 	}
 	kd.sets = append(kd.sets, s)
 	return s
+}
+
+// drop forgets a set, with its files.
+func (kd *keyDiff) drop(s *keySet) {
+	for _, f := range s.files {
+		f.f.Close()
+		os.Remove(f.f.Name())
+	}
+	kd.sets = slices.DeleteFunc(kd.sets, func(o *keySet) bool { return o == s })
 }
 
 // add notes the keys of rec's rows as received by s.
@@ -205,7 +215,7 @@ func (f *keyFile) load() (map[string]struct{}, error) {
 	}
 }
 
-// received says whether s holds enc (in memory; spilled sets are looked up partition by partition).
+// has says whether s holds enc; part is its partition map when spilled, nil otherwise.
 func (s *keySet) has(enc []byte, part map[string]struct{}) bool {
 	if _, ok := s.base[string(enc)]; ok {
 		return true

@@ -1,20 +1,27 @@
 package lake
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go/table"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -228,4 +235,153 @@ func TestResnapshotSpillSweepsDeadProcesses(t *testing.T) {
 	if got := len(e.ids("t")); got != 250 {
 		t.Fatalf("table holds %d rows, want 250", got)
 	}
+}
+
+// BenchmarkResnapshotEnd measures the end mark's apply of a re-snapshot of a 1M-row table (id, a string) in a
+// local warehouse that removes 1% (10,000 rows the copy did not send): the keys of the files added since the
+// begin read back, the live keys scanned, the equality deletes written. in-memory diffs the keys in maps (the
+// default memory_limit, 1 GiB, leaves them room); spilled gives the diff 8 MiB, the share of memory_limit
+// 32MiB, so both sides are partitioned on disk; spilled/GOMEMLIMIT=32MiB also sets the Go runtime's memory limit
+// to 32 MiB during the end, as the plugin's main does from memory_limit, so the heap is collected before it
+// doubles. It reports the peak Go heap in use during the end (sampled
+// every 5 ms) above the heap in use before it, and the same for the scan of the live keys alone (iceberg-go
+// applying the copy's equality deletes), which the end makes whatever the diff does; it checks the end wrote
+// the 1% as equality deletes.
+func BenchmarkResnapshotEnd(b *testing.B) {
+	rows := benchSize(b, "SKIPPR_BENCH_RESNAP_ROWS", 1_000_000)
+	stray := rows / 100
+	sc := change.Schema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
+	}, []string{"id"})
+	mk := func(op change.Op, from, n int) []serve.Item {
+		var out []serve.Item
+		for lo := from; lo < from+n; lo += 100_000 {
+			bld := change.NewBuilder(memory.DefaultAllocator, sc)
+			for i := lo; i < min(lo+100_000, from+n); i++ {
+				bld.Field(0).(*array.Int64Builder).Append(int64(i))
+				bld.Field(1).(*array.StringBuilder).Append("name-" + strconv.Itoa(i))
+				bld.Row(op, "")
+			}
+			out = append(out, serve.Item{Stream: "t", Record: bld.NewBatch()})
+			bld.Release()
+		}
+		return out
+	}
+	reads, strays := mk(change.OpRead, 0, rows), mk(change.OpInsert, rows, stray)
+	defer func() {
+		for _, it := range append(reads, strays...) {
+			it.Record.Release()
+		}
+	}()
+	for _, v := range []struct {
+		name    string
+		budget  int64
+		goLimit int64 // the Go runtime's soft memory limit during the end, as the plugin sets it from memory_limit
+	}{{"in-memory", 0, 0}, {"spilled", 8 << 20, 0}, {"spilled/GOMEMLIMIT=32MiB", 8 << 20, 32 << 20}} {
+		b.Run(v.name, func(b *testing.B) {
+			raw, _ := json.Marshal(map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(b.TempDir(), "wh")}})
+			d := &Destination{Log: slog.New(slog.DiscardHandler)}
+			d.hooks.resnapBudget, d.hooks.spillDir = v.budget, b.TempDir()
+			defer d.Close()
+			var seq uint64
+			apply := func(items ...serve.Item) {
+				seq++
+				if _, err := d.Apply(b.Context(), serve.ApplyRequest{Settings: raw, Pipeline: "bench", Sequence: seq, Items: items}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s, err := ParseSettings(raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var peak, scanPeak uint64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				apply(strays...)
+				apply(serve.Item{Stream: "t", Resnapshot: serve.ResnapshotBegin})
+				apply(reads...)
+				// The scan of the live keys that the end makes, alone: what iceberg-go takes to read the key
+				// column with the copy's equality deletes applied, whatever the diff does.
+				oc, err := d.catalog(b.Context(), raw, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				tbl, err := oc.cat.LoadTable(b.Context(), []string{"skippr", "t"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				scanPeak = max(scanPeak, peakHeap(func() {
+					_, recs, err := tbl.Scan(table.WithSelectedFields("id")).ToArrowRecords(b.Context())
+					if err != nil {
+						b.Fatal(err)
+					}
+					for rec, err := range recs {
+						if err != nil {
+							b.Fatal(err)
+						}
+						rec.Release()
+					}
+				}))
+				b.StartTimer()
+				if v.goLimit > 0 {
+					defer debug.SetMemoryLimit(debug.SetMemoryLimit(v.goLimit))
+				}
+				peak = max(peak, peakHeap(func() { apply(serve.Item{Stream: "t", Resnapshot: serve.ResnapshotEnd}) }))
+				if v.goLimit > 0 {
+					debug.SetMemoryLimit(math.MaxInt64)
+				}
+				b.StopTimer()
+				tbl, err = oc.cat.LoadTable(b.Context(), []string{"skippr", "t"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got := tbl.CurrentSnapshot().Summary.Properties["added-equality-deletes"]; got != strconv.Itoa(stray) {
+					b.Fatalf("the end wrote %s equality deletes, want %d", got, stray)
+				}
+				b.StartTimer()
+			}
+			if v.budget > 0 && d.resnapSpills.Load() != int64(b.N) {
+				b.Fatalf("%d of %d ends spilled", d.resnapSpills.Load(), b.N)
+			}
+			if v.budget == 0 && d.resnapSpills.Load() != 0 {
+				b.Fatal("the in-memory variant spilled")
+			}
+			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+			b.ReportMetric(float64(scanPeak)/(1<<20), "scan-peak-heap-MiB")
+			b.ReportMetric(float64(rows*b.N)/b.Elapsed().Seconds(), "live-keys/s")
+		})
+	}
+}
+
+// peakHeap runs fn and returns the most heap in use while it ran (sampled every 5 ms) above the heap in use
+// before it, after a GC.
+func peakHeap(fn func()) uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	stop, done := make(chan struct{}), make(chan uint64)
+	go func() {
+		var top uint64
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			top = max(top, ms.HeapInuse)
+			select {
+			case <-stop:
+				done <- top
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	fn()
+	close(stop)
+	if top := <-done; top > base {
+		return top - base
+	}
+	return 0
 }

@@ -297,7 +297,7 @@ func (a *tableAttempt) unreceived(ctx context.Context, emit func([]arrow.RecordB
 			// Removing by a guess would delete rows the source has: keep them, and say so.
 			a.d.log().Warn("iceberg: re-snapshot cannot remove the rows the source no longer has: the table's snapshots since its begin were expired; run `skippr resnapshot` again and keep snapshots (no compaction with expiry) until it ends",
 				"table", a.g.table, "stream", a.g.stream, "begin_snapshot", b.since)
-			kd.sets = kd.sets[:len(kd.sets)-1]
+			kd.drop(set)
 			continue
 		}
 		if err != nil {
