@@ -198,8 +198,9 @@ func TestResnapshotEndSpillsKeys(t *testing.T) {
 	}
 }
 
-// TestResnapshotSpillSweepsDeadProcesses: a spill directory left by a killed process (its pid is gone) is removed
-// by the next end that spills; those of live processes stay.
+// TestResnapshotSpillSweepsDeadProcesses: the end spills under the spill_dir setting; a spill directory left
+// there by a killed process (its pid is gone) is removed by the next end that spills; those of live processes
+// stay.
 func TestResnapshotSpillSweepsDeadProcesses(t *testing.T) {
 	spill := t.TempDir()
 	cmd := exec.Command("true")
@@ -217,8 +218,8 @@ func TestResnapshotSpillSweepsDeadProcesses(t *testing.T) {
 		}
 	}
 	ks := keyShapes[0]
-	e := newEnv(t, nil)
-	e.d.hooks.resnapBudget, e.d.hooks.spillDir = 1<<10, spill
+	e := newEnv(t, map[string]any{"spill_dir": spill}) // the setting, not the test hook
+	e.d.hooks.resnapBudget = 1 << 10
 	e.apply(1, ks.rows(t, opI, 1, span(0, 500, func(int) bool { return false })...))
 	e.apply(2, mark("t", serve.ResnapshotBegin))
 	e.apply(3, ks.rows(t, opR, 1, span(0, 500, func(i int) bool { return i%2 == 0 })...))

@@ -284,7 +284,11 @@ func (a *tableAttempt) unreceived(ctx context.Context, emit func([]arrow.RecordB
 	if a.d.hooks.resnapBudget > 0 {
 		budget = a.d.hooks.resnapBudget
 	}
-	kd := newKeyDiff(budget, a.d.hooks.spillDir, a.d.log(), a.mem, r.keySchema, live)
+	dir := a.s.SpillDir
+	if a.d.hooks.spillDir != "" {
+		dir = a.d.hooks.spillDir
+	}
+	kd := newKeyDiff(budget, dir, a.d.log(), a.mem, r.keySchema, live)
 	defer kd.close()
 	for _, b := range r.ends {
 		if b.since == "" {
