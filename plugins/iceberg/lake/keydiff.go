@@ -22,6 +22,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 )
 
 // keyDiff finds the live keys of a table that a re-snapshot did not receive, within the destination's memory
@@ -150,7 +151,7 @@ func (kd *keyDiff) startSpill() error {
 	sweepSpills(kd.dir, kd.log)
 	dir, err := os.MkdirTemp(kd.dir, spillPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
-		return fmt.Errorf("spill directory: %w", err)
+		return spillErr(err)
 	}
 	kd.spill = dir
 	for si, s := range kd.sets {
@@ -158,7 +159,7 @@ func (kd *keyDiff) startSpill() error {
 		for p := range s.files {
 			f, err := os.Create(filepath.Join(dir, fmt.Sprintf("received-%d-%d", si, p)))
 			if err != nil {
-				return fmt.Errorf("spill: %w", err)
+				return spillErr(err)
 			}
 			s.files[p] = &keyFile{f: f, w: bufio.NewWriterSize(f, spillFileBuf)}
 		}
@@ -177,10 +178,10 @@ func (kd *keyDiff) startSpill() error {
 func (f *keyFile) put(enc []byte) error {
 	var n [binary.MaxVarintLen64]byte
 	if _, err := f.w.Write(n[:binary.PutUvarint(n[:], uint64(len(enc)))]); err != nil {
-		return fmt.Errorf("spill: %w", err)
+		return spillErr(err)
 	}
 	if _, err := f.w.Write(enc); err != nil {
-		return fmt.Errorf("spill: %w", err)
+		return spillErr(err)
 	}
 	return nil
 }
@@ -188,7 +189,7 @@ func (f *keyFile) put(enc []byte) error {
 // load reads a partition file back into a map.
 func (f *keyFile) load() (map[string]struct{}, error) {
 	if err := f.w.Flush(); err != nil {
-		return nil, fmt.Errorf("spill: %w", err)
+		return nil, spillErr(err)
 	}
 	if _, err := f.f.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("spill: %w", err)
@@ -265,7 +266,7 @@ func (kd *keyDiff) newLiveSpill() (*liveSpill, error) {
 	for p := range kd.parts {
 		f, err := os.Create(filepath.Join(kd.spill, fmt.Sprintf("live-%d", p)))
 		if err != nil {
-			return nil, fmt.Errorf("spill: %w", err)
+			return nil, spillErr(err)
 		}
 		bw := bufio.NewWriterSize(f, spillFileBuf)
 		ls.files, ls.bufs = append(ls.files, f), append(ls.bufs, bw)
@@ -298,7 +299,7 @@ func (ls *liveSpill) add(ctx context.Context, rec arrow.RecordBatch) error {
 		err = ls.ws[p].Write(t)
 		t.Release()
 		if err != nil {
-			return fmt.Errorf("spill: %w", err)
+			return spillErr(err)
 		}
 	}
 	return nil
@@ -309,10 +310,10 @@ func (ls *liveSpill) diff(ctx context.Context, emit func(arrow.RecordBatch) erro
 	kd := ls.kd
 	for p := range kd.parts {
 		if err := ls.ws[p].Close(); err != nil {
-			return fmt.Errorf("spill: %w", err)
+			return spillErr(err)
 		}
 		if err := ls.bufs[p].Flush(); err != nil {
-			return fmt.Errorf("spill: %w", err)
+			return spillErr(err)
 		}
 	}
 	for p := range kd.parts {
@@ -396,6 +397,13 @@ func (ls *liveSpill) close() {
 	for _, f := range ls.files {
 		f.Close()
 	}
+}
+
+// spillErr is a failure to create or write the spill files (no such directory, no permission, disk full): the
+// end cannot finish until the operator gives it room, so it is a configuration fault naming the setting.
+func spillErr(err error) error {
+	return fault.ConfigErr(fmt.Errorf("re-snapshot end: spill keys to disk: %w", err),
+		"set the iceberg destination's spill_dir to a writable local directory with room for the table's key columns (about twice their size), or raise memory_limit")
 }
 
 // sweepSpills removes the spill directories in dir of processes that are gone (killed during an end).

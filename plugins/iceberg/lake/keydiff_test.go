@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -385,4 +387,37 @@ func peakHeap(fn func()) uint64 {
 		return top - base
 	}
 	return 0
+}
+
+// TestResnapshotSpillDirUnusable: an end that must spill into a spill_dir it cannot write fails as a
+// configuration fault naming the setting, commits nothing (the re-snapshot stays open), and its replay with a
+// usable spill_dir removes the rows not received.
+func TestResnapshotSpillDirUnusable(t *testing.T) {
+	dir := t.TempDir()
+	settings := func(spill string) json.RawMessage {
+		raw, err := json.Marshal(map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(dir, "wh")}, "namespace": "lake", "spill_dir": spill})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	e := newEnvAt(t, dir, map[string]any{"spill_dir": filepath.Join(dir, "missing")})
+	e.d.hooks.resnapBudget = 1 << 10
+	ks := keyShapes[0]
+	e.apply(1, ks.rows(t, opI, 1, span(0, 500, func(int) bool { return false })...))
+	e.apply(2, mark("t", serve.ResnapshotBegin))
+	e.apply(3, ks.rows(t, opR, 1, span(0, 500, func(i int) bool { return i%5 == 0 })...))
+	begin, snap := e.resnapProp("t"), snapshotID(e, "t")
+	_, err := e.d.Apply(ctxT(t), serve.ApplyRequest{Settings: e.raw, Pipeline: e.pipeline, Sequence: 4, Items: []serve.Item{mark("t", serve.ResnapshotEnd)}})
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(fault.FixOf(err), "spill_dir") {
+		t.Fatalf("end with a missing spill_dir: %v (fix %q)", err, fault.FixOf(err))
+	}
+	if snapshotID(e, "t") != snap || e.resnapProp("t") != begin {
+		t.Fatal("the failed end committed")
+	}
+	e.raw = settings(t.TempDir())
+	e.apply(4, mark("t", serve.ResnapshotEnd))
+	if got := len(e.ids("t")); got != 400 {
+		t.Fatalf("table holds %d rows after the replayed end, want 400", got)
+	}
 }
