@@ -56,6 +56,8 @@ type hooks struct {
 	// tests spill with a few keys; spillDir, when set, is where it spills (default: the system's temp directory).
 	resnapBudget int64
 	spillDir     string
+	// resnapDiffing runs when a re-snapshot's end has spilled both sides of its key diff, before it diffs them.
+	resnapDiffing func()
 }
 
 var _ serve.Destination = (*Destination)(nil)

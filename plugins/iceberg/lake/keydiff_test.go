@@ -1,6 +1,7 @@
 package lake
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -420,4 +422,72 @@ func TestResnapshotSpillDirUnusable(t *testing.T) {
 	if got := len(e.ids("t")); got != 400 {
 		t.Fatalf("table holds %d rows after the replayed end, want 400", got)
 	}
+}
+
+// TestResnapshotEndKilledWhileSpilling: a process SIGKILLed in the middle of an end's spilled diff (both sides
+// on disk) commits nothing and leaves its spill directory; the end applied again by another process removes that
+// directory, removes exactly the rows not received, and leaves the spill directory empty.
+func TestResnapshotEndKilledWhileSpilling(t *testing.T) {
+	const envDir = "SKIPPR_TEST_RESNAP_KILL_DIR"
+	ks := keyShapes[0]
+	end := func(e *env) serve.ApplyResult { return e.apply(4, mark("t", serve.ResnapshotEnd)) }
+	if dir := os.Getenv(envDir); dir != "" {
+		// The child: the end, stopped by the parent's SIGKILL while its spill files are open.
+		e := newEnvAt(t, dir, map[string]any{"spill_dir": filepath.Join(dir, "spill")})
+		e.d.hooks.resnapBudget = 1 << 10
+		e.d.hooks.resnapDiffing = func() {
+			fmt.Println("DIFFING")
+			time.Sleep(time.Hour)
+		}
+		end(e)
+		t.Fatal("the end finished before the kill")
+	}
+	dir := t.TempDir()
+	spill := filepath.Join(dir, "spill")
+	if err := os.Mkdir(spill, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvAt(t, dir, map[string]any{"spill_dir": spill})
+	e.d.hooks.resnapBudget = 1 << 10
+	e.apply(1, ks.rows(t, opI, 1, span(0, 3000, func(int) bool { return false })...))
+	e.apply(2, mark("t", serve.ResnapshotBegin))
+	e.apply(3, ks.rows(t, opR, 1, span(0, 3000, func(i int) bool { return i%10 == 0 })...))
+	begin, snap := e.resnapProp("t"), snapshotID(e, "t")
+
+	cmd := exec.CommandContext(ctxT(t), os.Args[0], "-test.run=^TestResnapshotEndKilledWhileSpilling$", "-test.v")
+	cmd.Env = append(os.Environ(), envDir+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && !strings.Contains(sc.Text(), "DIFFING") {
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil {
+		t.Fatal("the child ended without the kill (it never reached the diff)")
+	}
+	left, err := os.ReadDir(spill)
+	if err != nil || len(left) != 1 || !strings.HasPrefix(left[0].Name(), spillPrefix+strconv.Itoa(cmd.Process.Pid)+"-") {
+		t.Fatalf("the killed end left %v in the spill directory (%v), want its own directory", left, err)
+	}
+	if snapshotID(e, "t") != snap || e.resnapProp("t") != begin {
+		t.Fatal("the killed end committed")
+	}
+	end(e)
+	spillDirEmpty(t, spill)
+	if got := len(e.ids("t")); got != 2700 {
+		t.Fatalf("table holds %d rows after the end, want 2700", got)
+	}
+	for k := range e.expected["t"] {
+		if n, _ := strconv.Atoi(k); n%10 == 0 {
+			delete(e.expected["t"], k)
+		}
+	}
+	e.check("t", "t", "id")
 }

@@ -377,6 +377,9 @@ func (a *tableAttempt) unreceived(ctx context.Context, emit func([]arrow.RecordB
 		}
 	}
 	if ls != nil {
+		if h := a.d.hooks.resnapDiffing; h != nil {
+			h()
+		}
 		if err := ls.diff(ctx, found); err != nil {
 			return 0, err
 		}
