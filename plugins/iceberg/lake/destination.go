@@ -38,6 +38,8 @@ type Destination struct {
 	// commit (spill.go); tests read them.
 	retries atomic.Int64
 	spills  atomic.Int64
+	// resnapSpills counts re-snapshot ends whose key diff spilled to disk (keydiff.go); tests read it.
+	resnapSpills atomic.Int64
 	// hooks let tests stop an apply at the points a crash or a race matters.
 	hooks hooks
 }
@@ -50,6 +52,12 @@ type hooks struct {
 	// bufferBudget, when positive, replaces the share of memory_limit an apply buffers before it spills, so
 	// that tests spill with a few rows.
 	bufferBudget int64
+	// resnapBudget, when positive, replaces the share of memory_limit a re-snapshot's end diffs keys in, so that
+	// tests spill with a few keys; spillDir, when set, is where it spills (default: the system's temp directory).
+	resnapBudget int64
+	spillDir     string
+	// resnapDiffing runs when a re-snapshot's end has spilled both sides of its key diff, before it diffs them.
+	resnapDiffing func()
 }
 
 var _ serve.Destination = (*Destination)(nil)

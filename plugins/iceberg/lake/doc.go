@@ -60,6 +60,8 @@
 // them: the apply's rows before the begin not received again are deleted in its fold). The commit of the apply that carries the end mark adds
 // equality deletes for every live key of the table outside that set and removes the property. While one is open,
 // inserts and reads of S are written as upserts, and `compact` does not expire snapshots. See resnapshot.go.
+// The end's diff of received and live keys stays in maps while they fit the memory budget; past it both sides
+// are partitioned by key hash into local files and diffed partition by partition (keydiff.go).
 //
 // # Conflicts
 //

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/arrow/util"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
@@ -213,20 +214,6 @@ func (r *resnap) mark(m serve.ResnapshotMark) {
 	}
 }
 
-// note adds the key of every row to set.
-func (r *resnap) note(k *change.Key, rows int, set map[string]struct{}) error {
-	var err error
-	for i := range rows {
-		if r.buf, err = k.Append(r.buf[:0], i); err != nil {
-			return err
-		}
-		if _, ok := set[string(r.buf)]; !ok {
-			set[string(r.buf)] = struct{}{}
-		}
-	}
-	return nil
-}
-
 // stageResnapshot adds to the attempt's transaction what the apply's marks ask for: the equality deletes of the
 // rows that re-snapshots ending here did not receive (returned, to go into the commit's row delta), and the
 // begin property set or removed.
@@ -238,23 +225,24 @@ func (a *tableAttempt) stageResnapshot(ctx context.Context) ([]iceberg.DataFile,
 	var dels []iceberg.DataFile
 	// A truncate in this apply removes every earlier row anyway.
 	if len(r.ends) > 0 && !a.g.truncated {
-		recs, removed, err := a.unreceived(ctx)
-		defer func() {
-			for _, rec := range recs {
-				rec.Release()
+		var staged *table.StagedTable
+		emit := func(recs []arrow.RecordBatch) error {
+			var err error
+			if staged == nil {
+				if staged, err = a.tx.StagedTable(); err != nil {
+					return err
+				}
 			}
-		}()
+			files, err := a.writeDeletes(ctx, a.tx, staged, r.eqIDs, recs)
+			if err != nil {
+				return fmt.Errorf("write equality deletes: %w", err)
+			}
+			dels = append(dels, files...)
+			return nil
+		}
+		removed, err := a.unreceived(ctx, emit)
 		if err != nil {
 			return nil, fmt.Errorf("re-snapshot of %s ends: find the rows the source no longer has: %w", a.g.stream, err)
-		}
-		if len(recs) > 0 {
-			staged, err := a.tx.StagedTable()
-			if err != nil {
-				return nil, err
-			}
-			if dels, err = a.writeDeletes(ctx, a.tx, staged, r.eqIDs, recs); err != nil {
-				return nil, fmt.Errorf("re-snapshot of %s ends: write equality deletes: %w", a.g.stream, err)
-			}
 		}
 		a.d.log().Info("iceberg re-snapshot applied", "table", a.g.table, "stream", a.g.stream, "sequence", a.req.Sequence, "rows_removed", removed)
 	}
@@ -279,32 +267,77 @@ func (a *tableAttempt) stageResnapshot(ctx context.Context) ([]iceberg.DataFile,
 // errHistoryGone: the snapshots since a re-snapshot's begin were expired, so which rows arrived is unknown.
 var errHistoryGone = errors.New("snapshot history since the begin is gone")
 
-// unreceived returns the key columns of the table's live rows that a re-snapshot ending in this apply did not
-// receive, and how many there are.
-func (a *tableAttempt) unreceived(ctx context.Context) ([]arrow.RecordBatch, int64, error) {
+// unreceived hands emit the key columns of the table's live rows that a re-snapshot ending in this apply did
+// not receive, and returns how many there are. The keys are diffed within the memory budget (keydiff.go); emit
+// gets them in one call when they were diffed in memory, and in calls of up to half the budget otherwise.
+func (a *tableAttempt) unreceived(ctx context.Context, emit func([]arrow.RecordBatch) error) (int64, error) {
 	r := a.rs
 	cur := a.tbl.CurrentSnapshot()
 	if cur == nil {
-		return nil, 0, nil // no rows
+		return 0, nil // no rows
 	}
-	sets := make([]map[string]struct{}, 0, len(r.ends))
+	var live int64
+	if cur.Summary != nil {
+		live, _ = strconv.ParseInt(cur.Summary.Properties["total-records"], 10, 64)
+	}
+	budget := a.s.bufferBudget()
+	if a.d.hooks.resnapBudget > 0 {
+		budget = a.d.hooks.resnapBudget
+	}
+	dir := a.s.SpillDir
+	if a.d.hooks.spillDir != "" {
+		dir = a.d.hooks.spillDir
+	}
+	kd := newKeyDiff(budget, dir, a.d.log(), a.mem, r.keySchema, live)
+	defer kd.close()
 	for _, b := range r.ends {
-		if b.since != "" {
-			err := a.receivedSince(ctx, b.since, b.received)
-			if errors.Is(err, errHistoryGone) {
-				// Removing by a guess would delete rows the source has: keep them, and say so.
-				a.d.log().Warn("iceberg: re-snapshot cannot remove the rows the source no longer has: the table's snapshots since its begin were expired; run `skippr resnapshot` again and keep snapshots (no compaction with expiry) until it ends",
-					"table", a.g.table, "stream", a.g.stream, "begin_snapshot", b.since)
-				continue
-			}
-			if err != nil {
-				return nil, 0, err
-			}
+		if b.since == "" {
+			kd.newSet(b.received)
+			continue
 		}
-		sets = append(sets, b.received)
+		set := kd.newSet(b.received)
+		err := a.receivedSince(ctx, b.since, kd, set)
+		if errors.Is(err, errHistoryGone) {
+			// Removing by a guess would delete rows the source has: keep them, and say so.
+			a.d.log().Warn("iceberg: re-snapshot cannot remove the rows the source no longer has: the table's snapshots since its begin were expired; run `skippr resnapshot` again and keep snapshots (no compaction with expiry) until it ends",
+				"table", a.g.table, "stream", a.g.stream, "begin_snapshot", b.since)
+			kd.drop(set)
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
 	}
-	if len(sets) == 0 {
-		return nil, 0, nil
+	if len(kd.sets) == 0 {
+		return 0, nil
+	}
+	var (
+		out      []arrow.RecordBatch
+		outBytes int64
+		removed  int64
+	)
+	defer func() { release(out) }()
+	// found collects unreceived rows; once spilled, they go out whenever they fill half the budget.
+	found := func(rec arrow.RecordBatch) error {
+		out = append(out, rec)
+		removed += rec.NumRows()
+		outBytes += util.TotalRecordSize(rec)
+		if kd.spill == "" || outBytes < kd.budget/2 {
+			return nil
+		}
+		err := emit(out)
+		release(out)
+		out, outBytes = nil, 0
+		return err
+	}
+	var ls *liveSpill
+	if kd.spill != "" {
+		a.d.resnapSpills.Add(1)
+		var err error
+		if ls, err = kd.newLiveSpill(); err != nil {
+			return 0, err
+		}
+		defer ls.close()
 	}
 	names := make([]string, r.keySchema.NumFields())
 	for i := range names {
@@ -312,52 +345,51 @@ func (a *tableAttempt) unreceived(ctx context.Context) ([]arrow.RecordBatch, int
 	}
 	_, batches, err := a.tbl.Scan(table.WithSelectedFields(names...)).ToArrowRecords(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("scan: %w", err)
+		return 0, fmt.Errorf("scan: %w", err)
 	}
-	var (
-		out     []arrow.RecordBatch
-		removed int64
-		buf     []byte
-	)
 	for b, err := range batches {
 		if err != nil {
-			release(out)
-			return nil, 0, fmt.Errorf("scan: %w", err)
+			return 0, fmt.Errorf("scan: %w", err)
 		}
 		rec, err := a.keyColumns(ctx, b, names)
 		b.Release()
 		if err != nil {
-			release(out)
-			return nil, 0, err
+			return 0, err
 		}
-		k := change.NewKey(rec.Columns(), names)
-		var rows []int64
-		for i := range int(rec.NumRows()) {
-			if buf, err = k.Append(buf[:0], i); err != nil {
-				rec.Release()
-				release(out)
-				return nil, 0, err
-			}
-			for _, s := range sets {
-				if _, ok := s[string(buf)]; !ok {
-					rows = append(rows, int64(i))
-					break
-				}
-			}
-		}
-		if len(rows) > 0 {
-			t, err := take(ctx, a.mem, rec, rows)
+		if ls != nil {
+			err = ls.add(ctx, rec)
+			rec.Release()
 			if err != nil {
-				rec.Release()
-				release(out)
-				return nil, 0, err
+				return 0, err
 			}
-			out = append(out, t)
-			removed += int64(len(rows))
+			continue
+		}
+		rows, err := kd.unreceivedRows(rec, nil)
+		if err == nil && len(rows) > 0 {
+			var t arrow.RecordBatch
+			if t, err = take(ctx, a.mem, rec, rows); err == nil {
+				err = found(t)
+			}
 		}
 		rec.Release()
+		if err != nil {
+			return 0, err
+		}
 	}
-	return out, removed, nil
+	if ls != nil {
+		if h := a.d.hooks.resnapDiffing; h != nil {
+			h()
+		}
+		if err := ls.diff(ctx, found); err != nil {
+			return 0, err
+		}
+	}
+	if len(out) > 0 {
+		if err := emit(out); err != nil {
+			return 0, err
+		}
+	}
+	return removed, nil
 }
 
 // keyColumns picks the key columns of a scanned batch by name, in key order, cast to the key schema.
@@ -377,7 +409,7 @@ func (a *tableAttempt) keyColumns(ctx context.Context, b arrow.RecordBatch, name
 }
 
 // receivedSince adds to set the keys of the data files this pipeline's applies added after snapshot since.
-func (a *tableAttempt) receivedSince(ctx context.Context, since string, set map[string]struct{}) error {
+func (a *tableAttempt) receivedSince(ctx context.Context, since string, kd *keyDiff, set *keySet) error {
 	var stop int64 = -1
 	if since != noSnapshot {
 		id, err := strconv.ParseInt(since, 10, 64)
@@ -385,10 +417,6 @@ func (a *tableAttempt) receivedSince(ctx context.Context, since string, set map[
 			return fmt.Errorf("table property %s=%q is not a snapshot id", resnapKey(a.req.Pipeline), since)
 		}
 		stop = id
-	}
-	names := make([]string, a.rs.keySchema.NumFields())
-	for i := range names {
-		names[i] = a.rs.keySchema.Field(i).Name
 	}
 	fence := seqKey(a.req.Pipeline)
 	for snap := a.tbl.CurrentSnapshot(); ; {
@@ -402,7 +430,7 @@ func (a *tableAttempt) receivedSince(ctx context.Context, since string, set map[
 			return nil
 		}
 		if snap.Summary != nil && snap.Summary.Properties[fence] != "" {
-			if err := a.addedKeys(ctx, snap, names, set); err != nil {
+			if err := a.addedKeys(ctx, snap, kd, set); err != nil {
 				return fmt.Errorf("snapshot %d: %w", snap.SnapshotID, err)
 			}
 		}
@@ -415,7 +443,7 @@ func (a *tableAttempt) receivedSince(ctx context.Context, since string, set map[
 }
 
 // addedKeys adds to set the keys of the data files the snapshot added.
-func (a *tableAttempt) addedKeys(ctx context.Context, snap *table.Snapshot, names []string, set map[string]struct{}) error {
+func (a *tableAttempt) addedKeys(ctx context.Context, snap *table.Snapshot, kd *keyDiff, set *keySet) error {
 	manifests, err := snap.Manifests(a.fs)
 	if err != nil {
 		return fmt.Errorf("manifests: %w", err)
@@ -433,7 +461,7 @@ func (a *tableAttempt) addedKeys(ctx context.Context, snap *table.Snapshot, name
 				continue
 			}
 			err := readFileKeys(ctx, a.fs, e.DataFile().FilePath(), a.rs.eqIDs, a.rs.keySchema, func(rec arrow.RecordBatch) error {
-				return a.rs.note(change.NewKey(rec.Columns(), names), int(rec.NumRows()), set)
+				return kd.add(set, rec)
 			})
 			if err != nil {
 				return fmt.Errorf("read keys of %s: %w", e.DataFile().FilePath(), err)

@@ -43,17 +43,19 @@ func (e *env) resnapProp(name string) string {
 // did not arrive are removed at the end, in the end's commit, and only those; rows sent again are not doubled;
 // another stream is untouched; a compaction inside the bracket changes nothing; an end whose commit failed
 // leaves everything for its replay, and the replay of a committed end is skipped. Each case runs with the apply
-// buffered whole and with every batch spilled as a chunk of its own.
+// buffered whole, with every batch spilled as a chunk of its own, and with the end's keys diffed on disk.
 func TestResnapshotRemovesRowsNotReceived(t *testing.T) {
-	for _, spilled := range []bool{false, true} {
-		name := "buffered"
-		if spilled {
-			name = "spilled"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		spilled, keysOnDisk bool
+	}{{"buffered", false, false}, {"spilled", true, false}, {"keys diffed on disk", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil)
-			if spilled {
+			if tc.spilled {
 				e.d.hooks.bufferBudget = 1
+			}
+			if tc.keysOnDisk {
+				e.d.hooks.resnapBudget, e.d.hooks.spillDir = 1, t.TempDir()
 			}
 			us, os := usersSchema(), ordersSchema()
 			users := func(rows ...row) serve.Item { return serve.Item{Stream: "users", Record: batch(t, us, rows...)} }

@@ -39,6 +39,9 @@ type Settings struct {
 	// MemoryLimit caps the process's memory (memlimit.go): rows beyond a share of it are written out as
 	// uncommitted files during an apply. Default 1 GiB; NoMemoryLimit holds every apply whole.
 	MemoryLimit ByteSize `json:"memory_limit"`
+	// SpillDir is the local directory where a re-snapshot's end writes the keys that outgrow the memory budget
+	// (keydiff.go); "" is the system's temp directory.
+	SpillDir string `json:"spill_dir"`
 }
 
 // AutoCompact is the background compaction policy: the destination runs `compact` on a table (with its
@@ -138,6 +141,7 @@ const SettingsSchema = `{
     "format_version": {"enum": [2, 3], "description": "format version of new tables (default 2)"},
     "upsert_inserts": {"type": "boolean", "description": "inserts and snapshot reads replace rows with the same key"},
     "memory_limit": {"oneOf": [{"type": "integer", "minimum": 33554432}, {"type": "string", "pattern": "^\\s*([0-9]+\\s*([KMGT]i?B|B)?|[oO][fF][fF])\\s*$"}], "description": "memory cap of the plugin process: bytes, or \"512MiB\", \"2GiB\"; \"off\" holds each apply whole (default 1GiB)"},
+    "spill_dir": {"type": "string", "description": "local directory where a re-snapshot's end spills the keys that outgrow memory_limit (default: the system's temp directory, TMPDIR)"},
     "auto_compact": {
       "type": "object",
       "additionalProperties": false,
