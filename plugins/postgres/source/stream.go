@@ -78,7 +78,10 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 		close(ownDone)
 	}()
 	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows, overlap: pos.OverlapValue(),
-		rs: newResnapper(r, pos.Resnapshot)}
+		rs: newResnapper(r, pos.Resnapshot), copied: map[string]pglogrepl.LSN{}}
+	for name, l := range pos.Copied {
+		p.copied[name], _ = pglogrepl.ParseLSN(l) // DecodePosition checked it
+	}
 	defer p.release()
 	err = p.run(ctx, items, ownDone)
 	cancel()
@@ -385,6 +388,11 @@ type processor struct {
 	// upsert says the current transaction is one of them.
 	overlap pglogrepl.LSN
 	upsert  bool
+	// copied: by stream, the consistent point of the exact snapshot an append table was copied under (exact.go);
+	// finalLSN is the current transaction's commit LSN. The table's changes in transactions committed before
+	// its point are in the copy and are dropped.
+	copied   map[string]pglogrepl.LSN
+	finalLSN pglogrepl.LSN
 	// rs copies tables again between the transactions it streams (resnapshot.go).
 	rs *resnapper
 }
@@ -396,6 +404,15 @@ func (p *processor) position() Position {
 	cp := Position{V: positionVersion, Phase: PhaseStream, Slot: p.r.cfg.Slot, LSN: p.pos.String(), Tables: p.r.tableNames(), Rows: p.rows, Resnapshot: p.rs.snapshot()}
 	if p.pos < p.overlap {
 		cp.Overlap = p.overlap.String()
+	}
+	for name, l := range p.copied {
+		// Once streaming has passed l, no transaction it sends committed before l.
+		if p.pos < l {
+			if cp.Copied == nil {
+				cp.Copied = map[string]string{}
+			}
+			cp.Copied[name] = l.String()
+		}
 	}
 	return cp
 }
@@ -465,6 +482,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 	case *pglogrepl.BeginMessage:
 		p.inTx, p.commitTime = true, m.CommitTime
 		p.upsert = m.FinalLSN < p.overlap
+		p.finalLSN = m.FinalLSN
 	case *pglogrepl.CommitMessage:
 		if err := p.flush(ctx); err != nil {
 			return err
@@ -498,6 +516,9 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		if err != nil || rel.table == nil {
 			return err
 		}
+		if p.inCopy(rel.stream) {
+			return nil
+		}
 		vals, err := tupleValues(rel, m.Tuple, nil)
 		if err != nil {
 			return fmt.Errorf("insert into %s at %s: %w", rel.stream, it.walStart, err)
@@ -529,7 +550,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 	case *pglogrepl.TruncateMessage:
 		var ours []string
 		for _, id := range m.RelationIDs {
-			if rel := p.rels[id]; rel != nil && rel.table != nil {
+			if rel := p.rels[id]; rel != nil && rel.table != nil && !p.inCopy(rel.stream) {
 				ours = append(ours, rel.stream)
 			}
 		}
@@ -559,6 +580,13 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			"set the source's truncate: propagate to empty the destination's table too, or truncate: ignore to skip it (the destination keeps its rows), or re-snapshot the table (`skippr teardown PIPELINE`, then a new pipeline name and wal.url)")
 	}
 	return nil
+}
+
+// inCopy says the current transaction's changes of stream are in the exact copy of an append table: it committed
+// before the copy's snapshot (exact.go).
+func (p *processor) inCopy(stream string) bool {
+	l, ok := p.copied[stream]
+	return ok && p.finalLSN < l
 }
 
 func (p *processor) rel(id uint32) (*relation, error) {

@@ -1,0 +1,247 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+// TestAppendTableExactlyOnceAcrossSIGKILL runs a table in mode: append (no key, no REPLICA IDENTITY FULL) from
+// Postgres into a Postgres destination and an Iceberg lake through `skippr sync`, while a writer inserts rows
+// (equal rows among them) and now and then truncates the table, and SIGKILLs the engine at random points: first
+// while the table is being copied (the last durable checkpoint is in the snapshot phase), then while streaming.
+// At the end both destinations must hold exactly the source's rows as multisets: with no key, a row the
+// interrupted copy and the stream both carried would be a second copy (plugins/postgres/source/exact.go).
+func TestAppendTableExactlyOnceAcrossSIGKILL(t *testing.T) {
+	src, dst := pgtest.NewDB(t), pgtest.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	sc := src.Connect(t)
+	if _, err := sc.Exec(ctx, `CREATE TABLE readings (device text, reading int, note text);
+		INSERT INTO readings SELECT 'd' || (i % 5), i % 1000, CASE WHEN i % 11 = 0 THEN NULL ELSE 'n' || (i % 300) END FROM generate_series(1, 60000) i`); err != nil {
+		t.Fatal(err)
+	}
+
+	e := newEnvWith(t, "postgres", "iceberg")
+	s := src.Server
+	e.writeConfig(fmt.Sprintf(`connections:
+  src:
+    plugin: postgres
+    version: "~> 0.1"
+    settings:
+      host: %[1]s
+      port: %[2]d
+      user: postgres
+      database: %[3]s
+      sslmode: disable
+      tables: [public.readings]
+      slot: appendx
+      publication: appendx
+      batch_size: 500
+      table_options: { public.readings: { mode: append } }
+  dst:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[4]s, sslmode: disable }
+  lake:
+    plugin: iceberg
+    version: "~> 0.1"
+    settings: %[6]s
+pipelines:
+  readings:
+    source: src
+    destinations: [dst, lake]
+    wal:
+      url: file://%[5]s
+      group_commit: { max_bytes: 64KiB, max_delay: 50ms }
+`, s.Host, s.Port, src.Name, dst.Name, filepath.Join(e.dir, "wal"), keylessLakeSettings(e)))
+
+	w := src.Connect(t)
+	writerCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	truncates := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(5, 6))
+		for i := 0; writerCtx.Err() == nil; i++ {
+			var q string
+			switch {
+			case i%900 == 899:
+				// Rows before and after the TRUNCATE in one transaction: only the ones after it survive.
+				q = `BEGIN; INSERT INTO readings VALUES ('before', 1, 'x'); TRUNCATE readings;
+					INSERT INTO readings SELECT 'after', g % 7, NULL FROM generate_series(1, 50) g; COMMIT`
+				truncates++
+			default:
+				// 1..10 rows, equal ones among them (and equal to rows inserted before).
+				n := 1 + rng.IntN(10)
+				q = fmt.Sprintf(`INSERT INTO readings SELECT 'w' || (g %% 3), %d + g %% 4, 'row' FROM generate_series(1, %d) g`, rng.IntN(50), n)
+			}
+			if _, err := w.Exec(writerCtx, q); err != nil && writerCtx.Err() == nil {
+				t.Errorf("writer: %v", err)
+				return
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+
+	// Kill during the copy until three kills found it unfinished, then let runs grow until three kills land
+	// while streaming (with the fix, every interrupted copy starts over, so a run must outlast one copy).
+	seed := time.Now().UnixNano()
+	t.Logf("kill seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 17))
+	var inCopy, inStream int
+	wait := 600 * time.Millisecond
+	for kill := 0; (inCopy < 3 || inStream < 3) && kill < 24; kill++ {
+		lo := wait
+		if inCopy >= 3 {
+			lo = max(wait, 3*time.Second)
+		}
+		cmd := e.cmd(ctx, "sync", "--wait-lock")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(lo + time.Duration(rng.Int64N(int64(lo))))
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		if cmd.ProcessState.Exited() {
+			t.Fatalf("run %d: sync exited by itself (%d) before it was killed:\n%s", kill, cmd.ProcessState.ExitCode(), stderr.String())
+		}
+		switch phase := lastCheckpointPhase(t, filepath.Join(e.dir, "wal")); phase {
+		case "snapshot":
+			inCopy++
+		case "stream":
+			inStream++
+		default:
+			wait += 300 * time.Millisecond // killed before the first checkpoint: give the next run longer
+		}
+		if inCopy >= 3 && inStream == 0 {
+			wait += time.Second
+		}
+	}
+	stop()
+	wg.Wait()
+	if inCopy < 3 || inStream < 3 {
+		t.Fatalf("SIGKILLs during the copy %d, while streaming %d: want 3 of each", inCopy, inStream)
+	}
+	if truncates == 0 {
+		t.Fatal("the writer made no TRUNCATE")
+	}
+	e.mustRun("sync", "--once")
+
+	// The source and the Postgres destination as multisets: each distinct row with its count.
+	count := func(c *pgx.Conn) map[string]int {
+		rows, err := c.Query(ctx, `SELECT coalesce(device, '<null>') || '|' || coalesce(reading::text, '<null>') || '|' || coalesce(note, '<null>'), count(*)::int FROM readings GROUP BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]int{}
+		for rows.Next() {
+			var k string
+			var n int
+			if err := rows.Scan(&k, &n); err != nil {
+				t.Fatal(err)
+			}
+			out[k] = n
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	want := count(sc)
+	compareMultisets(t, "Postgres destination", want, count(dst.Connect(t)))
+	n := 0
+	lake := map[string]int{}
+	for _, row := range pluginRows(t, "iceberg", "scan", keylessLakeSettings(e), "public.readings", "the lake table", func([]byte, map[string]any) string {
+		n++
+		return fmt.Sprint(n)
+	}) {
+		str := func(k string) string {
+			if row[k] == nil {
+				return "<null>"
+			}
+			return fmt.Sprint(row[k])
+		}
+		lake[str("device")+"|"+str("reading")+"|"+str("note")]++
+	}
+	compareMultisets(t, "lake", want, lake)
+	total := 0
+	for _, c := range want {
+		total += c
+	}
+	t.Logf("%d SIGKILLs during the copy, %d while streaming, %d TRUNCATEs; %d rows (%d distinct) equal as multisets in source, Postgres and lake",
+		inCopy, inStream, truncates, total, len(want))
+}
+
+// compareMultisets fails the test when got (row → count) differs from want, naming up to ten differing rows.
+func compareMultisets(t *testing.T, what string, want, got map[string]int) {
+	t.Helper()
+	var diff []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if got[k] != want[k] {
+			diff = append(diff, fmt.Sprintf("%s: source %d, %s %d", k, want[k], what, got[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[k]; !ok {
+			diff = append(diff, fmt.Sprintf("%s: source 0, %s %d", k, what, got[k]))
+		}
+	}
+	if len(diff) > 0 {
+		t.Fatalf("%s differs from the source in %d rows (as multisets), e.g.:\n%v", what, len(diff), diff[:min(10, len(diff))])
+	}
+}
+
+// lastCheckpointPhase is the phase ("snapshot", "stream") of the postgres source checkpoint in the last commit
+// record of the local WAL at dir, "" when there is none yet.
+func lastCheckpointPhase(t *testing.T, dir string) string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(dir, "commits", "*.json"))
+	names = slices.DeleteFunc(names, func(n string) bool { return filepath.Base(n)[0] == '.' }) // unfinished writes
+	if err != nil || len(names) == 0 {
+		return ""
+	}
+	slices.Sort(names)
+	b, err := os.ReadFile(names[len(names)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Body struct {
+			Checkpoint string `json:"checkpoint"`
+		} `json:"body"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatalf("commit record %s: %v", names[len(names)-1], err)
+	}
+	cp, err := base64.StdEncoding.DecodeString(rec.Body.Checkpoint)
+	if err != nil {
+		t.Fatalf("commit record %s: checkpoint: %v", names[len(names)-1], err)
+	}
+	var pos struct {
+		Phase string `json:"phase"`
+	}
+	if err := json.Unmarshal(cp, &pos); err != nil {
+		t.Fatalf("commit record %s: checkpoint %q: %v", names[len(names)-1], cp, err)
+	}
+	return pos.Phase
+}
