@@ -23,7 +23,7 @@ import (
 
 // TestAppendTableExactlyOnceAcrossSIGKILL runs a table in mode: append (no key, no REPLICA IDENTITY FULL) from
 // Postgres into a Postgres destination and an Iceberg lake through `skippr sync`, while a writer inserts rows
-// (equal rows among them) and now and then truncates the table, and SIGKILLs the engine at random points: first
+// (equal rows among them) and once truncates the table, and SIGKILLs the engine at random points: first
 // while the table is being copied (the last durable checkpoint is in the snapshot phase), then while streaming.
 // At the end both destinations must hold exactly the source's rows as multisets: with no key, a row the
 // interrupted copy and the stream both carried would be a second copy (plugins/postgres/source/exact.go).
@@ -33,7 +33,9 @@ func TestAppendTableExactlyOnceAcrossSIGKILL(t *testing.T) {
 	defer cancel()
 	sc := src.Connect(t)
 	if _, err := sc.Exec(ctx, `CREATE TABLE readings (device text, reading int, note text);
-		INSERT INTO readings SELECT 'd' || (i % 5), i % 1000, CASE WHEN i % 11 = 0 THEN NULL ELSE 'n' || (i % 300) END FROM generate_series(1, 60000) i`); err != nil {
+		INSERT INTO readings SELECT 'd' || (i % 5), i % 1000, CASE WHEN i % 11 = 0 THEN NULL ELSE 'n' || (i % 300) END FROM generate_series(1, 1000000) i;
+		CREATE TABLE marks (device text, reading int, note text);
+		INSERT INTO marks SELECT 'm' || (i % 3), i % 100, NULL FROM generate_series(1, 50000) i`); err != nil {
 		t.Fatal(err)
 	}
 
@@ -49,11 +51,11 @@ func TestAppendTableExactlyOnceAcrossSIGKILL(t *testing.T) {
       user: postgres
       database: %[3]s
       sslmode: disable
-      tables: [public.readings]
+      tables: [public.readings, public.marks]
       slot: appendx
       publication: appendx
       batch_size: 500
-      table_options: { public.readings: { mode: append } }
+      table_options: { public.readings: { mode: append }, public.marks: { mode: append } }
   dst:
     plugin: postgres
     version: "~> 0.1"
@@ -82,11 +84,15 @@ pipelines:
 		for i := 0; writerCtx.Err() == nil; i++ {
 			var q string
 			switch {
-			case i%900 == 899:
-				// Rows before and after the TRUNCATE in one transaction: only the ones after it survive.
-				q = `BEGIN; INSERT INTO readings VALUES ('before', 1, 'x'); TRUNCATE readings;
-					INSERT INTO readings SELECT 'after', g % 7, NULL FROM generate_series(1, 50) g; COMMIT`
+			case i == 200:
+				// Rows before and after the TRUNCATE in one transaction: only the ones after it survive. Once, early
+				// (it waits for the copy's lock), and in the other table: it erases the evidence of rows a copy
+				// repeated before it.
+				q = `BEGIN; INSERT INTO marks VALUES ('before', 1, 'x'); TRUNCATE marks;
+					INSERT INTO marks SELECT 'after', g % 7, NULL FROM generate_series(1, 50) g; COMMIT`
 				truncates++
+			case i%4 == 0:
+				q = fmt.Sprintf(`INSERT INTO marks VALUES ('w', %d, 'row')`, rng.IntN(5))
 			default:
 				// 1..10 rows, equal ones among them (and equal to rows inserted before).
 				n := 1 + rng.IntN(10)
@@ -100,55 +106,65 @@ pipelines:
 		}
 	}()
 
-	// Kill during the copy until three kills found it unfinished, then let runs grow until three kills land
-	// while streaming (with the fix, every interrupted copy starts over, so a run must outlast one copy).
+	// Up to three kills while the table is being copied (a run is killed soon after its first commit in the
+	// snapshot phase; at least one must land before the copy ends), then three while streaming (soon after a
+	// commit in the stream phase): random points within each.
 	seed := time.Now().UnixNano()
 	t.Logf("kill seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 17))
 	var inCopy, inStream int
-	wait := 600 * time.Millisecond
-	for kill := 0; (inCopy < 3 || inStream < 3) && kill < 24; kill++ {
-		lo := wait
-		if inCopy >= 3 {
-			lo = max(wait, 3*time.Second)
+	copyOver := false
+	walDir := filepath.Join(e.dir, "wal")
+	for kill := 0; inStream < 3; kill++ {
+		wantPhase, after := "snapshot", time.Duration(rng.Int64N(int64(time.Second)))
+		if inCopy >= 3 || copyOver {
+			wantPhase, after = "stream", 200*time.Millisecond+time.Duration(rng.Int64N(int64(1500*time.Millisecond)))
 		}
+		before, _ := lastCheckpoint(t, walDir)
 		cmd := e.cmd(ctx, "sync", "--wait-lock")
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(lo + time.Duration(rng.Int64N(int64(lo))))
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			seq, phase := lastCheckpoint(t, walDir)
+			if seq != before && phase == wantPhase {
+				break
+			}
+			if seq != before && phase == "stream" {
+				break // the copy is over: a resumed one can be short
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d: no commit in phase %s in two minutes:\n%s", kill, wantPhase, stderr.String())
+			}
+		}
+		time.Sleep(after)
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		if cmd.ProcessState.Exited() {
 			t.Fatalf("run %d: sync exited by itself (%d) before it was killed:\n%s", kill, cmd.ProcessState.ExitCode(), stderr.String())
 		}
-		switch phase := lastCheckpointPhase(t, filepath.Join(e.dir, "wal")); phase {
-		case "snapshot":
+		switch _, phase := lastCheckpoint(t, walDir); {
+		case phase == "snapshot":
 			inCopy++
-		case "stream":
-			inStream++
-		default:
-			wait += 300 * time.Millisecond // killed before the first checkpoint: give the next run longer
-		}
-		if inCopy >= 3 && inStream == 0 {
-			wait += time.Second
+		case phase == "stream" && inCopy == 0:
+			t.Fatalf("run %d: the copy ended before the first kill", kill)
+		case phase == "stream":
+			copyOver, inStream = true, inStream+1
 		}
 	}
 	stop()
 	wg.Wait()
-	if inCopy < 3 || inStream < 3 {
-		t.Fatalf("SIGKILLs during the copy %d, while streaming %d: want 3 of each", inCopy, inStream)
-	}
 	if truncates == 0 {
 		t.Fatal("the writer made no TRUNCATE")
 	}
 	e.mustRun("sync", "--once")
 
-	// The source and the Postgres destination as multisets: each distinct row with its count.
-	count := func(c *pgx.Conn) map[string]int {
-		rows, err := c.Query(ctx, `SELECT coalesce(device, '<null>') || '|' || coalesce(reading::text, '<null>') || '|' || coalesce(note, '<null>'), count(*)::int FROM readings GROUP BY 1`)
+	// The source and the destinations as multisets: each distinct row with its count.
+	dc := dst.Connect(t)
+	count := func(c *pgx.Conn, table string) map[string]int {
+		rows, err := c.Query(ctx, `SELECT coalesce(device, '<null>') || '|' || coalesce(reading::text, '<null>') || '|' || coalesce(note, '<null>'), count(*)::int FROM `+table+` GROUP BY 1`)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,29 +183,31 @@ pipelines:
 		}
 		return out
 	}
-	want := count(sc)
-	compareMultisets(t, "Postgres destination", want, count(dst.Connect(t)))
-	n := 0
-	lake := map[string]int{}
-	for _, row := range pluginRows(t, "iceberg", "scan", keylessLakeSettings(e), "public.readings", "the lake table", func([]byte, map[string]any) string {
-		n++
-		return fmt.Sprint(n)
-	}) {
-		str := func(k string) string {
-			if row[k] == nil {
-				return "<null>"
+	for _, table := range []string{"readings", "marks"} {
+		want := count(sc, table)
+		compareMultisets(t, "Postgres destination's "+table, want, count(dc, table))
+		n := 0
+		lake := map[string]int{}
+		for _, row := range pluginRows(t, "iceberg", "scan", keylessLakeSettings(e), "public."+table, "the lake table", func([]byte, map[string]any) string {
+			n++
+			return fmt.Sprint(n)
+		}) {
+			str := func(k string) string {
+				if row[k] == nil {
+					return "<null>"
+				}
+				return fmt.Sprint(row[k])
 			}
-			return fmt.Sprint(row[k])
+			lake[str("device")+"|"+str("reading")+"|"+str("note")]++
 		}
-		lake[str("device")+"|"+str("reading")+"|"+str("note")]++
+		compareMultisets(t, "lake's "+table, want, lake)
+		total := 0
+		for _, c := range want {
+			total += c
+		}
+		t.Logf("%s: %d rows (%d distinct) equal as multisets in source, Postgres and lake", table, total, len(want))
 	}
-	compareMultisets(t, "lake", want, lake)
-	total := 0
-	for _, c := range want {
-		total += c
-	}
-	t.Logf("%d SIGKILLs during the copy, %d while streaming, %d TRUNCATEs; %d rows (%d distinct) equal as multisets in source, Postgres and lake",
-		inCopy, inStream, truncates, total, len(want))
+	t.Logf("%d SIGKILLs during the copy, %d while streaming, %d TRUNCATEs", inCopy, inStream, truncates)
 }
 
 // compareMultisets fails the test when got (row → count) differs from want, naming up to ten differing rows.
@@ -211,19 +229,20 @@ func compareMultisets(t *testing.T, what string, want, got map[string]int) {
 	}
 }
 
-// lastCheckpointPhase is the phase ("snapshot", "stream") of the postgres source checkpoint in the last commit
-// record of the local WAL at dir, "" when there is none yet.
-func lastCheckpointPhase(t *testing.T, dir string) string {
+// lastCheckpoint is the name of the last commit record of the local WAL at dir and the phase ("snapshot",
+// "stream") of the postgres source checkpoint it holds; "" for both when there is none yet.
+func lastCheckpoint(t *testing.T, dir string) (string, string) {
 	t.Helper()
 	names, err := filepath.Glob(filepath.Join(dir, "commits", "*.json"))
 	names = slices.DeleteFunc(names, func(n string) bool { return filepath.Base(n)[0] == '.' }) // unfinished writes
 	if err != nil || len(names) == 0 {
-		return ""
+		return "", ""
 	}
 	slices.Sort(names)
-	b, err := os.ReadFile(names[len(names)-1])
+	last := names[len(names)-1]
+	b, err := os.ReadFile(last)
 	if err != nil {
-		t.Fatal(err)
+		return "", "" // reclaimed meanwhile
 	}
 	var rec struct {
 		Body struct {
@@ -231,17 +250,17 @@ func lastCheckpointPhase(t *testing.T, dir string) string {
 		} `json:"body"`
 	}
 	if err := json.Unmarshal(b, &rec); err != nil {
-		t.Fatalf("commit record %s: %v", names[len(names)-1], err)
+		t.Fatalf("commit record %s: %v", last, err)
 	}
 	cp, err := base64.StdEncoding.DecodeString(rec.Body.Checkpoint)
 	if err != nil {
-		t.Fatalf("commit record %s: checkpoint: %v", names[len(names)-1], err)
+		t.Fatalf("commit record %s: checkpoint: %v", last, err)
 	}
 	var pos struct {
 		Phase string `json:"phase"`
 	}
 	if err := json.Unmarshal(cp, &pos); err != nil {
-		t.Fatalf("commit record %s: checkpoint %q: %v", names[len(names)-1], cp, err)
+		t.Fatalf("commit record %s: checkpoint %q: %v", last, cp, err)
 	}
-	return pos.Phase
+	return filepath.Base(last), pos.Phase
 }
