@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -35,13 +36,20 @@ func TestAppendTableExactlyOnceAcrossSIGKILL(t *testing.T) {
 	if _, err := sc.Exec(ctx, `CREATE TABLE readings (device text, reading int, note text);
 		INSERT INTO readings SELECT 'd' || (i % 5), i % 1000, CASE WHEN i % 11 = 0 THEN NULL ELSE 'n' || (i % 300) END FROM generate_series(1, 1000000) i;
 		CREATE TABLE marks (device text, reading int, note text);
-		INSERT INTO marks SELECT 'm' || (i % 3), i % 100, NULL FROM generate_series(1, 50000) i`); err != nil {
+		INSERT INTO marks SELECT 'm' || (i % 3), i % 100, NULL FROM generate_series(1, 50000) i;
+		CREATE TABLE late (device text, reading int, note text);
+		INSERT INTO late SELECT 'l' || (i % 3), i % 500, NULL FROM generate_series(1, 400000) i`); err != nil {
 		t.Fatal(err)
 	}
 
 	e := newEnvWith(t, "postgres", "iceberg")
 	s := src.Server
-	e.writeConfig(fmt.Sprintf(`connections:
+	config := func(tables ...string) {
+		var opts []string
+		for _, t := range tables {
+			opts = append(opts, t+": { mode: append }")
+		}
+		e.writeConfig(fmt.Sprintf(`connections:
   src:
     plugin: postgres
     version: "~> 0.1"
@@ -51,11 +59,11 @@ func TestAppendTableExactlyOnceAcrossSIGKILL(t *testing.T) {
       user: postgres
       database: %[3]s
       sslmode: disable
-      tables: [public.readings, public.marks]
+      tables: [%[7]s]
       slot: appendx
       publication: appendx
       batch_size: 500
-      table_options: { public.readings: { mode: append }, public.marks: { mode: append } }
+      table_options: { %[8]s }
   dst:
     plugin: postgres
     version: "~> 0.1"
@@ -71,56 +79,58 @@ pipelines:
     wal:
       url: file://%[5]s
       group_commit: { max_bytes: 64KiB, max_delay: 50ms }
-`, s.Host, s.Port, src.Name, dst.Name, filepath.Join(e.dir, "wal"), keylessLakeSettings(e)))
+`, s.Host, s.Port, src.Name, dst.Name, filepath.Join(e.dir, "wal"), keylessLakeSettings(e), strings.Join(tables, ", "), strings.Join(opts, ", ")))
+	}
+	config("public.readings", "public.marks")
 
 	w := src.Connect(t)
-	writerCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
 	truncates := 0
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		rng := rand.New(rand.NewPCG(5, 6))
-		for i := 0; writerCtx.Err() == nil; i++ {
-			var q string
-			switch {
-			case i == 200:
-				// Rows before and after the TRUNCATE in one transaction: only the ones after it survive. Once, early
-				// (it waits for the copy's lock), and in the other table: it erases the evidence of rows a copy
-				// repeated before it.
-				q = `BEGIN; INSERT INTO marks VALUES ('before', 1, 'x'); TRUNCATE marks;
+	startWriter := func() (stop func()) {
+		writerCtx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(5, 6))
+			for i := 0; writerCtx.Err() == nil; i++ {
+				var q string
+				switch {
+				case i == 200:
+					// Rows before and after the TRUNCATE in one transaction: only the ones after it survive. Once, early
+					// (it waits for the copy's lock), and in the other table: it erases the evidence of rows a copy
+					// repeated before it.
+					q = `BEGIN; INSERT INTO marks VALUES ('before', 1, 'x'); TRUNCATE marks;
 					INSERT INTO marks SELECT 'after', g % 7, NULL FROM generate_series(1, 50) g; COMMIT`
-				truncates++
-			case i%4 == 0:
-				q = fmt.Sprintf(`INSERT INTO marks VALUES ('w', %d, 'row')`, rng.IntN(5))
-			default:
-				// 1..10 rows, equal ones among them (and equal to rows inserted before).
-				n := 1 + rng.IntN(10)
-				q = fmt.Sprintf(`INSERT INTO readings SELECT 'w' || (g %% 3), %d + g %% 4, 'row' FROM generate_series(1, %d) g`, rng.IntN(50), n)
+					truncates++
+				case i%4 == 0:
+					q = fmt.Sprintf(`INSERT INTO marks VALUES ('w', %d, 'row')`, rng.IntN(5))
+				case i%4 == 1:
+					q = fmt.Sprintf(`INSERT INTO late SELECT 'w', %d, 'row' FROM generate_series(1, %d)`, rng.IntN(5), 1+rng.IntN(3))
+				default:
+					// 1..10 rows, equal ones among them (and equal to rows inserted before).
+					n := 1 + rng.IntN(10)
+					q = fmt.Sprintf(`INSERT INTO readings SELECT 'w' || (g %% 3), %d + g %% 4, 'row' FROM generate_series(1, %d) g`, rng.IntN(50), n)
+				}
+				if _, err := w.Exec(writerCtx, q); err != nil && writerCtx.Err() == nil {
+					t.Errorf("writer: %v", err)
+					return
+				}
+				time.Sleep(3 * time.Millisecond)
 			}
-			if _, err := w.Exec(writerCtx, q); err != nil && writerCtx.Err() == nil {
-				t.Errorf("writer: %v", err)
-				return
-			}
-			time.Sleep(3 * time.Millisecond)
-		}
-	}()
+		}()
+		return func() { cancel(); wg.Wait() }
+	}
+	stop := startWriter()
 
-	// Up to three kills while the table is being copied (a run is killed soon after its first commit in the
-	// snapshot phase; at least one must land before the copy ends), then three while streaming (soon after a
-	// commit in the stream phase): random points within each.
 	seed := time.Now().UnixNano()
 	t.Logf("kill seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 17))
-	var inCopy, inStream int
-	copyOver := false
 	walDir := filepath.Join(e.dir, "wal")
-	for kill := 0; inStream < 3; kill++ {
-		wantPhase, after := "snapshot", time.Duration(rng.Int64N(int64(time.Second)))
-		if inCopy >= 3 || copyOver {
-			wantPhase, after = "stream", 200*time.Millisecond+time.Duration(rng.Int64N(int64(1500*time.Millisecond)))
-		}
-		before, _ := lastCheckpoint(t, walDir)
+	// killAfter starts `skippr sync`, waits for a commit of the run that satisfies want (or one past every copy:
+	// in the stream phase, no table left to copy), waits a random time up to most, SIGKILLs the run and returns
+	// the last durable checkpoint's state.
+	killAfter := func(kill int, want func(walState) bool, least, most time.Duration) walState {
+		before := lastCheckpoint(t, walDir)
 		cmd := e.cmd(ctx, "sync", "--wait-lock")
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -128,42 +138,87 @@ pipelines:
 			t.Fatal(err)
 		}
 		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
-			seq, phase := lastCheckpoint(t, walDir)
-			if seq != before && phase == wantPhase {
+			st := lastCheckpoint(t, walDir)
+			if st.Commit != before.Commit && (want(st) || st.copied()) {
 				break
 			}
-			if seq != before && phase == "stream" {
-				break // the copy is over: a resumed one can be short
-			}
 			if time.Now().After(deadline) {
-				t.Fatalf("run %d: no commit in phase %s in two minutes:\n%s", kill, wantPhase, stderr.String())
+				t.Fatalf("run %d: no commit to wait for in two minutes:\n%s", kill, stderr.String())
 			}
 		}
-		time.Sleep(after)
+		time.Sleep(least + time.Duration(rng.Int64N(int64(most-least))))
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		if cmd.ProcessState.Exited() {
 			t.Fatalf("run %d: sync exited by itself (%d) before it was killed:\n%s", kill, cmd.ProcessState.ExitCode(), stderr.String())
 		}
-		switch _, phase := lastCheckpoint(t, walDir); {
-		case phase == "snapshot":
+		return lastCheckpoint(t, walDir)
+	}
+	compare := func(tables ...string) {
+		t.Helper()
+		e.mustRun("sync", "--once")
+		for _, table := range tables {
+			compareAppendTable(t, ctx, sc, dst.Connect(t), keylessLakeSettings(e), table)
+		}
+	}
+
+	// Up to three kills while the tables are being copied (a run is killed soon after its first commit in the
+	// snapshot phase; at least one must land before the copy ends), then three while streaming.
+	var inCopy, inStream int
+	for kill := 0; inStream < 3; kill++ {
+		var st walState
+		if inCopy < 3 && inStream == 0 {
+			st = killAfter(kill, func(st walState) bool { return st.Phase == "snapshot" }, 0, time.Second)
+		} else {
+			st = killAfter(kill, func(walState) bool { return false }, 200*time.Millisecond, 1500*time.Millisecond)
+		}
+		switch {
+		case st.Phase == "snapshot":
 			inCopy++
-		case phase == "stream" && inCopy == 0:
+		case inCopy == 0:
 			t.Fatalf("run %d: the copy ended before the first kill", kill)
-		case phase == "stream":
-			copyOver, inStream = true, inStream+1
+		default:
+			inStream++
 		}
 	}
 	stop()
-	wg.Wait()
 	if truncates == 0 {
 		t.Fatal("the writer made no TRUNCATE")
 	}
-	e.mustRun("sync", "--once")
+	compare("readings", "marks")
+	t.Logf("initial copy: %d SIGKILLs during the copy, %d while streaming, %d TRUNCATEs", inCopy, inStream, truncates)
 
-	// The source and the destinations as multisets: each distinct row with its count.
-	dc := dst.Connect(t)
-	count := func(c *pgx.Conn, table string) map[string]int {
+	// A table in mode: append added to the running pipeline, with 400,000 rows and inserts going on (before it
+	// was added too): copied while streaming under an exact snapshot of its own. Kills while it is being copied
+	// (a checkpoint names it in recopy), then while streaming.
+	config("public.readings", "public.marks", "public.late")
+	stop = startWriter()
+	var inRecopy, after int
+	for kill := 0; after < 2; kill++ {
+		var st walState
+		if inRecopy < 3 && after == 0 {
+			st = killAfter(kill, func(st walState) bool { return len(st.Recopy) > 0 }, 0, time.Second)
+		} else {
+			st = killAfter(kill, func(walState) bool { return false }, 200*time.Millisecond, 1500*time.Millisecond)
+		}
+		switch {
+		case len(st.Recopy) > 0:
+			inRecopy++
+		case inRecopy == 0:
+			t.Fatalf("run %d: the added table's copy ended before the first kill", kill)
+		default:
+			after++
+		}
+	}
+	stop()
+	compare("readings", "marks", "late")
+	t.Logf("added table: %d SIGKILLs during its copy, %d after", inRecopy, after)
+}
+
+// compareAppendTable compares table in the source (sc), the Postgres destination (dc) and the lake as multisets.
+func compareAppendTable(t *testing.T, ctx context.Context, sc, dc *pgx.Conn, lakeSettings, table string) {
+	t.Helper()
+	count := func(c *pgx.Conn) map[string]int {
 		rows, err := c.Query(ctx, `SELECT coalesce(device, '<null>') || '|' || coalesce(reading::text, '<null>') || '|' || coalesce(note, '<null>'), count(*)::int FROM `+table+` GROUP BY 1`)
 		if err != nil {
 			t.Fatal(err)
@@ -183,31 +238,28 @@ pipelines:
 		}
 		return out
 	}
-	for _, table := range []string{"readings", "marks"} {
-		want := count(sc, table)
-		compareMultisets(t, "Postgres destination's "+table, want, count(dc, table))
-		n := 0
-		lake := map[string]int{}
-		for _, row := range pluginRows(t, "iceberg", "scan", keylessLakeSettings(e), "public."+table, "the lake table", func([]byte, map[string]any) string {
-			n++
-			return fmt.Sprint(n)
-		}) {
-			str := func(k string) string {
-				if row[k] == nil {
-					return "<null>"
-				}
-				return fmt.Sprint(row[k])
+	want := count(sc)
+	compareMultisets(t, "Postgres destination's "+table, want, count(dc))
+	n := 0
+	lake := map[string]int{}
+	for _, row := range pluginRows(t, "iceberg", "scan", lakeSettings, "public."+table, "the lake table", func([]byte, map[string]any) string {
+		n++
+		return fmt.Sprint(n)
+	}) {
+		str := func(k string) string {
+			if row[k] == nil {
+				return "<null>"
 			}
-			lake[str("device")+"|"+str("reading")+"|"+str("note")]++
+			return fmt.Sprint(row[k])
 		}
-		compareMultisets(t, "lake's "+table, want, lake)
-		total := 0
-		for _, c := range want {
-			total += c
-		}
-		t.Logf("%s: %d rows (%d distinct) equal as multisets in source, Postgres and lake", table, total, len(want))
+		lake[str("device")+"|"+str("reading")+"|"+str("note")]++
 	}
-	t.Logf("%d SIGKILLs during the copy, %d while streaming, %d TRUNCATEs", inCopy, inStream, truncates)
+	compareMultisets(t, "lake's "+table, want, lake)
+	total := 0
+	for _, c := range want {
+		total += c
+	}
+	t.Logf("%s: %d rows (%d distinct) equal as multisets in source, Postgres and lake", table, total, len(want))
 }
 
 // compareMultisets fails the test when got (row → count) differs from want, naming up to ten differing rows.
@@ -229,20 +281,29 @@ func compareMultisets(t *testing.T, what string, want, got map[string]int) {
 	}
 }
 
-// lastCheckpoint is the name of the last commit record of the local WAL at dir and the phase ("snapshot",
-// "stream") of the postgres source checkpoint it holds; "" for both when there is none yet.
-func lastCheckpoint(t *testing.T, dir string) (string, string) {
+// walState is what the last commit record of a local WAL says of a postgres source.
+type walState struct {
+	Commit string                     // the record's name, "" when there is none
+	Phase  string                     `json:"phase"`
+	Recopy map[string]json.RawMessage `json:"recopy"`
+}
+
+// copied says every copy is over: streaming, with no table in mode: append left to copy.
+func (s walState) copied() bool { return s.Phase == "stream" && len(s.Recopy) == 0 }
+
+// lastCheckpoint reads the last commit record of the local WAL at dir.
+func lastCheckpoint(t *testing.T, dir string) walState {
 	t.Helper()
 	names, err := filepath.Glob(filepath.Join(dir, "commits", "*.json"))
 	names = slices.DeleteFunc(names, func(n string) bool { return filepath.Base(n)[0] == '.' }) // unfinished writes
 	if err != nil || len(names) == 0 {
-		return "", ""
+		return walState{}
 	}
 	slices.Sort(names)
 	last := names[len(names)-1]
 	b, err := os.ReadFile(last)
 	if err != nil {
-		return "", "" // reclaimed meanwhile
+		return walState{} // reclaimed meanwhile
 	}
 	var rec struct {
 		Body struct {
@@ -256,11 +317,10 @@ func lastCheckpoint(t *testing.T, dir string) (string, string) {
 	if err != nil {
 		t.Fatalf("commit record %s: checkpoint: %v", last, err)
 	}
-	var pos struct {
-		Phase string `json:"phase"`
-	}
-	if err := json.Unmarshal(cp, &pos); err != nil {
+	var st walState
+	if err := json.Unmarshal(cp, &st); err != nil {
 		t.Fatalf("commit record %s: checkpoint %q: %v", last, cp, err)
 	}
-	return filepath.Base(last), pos.Phase
+	st.Commit = filepath.Base(last)
+	return st
 }

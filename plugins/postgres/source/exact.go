@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
 // Exact copies of tables in mode: append.
@@ -119,4 +121,158 @@ func (r *reader) exactSnapshot(ctx context.Context) (pgx.Tx, pglogrepl.LSN, erro
 		return nil, 0, err
 	}
 	return tx, c, nil
+}
+
+// Copies while streaming. A table in mode: append added to the tables of a running pipeline, or asked to be
+// re-snapshotted, is copied by the same rule, between the transactions the processor streams: the tables of
+// Position.Recopy are copied together under one exact snapshot (consistent point C), each starting with a truncate
+// when the destinations may hold rows of it. Until its copy begins, every change of such a table is dropped (the
+// copy, taken later, holds them); from then on, those of transactions committed before C. The copy's transaction
+// takes ACCESS SHARE locks on its tables at once, so a TRUNCATE of one of them commits only after the copy is read
+// (or before C, when the copy sees its effect): the stream's truncate never lands among rows it should remove.
+// The checkpoint after each chunk carries the stream position and the tables still to copy; a crash starts the
+// copy over (new slot, new C, a truncate), and a table that is copied stays so.
+
+// tableChunk is a chunk of a copy while streaming, or the end of a table's copy (done).
+type tableChunk struct {
+	table string
+	c     chunk
+	done  bool
+}
+
+// recopy is the copy in progress while streaming.
+type recopy struct {
+	tx     pgx.Tx
+	chunks chan tableChunk
+	err    chan error
+	cancel context.CancelFunc
+}
+
+// startRecopy begins copying the tables of p.recopy when no copy is running; between transactions only.
+func (p *processor) startRecopy(ctx context.Context) error {
+	if p.ac != nil || len(p.recopy) == 0 || p.inTx {
+		return nil
+	}
+	r := p.r
+	names := slices.Sorted(maps.Keys(p.recopy))
+	tx, c, err := r.exactSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = r.tables[n].Name.Quoted()
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+strings.Join(quoted, ", ")+` IN ACCESS SHARE MODE`); err != nil {
+		tx.Rollback(context.Background())
+		return fmt.Errorf("copy %s: %w", strings.Join(names, ", "), r.cfg.Explain(err))
+	}
+	if err := p.flush(ctx); err != nil {
+		tx.Rollback(context.Background())
+		return err
+	}
+	for _, n := range names {
+		prog := p.recopy[n]
+		if prog.Truncate {
+			if err := r.out.Truncate(ctx, n); err != nil {
+				tx.Rollback(context.Background())
+				return err
+			}
+		}
+		p.recopy[n] = RecopyProgress{Truncate: true} // from here on the destinations may hold rows of this copy
+		p.copied[n] = c
+		r.log.Info("copying append table while streaming, under an exact snapshot", "table", n, "truncated", prog.Truncate, "snapshot_lsn", c.String())
+	}
+	r.emitted = true
+	cctx, cancel := context.WithCancel(ctx)
+	ac := &recopy{tx: tx, chunks: make(chan tableChunk), err: make(chan error, 1), cancel: cancel}
+	go func() {
+		ac.err <- func() error {
+			defer close(ac.chunks)
+			for _, n := range names {
+				ch := make(chan chunk)
+				qerr := make(chan error, 1)
+				go func() {
+					qerr <- r.queryChunks(cctx, tx, r.tables[n], nil, ch, 0)
+					close(ch)
+				}()
+				for c := range ch {
+					select {
+					case ac.chunks <- tableChunk{table: n, c: c}:
+					case <-cctx.Done():
+						c.rec.Release()
+					}
+				}
+				if err := <-qerr; err != nil {
+					return err
+				}
+				select {
+				case ac.chunks <- tableChunk{table: n, done: true}:
+				case <-cctx.Done():
+					return cctx.Err()
+				}
+			}
+			return nil
+		}()
+	}()
+	p.ac = ac
+	return nil
+}
+
+// recopyChunks is the channel of the copy's chunks when one may be taken now (between transactions), else nil.
+func (p *processor) recopyChunks() <-chan tableChunk {
+	if p.ac == nil || p.inTx {
+		return nil
+	}
+	return p.ac.chunks
+}
+
+// recopyChunk sends a chunk of the copy (or ends a table's copy, or the copy) and the checkpoint after it.
+func (p *processor) recopyChunk(ctx context.Context, tc tableChunk, ok bool) error {
+	r := p.r
+	if !ok {
+		err := <-p.ac.err
+		p.stopRecopy()
+		if err != nil {
+			return err
+		}
+		return nil
+	}
+	if tc.done {
+		r.log.Info("append table copied", "table", tc.table, "rows", p.recopy[tc.table].Rows)
+		delete(p.recopy, tc.table)
+	} else {
+		err := r.emitBatch(ctx, tc.table, nil, tc.c.rec)
+		tc.c.rec.Release()
+		if err != nil {
+			return err
+		}
+		prog := p.recopy[tc.table]
+		prog.Rows += int64(tc.c.rows)
+		p.recopy[tc.table] = prog
+		p.rows += int64(tc.c.rows)
+	}
+	cp := p.position()
+	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Metrics: p.metrics()}); err != nil {
+		return err
+	}
+	r.emitted = false
+	p.lastCP, p.lastIdle = p.pos, false
+	p.setIdle(p.pos, true)
+	return nil
+}
+
+// stopRecopy ends the copy's reader and transaction.
+func (p *processor) stopRecopy() {
+	if p.ac == nil {
+		return
+	}
+	p.ac.cancel()
+	for tc := range p.ac.chunks {
+		if tc.c.rec != nil {
+			tc.c.rec.Release()
+		}
+	}
+	p.ac.tx.Rollback(context.Background())
+	p.ac = nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -80,9 +81,16 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows, overlap: pos.OverlapValue(),
 		rs: newResnapper(r, pos.Resnapshot), copied: map[string]pglogrepl.LSN{}}
 	for name, l := range pos.Copied {
-		p.copied[name], _ = pglogrepl.ParseLSN(l) // DecodePosition checked it
+		if _, again := pos.Recopy[name]; !again { // a copy to start over gets a new point
+			p.copied[name], _ = pglogrepl.ParseLSN(l) // DecodePosition checked it
+		}
+	}
+	p.recopy = maps.Clone(pos.Recopy)
+	if p.recopy == nil {
+		p.recopy = map[string]RecopyProgress{}
 	}
 	defer p.release()
+	defer p.stopRecopy()
 	err = p.run(ctx, items, ownDone)
 	cancel()
 	<-ownDone
@@ -393,6 +401,9 @@ type processor struct {
 	// its point are in the copy and are dropped.
 	copied   map[string]pglogrepl.LSN
 	finalLSN pglogrepl.LSN
+	// recopy: the append tables to copy while streaming; ac: the copy running (exact.go).
+	recopy map[string]RecopyProgress
+	ac     *recopy
 	// rs copies tables again between the transactions it streams (resnapshot.go).
 	rs *resnapper
 }
@@ -404,6 +415,9 @@ func (p *processor) position() Position {
 	cp := Position{V: positionVersion, Phase: PhaseStream, Slot: p.r.cfg.Slot, LSN: p.pos.String(), Tables: p.r.tableNames(), Rows: p.rows, Resnapshot: p.rs.snapshot()}
 	if p.pos < p.overlap {
 		cp.Overlap = p.overlap.String()
+	}
+	if len(p.recopy) > 0 {
+		cp.Recopy = maps.Clone(p.recopy)
 	}
 	for name, l := range p.copied {
 		// Once streaming has passed l, no transaction it sends committed before l.
@@ -434,7 +448,14 @@ func (p *processor) run(ctx context.Context, items <-chan []item, ownDone <-chan
 		if err := p.rs.step(ctx, p); err != nil {
 			return err
 		}
+		if err := p.startRecopy(ctx); err != nil {
+			return err
+		}
 		select {
+		case tc, ok := <-p.recopyChunks():
+			if err := p.recopyChunk(ctx, tc, ok); err != nil {
+				return err
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ownDone:
@@ -469,7 +490,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			p.pos = it.walEnd
 			p.setIdle(p.pos, false)
 		}
-		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) && !p.rs.active() {
+		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) && !p.rs.active() && len(p.recopy) == 0 {
 			cp := p.position()
 			if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true, Metrics: p.metrics()}); err != nil {
 				return err
@@ -585,8 +606,11 @@ func (p *processor) handle(ctx context.Context, it item) error {
 // inCopy says the current transaction's changes of stream are in the exact copy of an append table: it committed
 // before the copy's snapshot (exact.go).
 func (p *processor) inCopy(stream string) bool {
-	l, ok := p.copied[stream]
-	return ok && p.finalLSN < l
+	if l, ok := p.copied[stream]; ok {
+		return p.finalLSN < l
+	}
+	_, pending := p.recopy[stream] // its copy, yet to begin, will hold every change until then
+	return pending
 }
 
 func (p *processor) rel(id uint32) (*relation, error) {
