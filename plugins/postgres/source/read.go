@@ -218,7 +218,7 @@ func (r *reader) ensurePublication(ctx context.Context) error {
 	}
 	if existed {
 		// A publication made by hand must cover the tables, or their changes would silently never come.
-		if p := publicationProblems(ctx, r.pool, r.cfg, append(full, appendOnly...)); len(p) > 0 {
+		if p := publicationProblems(ctx, r.pool, r.cfg, append(full, appendOnly...), false); len(p) > 0 {
 			return p
 		}
 	}

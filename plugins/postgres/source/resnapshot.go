@@ -355,7 +355,7 @@ func (r *reader) publish(ctx context.Context, names []string) error {
 		tables = append(tables, r.tables[n])
 	}
 	if !ours {
-		if p := publicationProblems(ctx, r.pool, r.cfg, tables); len(p) > 0 {
+		if p := publicationProblems(ctx, r.pool, r.cfg, tables, false); len(p) > 0 {
 			return p
 		}
 		return nil
