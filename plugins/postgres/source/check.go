@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
@@ -306,6 +307,10 @@ func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings, st *
 		if used >= max {
 			add("all %d replication slots are taken (max_replication_slots = %d; slots: %s): drop one that is no longer needed (SELECT pg_drop_replication_slot('name')) or raise max_replication_slots and restart the server",
 				used, max, strings.Join(names, ", "))
+		} else if used+1 >= max && slices.ContainsFunc(cfg.TableNames, cfg.Append) {
+			// The exact copy of an append table (a resumed copy, a table added later) runs under a temporary slot.
+			add("only one replication slot is free (max_replication_slots = %d; slots: %s), but a table in mode: append needs room for a second, temporary one while its copy is resumed or it is added to a running pipeline: raise max_replication_slots (and max_wal_senders) by one and restart the server, or drop a slot that is no longer needed (SELECT pg_drop_replication_slot('name'))",
+				max, strings.Join(names, ", "))
 		}
 	case err != nil:
 		return nil, err

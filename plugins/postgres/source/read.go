@@ -211,6 +211,11 @@ func (r *reader) ensurePublication(ctx context.Context) error {
 		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
 			continue // created meanwhile by someone else
 		}
+		if err != nil && p.appendOnly && len(p.tables) == 0 {
+			// Only for tables added later: a role that may not create it loses that, not the pipeline.
+			r.log.Warn("cannot create the (empty) append publication: a table in mode: append cannot be added to this pipeline later", "publication", p.name, "error", err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("create publication %s (run check for what is missing): %w", p.name, r.cfg.Explain(err))
 		}
