@@ -168,7 +168,7 @@ pipelines:
 	for kill := 0; inStream < 3; kill++ {
 		var st walState
 		if inCopy < 3 && inStream == 0 {
-			st = killAfter(kill, func(st walState) bool { return st.Phase == "snapshot" }, 0, time.Second)
+			st = killAfter(kill, func(st walState) bool { return st.Phase == "snapshot" }, 0, 300*time.Millisecond)
 		} else {
 			st = killAfter(kill, func(walState) bool { return false }, 200*time.Millisecond, 1500*time.Millisecond)
 		}
