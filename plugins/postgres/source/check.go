@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pglogrepl"
@@ -71,7 +72,7 @@ func Check(ctx context.Context, cfg config.Settings) error {
 		problems = append(problems, tableProblems(cfg, t)...)
 	}
 
-	problems = append(problems, publicationProblems(ctx, conn, cfg, tables)...)
+	problems = append(problems, publicationProblems(ctx, conn, cfg, tables, true)...)
 	var slot slotCheck
 	p, err := slotProblems(ctx, conn, cfg, &slot)
 	if err != nil {
@@ -140,8 +141,10 @@ func tableProblems(cfg config.Settings, t *table) Problems {
 }
 
 // publicationProblems checks the publication of the tables that follow every change and, when some tables are
-// in mode: append, the append publication (inserts and truncates only) that holds those.
-func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.Settings, tables []*table) Problems {
+// in mode: append, the append publication (inserts and truncates only) that holds those. With added, a table
+// missing from a publication this plugin created is no problem: a running pipeline's Read adds it (a table
+// added to tables is copied while streaming); a new pipeline's start checks again without added.
+func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.Settings, tables []*table, added bool) Problems {
 	var full, appendOnly []*table
 	for _, t := range tables {
 		if t.Append {
@@ -150,11 +153,11 @@ func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.S
 			full = append(full, t)
 		}
 	}
-	out := onePublicationProblems(ctx, conn, cfg, false, full)
+	out := onePublicationProblems(ctx, conn, cfg, false, full, added)
 	if len(appendOnly) == 0 {
 		return out
 	}
-	out = append(out, onePublicationProblems(ctx, conn, cfg, true, appendOnly)...)
+	out = append(out, onePublicationProblems(ctx, conn, cfg, true, appendOnly, added)...)
 	// In a publication that publishes updates and deletes, PostgreSQL refuses both on a table without a
 	// replica identity: the source's own writes would fail.
 	for _, t := range appendOnly {
@@ -175,7 +178,7 @@ func publicationProblems(ctx context.Context, conn typemap.Querier, cfg config.S
 }
 
 // onePublicationProblems checks one publication: the main one (appendOnly false) or the append one.
-func onePublicationProblems(ctx context.Context, conn typemap.Querier, cfg config.Settings, appendOnly bool, tables []*table) Problems {
+func onePublicationProblems(ctx context.Context, conn typemap.Querier, cfg config.Settings, appendOnly bool, tables []*table, added bool) Problems {
 	var out Problems
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	pubName := cfg.Publication
@@ -183,9 +186,9 @@ func onePublicationProblems(ctx context.Context, conn typemap.Querier, cfg confi
 		pubName = cfg.AppendPublication()
 	}
 	cfg.Publication = pubName // the messages below name the publication checked
-	var allTables, viaRoot, ins, upd, del, trunc bool
-	err := conn.QueryRow(ctx, `SELECT puballtables, pubviaroot, pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = $1`,
-		cfg.Publication).Scan(&allTables, &viaRoot, &ins, &upd, &del, &trunc)
+	var allTables, viaRoot, ins, upd, del, trunc, ours bool
+	err := conn.QueryRow(ctx, `SELECT puballtables, pubviaroot, pubinsert, pubupdate, pubdelete, pubtruncate, coalesce(obj_description(oid, 'pg_publication') = $2, false) FROM pg_publication WHERE pubname = $1`,
+		cfg.Publication, publicationComment).Scan(&allTables, &viaRoot, &ins, &upd, &del, &trunc, &ours)
 	if errors.Is(err, pgx.ErrNoRows) {
 		var canCreate bool
 		if err := conn.QueryRow(ctx, `SELECT has_database_privilege(current_database(), 'CREATE')`).Scan(&canCreate); err != nil {
@@ -238,6 +241,9 @@ func onePublicationProblems(ctx context.Context, conn typemap.Querier, cfg confi
 		var rowFilter *string
 		err := conn.QueryRow(ctx, `SELECT attnames, rowfilter FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`,
 			cfg.Publication, t.Name.Schema, t.Name.Name).Scan(&attnames, &rowFilter)
+		if errors.Is(err, pgx.ErrNoRows) && added && ours {
+			continue
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			add("publication %q does not include table %s: run ALTER PUBLICATION %s ADD TABLE %s",
 				cfg.Publication, t.Name, pgx.Identifier{cfg.Publication}.Sanitize(), t.Name.Quoted())
@@ -301,6 +307,10 @@ func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings, st *
 		if used >= max {
 			add("all %d replication slots are taken (max_replication_slots = %d; slots: %s): drop one that is no longer needed (SELECT pg_drop_replication_slot('name')) or raise max_replication_slots and restart the server",
 				used, max, strings.Join(names, ", "))
+		} else if used+1 >= max && slices.ContainsFunc(cfg.TableNames, cfg.Append) {
+			// The exact copy of an append table (a resumed copy, a table added later) runs under a temporary slot.
+			add("only one replication slot is free (max_replication_slots = %d; slots: %s), but a table in mode: append needs room for a second, temporary one while its copy is resumed or it is added to a running pipeline: raise max_replication_slots (and max_wal_senders) by one and restart the server, or drop a slot that is no longer needed (SELECT pg_drop_replication_slot('name'))",
+				max, strings.Join(names, ", "))
 		}
 	case err != nil:
 		return nil, err

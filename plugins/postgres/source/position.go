@@ -44,6 +44,22 @@ type Position struct {
 	Overlap string `json:"overlap,omitempty"`
 	// Resnapshot holds the tables being copied again while streaming (resnapshot.go), by stream name.
 	Resnapshot map[string]ResnapshotProgress `json:"resnapshot,omitempty"`
+	// Copied holds, by stream name, the tables in mode: append whose copy was taken under a snapshot of its own
+	// (exact.go) rather than the slot's: the LSN of that snapshot's consistent point. The copy holds every
+	// transaction committed before it, so streaming drops the table's changes of those transactions and keeps
+	// the later ones. An entry goes once streaming has passed its LSN.
+	Copied map[string]string `json:"copied,omitempty"`
+	// Recopy holds the tables in mode: append to be copied while streaming (added to the tables, or asked to be
+	// re-snapshotted), by stream name; exact.go.
+	Recopy map[string]RecopyProgress `json:"recopy,omitempty"`
+}
+
+// RecopyProgress is a table in mode: append being copied while streaming.
+type RecopyProgress struct {
+	Rows int64 `json:"rows,omitempty"` // rows of the copy in progress
+	// Truncate: the destinations may hold rows of the table that the copy carries again (a re-snapshot, or a copy
+	// interrupted by a crash), so the copy starts with a truncate.
+	Truncate bool `json:"truncate,omitempty"`
 }
 
 // TableProgress is how far the snapshot copied one table.
@@ -95,6 +111,19 @@ func DecodePosition(b []byte) (*Position, error) {
 	if p.Overlap != "" {
 		if _, err := pglogrepl.ParseLSN(p.Overlap); err != nil {
 			return nil, fmt.Errorf("checkpoint %q: bad overlap lsn %q: %w", b, p.Overlap, err)
+		}
+	}
+	for t, l := range p.Copied {
+		if !slices.Contains(p.Tables, t) {
+			return nil, fmt.Errorf("checkpoint %q: copy of table %q, which is not among its tables", b, t)
+		}
+		if _, err := pglogrepl.ParseLSN(l); err != nil {
+			return nil, fmt.Errorf("checkpoint %q: bad copy lsn %q of table %q: %w", b, l, t, err)
+		}
+	}
+	for t := range p.Recopy {
+		if !slices.Contains(p.Tables, t) {
+			return nil, fmt.Errorf("checkpoint %q: copy of table %q, which is not among its tables", b, t)
 		}
 	}
 	for t := range p.Resnapshot {

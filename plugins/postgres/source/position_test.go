@@ -8,7 +8,8 @@ import (
 
 func TestDecodePosition(t *testing.T) {
 	p := Position{V: positionVersion, Phase: PhaseSnapshot, Slot: "s", LSN: "0/16B3748", Tables: []string{"public.a", "public.b"}, Table: "public.b",
-		Progress: map[string]TableProgress{"public.a": {Done: true}, "public.b": {Key: []string{"7"}}}, Rows: 7}
+		Progress: map[string]TableProgress{"public.a": {Done: true}, "public.b": {Key: []string{"7"}}}, Rows: 7,
+		Copied: map[string]string{"public.b": "0/16B4000"}, Recopy: map[string]RecopyProgress{"public.a": {Rows: 3, Truncate: true}}}
 	got, err := DecodePosition(p.Encode())
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +28,9 @@ func TestDecodePosition(t *testing.T) {
 		{`{"v":2,"phase":"snapshot","lsn":"0/1","tables":["a"],"table":"b"}`, "not among its tables"},
 		{`{"v":2,"phase":"snapshot","lsn":"0/1","tables":["a"],"progress":{"b":{"done":true}}}`, `progress of table "b"`},
 		{`{"v":1,"phase":"snapshot","lsn":"0/1","tables":["a"]}`, "no table being copied"},
+		{`{"v":2,"phase":"stream","lsn":"0/1","tables":["a"],"copied":{"b":"0/2"}}`, `copy of table "b"`},
+		{`{"v":2,"phase":"stream","lsn":"0/1","tables":["a"],"copied":{"a":"zz"}}`, `bad copy lsn "zz"`},
+		{`{"v":2,"phase":"stream","lsn":"0/1","tables":["a"],"recopy":{"b":{}}}`, `copy of table "b"`},
 	} {
 		if _, err := DecodePosition([]byte(tc.in)); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.in, err, tc.err)

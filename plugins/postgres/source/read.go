@@ -179,8 +179,9 @@ func (r *reader) tableNames() []string {
 	return out
 }
 
-// ensurePublication creates the publication when it is missing, and the append publication when a table is
-// in mode: append and it is missing. An existing one is used as it is (check says what it lacks).
+// ensurePublication creates the publication when it is missing, and the append publication too, even with no
+// table in mode: append yet: a table added to the pipeline later can only come through a publication that existed
+// at the slot's position (resnapshot.go publish). An existing one is used as it is (check says what it lacks).
 func (r *reader) ensurePublication(ctx context.Context) error {
 	var full, appendOnly []*table
 	for _, tn := range r.cfg.TableNames {
@@ -196,9 +197,6 @@ func (r *reader) ensurePublication(ctx context.Context) error {
 		tables     []*table
 		appendOnly bool
 	}{{r.cfg.Publication, full, false}, {r.cfg.AppendPublication(), appendOnly, true}} {
-		if p.appendOnly && len(p.tables) == 0 {
-			continue
-		}
 		var exists bool
 		if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, p.name).Scan(&exists); err != nil {
 			return r.cfg.Explain(err)
@@ -213,6 +211,11 @@ func (r *reader) ensurePublication(ctx context.Context) error {
 		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
 			continue // created meanwhile by someone else
 		}
+		if err != nil && p.appendOnly && len(p.tables) == 0 {
+			// Only for tables added later: a role that may not create it loses that, not the pipeline.
+			r.log.Warn("cannot create the (empty) append publication: a table in mode: append cannot be added to this pipeline later", "publication", p.name, "error", err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("create publication %s (run check for what is missing): %w", p.name, r.cfg.Explain(err))
 		}
@@ -220,7 +223,7 @@ func (r *reader) ensurePublication(ctx context.Context) error {
 	}
 	if existed {
 		// A publication made by hand must cover the tables, or their changes would silently never come.
-		if p := publicationProblems(ctx, r.pool, r.cfg, append(full, appendOnly...)); len(p) > 0 {
+		if p := publicationProblems(ctx, r.pool, r.cfg, append(full, appendOnly...), false); len(p) > 0 {
 			return p
 		}
 	}

@@ -317,6 +317,17 @@ func (r *reader) addResnapshots(ctx context.Context, pos *Position, requested []
 		pos.Tables = r.tableNames()
 	}
 	for _, name := range append(added, requested...) {
+		if r.tables[name].Append {
+			// No key to tell the copy's rows from the stream's: an exact copy instead (exact.go), after a truncate
+			// when the destinations hold rows of the table already.
+			if pos.Recopy == nil {
+				pos.Recopy = map[string]RecopyProgress{}
+			}
+			prog := pos.Recopy[name]
+			prog.Truncate = prog.Truncate || !slices.Contains(added, name)
+			pos.Recopy[name] = prog
+			continue
+		}
 		if pos.Resnapshot == nil {
 			pos.Resnapshot = map[string]ResnapshotProgress{}
 		}
@@ -344,23 +355,33 @@ func (r *reader) publish(ctx context.Context, names []string) error {
 		tables = append(tables, r.tables[n])
 	}
 	if !ours {
-		if p := publicationProblems(ctx, r.pool, r.cfg, tables); len(p) > 0 {
+		if p := publicationProblems(ctx, r.pool, r.cfg, tables, false); len(p) > 0 {
 			return p
 		}
 		return nil
 	}
 	for _, t := range tables {
+		pub := r.cfg.Publication
 		if t.Append {
-			return fault.ConfigErr(Problems{fmt.Sprintf("table %s is in mode: append, which a running pipeline cannot add yet", t.Name)},
-				"add it to the append publication by hand (ALTER PUBLICATION "+pgx.Identifier{r.cfg.AppendPublication()}.Sanitize()+" ADD TABLE "+t.Name.Quoted()+"), or sync it in a pipeline of its own")
+			// The append publication must have existed at the stream's position, or pgoutput (PostgreSQL < 18)
+			// fails on the first change before its creation: it is created with the pipeline (ensurePublication).
+			pub = r.cfg.AppendPublication()
+			var exists bool
+			if err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, pub).Scan(&exists); err != nil {
+				return r.cfg.Explain(err)
+			}
+			if !exists {
+				return fault.ConfigErr(Problems{fmt.Sprintf("table %s is in mode: append, but publication %s does not exist: this pipeline was started without it, and its slot cannot decode a publication created after its position", t.Name, pub)},
+					"sync the table in a pipeline of its own (a new pipeline creates its append publication with its slot)")
+			}
 		}
-		_, err := r.pool.Exec(ctx, `ALTER PUBLICATION `+pgx.Identifier{r.cfg.Publication}.Sanitize()+` ADD TABLE `+t.Name.Quoted())
+		_, err := r.pool.Exec(ctx, `ALTER PUBLICATION `+pgx.Identifier{pub}.Sanitize()+` ADD TABLE `+t.Name.Quoted())
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
 			continue // already a member
 		}
 		if err != nil {
-			return fmt.Errorf("add %s to publication %s: %w", t.Name, r.cfg.Publication, r.cfg.Explain(err))
+			return fmt.Errorf("add %s to publication %s: %w", t.Name, pub, r.cfg.Explain(err))
 		}
 	}
 	return nil

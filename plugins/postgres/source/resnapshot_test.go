@@ -95,10 +95,16 @@ func (f *folded) Checkpoint(_ context.Context, cp serve.Checkpoint) error {
 // readUntil runs s.Read until done says so at a checkpoint (or the Read fails).
 func readUntil(t *testing.T, s *Source, req serve.ReadRequest, out *folded, done func() bool) {
 	t.Helper()
+	readUntilWith(t, s, req, out, out, done)
+}
+
+// readUntilWith is readUntil with an Emitter of its own that reports to out.
+func readUntilWith(t *testing.T, s *Source, req serve.ReadRequest, em serve.Emitter, out *folded, done func() bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- s.Read(ctx, req, out) }()
+	go func() { errc <- s.Read(ctx, req, em) }()
 	for {
 		select {
 		case err := <-errc:

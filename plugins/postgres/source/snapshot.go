@@ -45,19 +45,27 @@ func (r *reader) snapshot(ctx context.Context, tx pgx.Tx, pos *Position) (*Posit
 				"re-snapshot: run `skippr teardown PIPELINE`, then sync the pipeline under a new name and wal.url so its tables are copied again")
 		}
 		var err error
-		if tx, err = r.beginSnapshot(ctx, ""); err != nil {
-			return nil, err
-		}
-		// The first statement takes the snapshot; the LSN read after it bounds every transaction it sees.
-		var cur string
-		if err := tx.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&cur); err != nil {
-			tx.Rollback(context.Background())
-			return nil, fmt.Errorf("resume snapshot: %w", r.cfg.Explain(err))
-		}
-		// Nothing written since the slot's start (cur at L): the copy holds nothing streaming will replay, and the
-		// checkpoints stay those of the first copy, byte for byte.
-		if l, err := pglogrepl.ParseLSN(cur); err == nil && l > pos.LSNValue() && l > pos.OverlapValue() {
-			pos.Overlap = l.String()
+		if r.appendUnfinished(pos) {
+			// A table in mode: append has no key that would let the stream's replay of rows the copy already
+			// holds converge: it is copied again whole, exactly (recopyAppend).
+			if tx, err = r.recopyAppend(ctx, pos); err != nil {
+				return nil, err
+			}
+		} else {
+			if tx, err = r.beginSnapshot(ctx, ""); err != nil {
+				return nil, err
+			}
+			// The first statement takes the snapshot; the LSN read after it bounds every transaction it sees.
+			var cur string
+			if err := tx.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&cur); err != nil {
+				tx.Rollback(context.Background())
+				return nil, fmt.Errorf("resume snapshot: %w", r.cfg.Explain(err))
+			}
+			// Nothing written since the slot's start (cur at L): the copy holds nothing streaming will replay, and the
+			// checkpoints stay those of the first copy, byte for byte.
+			if l, err := pglogrepl.ParseLSN(cur); err == nil && l > pos.LSNValue() && l > pos.OverlapValue() {
+				pos.Overlap = l.String()
+			}
 		}
 		r.log.Info("resuming the snapshot under a new snapshot", "rows_done", pos.Rows)
 	}
@@ -78,7 +86,7 @@ func (r *reader) snapshot(ctx context.Context, tx pgx.Tx, pos *Position) (*Posit
 	if err := tx.Commit(ctx); err != nil {
 		return nil, r.cfg.Explain(err)
 	}
-	done := Position{V: positionVersion, Phase: PhaseStream, Slot: next.Slot, LSN: next.LSN, Tables: next.Tables, Overlap: next.Overlap, Rows: next.Rows, Resnapshot: next.Resnapshot}
+	done := Position{V: positionVersion, Phase: PhaseStream, Slot: next.Slot, LSN: next.LSN, Tables: next.Tables, Overlap: next.Overlap, Rows: next.Rows, Resnapshot: next.Resnapshot, Copied: next.Copied, Recopy: next.Recopy}
 	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: done.Encode(), RowsDone: next.Rows, RowsTotal: next.Rows, Metrics: r.snapshotMetrics(&next)}); err != nil {
 		return nil, err
 	}

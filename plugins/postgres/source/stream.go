@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -78,8 +79,18 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 		close(ownDone)
 	}()
 	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows, overlap: pos.OverlapValue(),
-		rs: newResnapper(r, pos.Resnapshot)}
+		rs: newResnapper(r, pos.Resnapshot), copied: map[string]pglogrepl.LSN{}}
+	for name, l := range pos.Copied {
+		if _, again := pos.Recopy[name]; !again { // a copy to start over gets a new point
+			p.copied[name], _ = pglogrepl.ParseLSN(l) // DecodePosition checked it
+		}
+	}
+	p.recopy = maps.Clone(pos.Recopy)
+	if p.recopy == nil {
+		p.recopy = map[string]RecopyProgress{}
+	}
 	defer p.release()
+	defer p.stopRecopy()
 	err = p.run(ctx, items, ownDone)
 	cancel()
 	<-ownDone
@@ -385,6 +396,14 @@ type processor struct {
 	// upsert says the current transaction is one of them.
 	overlap pglogrepl.LSN
 	upsert  bool
+	// copied: by stream, the consistent point of the exact snapshot an append table was copied under (exact.go);
+	// finalLSN is the current transaction's commit LSN. The table's changes in transactions committed before
+	// its point are in the copy and are dropped.
+	copied   map[string]pglogrepl.LSN
+	finalLSN pglogrepl.LSN
+	// recopy: the append tables to copy while streaming; ac: the copy running (exact.go).
+	recopy map[string]RecopyProgress
+	ac     *recopy
 	// rs copies tables again between the transactions it streams (resnapshot.go).
 	rs *resnapper
 }
@@ -396,6 +415,18 @@ func (p *processor) position() Position {
 	cp := Position{V: positionVersion, Phase: PhaseStream, Slot: p.r.cfg.Slot, LSN: p.pos.String(), Tables: p.r.tableNames(), Rows: p.rows, Resnapshot: p.rs.snapshot()}
 	if p.pos < p.overlap {
 		cp.Overlap = p.overlap.String()
+	}
+	if len(p.recopy) > 0 {
+		cp.Recopy = maps.Clone(p.recopy)
+	}
+	for name, l := range p.copied {
+		// Once streaming has passed l, no transaction it sends committed before l.
+		if p.pos < l {
+			if cp.Copied == nil {
+				cp.Copied = map[string]string{}
+			}
+			cp.Copied[name] = l.String()
+		}
 	}
 	return cp
 }
@@ -417,7 +448,14 @@ func (p *processor) run(ctx context.Context, items <-chan []item, ownDone <-chan
 		if err := p.rs.step(ctx, p); err != nil {
 			return err
 		}
+		if err := p.startRecopy(ctx); err != nil {
+			return err
+		}
 		select {
+		case tc, ok := <-p.recopyChunks():
+			if err := p.recopyChunk(ctx, tc, ok); err != nil {
+				return err
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-ownDone:
@@ -452,7 +490,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			p.pos = it.walEnd
 			p.setIdle(p.pos, false)
 		}
-		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) && !p.rs.active() {
+		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) && !p.rs.active() && len(p.recopy) == 0 {
 			cp := p.position()
 			if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true, Metrics: p.metrics()}); err != nil {
 				return err
@@ -465,6 +503,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 	case *pglogrepl.BeginMessage:
 		p.inTx, p.commitTime = true, m.CommitTime
 		p.upsert = m.FinalLSN < p.overlap
+		p.finalLSN = m.FinalLSN
 	case *pglogrepl.CommitMessage:
 		if err := p.flush(ctx); err != nil {
 			return err
@@ -498,6 +537,9 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		if err != nil || rel.table == nil {
 			return err
 		}
+		if p.inCopy(rel.stream) {
+			return nil
+		}
 		vals, err := tupleValues(rel, m.Tuple, nil)
 		if err != nil {
 			return fmt.Errorf("insert into %s at %s: %w", rel.stream, it.walStart, err)
@@ -529,7 +571,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 	case *pglogrepl.TruncateMessage:
 		var ours []string
 		for _, id := range m.RelationIDs {
-			if rel := p.rels[id]; rel != nil && rel.table != nil {
+			if rel := p.rels[id]; rel != nil && rel.table != nil && !p.inCopy(rel.stream) {
 				ours = append(ours, rel.stream)
 			}
 		}
@@ -559,6 +601,16 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			"set the source's truncate: propagate to empty the destination's table too, or truncate: ignore to skip it (the destination keeps its rows), or re-snapshot the table (`skippr teardown PIPELINE`, then a new pipeline name and wal.url)")
 	}
 	return nil
+}
+
+// inCopy says the current transaction's changes of stream are in the exact copy of an append table: it committed
+// before the copy's snapshot (exact.go).
+func (p *processor) inCopy(stream string) bool {
+	if l, ok := p.copied[stream]; ok {
+		return p.finalLSN < l
+	}
+	_, pending := p.recopy[stream] // its copy, yet to begin, will hold every change until then
+	return pending
 }
 
 func (p *processor) rel(id uint32) (*relation, error) {
