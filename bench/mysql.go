@@ -27,6 +27,9 @@ type myOptions struct {
 	tables     int   // snapshot tables
 	streamRows int64 // binlog backlog
 	repeat     int   // runs of each measurement and its baseline, alternating (medians are reported)
+	rate       int           // rows/s of the fixed-rate inserter (0: no live run)
+	duration   time.Duration // of the fixed-rate load
+	txRows     int           // rows per inserted transaction of the fixed-rate load
 }
 
 // myColumns is the benchmark table: the FIELD-NOTES six-column shape, as MariaDB types.
@@ -49,6 +52,8 @@ type myBench struct {
 	db   *sql.DB
 	bin  string
 	opts myOptions
+	// nextID is the next id the fixed-rate inserter uses: every run inserts rows of its own.
+	nextID int64
 }
 
 func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
@@ -72,7 +77,7 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 		return err
 	}
 	defer db.Close()
-	m := &myBench{srv: srv, db: db, bin: bin, opts: o}
+	m := &myBench{srv: srv, db: db, bin: bin, opts: o, nextID: 1}
 	var version string
 	if err := db.QueryRowContext(ctx, `SELECT version()`).Scan(&version); err != nil {
 		return err
@@ -81,7 +86,7 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 	fmt.Println("| benchmark | rows | rows/s | MB/s | notes |")
 	fmt.Println("|---|---:|---:|---:|---|")
 	start := time.Now()
-	if err := m.exec(ctx, `CREATE DATABASE bench; CREATE TABLE bench.stream (`+myColumns+`)`); err != nil {
+	if err := m.exec(ctx, `CREATE DATABASE bench; CREATE TABLE bench.stream (`+myColumns+`); CREATE TABLE bench.live (`+myColumns+`)`); err != nil {
 		return err
 	}
 	m.opts.tables = max(o.tables, 1)
@@ -156,6 +161,12 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 		len(raws), rateRange(raws), perRow(raw.engineCPU, raw.rows)))
 	row("MySQL binlog stream → WAL, backlog of 1000-row transactions", sk.rows, 0, sk.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the baseline's; **%.0f%% of raw vitess**; CPU µs/row: plugin %.1f, engine %.1f; %d WAL entries; peak RSS engine %s, plugin %s",
 		len(sks), rateRange(sks), 100*rate(sk)/rate(raw), perRow(sk.pluginCPU, sk.rows), perRow(sk.engineCPU, sk.rows), sk.entries, mib(sk.engineRSS), mib(sk.pluginRSS)))
+	if o.rate > 0 {
+		if err := m.myLive(ctx); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\nload average after the MySQL benchmarks: %s\n", loadAverage())
 	return nil
 }
 
@@ -287,6 +298,13 @@ func (m *myBench) streamToWAL(ctx context.Context, file string, pos uint64, gtid
 // rawBinlog reads the binlog from gtid with a bare vitess dump client, decoding every cell of every row of
 // the stream table with its real field types, until want rows.
 func (m *myBench) rawBinlog(ctx context.Context, gtid string, want int64) (pgResult, error) {
+	return m.readBinlog(ctx, gtid, "stream", want, nil)
+}
+
+// readBinlog reads the binlog from gtid with a bare vitess dump client, decoding every cell of every row of
+// table with its real field types, until want rows; onCommit, when given, hears the rows so far at each
+// transaction's end.
+func (m *myBench) readBinlog(ctx context.Context, gtid, table string, want int64, onCommit func(rows int64, at time.Time)) (pgResult, error) {
 	c, err := m.conn(ctx)
 	if err != nil {
 		return pgResult{}, err
@@ -309,7 +327,8 @@ func (m *myBench) rawBinlog(ctx context.Context, gtid string, want int64) (pgRes
 	var f mysql.BinlogFormat
 	maps := map[uint64]*mysql.TableMap{}
 	var res pgResult
-	for res.rows < want {
+	// To the end of the transaction holding the want-th row: its commit is what the live run times.
+	for committed := false; !committed; {
 		ev, err := c.ReadBinlogEvent()
 		if err != nil {
 			return res, err
@@ -329,6 +348,11 @@ func (m *myBench) rawBinlog(ctx context.Context, gtid string, want int64) (pgRes
 			return res, err
 		}
 		switch {
+		case ev.IsXID():
+			if onCommit != nil {
+				onCommit(res.rows, time.Now())
+			}
+			committed = res.rows >= want
 		case ev.IsTableMap():
 			tm, err := ev.TableMap(f)
 			if err != nil {
@@ -337,7 +361,7 @@ func (m *myBench) rawBinlog(ctx context.Context, gtid string, want int64) (pgRes
 			maps[ev.TableID(f)] = tm
 		case ev.IsWriteRows():
 			tm := maps[ev.TableID(f)]
-			if tm == nil || tm.Name != "stream" {
+			if tm == nil || tm.Name != table {
 				continue
 			}
 			rows, err := ev.Rows(f, tm)
