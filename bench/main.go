@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,7 +71,18 @@ func main() {
 	queryOnly := flag.Bool("query-only", false, "run only the skippr query benchmark")
 	queryRows := flag.Int64("query-rows", 10_000_000, "rows of the lake table for the query benchmark")
 	queryWAL := flag.Int64("query-wal-rows", 100_000, "unapplied WAL events for the query benchmark")
+	cpuProfile := flag.String("cpuprofile", "", "write the bench process's (the engine side's) CPU profile to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if len(pg.rates) == 0 {
 		pg.rates = []int{5_000, 20_000}
 	}
