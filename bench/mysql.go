@@ -15,6 +15,7 @@ import (
 	"vitess.io/vitess/go/mysql"
 	"vitess.io/vitess/go/mysql/binlog"
 	"vitess.io/vitess/go/mysql/replication"
+	"vitess.io/vitess/go/sqltypes"
 	querypb "vitess.io/vitess/go/vt/proto/query"
 
 	"github.com/skippr-dev/skippr/plugins/mysql/source"
@@ -225,8 +226,11 @@ func (m *myBench) selectBaseline(ctx context.Context) (pgResult, error) {
 				errs <- err
 				return
 			}
+			// One row slice refilled by every FetchNext, as the plugin reads.
+			var r []sqltypes.Value
 			for {
-				r, err := c.FetchNext(nil)
+				var err error
+				r, err = c.FetchNext(r[:0])
 				if err != nil {
 					errs <- err
 					return

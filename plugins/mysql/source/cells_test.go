@@ -2,6 +2,7 @@ package source
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -235,4 +236,44 @@ func encFrac(us, fsp int) []byte {
 		return []byte{byte(v >> 16), byte(v >> 8), byte(v)}
 	}
 	return nil
+}
+
+// TestCivilText: the snapshot's direct datetime reader gives parseDateTime's value for every form the
+// server writes, and leaves everything else to it.
+func TestCivilText(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	in := []string{"1970-01-01", "1969-12-31 23:59:59.999999", "0000-00-00 00:00:00", "2024-00-10", "9999-12-31 23:59:59.9",
+		"1000-01-01 00:00:00.000001", "2023-02-31 10:00:00.12", "0001-01-01", "2026-12-04 01:40:05.123456", "2026-12-04 1:40:05",
+		"2026-12-04T01:40:05", "2026-12-04 01:40:05.", "2026-12-04 01:40:05.1234567", "x026-12-04", "2026-12-04 01:40:0x"}
+	for range 2000 {
+		s := fmt.Sprintf("%04d-%02d-%02d", rng.IntN(10000), rng.IntN(13), rng.IntN(32))
+		if rng.IntN(4) > 0 {
+			s += fmt.Sprintf(" %02d:%02d:%02d", rng.IntN(24), rng.IntN(60), rng.IntN(60))
+			if n := rng.IntN(7); n > 0 {
+				s += "." + fmt.Sprintf("%06d", rng.IntN(1_000_000))[:n]
+			}
+		}
+		in = append(in, s)
+	}
+	fast := 0
+	for _, s := range in {
+		days, us, ok := civilText([]byte(s))
+		tm, zero, err := parseDateTime(s)
+		switch {
+		case !ok:
+			continue
+		case zero:
+			if us >= 0 {
+				t.Errorf("%q: zero for parseDateTime, days %d us %d here", s, days, us)
+			}
+		case err != nil:
+			t.Errorf("%q: parseDateTime refuses it (%v), read here as %d %d", s, err, days, us)
+		case days*86_400_000_000+us != tm.UnixMicro():
+			t.Errorf("%q: %d µs here, %d by parseDateTime", s, days*86_400_000_000+us, tm.UnixMicro())
+		}
+		fast++
+	}
+	if fast < 1500 {
+		t.Fatalf("only %d of %d forms read directly", fast, len(in))
+	}
 }
