@@ -24,10 +24,10 @@ import (
 
 // myOptions size the MySQL source benchmarks.
 type myOptions struct {
-	rows       int64 // snapshot tables, in all
-	tables     int   // snapshot tables
-	streamRows int64 // binlog backlog
-	repeat     int   // runs of each measurement and its baseline, alternating (medians are reported)
+	rows       int64         // snapshot tables, in all
+	tables     int           // snapshot tables
+	streamRows int64         // binlog backlog
+	repeat     int           // runs of each measurement and its baseline, alternating (medians are reported)
 	rate       int           // rows/s of the fixed-rate inserter (0: no live run)
 	duration   time.Duration // of the fixed-rate load
 	txRows     int           // rows per inserted transaction of the fixed-rate load
