@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -275,5 +277,21 @@ func TestCivilText(t *testing.T) {
 	}
 	if fast < 1500 {
 		t.Fatalf("only %d of %d forms read directly", fast, len(in))
+	}
+}
+
+// TestShortInt: the snapshot's integer reader agrees with strconv on what it takes, and leaves what could
+// overflow, or is not plain digits, to it.
+func TestShortInt(t *testing.T) {
+	for _, in := range []string{"0", "-0", "7", "-1", "007", "999999999999999999", "-999999999999999999", "-9223372036854775808",
+		"18446744073709551615", "+5", "-", "", "1 ", "12a", "--1", "1-"} {
+		n, ok := shortInt([]byte(in))
+		want, err := strconv.ParseInt(in, 10, 64)
+		if ok && (err != nil || n != want) {
+			t.Errorf("%q: %d here, strconv %d, %v", in, n, want, err)
+		}
+		if !ok && len(strings.TrimLeft(in, "-")) <= 18 && err == nil && !strings.HasPrefix(in, "+") {
+			t.Errorf("%q: left to strconv, which reads it as %d", in, want)
+		}
 	}
 }

@@ -100,9 +100,12 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 	bad := func(err error) error { return fmt.Errorf("column %s: value %q: %w", col.Name, v, err) }
 	switch col.Kind {
 	case KindInt8, KindInt16, KindInt32, KindInt64, KindYear:
-		n, err := strconv.ParseInt(string(v), 10, 64)
-		if err != nil {
-			return bad(err)
+		n, ok := shortInt(v)
+		if !ok {
+			var err error
+			if n, err = strconv.ParseInt(string(v), 10, 64); err != nil {
+				return bad(err)
+			}
 		}
 		switch bb := b.(type) {
 		case *array.Int8Builder:
@@ -115,9 +118,13 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 			bb.Append(n)
 		}
 	case KindUint8, KindUint16, KindUint32, KindUint64:
-		n, err := strconv.ParseUint(string(v), 10, 64)
-		if err != nil {
-			return bad(err)
+		s, ok := shortInt(v)
+		n := uint64(s)
+		if !ok || s < 0 {
+			var err error
+			if n, err = strconv.ParseUint(string(v), 10, 64); err != nil {
+				return bad(err)
+			}
 		}
 		switch bb := b.(type) {
 		case *array.Uint8Builder:
@@ -239,6 +246,28 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 		return bad(fmt.Errorf("unknown kind %d", col.Kind))
 	}
 	return nil
+}
+
+// shortInt reads a decimal integer of 1 to 18 digits, optionally negative, which cannot overflow; ok is false
+// for anything else, which then takes strconv (the snapshot reads every integer cell as text).
+func shortInt(v []byte) (n int64, ok bool) {
+	neg := len(v) > 1 && v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // civilText reads the forms the server writes, "YYYY-MM-DD", "YYYY-MM-DD HH:MM:SS" and that with a fraction
