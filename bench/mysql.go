@@ -9,6 +9,8 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -55,6 +57,17 @@ type myBench struct {
 	opts myOptions
 	// nextID is the next id the fixed-rate inserter uses: every run inserts rows of its own.
 	nextID int64
+	// serverPID is mariadbd's, whose CPU each read costs the server (0 when unknown).
+	serverPID int
+}
+
+// serverCPU is the server process's CPU time so far: on two cores its share decides how much is left for
+// the client, so a read's rows/s depends on it.
+func (m *myBench) serverCPU() time.Duration {
+	if m.serverPID == 0 {
+		return 0
+	}
+	return procCPU(m.serverPID)
 }
 
 func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
@@ -79,9 +92,12 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 	}
 	defer db.Close()
 	m := &myBench{srv: srv, db: db, bin: bin, opts: o, nextID: 1}
-	var version string
-	if err := db.QueryRowContext(ctx, `SELECT version()`).Scan(&version); err != nil {
+	var version, pidFile string
+	if err := db.QueryRowContext(ctx, `SELECT version(), @@pid_file`).Scan(&version, &pidFile); err != nil {
 		return err
+	}
+	if b, err := os.ReadFile(pidFile); err == nil {
+		m.serverPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
 	fmt.Printf("\n## MySQL source — MariaDB %s on 127.0.0.1 (testkit/mysqltest: no binlog or redo fsync), load average %s\n\n", version, loadAverage())
 	fmt.Println("| benchmark | rows | rows/s | MB/s | notes |")
@@ -109,22 +125,25 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 	var sels, sns []pgResult
 	for range max(o.repeat, 1) {
 		resetPeakRSS()
+		srv0 := m.serverCPU()
 		sel, err := m.selectBaseline(ctx)
 		if err != nil {
 			return err
 		}
 		sel.engineRSS = peakRSS()
+		srv1 := m.serverCPU()
 		sn, err := m.snapshotToWAL(ctx)
 		if err != nil {
 			return err
 		}
+		sel.backendCPU, sn.backendCPU = srv1-srv0, m.serverCPU()-srv1
 		sels, sns = append(sels, sel), append(sns, sn)
 	}
 	sel, sn := median(sels), median(sns)
-	row(fmt.Sprintf("`SELECT *` of the %d tables at once, streamed through vitess `go/mysql` (**baseline**)", m.opts.tables), sel.rows, sel.bytes, sel.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the snapshot's; every cell read; CPU µs/row client %.1f",
-		len(sels), rateRange(sels), perRow(sel.engineCPU, sel.rows)))
-	row(fmt.Sprintf("MySQL snapshot → WAL (local, apply paused), %d tables, snapshot_parallel %d", m.opts.tables, m.opts.tables), sn.rows, 0, sn.dur, fmt.Sprintf("median of %d (%s rows/s); **%.0f%% of SELECT**; chunks of 10000 rows in key order; CPU µs/row: plugin %.1f, engine %.1f; %d WAL entries, %s stored; peak RSS engine %s, plugin %s",
-		len(sns), rateRange(sns), 100*rate(sn)/rate(sel), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), sn.entries, mib(sn.walBytes), mib(sn.engineRSS), mib(sn.pluginRSS)))
+	row(fmt.Sprintf("`SELECT *` of the %d tables at once, streamed through vitess `go/mysql` (**baseline**)", m.opts.tables), sel.rows, sel.bytes, sel.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the snapshot's; every cell read; CPU µs/row client %.1f, server %.1f",
+		len(sels), rateRange(sels), perRow(sel.engineCPU, sel.rows), perRow(sel.backendCPU, sel.rows)))
+	row(fmt.Sprintf("MySQL snapshot → WAL (local, apply paused), %d tables, snapshot_parallel %d", m.opts.tables, m.opts.tables), sn.rows, 0, sn.dur, fmt.Sprintf("median of %d (%s rows/s); **%.0f%% of SELECT**; chunks of 10000 rows in key order; CPU µs/row: plugin %.1f, engine %.1f, server %.1f; %d WAL entries, %s stored; peak RSS engine %s, plugin %s",
+		len(sns), rateRange(sns), 100*rate(sn)/rate(sel), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), perRow(sn.backendCPU, sn.rows), sn.entries, mib(sn.walBytes), mib(sn.engineRSS), mib(sn.pluginRSS)))
 
 	// The backlog: its position first, then its rows in 1000-row transactions; both readers start there.
 	var file string
