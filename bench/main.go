@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,11 +64,25 @@ func main() {
 	flag.IntVar(&my.tables, "mysql-tables", 4, "tables the MySQL snapshot rows are split over (the plugin copies them in parallel, the baseline SELECTs them at once)")
 	flag.Int64Var(&my.streamRows, "mysql-stream-rows", 500_000, "rows of the MySQL binlog backlog")
 	flag.IntVar(&my.repeat, "mysql-repeat", 3, "runs of each MySQL measurement and its baseline (medians are reported)")
+	flag.IntVar(&my.rate, "mysql-rate", 20_000, "rows/s of the fixed-rate MySQL inserter for the commit → WAL latency run (0: skip it)")
+	flag.DurationVar(&my.duration, "mysql-duration", 30*time.Second, "duration of the fixed-rate MySQL load")
+	flag.IntVar(&my.txRows, "mysql-tx-rows", 200, "rows per inserted transaction of the fixed-rate MySQL load")
 	queryRun := flag.Bool("query", true, "run the skippr query benchmark (needs skippr, and the datagen, iceberg and duckdb plugins)")
 	queryOnly := flag.Bool("query-only", false, "run only the skippr query benchmark")
 	queryRows := flag.Int64("query-rows", 10_000_000, "rows of the lake table for the query benchmark")
 	queryWAL := flag.Int64("query-wal-rows", 100_000, "unapplied WAL events for the query benchmark")
+	cpuProfile := flag.String("cpuprofile", "", "write the bench process's (the engine side's) CPU profile to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if len(pg.rates) == 0 {
 		pg.rates = []int{5_000, 20_000}
 	}

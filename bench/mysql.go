@@ -9,12 +9,15 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
 	"vitess.io/vitess/go/mysql"
 	"vitess.io/vitess/go/mysql/binlog"
 	"vitess.io/vitess/go/mysql/replication"
+	"vitess.io/vitess/go/sqltypes"
 	querypb "vitess.io/vitess/go/vt/proto/query"
 
 	"github.com/skippr-dev/skippr/plugins/mysql/source"
@@ -23,10 +26,13 @@ import (
 
 // myOptions size the MySQL source benchmarks.
 type myOptions struct {
-	rows       int64 // snapshot tables, in all
-	tables     int   // snapshot tables
-	streamRows int64 // binlog backlog
-	repeat     int   // runs of each measurement and its baseline, alternating (medians are reported)
+	rows       int64         // snapshot tables, in all
+	tables     int           // snapshot tables
+	streamRows int64         // binlog backlog
+	repeat     int           // runs of each measurement and its baseline, alternating (medians are reported)
+	rate       int           // rows/s of the fixed-rate inserter (0: no live run)
+	duration   time.Duration // of the fixed-rate load
+	txRows     int           // rows per inserted transaction of the fixed-rate load
 }
 
 // myColumns is the benchmark table: the FIELD-NOTES six-column shape, as MariaDB types.
@@ -49,6 +55,19 @@ type myBench struct {
 	db   *sql.DB
 	bin  string
 	opts myOptions
+	// nextID is the next id the fixed-rate inserter uses: every run inserts rows of its own.
+	nextID int64
+	// serverPID is mariadbd's, whose CPU each read costs the server (0 when unknown).
+	serverPID int
+}
+
+// serverCPU is the server process's CPU time so far: on two cores its share decides how much is left for
+// the client, so a read's rows/s depends on it.
+func (m *myBench) serverCPU() time.Duration {
+	if m.serverPID == 0 {
+		return 0
+	}
+	return procCPU(m.serverPID)
 }
 
 func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
@@ -72,16 +91,19 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 		return err
 	}
 	defer db.Close()
-	m := &myBench{srv: srv, db: db, bin: bin, opts: o}
-	var version string
-	if err := db.QueryRowContext(ctx, `SELECT version()`).Scan(&version); err != nil {
+	m := &myBench{srv: srv, db: db, bin: bin, opts: o, nextID: 1}
+	var version, pidFile string
+	if err := db.QueryRowContext(ctx, `SELECT version(), @@pid_file`).Scan(&version, &pidFile); err != nil {
 		return err
+	}
+	if b, err := os.ReadFile(pidFile); err == nil {
+		m.serverPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 	}
 	fmt.Printf("\n## MySQL source — MariaDB %s on 127.0.0.1 (testkit/mysqltest: no binlog or redo fsync), load average %s\n\n", version, loadAverage())
 	fmt.Println("| benchmark | rows | rows/s | MB/s | notes |")
 	fmt.Println("|---|---:|---:|---:|---|")
 	start := time.Now()
-	if err := m.exec(ctx, `CREATE DATABASE bench; CREATE TABLE bench.stream (`+myColumns+`)`); err != nil {
+	if err := m.exec(ctx, `CREATE DATABASE bench; CREATE TABLE bench.stream (`+myColumns+`); CREATE TABLE bench.live (`+myColumns+`)`); err != nil {
 		return err
 	}
 	m.opts.tables = max(o.tables, 1)
@@ -103,22 +125,25 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 	var sels, sns []pgResult
 	for range max(o.repeat, 1) {
 		resetPeakRSS()
+		srv0 := m.serverCPU()
 		sel, err := m.selectBaseline(ctx)
 		if err != nil {
 			return err
 		}
 		sel.engineRSS = peakRSS()
+		srv1 := m.serverCPU()
 		sn, err := m.snapshotToWAL(ctx)
 		if err != nil {
 			return err
 		}
+		sel.backendCPU, sn.backendCPU = srv1-srv0, m.serverCPU()-srv1
 		sels, sns = append(sels, sel), append(sns, sn)
 	}
 	sel, sn := median(sels), median(sns)
-	row(fmt.Sprintf("`SELECT *` of the %d tables at once, streamed through vitess `go/mysql` (**baseline**)", m.opts.tables), sel.rows, sel.bytes, sel.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the snapshot's; every cell read; CPU µs/row client %.1f",
-		len(sels), rateRange(sels), perRow(sel.engineCPU, sel.rows)))
-	row(fmt.Sprintf("MySQL snapshot → WAL (local, apply paused), %d tables, snapshot_parallel %d", m.opts.tables, m.opts.tables), sn.rows, 0, sn.dur, fmt.Sprintf("median of %d (%s rows/s); **%.0f%% of SELECT**; chunks of 10000 rows in key order; CPU µs/row: plugin %.1f, engine %.1f; %d WAL entries, %s stored; peak RSS engine %s, plugin %s",
-		len(sns), rateRange(sns), 100*rate(sn)/rate(sel), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), sn.entries, mib(sn.walBytes), mib(sn.engineRSS), mib(sn.pluginRSS)))
+	row(fmt.Sprintf("`SELECT *` of the %d tables at once, streamed through vitess `go/mysql` (**baseline**)", m.opts.tables), sel.rows, sel.bytes, sel.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the snapshot's; every cell read; CPU µs/row client %.1f, server %.1f",
+		len(sels), rateRange(sels), perRow(sel.engineCPU, sel.rows), perRow(sel.backendCPU, sel.rows)))
+	row(fmt.Sprintf("MySQL snapshot → WAL (local, apply paused), %d tables, snapshot_parallel %d", m.opts.tables, m.opts.tables), sn.rows, 0, sn.dur, fmt.Sprintf("median of %d (%s rows/s); **%.0f%% of SELECT**; chunks of 10000 rows in key order; CPU µs/row: plugin %.1f, engine %.1f, server %.1f; %d WAL entries, %s stored; peak RSS engine %s, plugin %s",
+		len(sns), rateRange(sns), 100*rate(sn)/rate(sel), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), perRow(sn.backendCPU, sn.rows), sn.entries, mib(sn.walBytes), mib(sn.engineRSS), mib(sn.pluginRSS)))
 
 	// The backlog: its position first, then its rows in 1000-row transactions; both readers start there.
 	var file string
@@ -156,6 +181,12 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 		len(raws), rateRange(raws), perRow(raw.engineCPU, raw.rows)))
 	row("MySQL binlog stream → WAL, backlog of 1000-row transactions", sk.rows, 0, sk.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the baseline's; **%.0f%% of raw vitess**; CPU µs/row: plugin %.1f, engine %.1f; %d WAL entries; peak RSS engine %s, plugin %s",
 		len(sks), rateRange(sks), 100*rate(sk)/rate(raw), perRow(sk.pluginCPU, sk.rows), perRow(sk.engineCPU, sk.rows), sk.entries, mib(sk.engineRSS), mib(sk.pluginRSS)))
+	if o.rate > 0 {
+		if err := m.myLive(ctx); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("\nload average after the MySQL benchmarks: %s\n", loadAverage())
 	return nil
 }
 
@@ -214,8 +245,11 @@ func (m *myBench) selectBaseline(ctx context.Context) (pgResult, error) {
 				errs <- err
 				return
 			}
+			// One row slice refilled by every FetchNext, as the plugin reads.
+			var r []sqltypes.Value
 			for {
-				r, err := c.FetchNext(nil)
+				var err error
+				r, err = c.FetchNext(r[:0])
 				if err != nil {
 					errs <- err
 					return
@@ -287,6 +321,13 @@ func (m *myBench) streamToWAL(ctx context.Context, file string, pos uint64, gtid
 // rawBinlog reads the binlog from gtid with a bare vitess dump client, decoding every cell of every row of
 // the stream table with its real field types, until want rows.
 func (m *myBench) rawBinlog(ctx context.Context, gtid string, want int64) (pgResult, error) {
+	return m.readBinlog(ctx, gtid, "stream", want, nil)
+}
+
+// readBinlog reads the binlog from gtid with a bare vitess dump client, decoding every cell of every row of
+// table with its real field types, until want rows; onCommit, when given, hears the rows so far at each
+// transaction's end.
+func (m *myBench) readBinlog(ctx context.Context, gtid, table string, want int64, onCommit func(rows int64, at time.Time)) (pgResult, error) {
 	c, err := m.conn(ctx)
 	if err != nil {
 		return pgResult{}, err
@@ -309,7 +350,8 @@ func (m *myBench) rawBinlog(ctx context.Context, gtid string, want int64) (pgRes
 	var f mysql.BinlogFormat
 	maps := map[uint64]*mysql.TableMap{}
 	var res pgResult
-	for res.rows < want {
+	// To the end of the transaction holding the want-th row: its commit is what the live run times.
+	for committed := false; !committed; {
 		ev, err := c.ReadBinlogEvent()
 		if err != nil {
 			return res, err
@@ -329,6 +371,11 @@ func (m *myBench) rawBinlog(ctx context.Context, gtid string, want int64) (pgRes
 			return res, err
 		}
 		switch {
+		case ev.IsXID():
+			if onCommit != nil {
+				onCommit(res.rows, time.Now())
+			}
+			committed = res.rows >= want
 		case ev.IsTableMap():
 			tm, err := ev.TableMap(f)
 			if err != nil {
@@ -337,7 +384,7 @@ func (m *myBench) rawBinlog(ctx context.Context, gtid string, want int64) (pgRes
 			maps[ev.TableID(f)] = tm
 		case ev.IsWriteRows():
 			tm := maps[ev.TableID(f)]
-			if tm == nil || tm.Name != "stream" {
+			if tm == nil || tm.Name != table {
 				continue
 			}
 			rows, err := ev.Rows(f, tm)

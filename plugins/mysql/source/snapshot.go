@@ -479,9 +479,12 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 		}
 	}
 	var (
-		rb   *array.RecordBuilder
-		n    int
-		last []sqltypes.Value
+		rb  *array.RecordBuilder
+		n   int
+		row []sqltypes.Value
+		// last is the key of the last row appended. Each FetchNext refills row's slice (no slice per row), but
+		// the values point into that row's own packet, which stays as it is.
+		last = make([][]byte, len(t.Key))
 	)
 	defer func() {
 		if rb != nil {
@@ -489,7 +492,8 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 		}
 	}()
 	for {
-		row, err := conn.FetchNext(nil)
+		var err error
+		row, err = conn.FetchNext(row[:0])
 		if err != nil {
 			return fmt.Errorf("copy %s: %w", t.Stream, r.cfg.Explain(err))
 		}
@@ -499,7 +503,7 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 				c.rec = rb.NewRecordBatch()
 				c.last = make([]string, len(t.Key))
 				for i, k := range t.Key {
-					c.last[i] = keyText(&t.Columns[k], last[k].Raw())
+					c.last[i] = keyText(&t.Columns[k], last[i])
 				}
 			}
 			if err := send(c); err != nil {
@@ -519,7 +523,9 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 			return err
 		}
 		n++
-		last = row
+		for i, k := range t.Key {
+			last[i] = row[k].Raw()
+		}
 	}
 }
 

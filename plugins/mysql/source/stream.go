@@ -14,7 +14,6 @@ import (
 	"vitess.io/vitess/go/mysql/binlog"
 	"vitess.io/vitess/go/mysql/replication"
 	"vitess.io/vitess/go/mysql/sqlerror"
-	"vitess.io/vitess/go/sqltypes"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
@@ -44,8 +43,8 @@ type streamer struct {
 	table *Table
 	rb    *array.RecordBuilder
 	n     int
-	// imgs are the row images decode fills, reused from row to row (add copies the values into the batch).
-	imgs [2][]sqltypes.Value
+	// imgs are the row images decode fills, reused from row to row (add decodes the cells into the batch).
+	imgs [2][]cell
 	// data: rows were emitted since the last checkpoint; moved: the position moved since the last checkpoint.
 	data, moved bool
 	idleSent    bool
@@ -355,7 +354,7 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 			if err != nil {
 				return err
 			}
-			if err := s.add(ctx, t, after, insertOp, where); err != nil {
+			if err := s.add(ctx, t, tm, after, insertOp, where); err != nil {
 				return err
 			}
 		case ev.IsDeleteRows():
@@ -363,7 +362,7 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 			if err != nil {
 				return err
 			}
-			if err := s.add(ctx, t, before, change.OpDelete, where); err != nil {
+			if err := s.add(ctx, t, tm, before, change.OpDelete, where); err != nil {
 				return err
 			}
 		default:
@@ -377,15 +376,15 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 			}
 			if keyChanged(t, before, after) {
 				// A new key is a new row: the old one goes, the new one comes.
-				if err := s.add(ctx, t, before, change.OpDelete, where); err != nil {
+				if err := s.add(ctx, t, tm, before, change.OpDelete, where); err != nil {
 					return err
 				}
-				if err := s.add(ctx, t, after, insertOp, where); err != nil {
+				if err := s.add(ctx, t, tm, after, insertOp, where); err != nil {
 					return err
 				}
 				continue
 			}
-			if err := s.add(ctx, t, after, change.OpUpdate, where); err != nil {
+			if err := s.add(ctx, t, tm, after, change.OpUpdate, where); err != nil {
 				return err
 			}
 		}
@@ -393,18 +392,20 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 	return nil
 }
 
-func keyChanged(t *Table, before, after []sqltypes.Value) bool {
+// keyChanged compares the key cells' binary forms: MySQL's row format writes one value one way.
+func keyChanged(t *Table, before, after []cell) bool {
 	for _, k := range t.Key {
-		if !bytes.Equal(before[k].Raw(), after[k].Raw()) {
+		if before[k].null != after[k].null || !bytes.Equal(before[k].b, after[k].b) {
 			return true
 		}
 	}
 	return false
 }
 
-// decode reads one row image into s.imgs[img]: the value of each column, NULL for null ones. Every column
-// must be present (binlog_row_image=FULL): a partial image cannot make a whole row.
-func (s *streamer) decode(img int, t *Table, tm *mysql.TableMap, cols, nulls *mysql.Bitmap, data []byte) ([]sqltypes.Value, error) {
+// decode splits one row image into s.imgs[img]: the bytes of each column's cell, or null. Every column
+// must be present (binlog_row_image=FULL): a partial image cannot make a whole row. The cells are decoded
+// only as add appends them.
+func (s *streamer) decode(img int, t *Table, tm *mysql.TableMap, cols, nulls *mysql.Bitmap, data []byte) ([]cell, error) {
 	out := slices.Grow(s.imgs[img][:0], len(t.Columns))[:len(t.Columns)]
 	s.imgs[img] = out
 	pos, present := 0, 0
@@ -414,23 +415,26 @@ func (s *streamer) decode(img int, t *Table, tm *mysql.TableMap, cols, nulls *my
 				"SET GLOBAL binlog_row_image = FULL (and in the server configuration), then restart the pipeline")
 		}
 		if nulls.Bit(present) {
-			out[c] = sqltypes.NULL
+			out[c] = cell{null: true}
 			present++
 			continue
 		}
 		present++
-		v, l, err := binlog.CellValue(data, pos, tm.Types[c], tm.Metadata[c], t.Columns[c].field, false)
+		l, err := binlog.CellLength(data, pos, tm.Types[c], tm.Metadata[c])
 		if err != nil {
 			return nil, fmt.Errorf("table %s column %s: decode binlog value: %w", t.Stream, t.Columns[c].Name, err)
 		}
-		out[c] = v
+		if pos+l > len(data) {
+			return nil, fmt.Errorf("table %s column %s: decode binlog value: %d bytes at byte %d of a %d-byte row image", t.Stream, t.Columns[c].Name, l, pos, len(data))
+		}
+		out[c] = cell{b: data[pos : pos+l]}
 		pos += l
 	}
 	return out, nil
 }
 
 // add appends one change row, flushing first when it belongs to another table or the batch is full.
-func (s *streamer) add(ctx context.Context, t *Table, row []sqltypes.Value, op change.Op, where string) error {
+func (s *streamer) add(ctx context.Context, t *Table, tm *mysql.TableMap, row []cell, op change.Op, where string) error {
 	if s.table != t {
 		if err := s.flush(ctx); err != nil {
 			return err
@@ -442,11 +446,11 @@ func (s *streamer) add(ctx context.Context, t *Table, row []sqltypes.Value, op c
 	}
 	for i := range t.Columns {
 		b := s.rb.Field(i)
-		if row[i].IsNull() {
+		if row[i].null {
 			b.AppendNull()
 			continue
 		}
-		if err := appendValue(b, &t.Columns[i], row[i].Raw(), true, s.cfg.ZeroDate == "null"); err != nil {
+		if err := appendCell(b, &t.Columns[i], tm.Types[i], tm.Metadata[i], row[i].b, s.cfg.ZeroDate == "null"); err != nil {
 			return valueErr(t, err)
 		}
 	}

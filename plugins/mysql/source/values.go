@@ -100,9 +100,12 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 	bad := func(err error) error { return fmt.Errorf("column %s: value %q: %w", col.Name, v, err) }
 	switch col.Kind {
 	case KindInt8, KindInt16, KindInt32, KindInt64, KindYear:
-		n, err := strconv.ParseInt(string(v), 10, 64)
-		if err != nil {
-			return bad(err)
+		n, ok := shortInt(v)
+		if !ok {
+			var err error
+			if n, err = strconv.ParseInt(string(v), 10, 64); err != nil {
+				return bad(err)
+			}
 		}
 		switch bb := b.(type) {
 		case *array.Int8Builder:
@@ -115,9 +118,13 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 			bb.Append(n)
 		}
 	case KindUint8, KindUint16, KindUint32, KindUint64:
-		n, err := strconv.ParseUint(string(v), 10, 64)
-		if err != nil {
-			return bad(err)
+		s, ok := shortInt(v)
+		n := uint64(s)
+		if !ok || s < 0 {
+			var err error
+			if n, err = strconv.ParseUint(string(v), 10, 64); err != nil {
+				return bad(err)
+			}
 		}
 		switch bb := b.(type) {
 		case *array.Uint8Builder:
@@ -165,6 +172,14 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 		copy(buf[8-len(v):], v)
 		b.(*array.Uint64Builder).Append(binary.BigEndian.Uint64(buf[:]))
 	case KindDate, KindDatetime, KindTimestamp:
+		if days, us, ok := civilText(v); ok && us >= 0 {
+			if col.Kind == KindDate {
+				b.(*array.Date32Builder).Append(arrow.Date32(days))
+			} else {
+				b.(*array.TimestampBuilder).Append(arrow.Timestamp(days*86_400_000_000 + us))
+			}
+			return nil
+		}
 		t, zero, err := parseDateTime(string(v))
 		if err != nil {
 			return bad(err)
@@ -231,6 +246,80 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 		return bad(fmt.Errorf("unknown kind %d", col.Kind))
 	}
 	return nil
+}
+
+// shortInt reads a decimal integer of 1 to 18 digits, optionally negative, which cannot overflow; ok is false
+// for anything else, which then takes strconv (the snapshot reads every integer cell as text).
+func shortInt(v []byte) (n int64, ok bool) {
+	neg := len(v) > 1 && v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// civilText reads the forms the server writes, "YYYY-MM-DD", "YYYY-MM-DD HH:MM:SS" and that with a fraction
+// of 1 to 6 digits, as days since the epoch and microseconds into the day, without parseDateTime's string
+// and time.Time (the snapshot reads a datetime per row). A zero date is days 0 and us -1. ok is false for
+// any other form, which then takes parseDateTime; both give the same value (TestCivilText).
+func civilText(v []byte) (days, us int64, ok bool) {
+	num := func(b []byte) (int, bool) {
+		n := 0
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	if len(v) != 10 && (len(v) < 19 || len(v) == 20 || len(v) > 26) || v[4] != '-' || v[7] != '-' {
+		return 0, 0, false
+	}
+	y, ok1 := num(v[0:4])
+	mo, ok2 := num(v[5:7])
+	d, ok3 := num(v[8:10])
+	if !ok1 || !ok2 || !ok3 {
+		return 0, 0, false
+	}
+	if y == 0 || mo == 0 || d == 0 {
+		return 0, -1, true
+	}
+	if len(v) > 10 {
+		if v[10] != ' ' || v[13] != ':' || v[16] != ':' {
+			return 0, 0, false
+		}
+		h, ok1 := num(v[11:13])
+		mi, ok2 := num(v[14:16])
+		sec, ok3 := num(v[17:19])
+		if !ok1 || !ok2 || !ok3 {
+			return 0, 0, false
+		}
+		us = ((int64(h)*60+int64(mi))*60 + int64(sec)) * 1_000_000
+		if len(v) > 19 {
+			if v[19] != '.' {
+				return 0, 0, false
+			}
+			f, ok := num(v[20:])
+			if !ok {
+				return 0, 0, false
+			}
+			us += int64(f) * pow10[6-(len(v)-20)]
+		}
+	}
+	return daysFromCivil(y, mo, d), us, true
 }
 
 // smallDecimal reads a decimal's text form with exactly scale fraction digits ("-123.45" for scale 2, as
