@@ -3,8 +3,10 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +46,10 @@ pipelines:
       url: file://%[6]s
       group_commit: { max_bytes: 64KiB, max_delay: 50ms }
 `, m.srv.Host, m.srv.Port, dst.Server.Host, dst.Server.Port, dst.Name, filepath.Join(e.dir, "wal")))
+	// 300000 rows: a copy long enough for the kills below to land in it.
+	if _, err := m.src.ExecContext(ctx, "INSERT INTO shop.orders SELECT seq, concat('n', seq), seq * 1.25, seq * 1000 FROM shop.seq_60001_to_300000"); err != nil {
+		t.Fatal(err)
+	}
 	e.mustRun("sync", "--once")
 
 	pc, err := pgx.Connect(ctx, dst.ConnString())
@@ -72,7 +78,12 @@ pipelines:
 	}
 	c.Close()
 
-	stop := startMySQLWriter(t, ctx, m.src, 60001, "1")
+	stopWriter := startMySQLWriter(t, ctx, m.src, 300001, "1")
+	// The random writer seldom hits a chunk between its select and its high watermark. This one does, in every
+	// stretch of the table at once: each statement bumps n of one id in 1000 (about one row per two chunks), and
+	// a row is bumped once per 1000 statements, so a stale chunk copy of it is not repaired by a later change.
+	stopHot := startHotWriter(t, ctx, m.src)
+	stop := func() { stopHot(); stopWriter() }
 	bg := e.cmd(ctx, "sync")
 	var bgErr bytes.Buffer
 	bg.Stderr = &bgErr
@@ -92,9 +103,11 @@ pipelines:
 			t.Fatalf("the running sync did not take the request; its stderr:\n%s", bgErr.String())
 		}
 	}
-	time.Sleep(time.Second)
 	bg.Process.Signal(syscall.SIGKILL)
 	bg.Wait()
+	if st := e.mustRun("status", "orders").stdout; !strings.Contains(st, "re-snapshot of shop.orders: copying") {
+		t.Fatalf("status at the first kill, just after the copy began:\n%s", st)
+	}
 	kills := 5
 	e.killSyncAtRandom(kills, 700*time.Millisecond, 2500*time.Millisecond)
 	stop()
@@ -121,4 +134,21 @@ pipelines:
 	}
 	sameTable(t, want, got)
 	t.Logf("%d SIGKILLs during the re-snapshot; %d rows equal in source and destination", kills, len(want))
+}
+
+// startHotWriter runs UPDATE shop.orders SET n = n + 1 WHERE id % 1000 = k for k = 0, 1, 2, … until stopped.
+func startHotWriter(t *testing.T, ctx context.Context, w *sql.DB) (stop func()) {
+	hotCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for k := 0; hotCtx.Err() == nil; k++ {
+			if _, err := w.ExecContext(hotCtx, fmt.Sprintf("UPDATE shop.orders SET n = n + 1 WHERE id %% 1000 = %d", k%1000)); err != nil && hotCtx.Err() == nil {
+				t.Errorf("hot writer: %v", err)
+				return
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+	}()
+	return func() { cancel(); <-done }
 }
