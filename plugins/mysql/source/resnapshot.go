@@ -516,6 +516,34 @@ func (r *reader) addResnapshots(pos *Position, requested []string) error {
 	return nil
 }
 
+// addedTables takes the tables the settings list beyond a stream checkpoint's (all of its tables still listed)
+// into the position, each to be copied while streaming: the binary log from the checkpoint on carries their
+// changes, and the re-snapshot their rows. It reports whether it did.
+func (r *reader) addedTables(pos *Position) bool {
+	var added []string
+	for _, name := range pos.Tables {
+		if !slices.Contains(r.cfg.Tables, name) {
+			return false
+		}
+	}
+	for _, name := range r.cfg.Tables {
+		if !slices.Contains(pos.Tables, name) {
+			added = append(added, name)
+		}
+	}
+	if len(added) == 0 {
+		return false
+	}
+	pos.Tables = slices.Clone(r.cfg.Tables)
+	var streams []string
+	for _, name := range added {
+		streams = append(streams, r.cfg.Stream(name))
+	}
+	_ = r.addResnapshots(pos, streams) // every one is configured
+	r.log.Info("tables added to the pipeline: copying them while streaming", "tables", strings.Join(streams, ", "))
+	return true
+}
+
 // CanResnapshot: the source copies tables again by the watermark method (resnapshot.go), so Serve announces
 // the source.resnapshot service.
 func (s *Source) CanResnapshot() bool { return true }

@@ -279,3 +279,62 @@ func position(t *testing.T, b []byte) *Position {
 	}
 	return p
 }
+
+// TestTableAddedWhileStreaming: a table added to tables: of a running pipeline is copied between begin and end
+// marks while the first table keeps streaming (changes of both during the copy included); both then stream. A
+// table removed from the settings is still refused.
+func TestTableAddedWhileStreaming(t *testing.T) {
+	db := mysqltest.NewDB(t)
+	db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)`)
+	db.Exec(t, `INSERT INTO t SELECT seq, seq FROM seq_1_to_100`)
+	db.Exec(t, `CREATE TABLE u (id int PRIMARY KEY, v int NOT NULL)`)
+	db.Exec(t, `INSERT INTO u SELECT seq, -seq FROM seq_1_to_300`)
+	set := func(tables ...string) json.RawMessage {
+		raw, _ := json.Marshal(map[string]any{"host": db.Server.Host, "port": db.Server.Port, "user": "root", "database": db.Name,
+			"tables": tables, "batch_size": 70})
+		return raw
+	}
+	ts, us := db.Name+".t", db.Name+".u"
+	s := New()
+	out := newFolded()
+	readUntil(t, s, serve.ReadRequest{Settings: set("t")}, out, func() bool { return out.idle })
+	if out.rows[us] != nil {
+		t.Fatal("u was read before it was configured")
+	}
+	db.Exec(t, `UPDATE t SET v = v + 1 WHERE id <= 10`)
+	db.Exec(t, `UPDATE u SET v = 0 WHERE id <= 5`)
+	conn := db.Open(t)
+	s.chunkRead = func(ctx context.Context, table string, keys []string) {
+		if len(keys) == 0 {
+			return
+		}
+		if _, err := conn.ExecContext(ctx, `UPDATE u SET v = v * 10 WHERE id = `+keys[0]); err != nil {
+			t.Errorf("change during the copy: %v", err)
+		}
+		if _, err := conn.ExecContext(ctx, `UPDATE t SET v = v + 5 WHERE id = 50`); err != nil {
+			t.Errorf("change during the copy: %v", err)
+		}
+	}
+	readUntil(t, s, serve.ReadRequest{Settings: set("t", "u"), Checkpoint: out.last}, out, func() bool {
+		return len(out.marks) == 2 && out.idle
+	})
+	if want := fmt.Sprintf("[%s end=false %s end=true]", us, us); fmt.Sprint(out.marks) != want {
+		t.Fatalf("marks %v, want %s", out.marks, want)
+	}
+	if p := position(t, out.last); fmt.Sprint(p.Tables) != "[t u]" || p.Resnapshot != nil {
+		t.Fatalf("position after the copy: tables %v, resnapshot %v", p.Tables, p.Resnapshot)
+	}
+	s.chunkRead = nil
+	db.Exec(t, `UPDATE u SET v = 7 WHERE id = 300`)
+	db.Exec(t, `DELETE FROM t WHERE id = 1`)
+	out.idle = false
+	readUntil(t, s, serve.ReadRequest{Settings: set("t", "u"), Checkpoint: out.last}, out, func() bool { return out.idle })
+	sameRows(t, conn, "t", out.rows[ts])
+	sameRows(t, conn, "u", out.rows[us])
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Read(ctx, serve.ReadRequest{Settings: set("u"), Checkpoint: out.last}, out); err == nil || !strings.Contains(err.Error(), "the checkpoint covers tables [t u]") {
+		t.Fatalf("a table removed: %v", err)
+	}
+}

@@ -164,8 +164,13 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	return r.stream(ctx, pos)
 }
 
-// checkTables refuses a checkpoint of another table set: its snapshot did not copy the tables added since.
+// checkTables refuses a checkpoint of another table set: its snapshot did not copy the tables added since. In
+// the stream phase a table added to the settings is the exception: it is copied while streaming, as a
+// re-snapshot (addedTables).
 func (r *reader) checkTables(pos *Position) error {
+	if pos.Phase == PhaseStream && r.addedTables(pos) {
+		return nil
+	}
 	if len(pos.Tables) != len(r.cfg.Tables) {
 		return fault.ConfigErr(fmt.Errorf("the checkpoint covers tables %v, the settings list %v", pos.Tables, r.cfg.Tables),
 			"restore the tables setting, or start the pipeline from an empty checkpoint (a new snapshot of every table)")
