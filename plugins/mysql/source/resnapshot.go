@@ -107,6 +107,7 @@ type pendingChunk struct {
 	c      rsChunk
 	window map[string]bool // keys of the table changed in the log since the chunk was started
 	low    bool            // its low watermark came out
+	beats  int             // heartbeats since its marks were written: the reader was at the log's end
 }
 
 // rsChunk is a chunk of a re-snapshot: its rows, each row's key (keyOf), and the last key in checkpoint form.
@@ -223,6 +224,26 @@ func (s *resnapper) step(ctx context.Context, st *streamer) error {
 		r.chunkRead(ctx, stream, c.keys)
 	}
 	return ctxErr(ctx, s.mark(watermark{ID: pc.id, Table: stream, High: true}))
+}
+
+// stalledBeats is how many heartbeats may pass after a chunk's marks were written without them coming out of the
+// binary log. A heartbeat says the server has sent everything it logged; the first may have been on its way
+// before the marks were written, but not five (one a second).
+const stalledBeats = 5
+
+// heartbeat handles a heartbeat while a table is being copied: the marks of the chunk in flight must have come
+// out by now, unless the server does not log the watermark table (binlog_ignore_db, binlog_do_db); else the
+// next chunk starts.
+func (s *resnapper) heartbeat(ctx context.Context, st *streamer) error {
+	if pc := s.inflight; pc != nil {
+		if pc.beats++; pc.beats >= stalledBeats {
+			db := s.r.cfg.WatermarkDatabase
+			return fault.ConfigErr(fmt.Errorf("re-snapshot of %s: its watermarks, written to %s.%s, never came out of the binary log (the low one did: %v): the server does not log that database", pc.stream, db, watermarkTable, pc.low),
+				fmt.Sprintf("set watermark_database to a database the binary log records (binlog_do_db/binlog_ignore_db, or a replication filter, leave out %s)", db))
+		}
+		return nil
+	}
+	return s.step(ctx, st)
 }
 
 // open connects the query connection and makes sure the watermark table exists.

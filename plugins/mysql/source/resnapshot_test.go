@@ -338,3 +338,24 @@ func TestTableAddedWhileStreaming(t *testing.T) {
 		t.Fatalf("a table removed: %v", err)
 	}
 }
+
+// TestResnapshotWatermarksNotLogged: a server that does not log the watermark database (binlog_ignore_db) never
+// sends the marks back; the Read stops with a configuration error naming the setting, instead of waiting forever.
+func TestResnapshotWatermarksNotLogged(t *testing.T) {
+	srv := mysqltest.StartServer(t, mysqltest.Options{Settings: map[string]string{"binlog_ignore_db": "marks"}})
+	db := srv.NewDB(t)
+	srv.Exec(t, "CREATE DATABASE marks")
+	db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)`)
+	db.Exec(t, `INSERT INTO t SELECT seq, seq FROM seq_1_to_30`)
+	raw, _ := json.Marshal(map[string]any{"host": srv.Host, "port": srv.Port, "user": "root", "database": db.Name,
+		"tables": []string{"t"}, "batch_size": 20, "watermark_database": "marks"})
+	s := New()
+	out := newFolded()
+	readUntil(t, s, serve.ReadRequest{Settings: raw}, out, func() bool { return out.idle })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := s.Read(ctx, serve.ReadRequest{Settings: raw, Checkpoint: out.last, Resnapshot: []string{db.Name + ".t"}}, out)
+	if err == nil || !strings.Contains(err.Error(), "never came out of the binary log") || !strings.Contains(fault.FixOf(err), "set watermark_database") {
+		t.Fatalf("read with unlogged watermarks: %v (fix: %s)", err, fault.FixOf(err))
+	}
+}

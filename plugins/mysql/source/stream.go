@@ -521,7 +521,7 @@ func (s *streamer) idle(ctx context.Context) error {
 		return nil
 	}
 	if s.rs.active() {
-		return s.rs.step(ctx, s)
+		return s.rs.heartbeat(ctx, s)
 	}
 	if s.idleSent && !s.moved && !s.data {
 		return nil
