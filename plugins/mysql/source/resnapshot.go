@@ -110,10 +110,10 @@ type pendingChunk struct {
 	beats  int             // heartbeats since its marks were written: the reader was at the log's end
 }
 
-// rsChunk is a chunk of a re-snapshot: its rows, each row's key (keyOf), and the last key in checkpoint form.
+// rsChunk is a chunk of a re-snapshot: its rows, each row's key, and the last key in checkpoint form.
 type rsChunk struct {
 	rec  arrow.RecordBatch // nil when no row is left after the last key
-	keys []string
+	keys []string // each row's key (keysOf)
 	last []string
 	rows int
 }
@@ -155,25 +155,33 @@ func (s *resnapper) snapshot() map[string]ResnapshotProgress {
 	return out
 }
 
-// keyOf is a row's key as one string, the same for a row of the binary log and of a select: the key columns'
-// checkpoint forms (keyText) joined by NUL.
-func keyOf(t *Table, row []sqltypes.Value) string {
+// keysOf are the keys of a batch's rows, each as one string: the key columns' Arrow values (ValueStr) joined by
+// NUL. A row of the binary log and the same row of a select become the same Arrow values (the two decoders meet
+// in one conversion, TestSnapshotMatchesBinlog), so their keys are equal.
+func keysOf(t *Table, rec arrow.RecordBatch) []string {
+	out := make([]string, rec.NumRows())
 	var b strings.Builder
-	for i, k := range t.Key {
-		if i > 0 {
-			b.WriteByte(0)
+	for i := range out {
+		b.Reset()
+		for j, k := range t.Key {
+			if j > 0 {
+				b.WriteByte(0)
+			}
+			b.WriteString(rec.Column(k).ValueStr(i))
 		}
-		b.WriteString(keyText(&t.Columns[k], row[k].Raw()))
+		out[i] = b.String()
 	}
-	return b.String()
+	return out
 }
 
-// saw remembers a change of the table whose chunk is in flight.
-func (s *resnapper) saw(t *Table, row []sqltypes.Value) {
+// saw remembers the keys of a change batch of the table whose chunk is in flight.
+func (s *resnapper) saw(t *Table, rec arrow.RecordBatch) {
 	if s == nil || s.inflight == nil || t.Stream != s.inflight.stream {
 		return
 	}
-	s.inflight.window[keyOf(t, row)] = true
+	for _, k := range keysOf(t, rec) {
+		s.inflight.window[k] = true
+	}
 }
 
 // step starts the next chunk when none is in flight. It runs between transactions only.
@@ -355,12 +363,12 @@ func (s *resnapper) readChunk(t *Table, key []string) (rsChunk, error) {
 			s.conn.CloseResult()
 			return rsChunk{}, err
 		}
-		c.keys = append(c.keys, keyOf(t, row))
 		c.rows++
 		last = row
 	}
 	if c.rows > 0 {
 		c.rec = rb.NewRecordBatch()
+		c.keys = keysOf(t, c.rec)
 		c.last = make([]string, len(t.Key))
 		for i, k := range t.Key {
 			c.last[i] = keyText(&t.Columns[k], last[k].Raw())

@@ -440,7 +440,6 @@ func (s *streamer) decode(img int, t *Table, tm *mysql.TableMap, cols, nulls *my
 
 // add appends one change row, flushing first when it belongs to another table or the batch is full.
 func (s *streamer) add(ctx context.Context, t *Table, row []sqltypes.Value, op change.Op, where string) error {
-	s.rs.saw(t, row)
 	if s.table != t {
 		if err := s.flush(ctx); err != nil {
 			return err
@@ -478,6 +477,7 @@ func (s *streamer) flush(ctx context.Context) error {
 	defer rec.Release()
 	s.n = 0
 	s.data = true
+	s.rs.saw(s.table, rec)
 	return s.out.Batch(ctx, s.table.Stream, rec)
 }
 
