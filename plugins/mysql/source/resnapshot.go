@@ -113,7 +113,7 @@ type pendingChunk struct {
 // rsChunk is a chunk of a re-snapshot: its rows, each row's key, and the last key in checkpoint form.
 type rsChunk struct {
 	rec  arrow.RecordBatch // nil when no row is left after the last key
-	keys []string // each row's key (keysOf)
+	keys []string          // each row's key (keysOf)
 	last []string
 	rows int
 }
