@@ -43,6 +43,9 @@ type Settings struct {
 	ZeroDate         string `json:"zero_date"`
 	Truncate         string `json:"truncate"`
 	TLS              string `json:"tls"`
+	// WatermarkDatabase holds the table skippr_watermarks that a re-snapshot writes its watermarks to (the
+	// source's resnapshot.go); default: Database, so the binlog filters and grants that cover the tables cover it.
+	WatermarkDatabase string `json:"watermark_database"`
 }
 
 // Setting values and defaults.
@@ -148,6 +151,9 @@ func Parse(raw json.RawMessage) (Settings, error) {
 	}
 	if s.ServerID == 0 {
 		s.ServerID = s.defaultServerID()
+	}
+	if s.WatermarkDatabase == "" {
+		s.WatermarkDatabase = s.Database
 	}
 	if len(problems) > 0 {
 		return s, fault.ConfigErr(fmt.Errorf("settings: %s", strings.Join(problems, "; ")), "correct the settings named in the message")

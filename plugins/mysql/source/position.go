@@ -44,6 +44,9 @@ type Position struct {
 	// with them, not with the server's newest ones. Absent in checkpoints of earlier versions: then the
 	// server's catalog at the restart is taken.
 	Schemas map[string]TableDef `json:"schemas,omitempty"`
+	// Resnapshot holds the tables being copied again while streaming (resnapshot.go), by stream name; a
+	// request that arrives during the snapshot phase waits here for the stream phase.
+	Resnapshot map[string]ResnapshotProgress `json:"resnapshot,omitempty"`
 }
 
 // TableProgress is how far the snapshot copied one table.

@@ -266,7 +266,7 @@ func (r *reader) snapshot(ctx context.Context, conn *mysql.Conn, pos *Position, 
 		return nil, ctxErr(ctx, err)
 	}
 	next := &Position{V: positionVersion, Phase: PhaseStream, Flavor: pos.Flavor, File: pos.File, Pos: pos.Pos, GTID: pos.GTID,
-		Tables: pos.Tables, OverlapFile: pos.OverlapFile, OverlapPos: pos.OverlapPos, Schemas: pos.Schemas}
+		Tables: pos.Tables, OverlapFile: pos.OverlapFile, OverlapPos: pos.OverlapPos, Schemas: pos.Schemas, Resnapshot: pos.Resnapshot}
 	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: next.Encode(), RowsDone: pos.Rows, RowsTotal: pos.Rows}); err != nil {
 		return nil, err
 	}

@@ -32,7 +32,11 @@ const (
 )
 
 // Source reads changes.
-type Source struct{}
+type Source struct {
+	// chunkRead, when set (by tests), runs between a re-snapshot chunk's select and its high watermark: the
+	// test changes rows there, as a writer racing the copy would.
+	chunkRead func(ctx context.Context, stream string, keys []string)
+}
 
 // New returns a source.
 func New() *Source { return &Source{} }
@@ -92,6 +96,8 @@ type reader struct {
 	// mem builds the batches: it hands the buffers of sent batches out again (plugin-sdk/mempool), instead of
 	// fresh zeroed memory for every batch.
 	mem memory.Allocator
+	// chunkRead is Source.chunkRead.
+	chunkRead func(ctx context.Context, stream string, keys []string)
 }
 
 // Read emits the snapshot (unless the checkpoint is past it or snapshots are off), then binlog changes.
@@ -109,7 +115,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		return err
 	}
 	defer conn.Close()
-	r := &reader{cfg: cfg, tables: map[string]*Table{}, out: out, log: slog.Default().With("database", cfg.Database), mem: mempool.New()}
+	r := &reader{cfg: cfg, tables: map[string]*Table{}, out: out, log: slog.Default().With("database", cfg.Database), mem: mempool.New(), chunkRead: s.chunkRead}
 	r.flavor = flavorMySQL
 	if isMariaDB(conn) {
 		r.flavor = flavorMariaDB
@@ -120,6 +126,9 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	}
 	if pos != nil {
 		if err := r.checkTables(pos); err != nil {
+			return err
+		}
+		if err := r.addResnapshots(pos, req.Resnapshot); err != nil {
 			return err
 		}
 	}
@@ -155,8 +164,13 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	return r.stream(ctx, pos)
 }
 
-// checkTables refuses a checkpoint of another table set: its snapshot did not copy the tables added since.
+// checkTables refuses a checkpoint of another table set: its snapshot did not copy the tables added since. In
+// the stream phase a table added to the settings is the exception: it is copied while streaming, as a
+// re-snapshot (addedTables).
 func (r *reader) checkTables(pos *Position) error {
+	if pos.Phase == PhaseStream && r.addedTables(pos) {
+		return nil
+	}
 	if len(pos.Tables) != len(r.cfg.Tables) {
 		return fault.ConfigErr(fmt.Errorf("the checkpoint covers tables %v, the settings list %v", pos.Tables, r.cfg.Tables),
 			"restore the tables setting, or start the pipeline from an empty checkpoint (a new snapshot of every table)")

@@ -49,6 +49,8 @@ type streamer struct {
 	data, moved bool
 	idleSent    bool
 	lastCP      time.Time
+	// rs copies tables again between the transactions it streams (resnapshot.go).
+	rs *resnapper
 }
 
 // stream reads the binary log from pos and emits each transaction's rows of the captured tables, then a
@@ -62,10 +64,14 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 	if err := checkRetained(conn, r, pos); err != nil {
 		return err
 	}
-	s := &streamer{reader: r, conn: conn, maps: map[uint64]*mysql.TableMap{}, file: pos.File, cur: *pos, lastCP: time.Now()}
+	s := &streamer{reader: r, conn: conn, maps: map[uint64]*mysql.TableMap{}, file: pos.File, cur: *pos, lastCP: time.Now(), rs: newResnapper(r, pos.Resnapshot)}
 	s.cur.Table, s.cur.Progress, s.cur.Rows = "", nil, 0
+	defer s.rs.close()
 	if err := s.start(); err != nil {
 		return err
+	}
+	if err := s.rs.step(ctx, s); err != nil {
+		return ctxErr(ctx, err)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
@@ -327,6 +333,9 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 	if tm == nil {
 		return fmt.Errorf("binlog rows event at %s:%d for table id %d without a table map", s.file, ev.NextPosition(), ev.TableID(f))
 	}
+	if s.rs.isMarkTable(tm) {
+		return s.rs.marks(ctx, s, ev, tm)
+	}
 	if tm.Database != s.cfg.Database {
 		return nil
 	}
@@ -472,6 +481,7 @@ func (s *streamer) flush(ctx context.Context) error {
 	defer rec.Release()
 	s.n = 0
 	s.data = true
+	s.rs.saw(s.table, rec)
 	return s.out.Batch(ctx, s.table.Stream, rec)
 }
 
@@ -491,16 +501,21 @@ func (s *streamer) commit(ctx context.Context, next uint64) error {
 		s.cur.OverlapFile, s.cur.OverlapPos = "", 0
 	}
 	s.moved = true
-	if !s.data && time.Since(s.lastCP) < quietCheckpointEvery {
-		return nil
+	if s.data || time.Since(s.lastCP) >= quietCheckpointEvery {
+		if err := s.checkpoint(ctx, false); err != nil {
+			return err
+		}
 	}
-	return s.checkpoint(ctx, false)
+	return s.rs.step(ctx, s)
 }
 
 func (s *streamer) checkpoint(ctx context.Context, idle bool) error {
 	s.data, s.moved, s.lastCP = false, false, time.Now()
+	// While a table is copied again the source is never idle: `sync --once` waits for the end mark.
+	idle = idle && !s.rs.active()
 	s.idleSent = idle
-	return s.out.Checkpoint(ctx, serve.Checkpoint{Position: s.cur.Encode(), Idle: idle})
+	s.cur.Resnapshot = s.rs.snapshot()
+	return s.out.Checkpoint(ctx, serve.Checkpoint{Position: s.cur.Encode(), Idle: idle, Metrics: s.rs.metrics()})
 }
 
 // idle handles a heartbeat: the reader has caught up. The first heartbeat after anything happened emits an
@@ -508,6 +523,9 @@ func (s *streamer) checkpoint(ctx context.Context, idle bool) error {
 func (s *streamer) idle(ctx context.Context) error {
 	if s.txn != nil || s.n > 0 {
 		return nil
+	}
+	if s.rs.active() {
+		return s.rs.heartbeat(ctx, s)
 	}
 	if s.idleSent && !s.moved && !s.data {
 		return nil
