@@ -21,6 +21,7 @@ import (
 	querypb "vitess.io/vitess/go/vt/proto/query"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/dblog"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/mysql/config"
@@ -458,31 +459,15 @@ func (s *resnapper) emitChunk(ctx context.Context, st *streamer, pc *pendingChun
 	kept := int64(0)
 	if pc.c.rec != nil {
 		// Runs of kept rows go out as slices of the chunk: no copy.
-		start := -1
-		emit := func(end int) error {
-			if start < 0 {
-				return nil
-			}
+		n, err := dblog.KeptRuns(pc.c.keys, pc.window, func(start, end int) error {
 			sl := pc.c.rec.NewSlice(int64(start), int64(end))
 			defer sl.Release()
-			kept += int64(end - start)
-			start = -1
 			return r.out.Batch(ctx, pc.stream, sl)
-		}
-		for i, k := range pc.c.keys {
-			if pc.window[k] {
-				if err := emit(i); err != nil {
-					return err
-				}
-				continue
-			}
-			if start < 0 {
-				start = i
-			}
-		}
-		if err := emit(len(pc.c.keys)); err != nil {
+		})
+		if err != nil {
 			return err
 		}
+		kept = n
 		prog.Key = pc.c.last
 	}
 	prog.Rows += kept

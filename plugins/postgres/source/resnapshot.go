@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/dblog"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
@@ -231,31 +232,15 @@ func (s *resnapper) emitChunk(ctx context.Context, p *processor, pc *pendingChun
 	if pc.c.rec != nil {
 		defer pc.c.rec.Release()
 		// Runs of kept rows go out as slices of the chunk: no copy.
-		start := -1
-		emit := func(end int) error {
-			if start < 0 {
-				return nil
-			}
+		n, err := dblog.KeptRuns(pc.c.keys, pc.window, func(start, end int) error {
 			sl := pc.c.rec.NewSlice(int64(start), int64(end))
 			defer sl.Release()
-			kept += int64(end - start)
-			start = -1
 			return r.emitBatch(ctx, pc.table, t.Key, sl)
-		}
-		for i, k := range pc.c.keys {
-			if pc.window[k] {
-				if err := emit(i); err != nil {
-					return err
-				}
-				continue
-			}
-			if start < 0 {
-				start = i
-			}
-		}
-		if err := emit(len(pc.c.keys)); err != nil {
+		})
+		if err != nil {
 			return err
 		}
+		kept = n
 		prog.Key = pc.c.last
 	}
 	prog.Rows += kept
