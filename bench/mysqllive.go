@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -161,25 +160,5 @@ func (m *myBench) liveSkippr(ctx context.Context) (pgResult, error) {
 		w.stop()
 		return pgResult{}, err
 	}
-	start := time.Now()
-	txs, err := m.fixedRate(ctx)
-	if err == nil {
-		err = w.waitRows(ctx, txs[len(txs)-1].through, 5*time.Minute)
-	}
-	if stopErr := w.stop(); err == nil {
-		err = stopErr
-	}
-	if err != nil {
-		return w.res, err
-	}
-	res := w.res
-	w.log.mu.Lock()
-	seen, took := w.log.commits, slices.Clone(w.log.took)
-	w.log.mu.Unlock()
-	res.dur = seen[len(seen)-1].at.Sub(start)
-	if res.p50, res.p99, res.max, err = latencies(txs, seen); err != nil {
-		return res, err
-	}
-	res.commitP50, res.commitP99 = percentiles(took)
-	return res, nil
+	return w.measureFixedRate(ctx, func() ([]committedTx, error) { return m.fixedRate(ctx) })
 }

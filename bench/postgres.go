@@ -439,6 +439,33 @@ func (w *walRun) waitRows(ctx context.Context, n int64, timeout time.Duration) e
 }
 
 // stop ends the pipeline and the plugin, filling in what the run leaves behind.
+// measureFixedRate runs a fixed-rate writer (load) while the run streams into its WAL, waits until the WAL holds
+// the last row written, stops the run, and gives each transaction's commit → WAL-durable latency (p50, p99,
+// max) and the WAL commits' own p50/p99.
+func (w *walRun) measureFixedRate(ctx context.Context, load func() ([]committedTx, error)) (pgResult, error) {
+	start := time.Now()
+	txs, err := load()
+	if err == nil {
+		err = w.waitRows(ctx, txs[len(txs)-1].through, 5*time.Minute)
+	}
+	if stopErr := w.stop(); err == nil {
+		err = stopErr
+	}
+	if err != nil {
+		return w.res, err
+	}
+	res := w.res
+	w.log.mu.Lock()
+	seen, took := w.log.commits, slices.Clone(w.log.took)
+	w.log.mu.Unlock()
+	res.dur = seen[len(seen)-1].at.Sub(start)
+	if res.p50, res.p99, res.max, err = latencies(txs, seen); err != nil {
+		return res, err
+	}
+	res.commitP50, res.commitP99 = percentiles(took)
+	return res, nil
+}
+
 func (w *walRun) stop() error {
 	w.res.pluginRSS = procPeakRSS(w.plugin.Pid())
 	w.res.pluginCPU = procCPU(w.plugin.Pid())
@@ -894,27 +921,13 @@ func (pg *pgBench) streamLiveSkippr(ctx context.Context) (pgResult, error) {
 		w.stop()
 		return pgResult{}, err
 	}
-	start := time.Now()
-	txs, _, err := pg.fixedRate(ctx)
-	if err == nil {
-		err = w.waitRows(ctx, txs[len(txs)-1].through, 5*time.Minute)
-	}
-	if stopErr := w.stop(); err == nil {
-		err = stopErr
-	}
-	if err != nil {
-		return w.res, err
-	}
-	res := w.res
-	w.log.mu.Lock()
-	seen, took := w.log.commits, slices.Clone(w.log.took)
-	w.log.mu.Unlock()
-	res.dur = seen[len(seen)-1].at.Sub(start)
-	res.p50, res.p99, res.max, err = latencies(txs, seen)
+	res, err := w.measureFixedRate(ctx, func() ([]committedTx, error) {
+		txs, _, err := pg.fixedRate(ctx)
+		return txs, err
+	})
 	if err != nil {
 		return res, err
 	}
-	res.commitP50, res.commitP99 = percentiles(took)
 	lagMu.Lock()
 	res.lagP50, res.lagP99 = percentiles(lags)
 	lagMu.Unlock()
