@@ -449,8 +449,10 @@ func watchCopy(t *testing.T, ctx context.Context, e *env, dst *pgtest.DB, stream
 			mid = st
 		}
 		if time.Now().After(deadline) {
+			last := copyStatus(t, e, stream)
 			cmd.Process.Kill()
-			t.Fatalf("status never showed %s copying with rows done; last %+v:\n%s", stream, copyStatus(t, e, stream), stderr.String())
+			<-exited // stderr is complete, and no longer written
+			t.Fatalf("status never showed %s copying with rows done; last %+v:\n%s", stream, last, stderr.String())
 		}
 	}
 	if mid.Rows >= rows || mid.Total < mid.Rows || mid.Total == 0 {
