@@ -23,8 +23,10 @@ const DefaultResnapshotPoll = time.Second
 
 // ResnapshotStatus is one stream's re-snapshot as `skippr status` shows it.
 type ResnapshotStatus struct {
-	// State: "requested" (waiting for the source to take it), "copying" (between the marks), "done" or
-	// "refused" (Reason says why; the request is dropped).
+	// State: "requested" (waiting for the source to take it), "copying" (after the begin mark, or while the
+	// source reports the copy's gauges), "done" (the end mark, or resnapshot_copying 0: resnapshotProgress) or
+	// "refused" (Reason says why; the request is dropped). A table added to a running pipeline shows as copying
+	// and done too, without a request.
 	State  string    `json:"state"`
 	Reason string    `json:"reason,omitempty"`
 	Since  time.Time `json:"since"`
@@ -119,24 +121,66 @@ func (r *runner) setResnapshot(stream string, s ResnapshotStatus) {
 	r.publish(true)
 }
 
-// resnapshotProgress takes the rows done and total of the streams being copied from a checkpoint's gauges
-// (resnapshot_rows and resnapshot_rows_total, labelled by table), the convention sources follow.
+// resnapshotProgress follows the streams being copied again from a checkpoint's gauges, labelled by table, the
+// convention sources follow: resnapshot_rows and resnapshot_rows_total are a copy's rows done and total, and
+// they say it runs ("copying", from any state); resnapshot_copying 0 says it ended ("done", with its final
+// figures). The gauges, not the re-snapshot marks alone, carry the state because a copy without a key (a table
+// in mode: append of the postgres source, re-snapshotted or added to the pipeline) sends no marks, and because
+// they show a copy a restarted run resumes from its checkpoint. A missing gauge says nothing: a source that
+// reports no resnapshot_copying ends its copies with the end mark.
 func (r *runner) resnapshotProgress(cp *pluginv1.Checkpoint) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	type seen struct {
+		rows, total  int64
+		figures, end bool
+	}
+	tables := map[string]*seen{}
 	for _, m := range cp.Metrics {
-		t := m.Labels["table"]
-		s, ok := r.status.Resnapshot[t]
-		if !ok || s.State != "copying" {
+		t, ok := m.Labels["table"]
+		if !ok {
 			continue
+		}
+		s := tables[t]
+		if s == nil {
+			s = &seen{}
 		}
 		switch m.Name {
 		case "resnapshot_rows":
-			s.Rows = int64(m.Value)
+			s.rows, s.figures = int64(m.Value), true
 		case "resnapshot_rows_total":
-			s.Total = int64(m.Value)
+			s.total, s.figures = int64(m.Value), true
+		case "resnapshot_copying":
+			s.end = m.Value == 0
+		default:
+			continue
 		}
-		r.status.Resnapshot[t] = s
+		tables[t] = s
+	}
+	if len(tables) == 0 {
+		return
+	}
+	r.mu.Lock()
+	if r.status.Resnapshot == nil {
+		r.status.Resnapshot = map[string]ResnapshotStatus{}
+	}
+	now, changed := time.Now().UTC(), false
+	for t, s := range tables {
+		st, state := r.status.Resnapshot[t], "copying"
+		if s.end {
+			state = "done"
+		} else if !s.figures {
+			continue
+		}
+		if st.State != state {
+			st, changed = ResnapshotStatus{State: state, Since: now}, true
+		}
+		if s.figures {
+			st.Rows, st.Total = s.rows, s.total
+		}
+		r.status.Resnapshot[t] = st
+	}
+	r.mu.Unlock()
+	if changed {
+		r.publish(true)
 	}
 }
 

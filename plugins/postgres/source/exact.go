@@ -239,8 +239,10 @@ func (p *processor) recopyChunk(ctx context.Context, tc tableChunk, ok bool) err
 		return nil
 	}
 	if tc.done {
-		r.log.Info("append table copied", "table", tc.table, "rows", p.recopy[tc.table].Rows)
+		rows := p.recopy[tc.table].Rows
+		r.log.Info("append table copied", "table", tc.table, "rows", rows)
 		delete(p.recopy, tc.table)
+		p.ended = append(p.ended, copyMetrics(tc.table, rows, rows, false)...)
 	} else {
 		err := r.emitBatch(ctx, tc.table, nil, tc.c.rec)
 		tc.c.rec.Release()
@@ -253,13 +255,27 @@ func (p *processor) recopyChunk(ctx context.Context, tc tableChunk, ok bool) err
 		p.rows += int64(tc.c.rows)
 	}
 	cp := p.position()
-	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Metrics: p.metrics()}); err != nil {
+	if err := p.checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows}); err != nil {
 		return err
 	}
 	r.emitted = false
 	p.lastCP, p.lastIdle = p.pos, false
 	p.setIdle(p.pos, true)
 	return nil
+}
+
+// recopyMetrics are the progress of the append tables to copy while streaming, as a re-snapshot's gauges: `skippr
+// status` and the metrics show them as one (copyMetrics), from the request (or the table's addition) on.
+func (p *processor) recopyMetrics() []serve.Metric {
+	var out []serve.Metric
+	for _, name := range slices.Sorted(maps.Keys(p.recopy)) {
+		rows, total := p.recopy[name].Rows, int64(0)
+		if t := p.r.tables[name]; t != nil {
+			total = t.Estimate
+		}
+		out = append(out, copyMetrics(name, rows, total, true)...)
+	}
+	return out
 }
 
 // stopRecopy ends the copy's reader and transaction.

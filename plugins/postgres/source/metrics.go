@@ -69,3 +69,21 @@ func (r *reader) snapshotMetrics(next *Position) []serve.Metric {
 	}
 	return append(out, r.slot.metrics(r.cfg.Slot)...)
 }
+
+// copyMetrics are the gauges of a table copied while streaming (a re-snapshot, or the copy of a table in mode:
+// append): rows copied, rows expected, and resnapshot_copying — 1 while the copy runs, 0 in the one checkpoint
+// after it ended (processor.ended). The engine shows the copy in `skippr status` from these: "copying" while
+// they come, "done" at the 0. That 0 is the explicit end an append table's copy has, since it sends no re-snapshot
+// marks (they need a key), and a checkpoint merely lacking the gauges says nothing.
+func copyMetrics(table string, rows, total int64, copying bool) []serve.Metric {
+	labels := map[string]string{"table": table}
+	on := 0.0
+	if copying {
+		on = 1
+	}
+	return []serve.Metric{
+		{Name: "resnapshot_rows", Value: float64(rows), Labels: labels, Help: "Rows of the table the re-snapshot (or copy of an added table) in progress has copied; its final count once it ended."},
+		{Name: "resnapshot_rows_total", Value: float64(max(total, rows)), Labels: labels, Help: "Rows the re-snapshot (or copy of an added table) expects to copy from the table (the planner's estimate when it began)."},
+		{Name: "resnapshot_copying", Value: on, Labels: labels, Help: "1 while the table is being copied again while streaming (a re-snapshot, or the copy of an added table), 0 once that copy ended."},
+	}
+}

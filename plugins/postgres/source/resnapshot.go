@@ -46,9 +46,9 @@ import (
 //
 // The begin mark goes out before the first chunk's window opens, the end mark after the last chunk, so a
 // destination receives every row the table holds, by chunk or by change, between the two; at the end it removes
-// the others. Progress is in every checkpoint (Position.Resnapshot), with resnapshot_rows and
-// resnapshot_rows_total gauges for status and metrics. While a table is being copied the source never reports
-// itself idle, so `sync --once` waits for the end mark.
+// the others. Progress is in every checkpoint (Position.Resnapshot), with resnapshot_rows, resnapshot_rows_total
+// and resnapshot_copying gauges for status and metrics (copyMetrics). While a table is being copied the source
+// never reports itself idle, so `sync --once` waits for the end mark.
 
 // resnapshotPrefix is the prefix of our watermark messages; messages with other prefixes are ignored.
 const resnapshotPrefix = "skippr-resnapshot"
@@ -251,6 +251,7 @@ func (s *resnapper) emitChunk(ctx context.Context, p *processor, pc *pendingChun
 			return err
 		}
 		delete(s.progress, pc.table)
+		p.ended = append(p.ended, copyMetrics(pc.table, prog.Rows, prog.Rows, false)...)
 		r.log.Info("re-snapshot done", "table", pc.table, "rows", prog.Rows)
 		return nil
 	}
@@ -263,10 +264,7 @@ func (s *resnapper) metrics() []serve.Metric {
 	var out []serve.Metric
 	for _, name := range slices.Sorted(maps.Keys(s.progress)) {
 		p := s.progress[name]
-		labels := map[string]string{"table": name}
-		out = append(out,
-			serve.Metric{Name: "resnapshot_rows", Value: float64(p.Rows), Labels: labels, Help: "Rows of the table the re-snapshot in progress has copied."},
-			serve.Metric{Name: "resnapshot_rows_total", Value: float64(max(p.Total, p.Rows)), Labels: labels, Help: "Rows the re-snapshot in progress expects to copy from the table (the planner's estimate when it began)."})
+		out = append(out, copyMetrics(name, p.Rows, p.Total, true)...)
 	}
 	return out
 }

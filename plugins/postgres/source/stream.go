@@ -406,6 +406,9 @@ type processor struct {
 	ac     *recopy
 	// rs copies tables again between the transactions it streams (resnapshot.go).
 	rs *resnapper
+	// ended: the gauges of the copies (re-snapshots, append tables) that ended since the last checkpoint, which
+	// the next one carries once (copyMetrics).
+	ended []serve.Metric
 }
 
 // position is the stream checkpoint at p.pos.
@@ -431,9 +434,14 @@ func (p *processor) position() Position {
 	return cp
 }
 
-// metrics are the figures a stream checkpoint carries.
-func (p *processor) metrics() []serve.Metric {
-	return append(p.rs.metrics(), p.r.slot.metrics(p.r.cfg.Slot)...)
+// checkpoint sends cp with the figures a stream checkpoint carries: the copies running or just ended, the slot.
+func (p *processor) checkpoint(ctx context.Context, cp serve.Checkpoint) error {
+	cp.Metrics = slices.Concat(p.rs.metrics(), p.recopyMetrics(), p.ended, p.r.slot.metrics(p.r.cfg.Slot))
+	if err := p.r.out.Checkpoint(ctx, cp); err != nil {
+		return err
+	}
+	p.ended = nil
+	return nil
 }
 
 func (p *processor) release() {
@@ -492,7 +500,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		}
 		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) && !p.rs.active() && len(p.recopy) == 0 {
 			cp := p.position()
-			if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true, Metrics: p.metrics()}); err != nil {
+			if err := p.checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true}); err != nil {
 				return err
 			}
 			p.lastCP, p.lastIdle = p.pos, true
@@ -520,7 +528,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		}
 		cp := p.position()
 		lag := time.Since(m.CommitTime).Milliseconds()
-		if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, LagMS: max(lag, 0), Metrics: p.metrics()}); err != nil {
+		if err := p.checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, LagMS: max(lag, 0)}); err != nil {
 			return err
 		}
 		r.emitted = false
