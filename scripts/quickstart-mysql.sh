@@ -19,8 +19,14 @@ step() { printf '\n== %s\n' "$*"; }
 
 # --- MariaDB --------------------------------------------------------------------------------------------
 datadir=""
+# The server runs under runuser, which does not pass a SIGTERM on to it: ask the server itself to shut down
+# (mariadb-admin waits until it has), and signal mariadbd directly only if that did not work.
 cleanup() {
-	if [ -n "${server_pid:-}" ] && kill -0 "$server_pid" 2>/dev/null; then kill -TERM "$server_pid"; wait "$server_pid" 2>/dev/null || true; fi
+	if [ -n "${server_pid:-}" ] && kill -0 "$server_pid" 2>/dev/null; then
+		"$(command -v mariadb-admin || command -v mysqladmin || echo false)" --socket="$datadir/mysqld.sock" -uroot shutdown >/dev/null 2>&1 ||
+			pkill -TERM -f "mariadbd --defaults-file=$datadir/my.cnf" || true
+		wait "$server_pid" 2>/dev/null || true
+	fi
 	[ -n "$datadir" ] && rm -rf "$datadir"
 }
 trap cleanup EXIT
