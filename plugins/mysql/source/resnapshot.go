@@ -323,27 +323,11 @@ func (s *resnapper) estimate(name string) int64 {
 // readChunk selects the next batch_size rows of t after key (from the first when nil), in key order.
 func (s *resnapper) readChunk(t *Table, key []string) (rsChunk, error) {
 	r := s.r
-	cols := make([]string, len(t.Columns))
-	for i, c := range t.Columns {
-		cols[i] = config.QuoteIdent(c.Name)
-		if c.Kind == KindFloat32 {
-			cols[i] = "CAST(" + cols[i] + " AS DOUBLE)" // as the snapshot reads it (readTable)
-		}
+	q, err := r.selectInKeyOrder(t, key)
+	if err != nil {
+		return rsChunk{}, fault.ResnapshotErr(fmt.Errorf("re-snapshot of %s: %w", t.Stream, err), "start the pipeline from an empty checkpoint (a new snapshot)")
 	}
-	keys := make([]string, len(t.Key))
-	for i, k := range t.Key {
-		keys[i] = config.QuoteIdent(t.Columns[k].Name)
-	}
-	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + config.QuoteIdent(r.cfg.Database) + "." + config.QuoteIdent(t.Name)
-	if key != nil {
-		cond, err := afterKey(t, key)
-		if err != nil {
-			return rsChunk{}, fault.ResnapshotErr(fmt.Errorf("re-snapshot of %s: %w", t.Stream, err), "start the pipeline from an empty checkpoint (a new snapshot)")
-		}
-		q += " WHERE " + cond
-	}
-	q += " ORDER BY " + strings.Join(keys, ", ") + " LIMIT " + strconv.Itoa(r.cfg.BatchSize)
-	if err := s.conn.ExecuteStreamFetch(q); err != nil {
+	if err := s.conn.ExecuteStreamFetch(q + " LIMIT " + strconv.Itoa(r.cfg.BatchSize)); err != nil {
 		return rsChunk{}, fmt.Errorf("re-snapshot of %s: %w", t.Stream, r.cfg.Explain(err))
 	}
 	rb := array.NewRecordBuilder(r.mem, t.Schema)

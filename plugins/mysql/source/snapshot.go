@@ -433,16 +433,9 @@ func (r *reader) emitChunk(ctx context.Context, t *Table, c chunk, pos *Position
 	return r.out.Checkpoint(ctx, serve.Checkpoint{Position: pos.Encode(), RowsDone: pos.Rows})
 }
 
-// readTable reads t in key order after the key from (from the start when nil) and hands it on in chunks of
-// batch_size rows, the last one marked done.
-//
-// It is one query read to its end, not one LIMIT query per chunk (each of those cost the server a plan and an
-// index descent, and left it idle for a round trip); a resumed copy needs nothing more, since the checkpoint
-// after each chunk holds its last key. Each chunk is known to be the table's last before it is sent (a row is
-// read ahead), so the checkpoint that carries its rows already says the copy is done: the engine makes durable
-// only checkpoints with rows, and a restart from one saying "not done" would need the table's columns as they
-// were (DDL may follow).
-func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from []string, out chan<- chunk) error {
+// selectInKeyOrder is the query of t's rows in key order after the key from (from the first when nil), every
+// column read the way the binary log carries it. The snapshot and the re-snapshot read tables with it.
+func (r *reader) selectInKeyOrder(t *Table, from []string) (string, error) {
 	cols := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
 		cols[i] = config.QuoteIdent(c.Name)
@@ -459,11 +452,27 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 	if from != nil {
 		cond, err := afterKey(t, from)
 		if err != nil {
-			return fault.ResnapshotErr(err, "start the pipeline from an empty checkpoint (a new snapshot)")
+			return "", err
 		}
 		q += " WHERE " + cond
 	}
-	q += " ORDER BY " + strings.Join(keys, ", ")
+	return q + " ORDER BY " + strings.Join(keys, ", "), nil
+}
+
+// readTable reads t in key order after the key from (from the start when nil) and hands it on in chunks of
+// batch_size rows, the last one marked done.
+//
+// It is one query read to its end, not one LIMIT query per chunk (each of those cost the server a plan and an
+// index descent, and left it idle for a round trip); a resumed copy needs nothing more, since the checkpoint
+// after each chunk holds its last key. Each chunk is known to be the table's last before it is sent (a row is
+// read ahead), so the checkpoint that carries its rows already says the copy is done: the engine makes durable
+// only checkpoints with rows, and a restart from one saying "not done" would need the table's columns as they
+// were (DDL may follow).
+func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from []string, out chan<- chunk) error {
+	q, err := r.selectInKeyOrder(t, from)
+	if err != nil {
+		return fault.ResnapshotErr(err, "start the pipeline from an empty checkpoint (a new snapshot)")
+	}
 	if err := conn.ExecuteStreamFetch(q); err != nil {
 		return fmt.Errorf("copy %s: %w", t.Stream, r.cfg.Explain(err))
 	}

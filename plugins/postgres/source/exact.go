@@ -233,10 +233,7 @@ func (p *processor) recopyChunk(ctx context.Context, tc tableChunk, ok bool) err
 	if !ok {
 		err := <-p.ac.err
 		p.stopRecopy()
-		if err != nil {
-			return err
-		}
-		return nil
+		return err
 	}
 	if tc.done {
 		rows := p.recopy[tc.table].Rows
