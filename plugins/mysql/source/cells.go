@@ -10,6 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"vitess.io/vitess/go/mysql/binlog"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/civil"
 )
 
 // cell is one column of a binlog row image: its bytes in the event, undecoded (nil when null).
@@ -129,7 +131,7 @@ func appendCellFast(b array.Builder, col *Column, typ byte, meta uint16, v []byt
 			if y == 0 || mo == 0 || d == 0 {
 				return true, zeroDate(b, col, v, zeroNull)
 			}
-			b.(*array.Date32Builder).Append(arrow.Date32(daysFromCivil(y, mo, d)))
+			b.(*array.Date32Builder).Append(arrow.Date32(civil.Days(int64(y), int64(mo), int64(d))))
 			return true, nil
 		}
 	}
@@ -168,7 +170,7 @@ func appendCivil(b array.Builder, col *Column, v []byte, y, mo, d, h, mi, s, us 
 	if y == 0 || mo == 0 || d == 0 {
 		return zeroDate(b, col, v, zeroNull)
 	}
-	secs := (daysFromCivil(y, mo, d)*24+int64(h))*3600 + int64(mi)*60 + int64(s)
+	secs := (civil.Days(int64(y), int64(mo), int64(d))*24+int64(h))*3600 + int64(mi)*60 + int64(s)
 	b.(*array.TimestampBuilder).Append(arrow.Timestamp(secs*1_000_000 + int64(us)))
 	return nil
 }
@@ -206,23 +208,6 @@ func fracMicros(f []byte, meta uint16) int64 {
 		return n
 	}
 	return 0
-}
-
-// daysFromCivil is the days from 1970-01-01 to y-mo-d of the proleptic Gregorian calendar (H. Hinnant's
-// algorithm); a day past the month's end carries into the next month.
-func daysFromCivil(y, mo, d int) int64 {
-	if mo <= 2 {
-		y--
-	}
-	era := y / 400
-	if y < 0 && y%400 != 0 {
-		era--
-	}
-	yoe := y - era*400
-	mp := (mo + 9) % 12
-	doy := (153*mp+2)/5 + d - 1
-	doe := yoe*365 + yoe/4 - yoe/100 + doy
-	return int64(era)*146097 + int64(doe) - 719468
 }
 
 // digBytes is how many bytes a group of 0–8 decimal digits takes in MySQL's binary DECIMAL.

@@ -12,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/decimal256"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/civil"
 )
 
 // Kind says how a column's value is represented in Arrow. The snapshot (text protocol) and the binary log
@@ -319,7 +321,7 @@ func civilText(v []byte) (days, us int64, ok bool) {
 			us += int64(f) * pow10[6-(len(v)-20)]
 		}
 	}
-	return daysFromCivil(y, mo, d), us, true
+	return civil.Days(int64(y), int64(mo), int64(d)), us, true
 }
 
 // smallDecimal reads a decimal's text form with exactly scale fraction digits ("-123.45" for scale 2, as

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/civil"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
@@ -240,7 +241,7 @@ func timestampBinary(us int64, tz bool) (int64, error) {
 		// Name the value as PostgreSQL would print it (UTC): days and the rest cannot overflow.
 		days := floorDiv(us, 86400e6)
 		text := AppendTimestamp(nil, arrow.Timestamp(us-days*86400e6), arrow.Microsecond, tz)
-		y, m, d := civilFromDays(days + pgEpochDays)
+		y, m, d := civil.Date(days + pgEpochDays)
 		date, _ := appendYear(nil, y)
 		return 0, outOfRange(fmt.Sprintf("%s-%02d-%02d %s", date, m, d, text[len("1970-01-01 "):]))
 	}

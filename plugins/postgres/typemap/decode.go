@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/civil"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
@@ -235,45 +236,6 @@ func ParseUUID(s string) ([16]byte, error) {
 	return out, nil
 }
 
-// daysFromCivil counts days from 1970-01-01 to a proleptic Gregorian date (astronomical years: 1 BC is 0).
-func daysFromCivil(y, m, d int64) int64 {
-	if m <= 2 {
-		y--
-	}
-	era := y / 400
-	if y < 0 && y%400 != 0 {
-		era = (y - 399) / 400
-	}
-	yoe := y - era*400
-	mp := (m + 9) % 12
-	doy := (153*mp+2)/5 + d - 1
-	doe := yoe*365 + yoe/4 - yoe/100 + doy
-	return era*146097 + doe - 719468
-}
-
-// civilFromDays is the inverse of daysFromCivil.
-func civilFromDays(z int64) (y, m, d int64) {
-	z += 719468
-	era := z / 146097
-	if z < 0 && z%146097 != 0 {
-		era = (z - 146096) / 146097
-	}
-	doe := z - era*146097
-	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
-	y = yoe + era*400
-	doy := doe - (365*yoe + yoe/4 - yoe/100)
-	mp := (5*doy + 2) / 153
-	d = doy - (153*mp+2)/5 + 1
-	m = mp + 3
-	if m > 12 {
-		m -= 12
-	}
-	if m <= 2 {
-		y++
-	}
-	return y, m, d
-}
-
 // parseYMD reads "Y-MM-DD" (any number of year digits) and returns the rest of s.
 func parseYMD(s string) (y, m, d int64, rest string, err error) {
 	i := strings.IndexByte(s, '-')
@@ -318,7 +280,7 @@ func ParseDate(s string) (int32, error) {
 	if isBC {
 		y = 1 - y
 	}
-	return int32(daysFromCivil(y, m, d)), nil
+	return int32(civil.Days(y, m, d)), nil
 }
 
 // parseClock reads "HH:MM:SS[.ffffff]" and returns microseconds and the rest of s.
@@ -415,7 +377,7 @@ func ParseTimestamp(s string) (int64, error) {
 		y = 1 - y
 	}
 	// The same bound as the binary decoder's, to the microsecond: whatever one accepts, so does the other.
-	v, ok := timestampMicros(daysFromCivil(y, m, d), us-offset)
+	v, ok := timestampMicros(civil.Days(y, m, d), us-offset)
 	if !ok || v == int64(values.TimestampInfinity) {
 		return 0, outOfRange(s)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/civil"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
@@ -325,7 +326,7 @@ func appendYear(buf []byte, y int64) ([]byte, bool) {
 
 // AppendDate formats days since 1970-01-01 as a date (ISO, with BC for years before 1).
 func AppendDate(buf []byte, days int64) []byte {
-	y, m, d := civilFromDays(days)
+	y, m, d := civil.Date(days)
 	buf, isBC := appendYear(buf, y)
 	buf = fmt.Appendf(buf, "-%02d-%02d", m, d)
 	if isBC {
@@ -358,7 +359,7 @@ func AppendTimestamp(buf []byte, v arrow.Timestamp, unit arrow.TimeUnit, tz bool
 	}
 	days := floorDiv(us, 86400e6)
 	rem := us - days*86400e6
-	y, m, d := civilFromDays(days)
+	y, m, d := civil.Date(days)
 	buf, isBC := appendYear(buf, y)
 	buf = fmt.Appendf(buf, "-%02d-%02d ", m, d)
 	buf = appendClock(buf, rem)
