@@ -83,9 +83,11 @@ pipelines:
 	}
 	config("public.readings", "public.marks")
 
-	w := src.Connect(t)
 	truncates := 0
 	startWriter := func() (stop func()) {
+		// A connection of its own each time: pgx closes a connection whose query a cancelled context interrupts,
+		// so the first writer's stop can leave its connection closed.
+		w := src.Connect(t)
 		writerCtx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		wg.Add(1)
