@@ -246,6 +246,12 @@ func (c *Client) ApplyRange(ctx context.Context, settings []byte, pipeline strin
 			return nil, c.wrap(what, err)
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller cancelled while items were pulled (a WAL segment it could not read): half-closing now
+		// would tell the plugin the range is complete, and the plugin could commit it before the
+		// cancellation reached it. Returning leaves only the cancellation, which aborts the apply.
+		return nil, c.wrap(what, context.Cause(ctx))
+	}
 	r, err := s.CloseAndRecv()
 	if err != nil {
 		return nil, c.wrap(what, err)

@@ -223,7 +223,7 @@ func (c *Client) wrap(call string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if c.pc.Exited() {
+	if c.pc != nil && c.pc.Exited() {
 		return fmt.Errorf("plugin %s %s: process exited: %w%s", c.name, call, err, c.tail.suffix())
 	}
 	if st, ok := status.FromError(err); ok {
