@@ -71,8 +71,11 @@ func main() {
 	queryOnly := flag.Bool("query-only", false, "run only the skippr query benchmark")
 	queryRows := flag.Int64("query-rows", 10_000_000, "rows of the lake table for the query benchmark")
 	queryWAL := flag.Int64("query-wal-rows", 100_000, "unapplied WAL events for the query benchmark")
+	walCodecs := flag.String("wal-compression", "", "WAL codecs (comma-separated: s2, zstd, none; empty: the WAL's default) the MySQL and Postgres snapshots → WAL run with, each once per repeat, to compare CPU and bytes per row")
+	flag.BoolVar(&my.stream, "mysql-stream", true, "of the MySQL benchmarks, run the binlog stream ones too (false: only the snapshot and its SELECT baseline)")
 	cpuProfile := flag.String("cpuprofile", "", "write the bench process's (the engine side's) CPU profile to this file")
 	flag.Parse()
+	my.codecs, pg.codecs = strings.Split(*walCodecs, ","), strings.Split(*walCodecs, ",")
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {

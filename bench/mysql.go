@@ -33,6 +33,8 @@ type myOptions struct {
 	rate       int           // rows/s of the fixed-rate inserter (0: no live run)
 	duration   time.Duration // of the fixed-rate load
 	txRows     int           // rows per inserted transaction of the fixed-rate load
+	codecs     []string      // WAL compressions the snapshot runs with, each once per repeat ("": the default)
+	stream     bool          // also run the binlog stream benchmarks
 }
 
 // myColumns is the benchmark table: the FIELD-NOTES six-column shape, as MariaDB types.
@@ -122,7 +124,8 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 	}
 	row("load: INSERT … SELECT FROM seq_1_to_N, 1M-row transactions", o.rows, 0, time.Since(start), fmt.Sprintf("setup, not a benchmark; %d tables", m.opts.tables))
 
-	var sels, sns []pgResult
+	var sels []pgResult
+	sns := make([][]pgResult, len(o.codecs))
 	for range max(o.repeat, 1) {
 		resetPeakRSS()
 		srv0 := m.serverCPU()
@@ -131,19 +134,30 @@ func runMySQLBench(ctx context.Context, binDir string, o myOptions) error {
 			return err
 		}
 		sel.engineRSS = peakRSS()
-		srv1 := m.serverCPU()
-		sn, err := m.snapshotToWAL(ctx)
-		if err != nil {
-			return err
+		sel.backendCPU = m.serverCPU() - srv0
+		sels = append(sels, sel)
+		for c, codec := range o.codecs {
+			srv1 := m.serverCPU()
+			sn, err := m.snapshotToWAL(ctx, codec)
+			if err != nil {
+				return err
+			}
+			sn.backendCPU = m.serverCPU() - srv1
+			sns[c] = append(sns[c], sn)
 		}
-		sel.backendCPU, sn.backendCPU = srv1-srv0, m.serverCPU()-srv1
-		sels, sns = append(sels, sel), append(sns, sn)
 	}
-	sel, sn := median(sels), median(sns)
-	row(fmt.Sprintf("`SELECT *` of the %d tables at once, streamed through vitess `go/mysql` (**baseline**)", m.opts.tables), sel.rows, sel.bytes, sel.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the snapshot's; every cell read; CPU µs/row client %.1f, server %.1f",
+	sel := median(sels)
+	row(fmt.Sprintf("`SELECT *` of the %d tables at once, streamed through vitess `go/mysql` (**baseline**)", m.opts.tables), sel.rows, sel.bytes, sel.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the snapshot's; every cell read; CPU µs/row client %.2f, server %.2f",
 		len(sels), rateRange(sels), perRow(sel.engineCPU, sel.rows), perRow(sel.backendCPU, sel.rows)))
-	row(fmt.Sprintf("MySQL snapshot → WAL (local, apply paused), %d tables, snapshot_parallel %d", m.opts.tables, m.opts.tables), sn.rows, 0, sn.dur, fmt.Sprintf("median of %d (%s rows/s); **%.0f%% of SELECT**; chunks of 10000 rows in key order; CPU µs/row: plugin %.1f, engine %.1f, server %.1f; %d WAL entries, %s stored; peak RSS engine %s, plugin %s",
-		len(sns), rateRange(sns), 100*rate(sn)/rate(sel), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), perRow(sn.backendCPU, sn.rows), sn.entries, mib(sn.walBytes), mib(sn.engineRSS), mib(sn.pluginRSS)))
+	for c, codec := range o.codecs {
+		sn := median(sns[c])
+		row(fmt.Sprintf("MySQL snapshot → WAL (local, apply paused%s), %d tables, snapshot_parallel %d", codecNote(codec), m.opts.tables, m.opts.tables), sn.rows, 0, sn.dur, fmt.Sprintf("median of %d (%s rows/s); **%.0f%% of SELECT**; chunks of 10000 rows in key order; CPU µs/row: plugin %.2f, engine %.2f, server %.2f; %d WAL entries, %s stored (%.1f B/row); peak RSS engine %s, plugin %s",
+			len(sns[c]), rateRange(sns[c]), 100*rate(sn)/rate(sel), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), perRow(sn.backendCPU, sn.rows), sn.entries, mib(sn.walBytes), float64(sn.walBytes)/float64(sn.rows), mib(sn.engineRSS), mib(sn.pluginRSS)))
+	}
+	if !o.stream {
+		fmt.Printf("\nload average after the MySQL benchmarks: %s\n", loadAverage())
+		return nil
+	}
 
 	// The backlog: its position first, then its rows in 1000-row transactions; both readers start there.
 	var file string
@@ -287,8 +301,8 @@ func (m *myBench) settings(tables []string, snapshot bool) []byte {
 
 // snapshotToWAL runs the plugin's snapshot of the table into the WAL; the clock stops when the WAL holds
 // every row.
-func (m *myBench) snapshotToWAL(ctx context.Context) (pgResult, error) {
-	w, err := startWALRun(ctx, m.bin, "bench-mysql", m.settings(m.snapTables(), true), nil, nil)
+func (m *myBench) snapshotToWAL(ctx context.Context, compression string) (pgResult, error) {
+	w, err := startWALRun(ctx, m.bin, "bench-mysql", compression, m.settings(m.snapTables(), true), nil, nil)
 	if err != nil {
 		return pgResult{}, err
 	}
@@ -305,7 +319,7 @@ func (m *myBench) snapshotToWAL(ctx context.Context) (pgResult, error) {
 // stops the clock when the WAL holds the backlog.
 func (m *myBench) streamToWAL(ctx context.Context, file string, pos uint64, gtid string) (pgResult, error) {
 	cp := source.Position{V: 1, Phase: source.PhaseStream, Flavor: "mariadb", File: file, Pos: pos, GTID: gtid, Tables: []string{"stream"}}
-	w, err := startWALRun(ctx, m.bin, "bench-mysql", m.settings([]string{"stream"}, false), cp.Encode(), nil)
+	w, err := startWALRun(ctx, m.bin, "bench-mysql", "", m.settings([]string{"stream"}, false), cp.Encode(), nil)
 	if err != nil {
 		return pgResult{}, err
 	}

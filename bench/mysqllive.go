@@ -152,7 +152,7 @@ func (m *myBench) liveSkippr(ctx context.Context) (pgResult, error) {
 	}
 	resetPeakRSS()
 	cp := source.Position{V: 1, Phase: source.PhaseStream, Flavor: "mariadb", File: file, Pos: pos, GTID: gtid, Tables: []string{"live"}}
-	w, err := startWALRun(ctx, m.bin, "bench-mysql-live", m.settings([]string{"live"}, false), cp.Encode(), nil)
+	w, err := startWALRun(ctx, m.bin, "bench-mysql-live", "", m.settings([]string{"live"}, false), cp.Encode(), nil)
 	if err != nil {
 		return pgResult{}, err
 	}

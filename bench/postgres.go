@@ -42,6 +42,7 @@ type pgOptions struct {
 	liveOnly   bool          // run only the fixed-rate phases
 	rates      []int         // rows/s of the fixed-rate phases, one phase pair each
 	lake       bool          // also run the snapshot into the Iceberg lake, coalesced and not
+	codecs     []string      // WAL compressions the snapshot runs with, each once per repeat ("": the default)
 }
 
 // pgColumns is the benchmark table: six columns of the kinds a CDC source meets most (FIELD-NOTES measured
@@ -109,7 +110,8 @@ func runPostgresBench(ctx context.Context, binDir string, o pgOptions) error {
 
 	// COPY and the snapshot alternate, o.repeat times each: on a shared 2-core machine either one alone
 	// moved by a fifth from run to run, so one pair could make the ratio say anything from 62% to 110%.
-	var cps, sns []pgResult
+	var cps []pgResult
+	sns := make([][]pgResult, len(o.codecs))
 	for i := range max(o.repeat, 1) {
 		resetPeakRSS()
 		cp, err := pg.copyBaseline(ctx)
@@ -117,24 +119,30 @@ func runPostgresBench(ctx context.Context, binDir string, o pgOptions) error {
 			return err
 		}
 		cp.engineRSS = peakRSS()
-		resetPeakRSS()
-		slot := fmt.Sprintf("bench_snap_%d", i)
-		sn, err := pg.snapshotToWAL(ctx, slot)
-		if err != nil {
-			return err
+		cps = append(cps, cp)
+		for c, codec := range o.codecs {
+			resetPeakRSS()
+			slot := fmt.Sprintf("bench_snap_%d_%d", i, c)
+			sn, err := pg.snapshotToWAL(ctx, slot, codec)
+			if err != nil {
+				return err
+			}
+			if err := pg.dropSlot(ctx, slot); err != nil {
+				return err
+			}
+			sns[c] = append(sns[c], sn)
 		}
-		if err := pg.dropSlot(ctx, slot); err != nil {
-			return err
-		}
-		cps, sns = append(cps, cp), append(sns, sn)
 	}
-	cp, sn := median(cps), median(sns)
+	cp := median(cps)
 	row("`COPY snap TO STDOUT (FORMAT binary)` through pgx (**baseline**)", cp.rows, cp.bytes, cp.dur, fmt.Sprintf("median of %d (%s rows/s), alternating with the snapshot's; the read limit: one backend; CPU µs/row: backend %.1f, client %.1f; bench process peak RSS %s",
 		len(cps), rateRange(cps), perRow(cp.backendCPU, cp.rows), perRow(cp.engineCPU, cp.rows), mib(cp.engineRSS)))
-	row("Postgres snapshot → WAL (local, apply paused)", sn.rows, 0, sn.dur,
-		fmt.Sprintf("median of %d (%s rows/s); **%.0f%% of COPY**; CPU µs/row: backends %.1f, plugin %.1f, engine %.1f; %d WAL entries, %s stored; peak RSS engine %s, plugin %s",
-			len(sns), rateRange(sns), 100*rate(sn)/rate(cp),
-			perRow(sn.backendCPU, sn.rows), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), sn.entries, mib(sn.walBytes), mib(sn.engineRSS), mib(sn.pluginRSS)))
+	for c, codec := range o.codecs {
+		sn := median(sns[c])
+		row("Postgres snapshot → WAL (local, apply paused"+codecNote(codec)+")", sn.rows, 0, sn.dur,
+			fmt.Sprintf("median of %d (%s rows/s); **%.0f%% of COPY**; CPU µs/row: backends %.1f, plugin %.1f, engine %.2f; %d WAL entries, %s stored (%.1f B/row); peak RSS engine %s, plugin %s",
+				len(sns[c]), rateRange(sns[c]), 100*rate(sn)/rate(cp),
+				perRow(sn.backendCPU, sn.rows), perRow(sn.pluginCPU, sn.rows), perRow(sn.engineCPU, sn.rows), sn.entries, mib(sn.walBytes), float64(sn.walBytes)/float64(sn.rows), mib(sn.engineRSS), mib(sn.pluginRSS)))
+	}
 
 	if o.lake {
 		if err := pg.lakeBench(ctx, binDir, cp); err != nil {
@@ -332,17 +340,17 @@ type walRun struct {
 }
 
 func (pg *pgBench) startWALRun(ctx context.Context, settings []byte, onStatus func(pipeline.Status)) (*walRun, error) {
-	return startWALRun(ctx, pg.bin, "bench-postgres", settings, nil, onStatus)
+	return startWALRun(ctx, pg.bin, "bench-postgres", "", settings, nil, onStatus)
 }
 
 // startWALRun runs source plugin bin into a fresh local WAL (apply paused). A checkpoint, when given, is
 // committed first as an entry without rows, so the source resumes from it as after a restart.
-func startWALRun(ctx context.Context, bin, name string, settings, checkpoint []byte, onStatus func(pipeline.Status)) (*walRun, error) {
+func startWALRun(ctx context.Context, bin, name, compression string, settings, checkpoint []byte, onStatus func(pipeline.Status)) (*walRun, error) {
 	walDir, err := os.MkdirTemp("", "skippr-bench-wal-")
 	if err != nil {
 		return nil, err
 	}
-	l, err := wal.Open(ctx, "file://"+walDir, wal.Options{})
+	l, err := wal.Open(ctx, "file://"+walDir, wal.Options{Compression: compression})
 	if err != nil {
 		os.RemoveAll(walDir)
 		return nil, fmt.Errorf("open WAL: %w", err)
@@ -483,10 +491,18 @@ func (w *walRun) stop() error {
 	return nil
 }
 
+// codecNote names a WAL compression in a row's title ("" is the WAL's default).
+func codecNote(codec string) string {
+	if codec == "" {
+		return ""
+	}
+	return ", WAL " + codec
+}
+
 // snapshotToWAL runs the plugin's snapshot of the table into the WAL. The clock stops when the WAL holds
 // every row, before the plugin's idle detection at the end of the snapshot.
-func (pg *pgBench) snapshotToWAL(ctx context.Context, slot string) (pgResult, error) {
-	w, err := pg.startWALRun(ctx, pg.settings("public.snap", slot, "bench_snap", true), nil)
+func (pg *pgBench) snapshotToWAL(ctx context.Context, slot, compression string) (pgResult, error) {
+	w, err := startWALRun(ctx, pg.bin, "bench-postgres", compression, pg.settings("public.snap", slot, "bench_snap", true), nil, nil)
 	if err != nil {
 		return pgResult{}, err
 	}

@@ -9,10 +9,13 @@ import (
 	"hash/crc32"
 	"math"
 	"sort"
+	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -63,7 +66,6 @@ type Frame struct {
 const (
 	segmentMagic   = "SKWL"
 	segmentVersion = 1
-	codecZstd      = 1
 	headerSize     = 24
 	// maxRawSegment bounds the decompressed frame block, so a damaged header
 	// cannot make the reader allocate without limit.
@@ -72,42 +74,123 @@ const (
 	frameFixed = 1 + 2 + 8 + 8
 )
 
+// Compression is a segment codec: the codec byte of the segment header. A Log writes with the one
+// Options.Compression names and reads every one, so a log may mix them (doc.go, Segment).
+type Compression uint8
+
+const (
+	// CompressionNone stores the frame block as it is.
+	CompressionNone Compression = 0
+	// CompressionZstd is one zstd stream (SpeedFastest, with its content checksum); the only codec before S2.
+	CompressionZstd Compression = 1
+	// CompressionS2 is one S2 block (github.com/klauspost/compress/s2): the default, see DefaultCompression.
+	CompressionS2 Compression = 2
+)
+
+// DefaultCompression is what a Log writes when Options.Compression is unset. S2 costs about a tenth of zstd's
+// CPU per row on the snapshot benchmarks while storing about 1.3-1.7 times zstd's bytes (BENCHMARKS.md, WAL
+// codecs): WAL entries live only until every destination applied them, so CPU on the ingest path matters more
+// than the bytes a short-lived object occupies; "none" saves a little more CPU but stores 2-4 times the bytes.
+const DefaultCompression = CompressionS2
+
+// CompressionNames lists the names ParseCompression accepts, in the order messages show them.
+var CompressionNames = []string{"s2", "zstd", "none"}
+
+// ParseCompression maps a configuration name (s2, zstd or none) to its codec.
+func ParseCompression(name string) (Compression, error) {
+	switch name {
+	case "s2":
+		return CompressionS2, nil
+	case "zstd":
+		return CompressionZstd, nil
+	case "none":
+		return CompressionNone, nil
+	}
+	return 0, fmt.Errorf("unknown WAL compression %q (want one of %s)", name, strings.Join(CompressionNames, ", "))
+}
+
+func (c Compression) String() string {
+	switch c {
+	case CompressionNone:
+		return "none"
+	case CompressionZstd:
+		return "zstd"
+	case CompressionS2:
+		return "s2"
+	}
+	return fmt.Sprintf("Compression(%d)", uint8(c))
+}
+
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
-// codec holds a zstd encoder and decoder. A Log keeps one for its life because
-// building them allocates; the package functions build a fresh one per call.
+// codec writes segments with one Compression and reads all of them. A Log keeps one for its life because
+// building the zstd encoder and decoder allocates; the package functions build a fresh one per call.
 type codec struct {
-	enc *zstd.Encoder
-	dec *zstd.Decoder
-	// block is encode's frame buffer, kept between segments: a fresh multi-MiB buffer per segment cost the
-	// engine a fifth of its snapshot CPU in page faults (BENCHMARKS.md). encode runs under the Log's lock.
-	block []byte
+	write Compression
+	enc   *zstd.Encoder // nil unless write is CompressionZstd
+	dec   *zstd.Decoder // built at the first zstd segment read
+	// decoders is the zstd decoder's concurrency.
+	decoders int
+	decMu    sync.Mutex
+	// block is encode's frame buffer and out its segment buffer, kept between segments: a fresh multi-MiB
+	// buffer per segment cost the engine a fifth of its snapshot CPU in page faults (BENCHMARKS.md). encode
+	// runs under the Log's lock, and the segment it returns is used only until the next encode.
+	block, out []byte
 }
 
-func newCodec(decoders int) (*codec, error) {
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest))
-	if err != nil {
-		return nil, fmt.Errorf("zstd encoder: %w", err)
+func newCodec(write Compression, decoders int) (*codec, error) {
+	c := &codec{write: write, decoders: decoders}
+	switch write {
+	case CompressionNone, CompressionS2:
+	case CompressionZstd:
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest))
+		if err != nil {
+			return nil, fmt.Errorf("zstd encoder: %w", err)
+		}
+		c.enc = enc
+	default:
+		return nil, fmt.Errorf("unknown WAL compression %s", write)
 	}
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(decoders), zstd.WithDecodeAllCapLimit(true))
-	if err != nil {
-		enc.Close()
-		return nil, fmt.Errorf("zstd decoder: %w", err)
+	return c, nil
+}
+
+// zstdDecoder returns the codec's zstd decoder, building it at first use: a log written with S2 or none
+// never pays for one.
+func (c *codec) zstdDecoder() (*zstd.Decoder, error) {
+	c.decMu.Lock()
+	defer c.decMu.Unlock()
+	if c.dec == nil {
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(c.decoders), zstd.WithDecodeAllCapLimit(true))
+		if err != nil {
+			return nil, fmt.Errorf("zstd decoder: %w", err)
+		}
+		c.dec = dec
 	}
-	return &codec{enc: enc, dec: dec}, nil
+	return c.dec, nil
 }
 
 func (c *codec) close() {
-	c.enc.Close()
-	c.dec.Close()
+	if c.enc != nil {
+		c.enc.Close()
+	}
+	c.decMu.Lock()
+	defer c.decMu.Unlock()
+	if c.dec != nil {
+		c.dec.Close()
+	}
 }
 
 // EncodeSegment frames and compresses frames into the segment format described
 // in the package documentation.
 func EncodeSegment(frames []Frame) ([]byte, error) {
-	c, err := newCodec(1)
+	return EncodeSegmentWith(DefaultCompression, frames)
+}
+
+// EncodeSegmentWith is EncodeSegment with a chosen codec.
+func EncodeSegmentWith(comp Compression, frames []Frame) ([]byte, error) {
+	c, err := newCodec(comp, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -115,10 +198,11 @@ func EncodeSegment(frames []Frame) ([]byte, error) {
 	return c.encode(frames)
 }
 
-// DecodeSegment checks and decodes a segment produced by EncodeSegment. Any
-// damage is reported as ErrCorrupt. The returned frames' Data share one buffer.
+// DecodeSegment checks and decodes a segment of any codec. Any damage is
+// reported as ErrCorrupt. The returned frames' Data share one buffer, which
+// for an uncompressed segment is b itself.
 func DecodeSegment(b []byte) ([]Frame, error) {
-	c, err := newCodec(1)
+	c, err := newCodec(CompressionNone, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -170,10 +254,42 @@ func (c *codec) encode(frames []Frame) ([]byte, error) {
 	if raw > maxRawSegment {
 		return nil, fmt.Errorf("encode segment: %d bytes of frames exceed the %d-byte segment limit", raw, maxRawSegment)
 	}
-	if cap(c.block) < raw {
-		c.block = make([]byte, 0, raw)
+	if c.write == CompressionNone {
+		// The frame block is the body: frame it straight after the header, saving a copy of every byte.
+		out := grow(&c.out, headerSize+raw)[:headerSize]
+		out = appendFrames(out, frames)
+		putHeader(out, c.write, out[headerSize:], len(frames))
+		return out, nil
 	}
-	block := c.block[:0]
+	block := appendFrames(grow(&c.block, raw)[:0], frames)
+	var out []byte
+	switch c.write {
+	case CompressionZstd:
+		out = c.enc.EncodeAll(block, grow(&c.out, headerSize+raw/2+64)[:headerSize])
+	case CompressionS2:
+		n := s2.MaxEncodedLen(len(block))
+		if n < 0 {
+			return nil, fmt.Errorf("encode segment: %d bytes of frames are too many for one S2 block", len(block))
+		}
+		buf := grow(&c.out, headerSize+n)
+		// s2.Encode writes into its dst from index 0 and returns a prefix of it when dst is large enough.
+		body := s2.Encode(buf[headerSize:headerSize+n], block)
+		out = buf[:headerSize+len(body)]
+	}
+	c.out = out[:0]
+	putHeader(out, c.write, block, len(frames))
+	return out, nil
+}
+
+// grow returns *buf with capacity for at least n bytes (reallocating it when short) and length n.
+func grow(buf *[]byte, n int) []byte {
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	return (*buf)[:n]
+}
+
+func appendFrames(block []byte, frames []Frame) []byte {
 	for _, f := range frames {
 		block = append(block, byte(f.Kind))
 		block = binary.LittleEndian.AppendUint16(block, uint16(len(f.Stream)))
@@ -182,16 +298,20 @@ func (c *codec) encode(frames []Frame) ([]byte, error) {
 		block = binary.LittleEndian.AppendUint64(block, uint64(len(f.Data)))
 		block = append(block, f.Data...)
 	}
-	out := make([]byte, headerSize, headerSize+raw/2+64)
-	copy(out, segmentMagic)
-	out[4] = segmentVersion
-	out[5] = codecZstd
-	binary.LittleEndian.PutUint64(out[8:], uint64(len(block)))
-	binary.LittleEndian.PutUint32(out[16:], crc32c(block))
-	binary.LittleEndian.PutUint32(out[20:], uint32(len(frames)))
-	return c.enc.EncodeAll(block, out), nil
+	return block
 }
 
+func putHeader(out []byte, comp Compression, block []byte, frames int) {
+	copy(out, segmentMagic)
+	out[4] = segmentVersion
+	out[5] = byte(comp)
+	out[6], out[7] = 0, 0
+	binary.LittleEndian.PutUint64(out[8:], uint64(len(block)))
+	binary.LittleEndian.PutUint32(out[16:], crc32c(block))
+	binary.LittleEndian.PutUint32(out[20:], uint32(frames))
+}
+
+// decode reads a segment of any codec. The frames' Data share one buffer, which for CompressionNone is b itself.
 func (c *codec) decode(b []byte) ([]Frame, error) {
 	if len(b) < headerSize {
 		return nil, corrupt(fmt.Sprintf("segment of %d bytes is shorter than its %d-byte header", len(b), headerSize))
@@ -202,9 +322,7 @@ func (c *codec) decode(b []byte) ([]Frame, error) {
 	if b[4] != segmentVersion {
 		return nil, corrupt(fmt.Sprintf("unsupported segment version %d (want %d)", b[4], segmentVersion))
 	}
-	if b[5] != codecZstd {
-		return nil, corrupt(fmt.Sprintf("unknown compression codec %d", b[5]))
-	}
+	comp := Compression(b[5])
 	rawLen := binary.LittleEndian.Uint64(b[8:])
 	wantCRC := binary.LittleEndian.Uint32(b[16:])
 	count := binary.LittleEndian.Uint32(b[20:])
@@ -214,9 +332,33 @@ func (c *codec) decode(b []byte) ([]Frame, error) {
 	if uint64(count)*frameFixed > rawLen {
 		return nil, corrupt(fmt.Sprintf("header claims %d frames in %d bytes", count, rawLen))
 	}
-	block, err := c.dec.DecodeAll(b[headerSize:], make([]byte, 0, rawLen))
-	if err != nil {
-		return nil, corrupt(fmt.Sprintf("decompress: %v", err))
+	body := b[headerSize:]
+	var block []byte
+	switch comp {
+	case CompressionNone:
+		block = body
+	case CompressionZstd:
+		dec, err := c.zstdDecoder()
+		if err != nil {
+			return nil, err
+		}
+		if block, err = dec.DecodeAll(body, make([]byte, 0, rawLen)); err != nil {
+			return nil, corrupt(fmt.Sprintf("decompress zstd: %v", err))
+		}
+	case CompressionS2:
+		// The block states its own length first: check it against the header before allocating.
+		n, err := s2.DecodedLen(body)
+		if err != nil {
+			return nil, corrupt(fmt.Sprintf("decompress s2: %v", err))
+		}
+		if uint64(n) != rawLen {
+			return nil, corrupt(fmt.Sprintf("decompressed %d bytes, header says %d", n, rawLen))
+		}
+		if block, err = s2.Decode(make([]byte, n), body); err != nil {
+			return nil, corrupt(fmt.Sprintf("decompress s2: %v", err))
+		}
+	default:
+		return nil, corrupt(fmt.Sprintf("unknown compression codec %d", b[5]))
 	}
 	if uint64(len(block)) != rawLen {
 		return nil, corrupt(fmt.Sprintf("decompressed %d bytes, header says %d", len(block), rawLen))

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 )
+
+var allCompressions = []Compression{CompressionS2, CompressionZstd, CompressionNone}
 
 func TestSegmentRoundTrip(t *testing.T) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
@@ -37,54 +40,133 @@ func TestSegmentRoundTrip(t *testing.T) {
 		{"unicode stream name and empty data", []Frame{{Kind: FrameBatch, Stream: "sales.überweisungen", Rows: 0, Data: nil}}},
 		{"1 MiB of data", []Frame{{Kind: FrameBatch, Stream: "s", Rows: 1, Data: big}}},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b, err := EncodeSegment(tt.frames)
+	for _, comp := range allCompressions {
+		for _, tt := range tests {
+			t.Run(comp.String()+"/"+tt.name, func(t *testing.T) {
+				b, err := EncodeSegmentWith(comp, tt.frames)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(b[:4]) != segmentMagic || Compression(b[5]) != comp {
+					t.Fatalf("segment starts with %q, codec byte %d (want %d)", b[:4], b[5], comp)
+				}
+				got, err := DecodeSegment(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !framesEqual(got, tt.frames) {
+					t.Fatalf("round trip changed frames: got %d frames, want %d", len(got), len(tt.frames))
+				}
+			})
+		}
+	}
+}
+
+// A codec's encode reuses its buffers: a segment must come out the same whatever was encoded before it, and
+// the header of a reused buffer must not keep bytes of the previous segment.
+func TestCodecReuse(t *testing.T) {
+	small := []Frame{batchFrame(t, "a", 3, 1)}
+	large := []Frame{batchFrame(t, "a", 3000, 2), batchFrame(t, "b", 500, 3)}
+	for _, comp := range allCompressions {
+		t.Run(comp.String(), func(t *testing.T) {
+			c, err := newCodec(comp, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if string(b[:4]) != segmentMagic {
-				t.Fatalf("segment starts with %q", b[:4])
-			}
-			got, err := DecodeSegment(b)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !framesEqual(got, tt.frames) {
-				t.Fatalf("round trip changed frames: got %d frames, want %d", len(got), len(tt.frames))
+			defer c.close()
+			for i, frames := range [][]Frame{large, small, large, small} {
+				want, err := EncodeSegmentWith(comp, frames)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := c.encode(frames)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("segment %d: a reused codec wrote %d bytes that differ from a fresh one's %d", i, len(got), len(want))
+				}
+				back, err := c.decode(got)
+				if err != nil || !framesEqual(back, frames) {
+					t.Fatalf("segment %d: decode: %v", i, err)
+				}
 			}
 		})
 	}
 }
 
-func TestDecodeSegmentDamage(t *testing.T) {
-	good, err := EncodeSegment([]Frame{batchFrame(t, "public.orders", 200, 7), batchFrame(t, "public.lines", 50, 8)})
+// A segment written before S2 existed (zstd, by the code of commit a9f0b25) still reads.
+func TestDecodeSegmentWrittenBeforeS2(t *testing.T) {
+	b, err := os.ReadFile("testdata/zstd-before-s2.seg")
 	if err != nil {
 		t.Fatal(err)
 	}
-	mutate := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
-	tests := []struct {
-		name string
-		b    []byte
-		want string
-	}{
-		{"empty", nil, "shorter than its 24-byte header"},
-		{"header only", good[:headerSize], "decompressed 0 bytes"},
-		{"truncated body", good[:len(good)-10], "decompress"},
-		{"bad magic", mutate(func(b []byte) []byte { b[0] = 'X'; return b }), "bad magic"},
-		{"future version", mutate(func(b []byte) []byte { b[4] = 9; return b }), "unsupported segment version 9"},
-		{"unknown codec", mutate(func(b []byte) []byte { b[5] = 7; return b }), "unknown compression codec 7"},
-		{"wrong block crc", mutate(func(b []byte) []byte { b[16] ^= 1; return b }), "frame block crc mismatch"},
-		{"huge length", mutate(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[8:], 1<<40); return b }), "limit"},
-		{"too many frames", mutate(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[20:], 1<<30); return b }), "frames in"},
-		{"one frame missing from count", mutate(func(b []byte) []byte { b[20]--; return b }), "after the last of 1 frames"},
-		{"flipped compressed byte", mutate(func(b []byte) []byte { b[len(b)/2] ^= 0x40; return b }), ""},
+	got, err := DecodeSegment(b)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := DecodeSegment(tt.b)
-			wantErr(t, err, ErrCorrupt, tt.want)
+	want := []Frame{
+		{Kind: FrameBatch, Stream: "public.orders", Rows: 3, Data: bytes.Repeat([]byte("written before s2 "), 100)},
+		{Kind: FrameTruncate, Stream: "public.orders"},
+		{Kind: FrameResnapshot, Stream: "public.lines", Data: []byte{1}},
+	}
+	if Compression(b[5]) != CompressionZstd || !framesEqual(got, want) {
+		t.Fatalf("codec %d, frames %+v", b[5], got)
+	}
+}
+
+func TestDecodeSegmentDamage(t *testing.T) {
+	for _, comp := range allCompressions {
+		t.Run(comp.String(), func(t *testing.T) {
+			good, err := EncodeSegmentWith(comp, []Frame{batchFrame(t, "public.orders", 200, 7), batchFrame(t, "public.lines", 50, 8)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mutate := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(good)) }
+			// What a damaged body reports differs by codec: zstd and S2 fail to decompress, a stored block is
+			// simply shorter than its header says.
+			bodyErr := map[Compression]string{CompressionZstd: "decompress zstd", CompressionS2: "decompress s2", CompressionNone: "decompressed"}[comp]
+			headerOnly := "decompressed 0 bytes"
+			if comp == CompressionS2 {
+				headerOnly = "decompress s2" // an S2 block starts with its length, absent here
+			}
+			tests := []struct {
+				name string
+				b    []byte
+				want string
+			}{
+				{"empty", nil, "shorter than its 24-byte header"},
+				{"header only", good[:headerSize], headerOnly},
+				{"truncated body", good[:len(good)-10], bodyErr},
+				{"bad magic", mutate(func(b []byte) []byte { b[0] = 'X'; return b }), "bad magic"},
+				{"future version", mutate(func(b []byte) []byte { b[4] = 9; return b }), "unsupported segment version 9"},
+				{"unknown codec", mutate(func(b []byte) []byte { b[5] = 7; return b }), "unknown compression codec 7"},
+				{"wrong block crc", mutate(func(b []byte) []byte { b[16] ^= 1; return b }), "frame block crc mismatch"},
+				{"huge length", mutate(func(b []byte) []byte { binary.LittleEndian.PutUint64(b[8:], 1<<40); return b }), "limit"},
+				{"too many frames", mutate(func(b []byte) []byte { binary.LittleEndian.PutUint32(b[20:], 1<<30); return b }), "frames in"},
+				{"one frame missing from count", mutate(func(b []byte) []byte { b[20]--; return b }), "after the last of 1 frames"},
+				{"flipped body byte", mutate(func(b []byte) []byte { b[headerSize+(len(b)-headerSize)/2] ^= 0x40; return b }), ""},
+				{"flipped last byte", mutate(func(b []byte) []byte { b[len(b)-1] ^= 0x01; return b }), ""},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					_, err := DecodeSegment(tt.b)
+					wantErr(t, err, ErrCorrupt, tt.want)
+				})
+			}
 		})
+	}
+}
+
+func TestParseCompression(t *testing.T) {
+	for _, name := range CompressionNames {
+		c, err := ParseCompression(name)
+		if err != nil || c.String() != name {
+			t.Errorf("ParseCompression(%q) = %v, %v", name, c, err)
+		}
+	}
+	if _, err := ParseCompression("lz4"); err == nil || !strings.Contains(err.Error(), `"lz4" (want one of s2, zstd, none)`) {
+		t.Fatalf("lz4: %v", err)
 	}
 }
 

@@ -30,6 +30,9 @@ type Options struct {
 	// is higher (writing a fence entry, as after an expiry); an equal Epoch follows the usual rules. The local
 	// backend, whose flock already excludes a second writer, ignores it.
 	Epoch uint64
+	// Compression names the codec new segments are written with: "s2" (the default, also for ""), "zstd" or
+	// "none" (ParseCompression). Segments of every codec are read whatever it says.
+	Compression string
 }
 
 // Head summarises the log.
@@ -96,6 +99,13 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Log, error) {
 		host, _ := os.Hostname()
 		opts.Owner = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
+	comp := DefaultCompression
+	if opts.Compression != "" {
+		var err error
+		if comp, err = ParseCompression(opts.Compression); err != nil {
+			return nil, fmt.Errorf("wal %s: %w", rawURL, err)
+		}
+	}
 	lg := opts.Logger
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
@@ -137,7 +147,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Log, error) {
 	default:
 		return nil, fmt.Errorf("wal url %q: unsupported scheme %q (want file or s3)", rawURL, u.Scheme)
 	}
-	c, err := newCodec(4)
+	c, err := newCodec(comp, 4)
 	if err != nil {
 		return nil, err
 	}
