@@ -180,7 +180,12 @@ func startPlugin(ctx context.Context, path string) *client.Client {
 		log.Fatalf("%v (run `make build` first)", err)
 	}
 	sum := sha256.Sum256(b)
-	c, err := client.Start(ctx, client.Config{Path: path, SHA256: sum[:]})
+	cfg := client.Config{Path: path, SHA256: sum[:]}
+	if prof := os.Getenv("SKIPPR_PLUGIN_CPUPROFILE"); prof != "" {
+		// The plugin writes its CPU profile there when stopped (plugins/mysql has the hook); the last one wins.
+		cfg.Env = []string{"SKIPPR_PLUGIN_CPUPROFILE=" + prof}
+	}
+	c, err := client.Start(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -391,7 +391,12 @@ func startWALRun(ctx context.Context, bin, name, compression string, settings, c
 			},
 		})
 		l.Close()
-		os.RemoveAll(walDir)
+		if os.Getenv("SKIPPR_BENCH_KEEP_WAL") != "" {
+			// For engine/wal's BenchmarkCodecs (SKIPPR_WAL_BENCH_DIR): the segments of a real run.
+			log.Printf("kept the WAL of %s at %s", name, walDir)
+		} else {
+			os.RemoveAll(walDir)
+		}
 		w.done <- err
 	}()
 	return w, nil

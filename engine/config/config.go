@@ -193,7 +193,9 @@ type WALConfig struct {
 	// MaxUnappliedBytes bounds committed-but-not-applied WAL bytes; the source is
 	// back-pressured beyond it.
 	MaxUnappliedBytes int64
-	Pos               Pos
+	// Compression is the codec new WAL segments are written with: s2 (default), zstd or none.
+	Compression string
+	Pos         Pos
 }
 
 // S3Config tunes the S3 client for an s3:// WAL. Zero values defer to the AWS SDK's

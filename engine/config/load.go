@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-version"
 	"gopkg.in/yaml.v3"
 
+	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/internal/suggest"
 )
 
@@ -400,7 +401,8 @@ func (l *loader) wal(w *WALConfig, e entry) {
 	w.Pos = e.pos
 	w.GroupCommit = GroupCommit{MaxBytes: DefaultGroupCommitMaxBytes, MaxDelay: DefaultGroupCommitMaxDelay}
 	w.MaxUnappliedBytes = DefaultMaxUnappliedBytes
-	o := l.object(e.val, e.path, e.pos, "url", "s3", "group_commit", "max_unapplied_bytes")
+	w.Compression = wal.DefaultCompression.String()
+	o := l.object(e.val, e.path, e.pos, "url", "s3", "group_commit", "max_unapplied_bytes", "compression")
 	if !o.ok {
 		return
 	}
@@ -443,6 +445,13 @@ func (l *loader) wal(w *WALConfig, e entry) {
 		}
 		w.S3.Region, _, _, _ = so.str("region")
 		w.S3.PathStyle, _, _ = so.boolean("path_style")
+	}
+	if c, s, ce, ok := o.str("compression"); ok {
+		if _, err := wal.ParseCompression(c); err != nil {
+			l.errorf(ce.pos, ce.path, "%s is not one of %s", s.show(), strings.Join(wal.CompressionNames, ", "))
+		} else {
+			w.Compression = c
+		}
 	}
 	gce := o.by["group_commit"]
 	gc := l.object(gce.val, gce.path, gce.pos, "max_bytes", "max_delay")

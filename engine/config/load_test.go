@@ -74,6 +74,7 @@ pipelines:
     wal:
       url: s3://skippr-wal/audit/
       s3: { endpoint: http://127.0.0.1:9000 }
+      compression: zstd          # s2 (default), zstd or none
     apply: { paused: true }
 `
 
@@ -139,6 +140,7 @@ func TestLoadFull(t *testing.T) {
 			S3:                S3Config{Endpoint: "http://127.0.0.1:9000", Region: "us-east-1", PathStyle: true},
 			GroupCommit:       GroupCommit{MaxBytes: 8 << 20, MaxDelay: 200 * time.Millisecond},
 			MaxUnappliedBytes: 1 << 30,
+			Compression:       "s2",
 			Pos:               at(23, 5),
 		},
 		Pos: at(18, 3),
@@ -149,7 +151,7 @@ func TestLoadFull(t *testing.T) {
 	audit, _ := cfg.Pipeline("audit")
 	if audit.Delivery != AtLeastOnce || !audit.Apply.Paused || !reflect.DeepEqual(audit.Destinations, []string{"sink"}) ||
 		audit.WAL.Scheme != "s3" || audit.WAL.Bucket != "skippr-wal" || audit.WAL.Prefix != "audit" ||
-		audit.WAL.URL != "s3://skippr-wal/audit" || audit.WAL.S3.Region != "" || audit.WAL.S3.PathStyle {
+		audit.WAL.URL != "s3://skippr-wal/audit" || audit.WAL.S3.Region != "" || audit.WAL.S3.PathStyle || audit.WAL.Compression != "zstd" {
 		t.Errorf("audit = %+v", audit)
 	}
 
@@ -160,7 +162,8 @@ func TestLoadFull(t *testing.T) {
 		"pipelines.orders.delivery":                   at(22, 5),
 		"pipelines.orders.streams[1]":                 at(21, 23),
 		"pipelines.orders.wal.group_commit.max_delay": at(26, 40),
-		"pipelines.audit.apply.paused":                at(36, 14),
+		"pipelines.audit.wal.compression":             at(36, 7),
+		"pipelines.audit.apply.paused":                at(37, 14),
 	} {
 		if got, ok := cfg.Pos(key); !ok || got != want {
 			t.Errorf("Pos(%s) = %v, %v; want %v", key, got, ok, want)
@@ -203,6 +206,7 @@ pipelines:
 		Dir:               filepath.Join(dir, "state", "wal"),
 		GroupCommit:       GroupCommit{MaxBytes: DefaultGroupCommitMaxBytes, MaxDelay: DefaultGroupCommitMaxDelay},
 		MaxUnappliedBytes: DefaultMaxUnappliedBytes,
+		Compression:       "s2",
 		Pos:               Pos{File: path, Line: 8, Column: 5},
 	}
 	if !reflect.DeepEqual(p.WAL, want) {
@@ -395,6 +399,11 @@ func TestLoadErrors(t *testing.T) {
 				`FILE:9:7: pipelines.orders.wal.url: the value of "${WAL_URL}": unsupported scheme (want file:// or s3://, or a plain path)`,
 				`FILE:10:7: pipelines.orders.wal.max_unapplied_bytes: the value of "${MAXU}" is not a size: unknown unit (use B, KiB, MiB, GiB or TiB)`,
 			},
+		},
+		{
+			name: "unknown WAL compression",
+			body: strings.Replace(base, "wal: {url: wal}", "wal:\n      url: wal\n      compression: lz4", 1),
+			want: []string{`FILE:10:7: pipelines.orders.wal.compression: "lz4" is not one of s2, zstd, none`},
 		},
 		{
 			name: "bad size unit",

@@ -206,3 +206,73 @@ func BenchmarkCommitUnderReclaim(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCodecs encodes and decodes the same entries with each codec: CPU per row and stored bytes per row,
+// the figures that chose DefaultCompression (BENCHMARKS.md, WAL codecs). The entries are those of a real run
+// when SKIPPR_WAL_BENCH_DIR names a local WAL directory (bench/ keeps its WALs with SKIPPR_BENCH_KEEP_WAL=1),
+// else 8 MiB of the synthetic order-like batches.
+func BenchmarkCodecs(b *testing.B) {
+	var entries [][]Frame
+	if dir := os.Getenv("SKIPPR_WAL_BENCH_DIR"); dir != "" {
+		l := mustOpen(b, "file://"+dir, Options{})
+		for _, rec := range mustEntries(b, l, 0) {
+			frames, err := l.ReadSegment(ctxT(b), rec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(frames) > 0 {
+				entries = append(entries, frames)
+			}
+		}
+	} else {
+		frames, _ := benchFrames(b, 8<<20)
+		entries = [][]Frame{frames}
+	}
+	var rows, raw int64
+	for _, frames := range entries {
+		for _, f := range frames {
+			rows += f.Rows
+			raw += int64(len(f.Data))
+		}
+	}
+	if rows == 0 {
+		b.Fatal("no rows in the entries")
+	}
+	for _, comp := range []Compression{CompressionZstd, CompressionS2, CompressionNone} {
+		c, err := newCodec(comp, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, op := range []string{"encode", "decode"} {
+			b.Run(comp.String()+"/"+op, func(b *testing.B) {
+				segs := make([][]byte, len(entries))
+				var stored int64
+				for i, frames := range entries {
+					seg, err := c.encode(frames)
+					if err != nil {
+						b.Fatal(err)
+					}
+					segs[i] = slices.Clone(seg)
+					stored += int64(len(seg))
+				}
+				b.SetBytes(raw)
+				b.ResetTimer()
+				for range b.N {
+					for i, frames := range entries {
+						if op == "encode" {
+							if _, err := c.encode(frames); err != nil {
+								b.Fatal(err)
+							}
+						} else if _, err := c.decode(segs[i]); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(rows), "ns/row")
+				b.ReportMetric(float64(stored)/float64(rows), "stored-B/row")
+				b.ReportMetric(float64(raw)/float64(rows), "ipc-B/row")
+			})
+		}
+		c.close()
+	}
+}

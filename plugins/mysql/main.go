@@ -5,6 +5,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"os"
+	"runtime/pprof"
 
 	vtlog "vitess.io/vitess/go/vt/log"
 
@@ -39,5 +42,27 @@ func main() {
 	// standard log package to it too; both go to the plugin's slog logger instead (serve points the standard
 	// log package at slog), whose lines the host understands.
 	vtlog.SwapLogger(serve.Logger("mysql"))
+	if path := os.Getenv("SKIPPR_PLUGIN_CPUPROFILE"); path != "" {
+		defer cpuProfile(path)()
+	}
 	serve.Serve(&plugin{Source: source.New()})
+}
+
+// cpuProfile profiles the plugin until the returned function runs: when the host stops the plugin (bench/
+// reads the per-row cost of the snapshot path so). A profile that cannot start is logged, not fatal.
+func cpuProfile(path string) func() {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		slog.Error("cpu profile", "path", path, "err", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			slog.Error("cpu profile", "path", path, "err", err)
+		}
+	}
 }
