@@ -313,7 +313,7 @@ func openWAL(ctx context.Context, p *config.Pipeline, log *slog.Logger) (*wal.Lo
 
 // openWALEpoch opens the WAL for a writer whose epoch an election chose (fleet mode), or 0.
 func openWALEpoch(ctx context.Context, p *config.Pipeline, log *slog.Logger, epoch uint64) (*wal.Log, error) {
-	opts := wal.Options{Logger: log, Epoch: epoch, S3: wal.S3Options{
+	opts := wal.Options{Logger: log, Epoch: epoch, Compression: p.WAL.Compression, S3: wal.S3Options{
 		Endpoint: p.WAL.S3.Endpoint, Region: p.WAL.S3.Region, PathStyle: p.WAL.S3.PathStyle,
 		AccessKeyID: os.Getenv("AWS_ACCESS_KEY_ID"), SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
 	}}

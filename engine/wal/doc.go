@@ -30,17 +30,33 @@
 //
 // # Segment
 //
-// A segment is a 24-byte header followed by one zstd stream (RFC 8878, with
-// the zstd content checksum) of the frame block. All integers little-endian.
+// A segment is a 24-byte header followed by the body: the frame block as
+// the header's codec stores it. All integers little-endian.
 //
 //	offset size field
 //	0      4    magic "SKWL"
 //	4      1    version = 1
-//	5      1    codec = 1 (zstd)
+//	5      1    codec: 0 = none, 1 = zstd, 2 = s2
 //	6      2    reserved, 0
 //	8      8    length of the decompressed frame block (at most 4 GiB)
 //	16     4    CRC-32C (Castagnoli) of the decompressed frame block
 //	20     4    number of frames
+//
+// Codecs:
+//
+//	0 none  the body is the frame block itself
+//	1 zstd  one zstd stream (RFC 8878, with the zstd content checksum); the only codec before 2 and 0
+//	2 s2    one S2 block (github.com/klauspost/compress/s2, the block format: the uvarint
+//	        decompressed length, then the compressed data; no checksum of its own)
+//
+// A writer uses one codec for its segments (Options.Compression, default s2);
+// readers read every codec whatever their own setting, so a log may mix them
+// (written under one setting, continued under another). Codecs 0 and 2 came
+// under the same segment version as zstd: a reader older than them refuses
+// such a segment as corrupt (unknown compression codec) rather than misread it.
+// Whatever the codec, the header's CRC-32C covers the decompressed frame block
+// and the commit record's covers the stored object, so damage is ErrCorrupt
+// either way (S2 and none carry no checksum of their own).
 //
 // The frame block is the frames back to back, each:
 //
@@ -73,7 +89,7 @@
 //
 //	seq         entry sequence number (equal to the number in the object name)
 //	segment     segment object name relative to the root ("segments/…"); "" for a fence entry
-//	crc32c      CRC-32C of the segment object's bytes as stored (header and compressed stream)
+//	crc32c      CRC-32C of the segment object's bytes as stored (header and body)
 //	size        size in bytes of the segment object as stored
 //	rows        rows per stream (streams with only schema or truncate frames appear with 0)
 //	schema_ids  per stream, an opaque id of the schema in force after the entry
