@@ -48,43 +48,50 @@ func writeFsync(path string, frames []Frame) error {
 	return f.Close()
 }
 
-// BenchmarkLocalAppend compares Commit (frame, zstd, CRC, write+fsync+rename
+// BenchmarkLocalAppend compares Commit (frame, compress with zstd or S2, CRC, write+fsync+rename
 // the segment, fsync dir, write+fsync+link the record, fsync dir) with a plain
 // write+fsync of the same payload, interleaved in the same run. MB/s are of
 // payload (uncompressed Arrow IPC) bytes.
 func BenchmarkLocalAppend(b *testing.B) {
 	for _, size := range []int{1 << 20, 8 << 20} {
-		b.Run(fmt.Sprintf("%dMiB", size>>20), func(b *testing.B) {
-			frames, payload := benchFrames(b, size)
-			dir := b.TempDir()
-			l := mustAcquire(b, "file://"+filepath.Join(dir, "wal"), Options{Owner: "bench"})
-			plain := filepath.Join(dir, "plain")
-			var walTime, fileTime time.Duration
-			var stored int64
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				rec, err := l.Commit(ctxT(b), frames, []byte("ckpt"))
-				if err != nil {
-					b.Fatal(err)
-				}
-				walTime += time.Since(t0)
-				stored += rec.Size
-
-				t1 := time.Now()
-				if err := writeFsync(plain, frames); err != nil {
-					b.Fatal(err)
-				}
-				fileTime += time.Since(t1)
-				os.Remove(plain)
-			}
-			b.StopTimer()
-			mb := float64(payload) * float64(b.N) / 1e6
-			b.ReportMetric(mb/walTime.Seconds(), "wal-MB/s")
-			b.ReportMetric(mb/fileTime.Seconds(), "fsync-file-MB/s")
-			b.ReportMetric(float64(stored)/(float64(payload)*float64(b.N)), "stored/payload")
-		})
+		for _, comp := range []string{"zstd", "s2"} {
+			b.Run(fmt.Sprintf("%dMiB/%s", size>>20, comp), func(b *testing.B) {
+				localAppend(b, size, comp)
+			})
+		}
 	}
+}
+
+// localAppend is one BenchmarkLocalAppend case: entries of size payload bytes, segments written with comp.
+func localAppend(b *testing.B, size int, comp string) {
+	frames, payload := benchFrames(b, size)
+	dir := b.TempDir()
+	l := mustAcquire(b, "file://"+filepath.Join(dir, "wal"), Options{Owner: "bench", Compression: comp})
+	plain := filepath.Join(dir, "plain")
+	var walTime, fileTime time.Duration
+	var stored int64
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		rec, err := l.Commit(ctxT(b), frames, []byte("ckpt"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		walTime += time.Since(t0)
+		stored += rec.Size
+
+		t1 := time.Now()
+		if err := writeFsync(plain, frames); err != nil {
+			b.Fatal(err)
+		}
+		fileTime += time.Since(t1)
+		os.Remove(plain)
+	}
+	b.StopTimer()
+	mb := float64(payload) * float64(b.N) / 1e6
+	b.ReportMetric(mb/walTime.Seconds(), "wal-MB/s")
+	b.ReportMetric(mb/fileTime.Seconds(), "fsync-file-MB/s")
+	b.ReportMetric(float64(stored)/(float64(payload)*float64(b.N)), "stored/payload")
 }
 
 // BenchmarkCommitLatency measures single Commit calls of a 1000-row batch.
