@@ -448,7 +448,7 @@ func (l *loader) wal(w *WALConfig, e entry) {
 	}
 	if c, s, ce, ok := o.str("compression"); ok {
 		if _, err := wal.ParseCompression(c); err != nil {
-			l.errorf(ce.pos, ce.path, "%s is not one of %s", s.show(), strings.Join(wal.CompressionNames, ", "))
+			l.errorf(ce.pos, ce.path, "%s is not one of %s", s.show(), strings.Join(wal.CompressionNames(), ", "))
 		} else {
 			w.Compression = c
 		}

@@ -95,7 +95,7 @@ const (
 const DefaultCompression = CompressionS2
 
 // CompressionNames lists the names ParseCompression accepts, in the order messages show them.
-var CompressionNames = []string{"s2", "zstd", "none"}
+func CompressionNames() []string { return []string{"s2", "zstd", "none"} }
 
 // ParseCompression maps a configuration name (s2, zstd or none) to its codec.
 func ParseCompression(name string) (Compression, error) {
@@ -107,7 +107,7 @@ func ParseCompression(name string) (Compression, error) {
 	case "none":
 		return CompressionNone, nil
 	}
-	return 0, fmt.Errorf("unknown WAL compression %q (want one of %s)", name, strings.Join(CompressionNames, ", "))
+	return 0, fmt.Errorf("unknown WAL compression %q (want one of %s)", name, strings.Join(CompressionNames(), ", "))
 }
 
 func (c Compression) String() string {

@@ -159,7 +159,7 @@ func TestDecodeSegmentDamage(t *testing.T) {
 }
 
 func TestParseCompression(t *testing.T) {
-	for _, name := range CompressionNames {
+	for _, name := range CompressionNames() {
 		c, err := ParseCompression(name)
 		if err != nil || c.String() != name {
 			t.Errorf("ParseCompression(%q) = %v, %v", name, c, err)
