@@ -42,34 +42,19 @@ func BenchmarkAppendRow(b *testing.B) {
 			sqltypes.MakeTrusted(querypb.Type_INT8, fmt.Appendf(nil, "%d", i%2)),
 		}
 	}
-	// One builder for every batch, as readTable keeps it; "grow" is how readTable filled it before it reserved
-	// each string column's bytes of the previous batch ("reserve").
-	for _, reserve := range []bool{false, true} {
-		name := "grow"
-		if reserve {
-			name = "reserve"
-		}
-		b.Run(name, func(b *testing.B) {
-			r := &reader{cfg: config.Settings{ZeroDate: config.ZeroDateError}, mem: mempool.New()}
-			rb := array.NewRecordBuilder(r.mem, t.Schema)
-			defer rb.Release()
-			var sizes []int
-			b.ReportAllocs()
-			b.ResetTimer()
-			for n := 0; n < b.N; n += len(rows) {
-				rb.Reserve(len(rows))
-				if reserve {
-					reserveData(rb, sizes)
-				}
-				for _, row := range rows {
-					if err := r.appendRow(rb, t, row, change.OpRead, ""); err != nil {
-						b.Fatal(err)
-					}
-				}
-				sizes = dataSizes(rb, sizes)
-				rb.NewRecordBatch().Release()
+	r := &reader{cfg: config.Settings{ZeroDate: config.ZeroDateError}, mem: mempool.New()}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n += len(rows) {
+		rb := array.NewRecordBuilder(r.mem, t.Schema)
+		rb.Reserve(len(rows))
+		for _, row := range rows {
+			if err := r.appendRow(rb, t, row, change.OpRead, ""); err != nil {
+				b.Fatal(err)
 			}
-		})
+		}
+		rb.NewRecordBatch().Release()
+		rb.Release()
 	}
 }
 

@@ -491,9 +491,6 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 		rb  *array.RecordBuilder
 		n   int
 		row []sqltypes.Value
-		// sizes are the value bytes of each variable-width column in the last batch: the next batch reserves
-		// them at once instead of growing (and copying) its buffers by doubling row by row.
-		sizes []int
 		// last is the key of the last row appended. Each FetchNext refills row's slice (no slice per row), but
 		// the values point into that row's own packet, which stays as it is.
 		last = make([][]byte, len(t.Key))
@@ -512,7 +509,6 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 		if row == nil || n == r.cfg.BatchSize {
 			c := chunk{rows: n, done: row == nil}
 			if n > 0 {
-				sizes = dataSizes(rb, sizes)
 				c.rec = rb.NewRecordBatch()
 				c.last = make([]string, len(t.Key))
 				for i, k := range t.Key {
@@ -527,7 +523,6 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 			}
 			n = 0
 			rb.Reserve(r.cfg.BatchSize)
-			reserveData(rb, sizes)
 		}
 		if rb == nil {
 			rb = array.NewRecordBuilder(r.mem, t.Schema)
@@ -539,34 +534,6 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 		n++
 		for i, k := range t.Key {
 			last[i] = row[k].Raw()
-		}
-	}
-}
-
-// dataBuilder is a builder of variable-width values (strings, binary, JSON text).
-type dataBuilder interface {
-	DataLen() int
-	ReserveData(int)
-}
-
-// dataSizes returns the value bytes each column of rb holds (0 for fixed-width columns), reusing sizes.
-func dataSizes(rb *array.RecordBuilder, sizes []int) []int {
-	sizes = sizes[:0]
-	for _, f := range rb.Fields() {
-		n := 0
-		if db, ok := f.(dataBuilder); ok {
-			n = db.DataLen()
-		}
-		sizes = append(sizes, n)
-	}
-	return sizes
-}
-
-// reserveData reserves sizes[i] value bytes in each variable-width column of rb (sizes from dataSizes).
-func reserveData(rb *array.RecordBuilder, sizes []int) {
-	for i, f := range rb.Fields() {
-		if db, ok := f.(dataBuilder); ok && i < len(sizes) && sizes[i] > 0 {
-			db.ReserveData(sizes[i])
 		}
 	}
 }
