@@ -134,6 +134,17 @@ pipelines:
 	}
 	sameTable(t, want, got)
 	t.Logf("%d SIGKILLs during the re-snapshot; %d rows equal in source and destination", kills, len(want))
+
+	// Removing the pipeline deletes its watermark row; the table stays for other pipelines.
+	if n := len(m.rows("SELECT reader, mark FROM shop.skippr_watermarks")); n != 1 {
+		t.Fatalf("watermark rows before teardown: %d, want this pipeline's one", n)
+	}
+	if r := e.mustRun("teardown", "orders"); !strings.Contains(r.stdout, "released watermark row of reader ") {
+		t.Fatalf("teardown: %s", r.stdout)
+	}
+	if n := len(m.rows("SELECT reader, mark FROM shop.skippr_watermarks")); n != 0 {
+		t.Fatalf("watermark rows after teardown: %d, want none", n)
+	}
 }
 
 // startHotWriter runs UPDATE shop.orders SET n = n + 1 WHERE id % 1000 = k for k = 0, 1, 2, … until stopped.

@@ -31,10 +31,9 @@ func (p *plugin) Spec() serve.Spec {
 
 func (p *plugin) Check(ctx context.Context, raw json.RawMessage) error { return source.Check(ctx, raw) }
 
-// Teardown has nothing to release: a binlog reader holds nothing on the server (no slot; the server keeps
-// its binary log by its own retention).
+// Teardown deletes the pipeline's row of the re-snapshot watermark table; nothing else is held on the server.
 func (p *plugin) Teardown(ctx context.Context, raw json.RawMessage) ([]string, error) {
-	return nil, nil
+	return source.Teardown(ctx, raw)
 }
 
 func main() {
