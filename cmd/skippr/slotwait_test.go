@@ -1,0 +1,288 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+// Creating a logical replication slot waits for every transaction that held a transaction id when it began
+// (plugins/postgres/source/slotwait.go). These tests hold one open — a session that inserted a row and went
+// idle in transaction — while the postgres source creates a slot, on a real server through real plugin
+// processes.
+
+// slotWaitEnv is a pipeline "orders" from src (tables in mode: append) into a Postgres destination, and a way to
+// hold a transaction open on src.
+type slotWaitEnv struct {
+	*env
+	src, dst *pgtest.DB
+	settings string // extra source settings, "key: value, …"
+}
+
+func newSlotWaitEnv(t *testing.T, src *pgtest.DB, settings string) *slotWaitEnv {
+	t.Helper()
+	dst := pgtest.NewDB(t)
+	src.Exec(t, `CREATE TABLE a (v int, note text); INSERT INTO a SELECT i % 100, 'a' FROM generate_series(1, 3000) i;
+		CREATE TABLE b (v int, note text); INSERT INTO b SELECT i % 70, 'b' FROM generate_series(1, 20000) i;
+		CREATE TABLE held (v int)`)
+	return &slotWaitEnv{env: newEnvWith(t, "postgres"), src: src, dst: dst, settings: settings}
+}
+
+// config writes the pipeline with tables (all in mode: append).
+func (e *slotWaitEnv) config(tables ...string) {
+	var opts []string
+	for _, t := range tables {
+		opts = append(opts, t+": { mode: append }")
+	}
+	s := e.src.Server
+	e.writeConfig(fmt.Sprintf(`connections:
+  src:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[3]s, sslmode: disable, tables: [%[6]s], slot: waits, publication: waits, batch_size: 500, table_options: { %[7]s }%[8]s }
+  dst:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %[9]s, port: %[10]d, user: postgres, database: %[4]s, sslmode: disable }
+pipelines:
+  orders:
+    source: src
+    destinations: [dst]
+    wal:
+      url: file://%[5]s
+      group_commit: { max_bytes: 64KiB, max_delay: 50ms }
+`, s.Host, s.Port, e.src.Name, e.dst.Name, filepath.Join(e.dir, "wal"), strings.Join(tables, ", "), strings.Join(opts, ", "), e.settings,
+		e.dst.Server.Host, e.dst.Server.Port))
+}
+
+// holdTransaction opens a session named slotwait_blocker that inserts a row and stays idle in transaction; it
+// returns the transaction and its backend's pid.
+func (e *slotWaitEnv) holdTransaction(ctx context.Context) (pgx.Tx, int32) {
+	t := e.t
+	t.Helper()
+	c, err := pgx.Connect(ctx, e.src.ConnString()+" application_name=slotwait_blocker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int32
+	if err := tx.QueryRow(ctx, `INSERT INTO held VALUES (1) RETURNING pg_backend_pid()`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return tx, pid
+}
+
+// sameRows fails unless table holds the same rows (as multisets) in the source and the destination.
+func (e *slotWaitEnv) sameRows(ctx context.Context, table string) {
+	t := e.t
+	t.Helper()
+	count := func(db *pgtest.DB) map[string]int {
+		rows, err := db.Connect(t).Query(ctx, `SELECT v::text || '|' || note, count(*)::int FROM `+table+` GROUP BY 1`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (struct {
+			k string
+			n int
+		}, error) {
+			var x struct {
+				k string
+				n int
+			}
+			err := r.Scan(&x.k, &x.n)
+			return x, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int{}
+		for _, x := range out {
+			m[x.k] = x.n
+		}
+		return m
+	}
+	want := count(e.src)
+	compareMultisets(t, "destination's "+table, want, count(e.dst))
+	total := 0
+	for _, n := range want {
+		total += n
+	}
+	t.Logf("%s: %d rows equal as multisets in source and destination", table, total)
+}
+
+// sourceWaiting is what `skippr status --json` says the source of pipeline orders waits for ("" when nothing).
+func (e *slotWaitEnv) sourceWaiting() string {
+	e.t.Helper()
+	var out []struct {
+		Live *struct {
+			Source struct {
+				Waiting string `json:"waiting"`
+			} `json:"source"`
+		} `json:"live"`
+	}
+	r := e.run("status", "--json", "orders")
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || len(out) != 1 {
+		e.t.Fatalf("status --json: %v\n%s", err, r.stdout)
+	}
+	if out[0].Live == nil {
+		return ""
+	}
+	return out[0].Live.Source.Waiting
+}
+
+// TestSlotWaitNamesBlockerThenCopies: a table in mode: append added to a running pipeline is copied under a
+// temporary slot, whose creation waits for a session idle in transaction. Within a bounded time the log and
+// `skippr status` name that session's pid and application with the fix; rows inserted meanwhile are carried;
+// once the session commits, the copy proceeds and the destination equals the source row by row, and status no
+// longer shows the wait.
+func TestSlotWaitNamesBlockerThenCopies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	e := newSlotWaitEnv(t, pgtest.NewDB(t), "")
+	e.config("public.a")
+	e.mustRun("sync", "--once")
+
+	tx, pid := e.holdTransaction(ctx)
+	defer tx.Rollback(context.Background())
+	e.config("public.a", "public.b")
+	cmd := e.cmd(ctx, "sync", "--once")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	start := time.Now()
+	wantPID := fmt.Sprintf("pid %d", pid)
+	var waiting string
+	for deadline := start.Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			t.Fatalf("sync --once ended while a transaction held the copy's slot back (%v):\n%s", err, stderr.String())
+		default:
+		}
+		if waiting = e.sourceWaiting(); strings.Contains(waiting, wantPID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			t.Fatalf("status never named the blocking %s; last %q:\n%s", wantPID, waiting, stderr.String())
+		}
+	}
+	shown := time.Since(start)
+	for _, s := range []string{`application "slotwait_blocker"`, "state idle in transaction", "before copying public.b", fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid)} {
+		if !strings.Contains(waiting, s) {
+			t.Fatalf("status's wait lacks %q: %s", s, waiting)
+		}
+	}
+	if text := e.mustRun("status", "orders").stdout; !strings.Contains(text, "orders: source waiting (") || !strings.Contains(text, wantPID) {
+		t.Fatalf("status (text) does not show the wait:\n%s", text)
+	}
+	// Changes while the copy waits: of the waiting table, and of a table already streaming.
+	e.src.Exec(t, `INSERT INTO b SELECT i % 7, 'during' FROM generate_series(1, 300) i; INSERT INTO a SELECT i % 5, 'during' FROM generate_series(1, 200) i`)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("sync --once: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("sync --once did not end within two minutes of the commit:\n%s", stderr.String())
+	}
+	log := stderr.String()
+	if !strings.Contains(log, "creating a replication slot waits for transactions that were open when it began") || !strings.Contains(log, wantPID) {
+		t.Fatalf("the log does not warn naming %s:\n%s", wantPID, log)
+	}
+	if w := e.sourceWaiting(); w != "" {
+		t.Fatalf("status still shows a wait after the copy: %s", w)
+	}
+	e.sameRows(ctx, "a")
+	e.sameRows(ctx, "b")
+	t.Logf("status named the blocker %s after %v", wantPID, shown.Round(time.Millisecond))
+}
+
+// TestSlotWaitTimesOut: with a short snapshot_wait_timeout, a slot creation held back by a session idle in
+// transaction fails the pipeline at once (config: no retry, state failed, exit 1) with a message naming the
+// session's pid and application and the fix, and leaves no slot behind — for the pipeline's own slot at its
+// start and for the temporary slot of an added table's copy. Once the session ends, the pipeline runs.
+func TestSlotWaitTimesOut(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		added bool // the wait is the copy's of an added table (else: the main slot's at the start)
+		slots int  // replication slots of the source database after the failure
+	}{
+		{name: "main slot", slots: 0},
+		{name: "added table", added: true, slots: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			e := newSlotWaitEnv(t, pgtest.NewDB(t), ", snapshot_wait_timeout: 3s")
+			tables := []string{"public.a"}
+			if tc.added {
+				e.config(tables...)
+				e.mustRun("sync", "--once")
+				tables = append(tables, "public.b")
+			}
+			tx, pid := e.holdTransaction(ctx)
+			defer tx.Rollback(context.Background())
+			e.config(tables...)
+			row := e.syncFails("config", fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid),
+				fmt.Sprintf("pid %d", pid), `application "slotwait_blocker"`, "(snapshot_wait_timeout)")
+			if !strings.Contains(row.Fault.Message, fmt.Sprintf("pid %d", pid)) {
+				t.Fatalf("the fault's message does not name pid %d: %s", pid, row.Fault.Message)
+			}
+			// A cancelled creation leaves no slot: the main one is not made, the temporary one ends with its session.
+			var slots int
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				if err := e.src.Connect(t).QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE database = $1`, e.src.Name).Scan(&slots); err != nil {
+					t.Fatal(err)
+				}
+				if slots == tc.slots || time.Now().After(deadline) {
+					break
+				}
+			}
+			if slots != tc.slots {
+				t.Fatalf("%d replication slots of the source database after the failure, want %d", slots, tc.slots)
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			e.mustRun("sync", "--once")
+			for _, table := range tables {
+				e.sameRows(ctx, strings.TrimPrefix(table, "public."))
+			}
+		})
+	}
+}
+
+// TestExactCopyWithoutFreeSlotFails: the copy of an added table in mode: append needs a temporary slot; on a
+// server with no free one (max_replication_slots reached) the pipeline fails at once, class config, naming the
+// setting to raise.
+func TestExactCopyWithoutFreeSlotFails(t *testing.T) {
+	srv := pgtest.StartServer(t, pgtest.Options{Settings: map[string]string{"max_replication_slots": "1"}})
+	e := newSlotWaitEnv(t, srv.NewDB(t), "")
+	e.config("public.a")
+	e.mustRun("sync", "--once") // the pipeline's slot takes the only one
+	e.config("public.a", "public.b")
+	e.syncFails("config", "raise max_replication_slots", "create a temporary replication slot")
+}
