@@ -48,7 +48,7 @@ func (e *slotWaitEnv) config(tables ...string) {
   src:
     plugin: postgres
     version: "~> 0.1"
-    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[3]s, sslmode: disable, tables: [%[6]s], slot: waits, publication: waits, batch_size: 500, table_options: { %[7]s }%[8]s }
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[3]s, sslmode: disable, tables: [%[6]s], slot: slotwait, publication: slotwait, batch_size: 500, table_options: { %[7]s }%[8]s }
   dst:
     plugin: postgres
     version: "~> 0.1"
@@ -212,6 +212,12 @@ func TestSlotWaitNamesBlockerThenCopies(t *testing.T) {
 	if !strings.Contains(log, "creating a replication slot waits for transactions that were open when it began") || !strings.Contains(log, wantPID) {
 		t.Fatalf("the log does not warn naming %s:\n%s", wantPID, log)
 	}
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "creating a replication slot waits") {
+			t.Logf("the warning: %s", l)
+			break
+		}
+	}
 	if w := e.sourceWaiting(); w != "" {
 		t.Fatalf("status still shows a wait after the copy: %s", w)
 	}
@@ -246,7 +252,7 @@ func TestSlotWaitTimesOut(t *testing.T) {
 			tx, pid := e.holdTransaction(ctx)
 			defer tx.Rollback(context.Background())
 			e.config(tables...)
-			row := e.syncFails("config", fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid),
+			row := e.syncFails("config", fmt.Sprintf("end that transaction (COMMIT or ROLLBACK in its session), or SELECT pg_terminate_backend(%d)", pid),
 				fmt.Sprintf("pid %d", pid), `application "slotwait_blocker"`, "(snapshot_wait_timeout)")
 			if !strings.Contains(row.Fault.Message, fmt.Sprintf("pid %d", pid)) {
 				t.Fatalf("the fault's message does not name pid %d: %s", pid, row.Fault.Message)
@@ -275,14 +281,58 @@ func TestSlotWaitTimesOut(t *testing.T) {
 	}
 }
 
-// TestExactCopyWithoutFreeSlotFails: the copy of an added table in mode: append needs a temporary slot; on a
-// server with no free one (max_replication_slots reached) the pipeline fails at once, class config, naming the
-// setting to raise.
+// TestExactCopyWithoutFreeSlotFails: a table in mode: append copied again needs a temporary slot. The check at
+// start refuses a server without room for it, but a slot taken later (here: by someone else while the pipeline
+// runs, before a re-snapshot of the table is asked for) leaves none: the running pipeline then fails at once,
+// class config, naming the setting to raise — no retry loop.
 func TestExactCopyWithoutFreeSlotFails(t *testing.T) {
-	srv := pgtest.StartServer(t, pgtest.Options{Settings: map[string]string{"max_replication_slots": "1"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	srv := pgtest.StartServer(t, pgtest.Options{Settings: map[string]string{"max_replication_slots": "2"}})
 	e := newSlotWaitEnv(t, srv.NewDB(t), "")
 	e.config("public.a")
-	e.mustRun("sync", "--once") // the pipeline's slot takes the only one
-	e.config("public.a", "public.b")
-	e.syncFails("config", "raise max_replication_slots", "create a temporary replication slot")
+	cmd := e.cmd(ctx, "sync")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	walDir := filepath.Join(e.dir, "wal")
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if st := lastCheckpoint(t, walDir); st.Commit != "" && st.copied() {
+			break
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("sync ended (%v) before the copy did:\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			t.Fatalf("the first copy did not end in two minutes:\n%s", stderr.String())
+		}
+	}
+	e.src.Exec(t, `SELECT pg_create_logical_replication_slot('someone_elses', 'pgoutput')`)
+	e.mustRun("resnapshot", "orders", "public.a")
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("sync did not stop within a minute of the re-snapshot request without a free slot:\n%s", stderr.String())
+	}
+	log := stderr.String()
+	if code := cmd.ProcessState.ExitCode(); code != 1 || strings.Contains(log, "restarting") ||
+		!strings.Contains(log, "create a temporary replication slot") || !strings.Contains(log, "fix: a table in mode: append whose copy was interrupted") ||
+		!strings.Contains(log, "raise max_replication_slots") {
+		t.Fatalf("sync: exit %d, want 1 and the failure without a free slot, no retry:\n%s", code, log)
+	}
+	rj := e.run("status", "--json")
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(rj.stdout), &rows); err != nil || len(rows) != 1 || rows[0].State != "failed" || rows[0].Fault == nil || rows[0].Fault.Class != "config" {
+		t.Fatalf("status --json: %v %s", err, rj.stdout)
+	}
 }
