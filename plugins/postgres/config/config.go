@@ -61,9 +61,10 @@ type Settings struct {
 	TableNames     []TableName               `json:"-"`
 	Options        map[TableName]TableOption `json:"-"`
 	HeartbeatEvery time.Duration             `json:"-"`
+	Policy         values.Policy             `json:"-"`
+
 	// SnapshotWaitTimeout bounds the creation of a replication slot (source/slotwait.go).
 	SnapshotWaitTimeout time.Duration `json:"-"`
-	Policy         values.Policy             `json:"-"`
 }
 
 // Truncate and UnchangedToast values.
@@ -78,13 +79,14 @@ const (
 	MaxParallel         = 16
 	DefaultRetainedWAL  = 1 << 30
 	DefaultHeartbeat    = 10 * time.Second
-	// DefaultSnapshotWait: long enough for a batch job's transaction to end on its own, short enough that a
-	// forgotten session is a failed pipeline within the hour, not a silent stall.
-	DefaultSnapshotWait = 30 * time.Minute
 	DefaultPublication  = "skippr"
 	DefaultSlot         = "skippr"
 	DefaultTargetSchema = "public"
 )
+
+// DefaultSnapshotWait is snapshot_wait_timeout's default: long enough for a batch job's transaction to end on its
+// own, short enough that a forgotten session is a failed pipeline within the hour, not a silent stall.
+const DefaultSnapshotWait = 30 * time.Minute
 
 // TableOption is one table's settings.
 type TableOption struct {

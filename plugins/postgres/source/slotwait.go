@@ -11,6 +11,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/postgres/config"
 )
 
 // Watched slot creation.
@@ -38,6 +39,7 @@ type blocker struct {
 	PID       int32 // 0: a prepared transaction, which has no backend
 	XID       string
 	User      string
+	Database  string
 	App       string
 	Client    string
 	State     string
@@ -56,6 +58,9 @@ func (b blocker) String() string {
 	}
 	if b.User != "" {
 		parts = append(parts, "user "+b.User)
+	}
+	if b.Database != "" {
+		parts = append(parts, "database "+b.Database)
 	}
 	if b.Client != "" {
 		parts = append(parts, "client "+b.Client)
@@ -109,7 +114,7 @@ func blockersFix(bs []blocker) string {
 // its lock without a backend (pid NULL).
 func (r *reader) slotBlockers(ctx context.Context, pid uint32) ([]blocker, error) {
 	rows, err := r.pool.Query(ctx, `
-SELECT coalesce(h.pid, 0), h.transactionid::text, coalesce(a.usename::text, ''), coalesce(a.application_name, ''),
+SELECT coalesce(h.pid, 0), h.transactionid::text, coalesce(a.usename::text, ''), coalesce(a.datname::text, ''), coalesce(a.application_name, ''),
        coalesce(host(a.client_addr), ''), coalesce(a.state, ''), a.xact_start, left(coalesce(a.query, ''), 60)
 FROM pg_locks w
 JOIN pg_locks h ON h.locktype = 'transactionid' AND h.transactionid = w.transactionid AND h.granted
@@ -123,7 +128,7 @@ ORDER BY 1`, int32(pid))
 	var out []blocker
 	for rows.Next() {
 		var b blocker
-		if err := rows.Scan(&b.PID, &b.XID, &b.User, &b.App, &b.Client, &b.State, &b.XactStart, &b.Query); err != nil {
+		if err := rows.Scan(&b.PID, &b.XID, &b.User, &b.Database, &b.App, &b.Client, &b.State, &b.XactStart, &b.Query); err != nil {
 			return nil, err
 		}
 		b.Query = strings.Join(strings.Fields(b.Query), " ")
@@ -171,7 +176,11 @@ func (r *reader) createSlot(ctx context.Context, repl *pgconn.PgConn, name strin
 	start := time.Now()
 	tick := time.NewTicker(blockerPoll)
 	defer tick.Stop()
-	limit := time.NewTimer(r.cfg.SnapshotWaitTimeout)
+	timeout := r.cfg.SnapshotWaitTimeout
+	if timeout <= 0 { // settings not made by config.Parse
+		timeout = config.DefaultSnapshotWait
+	}
+	limit := time.NewTimer(timeout)
 	defer limit.Stop()
 	var (
 		last     []blocker
@@ -225,7 +234,7 @@ func (r *reader) createSlot(ctx context.Context, repl *pgconn.PgConn, name strin
 			text := blockersText(bs)
 			if text != warned || time.Since(lastWarn) >= blockerWarnEvery {
 				r.log.Warn("creating a replication slot waits for transactions that were open when it began: "+text,
-					"slot", name, "purpose", purpose, "waited", waited.Round(time.Second), "gives_up_after", r.cfg.SnapshotWaitTimeout,
+					"slot", name, "purpose", purpose, "waited", waited.Round(time.Second), "gives_up_after", timeout,
 					"fix", blockersFix(bs))
 				warned, lastWarn = text, time.Now()
 			}
