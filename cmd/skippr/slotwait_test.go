@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -224,6 +225,89 @@ func TestSlotWaitNamesBlockerThenCopies(t *testing.T) {
 	e.sameRows(ctx, "a")
 	e.sameRows(ctx, "b")
 	t.Logf("status named the blocker %s after %v", wantPID, shown.Round(time.Millisecond))
+}
+
+// TestSlotWaitNamesBlockerOnResumedCopy: a first copy of a table in mode: append that a SIGKILL interrupted starts
+// over under a temporary slot when the pipeline runs again. While a session idle in transaction holds that slot
+// back, `skippr status` names the session (the Read re-sends the checkpoint it began from, covering nothing, with
+// the wait); after its commit the copy runs and the destination equals the source.
+func TestSlotWaitNamesBlockerOnResumedCopy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	src := pgtest.NewDB(t)
+	src.Exec(t, `CREATE TABLE big (v int, note text); INSERT INTO big SELECT i % 100, 'big' FROM generate_series(1, 300000) i; ANALYZE big`)
+	e := newSlotWaitEnv(t, src, "")
+	e.config("public.big")
+	walDir := filepath.Join(e.dir, "wal")
+	first := e.cmd(ctx, "sync")
+	var firstErr bytes.Buffer
+	first.Stderr = &firstErr
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if st := lastCheckpoint(t, walDir); st.Commit != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			first.Process.Kill()
+			first.Wait()
+			t.Fatalf("no commit in two minutes:\n%s", firstErr.String())
+		}
+	}
+	first.Process.Signal(syscall.SIGKILL)
+	first.Wait()
+	if st := lastCheckpoint(t, walDir); st.Phase != "snapshot" {
+		t.Fatalf("the copy was over before the SIGKILL (phase %q): nothing to resume", st.Phase)
+	}
+
+	tx, pid := e.holdTransaction(ctx)
+	defer tx.Rollback(context.Background())
+	cmd := e.cmd(ctx, "sync", "--once")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	wantPID := fmt.Sprintf("pid %d", pid)
+	var waiting string
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			t.Fatalf("sync --once ended while a transaction held the copy's slot back (%v):\n%s", err, stderr.String())
+		default:
+		}
+		if waiting = e.sourceWaiting(); strings.Contains(waiting, wantPID) {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			<-exited
+			t.Fatalf("status never named the blocking %s; last %q:\n%s", wantPID, waiting, stderr.String())
+		}
+	}
+	if !strings.Contains(waiting, "before copying public.big again") || !strings.Contains(waiting, `application "slotwait_blocker"`) {
+		t.Fatalf("status's wait: %s", waiting)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("sync --once: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(3 * time.Minute):
+		cmd.Process.Kill()
+		<-exited
+		t.Fatalf("sync --once did not end within three minutes of the commit:\n%s", stderr.String())
+	}
+	if w := e.sourceWaiting(); w != "" {
+		t.Fatalf("status still shows a wait after the copy: %s", w)
+	}
+	e.sameRows(ctx, "big")
 }
 
 // TestSlotWaitTimesOut: with a short snapshot_wait_timeout, a slot creation held back by a session idle in

@@ -61,9 +61,13 @@ func (r *reader) recopyAppend(ctx context.Context, pos *Position) (pgx.Tx, error
 			names = append(names, name)
 		}
 	}
-	// Only the log says why this waits: the checkpoint in hand is a snapshot's, which this Read must not send
-	// again before its copy starts.
-	tx, c, err := r.exactSnapshot(ctx, "before copying "+strings.Join(names, ", ")+" again", nil)
+	purpose := "before copying " + strings.Join(names, ", ") + " again"
+	tx, c, err := r.exactSnapshot(ctx, purpose, func(ctx context.Context, waited time.Duration, bs []blocker) error {
+		// The checkpoint this Read began from, with nothing after it: the engine has no frame for it to cover,
+		// so it commits nothing and only shows the wait (and the copy's progress so far).
+		return r.out.Checkpoint(ctx, serve.Checkpoint{Position: pos.Encode(), RowsDone: pos.Rows,
+			Metrics: append(r.snapshotMetrics(pos), waitMetric(waited, bs, purpose))})
+	})
 	if err != nil {
 		return nil, err
 	}
