@@ -16,7 +16,7 @@ func TestLoggerLinesParseAsHclog(t *testing.T) {
 	log := newLogger(&buf, "postgres")
 	for _, l := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError} {
 		buf.Reset()
-		log.Log(t.Context(), l, "creating a replication slot waits", "pid", 42)
+		log.Log(t.Context(), l, "creating a replication slot waits", "pid", 42, "waited", 10*time.Second)
 		var line map[string]any
 		if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
 			t.Fatalf("%s: %v: %s", l, err, buf.String())
@@ -26,7 +26,7 @@ func TestLoggerLinesParseAsHclog(t *testing.T) {
 			t.Fatalf("%s: go-plugin cannot parse @timestamp %q: %v", l, ts, err)
 		}
 		if want := map[slog.Level]string{slog.LevelDebug: "debug", slog.LevelInfo: "info", slog.LevelWarn: "warn", slog.LevelError: "error"}[l]; line["@level"] != want ||
-			line["@message"] != "creating a replication slot waits" || line["@module"] != "postgres" || line["pid"] != float64(42) {
+			line["@message"] != "creating a replication slot waits" || line["@module"] != "postgres" || line["pid"] != float64(42) || line["waited"] != "10s" {
 			t.Fatalf("%s: line %s", l, buf.String())
 		}
 	}

@@ -67,6 +67,10 @@ func newLogger(w io.Writer, name string) *slog.Logger {
 	h := slog.NewJSONHandler(w, &slog.HandlerOptions{
 		Level: slog.LevelDebug,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				// JSON would carry nanoseconds, which the host prints as a float ("1e+10").
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
 			if len(groups) > 0 {
 				return a
 			}
