@@ -66,7 +66,8 @@ func (r *reader) recopyAppend(ctx context.Context, pos *Position) (pgx.Tx, error
 		// The checkpoint this Read began from, with nothing after it: the engine has no frame for it to cover,
 		// so it commits nothing and only shows the wait (and the copy's progress so far).
 		return r.out.Checkpoint(ctx, serve.Checkpoint{Position: pos.Encode(), RowsDone: pos.Rows,
-			Metrics: append(r.snapshotMetrics(pos), waitMetric(waited, bs, purpose))})
+			Metrics: append(slices.DeleteFunc(r.snapshotMetrics(pos), func(m serve.Metric) bool { return m.Name == notWaiting.Name }),
+				waitMetric(waited, bs, purpose))})
 	})
 	if err != nil {
 		return nil, err

@@ -249,9 +249,15 @@ func (r *reader) createSlot(ctx context.Context, repl *pgconn.PgConn, name strin
 }
 
 // waitMetric is the gauge a waiting slot creation puts on a checkpoint: the engine shows its reason in `skippr
-// status` (engine/pipeline sourceProgress) until a checkpoint without it comes.
+// status` (engine/pipeline sourceProgress) until a checkpoint carries notWaiting instead.
 func waitMetric(waited time.Duration, bs []blocker, purpose string) serve.Metric {
 	return serve.Metric{Name: "waiting_seconds", Value: waited.Round(time.Second).Seconds(),
 		Labels: map[string]string{"reason": "waiting for the transaction of " + blockersText(bs) + " to end, " + purpose + "; fix: " + blockersFix(bs)},
-		Help:   "Seconds the source has been waiting for something outside it (reason says what, and the fix); absent when it is not waiting."}
+		Help:   waitingHelp}
 }
+
+// notWaiting is the gauge every other checkpoint carries: the engine replaces a source's series of a name only
+// when a checkpoint names it, so without it a wait that ended would stay in the metrics.
+var notWaiting = serve.Metric{Name: "waiting_seconds", Value: 0, Help: waitingHelp}
+
+const waitingHelp = "Seconds the source has been waiting for something outside it (label reason: what, and the fix); 0 without a reason when it waits for nothing."

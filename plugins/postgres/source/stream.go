@@ -438,7 +438,11 @@ func (p *processor) position() Position {
 
 // checkpoint sends cp with the figures a stream checkpoint carries: the copies running or just ended, the slot.
 func (p *processor) checkpoint(ctx context.Context, cp serve.Checkpoint) error {
-	cp.Metrics = slices.Concat(p.rs.metrics(), p.recopyMetrics(), p.ended, p.r.slot.metrics(p.r.cfg.Slot), p.waiting)
+	wait := p.waiting
+	if wait == nil {
+		wait = []serve.Metric{notWaiting}
+	}
+	cp.Metrics = slices.Concat(p.rs.metrics(), p.recopyMetrics(), p.ended, p.r.slot.metrics(p.r.cfg.Slot), wait)
 	if err := p.r.out.Checkpoint(ctx, cp); err != nil {
 		return err
 	}
