@@ -160,17 +160,20 @@ func (r *reader) createSlot(ctx context.Context, repl *pgconn.PgConn, name strin
 		res, err := pglogrepl.CreateReplicationSlot(cctx, repl, name, "pgoutput", opts)
 		done <- result{res, err}
 	}()
-	abort := func() {
+	// abort ends the creation; it reports the slot made if the creation won the race with the cancel request.
+	abort := func() (pglogrepl.CreateReplicationSlotResult, bool) {
 		actx, acancel := context.WithTimeout(context.Background(), cancelWait)
 		defer acancel()
 		if err := repl.CancelRequest(actx); err != nil {
 			r.log.Warn("cannot cancel the replication slot's creation; closing its session", "slot", name, "error", err)
 		}
+		defer cancel()
 		select {
-		case <-done:
+		case d := <-done:
+			return d.res, d.err == nil
 		case <-actx.Done():
+			return pglogrepl.CreateReplicationSlotResult{}, false
 		}
-		cancel()
 	}
 	pid := repl.PID()
 	start := time.Now()
@@ -195,7 +198,9 @@ func (r *reader) createSlot(ctx context.Context, repl *pgconn.PgConn, name strin
 			}
 			return d.res, d.err
 		case <-ctx.Done():
-			abort()
+			if res, made := abort(); made {
+				return res, nil // the caller's next step notices ctx
+			}
 			return pglogrepl.CreateReplicationSlotResult{}, ctx.Err()
 		case <-limit.C:
 			qctx, qcancel := context.WithTimeout(ctx, blockerPoll)
@@ -203,7 +208,9 @@ func (r *reader) createSlot(ctx context.Context, repl *pgconn.PgConn, name strin
 				last = bs
 			}
 			qcancel()
-			abort()
+			if res, made := abort(); made {
+				return res, nil // done as the bound passed: use it
+			}
 			waited := time.Since(start).Round(time.Second)
 			if len(last) == 0 {
 				return pglogrepl.CreateReplicationSlotResult{}, fault.ConfigErr(
@@ -231,16 +238,21 @@ func (r *reader) createSlot(ctx context.Context, repl *pgconn.PgConn, name strin
 			if waited < blockerWarnAfter {
 				continue
 			}
-			text := blockersText(bs)
-			if text != warned || time.Since(lastWarn) >= blockerWarnEvery {
-				r.log.Warn("creating a replication slot waits for transactions that were open when it began: "+text,
+			// Warn again when other transactions hold it back, not when the same ones run another query.
+			var key []string
+			for _, b := range bs {
+				key = append(key, b.XID)
+			}
+			if k := strings.Join(key, ","); k != warned || time.Since(lastWarn) >= blockerWarnEvery {
+				warned = k
+				r.log.Warn("creating a replication slot waits for transactions that were open when it began: "+blockersText(bs),
 					"slot", name, "purpose", purpose, "waited", waited.Round(time.Second), "gives_up_after", timeout,
 					"fix", blockersFix(bs))
-				warned, lastWarn = text, time.Now()
+				lastWarn = time.Now()
 			}
 			if report != nil {
 				if err := report(ctx, waited, bs); err != nil {
-					abort()
+					abort() // a slot made meanwhile is temporary, or found by the next Read (start)
 					return pglogrepl.CreateReplicationSlotResult{}, err
 				}
 			}
