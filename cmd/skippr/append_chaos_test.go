@@ -151,6 +151,13 @@ pipelines:
 		time.Sleep(least + time.Duration(rng.Int64N(int64(most-least))))
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
+		// A wait the source reported (a slot creation held back by an open transaction, a slot still held by
+		// the killed run's walsender) says where a slow run spent its time.
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.Contains(l, "plugin.") && (strings.Contains(l, "[WARN]") || strings.Contains(l, "[ERROR]")) {
+				t.Logf("run %d: %s", kill, l)
+			}
+		}
 		if cmd.ProcessState.Exited() {
 			t.Fatalf("run %d: sync exited by itself (%d) before it was killed:\n%s", kill, cmd.ProcessState.ExitCode(), stderr.String())
 		}

@@ -410,6 +410,10 @@ pipelines:
 		return ok && retained > 0 && abs(retained-float64(serverRetained)) < 64<<10 && status == 1 && all == 1
 	})
 	sm := rs.scrape(t)
+	// Nothing held a slot creation back: the wait gauge is there, at 0 and without a reason.
+	if w, ok := sm.value("skippr_source_waiting_seconds", orders); !ok || w != 0 {
+		t.Errorf("skippr_source_waiting_seconds = %v (present %v), want 0", w, ok)
+	}
 	for name, want := range map[string]float64{
 		"skippr_rows_committed_total": snapshotRows + streamRows,
 		"skippr_rows_applied_total":   snapshotRows + streamRows,

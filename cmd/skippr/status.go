@@ -156,6 +156,11 @@ func printStatus(w io.Writer, out []pipelineStatus) error {
 			fmt.Fprintln(w, line)
 		}
 	}
+	for _, ps := range out {
+		if ps.Live != nil && ps.Live.Source.Waiting != "" {
+			fmt.Fprintf(w, "%s: source waiting (%s): %s\n", ps.Pipeline, time.Duration(ps.Live.Source.WaitingSeconds)*time.Second, ps.Live.Source.Waiting)
+		}
+	}
 	// A destination that waits between applies lags by design: say so, or its LAG reads as a fault.
 	for _, ps := range out {
 		if ps.Live == nil {

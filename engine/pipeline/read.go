@@ -399,10 +399,18 @@ func (r *runner) waitApplied(ctx context.Context, drain <-chan struct{}) error {
 
 func (r *runner) sourceProgress(cp *pluginv1.Checkpoint) {
 	r.mu.Lock()
+	waited := r.status.Source.Waiting != ""
 	r.status.Source = SourceStatus{Checkpoint: displayCheckpoint(cp.Position), RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMS: cp.LagMs, Idle: cp.Idle}
+	for _, m := range cp.Metrics {
+		if m.Name == "waiting_seconds" && m.Labels["reason"] != "" {
+			r.status.Source.Waiting, r.status.Source.WaitingSeconds = m.Labels["reason"], int64(m.Value)
+		}
+	}
+	waiting := r.status.Source.Waiting != ""
 	r.mu.Unlock()
 	r.cfg.Observer.Checkpoint(sourceCheckpoint(cp))
-	r.publish(false)
+	// A wait that begins or ends is news a person looks for: StatusEvery does not hold it back.
+	r.publish(waiting || waited)
 }
 
 // displayCheckpoint keeps status readable: a checkpoint is opaque bytes, sometimes large (a source may keep its

@@ -91,3 +91,26 @@ type step struct {
 	mark    string
 	metrics []*pluginv1.Metric
 }
+
+// TestSourceWaitingFromGauge: a checkpoint's gauge waiting_seconds (label reason) shows in the status as what the
+// source waits for; the next checkpoint without it clears it (a wait has no end mark of its own).
+func TestSourceWaitingFromGauge(t *testing.T) {
+	wait := &pluginv1.Metric{Name: "waiting_seconds", Value: 12, Labels: map[string]string{"reason": "waiting for the transaction of pid 7 to end"}}
+	slot := &pluginv1.Metric{Name: "slot_retained_wal_bytes", Value: 7, Labels: map[string]string{"slot": "s"}}
+	r := &runner{cfg: Config{Observer: noObserver{}}}
+	for i, s := range []struct {
+		metrics []*pluginv1.Metric
+		want    string
+		seconds int64
+	}{
+		{[]*pluginv1.Metric{slot}, "", 0},
+		{[]*pluginv1.Metric{slot, wait}, wait.Labels["reason"], 12},
+		{[]*pluginv1.Metric{slot}, "", 0},
+		{[]*pluginv1.Metric{{Name: "waiting_seconds", Value: 3}}, "", 0}, // no reason: nothing to show
+	} {
+		r.sourceProgress(&pluginv1.Checkpoint{Position: []byte("p"), Metrics: s.metrics})
+		if got := r.status.Source; got.Waiting != s.want || got.WaitingSeconds != s.seconds {
+			t.Fatalf("step %d: source status %+v, want waiting %q (%d s)", i, got, s.want, s.seconds)
+		}
+	}
+}

@@ -73,6 +73,10 @@ type SourceStatus struct {
 	RowsTotal  int64  `json:"rows_total"`
 	LagMS      int64  `json:"lag_ms"`
 	Idle       bool   `json:"idle"`
+	// Waiting says what the source waits for outside itself, and the fix (its checkpoint's gauge waiting_seconds,
+	// label reason); empty when its last checkpoint carried none.
+	Waiting        string `json:"waiting,omitempty"`
+	WaitingSeconds int64  `json:"waiting_seconds,omitempty"`
 }
 
 // publish sends a status snapshot to OnStatus, at most every StatusEvery unless forced.

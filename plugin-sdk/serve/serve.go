@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -55,10 +56,21 @@ func Serve(p Plugin, opts ...Option) {
 }
 
 // Logger returns a slog logger whose JSON lines the host understands (hclog's @level/@message keys).
-func Logger(name string) *slog.Logger {
-	h := slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{
+func Logger(name string) *slog.Logger { return newLogger(os.Stderr, name) }
+
+// hclogTime is the only @timestamp layout go-plugin's host accepts (log_entry.go parseJSON): a line whose
+// timestamp it cannot parse (slog's own has up to nine fractional digits) is logged whole at debug level, so
+// at the engine's level a plugin's warnings and errors vanished.
+const hclogTime = "2006-01-02T15:04:05.000000Z07:00"
+
+func newLogger(w io.Writer, name string) *slog.Logger {
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{
 		Level: slog.LevelDebug,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				// JSON would carry nanoseconds, which the host prints as a float ("1e+10").
+				a.Value = slog.StringValue(a.Value.Duration().String())
+			}
 			if len(groups) > 0 {
 				return a
 			}
@@ -70,6 +82,7 @@ func Logger(name string) *slog.Logger {
 				a.Key = "@message"
 			case slog.TimeKey:
 				a.Key = "@timestamp"
+				a.Value = slog.StringValue(a.Value.Time().Format(hclogTime))
 			}
 			return a
 		},

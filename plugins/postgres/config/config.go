@@ -48,6 +48,7 @@ type Settings struct {
 	SnapshotParallel    int      `json:"snapshot_parallel"`
 	Heartbeat           string   `json:"heartbeat"`
 	MaxRetainedWALBytes int64    `json:"max_retained_wal_bytes"`
+	SnapshotWait        string   `json:"snapshot_wait_timeout"`
 	Truncate            string   `json:"truncate"`
 	UnchangedToast      string   `json:"unchanged_toast"`
 	OnUnrepresentable   string   `json:"on_unrepresentable"`
@@ -61,6 +62,9 @@ type Settings struct {
 	Options        map[TableName]TableOption `json:"-"`
 	HeartbeatEvery time.Duration             `json:"-"`
 	Policy         values.Policy             `json:"-"`
+
+	// SnapshotWaitTimeout bounds the creation of a replication slot (source/slotwait.go).
+	SnapshotWaitTimeout time.Duration `json:"-"`
 }
 
 // Truncate and UnchangedToast values.
@@ -79,6 +83,10 @@ const (
 	DefaultSlot         = "skippr"
 	DefaultTargetSchema = "public"
 )
+
+// DefaultSnapshotWait is snapshot_wait_timeout's default: long enough for a batch job's transaction to end on its
+// own, short enough that a forgotten session is a failed pipeline within the hour, not a silent stall.
+const DefaultSnapshotWait = 30 * time.Minute
 
 // TableOption is one table's settings.
 type TableOption struct {
@@ -157,6 +165,7 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		s.TargetSchema = DefaultTargetSchema
 	}
 	s.HeartbeatEvery = DefaultHeartbeat
+	s.SnapshotWaitTimeout = DefaultSnapshotWait
 	var problems []string
 	switch {
 	case s.Host == "":
@@ -196,6 +205,13 @@ func Parse(raw json.RawMessage) (Settings, error) {
 			problems = append(problems, fmt.Sprintf("heartbeat %q is not a positive duration like 10s", s.Heartbeat))
 		}
 		s.HeartbeatEvery = d
+	}
+	if s.SnapshotWait != "" {
+		d, err := time.ParseDuration(s.SnapshotWait)
+		if err != nil || d <= 0 {
+			problems = append(problems, fmt.Sprintf("snapshot_wait_timeout %q is not a positive duration like 30m", s.SnapshotWait))
+		}
+		s.SnapshotWaitTimeout = d
 	}
 	if s.Truncate != TruncatePropagate && s.Truncate != TruncateError && s.Truncate != TruncateIgnore {
 		problems = append(problems, fmt.Sprintf("truncate %q is not one of propagate, error, ignore", s.Truncate))

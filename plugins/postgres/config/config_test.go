@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
@@ -43,13 +44,15 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Port != 5432 || s.Slot != DefaultSlot || !*s.Snapshot || s.BatchSize != DefaultBatchSize || s.Truncate != TruncatePropagate ||
-		s.UnchangedToast != ToastFetch || s.Policy != values.Fail || s.TargetSchema != "public" || s.HeartbeatEvery != DefaultHeartbeat || s.TableNames[0].String() != "public.t" {
+		s.UnchangedToast != ToastFetch || s.Policy != values.Fail || s.TargetSchema != "public" || s.HeartbeatEvery != DefaultHeartbeat || s.TableNames[0].String() != "public.t" ||
+		s.SnapshotWaitTimeout != DefaultSnapshotWait {
 		t.Errorf("defaults not filled: %+v", s)
 	}
 	for _, tc := range []struct{ in, err string }{
 		{`{"user": "u", "database": "d"}`, "host is required"},
 		{`{"host": "h", "user": "u", "database": "d", "slot": "Bad-Name"}`, `slot "Bad-Name"`},
 		{`{"host": "h", "user": "u", "database": "d", "heartbeat": "soon"}`, `heartbeat "soon"`},
+		{`{"host": "h", "user": "u", "database": "d", "snapshot_wait_timeout": "-1m"}`, `snapshot_wait_timeout "-1m" is not a positive duration`},
 		{`{"host": "h", "user": "u", "database": "d", "tables": ["t", "public.t"]}`, "listed twice"},
 		{`{"host": "h", "user": "u", "database": "d", "sslmode": "maybe"}`, `sslmode "maybe"`},
 		{`{"host": "h", "user": "u", "database": "d", "tabels": ["t"]}`, "unknown field"},
@@ -62,6 +65,13 @@ func TestParse(t *testing.T) {
 		if _, err := Parse([]byte(tc.in)); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.in, err, tc.err)
 		}
+	}
+}
+
+func TestParseSnapshotWaitTimeout(t *testing.T) {
+	s, err := Parse([]byte(`{"host": "h", "user": "u", "database": "d", "snapshot_wait_timeout": "90s"}`))
+	if err != nil || s.SnapshotWaitTimeout != 90*time.Second {
+		t.Fatalf("snapshot_wait_timeout 90s: %v, %v", s.SnapshotWaitTimeout, err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -54,7 +55,20 @@ func (r *reader) appendUnfinished(pos *Position) bool {
 // starts those tables over (a truncate for each that has rows in the destinations) and records C in pos.
 // It returns the transaction holding the snapshot, which the caller ends.
 func (r *reader) recopyAppend(ctx context.Context, pos *Position) (pgx.Tx, error) {
-	tx, c, err := r.exactSnapshot(ctx)
+	var names []string
+	for _, name := range pos.Tables {
+		if t := r.tables[name]; t != nil && t.Append && !pos.Progress[name].Done {
+			names = append(names, name)
+		}
+	}
+	purpose := "before copying " + strings.Join(names, ", ") + " again"
+	tx, c, err := r.exactSnapshot(ctx, purpose, func(ctx context.Context, waited time.Duration, bs []blocker) error {
+		// The checkpoint this Read began from, with nothing after it: the engine has no frame for it to cover,
+		// so it commits nothing and only shows the wait (and the copy's progress so far).
+		return r.out.Checkpoint(ctx, serve.Checkpoint{Position: pos.Encode(), RowsDone: pos.Rows,
+			Metrics: append(slices.DeleteFunc(r.snapshotMetrics(pos), func(m serve.Metric) bool { return m.Name == notWaiting.Name }),
+				waitMetric(waited, bs, purpose))})
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -91,8 +105,8 @@ func (r *reader) recopyAppend(ctx context.Context, pos *Position) (pgx.Tx, error
 }
 
 // exactSnapshot opens a REPEATABLE READ transaction on the snapshot exported by a new temporary slot, and
-// returns it with the slot's consistent point.
-func (r *reader) exactSnapshot(ctx context.Context) (pgx.Tx, pglogrepl.LSN, error) {
+// returns it with the slot's consistent point. purpose and report are createSlot's.
+func (r *reader) exactSnapshot(ctx context.Context, purpose string, report slotReport) (pgx.Tx, pglogrepl.LSN, error) {
 	repl, err := r.cfg.ConnectReplication(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -101,13 +115,16 @@ func (r *reader) exactSnapshot(ctx context.Context) (pgx.Tx, pglogrepl.LSN, erro
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	name := "skippr_copy_" + hex.EncodeToString(b)
-	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	res, err := r.createSlot(ctx, repl, name,
+		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"}, purpose, report)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "53400" { // configuration_limit_exceeded
 			return nil, 0, fault.ConfigErr(fmt.Errorf("copy a table in mode: append exactly: create a temporary replication slot: %w", r.cfg.Explain(err)),
 				"a table in mode: append whose copy was interrupted (or is added to a running pipeline) is copied under a temporary replication slot: raise max_replication_slots (and max_wal_senders) by one and restart the server, or drop a slot that is no longer needed")
+		}
+		if fault.ClassOf(err) != fault.Unknown { // the wait's own verdict, or a cancelled Read
+			return nil, 0, err
 		}
 		return nil, 0, fmt.Errorf("copy a table in mode: append exactly: create a temporary replication slot: %w", r.cfg.Explain(err))
 	}
@@ -155,7 +172,22 @@ func (p *processor) startRecopy(ctx context.Context) error {
 	}
 	r := p.r
 	names := slices.Sorted(maps.Keys(p.recopy))
-	tx, c, err := r.exactSnapshot(ctx)
+	purpose := "before copying " + strings.Join(names, ", ")
+	tx, c, err := r.exactSnapshot(ctx, purpose, func(ctx context.Context, waited time.Duration, bs []blocker) error {
+		// Between transactions, like every checkpoint of the processor: it carries the stream on, and the
+		// reason to `skippr status`.
+		cp := p.position()
+		p.waiting = []serve.Metric{waitMetric(waited, bs, purpose)}
+		err := p.checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows})
+		p.waiting = nil
+		if err != nil {
+			return err
+		}
+		r.emitted = false
+		p.lastCP, p.lastIdle = p.pos, false
+		p.setIdle(p.pos, true)
+		return nil
+	})
 	if err != nil {
 		return err
 	}

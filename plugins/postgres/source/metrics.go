@@ -67,7 +67,7 @@ func (r *reader) snapshotMetrics(next *Position) []serve.Metric {
 			serve.Metric{Name: "snapshot_rows_done", Value: float64(p.Rows), Labels: labels, Help: "Rows of the table the initial snapshot has copied."},
 			serve.Metric{Name: "snapshot_rows_total", Value: float64(total), Labels: labels, Help: "Rows the initial snapshot expects to copy from the table (the planner's estimate until the table is done)."})
 	}
-	return append(out, r.slot.metrics(r.cfg.Slot)...)
+	return append(append(out, r.slot.metrics(r.cfg.Slot)...), notWaiting)
 }
 
 // copyMetrics are the gauges of a table copied while streaming (a re-snapshot, or the copy of a table in mode:

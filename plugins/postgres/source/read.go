@@ -268,9 +268,13 @@ func (r *reader) start(ctx context.Context) (*Position, pgx.Tx, error) {
 	if *r.cfg.Snapshot {
 		action = "EXPORT_SNAPSHOT"
 	}
-	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, r.cfg.Slot, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action})
+	// No checkpoint exists yet to carry the wait to `skippr status`: the log says it.
+	res, err := r.createSlot(ctx, repl, r.cfg.Slot,
+		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: action}, "to start the pipeline", nil)
 	if err != nil {
+		if fault.ClassOf(err) != fault.Unknown { // the wait's own verdict, or a cancelled Read
+			return nil, nil, err
+		}
 		return nil, nil, fmt.Errorf("create replication slot %s (run check for what is missing): %w", r.cfg.Slot, r.cfg.Explain(err))
 	}
 	pos.LSN = res.ConsistentPoint

@@ -409,6 +409,8 @@ type processor struct {
 	// ended: the gauges of the copies (re-snapshots, append tables) that ended since the last checkpoint, which
 	// the next one carries once (copyMetrics).
 	ended []serve.Metric
+	// waiting: the gauge of a wait outside the source (slotwait.go), on the checkpoints sent while it lasts.
+	waiting []serve.Metric
 }
 
 // position is the stream checkpoint at p.pos.
@@ -436,7 +438,11 @@ func (p *processor) position() Position {
 
 // checkpoint sends cp with the figures a stream checkpoint carries: the copies running or just ended, the slot.
 func (p *processor) checkpoint(ctx context.Context, cp serve.Checkpoint) error {
-	cp.Metrics = slices.Concat(p.rs.metrics(), p.recopyMetrics(), p.ended, p.r.slot.metrics(p.r.cfg.Slot))
+	wait := p.waiting
+	if wait == nil {
+		wait = []serve.Metric{notWaiting}
+	}
+	cp.Metrics = slices.Concat(p.rs.metrics(), p.recopyMetrics(), p.ended, p.r.slot.metrics(p.r.cfg.Slot), wait)
 	if err := p.r.out.Checkpoint(ctx, cp); err != nil {
 		return err
 	}
