@@ -39,7 +39,8 @@ type globals struct {
 	Redact *redact.Redactor
 	// PluginStartTimeout bounds a plugin's handshake (go-plugin's own default is 60s).
 	PluginStartTimeout time.Duration
-	LogFormat          string    // text or json
+	LogFormat          string // text or json
+	LogLevel           slog.Level
 	Started            time.Time // when the command began, for summaries
 }
 
@@ -132,6 +133,7 @@ func newApp(g *globals) *cli.Command {
 			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 				return ctx, withCode(exitUsage, fmt.Errorf("--log-level: %w", err))
 			}
+			g.LogLevel = lvl
 			opts := &slog.HandlerOptions{Level: lvl}
 			switch c.String("log-format") {
 			case "json":
