@@ -69,6 +69,24 @@ type TableProgress struct {
 	Rows int64    `json:"rows,omitempty"` // rows copied of this table (of this copy, when version 1 started it)
 }
 
+// copiedAll says every table of a snapshot-phase position is copied: what is left of the snapshot is its closing
+// checkpoint, which may never have become durable (the engine commits a checkpoint with the rows it covers, and
+// the closing one covers none).
+func (p Position) copiedAll() bool {
+	for _, name := range p.Tables {
+		if !p.Progress[name].Done {
+			return false
+		}
+	}
+	return true
+}
+
+// streamPhase is the position at which streaming follows a finished snapshot: the slot's start, with what the
+// copy left for the stream to honour (Overlap, Copied) and the copies still due (Resnapshot, Recopy).
+func (p Position) streamPhase() Position {
+	return Position{V: positionVersion, Phase: PhaseStream, Slot: p.Slot, LSN: p.LSN, Tables: p.Tables, Overlap: p.Overlap, Rows: p.Rows, Resnapshot: p.Resnapshot, Copied: p.Copied, Recopy: p.Recopy}
+}
+
 // OverlapValue is the Overlap LSN, parsed (0 when there is none).
 func (p Position) OverlapValue() pglogrepl.LSN {
 	l, _ := pglogrepl.ParseLSN(p.Overlap)

@@ -99,6 +99,13 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		}
 		r.tables[tn.String()] = t
 	}
+	if pos != nil && pos.Phase == PhaseSnapshot && pos.copiedAll() {
+		// A snapshot whose every table is durable is over, even when its closing checkpoint never became
+		// durable (a `sync --once` that ended on it): streaming starts where that checkpoint would have put it,
+		// and tables added to the settings since are copied while streaming, as after any snapshot.
+		done := pos.streamPhase()
+		pos = &done
+	}
 	if pos != nil {
 		if err := r.validate(pos); err != nil {
 			return err

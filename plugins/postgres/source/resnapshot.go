@@ -280,8 +280,10 @@ func (r *reader) addResnapshots(ctx context.Context, pos *Position, requested []
 	}
 	if pos.Phase != PhaseStream {
 		if len(added) > 0 {
-			return fmt.Errorf("the tables changed while the initial snapshot was running (checkpoint: %s; settings: %s): let the snapshot finish with the old table list, then add the tables",
-				strings.Join(pos.Tables, ", "), strings.Join(r.tableNames(), ", "))
+			// A retry meets the same checkpoint and the same settings: only a person can end this.
+			return fault.ConfigErr(fmt.Errorf("the tables changed while the initial snapshot was running (checkpoint: %s; settings: %s)",
+				strings.Join(pos.Tables, ", "), strings.Join(r.tableNames(), ", ")),
+				"restore the old table list and let the snapshot finish (skippr status shows it), then add the tables")
 		}
 		// The initial snapshot copies every table anyway; a request is carried to the stream phase.
 		requested = slices.DeleteFunc(slices.Clone(requested), func(s string) bool { _, ok := pos.Resnapshot[s]; return ok })

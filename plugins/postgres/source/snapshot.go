@@ -86,7 +86,7 @@ func (r *reader) snapshot(ctx context.Context, tx pgx.Tx, pos *Position) (*Posit
 	if err := tx.Commit(ctx); err != nil {
 		return nil, r.cfg.Explain(err)
 	}
-	done := Position{V: positionVersion, Phase: PhaseStream, Slot: next.Slot, LSN: next.LSN, Tables: next.Tables, Overlap: next.Overlap, Rows: next.Rows, Resnapshot: next.Resnapshot, Copied: next.Copied, Recopy: next.Recopy}
+	done := next.streamPhase()
 	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: done.Encode(), RowsDone: next.Rows, RowsTotal: next.Rows, Metrics: r.snapshotMetrics(&next)}); err != nil {
 		return nil, err
 	}
