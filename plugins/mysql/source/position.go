@@ -57,6 +57,24 @@ type TableProgress struct {
 	Rows int64    `json:"rows,omitempty"`
 }
 
+// copiedAll says every table of a snapshot-phase position is copied: what is left of the snapshot is its closing
+// checkpoint, which may never have become durable (the engine commits a checkpoint with the rows it covers, and
+// the closing one covers none).
+func (p *Position) copiedAll() bool {
+	for _, name := range p.Tables {
+		if !p.Progress[name].Done {
+			return false
+		}
+	}
+	return true
+}
+
+// streamPhase is the position at which streaming follows a finished snapshot.
+func (p *Position) streamPhase() *Position {
+	return &Position{V: positionVersion, Phase: PhaseStream, Flavor: p.Flavor, File: p.File, Pos: p.Pos, GTID: p.GTID,
+		Tables: p.Tables, OverlapFile: p.OverlapFile, OverlapPos: p.OverlapPos, Schemas: p.Schemas, Resnapshot: p.Resnapshot}
+}
+
 // Encode is the checkpoint bytes: deterministic, so a replayed read reaches byte-identical checkpoints.
 func (p Position) Encode() []byte {
 	b, err := json.Marshal(p)

@@ -265,8 +265,7 @@ func (r *reader) snapshot(ctx context.Context, conn *mysql.Conn, pos *Position, 
 	if err := r.copyTables(ctx, conns, todo, pos); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	next := &Position{V: positionVersion, Phase: PhaseStream, Flavor: pos.Flavor, File: pos.File, Pos: pos.Pos, GTID: pos.GTID,
-		Tables: pos.Tables, OverlapFile: pos.OverlapFile, OverlapPos: pos.OverlapPos, Schemas: pos.Schemas, Resnapshot: pos.Resnapshot}
+	next := pos.streamPhase()
 	if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: next.Encode(), RowsDone: pos.Rows, RowsTotal: pos.Rows}); err != nil {
 		return nil, err
 	}

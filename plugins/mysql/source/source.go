@@ -124,6 +124,11 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		return fault.ResnapshotErr(fmt.Errorf("the checkpoint was taken on a %s server, this one is %s", pos.Flavor, r.flavor),
 			"point the pipeline back at its server, or start it from an empty checkpoint (a new snapshot)")
 	}
+	if pos != nil && pos.Phase == PhaseSnapshot && pos.copiedAll() {
+		// A snapshot whose every table is durable is over, even when its closing checkpoint never became
+		// durable (a `sync --once` that ended on it): tables added since are copied while streaming.
+		pos = pos.streamPhase()
+	}
 	if pos != nil {
 		if err := r.checkTables(pos); err != nil {
 			return err
