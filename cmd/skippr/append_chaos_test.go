@@ -154,7 +154,7 @@ pipelines:
 		// A wait the source reported (a slot creation held back by an open transaction, a slot still held by
 		// the killed run's walsender) says where a slow run spent its time.
 		for _, l := range strings.Split(stderr.String(), "\n") {
-			if strings.Contains(l, "plugin.") && (strings.Contains(l, "[WARN]") || strings.Contains(l, "[ERROR]")) {
+			if strings.Contains(l, " plugin=") && (strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")) {
 				t.Logf("run %d: %s", kill, l)
 			}
 		}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
@@ -86,16 +85,9 @@ func newHost(c *cli.Command, g *globals, cfg *config.Config, offline bool) (*plu
 		LockPath:     lockPath(g),
 		Offline:      offline,
 		Logger:       g.Log,
-		PluginLog:    pluginLogger(g, c.Root().ErrWriter),
+		PluginLog:    pluginhost.PluginLog(g.Log),
 		StartTimeout: g.PluginStartTimeout,
 	}, nil
-}
-
-// pluginLogger prints the plugins' log lines (go-plugin hands them over as hclog entries) beside the engine's:
-// at the engine's level, in its format and through the same redaction, so `--log-level info` shows a source's
-// "table copied" as it shows the engine's own progress.
-func pluginLogger(g *globals, w io.Writer) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: "plugin", Output: g.Redact.Writer(w), Level: hclog.LevelFromString(g.LogLevel.String()), JSONFormat: g.LogFormat == "json"})
 }
 
 func hostConnection(cn *config.Connection) pluginhost.Connection {

@@ -39,8 +39,7 @@ type globals struct {
 	Redact *redact.Redactor
 	// PluginStartTimeout bounds a plugin's handshake (go-plugin's own default is 60s).
 	PluginStartTimeout time.Duration
-	LogFormat          string // text or json
-	LogLevel           slog.Level
+	LogFormat          string    // text or json
 	Started            time.Time // when the command began, for summaries
 }
 
@@ -133,7 +132,6 @@ func newApp(g *globals) *cli.Command {
 			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 				return ctx, withCode(exitUsage, fmt.Errorf("--log-level: %w", err))
 			}
-			g.LogLevel = lvl
 			opts := &slog.HandlerOptions{Level: lvl}
 			switch c.String("log-format") {
 			case "json":

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -75,6 +76,58 @@ func (e *slotWaitEnv) syncStreaming() {
 	e.mustRun("sync", "--once")
 	e.src.Exec(e.t, `INSERT INTO a VALUES (-1, 'streamed')`)
 	e.mustRun("sync", "--once")
+}
+
+// background is a skippr command running while the test acts on the pipeline; its stderr is kept.
+type background struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stderr bytes.Buffer
+	exited chan error
+}
+
+// start runs `skippr args…` in the background.
+func (e *slotWaitEnv) start(ctx context.Context, args ...string) *background {
+	e.t.Helper()
+	b := &background{t: e.t, cmd: e.cmd(ctx, args...), exited: make(chan error, 1)}
+	b.cmd.Stderr = &b.stderr
+	if err := b.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { b.exited <- b.cmd.Wait() }()
+	return b
+}
+
+// until polls ok until it holds; the test fails, saying what it waited for, when the command ends first or
+// within passes.
+func (b *background) until(what string, within time.Duration, ok func() bool) {
+	b.t.Helper()
+	for deadline := time.Now().Add(within); !ok(); time.Sleep(200 * time.Millisecond) {
+		select {
+		case err := <-b.exited:
+			b.t.Fatalf("waiting until %s, the command ended (%v):\n%s", what, err, b.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.cmd.Process.Kill()
+			<-b.exited
+			b.t.Fatalf("not within %v: %s:\n%s", within, what, b.stderr.String())
+		}
+	}
+}
+
+// wait returns the command's end (an error for a non-zero exit); the test fails when it runs longer than d.
+func (b *background) wait(d time.Duration) error {
+	b.t.Helper()
+	select {
+	case err := <-b.exited:
+		return err
+	case <-time.After(d):
+		b.cmd.Process.Kill()
+		<-b.exited
+		b.t.Fatalf("the command did not end within %v:\n%s", d, b.stderr.String())
+		return nil
+	}
 }
 
 // holdTransaction opens a session named slotwait_blocker that inserts a row and stays idle in transaction; it
@@ -189,32 +242,14 @@ func TestSlotWaitNamesBlockerThenCopies(t *testing.T) {
 	tx, pid := e.holdTransaction(ctx)
 	defer tx.Rollback(context.Background())
 	e.config("public.a", "public.b")
-	cmd := e.cmd(ctx, "sync", "--once")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	b := e.start(ctx, "sync", "--once")
 	start := time.Now()
 	wantPID := fmt.Sprintf("pid %d", pid)
 	var waiting string
-	for deadline := start.Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		select {
-		case err := <-exited:
-			t.Fatalf("sync --once ended while a transaction held the copy's slot back (%v):\n%s", err, stderr.String())
-		default:
-		}
-		if waiting = e.sourceWaiting(); strings.Contains(waiting, wantPID) {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			<-exited
-			t.Fatalf("status never named the blocking %s; last %q:\n%s", wantPID, waiting, stderr.String())
-		}
-	}
+	b.until("status names the blocking "+wantPID, 90*time.Second, func() bool {
+		waiting = e.sourceWaiting()
+		return strings.Contains(waiting, wantPID)
+	})
 	shown := time.Since(start)
 	for _, s := range []string{`application "slotwait_blocker"`, "state idle in transaction", "before copying public.b", fmt.Sprintf("SELECT pg_terminate_backend(%d)", pid)} {
 		if !strings.Contains(waiting, s) {
@@ -229,17 +264,10 @@ func TestSlotWaitNamesBlockerThenCopies(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("sync --once: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(2 * time.Minute):
-		cmd.Process.Kill()
-		<-exited
-		t.Fatalf("sync --once did not end within two minutes of the commit:\n%s", stderr.String())
+	if err := b.wait(2 * time.Minute); err != nil {
+		t.Fatalf("sync --once: %v\n%s", err, b.stderr.String())
 	}
-	log := stderr.String()
+	log := b.stderr.String()
 	if !strings.Contains(log, "creating a replication slot waits for transactions that were open when it began") || !strings.Contains(log, wantPID) {
 		t.Fatalf("the log does not warn naming %s:\n%s", wantPID, log)
 	}
@@ -293,46 +321,21 @@ func TestSlotWaitNamesBlockerOnResumedCopy(t *testing.T) {
 
 	tx, pid := e.holdTransaction(ctx)
 	defer tx.Rollback(context.Background())
-	cmd := e.cmd(ctx, "sync", "--once")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	b := e.start(ctx, "sync", "--once")
 	wantPID := fmt.Sprintf("pid %d", pid)
 	var waiting string
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		select {
-		case err := <-exited:
-			t.Fatalf("sync --once ended while a transaction held the copy's slot back (%v):\n%s", err, stderr.String())
-		default:
-		}
-		if waiting = e.sourceWaiting(); strings.Contains(waiting, wantPID) {
-			break
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			<-exited
-			t.Fatalf("status never named the blocking %s; last %q:\n%s", wantPID, waiting, stderr.String())
-		}
-	}
+	b.until("status names the blocking "+wantPID, 90*time.Second, func() bool {
+		waiting = e.sourceWaiting()
+		return strings.Contains(waiting, wantPID)
+	})
 	if !strings.Contains(waiting, "before copying public.big again") || !strings.Contains(waiting, `application "slotwait_blocker"`) {
 		t.Fatalf("status's wait: %s", waiting)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("sync --once: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(3 * time.Minute):
-		cmd.Process.Kill()
-		<-exited
-		t.Fatalf("sync --once did not end within three minutes of the commit:\n%s", stderr.String())
+	if err := b.wait(3 * time.Minute); err != nil {
+		t.Fatalf("sync --once: %v\n%s", err, b.stderr.String())
 	}
 	if w := e.sourceWaiting(); w != "" {
 		t.Fatalf("status still shows a wait after the copy: %s", w)
@@ -406,38 +409,14 @@ func TestExactCopyWithoutFreeSlotFails(t *testing.T) {
 	e := newSlotWaitEnv(t, srv.NewDB(t), "")
 	e.config("public.a")
 	e.syncStreaming()
-	cmd := e.cmd(ctx, "sync")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	b := e.start(ctx, "sync")
 	// Streaming and caught up: the Read that takes the request is this run's.
-	for deadline := time.Now().Add(2 * time.Minute); !e.sourceIdle(); time.Sleep(100 * time.Millisecond) {
-		select {
-		case err := <-exited:
-			t.Fatalf("sync ended (%v):\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			<-exited
-			t.Fatalf("the source was not idle within two minutes:\n%s", stderr.String())
-		}
-	}
+	b.until("the source is idle", 2*time.Minute, e.sourceIdle)
 	e.src.Exec(t, `SELECT pg_create_logical_replication_slot('someone_elses', 'pgoutput')`)
 	e.mustRun("resnapshot", "orders", "public.a")
-	select {
-	case <-exited:
-	case <-time.After(time.Minute):
-		cmd.Process.Kill()
-		<-exited
-		t.Fatalf("sync did not stop within a minute of the re-snapshot request without a free slot:\n%s", stderr.String())
-	}
-	log := stderr.String()
-	if code := cmd.ProcessState.ExitCode(); code != 1 || strings.Contains(log, "restarting") ||
+	b.wait(time.Minute)
+	log := b.stderr.String()
+	if code := b.cmd.ProcessState.ExitCode(); code != 1 || strings.Contains(log, "restarting") ||
 		!strings.Contains(log, "create a temporary replication slot") || !strings.Contains(log, "fix: a table in mode: append whose copy was interrupted") ||
 		!strings.Contains(log, "raise max_replication_slots") {
 		t.Fatalf("sync: exit %d, want 1 and the failure without a free slot, no retry:\n%s", code, log)
