@@ -2,9 +2,12 @@ package pluginhost
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"slices"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -58,11 +61,22 @@ func (p *pluginLog) Log(h hclog.Level, msg string, args ...any) {
 		attrs = append(attrs, "plugin", p.name)
 	}
 	attrs = append(attrs, p.args...)
+	// go-plugin hands a plugin line's fields over from a map, in random order: sorted, equal lines read alike.
+	type field struct {
+		key string
+		val any
+	}
+	var fields []field
 	for i := 0; i+1 < len(args); i += 2 {
-		if args[i] == "timestamp" {
-			continue // go-plugin's copy of the plugin's own time: the engine's handler stamps the line
+		key := fmt.Sprint(args[i])
+		if key == "timestamp" || key == "@module" {
+			continue // the engine's handler stamps the line, and plugin= names it
 		}
-		attrs = append(attrs, args[i], args[i+1])
+		fields = append(fields, field{key, args[i+1]})
+	}
+	slices.SortStableFunc(fields, func(a, b field) int { return strings.Compare(a.key, b.key) })
+	for _, f := range fields {
+		attrs = append(attrs, f.key, f.val)
 	}
 	p.log.Log(ctx, lvl, msg, attrs...)
 }
@@ -93,9 +107,11 @@ func (p *pluginLog) Named(name string) hclog.Logger {
 	return p.ResetNamed(name)
 }
 
+// ResetNamed names the logger of one plugin binary: go-plugin names it after the file, and plugin= carries the
+// name the config uses (skippr-plugin-postgres → postgres), as the engine's own lines do.
 func (p *pluginLog) ResetNamed(name string) hclog.Logger {
 	c := *p
-	c.name, c.root = name, false
+	c.name, c.root = strings.TrimPrefix(name, "skippr-plugin-"), false
 	return &c
 }
 

@@ -17,11 +17,11 @@ func TestPluginLog(t *testing.T) {
 		want  string // "" for nothing printed
 	}{
 		{"a plugin's info line", slog.LevelInfo, func(l hclog.Logger) {
-			l.Named("skippr-plugin-postgres").Info("table copied", "table", "public.a", "rows", 3, "timestamp", "2026-12-04T16:00:00.000000Z")
-		}, `level=INFO msg="table copied" plugin=skippr-plugin-postgres table=public.a rows=3`},
+			l.Named("skippr-plugin-postgres").Info("table copied", "table", "public.a", "rows", 3, "@module", "postgres", "timestamp", "2026-12-04T16:00:00.000000Z")
+		}, `level=INFO msg="table copied" plugin=postgres rows=3 table=public.a`},
 		{"a plugin's warning", slog.LevelWarn, func(l hclog.Logger) {
 			l.Named("skippr-plugin-mysql").With("k", "v").Warn("slow")
-		}, `level=WARN msg=slow plugin=skippr-plugin-mysql k=v`},
+		}, `level=WARN msg=slow plugin=mysql k=v`},
 		{"below the level", slog.LevelWarn, func(l hclog.Logger) { l.Named("p").Info("table copied") }, ""},
 		{"go-plugin's own info goes to debug", slog.LevelInfo, func(l hclog.Logger) { l.Info("plugin process exited", "id", 7) }, ""},
 		{"go-plugin's own info at debug", slog.LevelDebug, func(l hclog.Logger) { l.Info("plugin process exited", "id", 7) },
