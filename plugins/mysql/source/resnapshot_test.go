@@ -30,9 +30,10 @@ type folded struct {
 	rows    map[string]map[int32]int32
 	seen    map[string]map[int32]bool // per stream since its begin mark
 	marks   []string
-	last    []byte // the last checkpoint's position
-	idle    bool   // the last checkpoint said idle
-	reads   int    // snapshot reads received during the re-snapshot
+	last    []byte   // the last checkpoint's position
+	all     [][]byte // every checkpoint's position, in order
+	idle    bool     // the last checkpoint said idle
+	reads   int      // snapshot reads received during the re-snapshot
 	metrics []serve.Metric
 	changed chan struct{}
 }
@@ -90,6 +91,7 @@ func (f *folded) Resnapshot(_ context.Context, stream string, end bool) error {
 func (f *folded) Checkpoint(_ context.Context, cp serve.Checkpoint) error {
 	f.mu.Lock()
 	f.last, f.idle = cp.Position, cp.Idle
+	f.all = append(f.all, cp.Position)
 	if len(cp.Metrics) > 0 {
 		f.metrics = cp.Metrics
 	}
@@ -104,16 +106,10 @@ func (f *folded) Checkpoint(_ context.Context, cp serve.Checkpoint) error {
 // readUntil runs s.Read until done says so at a checkpoint (or the Read fails).
 func readUntil(t *testing.T, s *Source, req serve.ReadRequest, out *folded, done func() bool) {
 	t.Helper()
-	readUntilWith(t, s, req, out, out, done)
-}
-
-// readUntilWith is readUntil with an Emitter of its own that reports to out.
-func readUntilWith(t *testing.T, s *Source, req serve.ReadRequest, em serve.Emitter, out *folded, done func() bool) {
-	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- s.Read(ctx, req, em) }()
+	go func() { errc <- s.Read(ctx, req, out) }()
 	for {
 		select {
 		case err := <-errc:
@@ -366,19 +362,6 @@ func TestResnapshotWatermarksNotLogged(t *testing.T) {
 	}
 }
 
-// checkpoints is an Emitter that keeps every checkpoint it is handed, beside folding what it reports to folded.
-type checkpoints struct {
-	*folded
-	all [][]byte
-}
-
-func (c *checkpoints) Checkpoint(ctx context.Context, cp serve.Checkpoint) error {
-	c.folded.mu.Lock()
-	c.all = append(c.all, cp.Position)
-	c.folded.mu.Unlock()
-	return c.folded.Checkpoint(ctx, cp)
-}
-
 // TestTableAddedAfterSnapshotWithoutItsClosingCheckpoint: the engine commits a checkpoint with the rows it
 // covers, so a snapshot's closing checkpoint (no rows) may never become durable — a `sync --once` that copied
 // everything and then saw no change ends on the last chunk's checkpoint, still in the snapshot phase. A table
@@ -396,10 +379,9 @@ func TestTableAddedAfterSnapshotWithoutItsClosingCheckpoint(t *testing.T) {
 	}
 	s := New()
 	out := newFolded()
-	em := &checkpoints{folded: out}
-	readUntilWith(t, s, serve.ReadRequest{Settings: set("t")}, em, out, func() bool { return out.idle })
+	readUntil(t, s, serve.ReadRequest{Settings: set("t")}, out, func() bool { return out.idle })
 	var lastChunk []byte
-	for _, cp := range em.all {
+	for _, cp := range out.all {
 		if p, err := DecodePosition(cp); err == nil && p != nil && p.Phase == PhaseSnapshot {
 			lastChunk = cp
 		}

@@ -25,9 +25,10 @@ type folded struct {
 	rows    map[string]map[int32]int32
 	seen    map[string]map[int32]bool // per stream since its begin mark
 	marks   []string
-	last    []byte // the last checkpoint's position
-	idle    bool   // the last checkpoint said idle
-	reads   int    // snapshot reads received during the re-snapshot
+	last    []byte   // the last checkpoint's position
+	all     [][]byte // every checkpoint's position, in order
+	idle    bool     // the last checkpoint said idle
+	reads   int      // snapshot reads received during the re-snapshot
 	changed chan struct{}
 }
 
@@ -84,6 +85,7 @@ func (f *folded) Resnapshot(_ context.Context, stream string, end bool) error {
 func (f *folded) Checkpoint(_ context.Context, cp serve.Checkpoint) error {
 	f.mu.Lock()
 	f.last, f.idle = cp.Position, cp.Idle
+	f.all = append(f.all, cp.Position)
 	f.mu.Unlock()
 	select {
 	case f.changed <- struct{}{}:
@@ -238,19 +240,6 @@ func TestTableAddedWhileStreaming(t *testing.T) {
 	sameRows(t, conn, "u", out.rows["public.u"])
 }
 
-// checkpoints is an Emitter that keeps every checkpoint it is handed, beside folding what it reports to folded.
-type checkpoints struct {
-	*folded
-	all [][]byte
-}
-
-func (c *checkpoints) Checkpoint(ctx context.Context, cp serve.Checkpoint) error {
-	c.folded.mu.Lock()
-	c.all = append(c.all, cp.Position)
-	c.folded.mu.Unlock()
-	return c.folded.Checkpoint(ctx, cp)
-}
-
 // TestTableAddedAfterSnapshotWithoutItsClosingCheckpoint: the engine commits a checkpoint with the rows it
 // covers, so a snapshot's closing checkpoint (no rows) may never become durable — a `sync --once` that copied
 // everything and then saw no change ends on the last chunk's checkpoint, still in the snapshot phase. A table
@@ -267,10 +256,9 @@ func TestTableAddedAfterSnapshotWithoutItsClosingCheckpoint(t *testing.T) {
 	}
 	s := New()
 	out := newFolded()
-	em := &checkpoints{folded: out}
-	readUntilWith(t, s, serve.ReadRequest{Settings: set("public.t")}, em, out, func() bool { return out.idle })
+	readUntil(t, s, serve.ReadRequest{Settings: set("public.t")}, out, func() bool { return out.idle })
 	var lastChunk []byte
-	for _, cp := range em.all {
+	for _, cp := range out.all {
 		if p, err := DecodePosition(cp); err == nil && p.Phase == PhaseSnapshot {
 			lastChunk = cp
 		}
