@@ -176,17 +176,7 @@ func (p *processor) startRecopy(ctx context.Context) error {
 	tx, c, err := r.exactSnapshot(ctx, purpose, func(ctx context.Context, waited time.Duration, bs []blocker) error {
 		// Between transactions, like every checkpoint of the processor: it carries the stream on, and the
 		// reason to `skippr status`.
-		cp := p.position()
-		p.waiting = []serve.Metric{waitMetric(waited, bs, purpose)}
-		err := p.checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows})
-		p.waiting = nil
-		if err != nil {
-			return err
-		}
-		r.emitted = false
-		p.lastCP, p.lastIdle = p.pos, false
-		p.setIdle(p.pos, true)
-		return nil
+		return p.betweenTransactions(ctx, 0, waitMetric(waited, bs, purpose))
 	})
 	if err != nil {
 		return err
@@ -283,14 +273,7 @@ func (p *processor) recopyChunk(ctx context.Context, tc tableChunk, ok bool) err
 		p.recopy[tc.table] = prog
 		p.rows += int64(tc.c.rows)
 	}
-	cp := p.position()
-	if err := p.checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows}); err != nil {
-		return err
-	}
-	r.emitted = false
-	p.lastCP, p.lastIdle = p.pos, false
-	p.setIdle(p.pos, true)
-	return nil
+	return p.betweenTransactions(ctx, 0, notWaiting)
 }
 
 // recopyMetrics are the progress of the append tables to copy while streaming, as a re-snapshot's gauges: `skippr

@@ -409,8 +409,6 @@ type processor struct {
 	// ended: the gauges of the copies (re-snapshots, append tables) that ended since the last checkpoint, which
 	// the next one carries once (copyMetrics).
 	ended []serve.Metric
-	// waiting: the gauge of a wait outside the source (slotwait.go), on the checkpoints sent while it lasts.
-	waiting []serve.Metric
 }
 
 // position is the stream checkpoint at p.pos.
@@ -436,17 +434,27 @@ func (p *processor) position() Position {
 	return cp
 }
 
-// checkpoint sends cp with the figures a stream checkpoint carries: the copies running or just ended, the slot.
-func (p *processor) checkpoint(ctx context.Context, cp serve.Checkpoint) error {
-	wait := p.waiting
-	if wait == nil {
-		wait = []serve.Metric{notWaiting}
-	}
-	cp.Metrics = slices.Concat(p.rs.metrics(), p.recopyMetrics(), p.ended, p.r.slot.metrics(p.r.cfg.Slot), wait)
+// checkpoint sends cp with the figures a stream checkpoint carries: the copies running or just ended, the slot,
+// and wait, the gauge of a wait outside the source (slotwait.go: waitMetric, or notWaiting).
+func (p *processor) checkpoint(ctx context.Context, cp serve.Checkpoint, wait serve.Metric) error {
+	cp.Metrics = slices.Concat(p.rs.metrics(), p.recopyMetrics(), p.ended, p.r.slot.metrics(p.r.cfg.Slot), []serve.Metric{wait})
 	if err := p.r.out.Checkpoint(ctx, cp); err != nil {
 		return err
 	}
 	p.ended = nil
+	return nil
+}
+
+// betweenTransactions sends the stream checkpoint at p.pos, between two transactions, covering what was emitted
+// since the last one: the slot may move there once the engine has it durable.
+func (p *processor) betweenTransactions(ctx context.Context, lagMS int64, wait serve.Metric) error {
+	cp := p.position()
+	if err := p.checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, LagMS: lagMS}, wait); err != nil {
+		return err
+	}
+	p.r.emitted = false
+	p.lastCP, p.lastIdle = p.pos, false
+	p.setIdle(p.pos, true)
 	return nil
 }
 
@@ -506,7 +514,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		}
 		if it.caughtUp && (!p.lastIdle || p.pos > p.lastCP) && !p.rs.active() && len(p.recopy) == 0 {
 			cp := p.position()
-			if err := p.checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true}); err != nil {
+			if err := p.checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, Idle: true}, notWaiting); err != nil {
 				return err
 			}
 			p.lastCP, p.lastIdle = p.pos, true
@@ -532,14 +540,9 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			p.setIdle(p.pos, false)
 			return nil
 		}
-		cp := p.position()
-		lag := time.Since(m.CommitTime).Milliseconds()
-		if err := p.checkpoint(ctx, serve.Checkpoint{Position: cp.Encode(), RowsDone: p.rows, LagMS: max(lag, 0)}); err != nil {
+		if err := p.betweenTransactions(ctx, max(time.Since(m.CommitTime).Milliseconds(), 0), notWaiting); err != nil {
 			return err
 		}
-		r.emitted = false
-		p.lastCP, p.lastIdle = p.pos, false
-		p.setIdle(p.pos, true)
 	case *pglogrepl.RelationMessage:
 		return p.relation(ctx, m)
 	case *pglogrepl.TypeMessage:
