@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
@@ -257,14 +259,27 @@ func TestTableAddedAfterSnapshotWithoutItsClosingCheckpoint(t *testing.T) {
 	s := New()
 	out := newFolded()
 	readUntil(t, s, serve.ReadRequest{Settings: set("public.t")}, out, func() bool { return out.idle })
-	var lastChunk []byte
+	var midChunk, lastChunk []byte
 	for _, cp := range out.all {
 		if p, err := DecodePosition(cp); err == nil && p.Phase == PhaseSnapshot {
+			if midChunk == nil && !p.copiedAll() {
+				midChunk = cp
+			}
 			lastChunk = cp
 		}
 	}
 	if p, err := DecodePosition(lastChunk); err != nil || p == nil || !p.copiedAll() {
 		t.Fatalf("the last snapshot-phase checkpoint should have every table copied: %s (%v)", lastChunk, err)
+	}
+	// A snapshot that really was cut short cannot take a new table: a person must act, so no retry can help.
+	if midChunk == nil {
+		t.Fatalf("no snapshot-phase checkpoint before the end of the copy (batch_size 70, 100 rows): %q", out.all)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Read(ctx, serve.ReadRequest{Settings: set("public.t", "public.u"), Checkpoint: midChunk}, newFolded()); !errors.Is(err, fault.ErrConfig) ||
+		!strings.Contains(err.Error(), "the tables changed while the initial snapshot was running") {
+		t.Fatalf("a table added while the snapshot is unfinished: %v, want a config fault", err)
 	}
 	db.Exec(t, `UPDATE t SET v = v + 1 WHERE id <= 10; UPDATE u SET v = 0 WHERE id <= 5`)
 	readUntil(t, s, serve.ReadRequest{Settings: set("public.t", "public.u"), Checkpoint: lastChunk}, out, func() bool {
