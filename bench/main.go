@@ -110,7 +110,7 @@ func main() {
 	inRows, inBytes, inDur := inProcess(ctx, settings)
 	row("datagen batches, in-process (baseline)", inRows, inBytes, inDur, "generate + Arrow IPC encode, no boundary")
 	bRows, bBytes, bDur := boundary(ctx, filepath.Join(*binDir, "skippr-plugin-datagen"), settings)
-	row("datagen → host across the plugin boundary", bRows, bBytes, bDur, fmt.Sprintf("go-plugin gRPC + AutoMTLS, 1 MiB chunks; %.0f%% of in-process", 100*float64(bRows)/bDur.Seconds()/(float64(inRows)/inDur.Seconds())))
+	row("datagen → host across the plugin boundary", bRows, bBytes, bDur, fmt.Sprintf("go-plugin gRPC on a private Unix socket, 1 MiB chunks; %.0f%% of in-process", 100*float64(bRows)/bDur.Seconds()/(float64(inRows)/inDur.Seconds())))
 
 	e2e(ctx, *binDir, *e2eRows)
 	for _, backend := range []string{"local", "s3"} {
