@@ -52,8 +52,8 @@ type Client struct {
 	pc   *plugin.Client
 	// sockDir is the private directory of the plugin's socket, removed with the plugin.
 	sockDir string
-	rpc  pluginv1.PluginClient
-	tail *tailBuffer
+	rpc     pluginv1.PluginClient
+	tail    *tailBuffer
 	// Protocol is the negotiated protocol version.
 	Protocol int
 }
