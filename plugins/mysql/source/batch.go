@@ -325,7 +325,7 @@ func (t *textColumn) appendNull() {
 	}
 	if t.bits == nil {
 		t.valid = memory.NewResizableBuffer(t.mem)
-		t.valid.Reserve((len(t.offs)+7)/8)
+		t.valid.Reserve((len(t.offs) + 7) / 8)
 		t.bits = t.valid.Buf()
 		bitutil.SetBitsTo(t.bits, 0, int64(t.n), true)
 	}
@@ -344,7 +344,7 @@ func (t *textColumn) growRows() {
 	t.offsets.Reserve((rows + 1) * arrow.Int32SizeBytes)
 	t.offs = arrow.Int32Traits.CastFromBytes(t.offsets.Buf())
 	if t.valid != nil {
-		t.valid.Reserve((len(t.offs)+7)/8)
+		t.valid.Reserve((len(t.offs) + 7) / 8)
 		t.bits = t.valid.Buf()
 	}
 }
@@ -370,7 +370,7 @@ func (t *textColumn) finish() arrow.Array {
 	t.values.ResizeNoShrink(t.size)
 	var valid *memory.Buffer
 	if t.nulls > 0 {
-		t.valid.ResizeNoShrink((t.n+7)/8)
+		t.valid.ResizeNoShrink((t.n + 7) / 8)
 		valid = t.valid
 	}
 	d := array.NewData(t.dtype, t.n, []*memory.Buffer{valid, t.offsets, t.values}, nil, t.nulls, 0)
