@@ -19,14 +19,15 @@ import (
 // append rows of text cells to it and take the record from NewRecordBatch, as they would from an
 // array.RecordBuilder (Reserve, NewRecordBatch and Release mean the same).
 //
-// It exists for speed; appendValue stays the reference and takes every cell the cases here do not. Driving a
-// RecordBuilder with appendValue per cell cost a type switch on the kind and one on the builder per cell, and
-// BinaryBuilder.Append's per-call reserve and offset closure for every text cell; with 8M rows of the bench
-// table that was 39% of the plugin's CPU during a snapshot. Here each column's case is chosen once per batch,
-// fixed-width values go in with UnsafeAppend below the capacity reserved for the whole batch, text is copied
-// straight into the Arrow buffers of its column (textColumn), and the op and (null) position columns are
-// appended once per batch. TestRowBatchMatchesAppendValue compares it with appendValue on edge and random
-// values of every kind.
+// It exists for speed. A RecordBuilder driven by appendValue cost, per cell, a type switch on the kind and
+// one on the builder, the builder's capacity check and validity bit, and for text BinaryBuilder's offset
+// closure; with 8M rows of the bench table that was 39% of the plugin's CPU during a snapshot. Here each
+// column's way is chosen once per batch, and the common kinds are written straight into the Arrow buffers
+// of the batch: a fixed-width value is one store at the row's index (the batch reserves its rows up front),
+// text is copied after the previous value with its end offset, a null is noted and the validity bitmap is
+// made at the batch's end (most batches have none). The values are read by the functions appendValue
+// uses, and the other kinds go to appendValue itself, so a value is the same either way
+// (TestRowBatchMatchesAppendValue compares the two on edge and random values of every kind).
 //
 // After appendRow returns an error the batch holds a partial row: Release it.
 type rowBatch struct {
@@ -35,10 +36,9 @@ type rowBatch struct {
 	cols     []batchColumn
 
 	n    int // rows appended since the last record
-	room int // rows the builders appended in place hold without growing (n <= room)
+	room int // rows every column holds without growing (n <= room)
 
-	op         *array.Int8Builder
-	ops        []int8
+	op         fixedColumn[int8]
 	where      *array.StringBuilder
 	nullWheres int // null positions not yet appended to where (a row with one appends them first)
 
@@ -58,19 +58,30 @@ const (
 	howUint16
 	howUint32
 	howUint64
+	howFloat32
+	howFloat64
 	howDecimal128
 	howDate
 	howTimestamp // datetime and timestamp
-	howText      // char, varchar, text and json: UTF-8 checked, gathered in text
-	howRaw       // enum and set (the snapshot reads their names), binary: gathered in text as they are
+	howText      // char, varchar, text and json: checked as UTF-8
+	howRaw       // enum and set (the snapshot reads their names), binary: as they are
 )
 
-// batchColumn is one table column of a rowBatch.
+// batchColumn is one table column of a rowBatch: exactly one of b, fixed and text is set.
 type batchColumn struct {
-	how  cellHow
-	col  *Column
-	b    array.Builder // the column's builder; nil for howText and howRaw
-	text *textColumn   // for howText and howRaw
+	how   cellHow
+	col   *Column
+	b     array.Builder // howValue
+	fixed columnBuffer  // a *fixedColumn[T] of the Arrow type's T, for howInt8 to howTimestamp
+	text  *textColumn   // howText, howRaw
+}
+
+// columnBuffer is a column whose buffers rowBatch writes itself.
+type columnBuffer interface {
+	reserve(rows int)
+	null(row int)
+	finish(rows int) arrow.Array
+	release()
 }
 
 // newBatch starts a batch of t's rows.
@@ -82,15 +93,43 @@ func newRowBatch(mem memory.Allocator, t *Table, zeroNull bool) *rowBatch {
 	rb := &rowBatch{schema: t.Schema, zeroNull: zeroNull, cols: make([]batchColumn, len(t.Columns))}
 	for i := range t.Columns {
 		col := &t.Columns[i]
+		dt := t.Schema.Field(i).Type
 		c := batchColumn{how: howOf(col.Kind), col: col}
-		if c.how == howText || c.how == howRaw {
-			c.text = &textColumn{mem: mem, dtype: t.Schema.Field(i).Type}
-		} else {
-			c.b = array.NewBuilder(mem, t.Schema.Field(i).Type)
+		switch c.how {
+		case howInt8:
+			c.fixed = newFixed[int8](mem, dt)
+		case howInt16:
+			c.fixed = newFixed[int16](mem, dt)
+		case howInt32:
+			c.fixed = newFixed[int32](mem, dt)
+		case howInt64:
+			c.fixed = newFixed[int64](mem, dt)
+		case howUint8:
+			c.fixed = newFixed[uint8](mem, dt)
+		case howUint16:
+			c.fixed = newFixed[uint16](mem, dt)
+		case howUint32:
+			c.fixed = newFixed[uint32](mem, dt)
+		case howUint64:
+			c.fixed = newFixed[uint64](mem, dt)
+		case howFloat32:
+			c.fixed = newFixed[float32](mem, dt)
+		case howFloat64:
+			c.fixed = newFixed[float64](mem, dt)
+		case howDecimal128:
+			c.fixed = newFixed[decimal128.Num](mem, dt)
+		case howDate:
+			c.fixed = newFixed[arrow.Date32](mem, dt)
+		case howTimestamp:
+			c.fixed = newFixed[arrow.Timestamp](mem, dt)
+		case howText, howRaw:
+			c.text = &textColumn{mem: mem, dtype: dt}
+		default:
+			c.b = array.NewBuilder(mem, dt)
 		}
 		rb.cols[i] = c
 	}
-	rb.op = array.NewInt8Builder(mem)
+	rb.op = fixedColumn[int8]{mem: mem, dtype: change.OpField.Type}
 	rb.where = array.NewStringBuilder(mem)
 	return rb
 }
@@ -113,6 +152,10 @@ func howOf(k Kind) cellHow {
 		return howUint32
 	case KindUint64:
 		return howUint64
+	case KindFloat32:
+		return howFloat32
+	case KindFloat64:
+		return howFloat64
 	case KindDecimal128:
 		return howDecimal128
 	case KindDate:
@@ -132,95 +175,108 @@ func (rb *rowBatch) appendRow(row [][]byte, op change.Op, where string) error {
 	if rb.n >= rb.room {
 		rb.grow()
 	}
+	at := rb.n
 	for i := range rb.cols {
 		c := &rb.cols[i]
 		v := row[i]
 		if v == nil {
-			if c.text != nil {
-				c.text.appendNull()
-			} else {
+			switch {
+			case c.fixed != nil:
+				c.fixed.null(at)
+			case c.text != nil:
+				c.text.null(at)
+			default:
 				c.b.AppendNull()
 			}
 			continue
 		}
-		// Each case appends and continues, or breaks to appendValue for a form it does not read (which
-		// then also gives the error a bad value deserves).
 		switch c.how {
-		case howInt8:
-			if n, ok := shortInt(v); ok {
-				c.b.(*array.Int8Builder).UnsafeAppend(int8(n))
-				continue
+		case howInt8, howInt16, howInt32, howInt64:
+			n, ok := shortInt(v)
+			if !ok {
+				var err error
+				if n, err = intValue(c.col, v); err != nil {
+					return err
+				}
 			}
-		case howInt16:
-			if n, ok := shortInt(v); ok {
-				c.b.(*array.Int16Builder).UnsafeAppend(int16(n))
-				continue
+			switch c.how {
+			case howInt8:
+				c.fixed.(*fixedColumn[int8]).vals[at] = int8(n)
+			case howInt16:
+				c.fixed.(*fixedColumn[int16]).vals[at] = int16(n)
+			case howInt32:
+				c.fixed.(*fixedColumn[int32]).vals[at] = int32(n)
+			default:
+				c.fixed.(*fixedColumn[int64]).vals[at] = n
 			}
-		case howInt32:
-			if n, ok := shortInt(v); ok {
-				c.b.(*array.Int32Builder).UnsafeAppend(int32(n))
-				continue
+		case howUint8, howUint16, howUint32, howUint64:
+			n, err := uintValue(c.col, v)
+			if err != nil {
+				return err
 			}
-		case howInt64:
-			if n, ok := shortInt(v); ok {
-				c.b.(*array.Int64Builder).UnsafeAppend(n)
-				continue
+			switch c.how {
+			case howUint8:
+				c.fixed.(*fixedColumn[uint8]).vals[at] = uint8(n)
+			case howUint16:
+				c.fixed.(*fixedColumn[uint16]).vals[at] = uint16(n)
+			case howUint32:
+				c.fixed.(*fixedColumn[uint32]).vals[at] = uint32(n)
+			default:
+				c.fixed.(*fixedColumn[uint64]).vals[at] = n
 			}
-		case howUint8:
-			if n, ok := shortInt(v); ok && n >= 0 {
-				c.b.(*array.Uint8Builder).UnsafeAppend(uint8(n))
-				continue
+		case howFloat32:
+			f, err := floatValue(c.col, v, 32)
+			if err != nil {
+				return err
 			}
-		case howUint16:
-			if n, ok := shortInt(v); ok && n >= 0 {
-				c.b.(*array.Uint16Builder).UnsafeAppend(uint16(n))
-				continue
+			c.fixed.(*fixedColumn[float32]).vals[at] = float32(f)
+		case howFloat64:
+			f, err := floatValue(c.col, v, 64)
+			if err != nil {
+				return err
 			}
-		case howUint32:
-			if n, ok := shortInt(v); ok && n >= 0 {
-				c.b.(*array.Uint32Builder).UnsafeAppend(uint32(n))
-				continue
-			}
-		case howUint64:
-			if n, ok := shortInt(v); ok && n >= 0 {
-				c.b.(*array.Uint64Builder).UnsafeAppend(uint64(n))
-				continue
-			}
+			c.fixed.(*fixedColumn[float64]).vals[at] = f
 		case howDecimal128:
-			if n, ok := smallDecimal(v, c.col.Scale); ok {
-				c.b.(*array.Decimal128Builder).UnsafeAppend(decimal128.FromI64(n))
+			n, ok := smallDecimal(v, c.col.Scale)
+			if !ok {
+				d, err := decimal128Value(c.col, v)
+				if err != nil {
+					return err
+				}
+				c.fixed.(*fixedColumn[decimal128.Num]).vals[at] = d
 				continue
 			}
-		case howDate:
-			if days, us, ok := civilText(v); ok && us >= 0 {
-				c.b.(*array.Date32Builder).UnsafeAppend(arrow.Date32(days))
-				continue
-			}
-		case howTimestamp:
-			if days, us, ok := civilText(v); ok && us >= 0 {
-				c.b.(*array.TimestampBuilder).UnsafeAppend(arrow.Timestamp(days*86_400_000_000 + us))
-				continue
+			c.fixed.(*fixedColumn[decimal128.Num]).vals[at] = decimal128.FromI64(n)
+		case howDate, howTimestamp:
+			n, null, err := civilValue(c.col, v, rb.zeroNull)
+			switch {
+			case err != nil:
+				return err
+			case null:
+				c.fixed.null(at)
+			case c.how == howDate:
+				c.fixed.(*fixedColumn[arrow.Date32]).vals[at] = arrow.Date32(n)
+			default:
+				c.fixed.(*fixedColumn[arrow.Timestamp]).vals[at] = arrow.Timestamp(n)
 			}
 		case howText:
 			if !utf8.Valid(v) {
 				return notUTF8(c.col, v)
 			}
-			if err := c.text.append(v); err != nil {
+			if err := c.text.append(at, v); err != nil {
 				return fmt.Errorf("column %s: %w", c.col.Name, err)
 			}
-			continue
 		case howRaw:
-			if err := c.text.append(v); err != nil {
+			if err := c.text.append(at, v); err != nil {
 				return fmt.Errorf("column %s: %w", c.col.Name, err)
 			}
-			continue
-		}
-		if err := appendValue(c.b, c.col, v, false, rb.zeroNull); err != nil {
-			return err
+		default:
+			if err := appendValue(c.b, c.col, v, false, rb.zeroNull); err != nil {
+				return err
+			}
 		}
 	}
-	rb.n++
-	rb.ops = append(rb.ops, int8(op))
+	rb.op.vals[at] = int8(op)
 	if where == "" {
 		rb.nullWheres++
 	} else {
@@ -228,17 +284,24 @@ func (rb *rowBatch) appendRow(row [][]byte, op change.Op, where string) error {
 		rb.nullWheres = 0
 		rb.where.Append(where)
 	}
+	rb.n++
 	return nil
 }
 
-// Reserve makes room for n more rows in the columns appended in place.
+// Reserve makes room for n more rows.
 func (rb *rowBatch) Reserve(n int) {
+	rb.room = rb.n + n
 	for _, c := range rb.cols {
-		if c.b != nil {
+		switch {
+		case c.fixed != nil:
+			c.fixed.reserve(rb.room)
+		case c.text != nil:
+			c.text.reserve(rb.room)
+		default:
 			c.b.Reserve(n)
 		}
 	}
-	rb.room = rb.n + n
+	rb.op.reserve(rb.room)
 }
 
 // grow doubles the room (the snapshot reserves a whole batch up front; the re-snapshot's chunks grow).
@@ -250,58 +313,141 @@ func (rb *rowBatch) grow() {
 func (rb *rowBatch) NewRecordBatch() arrow.RecordBatch {
 	cols := make([]arrow.Array, 0, len(rb.cols)+2)
 	for _, c := range rb.cols {
-		if c.text != nil {
-			cols = append(cols, c.text.finish())
-		} else {
+		switch {
+		case c.fixed != nil:
+			cols = append(cols, c.fixed.finish(rb.n))
+		case c.text != nil:
+			cols = append(cols, c.text.finish(rb.n))
+		default:
 			cols = append(cols, c.b.NewArray())
 		}
 	}
-	rb.op.AppendValues(rb.ops, nil)
 	rb.where.AppendNulls(rb.nullWheres)
-	cols = append(cols, rb.op.NewArray(), rb.where.NewArray())
+	cols = append(cols, rb.op.finish(rb.n), rb.where.NewArray())
 	rec := array.NewRecordBatch(rb.schema, cols, int64(rb.n))
 	for _, a := range cols {
 		a.Release()
 	}
-	rb.n, rb.room, rb.ops, rb.nullWheres = 0, 0, rb.ops[:0], 0
+	rb.n, rb.room, rb.nullWheres = 0, 0, 0
 	return rec
 }
 
 // Release frees the builders and buffers (not a record already handed over).
 func (rb *rowBatch) Release() {
 	for _, c := range rb.cols {
-		if c.b != nil {
+		switch {
+		case c.fixed != nil:
+			c.fixed.release()
+		case c.text != nil:
+			c.text.release()
+		default:
 			c.b.Release()
 		}
-		if c.text != nil {
-			c.text.release()
-		}
 	}
-	rb.op.Release()
+	rb.op.release()
 	rb.where.Release()
 }
 
-// textColumn builds a utf8 or binary column's Arrow buffers of one batch directly: the value bytes, int32
-// offsets and, once a null comes, the validity bitmap. Each batch takes new buffers from the allocator (the
-// record keeps the old ones); the values buffer starts at the previous batch's size.
+// fixedColumn is a fixed-width column's values buffer of one batch, written in place; nulls are noted and
+// become the validity bitmap at the end (a null's slot stays zero).
+type fixedColumn[T arrow.FixedWidthType] struct {
+	mem   memory.Allocator
+	dtype arrow.DataType
+	buf   *memory.Buffer // nil before the batch's first reserve
+	vals  []T            // buf's memory
+	nulls []int          // null rows of the batch
+}
+
+func newFixed[T arrow.FixedWidthType](mem memory.Allocator, dtype arrow.DataType) *fixedColumn[T] {
+	return &fixedColumn[T]{mem: mem, dtype: dtype}
+}
+
+func (f *fixedColumn[T]) reserve(rows int) {
+	if rows <= len(f.vals) {
+		return
+	}
+	if f.buf == nil {
+		f.buf = memory.NewResizableBuffer(f.mem)
+	}
+	var zero T
+	size := int(sizeOf(zero))
+	f.buf.Reserve(rows * size)
+	f.vals = arrow.GetData[T](f.buf.Buf()[:len(f.buf.Buf())/size*size])
+}
+
+func (f *fixedColumn[T]) null(row int) { f.nulls = append(f.nulls, row) }
+
+func (f *fixedColumn[T]) finish(rows int) arrow.Array {
+	f.reserve(max(rows, 1))
+	var zero T
+	f.buf.ResizeNoShrink(rows * int(sizeOf(zero)))
+	a := makeArray(f.mem, f.dtype, rows, f.nulls, f.buf, nil)
+	f.release()
+	return a
+}
+
+// release drops this batch's buffer (an array made of it keeps its own reference).
+func (f *fixedColumn[T]) release() {
+	if f.buf != nil {
+		f.buf.Release()
+	}
+	f.buf, f.vals, f.nulls = nil, nil, f.nulls[:0]
+}
+
+// sizeOf is the bytes of one value of a fixed-width type.
+func sizeOf[T arrow.FixedWidthType](v T) uintptr { return uintptr(len(arrow.GetBytes([]T{v}))) }
+
+// makeArray makes a column's array from its buffers (offsets nil for a fixed-width one), with a validity
+// bitmap made of its null rows when it has any.
+func makeArray(mem memory.Allocator, dtype arrow.DataType, rows int, nulls []int, values, offsets *memory.Buffer) arrow.Array {
+	var valid *memory.Buffer
+	if len(nulls) > 0 {
+		valid = memory.NewResizableBuffer(mem)
+		valid.Resize((rows + 7) / 8)
+		bits := valid.Bytes()
+		bitutil.SetBitsTo(bits, 0, int64(rows), true)
+		for _, r := range nulls {
+			bitutil.ClearBit(bits, r)
+		}
+		defer valid.Release()
+	}
+	bufs := []*memory.Buffer{valid, values}
+	if offsets != nil {
+		bufs = []*memory.Buffer{valid, offsets, values}
+	}
+	d := array.NewData(dtype, rows, bufs, nil, len(nulls), 0)
+	defer d.Release()
+	return array.MakeFromData(d)
+}
+
+// textColumn is a utf8 or binary column's value bytes and int32 offsets of one batch, written in place;
+// nulls are noted as in fixedColumn. The values buffer starts at the previous batch's size.
 type textColumn struct {
 	mem   memory.Allocator
 	dtype arrow.DataType
 
-	values, offsets, valid *memory.Buffer // nil before the batch's first value
-	data                   []byte         // values' memory
-	size                   int            // bytes of data used
-	offs                   []int32        // offsets' memory; offs[0..n] used
-	bits                   []byte         // valid's memory, nil while the batch has no null
-	n, nulls               int
-	last                   int // the previous batch's size
+	values, offsets *memory.Buffer // nil before the batch's first reserve and value
+	data            []byte         // values' memory
+	size            int            // bytes of data used
+	offs            []int32        // offsets' memory: value i ends at offs[i+1]
+	nulls           []int
+	last            int // the previous batch's size
 }
 
-// append appends a value (copied: the reader may reuse its memory for the next row).
-func (t *textColumn) append(v []byte) error {
-	if t.n+1 >= len(t.offs) {
-		t.growRows()
+func (t *textColumn) reserve(rows int) {
+	if rows+1 <= len(t.offs) {
+		return
 	}
+	if t.offsets == nil {
+		t.offsets = memory.NewResizableBuffer(t.mem)
+	}
+	t.offsets.Reserve((rows + 1) * arrow.Int32SizeBytes)
+	t.offs = arrow.Int32Traits.CastFromBytes(t.offsets.Buf())
+	t.offs[0] = 0
+}
+
+// append appends row's value (copied: the reader may reuse its memory for the next row).
+func (t *textColumn) append(row int, v []byte) error {
 	end := t.size + len(v)
 	if end > len(t.data) {
 		if end > math.MaxInt32 {
@@ -311,42 +457,13 @@ func (t *textColumn) append(v []byte) error {
 	}
 	copy(t.data[t.size:], v)
 	t.size = end
-	if t.bits != nil {
-		bitutil.SetBit(t.bits, t.n)
-	}
-	t.n++
-	t.offs[t.n] = int32(end)
+	t.offs[row+1] = int32(end)
 	return nil
 }
 
-func (t *textColumn) appendNull() {
-	if t.n+1 >= len(t.offs) {
-		t.growRows()
-	}
-	if t.bits == nil {
-		t.valid = memory.NewResizableBuffer(t.mem)
-		t.valid.Reserve((len(t.offs) + 7) / 8)
-		t.bits = t.valid.Buf()
-		bitutil.SetBitsTo(t.bits, 0, int64(t.n), true)
-	}
-	bitutil.ClearBit(t.bits, t.n)
-	t.n++
-	t.offs[t.n] = int32(t.size)
-	t.nulls++
-}
-
-// growRows makes room for at least twice the rows (256 at first) in the offsets and the bitmap.
-func (t *textColumn) growRows() {
-	rows := max(2*t.n, 256)
-	if t.offsets == nil {
-		t.offsets = memory.NewResizableBuffer(t.mem)
-	}
-	t.offsets.Reserve((rows + 1) * arrow.Int32SizeBytes)
-	t.offs = arrow.Int32Traits.CastFromBytes(t.offsets.Buf())
-	if t.valid != nil {
-		t.valid.Reserve((len(t.offs) + 7) / 8)
-		t.bits = t.valid.Buf()
-	}
+func (t *textColumn) null(row int) {
+	t.offs[row+1] = int32(t.size)
+	t.nulls = append(t.nulls, row)
 }
 
 // growData makes room for at least end bytes of values: the previous batch's size at first, then twice as much.
@@ -358,35 +475,25 @@ func (t *textColumn) growData(end int) {
 	t.data = t.values.Buf()
 }
 
-// finish makes the batch's array and starts the next batch.
-func (t *textColumn) finish() arrow.Array {
-	if t.offsets == nil {
-		t.growRows() // an empty batch still has its one offset
-	}
+func (t *textColumn) finish(rows int) arrow.Array {
+	t.reserve(rows) // an empty batch still has its one offset
 	if t.values == nil {
 		t.values = memory.NewResizableBuffer(t.mem)
 	}
-	t.offsets.ResizeNoShrink((t.n + 1) * arrow.Int32SizeBytes)
+	t.offsets.ResizeNoShrink((rows + 1) * arrow.Int32SizeBytes)
 	t.values.ResizeNoShrink(t.size)
-	var valid *memory.Buffer
-	if t.nulls > 0 {
-		t.valid.ResizeNoShrink((t.n + 7) / 8)
-		valid = t.valid
-	}
-	d := array.NewData(t.dtype, t.n, []*memory.Buffer{valid, t.offsets, t.values}, nil, t.nulls, 0)
-	a := array.MakeFromData(d)
-	d.Release()
+	a := makeArray(t.mem, t.dtype, rows, t.nulls, t.values, t.offsets)
 	t.last = t.size
 	t.release()
 	return a
 }
 
-// release drops this batch's buffers (the array made of them keeps its own references).
+// release drops this batch's buffers (an array made of them keeps its own references).
 func (t *textColumn) release() {
-	for _, b := range []*memory.Buffer{t.values, t.offsets, t.valid} {
+	for _, b := range []*memory.Buffer{t.values, t.offsets} {
 		if b != nil {
 			b.Release()
 		}
 	}
-	*t = textColumn{mem: t.mem, dtype: t.dtype, last: t.last}
+	t.values, t.offsets, t.data, t.offs, t.size, t.nulls = nil, nil, nil, nil, 0, t.nulls[:0]
 }

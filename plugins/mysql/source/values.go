@@ -96,18 +96,17 @@ func (e *valueError) Error() string { return e.msg }
 // appendValue appends one non-null value's text form v to b. fromBinlog says v came from the binary log,
 // where ENUM is the member's number and SET a bitmap. zeroNull turns zero dates into nulls instead of errors.
 //
-// It runs for every cell of the snapshot and the stream, so it does not copy v into a string where a parse
-// can read the bytes (strconv does not keep its argument, so string(v) there does not allocate).
+// It runs for every cell of the stream that the binary decoder leaves to it; the snapshot's rowBatch reads
+// the common kinds with the same functions (intValue, uintValue, floatValue, decimal128Value, civilValue)
+// and takes the rest here. It does not copy v into a string where a parse can read the bytes (strconv does
+// not keep its argument, so string(v) there does not allocate).
 func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bool) error {
-	bad := func(err error) error { return fmt.Errorf("column %s: value %q: %w", col.Name, v, err) }
+	bad := func(err error) error { return badValue(col, v, err) }
 	switch col.Kind {
 	case KindInt8, KindInt16, KindInt32, KindInt64, KindYear:
-		n, ok := shortInt(v)
-		if !ok {
-			var err error
-			if n, err = strconv.ParseInt(string(v), 10, 64); err != nil {
-				return bad(err)
-			}
+		n, err := intValue(col, v)
+		if err != nil {
+			return err
 		}
 		switch bb := b.(type) {
 		case *array.Int8Builder:
@@ -120,13 +119,9 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 			bb.Append(n)
 		}
 	case KindUint8, KindUint16, KindUint32, KindUint64:
-		s, ok := shortInt(v)
-		n := uint64(s)
-		if !ok || s < 0 {
-			var err error
-			if n, err = strconv.ParseUint(string(v), 10, 64); err != nil {
-				return bad(err)
-			}
+		n, err := uintValue(col, v)
+		if err != nil {
+			return err
 		}
 		switch bb := b.(type) {
 		case *array.Uint8Builder:
@@ -139,25 +134,21 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 			bb.Append(n)
 		}
 	case KindFloat32:
-		f, err := strconv.ParseFloat(string(v), 32)
+		f, err := floatValue(col, v, 32)
 		if err != nil {
-			return bad(err)
+			return err
 		}
 		b.(*array.Float32Builder).Append(float32(f))
 	case KindFloat64:
-		f, err := strconv.ParseFloat(string(v), 64)
+		f, err := floatValue(col, v, 64)
 		if err != nil {
-			return bad(err)
+			return err
 		}
 		b.(*array.Float64Builder).Append(f)
 	case KindDecimal128:
-		if n, ok := smallDecimal(v, col.Scale); ok {
-			b.(*array.Decimal128Builder).Append(decimal128.FromI64(n))
-			return nil
-		}
-		d, err := decimal128.FromString(string(v), col.Precision, col.Scale)
+		d, err := decimal128Value(col, v)
 		if err != nil {
-			return bad(err)
+			return err
 		}
 		b.(*array.Decimal128Builder).Append(d)
 	case KindDecimal256:
@@ -174,29 +165,16 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 		copy(buf[8-len(v):], v)
 		b.(*array.Uint64Builder).Append(binary.BigEndian.Uint64(buf[:]))
 	case KindDate, KindDatetime, KindTimestamp:
-		if days, us, ok := civilText(v); ok && us >= 0 {
-			if col.Kind == KindDate {
-				b.(*array.Date32Builder).Append(arrow.Date32(days))
-			} else {
-				b.(*array.TimestampBuilder).Append(arrow.Timestamp(days*86_400_000_000 + us))
-			}
-			return nil
-		}
-		t, zero, err := parseDateTime(string(v))
-		if err != nil {
-			return bad(err)
-		}
-		if zero {
-			if zeroNull {
-				b.AppendNull()
-				return nil
-			}
-			return &valueError{fmt.Sprintf("column %s holds the zero date %q, which no destination type can hold (set zero_date: null to carry it as null)", col.Name, v)}
-		}
-		if col.Kind == KindDate {
-			b.(*array.Date32Builder).Append(arrow.Date32(t.Unix() / 86400))
-		} else {
-			b.(*array.TimestampBuilder).Append(arrow.Timestamp(t.UnixMicro()))
+		n, null, err := civilValue(col, v, zeroNull)
+		switch {
+		case err != nil:
+			return err
+		case null:
+			b.AppendNull()
+		case col.Kind == KindDate:
+			b.(*array.Date32Builder).Append(arrow.Date32(n))
+		default:
+			b.(*array.TimestampBuilder).Append(arrow.Timestamp(n))
 		}
 	case KindTime:
 		d, err := parseTime(string(v))
@@ -253,6 +231,81 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 // notUTF8 is the refusal of a text value that is not UTF-8.
 func notUTF8(col *Column, v []byte) error {
 	return &valueError{fmt.Sprintf("column %s holds bytes that are not UTF-8: %q", col.Name, v)}
+}
+
+// badValue is the error of a value that does not parse as its column's kind.
+func badValue(col *Column, v []byte, err error) error {
+	return fmt.Errorf("column %s: value %q: %w", col.Name, v, err)
+}
+
+// intValue reads a signed integer column's value (tinyint to bigint, year).
+func intValue(col *Column, v []byte) (int64, error) {
+	if n, ok := shortInt(v); ok {
+		return n, nil
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	if err != nil {
+		return 0, badValue(col, v, err)
+	}
+	return n, nil
+}
+
+// uintValue reads an unsigned integer column's value.
+func uintValue(col *Column, v []byte) (uint64, error) {
+	if n, ok := shortInt(v); ok && n >= 0 {
+		return uint64(n), nil
+	}
+	n, err := strconv.ParseUint(string(v), 10, 64)
+	if err != nil {
+		return 0, badValue(col, v, err)
+	}
+	return n, nil
+}
+
+// floatValue reads a float (bits 32) or double (64) column's value.
+func floatValue(col *Column, v []byte, bits int) (float64, error) {
+	f, err := strconv.ParseFloat(string(v), bits)
+	if err != nil {
+		return 0, badValue(col, v, err)
+	}
+	return f, nil
+}
+
+// decimal128Value reads a decimal column's value of precision up to 38.
+func decimal128Value(col *Column, v []byte) (decimal128.Num, error) {
+	if n, ok := smallDecimal(v, col.Scale); ok {
+		return decimal128.FromI64(n), nil
+	}
+	d, err := decimal128.FromString(string(v), col.Precision, col.Scale)
+	if err != nil {
+		return d, badValue(col, v, err)
+	}
+	return d, nil
+}
+
+// civilValue reads a date (as days since the epoch) or a datetime or timestamp (as microseconds since the
+// epoch, the wall clock read as UTC). A zero date is null when zeroNull is set, else refused.
+func civilValue(col *Column, v []byte, zeroNull bool) (n int64, null bool, err error) {
+	if days, us, ok := civilText(v); ok && us >= 0 {
+		if col.Kind == KindDate {
+			return days, false, nil
+		}
+		return days*86_400_000_000 + us, false, nil
+	}
+	t, zero, err := parseDateTime(string(v))
+	if err != nil {
+		return 0, false, badValue(col, v, err)
+	}
+	if zero {
+		if zeroNull {
+			return 0, true, nil
+		}
+		return 0, false, &valueError{fmt.Sprintf("column %s holds the zero date %q, which no destination type can hold (set zero_date: null to carry it as null)", col.Name, v)}
+	}
+	if col.Kind == KindDate {
+		return t.Unix() / 86400, false, nil
+	}
+	return t.UnixMicro(), false, nil
 }
 
 // shortInt reads a decimal integer of 1 to 18 digits, optionally negative, which cannot overflow; ok is false
