@@ -366,6 +366,15 @@ func civilText(v []byte) (days, us int64, ok bool) {
 			if v[19] != '.' {
 				return 0, 0, false
 			}
+			if n == 26 { // datetime(6), the usual precision: three pairs
+				f1, ok1 := digits2(v[20], v[21])
+				f2, ok2 := digits2(v[22], v[23])
+				f3, ok3 := digits2(v[24], v[25])
+				if !ok1 || !ok2 || !ok3 {
+					return 0, 0, false
+				}
+				return civil.Days(y, mo, d), us + f1*10_000 + f2*100 + f3, true
+			}
 			var f int64
 			for _, c := range v[20:] {
 				c -= '0' // a byte below '0' wraps around above 9
