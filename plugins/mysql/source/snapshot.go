@@ -538,6 +538,7 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 
 // appendRow appends one row of text values (from a snapshot query) to rb.
 func (r *reader) appendRow(rb *rowBatch, t *Table, row []sqltypes.Value, op change.Op, where string) error {
+	// rowBatch takes a row as cells, nil for NULL; vitess may give an empty value a nil slice.
 	cells := rb.cells[:0]
 	for i := range t.Columns {
 		v := row[i].Raw()
