@@ -1,6 +1,7 @@
 package source
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"unicode/utf8"
@@ -260,7 +261,7 @@ func (rb *rowBatch) appendRow(row [][]byte, op change.Op, where string) error {
 				c.fixed.(*fixedColumn[arrow.Timestamp]).vals[at] = arrow.Timestamp(n)
 			}
 		case howText:
-			if !utf8.Valid(v) {
+			if !validUTF8(v) {
 				return notUTF8(c.col, v)
 			}
 			if err := c.text.append(at, v); err != nil {
@@ -346,6 +347,31 @@ func (rb *rowBatch) Release() {
 	}
 	rb.op.release()
 	rb.where.Release()
+}
+
+// validUTF8 is utf8.Valid with a faster way through ASCII, which most text is: eight bytes at a time (the
+// last eight overlapping), where utf8.Valid goes byte by byte through short values. Half the time on the
+// bench table's two text columns.
+func validUTF8(v []byte) bool {
+	const high = 0x8080808080808080
+	n := len(v)
+	if n < 8 {
+		for _, c := range v {
+			if c >= utf8.RuneSelf {
+				return utf8.Valid(v)
+			}
+		}
+		return true
+	}
+	for i := 0; i+8 <= n; i += 8 {
+		if binary.LittleEndian.Uint64(v[i:])&high != 0 {
+			return utf8.Valid(v)
+		}
+	}
+	if binary.LittleEndian.Uint64(v[n-8:])&high != 0 {
+		return utf8.Valid(v)
+	}
+	return true
 }
 
 // fixedColumn is a fixed-width column's values buffer of one batch, written in place; nulls are noted and

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -388,4 +389,25 @@ func sameArray(a, b arrow.Array) bool {
 		return true
 	}
 	return array.Equal(a, b)
+}
+
+// TestValidUTF8: the ASCII shortcut agrees with utf8.Valid, whatever the length and wherever a non-ASCII or
+// invalid byte sits.
+func TestValidUTF8(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	pieces := []string{"a", "é", "€", "😀", "\xff", "\xc0", "\xed\xa0\x80", "\xe2\x82", "\x00", "\x7f"}
+	for range 20_000 {
+		var sb strings.Builder
+		for range rng.IntN(40) {
+			if rng.IntN(8) == 0 {
+				sb.WriteString(pieces[rng.IntN(len(pieces))])
+			} else {
+				sb.WriteByte(byte('a' + rng.IntN(26)))
+			}
+		}
+		v := []byte(sb.String())
+		if got, want := validUTF8(v), utf8.Valid(v); got != want {
+			t.Fatalf("%q: %v, utf8.Valid %v", v, got, want)
+		}
+	}
 }
