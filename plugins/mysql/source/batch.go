@@ -1,10 +1,8 @@
 package source
 
 import (
-	"encoding/binary"
 	"fmt"
 	"math"
-	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -347,31 +345,6 @@ func (rb *rowBatch) Release() {
 	}
 	rb.op.release()
 	rb.where.Release()
-}
-
-// validUTF8 is utf8.Valid with a faster way through ASCII, which most text is: eight bytes at a time (the
-// last eight overlapping), where utf8.Valid goes byte by byte through short values. Half the time on the
-// bench table's two text columns.
-func validUTF8(v []byte) bool {
-	const high = 0x8080808080808080
-	n := len(v)
-	if n < 8 {
-		for _, c := range v {
-			if c >= utf8.RuneSelf {
-				return utf8.Valid(v)
-			}
-		}
-		return true
-	}
-	for i := 0; i+8 <= n; i += 8 {
-		if binary.LittleEndian.Uint64(v[i:])&high != 0 {
-			return utf8.Valid(v)
-		}
-	}
-	if binary.LittleEndian.Uint64(v[n-8:])&high != 0 {
-		return utf8.Valid(v)
-	}
-	return true
 }
 
 // fixedColumn is a fixed-width column's values buffer of one batch, written in place; nulls are noted and

@@ -213,7 +213,7 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 		}
 		b.(*array.StringBuilder).Append(s)
 	case KindString, KindJSON:
-		if !utf8.Valid(v) {
+		if !validUTF8(v) {
 			return notUTF8(col, v)
 		}
 		b.(*array.StringBuilder).BinaryBuilder.Append(v)
@@ -306,6 +306,31 @@ func civilValue(col *Column, v []byte, zeroNull bool) (n int64, null bool, err e
 		return t.Unix() / 86400, false, nil
 	}
 	return t.UnixMicro(), false, nil
+}
+
+// validUTF8 is utf8.Valid with a faster way through ASCII, which most text is: eight bytes at a time (the
+// last eight overlapping), where utf8.Valid goes byte by byte through short values. Half the time on the
+// bench table's two text columns. The snapshot, appendValue and the stream's appendText check with it.
+func validUTF8(v []byte) bool {
+	const high = 0x8080808080808080
+	n := len(v)
+	if n < 8 {
+		for _, c := range v {
+			if c >= utf8.RuneSelf {
+				return utf8.Valid(v)
+			}
+		}
+		return true
+	}
+	for i := 0; i+8 <= n; i += 8 {
+		if binary.LittleEndian.Uint64(v[i:])&high != 0 {
+			return utf8.Valid(v)
+		}
+	}
+	if binary.LittleEndian.Uint64(v[n-8:])&high != 0 {
+		return utf8.Valid(v)
+	}
+	return true
 }
 
 // shortInt reads a decimal integer of 1 to 18 digits, optionally negative, which cannot overflow; ok is false
