@@ -26,7 +26,9 @@ import (
 // text is copied after the previous value with its end offset, a null is noted and the validity bitmap is
 // made at the batch's end (most batches have none). The values are read by the functions appendValue
 // uses, and the other kinds go to appendValue itself, so a value is the same either way
-// (TestRowBatchMatchesAppendValue compares the two on edge and random values of every kind).
+// (TestRowBatchMatchesAppendValue compares the two on edge and random values of every kind). Measured on
+// 2026-12-04: BenchmarkAppendRow 107 -> 58 ns/row; the bench's snapshot (4M rows) 0.36-0.39 -> 0.30-0.34
+// plugin CPU µs/row.
 //
 // After appendRow returns an error the batch holds a partial row: Release it.
 type rowBatch struct {

@@ -161,7 +161,7 @@ func batchCases(rng *rand.Rand) []batchCase {
 	}
 }
 
-// refBatch is the reference: a RecordBuilder with appendValue per cell, as appendRow drove it before rowBatch.
+// refAppend is the reference: a RecordBuilder with appendValue per cell, as appendRow drove it before rowBatch.
 func refAppend(rb *array.RecordBuilder, t *Table, row [][]byte, op change.Op, where string, zeroNull bool) error {
 	for i := range t.Columns {
 		if row[i] == nil {
