@@ -46,7 +46,7 @@ func BenchmarkAppendRow(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for n := 0; n < b.N; n += len(rows) {
-		rb := array.NewRecordBuilder(r.mem, t.Schema)
+		rb := r.newBatch(t)
 		rb.Reserve(len(rows))
 		for _, row := range rows {
 			if err := r.appendRow(rb, t, row, change.OpRead, ""); err != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -140,8 +139,8 @@ func appendCellFast(b array.Builder, col *Column, typ byte, meta uint16, v []byt
 
 // appendText appends text after checking it is UTF-8, as appendValue does.
 func appendText(b array.Builder, col *Column, v []byte) error {
-	if !utf8.Valid(v) {
-		return &valueError{fmt.Sprintf("column %s holds bytes that are not UTF-8: %q", col.Name, v)}
+	if !validUTF8(v) {
+		return notUTF8(col, v)
 	}
 	b.(*array.StringBuilder).BinaryBuilder.Append(v)
 	return nil

@@ -13,7 +13,6 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"vitess.io/vitess/go/mysql"
 	"vitess.io/vitess/go/mysql/binlog"
 	"vitess.io/vitess/go/mysql/sqlerror"
@@ -330,7 +329,7 @@ func (s *resnapper) readChunk(t *Table, key []string) (rsChunk, error) {
 	if err := s.conn.ExecuteStreamFetch(q + " LIMIT " + strconv.Itoa(r.cfg.BatchSize)); err != nil {
 		return rsChunk{}, fmt.Errorf("re-snapshot of %s: %w", t.Stream, r.cfg.Explain(err))
 	}
-	rb := array.NewRecordBuilder(r.mem, t.Schema)
+	rb := r.newBatch(t)
 	defer rb.Release()
 	var (
 		c    rsChunk

@@ -11,7 +11,6 @@ import (
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"vitess.io/vitess/go/mysql"
 	"vitess.io/vitess/go/sqltypes"
 
@@ -487,7 +486,7 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 		}
 	}
 	var (
-		rb  *array.RecordBuilder
+		rb  *rowBatch
 		n   int
 		row []sqltypes.Value
 		// last is the key of the last row appended. Each FetchNext refills row's slice (no slice per row), but
@@ -524,7 +523,7 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 			rb.Reserve(r.cfg.BatchSize)
 		}
 		if rb == nil {
-			rb = array.NewRecordBuilder(r.mem, t.Schema)
+			rb = r.newBatch(t)
 			rb.Reserve(r.cfg.BatchSize)
 		}
 		if err := r.appendRow(rb, t, row, change.OpRead, ""); err != nil {
@@ -538,22 +537,21 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 }
 
 // appendRow appends one row of text values (from a snapshot query) to rb.
-func (r *reader) appendRow(rb *array.RecordBuilder, t *Table, row []sqltypes.Value, op change.Op, where string) error {
+func (r *reader) appendRow(rb *rowBatch, t *Table, row []sqltypes.Value, op change.Op, where string) error {
+	// rowBatch takes a row as cells, nil for NULL; vitess may give an empty value a nil slice.
+	cells := rb.cells[:0]
 	for i := range t.Columns {
-		b := rb.Field(i)
+		v := row[i].Raw()
 		if row[i].IsNull() {
-			b.AppendNull()
-			continue
+			v = nil
+		} else if v == nil {
+			v = []byte{}
 		}
-		if err := appendValue(b, &t.Columns[i], row[i].Raw(), false, r.cfg.ZeroDate == config.ZeroDateNull); err != nil {
-			return valueErr(t, err)
-		}
+		cells = append(cells, v)
 	}
-	rb.Field(len(t.Columns)).(*array.Int8Builder).Append(int8(op))
-	if where == "" {
-		rb.Field(len(t.Columns) + 1).AppendNull()
-	} else {
-		rb.Field(len(t.Columns) + 1).(*array.StringBuilder).Append(where)
+	rb.cells = cells
+	if err := rb.appendRow(cells, op, where); err != nil {
+		return valueErr(t, err)
 	}
 	return nil
 }
