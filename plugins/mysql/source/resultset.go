@@ -128,7 +128,7 @@ func (rs *resultSet) start(conn *mysql.Conn, q string, names []string) error {
 }
 
 // next reads the next row: its cells, nil at the result's end. The cells are slices of the packet buffer (nil
-// for NULL, empty but not nil for ”), valid until the next call; their capacity ends with them.
+// for NULL, empty but not nil for an empty string), valid until the next call; their capacity ends with them.
 func (rs *resultSet) next() ([][]byte, error) {
 	if !rs.open {
 		return nil, nil
