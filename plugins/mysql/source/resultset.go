@@ -1,6 +1,7 @@
 package source
 
 import (
+	"errors"
 	"fmt"
 
 	"vitess.io/vitess/go/mysql"
@@ -61,12 +62,19 @@ const (
 
 // start sends q on conn and reads the result set's head. names are the columns the query selects: the result
 // must have as many, of these names (cheap, and a parser out of step with the server says so at once).
-func (rs *resultSet) start(conn *mysql.Conn, q string, names []string) error {
+func (rs *resultSet) start(conn *mysql.Conn, q string, names []string) (err error) {
+	defer func() {
+		// As ExecuteStreamFetch's, the errors of the query's start name it ("… during query: SELECT …").
+		var se *sqlerror.SQLError
+		if errors.As(err, &se) {
+			se.Query = q
+		}
+	}()
 	if rs.open && rs.conn == conn {
 		return sqlerror.NewSQLError(sqlerror.CRCommandsOutOfSync, sqlerror.SSUnknownSQLState, "a result set is still being read on this connection")
 	}
 	rs.conn, rs.cols, rs.broken = conn, 0, false
-	if err := conn.WriteComQuery(q); err != nil {
+	if err = conn.WriteComQuery(q); err != nil {
 		rs.broken = true
 		return err
 	}
@@ -87,11 +95,9 @@ func (rs *resultSet) start(conn *mysql.Conn, q string, names []string) error {
 	}
 	n, pos, ok := lenEncInt(data, 0)
 	if !ok || pos != len(data) {
-		rs.broken = true
 		return rs.malformed("column count packet %x", data)
 	}
 	if int(n) != len(names) {
-		rs.broken = true
 		return rs.malformed("the result has %d columns, the query selects %d", n, len(names))
 	}
 	rs.cols = int(n)
@@ -102,11 +108,9 @@ func (rs *resultSet) start(conn *mysql.Conn, q string, names []string) error {
 		}
 		name, err := columnName(def)
 		if err != nil {
-			rs.broken = true
 			return rs.malformed("column %d's definition: %v", i, err)
 		}
 		if string(name) != names[i] {
-			rs.broken = true
 			return rs.malformed("column %d is %q, the query selects %q", i, name, names[i])
 		}
 	}
@@ -119,7 +123,6 @@ func (rs *resultSet) start(conn *mysql.Conn, q string, names []string) error {
 		case data[0] == mysql.ErrPacket:
 			return mysql.ParseErrorPacket(data)
 		case data[0] != eofHeader || len(data) >= 9:
-			rs.broken = true
 			return rs.malformed("after the column definitions: packet %x, want EOF", data[:min(len(data), 16)])
 		}
 	}

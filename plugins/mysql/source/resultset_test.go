@@ -211,6 +211,15 @@ func TestResultSetRefusesWrongColumns(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the result has 2 columns, the query selects 1") {
 		t.Errorf("two columns read as one: %v", err)
 	}
+	// A server error names the query, as ExecuteStreamFetch's did, and leaves the connection usable.
+	c = connect(t, db, true)
+	rs = resultSet{}
+	err = rs.start(c, "SELECT a FROM nosuch", []string{"a"})
+	var se *sqlerror.SQLError
+	if !errors.As(err, &se) || se.Number() != sqlerror.ERNoSuchTable || !strings.HasSuffix(err.Error(), "during query: SELECT a FROM nosuch") {
+		t.Errorf("a missing table: %v", err)
+	}
+	selectOne(t, c)
 	// A statement without a result set leaves the connection usable.
 	c = connect(t, db, true)
 	rs = resultSet{}
