@@ -189,6 +189,41 @@ func TestResultSetMatchesFetchNext(t *testing.T) {
 	}
 }
 
+// TestResultSetBuffer: rows share one buffer, and a row too big for it gets one of its own that the next
+// small row drops, so a big BLOB does not pin its size for the rest of the table.
+func TestResultSetBuffer(t *testing.T) {
+	db := mysqltest.NewDB(t)
+	db.Server.Exec(t, "SET GLOBAL max_allowed_packet = 64 * 1024 * 1024") // as in TestResultSetMatchesFetchNext
+	db.Exec(t, `CREATE TABLE b (id int PRIMARY KEY, v longblob);
+		INSERT INTO b VALUES (1, 'a'), (2, 'b'), (3, repeat('x', 3 * 1024 * 1024)), (4, 'c'), (5, 'd')`)
+	c := connect(t, db, true)
+	var rs resultSet
+	if err := rs.start(c, "SELECT id, v FROM b ORDER BY id", []string{"id", "v"}); err != nil {
+		t.Fatal(err)
+	}
+	var bufs []*byte
+	for {
+		row, err := rs.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row == nil {
+			break
+		}
+		bufs = append(bufs, &rs.buf[:1][0])
+		if len(row[1]) > keepBuf && cap(rs.buf) < len(row[1]) {
+			t.Errorf("row %s of %d bytes in a buffer of %d", row[0], len(row[1]), cap(rs.buf))
+		}
+		if len(row[1]) < keepBuf && cap(rs.buf) > keepBuf {
+			t.Errorf("row %s of %d bytes read into a buffer of %d: the big row's was kept", row[0], len(row[1]), cap(rs.buf))
+		}
+	}
+	if len(bufs) != 5 || bufs[0] != bufs[1] || bufs[1] == bufs[2] || bufs[2] == bufs[3] || bufs[3] != bufs[4] {
+		t.Errorf("buffers of the rows %v: want one for rows 1-2, the big row's own, one for rows 4-5", bufs)
+	}
+	selectOne(t, c)
+}
+
 // show is a cell for a test message: NULL, or its length and first bytes.
 func show(b []byte) string {
 	if b == nil {
