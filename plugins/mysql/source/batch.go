@@ -42,8 +42,6 @@ type rowBatch struct {
 	op         fixedColumn[int8]
 	where      *array.StringBuilder
 	nullWheres int // null positions not yet appended to where (a row with one appends them first)
-
-	cells [][]byte // appendRow's row as cells, reused
 }
 
 // cellHow is how rowBatch appends a column's non-null value.

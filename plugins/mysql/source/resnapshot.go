@@ -97,6 +97,7 @@ type resnapper struct {
 	inflight *pendingChunk
 	conn     *mysql.Conn // for the marks and the chunks' selects, opened at the first chunk
 	stop     func() bool
+	rows     resultSet // reads the chunks' selects, its buffer kept from chunk to chunk
 }
 
 // pendingChunk is a chunk read and waiting for its high watermark to come out of the binary log.
@@ -326,17 +327,17 @@ func (s *resnapper) readChunk(t *Table, key []string) (rsChunk, error) {
 	if err != nil {
 		return rsChunk{}, fault.ResnapshotErr(fmt.Errorf("re-snapshot of %s: %w", t.Stream, err), "start the pipeline from an empty checkpoint (a new snapshot)")
 	}
-	if err := s.conn.ExecuteStreamFetch(q + " LIMIT " + strconv.Itoa(r.cfg.BatchSize)); err != nil {
+	if err := s.rows.start(s.conn, q+" LIMIT "+strconv.Itoa(r.cfg.BatchSize), selectedNames(t)); err != nil {
 		return rsChunk{}, fmt.Errorf("re-snapshot of %s: %w", t.Stream, r.cfg.Explain(err))
 	}
 	rb := r.newBatch(t)
 	defer rb.Release()
 	var (
 		c    rsChunk
-		last []sqltypes.Value
+		last = make([][]byte, len(t.Key)) // copied out of the row: the next row reuses its buffer
 	)
 	for {
-		row, err := s.conn.FetchNext(nil)
+		row, err := s.rows.next()
 		if err != nil {
 			return rsChunk{}, fmt.Errorf("re-snapshot of %s: %w", t.Stream, r.cfg.Explain(err))
 		}
@@ -344,18 +345,21 @@ func (s *resnapper) readChunk(t *Table, key []string) (rsChunk, error) {
 			break
 		}
 		if err := r.appendRow(rb, t, row, change.OpRead, ""); err != nil {
-			s.conn.CloseResult()
+			// Read the rest (at most a chunk): the connection stays usable, as after any failed statement.
+			s.rows.drain()
 			return rsChunk{}, err
 		}
 		c.rows++
-		last = row
+		for i, k := range t.Key {
+			last[i] = append(last[i][:0], row[k]...)
+		}
 	}
 	if c.rows > 0 {
 		c.rec = rb.NewRecordBatch()
 		c.keys = keysOf(t, c.rec)
 		c.last = make([]string, len(t.Key))
 		for i, k := range t.Key {
-			c.last[i] = keyText(&t.Columns[k], last[k].Raw())
+			c.last[i] = keyText(&t.Columns[k], last[i])
 		}
 	}
 	return c, nil

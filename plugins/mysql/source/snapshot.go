@@ -438,8 +438,9 @@ func (r *reader) selectInKeyOrder(t *Table, from []string) (string, error) {
 	for i, c := range t.Columns {
 		cols[i] = config.QuoteIdent(c.Name)
 		if c.Kind == KindFloat32 {
-			// FLOAT's text form is rounded to 6 digits; as a double it is exact, as in the binary log.
-			cols[i] = "CAST(" + cols[i] + " AS DOUBLE)"
+			// FLOAT's text form is rounded to 6 digits; as a double it is exact, as in the binary log. The
+			// alias keeps the result's column names the table's (resultSet checks them).
+			cols[i] = "CAST(" + cols[i] + " AS DOUBLE) AS " + cols[i]
 		}
 	}
 	keys := make([]string, len(t.Key))
@@ -457,6 +458,15 @@ func (r *reader) selectInKeyOrder(t *Table, from []string) (string, error) {
 	return q + " ORDER BY " + strings.Join(keys, ", "), nil
 }
 
+// selectedNames are the names of t's columns: those of the result of selectInKeyOrder.
+func selectedNames(t *Table) []string {
+	names := make([]string, len(t.Columns))
+	for i := range t.Columns {
+		names[i] = t.Columns[i].Name
+	}
+	return names
+}
+
 // readTable reads t in key order after the key from (from the start when nil) and hands it on in chunks of
 // batch_size rows, the last one marked done.
 //
@@ -465,13 +475,15 @@ func (r *reader) selectInKeyOrder(t *Table, from []string) (string, error) {
 // after each chunk holds its last key. Each chunk is known to be the table's last before it is sent (a row is
 // read ahead), so the checkpoint that carries its rows already says the copy is done: the engine makes durable
 // only checkpoints with rows, and a restart from one saying "not done" would need the table's columns as they
-// were (DDL may follow).
+// were (DDL may follow). The rows come through a resultSet (one packet buffer for all of them). On an error the
+// result may be unread: the caller closes conn.
 func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from []string, out chan<- chunk) error {
 	q, err := r.selectInKeyOrder(t, from)
 	if err != nil {
 		return fault.ResnapshotErr(err, "start the pipeline from an empty checkpoint (a new snapshot)")
 	}
-	if err := conn.ExecuteStreamFetch(q); err != nil {
+	var rs resultSet
+	if err := rs.start(conn, q, selectedNames(t)); err != nil {
 		return fmt.Errorf("copy %s: %w", t.Stream, r.cfg.Explain(err))
 	}
 	send := func(c chunk) error {
@@ -486,11 +498,9 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 		}
 	}
 	var (
-		rb  *rowBatch
-		n   int
-		row []sqltypes.Value
-		// last is the key of the last row appended. Each FetchNext refills row's slice (no slice per row), but
-		// the values point into that row's own packet, which stays as it is.
+		rb *rowBatch
+		n  int
+		// last is the key of the last row appended, copied out of the row: the next row reuses its buffer.
 		last = make([][]byte, len(t.Key))
 	)
 	defer func() {
@@ -499,8 +509,7 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 		}
 	}()
 	for {
-		var err error
-		row, err = conn.FetchNext(row[:0])
+		row, err := rs.next()
 		if err != nil {
 			return fmt.Errorf("copy %s: %w", t.Stream, r.cfg.Explain(err))
 		}
@@ -531,26 +540,14 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 		}
 		n++
 		for i, k := range t.Key {
-			last[i] = row[k].Raw()
+			last[i] = append(last[i][:0], row[k]...)
 		}
 	}
 }
 
-// appendRow appends one row of text values (from a snapshot query) to rb.
-func (r *reader) appendRow(rb *rowBatch, t *Table, row []sqltypes.Value, op change.Op, where string) error {
-	// rowBatch takes a row as cells, nil for NULL; vitess may give an empty value a nil slice.
-	cells := rb.cells[:0]
-	for i := range t.Columns {
-		v := row[i].Raw()
-		if row[i].IsNull() {
-			v = nil
-		} else if v == nil {
-			v = []byte{}
-		}
-		cells = append(cells, v)
-	}
-	rb.cells = cells
-	if err := rb.appendRow(cells, op, where); err != nil {
+// appendRow appends one row of text values (a snapshot query's cells, nil for NULL) to rb.
+func (r *reader) appendRow(rb *rowBatch, t *Table, row [][]byte, op change.Op, where string) error {
+	if err := rb.appendRow(row, op, where); err != nil {
 		return valueErr(t, err)
 	}
 	return nil
