@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -141,7 +142,8 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 	// TLS layer on every byte of every batch both ways (about 0.05 µs of CPU per row of a MySQL snapshot,
 	// see BENCHMARKS.md) and two P-521 key pairs per start. A process of the same user gains nothing from
 	// the socket: it can already read both processes' memory.
-	sockDir, err := os.MkdirTemp("", "skippr-plugin-")
+	sweepSocketDirs(os.TempDir())
+	sockDir, err := os.MkdirTemp("", socketDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return nil, fmt.Errorf("start plugin: socket directory: %w", err)
 	}
@@ -209,6 +211,31 @@ func startError(ctx context.Context, cfg Config, name string, protos []int, err 
 		return fmt.Errorf("start plugin %s: refusing a binary whose SHA-256 differs from the pinned one (tampered or replaced?): %w", name, err)
 	}
 	return fmt.Errorf("start plugin %s: %w%s", name, err, tail.suffix())
+}
+
+// socketDirPrefix starts the name of a plugin's socket directory, then the engine's pid and a dash.
+const socketDirPrefix = "skippr-plugin-"
+
+// sweepSocketDirs removes, from dir, the socket directories of engines that are gone. A SIGKILLed engine
+// cannot remove its own (its plugins die with it), so a crash loop would leave one per start behind; only the
+// directories of pids that no longer run are taken, so a live engine's socket is never touched.
+func sweepSocketDirs(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), socketDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || !processGone(pid) {
+			continue
+		}
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
 }
 
 // Name is the binary's file name.

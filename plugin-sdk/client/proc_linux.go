@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"os/exec"
 	"runtime"
 	"syscall"
@@ -24,4 +25,9 @@ func onStartThread[T any](start func() (T, error)) (T, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	return start()
+}
+
+// processGone says no process has pid (a signal 0 finds none; EPERM means one runs under another user).
+func processGone(pid int) bool {
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }
