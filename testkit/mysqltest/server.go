@@ -114,12 +114,30 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			os.RemoveAll(filepath.Join(dir, "data"))
 		}
 		return s, err
-	}, "Address already in use")
+	}, "Address already in use", installFailed)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	return s, nil
+}
+
+// installFailed starts the error of a failed mariadb-install-db. It is retried like a port taken: once in CI,
+// with several servers starting at once on a loaded machine, it failed for one package's shared server and every
+// test of that package with it, and its log was gone; the error now carries the log.
+const installFailed = "mariadb-install-db"
+
+// logTail is the end of a server log, for an error.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	const max = 4 << 10
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
 }
 
 func (s *Server) socket() string { return filepath.Join(s.Dir, "mysqld.sock") }
@@ -183,7 +201,8 @@ func start(ctx context.Context, install, mariadbd string, cred *syscall.Credenti
 	// not made.
 	inst := proc.Command(cred, env, install, "--defaults-file="+cnfPath, "--auth-root-authentication-method=normal", "--skip-test-db")
 	if out, err := inst.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("mariadb-install-db: %w\n%s", err, out)
+		// Its own output only points at the server log, which the retry below (or the failed test) deletes.
+		return nil, fmt.Errorf("%s: %w\n%s\nserver log:\n%s", installFailed, err, out, logTail(filepath.Join(dir, "server.log")))
 	}
 	p, err := proc.Start(proc.Command(cred, env, mariadbd, "--defaults-file="+cnfPath), "mariadbd", filepath.Join(dir, "server.log"), syscall.SIGKILL)
 	if err != nil {
