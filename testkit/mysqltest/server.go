@@ -127,19 +127,6 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 // test of that package with it, and its log was gone; the error now carries the log.
 const installFailed = "mariadb-install-db"
 
-// logTail is the end of a server log, for an error.
-func logTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	const max = 4 << 10
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	return string(b)
-}
-
 func (s *Server) socket() string { return filepath.Join(s.Dir, "mysqld.sock") }
 
 func start(ctx context.Context, install, mariadbd string, cred *syscall.Credential, dir string, opts Options) (*Server, error) {
@@ -202,7 +189,7 @@ func start(ctx context.Context, install, mariadbd string, cred *syscall.Credenti
 	inst := proc.Command(cred, env, install, "--defaults-file="+cnfPath, "--auth-root-authentication-method=normal", "--skip-test-db")
 	if out, err := inst.CombinedOutput(); err != nil {
 		// Its own output only points at the server log, which the retry below (or the failed test) deletes.
-		return nil, fmt.Errorf("%s: %w\n%s\nserver log:\n%s", installFailed, err, out, logTail(filepath.Join(dir, "server.log")))
+		return nil, fmt.Errorf("%s: %w\n%s\nserver log:\n%s", installFailed, err, out, proc.FileTail(filepath.Join(dir, "server.log"), 40))
 	}
 	p, err := proc.Start(proc.Command(cred, env, mariadbd, "--defaults-file="+cnfPath), "mariadbd", filepath.Join(dir, "server.log"), syscall.SIGKILL)
 	if err != nil {

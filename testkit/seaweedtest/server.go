@@ -35,6 +35,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/skippr-dev/skippr/testkit/internal/proc"
 )
 
 // Module is the SeaweedFS module version the Makefile builds weed from. The Go proxy serves only this
@@ -339,13 +341,7 @@ func (s *Server) Log() string {
 }
 
 // LogTail returns the last n lines the server printed.
-func (s *Server) LogTail(n int) string {
-	lines := strings.Split(strings.TrimSpace(s.Log()), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (s *Server) LogTail(n int) string { return proc.FileTail(filepath.Join(s.Dir, "weed.log"), n) }
 
 // Running reports whether the process is still alive.
 func (s *Server) Running() bool {

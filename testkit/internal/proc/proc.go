@@ -186,8 +186,12 @@ func (p *Process) Log() string {
 }
 
 // LogTail returns the last n lines of the server log.
-func (p *Process) LogTail(n int) string {
-	lines := strings.Split(strings.TrimSpace(p.Log()), "\n")
+func (p *Process) LogTail(n int) string { return FileTail(p.logPath, n) }
+
+// FileTail returns the last n lines of the file at path (nothing when it cannot be read), for an error.
+func FileTail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
