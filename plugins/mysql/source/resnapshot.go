@@ -334,7 +334,7 @@ func (s *resnapper) readChunk(t *Table, key []string) (rsChunk, error) {
 	defer rb.Release()
 	var (
 		c    rsChunk
-		last = make([][]byte, len(t.Key)) // copied out of the row: the next row reuses its buffer
+		last = newLastKey(t)
 	)
 	for {
 		row, err := s.rows.next()
@@ -350,17 +350,12 @@ func (s *resnapper) readChunk(t *Table, key []string) (rsChunk, error) {
 			return rsChunk{}, err
 		}
 		c.rows++
-		for i, k := range t.Key {
-			last[i] = append(last[i][:0], row[k]...)
-		}
+		last.keep(t, row)
 	}
 	if c.rows > 0 {
 		c.rec = rb.NewRecordBatch()
 		c.keys = keysOf(t, c.rec)
-		c.last = make([]string, len(t.Key))
-		for i, k := range t.Key {
-			c.last[i] = keyText(&t.Columns[k], last[i])
-		}
+		c.last = last.text(t)
 	}
 	return c, nil
 }

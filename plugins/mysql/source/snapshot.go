@@ -498,10 +498,9 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 		}
 	}
 	var (
-		rb *rowBatch
-		n  int
-		// last is the key of the last row appended, copied out of the row: the next row reuses its buffer.
-		last = make([][]byte, len(t.Key))
+		rb   *rowBatch
+		n    int
+		last = newLastKey(t) // of the last row appended
 	)
 	defer func() {
 		if rb != nil {
@@ -517,10 +516,7 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 			c := chunk{rows: n, done: row == nil}
 			if n > 0 {
 				c.rec = rb.NewRecordBatch()
-				c.last = make([]string, len(t.Key))
-				for i, k := range t.Key {
-					c.last[i] = keyText(&t.Columns[k], last[i])
-				}
+				c.last = last.text(t)
 			}
 			if err := send(c); err != nil {
 				return err
@@ -539,9 +535,7 @@ func (r *reader) readTable(ctx context.Context, conn *mysql.Conn, t *Table, from
 			return err
 		}
 		n++
-		for i, k := range t.Key {
-			last[i] = append(last[i][:0], row[k]...)
-		}
+		last.keep(t, row)
 	}
 }
 
@@ -561,6 +555,27 @@ func valueErr(t *Table, err error) error {
 		return fault.DataErr(fmt.Errorf("table %s: %w", t.Stream, err), "change the value in the source, or the setting the message names")
 	}
 	return fmt.Errorf("table %s: %w", t.Stream, err)
+}
+
+// lastKey is the key of the last row read, copied out of it: the result set reuses a row's buffer for the next.
+type lastKey [][]byte
+
+func newLastKey(t *Table) lastKey { return make(lastKey, len(t.Key)) }
+
+// keep copies row's key.
+func (l lastKey) keep(t *Table, row [][]byte) {
+	for i, k := range t.Key {
+		l[i] = append(l[i][:0], row[k]...)
+	}
+}
+
+// text is the key in checkpoint form (keyText).
+func (l lastKey) text(t *Table) []string {
+	out := make([]string, len(t.Key))
+	for i, k := range t.Key {
+		out[i] = keyText(&t.Columns[k], l[i])
+	}
+	return out
 }
 
 // keyText is how a key value is kept in a checkpoint: its text, hex for binary columns.
