@@ -1,5 +1,3 @@
-// Package client starts a plugin binary and speaks the protocol to it. The engine's plugin host and the
-// conformance kit both use it, so a third party tests its plugin exactly the way the engine will run it.
 package client
 
 import (

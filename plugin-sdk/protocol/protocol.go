@@ -1,5 +1,3 @@
-// Package protocol holds what both sides of the plugin boundary must agree on: the go-plugin handshake, the
-// protocol versions, the Arrow IPC codec and the chunking of IPC bytes into gRPC messages.
 package protocol
 
 import (
