@@ -80,7 +80,8 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 		close(ownDone)
 	}()
 	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows, overlap: pos.OverlapValue(),
-		rs: newResnapper(r, pos.Resnapshot), copied: map[string]pglogrepl.LSN{}}
+		copied: map[string]pglogrepl.LSN{}}
+	p.rs = newResnapper(p, pos.Resnapshot)
 	for name, l := range pos.Copied {
 		if _, again := pos.Recopy[name]; !again { // a copy to start over gets a new point
 			p.copied[name], _ = pglogrepl.ParseLSN(l) // DecodePosition checked it
@@ -91,6 +92,7 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 		p.recopy = map[string]RecopyProgress{}
 	}
 	defer p.release()
+	defer p.rs.close()
 	defer p.stopRecopy()
 	err = p.run(ctx, items, ownDone)
 	cancel()
@@ -527,7 +529,7 @@ func (p *processor) release() {
 
 func (p *processor) run(ctx context.Context, items <-chan []item, ownDone <-chan struct{}) error {
 	for {
-		if err := p.rs.step(ctx, p); err != nil {
+		if err := p.rs.step(ctx); err != nil {
 			return err
 		}
 		if err := p.startRecopy(ctx); err != nil {
@@ -608,7 +610,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 	case *pglogrepl.TypeMessage:
 		r.resolver.Forget()
 	case *pglogrepl.LogicalDecodingMessage:
-		return p.rs.message(ctx, p, m)
+		return p.rs.message(ctx, m)
 	case *pglogrepl.InsertMessage:
 		rel, err := p.rel(m.RelationID)
 		if err != nil || rel.table == nil {
