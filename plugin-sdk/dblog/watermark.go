@@ -1,10 +1,3 @@
-// Package dblog holds the rule of the DBLog watermark method (a re-snapshot while the log keeps flowing) that
-// every source shares: a chunk read between a low and a high watermark keeps only the rows whose key the log did
-// not change while the chunk was in flight. The log's change is newer than the chunk's copy, so the chunk's row
-// is dropped and the log's version (or its delete) stands.
-//
-// How a source writes its watermarks into its own log (pg_logical_emit_message, a row of a watermark table) and
-// which keys it counts as changed stay with the source; this package only cuts the chunk.
 package dblog
 
 // KeptRuns calls emit(start, end) for each maximal run [start, end) of rows in a chunk whose key is not in

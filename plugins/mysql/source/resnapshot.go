@@ -2,9 +2,6 @@ package source
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -27,9 +24,9 @@ import (
 )
 
 // Re-snapshot while streaming (`skippr resnapshot`, ReadRequest.Resnapshot): the watermark method of DBLog and
-// Debezium's incremental snapshots, as the Postgres source runs it (plugins/postgres/source/resnapshot.go), with
-// the watermarks written through the binary log as rows of a table, since MySQL and MariaDB have nothing like
-// pg_logical_emit_message.
+// Debezium's incremental snapshots, run by plugin-sdk/dblog as for the Postgres source, with the watermarks
+// written through the binary log as rows of a table, since MySQL and MariaDB have nothing like
+// pg_logical_emit_message. This file does what is MySQL's: the marks, the chunk's select, the heartbeat check.
 //
 // The table is `skippr_watermarks` in the database the setting watermark_database names (default: the source's
 // database, so binlog filters and grants that cover the tables cover it too). The plugin creates it at the first
@@ -73,56 +70,29 @@ func watermarkDDL(db string) string {
 		" (reader VARCHAR(64) NOT NULL PRIMARY KEY, mark VARCHAR(1024) NOT NULL) ENGINE=InnoDB"
 }
 
-// ResnapshotProgress is how far the re-snapshot of one table has come.
-type ResnapshotProgress struct {
-	Key   []string `json:"key,omitempty"` // the last key copied (checkpoint form, as TableProgress.Key), nil before the first chunk
-	Rows  int64    `json:"rows,omitempty"`
-	Total int64    `json:"total,omitempty"` // the server's estimate when the copy began
-	Begun bool     `json:"begun,omitempty"` // the begin mark is out (before this checkpoint)
-}
+// ResnapshotProgress is how far the re-snapshot of one table has come; its key is in checkpoint form, as
+// TableProgress.Key.
+type ResnapshotProgress = dblog.Progress
 
-// watermark is the mark column of a watermark row.
-type watermark struct {
-	ID    string `json:"id"`
-	Table string `json:"table"`
-	High  bool   `json:"high,omitempty"`
-}
-
-// resnapper runs the re-snapshots of one Read. Its methods run on the streamer's goroutine.
+// resnapper is the streamer's side of the re-snapshots of one Read: its dblog.Copier runs them and calls back
+// here (dblog.Source) for what is MySQL's. Its methods run on the streamer's goroutine.
 type resnapper struct {
-	r        *reader
-	progress map[string]ResnapshotProgress // by stream
-	nonce    string                        // the marks of this Read carry it: those of a replayed log are someone else's
-	seq      int
-	inflight *pendingChunk
-	conn     *mysql.Conn // for the marks and the chunks' selects, opened at the first chunk
-	stop     func() bool
-	rows     resultSet // reads the chunks' selects, its buffer kept from chunk to chunk
+	r    *reader
+	st   *streamer
+	c    *dblog.Copier
+	conn *mysql.Conn // for the marks and the chunks' selects, opened at the first chunk
+	stop func() bool
+	rows resultSet // reads the chunks' selects, its buffer kept from chunk to chunk
+	// readWith is the definition the chunk in flight was read with; beats counts the heartbeats since its
+	// marks were written (the reader was at the log's end).
+	readWith *Table
+	beats    int
 }
 
-// pendingChunk is a chunk read and waiting for its high watermark to come out of the binary log.
-type pendingChunk struct {
-	id     string
-	stream string
-	t      *Table // the definition it was read with
-	c      rsChunk
-	window map[string]bool // keys of the table changed in the log since the chunk was started
-	low    bool            // its low watermark came out
-	beats  int             // heartbeats since its marks were written: the reader was at the log's end
-}
-
-// rsChunk is a chunk of a re-snapshot: its rows, each row's key, and the last key in checkpoint form.
-type rsChunk struct {
-	rec  arrow.RecordBatch // nil when no row is left after the last key
-	keys []string          // each row's key (keysOf)
-	last []string
-	rows int
-}
-
-func newResnapper(r *reader, progress map[string]ResnapshotProgress) *resnapper {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return &resnapper{r: r, progress: maps.Clone(progress), nonce: hex.EncodeToString(b)}
+func newResnapper(st *streamer, progress map[string]ResnapshotProgress) *resnapper {
+	s := &resnapper{r: st.reader, st: st}
+	s.c = dblog.New(s, dblog.Config{ChunkRows: st.reader.cfg.BatchSize, Log: "binary log"}, progress)
+	return s
 }
 
 // close releases the query connection and a chunk in flight.
@@ -130,10 +100,7 @@ func (s *resnapper) close() {
 	if s == nil {
 		return
 	}
-	if s.inflight != nil && s.inflight.c.rec != nil {
-		s.inflight.c.rec.Release()
-	}
-	s.inflight = nil
+	s.c.Close()
 	if s.conn != nil {
 		s.stop()
 		s.conn.Close()
@@ -141,19 +108,14 @@ func (s *resnapper) close() {
 }
 
 // active says a table is being copied again.
-func (s *resnapper) active() bool { return s != nil && len(s.progress) > 0 }
+func (s *resnapper) active() bool { return s != nil && s.c.Active() }
 
 // snapshot is the progress for a checkpoint.
 func (s *resnapper) snapshot() map[string]ResnapshotProgress {
-	if !s.active() {
+	if s == nil {
 		return nil
 	}
-	out := make(map[string]ResnapshotProgress, len(s.progress))
-	for k, v := range s.progress {
-		v.Key = slices.Clone(v.Key)
-		out[k] = v
-	}
-	return out
+	return s.c.Progress()
 }
 
 // keysOf are the keys of a batch's rows, each as one string: the key columns' Arrow values (ValueStr) joined by
@@ -177,62 +139,102 @@ func keysOf(t *Table, rec arrow.RecordBatch) []string {
 
 // saw remembers the keys of a change batch of the table whose chunk is in flight.
 func (s *resnapper) saw(t *Table, rec arrow.RecordBatch) {
-	if s == nil || s.inflight == nil || t.Stream != s.inflight.stream {
+	if s == nil || !s.c.Watching(t.Stream) {
 		return
 	}
 	for _, k := range keysOf(t, rec) {
-		s.inflight.window[k] = true
+		s.c.Saw(t.Stream, k)
 	}
 }
 
 // step starts the next chunk when none is in flight. It runs between transactions only.
-func (s *resnapper) step(ctx context.Context, st *streamer) error {
-	if !s.active() || s.inflight != nil {
-		return nil
-	}
-	r := s.r
-	stream := slices.Sorted(maps.Keys(s.progress))[0]
-	prog := s.progress[stream]
-	name := strings.TrimPrefix(stream, r.cfg.Database+".")
-	t := st.tables[name]
+func (s *resnapper) step(ctx context.Context) error { return s.c.Step(ctx) }
+
+// tableOf is the streamer's definition of stream (nil when the table is gone).
+func (s *resnapper) tableOf(stream string) *Table {
+	return s.st.tables[strings.TrimPrefix(stream, s.r.cfg.Database+".")]
+}
+
+// Prepare checks that the table is still there and has a key, and opens the query connection.
+func (s *resnapper) Prepare(ctx context.Context, stream string) error {
+	t := s.tableOf(stream)
 	if t == nil {
 		// Dropped or renamed away since: the truncate setting has dealt with its rows; nothing is left to copy.
-		return s.finish(ctx, st, stream, prog)
+		return dblog.ErrGone
 	}
 	if len(t.Key) == 0 {
 		return fault.ConfigErr(fmt.Errorf("re-snapshot of %s: the table has no primary key to copy it by", stream),
 			fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (...)", stream))
 	}
-	if err := s.open(ctx); err != nil {
-		return err
+	return s.open(ctx)
+}
+
+// Begin sends the rows built so far, then the begin mark.
+func (s *resnapper) Begin(ctx context.Context, stream string) (int64, error) {
+	r := s.r
+	if err := s.st.flush(ctx); err != nil {
+		return 0, err
 	}
-	if !prog.Begun {
-		if err := st.flush(ctx); err != nil {
-			return err
-		}
-		if err := r.out.Resnapshot(ctx, stream, false); err != nil {
-			return err
-		}
-		prog.Begun, prog.Total = true, s.estimate(name)
-		s.progress[stream] = prog
-		st.data = true
-		r.log.Info("re-snapshot begins", "table", stream, "rows_estimate", prog.Total, "chunk_rows", r.cfg.BatchSize, "watermarks", r.cfg.WatermarkDatabase+"."+watermarkTable)
+	if err := r.out.Resnapshot(ctx, stream, false); err != nil {
+		return 0, err
 	}
-	s.seq++
-	pc := &pendingChunk{id: fmt.Sprintf("%s.%d", s.nonce, s.seq), stream: stream, t: t, window: map[string]bool{}}
-	s.inflight = pc
-	if err := s.mark(watermark{ID: pc.id, Table: stream}); err != nil {
-		return ctxErr(ctx, err)
-	}
-	c, err := s.readChunk(t, prog.Key)
+	total := s.estimate(strings.TrimPrefix(stream, r.cfg.Database+"."))
+	s.st.data = true
+	r.log.Info("re-snapshot begins", "table", stream, "rows_estimate", total, "chunk_rows", r.cfg.BatchSize, "watermarks", r.cfg.WatermarkDatabase+"."+watermarkTable)
+	return total, nil
+}
+
+// WriteMark writes a watermark row.
+func (s *resnapper) WriteMark(ctx context.Context, _, mark string) error {
+	return ctxErr(ctx, s.mark(mark))
+}
+
+// ReadChunk selects the chunk after key with the table's current definition.
+func (s *resnapper) ReadChunk(ctx context.Context, stream string, key []string) (dblog.Chunk, error) {
+	t := s.tableOf(stream)
+	s.readWith, s.beats = t, 0 // its low mark was just written
+	c, err := s.readChunk(t, key)
 	if err != nil {
-		return ctxErr(ctx, err)
+		return dblog.Chunk{}, ctxErr(ctx, err)
 	}
-	pc.c = c
-	if r.chunkRead != nil {
-		r.chunkRead(ctx, stream, c.keys)
+	if s.r.chunkRead != nil {
+		s.r.chunkRead(ctx, stream, c.Keys)
 	}
-	return ctxErr(ctx, s.mark(watermark{ID: pc.id, Table: stream, High: true}))
+	return c, nil
+}
+
+// Settle sends the rows built before the high mark; a chunk read before the table's columns changed (or it
+// went) is read again (or the copy ends).
+func (s *resnapper) Settle(ctx context.Context, stream string) (bool, error) {
+	if err := s.st.flush(ctx); err != nil {
+		return false, err
+	}
+	if t := s.st.tables[s.readWith.Name]; t != s.readWith {
+		s.r.log.Info("re-snapshot: the table changed while a chunk was in flight; reading the chunk again", "table", stream)
+		return false, nil
+	}
+	return true, nil
+}
+
+// Emit sends kept rows of a chunk as snapshot reads.
+func (s *resnapper) Emit(ctx context.Context, stream string, rows arrow.RecordBatch) error {
+	return s.r.out.Batch(ctx, stream, rows)
+}
+
+// Copied makes the next checkpoint carry the progress, and sends the end mark of a table whose copy is done
+// (when its begin mark went out).
+func (s *resnapper) Copied(ctx context.Context, stream string, prog ResnapshotProgress, _ int64, done bool) error {
+	s.st.data = true
+	if !done {
+		return nil
+	}
+	if prog.Begun {
+		if err := s.r.out.Resnapshot(ctx, stream, true); err != nil {
+			return err
+		}
+	}
+	s.r.log.Info("re-snapshot done", "table", stream, "rows", prog.Rows)
+	return nil
 }
 
 // stalledBeats is how many heartbeats may pass after a chunk's marks were written without them coming out of the
@@ -243,16 +245,16 @@ const stalledBeats = 5
 // heartbeat handles a heartbeat while a table is being copied: the marks of the chunk in flight must have come
 // out by now, unless the server does not log the watermark table (binlog_ignore_db, binlog_do_db); else the
 // next chunk starts.
-func (s *resnapper) heartbeat(ctx context.Context, st *streamer) error {
-	if pc := s.inflight; pc != nil {
-		if pc.beats++; pc.beats >= stalledBeats {
+func (s *resnapper) heartbeat(ctx context.Context) error {
+	if stream, low, ok := s.c.InFlight(); ok {
+		if s.beats++; s.beats >= stalledBeats {
 			db := s.r.cfg.WatermarkDatabase
-			return fault.ConfigErr(fmt.Errorf("re-snapshot of %s: its watermarks, written to %s.%s, never came out of the binary log (the low one did: %v): the server does not log that database", pc.stream, db, watermarkTable, pc.low),
+			return fault.ConfigErr(fmt.Errorf("re-snapshot of %s: its watermarks, written to %s.%s, never came out of the binary log (the low one did: %v): the server does not log that database", stream, db, watermarkTable, low),
 				fmt.Sprintf("set watermark_database to a database the binary log records (binlog_do_db/binlog_ignore_db, or a replication filter, leave out %s)", db))
 		}
 		return nil
 	}
-	return s.step(ctx, st)
+	return s.step(ctx)
 }
 
 // open connects the query connection and makes sure the watermark table exists.
@@ -298,9 +300,8 @@ func (s *resnapper) grantErr(what string, err error) error {
 }
 
 // mark writes a watermark: this reader's row of the watermark table, in a transaction of its own.
-func (s *resnapper) mark(w watermark) error {
-	b, _ := json.Marshal(w)
-	m := sqltypes.EncodeStringSQL(string(b))
+func (s *resnapper) mark(mark string) error {
+	m := sqltypes.EncodeStringSQL(mark)
 	q := "INSERT INTO " + config.QuoteIdent(s.r.cfg.WatermarkDatabase) + "." + config.QuoteIdent(watermarkTable) + " (reader, mark) VALUES (" +
 		sqltypes.EncodeStringSQL(strconv.FormatUint(uint64(s.r.cfg.ServerID), 10)) + ", " + m + ") ON DUPLICATE KEY UPDATE mark = " + m
 	if _, err := s.conn.ExecuteFetch(q, 0, false); err != nil {
@@ -321,25 +322,25 @@ func (s *resnapper) estimate(name string) int64 {
 }
 
 // readChunk selects the next batch_size rows of t after key (from the first when nil), in key order.
-func (s *resnapper) readChunk(t *Table, key []string) (rsChunk, error) {
+func (s *resnapper) readChunk(t *Table, key []string) (dblog.Chunk, error) {
 	r := s.r
 	q, err := r.selectInKeyOrder(t, key)
 	if err != nil {
-		return rsChunk{}, fault.ResnapshotErr(fmt.Errorf("re-snapshot of %s: %w", t.Stream, err), "start the pipeline from an empty checkpoint (a new snapshot)")
+		return dblog.Chunk{}, fault.ResnapshotErr(fmt.Errorf("re-snapshot of %s: %w", t.Stream, err), "start the pipeline from an empty checkpoint (a new snapshot)")
 	}
 	if err := s.rows.start(s.conn, q+" LIMIT "+strconv.Itoa(r.cfg.BatchSize), selectedNames(t)); err != nil {
-		return rsChunk{}, fmt.Errorf("re-snapshot of %s: %w", t.Stream, r.cfg.Explain(err))
+		return dblog.Chunk{}, fmt.Errorf("re-snapshot of %s: %w", t.Stream, r.cfg.Explain(err))
 	}
 	rb := r.newBatch(t)
 	defer rb.Release()
 	var (
-		c    rsChunk
+		c    dblog.Chunk
 		last = newLastKey(t)
 	)
 	for {
 		row, err := s.rows.next()
 		if err != nil {
-			return rsChunk{}, fmt.Errorf("re-snapshot of %s: %w", t.Stream, r.cfg.Explain(err))
+			return dblog.Chunk{}, fmt.Errorf("re-snapshot of %s: %w", t.Stream, r.cfg.Explain(err))
 		}
 		if row == nil {
 			break
@@ -347,15 +348,15 @@ func (s *resnapper) readChunk(t *Table, key []string) (rsChunk, error) {
 		if err := r.appendRow(rb, t, row, change.OpRead, ""); err != nil {
 			// Read the rest (at most a chunk): the connection stays usable, as after any failed statement.
 			s.rows.drain()
-			return rsChunk{}, err
+			return dblog.Chunk{}, err
 		}
-		c.rows++
+		c.Rows++
 		last.keep(t, row)
 	}
-	if c.rows > 0 {
-		c.rec = rb.NewRecordBatch()
-		c.keys = keysOf(t, c.rec)
-		c.last = last.text(t)
+	if c.Rows > 0 {
+		c.Rec = rb.NewRecordBatch()
+		c.Keys = keysOf(t, c.Rec)
+		c.Last = last.text(t)
 	}
 	return c, nil
 }
@@ -366,10 +367,11 @@ func (s *resnapper) isMarkTable(tm *mysql.TableMap) bool {
 }
 
 // marks handles a rows event of the watermark table: never data; the in-flight chunk's marks move it on.
-func (s *resnapper) marks(ctx context.Context, st *streamer, ev mysql.BinlogEvent, tm *mysql.TableMap) error {
-	if s.inflight == nil || !(ev.IsWriteRows() || ev.IsUpdateRows()) {
+func (s *resnapper) marks(ctx context.Context, ev mysql.BinlogEvent, tm *mysql.TableMap) error {
+	if _, _, ok := s.c.InFlight(); !ok || !(ev.IsWriteRows() || ev.IsUpdateRows()) {
 		return nil
 	}
+	st := s.st
 	rows, err := ev.Rows(st.format, tm)
 	if err != nil {
 		return fmt.Errorf("binlog rows of the watermark table at %s:%d: %w", st.file, ev.NextPosition(), err)
@@ -381,20 +383,7 @@ func (s *resnapper) marks(ctx context.Context, st *streamer, ev mysql.BinlogEven
 			return fault.ConfigErr(fmt.Errorf("the watermark table %s.%s at %s:%d: %w", tm.Database, tm.Name, st.file, ev.NextPosition(), err),
 				fmt.Sprintf("DROP TABLE %s.%s (the next re-snapshot creates it as %s)", config.QuoteIdent(tm.Database), config.QuoteIdent(tm.Name), watermarkDDL(tm.Database)))
 		}
-		var w watermark
-		if json.Unmarshal([]byte(m), &w) != nil || s.inflight == nil || w.ID != s.inflight.id {
-			continue // another Read's, or another pipeline's
-		}
-		pc := s.inflight
-		if !w.High {
-			pc.low = true
-			continue
-		}
-		if !pc.low {
-			return fmt.Errorf("re-snapshot of %s: watermark %s: the high mark came out of the binary log before the low one", pc.stream, pc.id)
-		}
-		s.inflight = nil
-		if err := s.emitChunk(ctx, st, pc); err != nil {
+		if err := s.c.Mark(ctx, []byte(m)); err != nil {
 			return err
 		}
 	}
@@ -423,65 +412,15 @@ func markOf(tm *mysql.TableMap, cols, nulls *mysql.Bitmap, data []byte) (string,
 	return v.ToString(), nil
 }
 
-// emitChunk sends the chunk's rows the log did not change since the chunk started, and moves the progress on.
-func (s *resnapper) emitChunk(ctx context.Context, st *streamer, pc *pendingChunk) error {
-	r := s.r
-	if pc.c.rec != nil {
-		defer pc.c.rec.Release()
-	}
-	if err := st.flush(ctx); err != nil {
-		return err
-	}
-	prog := s.progress[pc.stream]
-	if t := st.tables[pc.t.Name]; t != pc.t {
-		// The table's columns changed (or it went) while the chunk was in flight: read it again (or end).
-		r.log.Info("re-snapshot: the table changed while a chunk was in flight; reading the chunk again", "table", pc.stream)
-		return nil
-	}
-	kept := int64(0)
-	if pc.c.rec != nil {
-		// Runs of kept rows go out as slices of the chunk: no copy.
-		n, err := dblog.KeptRuns(pc.c.keys, pc.window, func(start, end int) error {
-			sl := pc.c.rec.NewSlice(int64(start), int64(end))
-			defer sl.Release()
-			return r.out.Batch(ctx, pc.stream, sl)
-		})
-		if err != nil {
-			return err
-		}
-		kept = n
-		prog.Key = pc.c.last
-	}
-	prog.Rows += kept
-	st.data = true
-	if pc.c.rows < r.cfg.BatchSize {
-		return s.finish(ctx, st, pc.stream, prog)
-	}
-	s.progress[pc.stream] = prog
-	return nil
-}
-
-// finish sends the end mark of a table's re-snapshot (when its begin mark went out) and forgets it.
-func (s *resnapper) finish(ctx context.Context, st *streamer, stream string, prog ResnapshotProgress) error {
-	if prog.Begun {
-		if err := s.r.out.Resnapshot(ctx, stream, true); err != nil {
-			return err
-		}
-	}
-	delete(s.progress, stream)
-	st.data = true
-	s.r.log.Info("re-snapshot done", "table", stream, "rows", prog.Rows)
-	return nil
-}
-
 // metrics are each table's re-snapshot progress.
 func (s *resnapper) metrics() []serve.Metric {
 	if !s.active() {
 		return nil
 	}
 	var out []serve.Metric
-	for _, name := range slices.Sorted(maps.Keys(s.progress)) {
-		p := s.progress[name]
+	progress := s.c.Progress()
+	for _, name := range slices.Sorted(maps.Keys(progress)) {
+		p := progress[name]
 		labels := map[string]string{"table": name}
 		out = append(out,
 			serve.Metric{Name: "resnapshot_rows", Value: float64(p.Rows), Labels: labels, Help: "Rows of the table the re-snapshot in progress has copied."},

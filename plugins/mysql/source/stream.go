@@ -64,13 +64,14 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 	if err := checkRetained(conn, r, pos); err != nil {
 		return err
 	}
-	s := &streamer{reader: r, conn: conn, maps: map[uint64]*mysql.TableMap{}, file: pos.File, cur: *pos, lastCP: time.Now(), rs: newResnapper(r, pos.Resnapshot)}
+	s := &streamer{reader: r, conn: conn, maps: map[uint64]*mysql.TableMap{}, file: pos.File, cur: *pos, lastCP: time.Now()}
+	s.rs = newResnapper(s, pos.Resnapshot)
 	s.cur.Table, s.cur.Progress, s.cur.Rows = "", nil, 0
 	defer s.rs.close()
 	if err := s.start(); err != nil {
 		return err
 	}
-	if err := s.rs.step(ctx, s); err != nil {
+	if err := s.rs.step(ctx); err != nil {
 		return ctxErr(ctx, err)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -334,7 +335,7 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 		return fmt.Errorf("binlog rows event at %s:%d for table id %d without a table map", s.file, ev.NextPosition(), ev.TableID(f))
 	}
 	if s.rs.isMarkTable(tm) {
-		return s.rs.marks(ctx, s, ev, tm)
+		return s.rs.marks(ctx, ev, tm)
 	}
 	if tm.Database != s.cfg.Database {
 		return nil
@@ -506,7 +507,7 @@ func (s *streamer) commit(ctx context.Context, next uint64) error {
 			return err
 		}
 	}
-	return s.rs.step(ctx, s)
+	return s.rs.step(ctx)
 }
 
 func (s *streamer) checkpoint(ctx context.Context, idle bool) error {
@@ -525,7 +526,7 @@ func (s *streamer) idle(ctx context.Context) error {
 		return nil
 	}
 	if s.rs.active() {
-		return s.rs.heartbeat(ctx, s)
+		return s.rs.heartbeat(ctx)
 	}
 	if s.idleSent && !s.moved && !s.data {
 		return nil

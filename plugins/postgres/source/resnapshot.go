@@ -2,15 +2,13 @@ package source
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -21,23 +19,19 @@ import (
 )
 
 // Re-snapshot while streaming (`skippr resnapshot`, ReadRequest.Resnapshot): the watermark method of DBLog and
-// Debezium's incremental snapshots, run by the processor between the transactions it streams.
+// Debezium's incremental snapshots, run by the processor between the transactions it streams. plugin-sdk/dblog
+// runs it (its package doc has the method and why it is safe); this file does what is Postgres's.
 //
-// For the table at hand, one chunk at a time: the processor notes the stream's point S, writes a low watermark
-// through the slot, reads the next batch_size rows after the last key copied (READ COMMITTED, so the rows are
-// those committed when the select starts), and writes a high watermark. It goes on streaming; every key of the
-// table changed in the log from S on is remembered. When the high watermark comes out of the slot, the chunk's
-// rows whose key was remembered are dropped — the log has sent a change of them at least as new, and it follows
-// the change it sent — and the rest go out as snapshot reads, then the checkpoint after the watermark carries the
-// last key. A SIGKILL loses at most the chunk in flight: the next Read starts from that checkpoint, whose progress
-// names the last key copied, and writes new watermarks (with a fresh id, so old ones in the replayed log are
-// ignored).
+// The processor notes the stream's point S when it starts a chunk, writes a low watermark through the slot,
+// reads the next batch_size rows after the last key copied (READ COMMITTED, so the rows are those committed when
+// the select starts), and writes a high watermark. Every key of the table changed in the log from S on is
+// reported (saw). A SIGKILL loses at most the chunk in flight: the next Read starts from the checkpoint whose
+// progress names the last key copied, and writes new watermarks (with a fresh id, so old ones in the replayed
+// log are ignored).
 //
 // The window starts at S, before the low watermark: a transaction whose commit is in the WAL before the low mark
 // may still be invisible to the chunk's select when the committing backend has not yet left the proc array (it
-// waits for a synchronous standby, say); its keys are then remembered all the same. Dropping more keys than the
-// low..high window is always safe: each dropped key has a change in the log after the begin mark, and the newest
-// such change is the row's current state unless a later change follows.
+// waits for a synchronous standby, say); its keys are then remembered all the same.
 //
 // The watermarks are transactional messages (pg_logical_emit_message(true, …)): each commits on its own, and a
 // commit flushes the WAL, so the walsender sends the mark at once. A non-transactional message waits for the WAL
@@ -53,71 +47,41 @@ import (
 // resnapshotPrefix is the prefix of our watermark messages; messages with other prefixes are ignored.
 const resnapshotPrefix = "skippr-resnapshot"
 
-// ResnapshotProgress is how far the re-snapshot of one table has come.
-type ResnapshotProgress struct {
-	Key   []string `json:"key,omitempty"` // the last key copied (text forms), nil before the first chunk
-	Rows  int64    `json:"rows,omitempty"`
-	Total int64    `json:"total,omitempty"` // the planner's estimate when the copy began
-	Begun bool     `json:"begun,omitempty"` // the begin mark is out (before this checkpoint)
-}
+// ResnapshotProgress is how far the re-snapshot of one table has come; its key is in text forms.
+type ResnapshotProgress = dblog.Progress
 
-// watermark is the payload of a watermark message.
-type watermark struct {
-	ID    string `json:"id"`
-	Table string `json:"table"`
-	High  bool   `json:"high,omitempty"`
-}
-
-// resnapper runs the re-snapshots of one Read.
+// resnapper is the processor's side of the re-snapshots of one Read: its dblog.Copier runs them and calls back
+// here (dblog.Source) for what is Postgres's.
 type resnapper struct {
-	r        *reader
-	progress map[string]ResnapshotProgress
-	nonce    string // watermarks of this Read carry it: the ones of a replayed log are someone else's
-	seq      int
-	inflight *pendingChunk
+	p *processor
+	c *dblog.Copier
 }
 
-// pendingChunk is a chunk read and waiting for its high watermark to come out of the slot.
-type pendingChunk struct {
-	id     string
-	table  string
-	c      chunk
-	window map[string]bool // keys of the table changed in the log since the chunk was started
-	low    bool            // its low watermark came out
-}
-
-func newResnapper(r *reader, progress map[string]ResnapshotProgress) *resnapper {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return &resnapper{r: r, progress: maps.Clone(progress), nonce: hex.EncodeToString(b)}
+func newResnapper(p *processor, progress map[string]ResnapshotProgress) *resnapper {
+	s := &resnapper{p: p}
+	s.c = dblog.New(s, dblog.Config{ChunkRows: p.r.cfg.BatchSize, Log: "slot"}, progress)
+	return s
 }
 
 // active says a table is being copied again.
-func (s *resnapper) active() bool { return len(s.progress) > 0 }
+func (s *resnapper) active() bool { return s.c.Active() }
 
 // snapshot is the progress for a checkpoint.
-func (s *resnapper) snapshot() map[string]ResnapshotProgress {
-	if len(s.progress) == 0 {
-		return nil
-	}
-	out := make(map[string]ResnapshotProgress, len(s.progress))
-	for k, v := range s.progress {
-		v.Key = slices.Clone(v.Key)
-		out[k] = v
-	}
-	return out
-}
+func (s *resnapper) snapshot() map[string]ResnapshotProgress { return s.c.Progress() }
+
+// close releases a chunk in flight.
+func (s *resnapper) close() { s.c.Close() }
 
 // saw remembers a change of the table whose chunk is in flight.
 func (s *resnapper) saw(rel *relation, vals [][]byte) {
-	if s.inflight == nil || rel.stream != s.inflight.table {
+	if !s.c.Watching(rel.stream) {
 		return
 	}
 	k := make([][]byte, len(rel.keyIdx))
 	for i, j := range rel.keyIdx {
 		k[i] = vals[j]
 	}
-	s.inflight.window[keyText(k)] = true
+	s.c.Saw(rel.stream, keyText(k))
 }
 
 // keyText is a key's text forms joined: the same bytes for a key from the slot (pgoutput sends text) and from a
@@ -134,136 +98,101 @@ func keyText(k [][]byte) string {
 }
 
 // step starts the next chunk when none is in flight. It runs between transactions only.
-func (s *resnapper) step(ctx context.Context, p *processor) error {
-	if s.inflight != nil || len(s.progress) == 0 || p.inTx {
+func (s *resnapper) step(ctx context.Context) error {
+	if s.p.inTx {
 		return nil
 	}
-	r := s.r
-	name := slices.Sorted(maps.Keys(s.progress))[0]
-	t := r.tables[name]
-	prog := s.progress[name]
-	if !prog.Begun {
-		if err := p.flush(ctx); err != nil {
-			return err
-		}
-		if err := r.out.Resnapshot(ctx, name, false); err != nil {
-			return err
-		}
-		prog.Begun, prog.Total = true, t.Estimate
-		s.progress[name] = prog
-		r.emitted = true
-		r.log.Info("re-snapshot begins", "table", name, "rows_estimate", t.Estimate, "chunk_rows", r.cfg.BatchSize)
-	}
-	s.seq++
-	pc := &pendingChunk{id: fmt.Sprintf("%s.%d", s.nonce, s.seq), table: name, window: map[string]bool{}}
-	s.inflight = pc
-	if err := s.emitWatermark(ctx, watermark{ID: pc.id, Table: name}); err != nil {
-		return err
-	}
-	c, err := s.readChunk(ctx, t, prog.Key)
-	if err != nil {
-		return err
-	}
-	pc.c = c
-	if r.chunkRead != nil {
-		r.chunkRead(ctx, name, c.keys)
-	}
-	return s.emitWatermark(ctx, watermark{ID: pc.id, Table: name, High: true})
+	return s.c.Step(ctx)
 }
 
-func (s *resnapper) emitWatermark(ctx context.Context, w watermark) error {
-	b, _ := json.Marshal(w)
-	if _, err := s.r.pool.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, resnapshotPrefix, string(b)); err != nil {
-		return fmt.Errorf("re-snapshot of %s: write a watermark: %w", w.Table, s.r.cfg.Explain(err))
+// message handles a logical decoding message: our watermarks, anything else is skipped.
+func (s *resnapper) message(ctx context.Context, m *pglogrepl.LogicalDecodingMessage) error {
+	if m.Prefix != resnapshotPrefix {
+		return nil
+	}
+	return s.c.Mark(ctx, m.Content)
+}
+
+// Prepare: a configured table is always there (a dropped one fails the stream first).
+func (s *resnapper) Prepare(context.Context, string) error { return nil }
+
+// Begin sends what the transaction built so far, then the begin mark.
+func (s *resnapper) Begin(ctx context.Context, name string) (int64, error) {
+	r, t := s.p.r, s.p.r.tables[name]
+	if err := s.p.flush(ctx); err != nil {
+		return 0, err
+	}
+	if err := r.out.Resnapshot(ctx, name, false); err != nil {
+		return 0, err
+	}
+	r.emitted = true
+	r.log.Info("re-snapshot begins", "table", name, "rows_estimate", t.Estimate, "chunk_rows", r.cfg.BatchSize)
+	return t.Estimate, nil
+}
+
+// WriteMark writes a watermark through the slot as a transactional logical decoding message.
+func (s *resnapper) WriteMark(ctx context.Context, table, mark string) error {
+	r := s.p.r
+	if _, err := r.pool.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, resnapshotPrefix, mark); err != nil {
+		return fmt.Errorf("re-snapshot of %s: write a watermark: %w", table, r.cfg.Explain(err))
 	}
 	return nil
 }
 
-// readChunk reads the next chunk of t after key under a snapshot of its own.
-func (s *resnapper) readChunk(ctx context.Context, t *table, key []string) (chunk, error) {
-	r := s.r
+// ReadChunk reads the next chunk of the table after key under a snapshot of its own.
+func (s *resnapper) ReadChunk(ctx context.Context, name string, key []string) (dblog.Chunk, error) {
+	r := s.p.r
+	t := r.tables[name]
 	tx, err := r.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return chunk{}, r.cfg.Explain(err)
+		return dblog.Chunk{}, r.cfg.Explain(err)
 	}
 	defer tx.Rollback(context.Background())
 	ch := make(chan chunk, 1)
 	if err := r.queryChunks(ctx, tx, t, key, ch, r.cfg.BatchSize); err != nil {
-		return chunk{}, fmt.Errorf("re-snapshot of %s: %w", t.Name, err)
+		return dblog.Chunk{}, fmt.Errorf("re-snapshot of %s: %w", t.Name, err)
 	}
+	var c chunk
 	select {
-	case c := <-ch:
-		return c, nil
-	default:
-		return chunk{}, nil // past the last key: the table is done
+	case c = <-ch:
+	default: // past the last key: the table is done
 	}
+	if r.chunkRead != nil {
+		r.chunkRead(ctx, name, c.keys)
+	}
+	return dblog.Chunk{Rec: c.rec, Keys: c.keys, Last: c.last, Rows: c.rows}, nil
 }
 
-// message handles a logical decoding message: our watermarks, anything else is skipped.
-func (s *resnapper) message(ctx context.Context, p *processor, m *pglogrepl.LogicalDecodingMessage) error {
-	if m.Prefix != resnapshotPrefix || s.inflight == nil {
-		return nil
-	}
-	var w watermark
-	if err := json.Unmarshal(m.Content, &w); err != nil || w.ID != s.inflight.id {
-		return nil // another Read's, or another pipeline's
-	}
-	pc := s.inflight
-	if !w.High {
-		pc.low = true
-		return nil
-	}
-	if !pc.low {
-		return fmt.Errorf("re-snapshot of %s: watermark %s: the high mark came out of the slot before the low one", pc.table, pc.id)
-	}
-	s.inflight = nil
-	return s.emitChunk(ctx, p, pc)
+// Settle sends what the stream built before the high mark.
+func (s *resnapper) Settle(ctx context.Context, _ string) (bool, error) { return true, s.p.flush(ctx) }
+
+// Emit sends kept rows of a chunk as snapshot reads.
+func (s *resnapper) Emit(ctx context.Context, name string, rows arrow.RecordBatch) error {
+	return s.p.r.emitBatch(ctx, name, s.p.r.tables[name].Key, rows)
 }
 
-// emitChunk sends the chunk's rows the log did not change since the chunk started, and the progress after it.
-func (s *resnapper) emitChunk(ctx context.Context, p *processor, pc *pendingChunk) error {
-	r := s.r
-	if err := p.flush(ctx); err != nil {
-		return err
-	}
-	prog := s.progress[pc.table]
-	t := r.tables[pc.table]
-	kept := int64(0)
-	if pc.c.rec != nil {
-		defer pc.c.rec.Release()
-		// Runs of kept rows go out as slices of the chunk: no copy.
-		n, err := dblog.KeptRuns(pc.c.keys, pc.window, func(start, end int) error {
-			sl := pc.c.rec.NewSlice(int64(start), int64(end))
-			defer sl.Release()
-			return r.emitBatch(ctx, pc.table, t.Key, sl)
-		})
-		if err != nil {
-			return err
-		}
-		kept = n
-		prog.Key = pc.c.last
-	}
-	prog.Rows += kept
+// Copied counts the chunk's rows into the stream's and sends the end mark after the last chunk.
+func (s *resnapper) Copied(ctx context.Context, name string, prog ResnapshotProgress, kept int64, done bool) error {
+	p, r := s.p, s.p.r
 	p.rows += kept
 	r.emitted = true
-	if pc.c.rows < r.cfg.BatchSize {
-		if err := r.out.Resnapshot(ctx, pc.table, true); err != nil {
-			return err
-		}
-		delete(s.progress, pc.table)
-		p.ended = append(p.ended, copyMetrics(pc.table, prog.Rows, prog.Rows, false)...)
-		r.log.Info("re-snapshot done", "table", pc.table, "rows", prog.Rows)
+	if !done {
 		return nil
 	}
-	s.progress[pc.table] = prog
+	if err := r.out.Resnapshot(ctx, name, true); err != nil {
+		return err
+	}
+	p.ended = append(p.ended, copyMetrics(name, prog.Rows, prog.Rows, false)...)
+	r.log.Info("re-snapshot done", "table", name, "rows", prog.Rows)
 	return nil
 }
 
 // metrics are each table's re-snapshot progress.
 func (s *resnapper) metrics() []serve.Metric {
 	var out []serve.Metric
-	for _, name := range slices.Sorted(maps.Keys(s.progress)) {
-		p := s.progress[name]
+	progress := s.c.Progress()
+	for _, name := range slices.Sorted(maps.Keys(progress)) {
+		p := progress[name]
 		out = append(out, copyMetrics(name, p.Rows, p.Total, true)...)
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -79,7 +80,8 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 		close(ownDone)
 	}()
 	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows, overlap: pos.OverlapValue(),
-		rs: newResnapper(r, pos.Resnapshot), copied: map[string]pglogrepl.LSN{}}
+		copied: map[string]pglogrepl.LSN{}}
+	p.rs = newResnapper(p, pos.Resnapshot)
 	for name, l := range pos.Copied {
 		if _, again := pos.Recopy[name]; !again { // a copy to start over gets a new point
 			p.copied[name], _ = pglogrepl.ParseLSN(l) // DecodePosition checked it
@@ -90,6 +92,7 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 		p.recopy = map[string]RecopyProgress{}
 	}
 	defer p.release()
+	defer p.rs.close()
 	defer p.stopRecopy()
 	err = p.run(ctx, items, ownDone)
 	cancel()
@@ -177,182 +180,241 @@ func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgco
 	}
 }
 
-// own is the only user of the replication session: it receives messages, hands them on in order, reports
-// the flush position (the acknowledged one; see slotState.target) and answers the server.
+// owner is the only user of the replication session: it receives messages, hands them on in order, reports
+// the flush position (the acknowledged one; see slotState.target) and answers the server. run is its loop; each
+// kind of event (a message, a read timeout, a full hand-off queue) has a method of its own, and what they share
+// between two messages is in the struct.
+type owner struct {
+	r       *reader
+	st      *slotState
+	conn    *pgconn.PgConn
+	netConn net.Conn
+	items   chan<- []item
+
+	lastStatus  time.Time
+	lastData    time.Time
+	quietTarget pglogrepl.LSN
+	asked       bool // a keepalive was requested since the last change
+	reply       bool // the server asked for a status update
+	askReply    bool // we want a keepalive
+	armed       bool // the read deadline is set for the current wait
+
+	// run is the hand-off being gathered, runBytes its WAL data's size.
+	run      []item
+	runBytes int
+}
+
+// own runs the owner of conn until ctx ends or the session fails.
 func (r *reader) own(ctx context.Context, conn *pgconn.PgConn, items chan<- []item) error {
-	st := r.st
-	var (
-		lastStatus  time.Time
-		lastData    = time.Now()
-		quietTarget pglogrepl.LSN
-		asked       bool // a keepalive was requested since the last change
-		reply       bool // the server asked for a status update
-		askReply    bool // we want a keepalive
-	)
-	sendStatus := func(force bool) error {
-		t, usedIdle := st.target()
-		st.mu.Lock()
-		sent := st.sent
-		st.mu.Unlock()
-		if !force && t <= sent && time.Since(lastStatus) < statusEvery && !reply && !askReply {
-			return nil
-		}
-		t = max(t, sent) // the server ignores a position that goes back; so do we
-		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: t, WALFlushPosition: t, WALApplyPosition: t, ReplyRequested: askReply})
-		if err != nil {
-			return fmt.Errorf("send standby status to the server: %w", err)
-		}
-		st.markSent(t, usedIdle)
-		lastStatus, reply, askReply = time.Now(), false, false
-		return nil
-	}
-	var (
-		run      []item
-		runBytes int
-	)
-	forward := func() error {
-		if len(run) == 0 {
-			return nil
-		}
-		it := run
-		runBytes = 0
-		select {
-		case items <- it:
-			run = make([]item, 0, handOff)
-			return nil
-		default:
-		}
-		timer := time.NewTimer(time.Until(lastStatus.Add(statusEvery)))
-		defer timer.Stop()
-		for {
-			select {
-			case items <- it:
-				run = make([]item, 0, handOff)
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-st.wake:
-				if err := sendStatus(false); err != nil {
-					return err
-				}
-			case <-timer.C:
-				// The engine is holding us back: keep the session alive meanwhile.
-				if err := sendStatus(true); err != nil {
-					return err
-				}
-				timer.Reset(statusEvery)
-			}
-		}
-	}
+	o := &owner{r: r, st: r.st, conn: conn, netConn: conn.Conn(), items: items, lastData: time.Now()}
+	return o.loop(ctx)
+}
+
+// loop receives until ctx ends or something fails.
+func (o *owner) loop(ctx context.Context) error {
+	st := o.st
 	// Waits are bounded by the socket's read deadline rather than a context per message (pgx would start a
 	// goroutine for each); an Ack, and the end of the Read, pull the deadline to now.
-	netConn := conn.Conn()
-	interrupt := func() { _ = netConn.SetReadDeadline(time.Now()) }
 	st.mu.Lock()
-	st.cancelRecv = interrupt
+	st.cancelRecv = o.interrupt
 	st.mu.Unlock()
 	defer func() {
 		st.mu.Lock()
 		st.cancelRecv = nil
 		st.mu.Unlock()
 	}()
-	stop := context.AfterFunc(ctx, interrupt)
+	stop := context.AfterFunc(ctx, o.interrupt)
 	defer stop()
-	if err := sendStatus(true); err != nil {
+	if err := o.sendStatus(ctx, true); err != nil {
 		return err
 	}
-	armed := false
 	for {
 		select {
 		case <-st.wake:
 		default:
 		}
-		if err := sendStatus(false); err != nil {
+		if err := o.sendStatus(ctx, false); err != nil {
 			return err
 		}
-		if !armed {
-			deadline := lastStatus.Add(statusEvery)
-			if !asked {
-				if d := lastData.Add(quietAfter); d.Before(deadline) {
-					deadline = d
-				}
-			}
-			if err := netConn.SetReadDeadline(deadline); err != nil {
-				return fmt.Errorf("replication session: %w", err)
-			}
-			armed = true
-			// An Ack that came since the status update above must not wait for the deadline.
-			if len(st.wake) > 0 {
-				interrupt()
-			}
+		if err := o.arm(); err != nil {
+			return err
 		}
-		msg, err := conn.ReceiveMessage(context.Background())
+		msg, err := o.conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
-				armed = false
-				if err := forward(); err != nil {
+				if err := o.timedOut(ctx); err != nil {
 					return err
-				}
-				if !asked && time.Since(lastData) >= quietAfter {
-					w, err := r.serverFlushLSN(ctx)
-					if err != nil {
-						return err
-					}
-					quietTarget, asked, askReply = w, true, true
 				}
 				continue
 			}
-			return fmt.Errorf("receive from replication slot %s: %w", r.cfg.Slot, r.cfg.Explain(err))
+			return fmt.Errorf("receive from replication slot %s: %w", o.r.cfg.Slot, o.r.cfg.Explain(err))
 		}
-		switch m := msg.(type) {
-		case *pgproto3.CopyData:
-			if len(m.Data) == 0 {
-				continue
+		if err := o.receive(ctx, msg); err != nil {
+			return err
+		}
+	}
+}
+
+// interrupt ends the wait for the next message now.
+func (o *owner) interrupt() { _ = o.netConn.SetReadDeadline(time.Now()) }
+
+// arm sets the read deadline for the next wait, unless it is set already: the next status update, or the end
+// of a quiet spell when no keepalive was asked for since the last change.
+func (o *owner) arm() error {
+	if o.armed {
+		return nil
+	}
+	deadline := o.lastStatus.Add(statusEvery)
+	if !o.asked {
+		if d := o.lastData.Add(quietAfter); d.Before(deadline) {
+			deadline = d
+		}
+	}
+	if err := o.netConn.SetReadDeadline(deadline); err != nil {
+		return fmt.Errorf("replication session: %w", err)
+	}
+	o.armed = true
+	// An Ack that came since the status update before it must not wait for the deadline.
+	if len(o.st.wake) > 0 {
+		o.interrupt()
+	}
+	return nil
+}
+
+// timedOut handles the end of a wait without a message: what was gathered goes on, and after a quiet spell the
+// server is asked how far its WAL goes, to tell a caught-up stream from one still decoding.
+func (o *owner) timedOut(ctx context.Context) error {
+	o.armed = false
+	if err := o.forward(ctx); err != nil {
+		return err
+	}
+	if !o.asked && time.Since(o.lastData) >= quietAfter {
+		w, err := o.r.serverFlushLSN(ctx)
+		if err != nil {
+			return err
+		}
+		o.quietTarget, o.asked, o.askReply = w, true, true
+	}
+	return nil
+}
+
+// receive handles one message of the session.
+func (o *owner) receive(ctx context.Context, msg pgproto3.BackendMessage) error {
+	switch m := msg.(type) {
+	case *pgproto3.CopyData:
+		if len(m.Data) == 0 {
+			return nil
+		}
+		switch m.Data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			return o.keepalive(ctx, m.Data[1:])
+		case pglogrepl.XLogDataByteID:
+			return o.xlogData(ctx, m.Data[1:])
+		}
+	case *pgproto3.ErrorResponse:
+		return fmt.Errorf("replication slot %s: %w", o.r.cfg.Slot, o.r.cfg.Explain(pgconn.ErrorResponseToPgError(m)))
+	case *pgproto3.CopyDone:
+		return fmt.Errorf("replication slot %s: the server ended replication", o.r.cfg.Slot)
+	}
+	return nil
+}
+
+// keepalive handles a primary keepalive: it says whether the stream caught up with the point asked about, and
+// goes on with what was gathered before it.
+func (o *owner) keepalive(ctx context.Context, data []byte) error {
+	pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(data)
+	if err != nil {
+		return fmt.Errorf("parse keepalive: %w", err)
+	}
+	if pkm.ReplyRequested {
+		o.reply = true
+	}
+	caught := o.asked && o.quietTarget != 0 && pkm.ServerWALEnd >= o.quietTarget
+	if o.asked && !caught {
+		// Still decoding: ask again after another quiet spell.
+		o.asked, o.lastData = false, time.Now()
+	}
+	o.run = append(o.run, item{keepalive: true, walEnd: pkm.ServerWALEnd, caughtUp: caught})
+	return o.forward(ctx)
+}
+
+// xlogData decodes a pgoutput message into the run; a commit, or a full run, goes on.
+func (o *owner) xlogData(ctx context.Context, data []byte) error {
+	xld, err := pglogrepl.ParseXLogData(data)
+	if err != nil {
+		return fmt.Errorf("parse XLogData: %w", err)
+	}
+	lm, err := parseMessage(xld.WALData)
+	if err != nil {
+		return fmt.Errorf("decode pgoutput message at %s: %w", xld.WALStart, err)
+	}
+	o.lastData, o.asked, o.quietTarget = time.Now(), false, 0
+	o.run = append(o.run, item{walStart: xld.WALStart, msg: lm})
+	o.runBytes += len(xld.WALData)
+	if _, commit := lm.(*pglogrepl.CommitMessage); commit || len(o.run) >= handOff || o.runBytes >= handOffBytes {
+		return o.forward(ctx)
+	}
+	return nil
+}
+
+// sendStatus reports the flush position when it moved, when the last report is statusEvery old, when the server
+// asked for one or we want a keepalive, or when forced.
+func (o *owner) sendStatus(ctx context.Context, force bool) error {
+	st := o.st
+	t, usedIdle := st.target()
+	st.mu.Lock()
+	sent := st.sent
+	st.mu.Unlock()
+	if !force && t <= sent && time.Since(o.lastStatus) < statusEvery && !o.reply && !o.askReply {
+		return nil
+	}
+	t = max(t, sent) // the server ignores a position that goes back; so do we
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, o.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: t, WALFlushPosition: t, WALApplyPosition: t, ReplyRequested: o.askReply})
+	if err != nil {
+		return fmt.Errorf("send standby status to the server: %w", err)
+	}
+	st.markSent(t, usedIdle)
+	o.lastStatus, o.reply, o.askReply = time.Now(), false, false
+	return nil
+}
+
+// forward hands the run gathered so far to the processor. While the queue is full it keeps the session alive
+// (the engine is holding us back) and reports positions acknowledged meanwhile.
+func (o *owner) forward(ctx context.Context) error {
+	if len(o.run) == 0 {
+		return nil
+	}
+	it := o.run
+	o.runBytes = 0
+	select {
+	case o.items <- it:
+		o.run = make([]item, 0, handOff)
+		return nil
+	default:
+	}
+	timer := time.NewTimer(time.Until(o.lastStatus.Add(statusEvery)))
+	defer timer.Stop()
+	for {
+		select {
+		case o.items <- it:
+			o.run = make([]item, 0, handOff)
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-o.st.wake:
+			if err := o.sendStatus(ctx, false); err != nil {
+				return err
 			}
-			switch m.Data[0] {
-			case pglogrepl.PrimaryKeepaliveMessageByteID:
-				pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
-				if err != nil {
-					return fmt.Errorf("parse keepalive: %w", err)
-				}
-				if pkm.ReplyRequested {
-					reply = true
-				}
-				caught := asked && quietTarget != 0 && pkm.ServerWALEnd >= quietTarget
-				if asked && !caught {
-					// Still decoding: ask again after another quiet spell.
-					asked, lastData = false, time.Now()
-				}
-				run = append(run, item{keepalive: true, walEnd: pkm.ServerWALEnd, caughtUp: caught})
-				if err := forward(); err != nil {
-					return err
-				}
-			case pglogrepl.XLogDataByteID:
-				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
-				if err != nil {
-					return fmt.Errorf("parse XLogData: %w", err)
-				}
-				lm, err := parseMessage(xld.WALData)
-				if err != nil {
-					return fmt.Errorf("decode pgoutput message at %s: %w", xld.WALStart, err)
-				}
-				lastData, asked, quietTarget = time.Now(), false, 0
-				run = append(run, item{walStart: xld.WALStart, msg: lm})
-				runBytes += len(xld.WALData)
-				if _, commit := lm.(*pglogrepl.CommitMessage); commit || len(run) >= handOff || runBytes >= handOffBytes {
-					if err := forward(); err != nil {
-						return err
-					}
-				}
+		case <-timer.C:
+			// The engine is holding us back: keep the session alive meanwhile.
+			if err := o.sendStatus(ctx, true); err != nil {
+				return err
 			}
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("replication slot %s: %w", r.cfg.Slot, r.cfg.Explain(pgconn.ErrorResponseToPgError(m)))
-		case *pgproto3.CopyDone:
-			return fmt.Errorf("replication slot %s: the server ended replication", r.cfg.Slot)
+			timer.Reset(statusEvery)
 		}
 	}
 }
@@ -467,7 +529,7 @@ func (p *processor) release() {
 
 func (p *processor) run(ctx context.Context, items <-chan []item, ownDone <-chan struct{}) error {
 	for {
-		if err := p.rs.step(ctx, p); err != nil {
+		if err := p.rs.step(ctx); err != nil {
 			return err
 		}
 		if err := p.startRecopy(ctx); err != nil {
@@ -548,7 +610,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 	case *pglogrepl.TypeMessage:
 		r.resolver.Forget()
 	case *pglogrepl.LogicalDecodingMessage:
-		return p.rs.message(ctx, p, m)
+		return p.rs.message(ctx, m)
 	case *pglogrepl.InsertMessage:
 		rel, err := p.rel(m.RelationID)
 		if err != nil || rel.table == nil {

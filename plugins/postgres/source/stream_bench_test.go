@@ -49,7 +49,8 @@ func BenchmarkStreamTransaction(b *testing.B) {
 	r := &reader{cfg: config.Settings{Slot: "bench", BatchSize: config.DefaultBatchSize, Policy: values.Fail}, st: newSlotState(), out: out,
 		mem: mempool.New(), tables: map[string]*table{}, announced: map[string]string{}}
 	r.values = values.NewHandler(r.cfg.Policy, nil)
-	p := &processor{r: r, rels: map[uint32]*relation{rel.id: rel}, rs: newResnapper(r, nil)}
+	p := &processor{r: r, rels: map[uint32]*relation{rel.id: rel}}
+	p.rs = newResnapper(p, nil)
 	defer p.release()
 
 	// One transaction's messages as the server sends them.
