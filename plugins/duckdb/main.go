@@ -48,12 +48,9 @@ func main() {
 		}
 		return
 	}
-	d := &sink.Destination{Version: version}
-	serve.Serve(plugin{d})
-	// Serve returns when the host ends the plugin: closing checkpoints the database and releases its lock.
-	if err := d.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "skippr-plugin-duckdb:", err)
-	}
+	// Serve closes the destination's sessions when the host ends the plugin, which checkpoints each database
+	// and releases its lock.
+	serve.Serve(plugin{&sink.Destination{Version: version}})
 }
 
 func dump(ctx context.Context, args []string) error {

@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"encoding/json"
 	"fmt"
-	"iter"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -62,7 +61,7 @@ func (a *applier) exec(ctx context.Context, q string, args ...any) error {
 // apply runs one transaction: the entries of the request after the pipeline's fence, then the new fence. The
 // changes are folded per entry (the last change of a key wins) and written as each entry ends, so a coalesced
 // range costs one entry's memory and still commits, or not, as one.
-func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (res serve.ApplyResult, err error) {
+func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResult, err error) {
 	// Plain BEGIN/COMMIT statements rather than a database/sql Tx: the appender needs the raw connection
 	// inside the transaction, which database/sql does not hand out while a Tx holds it.
 	if err := a.exec(ctx, "BEGIN TRANSACTION"); err != nil {
@@ -94,7 +93,6 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		// are deterministic), written when it ends.
 		plans  = change.NewPlans(change.FoldOptions{})
 		tables = map[string]string{} // lower-cased table → the stream writing it, across the whole range
-		entry  uint64                // the entry whose items the plans hold
 	)
 	defer func() { plans.Release() }()
 	a.tables = map[string]map[string]string{}
@@ -114,22 +112,16 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		plans.Release()
 		return nil
 	}
-	for it, err := range items {
+	for st, err := range req.Entries(fence) {
 		if err != nil {
 			return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
 		}
-		seq := it.Sequence
-		if seq == 0 {
-			seq = req.Sequence // an item from a caller that does not tag items belongs to the apply's entry
-		}
-		if seq <= fence {
-			continue // a replay of part of a range: this entry committed before
-		}
-		if seq != entry {
+		it := st.Item
+		if st.End {
 			if err := flush(); err != nil {
 				return res, err
 			}
-			entry = seq
+			continue
 		}
 		state.Streams[it.Stream] = req.Sequence
 		switch {
@@ -153,9 +145,6 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		default:
 			return res, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
 		}
-	}
-	if err := flush(); err != nil {
-		return res, err
 	}
 	streams, err := json.Marshal(state.Streams)
 	if err != nil {

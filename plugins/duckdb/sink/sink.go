@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -37,18 +36,25 @@ const StateTable = "_skippr_state"
 // of the engine its orphaned plugin holds the lock until it notices its parent is gone (about half a second).
 const LockWait = 30 * time.Second
 
-// Destination applies WAL sequence numbers into DuckDB files. It implements serve.Destination.
+// Destination applies WAL sequence numbers into DuckDB files. It implements serve.SessionDestination.
 type Destination struct {
 	Version string
 	Log     *slog.Logger
 
-	// mu serialises every use of the databases: DuckDB has one writer per file anyway, and Close must not
-	// pull a database from under a running apply.
+	// mu serialises every use of the databases: DuckDB has one writer per file anyway, and the last release
+	// must not pull a database from under a running apply.
 	mu  sync.Mutex
-	dbs map[string]*sql.DB // by absolute path
+	dbs map[string]*openDB // by absolute path
 }
 
-var _ serve.Destination = (*Destination)(nil)
+// openDB is a database file open in this process, shared by the sessions (and checks) that name it: DuckDB
+// must not open one file twice in a process.
+type openDB struct {
+	db   *sql.DB
+	refs int
+}
+
+var _ serve.SessionDestination = (*Destination)(nil)
 
 func (d *Destination) log() *slog.Logger {
 	if d.Log != nil {
@@ -63,35 +69,68 @@ func (d *Destination) Spec() serve.Spec {
 		SettingsSchema: json.RawMessage(SettingsSchema)}
 }
 
-// Close closes every database, which checkpoints its WAL into the file and releases the file lock.
-func (d *Destination) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var errs []error
-	for p, db := range d.dbs {
-		if err := db.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close %s: %w", p, err))
-		}
-		delete(d.dbs, p)
-	}
-	return errors.Join(errs...)
-}
-
-// db returns the open database of s.Path, opening it on first use. Callers hold d.mu.
-func (d *Destination) db(ctx context.Context, s Settings) (*sql.DB, error) {
-	if db, ok := d.dbs[s.Path]; ok {
-		return db, nil
+// acquire returns the open database of s.Path, opening it if no one holds it. Callers hold d.mu and release it.
+func (d *Destination) acquire(ctx context.Context, s Settings) (*sql.DB, error) {
+	if o, ok := d.dbs[s.Path]; ok {
+		o.refs++
+		return o.db, nil
 	}
 	db, err := Open(ctx, s.Path, false, LockWait)
 	if err != nil {
 		return nil, err
 	}
 	if d.dbs == nil {
-		d.dbs = map[string]*sql.DB{}
+		d.dbs = map[string]*openDB{}
 	}
-	d.dbs[s.Path] = db
+	d.dbs[s.Path] = &openDB{db: db, refs: 1}
 	d.log().Debug("opened database", "path", s.Path)
 	return db, nil
+}
+
+// release lets go of the database of path; the last one closes it, which checkpoints its WAL into the file and
+// releases the file lock. Callers hold d.mu.
+func (d *Destination) release(path string) error {
+	o := d.dbs[path]
+	if o == nil {
+		return nil
+	}
+	if o.refs--; o.refs > 0 {
+		return nil
+	}
+	delete(d.dbs, path)
+	if err := o.db.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	return nil
+}
+
+// Open parses the settings and opens the database file (see Open): the session holds it until Close.
+func (d *Destination) Open(ctx context.Context, raw json.RawMessage) (serve.Session, error) {
+	s, err := ParseSettings(raw)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	db, err := d.acquire(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return &session{d: d, s: s, db: db}, nil
+}
+
+// session is the destination open for one settings value.
+type session struct {
+	d  *Destination
+	s  Settings
+	db *sql.DB
+}
+
+// Close releases the database file.
+func (x *session) Close() error {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
+	return x.d.release(x.s.Path)
 }
 
 // Open opens a DuckDB file with a single connection (temporary staging tables live in a connection, and
@@ -158,10 +197,11 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	db, err := d.db(ctx, s)
+	db, err := d.acquire(ctx, s)
 	if err != nil {
 		return err
 	}
+	defer d.release(s.Path)
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("database %s: %w", s.Path, err)
@@ -244,55 +284,23 @@ func readState(ctx context.Context, x execer, s Settings, pipeline string) (serv
 }
 
 // LastApplied reads the pipeline's state row.
-func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
-	s, err := ParseSettings(raw)
-	if err != nil {
-		return serve.Applied{}, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	db, err := d.db(ctx, s)
-	if err != nil {
-		return serve.Applied{}, err
-	}
-	return readState(ctx, db, s, pipeline)
+func (x *session) LastApplied(ctx context.Context, pipeline string) (serve.Applied, error) {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
+	return readState(ctx, x.db, x.s, pipeline)
 }
 
 // Apply commits one WAL sequence number, or a coalesced range of them, atomically with its record in the
-// state table.
-func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
-	items := req.Items
-	req.Items = nil
-	return d.ApplyStream(ctx, req, func(yield func(serve.Item, error) bool) {
-		for _, it := range items {
-			if !yield(it, nil) {
-				return
-			}
-		}
-	})
-}
-
-// ApplyStream is Apply with the items arriving one by one: each entry of a range is written into the
-// transaction once its last item arrived, so memory holds one entry, not the range.
-func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
-	s, err := ParseSettings(req.Settings)
+// state table. Each entry of a range is written into the transaction once its last item arrived, so memory
+// holds one entry, not the range.
+func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult, error) {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
+	conn, err := x.db.Conn(ctx)
 	if err != nil {
-		return serve.ApplyResult{}, err
-	}
-	if req.Pipeline == "" {
-		return serve.ApplyResult{}, errors.New("apply: no pipeline name")
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	db, err := d.db(ctx, s)
-	if err != nil {
-		return serve.ApplyResult{}, err
-	}
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return serve.ApplyResult{}, fmt.Errorf("database %s: %w", s.Path, err)
+		return serve.ApplyResult{}, fmt.Errorf("database %s: %w", x.s.Path, err)
 	}
 	defer conn.Close()
-	a := &applier{s: s, conn: conn, log: d.log()}
-	return a.apply(ctx, req, items)
+	a := &applier{s: x.s, conn: conn, log: x.d.log()}
+	return a.apply(ctx, r)
 }

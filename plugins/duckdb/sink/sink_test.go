@@ -21,8 +21,10 @@ import (
 
 // harness is a destination on a fresh file.
 type harness struct {
-	t        *testing.T
-	d        *Destination
+	t *testing.T
+	// d serves dest as the engine does: one session for the harness's settings.
+	d        *serve.Sessions
+	dest     *Destination
 	path     string
 	settings json.RawMessage
 }
@@ -38,7 +40,8 @@ func newHarness(t *testing.T, schema string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, d: &Destination{}, path: path, settings: raw}
+	dest := &Destination{}
+	h := &harness{t: t, d: serve.NewSessions(dest), dest: dest, path: path, settings: raw}
 	t.Cleanup(func() {
 		if err := h.d.Close(); err != nil {
 			t.Errorf("close: %v", err)
@@ -65,13 +68,13 @@ func (h *harness) apply(seq uint64, items ...serve.Item) serve.ApplyResult {
 // rows returns the query's rows, each as its columns' text joined by "|".
 func (h *harness) rows(q string) []string {
 	h.t.Helper()
-	h.d.mu.Lock()
-	defer h.d.mu.Unlock()
-	db := h.d.dbs[h.path]
-	if db == nil {
+	h.dest.mu.Lock()
+	defer h.dest.mu.Unlock()
+	o := h.dest.dbs[h.path]
+	if o == nil {
 		h.t.Fatal("database not open")
 	}
-	rs, err := db.QueryContext(ctx(h.t), q)
+	rs, err := o.db.QueryContext(ctx(h.t), q)
 	if err != nil {
 		h.t.Fatalf("%s: %v", q, err)
 	}
@@ -395,7 +398,6 @@ func TestCheckExplainsBadPaths(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &Destination{}
-			defer d.Close()
 			err := d.Check(ctx(t), json.RawMessage(tc.settings))
 			switch {
 			case tc.want == "" && err != nil:
