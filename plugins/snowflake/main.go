@@ -4,9 +4,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
-
 	sf "github.com/snowflakedb/gosnowflake"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -20,9 +17,5 @@ func main() {
 	// The driver logs every failed statement itself; the plugin returns each as an error with its context,
 	// so the driver's own lines would only repeat them.
 	_ = sf.GetLogger().SetLogLevel("OFF")
-	d := &sink.Destination{Version: version}
-	serve.Serve(d)
-	if err := d.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "skippr-plugin-snowflake:", err)
-	}
+	serve.Serve(&sink.Destination{Version: version}) // it closes the sessions' pools when the host ends it
 }

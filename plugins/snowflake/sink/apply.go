@@ -46,11 +46,11 @@ type load struct {
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
-func (x *session) table(name string) sfsql.Table {
+func (x *conn) table(name string) sfsql.Table {
 	return sfsql.Table{Database: sfsql.Name(x.s.Database), Schema: sfsql.Name(x.s.Schema), Name: name}
 }
 
-func (x *session) apply(ctx context.Context, req serve.ApplyRequest) (res serve.ApplyResult, err error) {
+func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResult, err error) {
 	if err := x.ensureState(ctx); err != nil {
 		return res, err
 	}
@@ -80,15 +80,15 @@ func (x *session) apply(ctx context.Context, req serve.ApplyRequest) (res serve.
 	}
 	folded := change.NewPlans(change.FoldOptions{})
 	defer folded.Release()
-	for _, it := range req.Items {
-		seq := it.Sequence
-		if seq == 0 {
-			seq = req.Sequence
+	// Entries skips what is held already: the part of the range that committed in an earlier apply.
+	for st, err := range req.Entries(fence) {
+		if err != nil {
+			return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
 		}
-		if seq <= fence {
-			// Held already: this part of the range committed in an earlier apply.
-			continue
+		if st.End {
+			continue // one fold over the whole range: the entries need no boundary
 		}
+		it := st.Item
 		state.Streams[it.Stream] = req.Sequence
 		switch {
 		case it.Schema != nil:
@@ -196,7 +196,7 @@ func TxName(pipeline string) string {
 // power loss): Snowflake keeps such a transaction, and the locks its MERGE took, until the session expires
 // hours later, so every following apply would wait on them. The WAL's lease lets one process apply a
 // pipeline at a time, so a transaction of the pipeline's name in another session is an orphan.
-func (x *session) abortOrphans(ctx context.Context, pipeline string) error {
+func (x *conn) abortOrphans(ctx context.Context, pipeline string) error {
 	var self string
 	rows, err := x.query(ctx, "SELECT CURRENT_SESSION()")
 	if err != nil {
@@ -250,7 +250,7 @@ func (x *session) abortOrphans(ctx context.Context, pipeline string) error {
 
 // prepareLoads writes the stream's surviving rows as Parquet files (one per batch schema), PUTs each to the
 // table stage and makes its staging table.
-func (x *session) prepareLoads(ctx context.Context, req serve.ApplyRequest, sp *streamPlan, dir string, nstage *int) error {
+func (x *conn) prepareLoads(ctx context.Context, req *serve.Range, sp *streamPlan, dir string, nstage *int) error {
 	type group struct {
 		schema *arrow.Schema
 		picks  map[int][]pick // by batch number
@@ -328,7 +328,7 @@ func stageColumns(s *arrow.Schema) ([]sfsql.Column, error) {
 }
 
 // columns reads a table's columns; nil when it does not exist.
-func (x *session) columns(ctx context.Context, t sfsql.Table) (map[string]sfsql.Type, error) {
+func (x *conn) columns(ctx context.Context, t sfsql.Table) (map[string]sfsql.Type, error) {
 	if cols, ok := x.d.tables[t.String()]; ok {
 		return cols, nil
 	}
@@ -358,7 +358,7 @@ func (x *session) columns(ctx context.Context, t sfsql.Table) (map[string]sfsql.
 	return cols, nil
 }
 
-func (x *session) remember(t sfsql.Table, cols map[string]sfsql.Type) {
+func (x *conn) remember(t sfsql.Table, cols map[string]sfsql.Type) {
 	if x.d.tables == nil {
 		x.d.tables = map[string]map[string]sfsql.Type{}
 	}
@@ -367,7 +367,7 @@ func (x *session) remember(t sfsql.Table, cols map[string]sfsql.Type) {
 
 // ensureTable creates the table from s, adds the columns of s it lacks and widens a NUMBER's precision;
 // a column whose type cannot take the new one stops the apply with both types named.
-func (x *session) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema) error {
+func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema) error {
 	want, err := stageColumns(s)
 	if err != nil {
 		return err

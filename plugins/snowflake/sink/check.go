@@ -22,9 +22,14 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 	if err != nil {
 		return err
 	}
+	p, err := pool(s)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	x, err := d.session(ctx, s)
+	x, err := d.conn(ctx, s, p)
 	if err != nil {
 		return err
 	}
@@ -73,7 +78,7 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 
 // probeStage puts a small file to the state table's stage and removes it: what every apply does with its
 // table's stage.
-func (x *session) probeStage(ctx context.Context) error {
+func (x *conn) probeStage(ctx context.Context) error {
 	dir, err := os.MkdirTemp(x.d.TempDir, "skippr-snowflake-check-*")
 	if err != nil {
 		return err

@@ -18,9 +18,7 @@ package sink
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,15 +35,15 @@ import (
 	"github.com/skippr-dev/skippr/plugins/snowflake/sfsql"
 )
 
-// Destination applies WAL sequence numbers into Snowflake. It implements serve.Destination.
+// Destination applies WAL sequence numbers into Snowflake. It implements serve.SessionDestination.
 type Destination struct {
 	Version string
 	Log     *slog.Logger
 	// TempDir holds the Parquet files between their writing and their PUT ("" is the system's).
 	TempDir string
 
+	// mu makes calls take turns: the caches below are shared by the sessions (serve.Session) of all settings.
 	mu     sync.Mutex
-	dbs    map[string]*sql.DB               // by settings fingerprint
 	tables map[string]map[string]sfsql.Type // columns of each table (by quoted name), as last read or made
 	state  map[string]bool                  // state table known to exist, by database.schema
 	// orphansChecked: the pipeline's orphaned transactions were looked for since the process started or an
@@ -63,7 +61,7 @@ type Stats struct {
 	RowsPut    int64
 }
 
-var _ serve.Destination = (*Destination)(nil)
+var _ serve.SessionDestination = (*Destination)(nil)
 
 func (d *Destination) log() *slog.Logger {
 	if d.Log != nil {
@@ -101,71 +99,65 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 // between commits bounds the cost of a trickle of changes (the README's worked example).
 const WarehouseApplyInterval = time.Minute
 
-// Close closes every connection pool, which closes the Snowflake sessions.
-func (d *Destination) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var errs []error
-	for k, db := range d.dbs {
-		errs = append(errs, db.Close())
-		delete(d.dbs, k)
-	}
-	return errors.Join(errs...)
-}
-
-func fingerprint(s Settings) string {
-	b, _ := json.Marshal(s)
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:8])
-}
-
-// db returns the pool of s, opening it on first use. Callers hold d.mu.
-func (d *Destination) db(s Settings) (*sql.DB, error) {
-	k := fingerprint(s)
-	if db, ok := d.dbs[k]; ok {
-		return db, nil
-	}
+// pool opens the connection pool of s; each of its connections is a Snowflake session once used.
+func pool(s Settings) (*sql.DB, error) {
 	cfg, err := s.Config()
 	if err != nil {
 		return nil, err
 	}
 	db := sql.OpenDB(sf.NewConnector(sf.SnowflakeDriver{}, *cfg))
 	db.SetMaxOpenConns(2)
-	if d.dbs == nil {
-		d.dbs = map[string]*sql.DB{}
-	}
-	d.dbs[k] = db
 	return db, nil
 }
 
-// session is one Snowflake session (one database/sql connection) used for one call, counting its statements.
+// Open parses the settings and makes the connection pool the session's calls share; logging in waits for
+// the first call.
+func (d *Destination) Open(_ context.Context, raw json.RawMessage) (serve.Session, error) {
+	s, err := ParseSettings(raw)
+	if err != nil {
+		return nil, err
+	}
+	db, err := pool(s)
+	if err != nil {
+		return nil, err
+	}
+	return &session{d: d, s: s, db: db}, nil
+}
+
+// session is the destination open for one settings value (a serve.Session): its settings and pool.
 type session struct {
+	d  *Destination
+	s  Settings
+	db *sql.DB
+}
+
+// Close closes the pool, which closes its Snowflake sessions.
+func (x *session) Close() error { return x.db.Close() }
+
+// conn is one Snowflake session (one database/sql connection) used for one call, counting its statements.
+type conn struct {
 	d    *Destination
 	s    Settings
 	conn *sql.Conn
 }
 
-func (d *Destination) session(ctx context.Context, s Settings) (*session, error) {
-	db, err := d.db(s)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := db.Conn(ctx)
+func (d *Destination) conn(ctx context.Context, s Settings, db *sql.DB) (*conn, error) {
+	c, err := db.Conn(ctx)
 	if err != nil {
 		return nil, explain(s, "connect", err)
 	}
-	return &session{d: d, s: s, conn: conn}, nil
+	return &conn{d: d, s: s, conn: c}, nil
 }
 
-func (x *session) close() { x.conn.Close() }
+func (x *conn) close() { x.conn.Close() }
 
-func (x *session) exec(ctx context.Context, q string, args ...any) error {
+func (x *conn) exec(ctx context.Context, q string, args ...any) error {
 	x.d.stats.Statements++
 	_, err := x.conn.ExecContext(ctx, q, args...)
 	return err
 }
 
-func (x *session) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+func (x *conn) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	x.d.stats.Statements++
 	return x.conn.QueryContext(ctx, q, args...)
 }
@@ -194,7 +186,7 @@ func roleOf(s Settings) string {
 }
 
 // ensureState creates the state table once per process and schema.
-func (x *session) ensureState(ctx context.Context) error {
+func (x *conn) ensureState(ctx context.Context) error {
 	k := x.s.Database + "." + x.s.Schema
 	if x.d.state[k] {
 		return nil
@@ -210,7 +202,7 @@ func (x *session) ensureState(ctx context.Context) error {
 }
 
 // readState reads the pipeline's rows: the pipeline's sequence (STREAM ”) and each stream's.
-func (x *session) readState(ctx context.Context, pipeline string) (serve.Applied, error) {
+func (x *conn) readState(ctx context.Context, pipeline string) (serve.Applied, error) {
 	a := serve.Applied{Streams: map[string]uint64{}}
 	rows, err := x.query(ctx, sfsql.ReadState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema)), pipeline)
 	if err != nil {
@@ -236,40 +228,29 @@ func (x *session) readState(ctx context.Context, pipeline string) (serve.Applied
 }
 
 // LastApplied reads the pipeline's state rows.
-func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
-	s, err := ParseSettings(raw)
+func (x *session) LastApplied(ctx context.Context, pipeline string) (serve.Applied, error) {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
+	c, err := x.d.conn(ctx, x.s, x.db)
 	if err != nil {
 		return serve.Applied{}, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	x, err := d.session(ctx, s)
-	if err != nil {
+	defer c.close()
+	if err := c.ensureState(ctx); err != nil {
 		return serve.Applied{}, err
 	}
-	defer x.close()
-	if err := x.ensureState(ctx); err != nil {
-		return serve.Applied{}, err
-	}
-	return x.readState(ctx, pipeline)
+	return c.readState(ctx, pipeline)
 }
 
 // Apply commits one sequence number, or a coalesced range, atomically with its state rows.
-func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
-	s, err := ParseSettings(req.Settings)
+func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult, error) {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
+	c, err := x.d.conn(ctx, x.s, x.db)
 	if err != nil {
 		return serve.ApplyResult{}, err
 	}
-	if req.Pipeline == "" {
-		return serve.ApplyResult{}, errors.New("apply: no pipeline name")
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	x, err := d.session(ctx, s)
-	if err != nil {
-		return serve.ApplyResult{}, err
-	}
-	defer x.close()
-	d.stats.Applies++
-	return x.apply(ctx, req)
+	defer c.close()
+	x.d.stats.Applies++
+	return c.apply(ctx, r)
 }

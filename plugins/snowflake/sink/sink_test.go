@@ -35,8 +35,10 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // _PRIVATE_KEY, _WAREHOUSE, _DATABASE, _SCHEMA, _ROLE) are set, else the stand-in on a fresh PostgreSQL
 // database. The same test functions run against both.
 type target struct {
-	t        *testing.T
-	d        *Destination
+	t *testing.T
+	// d serves dest as the engine does: one session for the target's settings.
+	d        *serve.Sessions
+	dest     *Destination
 	settings json.RawMessage
 	s        Settings
 	standin  *snowflaketest.Server // nil when live
@@ -47,7 +49,8 @@ func live() bool { return os.Getenv("SKIPPR_SNOWFLAKE_ACCOUNT") != "" }
 
 func newTarget(t *testing.T, edit func(*Settings)) *target {
 	t.Helper()
-	tg := &target{t: t, d: &Destination{TempDir: t.TempDir()}}
+	dest := &Destination{TempDir: t.TempDir()}
+	tg := &target{t: t, d: serve.NewSessions(dest), dest: dest}
 	if live() {
 		tg.s = Settings{
 			Account: os.Getenv("SKIPPR_SNOWFLAKE_ACCOUNT"), User: os.Getenv("SKIPPR_SNOWFLAKE_USER"),
@@ -82,6 +85,16 @@ func newTarget(t *testing.T, edit func(*Settings)) *target {
 	return tg
 }
 
+// db is the connection pool of the target's session.
+func (tg *target) db() *sql.DB {
+	tg.t.Helper()
+	x, err := tg.d.Session(tctx(tg.t), tg.settings)
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	return x.(*session).db
+}
+
 func tctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -107,7 +120,7 @@ func (tg *target) rows(table string) map[string]map[string]any {
 			tg.t.Fatal(err)
 		}
 	} else {
-		db := tg.d.dbs[fingerprint(tg.s)]
+		db := tg.db()
 		r, err := db.QueryContext(tctx(tg.t), "SELECT TO_JSON(OBJECT_CONSTRUCT_KEEP_NULL(*)) FROM "+
 			Table(tg.s, table).String())
 		if err != nil {
@@ -139,7 +152,7 @@ func (tg *target) rows(table string) map[string]map[string]any {
 
 // Table is the qualified table of a stream name in s.
 func Table(s Settings, name string) interface{ String() string } {
-	x := &session{s: s}
+	x := &conn{s: s}
 	return x.table(TableName(name))
 }
 
@@ -419,9 +432,9 @@ func TestStatementsPerApply(t *testing.T) {
 	r := orders(s, order{op: change.OpInsert, id: 1, name: "a", color: "c", atUnix: 1})
 	defer r.Release()
 	tg.apply(1, 1, item(st, 1, r)) // creates the table
-	before := tg.d.Stats()
+	before := tg.dest.Stats()
 	tg.apply(2, 2, item(st, 2, r))
-	after := tg.d.Stats()
+	after := tg.dest.Stats()
 	// read state, PUT, staging table, BEGIN, COPY, MERGE, state MERGE, COMMIT
 	if n := after.Statements - before.Statements; n != 8 {
 		t.Fatalf("a steady-state apply of one stream sent %d statements, want 8", n)
@@ -471,7 +484,6 @@ func TestAuthentication(t *testing.T) {
 			c.edit(&s)
 			raw, _ := json.Marshal(s)
 			d := &Destination{TempDir: t.TempDir()}
-			defer d.Close()
 			err := d.Check(tctx(t), raw)
 			if c.ok && err != nil {
 				t.Fatalf("check: %v", err)
@@ -550,7 +562,7 @@ func TestStandInRefusesOtherStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cfg
-	db := func() *sql.DB { tg.d.mu.Lock(); defer tg.d.mu.Unlock(); d, _ := tg.d.db(tg.s); return d }()
+	db := tg.db()
 	for _, q := range []string{"SELECT * FROM pg_catalog.pg_tables", `DROP TABLE "ANALYTICS"."RAW"."_SKIPPR_STATE"`,
 		`create table if not exists "ANALYTICS"."RAW"."X" ("A" VARCHAR)`} {
 		_, err := db.ExecContext(tctx(t), q)
@@ -603,7 +615,7 @@ func TestOrphanedTransactionIsAborted(t *testing.T) {
 		}
 	}
 
-	next := &Destination{TempDir: t.TempDir()}
+	next := serve.NewSessions(&Destination{TempDir: t.TempDir()})
 	defer next.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
