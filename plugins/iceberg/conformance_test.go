@@ -40,7 +40,7 @@ func testCompactService(t *testing.T, bin string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sc := change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "v", Type: arrow.BinaryTypes.String, Nullable: true}}, []string{"id"})
-	d := &dest.Destination{}
+	d := serve.NewSessions(&dest.Destination{})
 	defer d.Close()
 	for seq, op := range []change.Op{change.OpInsert, change.OpUpdate, change.OpUpdate} {
 		b := change.NewBuilder(memory.DefaultAllocator, sc)

@@ -19,7 +19,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
-// Destination writes change batches into Iceberg tables. It implements serve.Destination.
+// Destination writes change batches into Iceberg tables. It implements serve.SessionDestination (stream.go).
 type Destination struct {
 	Version string
 	Log     *slog.Logger
@@ -60,8 +60,6 @@ type hooks struct {
 	resnapDiffing func()
 }
 
-var _ serve.Destination = (*Destination)(nil)
-
 func (d *Destination) log() *slog.Logger {
 	if d.Log != nil {
 		return d.Log
@@ -92,6 +90,18 @@ func (d *Destination) catalog(ctx context.Context, raw json.RawMessage, s Settin
 	}
 	d.cats[key] = oc
 	return oc, nil
+}
+
+// closeCatalog closes the catalog connection of raw, if open.
+func (d *Destination) closeCatalog(raw json.RawMessage) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	oc, ok := d.cats[string(raw)]
+	if !ok {
+		return nil
+	}
+	delete(d.cats, string(raw))
+	return oc.Close()
 }
 
 // Close closes every catalog connection.
@@ -187,18 +197,11 @@ func tableSeq(tbl *table.Table, pipeline string) (uint64, error) {
 	return parseSeq(tbl.Properties(), seqKey(pipeline), "table "+strings.Join(tbl.Identifier(), "."))
 }
 
-// LastApplied returns the pipeline's completion marker as Sequence, and each table's own fence in Streams.
-func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
-	s, err := ParseSettings(raw)
-	if err != nil {
-		return serve.Applied{}, err
-	}
-	oc, err := d.catalog(ctx, raw, s)
-	if err != nil {
-		return serve.Applied{}, err
-	}
+// lastApplied returns the pipeline's completion marker as Sequence, and each table's own fence in Streams.
+func lastApplied(ctx context.Context, oc *openCatalog, s Settings, pipeline string) (serve.Applied, error) {
 	ns := s.NamespaceIdent()
 	a := serve.Applied{Streams: map[string]uint64{}}
+	var err error
 	if a.Sequence, err = readMarker(ctx, oc.cat, ns, pipeline); err != nil {
 		return a, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -345,4 +347,26 @@ func referencedManifests(t *testing.T, tbl *table.Table) []string {
 		}
 	}
 	return slices.Compact(slices.Sorted(slices.Values(avro)))
+}
+
+// sessionsOf holds, per Destination under test, the serve.Sessions that calls it as the engine does.
+var sessionsOf sync.Map
+
+func (d *Destination) sessions() *serve.Sessions {
+	v, _ := sessionsOf.LoadOrStore(d, serve.NewSessions(d))
+	return v.(*serve.Sessions)
+}
+
+// Apply, ApplyStream and LastApplied let the tests call the destination as before it had sessions: through
+// the SDK's session cache, as Serve does.
+func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
+	return d.sessions().Apply(ctx, req)
+}
+
+func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
+	return d.sessions().ApplyStream(ctx, req, items)
+}
+
+func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
+	return d.sessions().LastApplied(ctx, raw, pipeline)
 }

@@ -2,9 +2,9 @@ package dest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 	"runtime"
 	"strconv"
@@ -16,37 +16,50 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
-var _ serve.StreamingDestination = (*Destination)(nil)
+var _ serve.SessionDestination = (*Destination)(nil)
 
-// Apply commits one WAL sequence number: one Iceberg commit per table touched, each recording the sequence
-// number in the same commit, then the pipeline's completion marker. See doc.go for why both exist. The items
-// stay the caller's.
-func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
-	items := req.Items
-	req.Items = nil
-	return d.ApplyStream(ctx, req, func(yield func(serve.Item, error) bool) {
-		for _, it := range items {
-			if !yield(it, nil) {
-				return
-			}
-		}
-	})
+// Open parses the settings and connects to the catalog (Destination.catalog: the lake services share the
+// connection).
+func (d *Destination) Open(ctx context.Context, raw json.RawMessage) (serve.Session, error) {
+	s, err := ParseSettings(raw)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.catalog(ctx, raw, s); err != nil {
+		return nil, err
+	}
+	return &session{d: d, s: s, raw: raw}, nil
 }
 
-// ApplyStream is Apply with the items arriving one by one (serve.StreamingDestination). Items are buffered
-// per table; when the buffered batches outgrow the memory budget, the largest tables' buffers are folded and
+// session is the destination open for one settings value. It asks d for the catalog on every call rather than
+// holding it, as the lake services and Destination.Close share d's.
+type session struct {
+	d   *Destination
+	s   Settings
+	raw json.RawMessage
+}
+
+// Close closes the catalog connection of the session's settings.
+func (x *session) Close() error { return x.d.closeCatalog(x.raw) }
+
+// LastApplied returns the pipeline's completion marker as Sequence, and each table's own fence in Streams.
+func (x *session) LastApplied(ctx context.Context, pipeline string) (serve.Applied, error) {
+	oc, err := x.d.catalog(ctx, x.raw, x.s)
+	if err != nil {
+		return serve.Applied{}, err
+	}
+	return lastApplied(ctx, oc, x.s, pipeline)
+}
+
+// Apply commits one WAL sequence number, or a range: one Iceberg commit per table touched, each recording the
+// sequence number in the same commit, then the pipeline's completion marker. See doc.go for why both exist.
+// Items are buffered per table; when the buffered batches outgrow the memory budget, the largest tables' buffers are folded and
 // written out as data files that the table's commit will add (spill.go). After the last item, the tables
 // commit in parallel, and the completion marker is set once all of them did.
-func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
-	s, err := ParseSettings(req.Settings)
-	if err != nil {
-		return serve.ApplyResult{}, err
-	}
-	if req.Pipeline == "" {
-		return serve.ApplyResult{}, errors.New("apply: pipeline name is empty")
-	}
+func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult, error) {
+	d, s, req := x.d, x.s, r.ApplyRequest
 	d.limitMemory(s)
-	oc, err := d.catalog(ctx, req.Settings, s)
+	oc, err := d.catalog(ctx, x.raw, s)
 	if err != nil {
 		return serve.ApplyResult{}, err
 	}
@@ -60,9 +73,6 @@ func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, i
 	marker, err := readMarker(ctx, oc.cat, ns, req.Pipeline)
 	if err != nil {
 		return serve.ApplyResult{}, err
-	}
-	if req.FirstSequence == 0 {
-		req.FirstSequence = req.Sequence // a caller that names one entry
 	}
 	if req.Covers(marker) {
 		return serve.ApplyResult{Skipped: true}, nil
@@ -81,11 +91,15 @@ func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, i
 			b.abort(context.WithoutCancel(ctx))
 		}
 	}()
-	for it, err := range items {
+	// Entries skips what the marker covers; b.add skips, per table, what its own fence covers beyond it.
+	for st, err := range r.Entries(marker) {
 		if err != nil {
 			return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
 		}
-		if err := b.add(ctx, it); err != nil {
+		if st.End {
+			continue // tables are buffered across the range's entries
+		}
+		if err := b.add(ctx, st.Item); err != nil {
 			return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
 		}
 	}
@@ -102,7 +116,7 @@ func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, i
 		// The compaction takes the lock exclusively: this apply's share must go first.
 		lk.unlock()
 		lk = nil
-		d.autoCompact(ctx, oc, s, req.Settings, b.groups())
+		d.autoCompact(ctx, oc, s, x.raw, b.groups())
 	}
 	return res, nil
 }
