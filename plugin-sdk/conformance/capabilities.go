@@ -18,6 +18,10 @@ import (
 // subtest: the engine sends them only to a destination that announces them, so only the kit would find one
 // that announces and fails them.
 func checkCapabilities(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv1.CapabilitiesResponse) {
+	t.Run("updates-deletes", func(t *testing.T) { checkUpdatesDeletes(ctx, t, c, cfg, caps) })
+	if caps.SchemaEvolution {
+		t.Run("added-column", func(t *testing.T) { checkAddedColumn(ctx, t, c, cfg, caps) })
+	}
 	if caps.Truncate {
 		t.Run("truncate", func(t *testing.T) { checkTruncate(ctx, t, c, cfg, caps) })
 	}
@@ -64,6 +68,34 @@ func (a *applier) holds(stream, after string, ids ...int64) {
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
 		a.t.Errorf("after %s the destination holds rows %v of stream %s, want %v", after, got, stream, want)
+	}
+}
+
+// holdsValues checks, when Config.Rows is set, that the destination holds exactly want of stream: per key, the
+// columns named in want with these values ("" for a null, which Rows may also leave out).
+func (a *applier) holdsValues(stream, after string, want map[string]map[string]string) {
+	a.t.Helper()
+	if a.cfg.Rows == nil {
+		return
+	}
+	rows, err := a.cfg.Rows(stream)
+	if err != nil {
+		a.t.Fatalf("Config.Rows(%q) after %s: %v", stream, after, err)
+	}
+	if len(rows) != len(want) {
+		a.t.Errorf("after %s the destination holds %d rows of stream %s (%v), want %d (%v)", after, len(rows), stream, rows, len(want), want)
+	}
+	for k, cols := range want {
+		got, ok := rows[k]
+		if !ok {
+			a.t.Errorf("after %s stream %s has no row %s", after, stream, k)
+			continue
+		}
+		for col, v := range cols {
+			if g := got[col]; g != v && !(v == "" && (g == "<nil>" || g == "NULL")) {
+				a.t.Errorf("after %s row %s of stream %s: column %s is %q, want %q", after, k, stream, col, g, v)
+			}
+		}
 	}
 }
 
@@ -195,4 +227,44 @@ func typeLimitErrors(unsupported []string) []error {
 		}
 	}
 	return errs
+}
+
+// A destination's rows, read back after inserts, updates and deletes in separate entries and within one, are
+// the state the changes lead to: the last change of a key wins, a delete removes the row.
+func checkUpdatesDeletes(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv1.CapabilitiesResponse) {
+	a := newApplier(ctx, t, c, cfg, caps, "updates")
+	const stream = "conformance_updates"
+	st, ins := sampleBatchOf(t, stream, []change.Op{change.OpInsert, change.OpInsert, change.OpInsert, change.OpInsert}, []int64{1, 2, 3, 4})
+	_, upd := sampleBatchOf(t, stream, []change.Op{change.OpUpdate, change.OpDelete, change.OpUpdate}, []int64{1, 2, 3})
+	// Within one entry: 4 is updated, then deleted; 5 is inserted, then updated; 3 is deleted, then inserted again.
+	_, mixed := sampleBatchOf(t, stream, []change.Op{change.OpUpdate, change.OpDelete, change.OpInsert, change.OpUpdate, change.OpDelete, change.OpInsert},
+		[]int64{4, 4, 5, 5, 3, 3})
+	name := func(id int64, op change.Op) map[string]string {
+		return map[string]string{"name": fmt.Sprintf("name-%d-%s", id, op)}
+	}
+	a.apply(1, "inserts", client.ApplyItem{Schema: st}, client.ApplyItem{Batch: &ins})
+	a.holdsValues(stream, "inserting 1, 2, 3, 4", map[string]map[string]string{
+		"1": name(1, change.OpInsert), "2": name(2, change.OpInsert), "3": name(3, change.OpInsert), "4": name(4, change.OpInsert)})
+	a.apply(2, "updates and a delete", client.ApplyItem{Batch: &upd})
+	a.holdsValues(stream, "updating 1 and 3, deleting 2", map[string]map[string]string{
+		"1": name(1, change.OpUpdate), "3": name(3, change.OpUpdate), "4": name(4, change.OpInsert)})
+	a.apply(3, "several changes of a key in one entry", client.ApplyItem{Batch: &mixed})
+	a.holdsValues(stream, "an entry that deletes 4, inserts and updates 5, deletes and inserts 3", map[string]map[string]string{
+		"1": name(1, change.OpUpdate), "3": name(3, change.OpInsert), "5": name(5, change.OpUpdate)})
+}
+
+// A destination announcing schema evolution adds a column a schema change brings: rows written after it carry
+// the column's values, rows written before it read back with the column null, and an update fills it.
+func checkAddedColumn(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv1.CapabilitiesResponse) {
+	a := newApplier(ctx, t, c, cfg, caps, "columns")
+	const stream = "conformance_columns"
+	st, ins := sampleBatchOf(t, stream, []change.Op{change.OpInsert, change.OpInsert}, []int64{1, 2})
+	wide, rows := wideBatch(t, stream, []change.Op{change.OpInsert, change.OpUpdate}, []int64{3, 1})
+	a.apply(1, "inserts", client.ApplyItem{Schema: st}, client.ApplyItem{Batch: &ins})
+	a.apply(2, "a schema change adding a column, and rows using it", client.ApplyItem{Schema: wide}, client.ApplyItem{Batch: &rows})
+	a.holdsValues(stream, "adding column extra, inserting 3 and updating 1 with it", map[string]map[string]string{
+		"1": {"name": fmt.Sprintf("name-1-%s", change.OpUpdate), "extra": "extra-1"},
+		"2": {"name": fmt.Sprintf("name-2-%s", change.OpInsert), "extra": ""},
+		"3": {"name": fmt.Sprintf("name-3-%s", change.OpInsert), "extra": "extra-3"},
+	})
 }

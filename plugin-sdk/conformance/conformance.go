@@ -601,3 +601,33 @@ func sampleBatchOf(t *testing.T, stream string, ops []change.Op, ids []int64) (*
 	return &pluginv1.Stream{Name: stream, ArrowSchema: schemaBytes, PrimaryKey: []string{"id"}, SchemaId: protocol.SchemaID(sc)},
 		protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipcBytes}
 }
+
+// wideBatch is sampleBatchOf with a third column, extra ("extra-<id>"), added after the others.
+func wideBatch(t *testing.T, stream string, ops []change.Op, ids []int64) (*pluginv1.Stream, protocol.Batch) {
+	t.Helper()
+	sc := change.Schema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "extra", Type: arrow.BinaryTypes.String, Nullable: true},
+	}, []string{"id"})
+	b := change.NewBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for i, op := range ops {
+		b.Field(0).(*array.Int64Builder).Append(ids[i])
+		b.Field(1).(*array.StringBuilder).Append(fmt.Sprintf("name-%d-%s", ids[i], op))
+		b.Field(2).(*array.StringBuilder).Append(fmt.Sprintf("extra-%d", ids[i]))
+		b.Row(op, "")
+	}
+	rec := b.NewBatch()
+	defer rec.Release()
+	ipcBytes, err := protocol.EncodeRecord(memory.DefaultAllocator, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemaBytes, err := protocol.EncodeSchema(memory.DefaultAllocator, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pluginv1.Stream{Name: stream, ArrowSchema: schemaBytes, PrimaryKey: []string{"id"}, SchemaId: protocol.SchemaID(sc)},
+		protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipcBytes}
+}

@@ -1,7 +1,3 @@
-// Package serve is what a plugin author imports: the Go interfaces a source or destination implements, and
-// Serve, which runs the plugin process under go-plugin. A plugin's main is one call:
-//
-//	func main() { serve.Serve(mySource{}) }
 package serve
 
 import (

@@ -40,8 +40,8 @@ func Serve(p Plugin, opts ...Option) {
 	}
 	// The host parses hclog-style JSON lines from our stderr and logs them at their level.
 	slog.SetDefault(Logger(sp.Name))
-	go exitWithParent(os.Getppid())
-	impl := NewServer(p, nil)
+	impl := newServer(p, nil)
+	go exitWithParent(os.Getppid(), impl.close)
 	sets := protocol.PluginSets(impl, o.protocols)
 	hs := protocol.Handshake
 	hs.ProtocolVersion = uint(o.protocols[0])
@@ -53,6 +53,10 @@ func Serve(p Plugin, opts ...Option) {
 			return grpc.NewServer(append(opts, protocol.ServerOptions()...)...)
 		},
 	})
+	// The host ended the plugin: release what the destination sessions hold (a DuckDB file's lock, pools).
+	if err := impl.close(); err != nil {
+		slog.Error("close destination sessions", "err", err)
+	}
 }
 
 // Logger returns a slog logger whose JSON lines the host understands (hclog's @level/@message keys).
@@ -123,12 +127,27 @@ func DecodeSettings(settings json.RawMessage, v any) error {
 // process is re-parented, nobody will ever call it again, and an orphan would keep holding connections,
 // replication slots or ports. On Linux the host's client already asks the kernel to kill the plugin with the
 // host (Pdeathsig); this watch is the fallback for other systems and other hosts. Getppid costs well under a
-// microsecond, so a 100 ms tick keeps an orphan's overlap with its successor short for nothing.
-func exitWithParent(ppid int) {
+// microsecond, so a 100 ms tick keeps an orphan's overlap with its successor short for nothing. Before it
+// exits it closes the destination sessions (closeSessions), giving them closeWait: an apply of the dead host
+// may still hold one, and an orphan must not linger for it.
+func exitWithParent(ppid int, closeSessions func() error) {
 	for range time.Tick(100 * time.Millisecond) {
 		if os.Getppid() != ppid {
 			slog.Warn("host process is gone; exiting")
+			done := make(chan error, 1)
+			go func() { done <- closeSessions() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					slog.Error("close destination sessions", "err", err)
+				}
+			case <-time.After(closeWait):
+				slog.Warn("destination sessions did not close in time", "wait", closeWait)
+			}
 			os.Exit(2)
 		}
 	}
 }
+
+// closeWait bounds how long an orphaned plugin waits for its sessions to close before it exits.
+const closeWait = 2 * time.Second

@@ -27,14 +27,44 @@ type server struct {
 	pluginv1.UnimplementedPluginServer
 	p   Plugin
 	mem memory.Allocator
+	// dest is the destination role: p itself when it implements Destination (the SDK 0.3 interfaces), or the
+	// session cache of a SessionDestination, which then holds its sessions until close.
+	dest     Destination
+	sessions *Sessions
 }
 
-// NewServer returns the gRPC implementation of p. Serve uses it; tests may too.
+// NewServer returns the gRPC implementation of p. Serve uses it; tests may too. The sessions of a
+// SessionDestination stay open for the server's life: a test that wants them closed uses NewServerCloser.
 func NewServer(p Plugin, mem memory.Allocator) pluginv1.PluginServer {
+	return newServer(p, mem)
+}
+
+// NewServerCloser is NewServer with the function that closes the destination sessions the server opened.
+func NewServerCloser(p Plugin, mem memory.Allocator) (pluginv1.PluginServer, func() error) {
+	s := newServer(p, mem)
+	return s, s.close
+}
+
+func newServer(p Plugin, mem memory.Allocator) *server {
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
-	return &server{p: p, mem: mem}
+	s := &server{p: p, mem: mem}
+	if sd, ok := p.(SessionDestination); ok {
+		s.sessions = NewSessions(sd)
+		s.dest = s.sessions
+	} else if d, ok := p.(Destination); ok {
+		s.dest = d
+	}
+	return s
+}
+
+// close closes the sessions of a SessionDestination.
+func (s *server) close() error {
+	if s.sessions == nil {
+		return nil
+	}
+	return s.sessions.Close()
 }
 
 func (s *server) source() (Source, error) {
@@ -46,11 +76,10 @@ func (s *server) source() (Source, error) {
 }
 
 func (s *server) destination() (Destination, error) {
-	d, ok := s.p.(Destination)
-	if !ok {
+	if s.dest == nil {
 		return nil, status.Errorf(codes.Unimplemented, "plugin %s is not a destination", s.p.Spec().Name)
 	}
-	return d, nil
+	return s.dest, nil
 }
 
 func (s *server) Spec(context.Context, *pluginv1.SpecRequest) (*pluginv1.SpecResponse, error) {
@@ -245,7 +274,7 @@ func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesReq
 		return nil, toStatus(err)
 	}
 	var unsupported []string
-	if tl, ok := d.(TypeLimits); ok {
+	if tl, ok := s.p.(TypeLimits); ok {
 		unsupported = tl.UnsupportedTypes()
 	}
 	return &pluginv1.CapabilitiesResponse{UnsupportedTypes: unsupported, ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce, Resnapshot: c.Resnapshot,

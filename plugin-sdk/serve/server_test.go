@@ -112,9 +112,15 @@ var _ StreamingDestination = (*streamDest)(nil)
 // startServer serves p over an in-memory connection and returns a client of it.
 func startServer(t *testing.T, p Plugin, mem memory.Allocator) pluginv1.PluginClient {
 	t.Helper()
+	return startGRPC(t, NewServer(p, mem))
+}
+
+// startGRPC serves impl over an in-memory connection and returns a client of it.
+func startGRPC(t *testing.T, impl pluginv1.PluginServer) pluginv1.PluginClient {
+	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(protocol.MaxMessageSize))
-	pluginv1.RegisterPluginServer(srv, NewServer(p, mem))
+	pluginv1.RegisterPluginServer(srv, impl)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient("passthrough:///bufnet",

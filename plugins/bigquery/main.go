@@ -5,9 +5,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
-
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 
 	"github.com/skippr-dev/skippr/plugins/bigquery/dest"
@@ -16,9 +13,5 @@ import (
 var version = "0.1.0"
 
 func main() {
-	d := &dest.Destination{Version: version}
-	serve.Serve(d)
-	if err := d.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "skippr-plugin-bigquery:", err)
-	}
+	serve.Serve(&dest.Destination{Version: version}) // it closes the sessions' clients when the host ends it
 }

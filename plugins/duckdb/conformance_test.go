@@ -20,7 +20,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 
-	"github.com/skippr-dev/skippr/plugins/duckdb/sink"
+	"github.com/skippr-dev/skippr/plugins/duckdb/dest"
 )
 
 // The conformance kit's checks, then what only a separate process shows: the file lock while the plugin runs,
@@ -69,7 +69,7 @@ func testLockAndDump(t *testing.T, bin string) {
 
 	// The running plugin holds the file: another process waits, then says who to blame.
 	short, cancelShort := context.WithTimeout(ctx, time.Second)
-	_, err = sink.Open(short, path, false, sink.LockWait)
+	_, err = dest.Open(short, path, false, dest.LockWait)
 	cancelShort()
 	if err == nil || !strings.Contains(err.Error(), "open in another process") {
 		t.Fatalf("open while the plugin holds the file: %v", err)

@@ -1,7 +1,7 @@
 // Command skippr-plugin-duckdb is skippr's DuckDB plugin. It plays two parts, and links DuckDB (cgo) so the
 // core binary does not have to:
 //
-//   - a destination (package sink): `skippr sync` into a .duckdb file, each WAL sequence number applied in one
+//   - a destination (package dest): `skippr sync` into a .duckdb file, each WAL sequence number applied in one
 //     DuckDB transaction together with a state row, so a replay is exactly-once;
 //
 //   - the query engine behind `skippr query` (package query), offered as the protocol's optional service
@@ -21,8 +21,8 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 
+	"github.com/skippr-dev/skippr/plugins/duckdb/dest"
 	"github.com/skippr-dev/skippr/plugins/duckdb/query"
-	"github.com/skippr-dev/skippr/plugins/duckdb/sink"
 )
 
 var version = "0.1.0"
@@ -48,12 +48,9 @@ func main() {
 		}
 		return
 	}
-	d := &sink.Destination{Version: version}
-	serve.Serve(plugin{d})
-	// Serve returns when the host ends the plugin: closing checkpoints the database and releases its lock.
-	if err := d.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "skippr-plugin-duckdb:", err)
-	}
+	// Serve closes the destination's sessions when the host ends the plugin, which checkpoints each database
+	// and releases its lock.
+	serve.Serve(plugin{&dest.Destination{Version: version}})
 }
 
 func dump(ctx context.Context, args []string) error {
@@ -64,7 +61,7 @@ func dump(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("read settings from stdin: %w", err)
 	}
-	return sink.Dump(ctx, settings, args[0], os.Stdout)
+	return dest.Dump(ctx, settings, args[0], os.Stdout)
 }
 
 func execSQL(ctx context.Context, args []string) error {
@@ -75,11 +72,11 @@ func execSQL(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("read settings from stdin: %w", err)
 	}
-	return sink.Exec(ctx, settings, args[0])
+	return dest.Exec(ctx, settings, args[0])
 }
 
 // plugin is the destination plus the query engine: the query shares nothing with the destination's databases.
-type plugin struct{ *sink.Destination }
+type plugin struct{ *dest.Destination }
 
 var _ serve.QueryEngine = plugin{}
 

@@ -22,7 +22,7 @@ import (
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 
-	"github.com/skippr-dev/skippr/plugins/iceberg/lake"
+	"github.com/skippr-dev/skippr/plugins/iceberg/dest"
 )
 
 // The shape of the million-row transaction: inserts of keys 0..inserted-1 in batches, then one batch that
@@ -141,7 +141,7 @@ func checkBigTable(ctx context.Context, t *testing.T, settings []byte) {
 		want[updatedKey(i)] = 2
 	}
 	var rows, bad int
-	err := lake.Scan(ctx, settings, "big", func(rec arrow.RecordBatch) error {
+	err := dest.Scan(ctx, settings, "big", func(rec arrow.RecordBatch) error {
 		ids := rec.Column(rec.Schema().FieldIndices("id")[0]).(*array.Int64)
 		names := rec.Column(rec.Schema().FieldIndices("name")[0]).(*array.String)
 		for i := range ids.Len() {

@@ -16,7 +16,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 
-	"github.com/skippr-dev/skippr/plugins/iceberg/lake"
+	"github.com/skippr-dev/skippr/plugins/iceberg/dest"
 )
 
 // The conformance kit's checks, then compaction through the protocol on the same binary (linking it is most
@@ -40,7 +40,7 @@ func testCompactService(t *testing.T, bin string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sc := change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "v", Type: arrow.BinaryTypes.String, Nullable: true}}, []string{"id"})
-	d := &lake.Destination{}
+	d := serve.NewSessions(&dest.Destination{})
 	defer d.Close()
 	for seq, op := range []change.Op{change.OpInsert, change.OpUpdate, change.OpUpdate} {
 		b := change.NewBuilder(memory.DefaultAllocator, sc)
@@ -62,7 +62,7 @@ func testCompactService(t *testing.T, bin string) {
 	if err != nil {
 		t.Fatalf("compact: %v", err)
 	}
-	var res lake.CompactResult
+	var res dest.CompactResult
 	if err := json.Unmarshal(out, &res); err != nil {
 		t.Fatalf("compact output %q: %v", out, err)
 	}

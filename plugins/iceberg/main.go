@@ -1,5 +1,5 @@
 // Command skippr-plugin-iceberg is skippr's Apache Iceberg destination: it commits each WAL sequence number
-// into Iceberg tables exactly once. The implementation is package lake; README.md describes the settings.
+// into Iceberg tables exactly once. The implementation is package dest; README.md describes the settings.
 //
 // Table maintenance (`skippr lake compact`) and the plans `skippr query` reads are the protocol's optional
 // services lake.compact and lake.plan (see lake/services.go). Outside the protocol, the binary only prints a
@@ -24,7 +24,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 
-	"github.com/skippr-dev/skippr/plugins/iceberg/lake"
+	"github.com/skippr-dev/skippr/plugins/iceberg/dest"
 )
 
 var version = "0.1.0"
@@ -37,7 +37,7 @@ func main() {
 		}
 		return
 	}
-	d := &lake.Destination{Version: version}
+	d := &dest.Destination{Version: version}
 	// The settings' memory_limit becomes the Go runtime's soft memory limit. Arrow buffers come from Go's
 	// allocator, so what an apply folds, writes out and drops is garbage the collector frees only when the heap
 	// has doubled (GOGC=100): without a limit the process would hold about twice the apply's working set.
@@ -59,7 +59,7 @@ func scan(args []string, stdin io.Reader, stdout io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	enc := json.NewEncoder(stdout)
-	return lake.Scan(ctx, settings, args[0], func(rec arrow.RecordBatch) error {
+	return dest.Scan(ctx, settings, args[0], func(rec arrow.RecordBatch) error {
 		for i := 0; i < int(rec.NumRows()); i++ {
 			row := map[string]any{}
 			for j, f := range rec.Schema().Fields() {

@@ -23,6 +23,8 @@ type plugin struct {
 	*dest.Destination
 }
 
+var _ serve.SessionDestination = (*plugin)(nil)
+
 func (p *plugin) Spec() serve.Spec {
 	return serve.Spec{
 		Name: "postgres", Version: version, Kind: serve.KindBoth,
@@ -62,7 +64,5 @@ func (p *plugin) Teardown(ctx context.Context, raw json.RawMessage) ([]string, e
 }
 
 func main() {
-	d := dest.New()
-	defer d.Close()
-	serve.Serve(&plugin{Source: source.New(), Destination: d})
+	serve.Serve(&plugin{Source: source.New(), Destination: dest.New()})
 }

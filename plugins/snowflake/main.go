@@ -1,17 +1,14 @@
-// Command skippr-plugin-snowflake is skippr's Snowflake destination (package sink): each apply is a Parquet
+// Command skippr-plugin-snowflake is skippr's Snowflake destination (package dest): each apply is a Parquet
 // file PUT to the table's stage, then COPY INTO a staging table, MERGE by key and the state row in one
 // transaction, so a replay after a crash is skipped and never duplicates a row.
 package main
 
 import (
-	"fmt"
-	"os"
-
 	sf "github.com/snowflakedb/gosnowflake"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 
-	"github.com/skippr-dev/skippr/plugins/snowflake/sink"
+	"github.com/skippr-dev/skippr/plugins/snowflake/dest"
 )
 
 var version = "0.1.0"
@@ -20,9 +17,5 @@ func main() {
 	// The driver logs every failed statement itself; the plugin returns each as an error with its context,
 	// so the driver's own lines would only repeat them.
 	_ = sf.GetLogger().SetLogLevel("OFF")
-	d := &sink.Destination{Version: version}
-	serve.Serve(d)
-	if err := d.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, "skippr-plugin-snowflake:", err)
-	}
+	serve.Serve(&dest.Destination{Version: version}) // it closes the sessions' pools when the host ends it
 }

@@ -91,7 +91,7 @@ type Record struct {
 	Rows     []Row    `json:"rows"`
 }
 
-// Destination implements serve.Destination.
+// Destination implements serve.SessionDestination.
 type Destination struct {
 	Version string
 	mu      sync.Mutex
@@ -150,7 +150,7 @@ func (d *Destination) summary(path string) (*logSummary, error) {
 	return s, nil
 }
 
-var _ serve.Destination = (*Destination)(nil)
+var _ serve.SessionDestination = (*Destination)(nil)
 
 func (d *Destination) Spec() serve.Spec {
 	return serve.Spec{Name: "testdest", Version: d.Version, Kind: serve.KindDestination,
@@ -199,14 +199,29 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot, ApplyDefaults: proposal}, nil
 }
 
-func (d *Destination) LastApplied(_ context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
+// Open parses the settings; the session shares the destination's lock and log summaries with the other
+// sessions, as two settings may name one directory.
+func (d *Destination) Open(_ context.Context, raw json.RawMessage) (serve.Session, error) {
 	s, err := parse(raw)
 	if err != nil {
-		return serve.Applied{}, err
+		return nil, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	sum, err := d.summary(filepath.Join(s.Dir, logName))
+	return &session{d: d, s: s, path: filepath.Join(s.Dir, logName)}, nil
+}
+
+// session is the destination open for one settings value.
+type session struct {
+	d    *Destination
+	s    Settings
+	path string
+}
+
+func (x *session) Close() error { return nil }
+
+func (x *session) LastApplied(_ context.Context, pipeline string) (serve.Applied, error) {
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
+	sum, err := x.d.summary(x.path)
 	if err != nil {
 		return serve.Applied{}, err
 	}
@@ -217,74 +232,63 @@ func (d *Destination) LastApplied(_ context.Context, raw json.RawMessage, pipeli
 	return a, nil
 }
 
-func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
-	s, err := parse(req.Settings)
-	if err != nil {
-		return serve.ApplyResult{}, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult, error) {
+	s := x.s
+	x.d.mu.Lock()
+	defer x.d.mu.Unlock()
 	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 		return serve.ApplyResult{}, dirErr(s.Dir, err)
 	}
-	path := filepath.Join(s.Dir, logName)
-	sum, err := d.summary(path)
+	sum, err := x.d.summary(x.path)
 	if err != nil {
 		return serve.ApplyResult{}, err
 	}
 	good := sum.size
 	var fence uint64
 	if !s.AtLeastOnce {
-		fence = sum.applied[req.Pipeline].Sequence
+		fence = sum.applied[r.Pipeline].Sequence
 	}
-	if req.Covers(fence) {
+	if r.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
-	rec := Record{Pipeline: req.Pipeline, Sequence: req.Sequence, Rows: []Row{}}
+	rec := Record{Pipeline: r.Pipeline, Sequence: r.Sequence, Rows: []Row{}}
 	// A replay of part of a range it holds: only the entries after the fence are new.
-	if first := max(req.FirstSequence, fence+1); req.FirstSequence != 0 && first < req.Sequence {
+	if first := max(r.FirstSequence, fence+1); first < r.Sequence {
 		rec.First = first
 	}
 	rows := int64(0)
-	for _, it := range req.Items {
-		seq := it.Sequence
-		if seq == 0 {
-			seq = req.Sequence // an item from a caller that does not tag items belongs to the apply's entry
-		}
-		if seq <= fence {
-			continue
-		}
-		if it.Schema != nil {
-			rec.Schemas = append(rec.Schemas, it.Stream)
-			continue
-		}
-		if it.Truncate {
-			rec.Rows = append(rec.Rows, Row{Stream: it.Stream, Truncate: true})
-			continue
-		}
-		switch it.Resnapshot {
-		case serve.ResnapshotBegin:
-			rec.Rows = append(rec.Rows, Row{Stream: it.Stream, Resnapshot: "begin"})
-			continue
-		case serve.ResnapshotEnd:
-			if s.NoResnapshot {
-				return serve.ApplyResult{}, fault.ConfigErr(fmt.Errorf("apply %d: resnapshot mark of %s, but no_resnapshot is set", req.Sequence, it.Stream), "unset no_resnapshot")
-			}
-			rec.Rows = append(rec.Rows, Row{Stream: it.Stream, Resnapshot: "end"})
-			continue
-		}
-		recRows, err := ToRows(it.Stream, it.Record)
+	for st, err := range r.Entries(fence) {
 		if err != nil {
 			return serve.ApplyResult{}, err
 		}
-		rec.Rows = append(rec.Rows, recRows...)
-		rows += int64(len(recRows))
+		it := st.Item
+		switch {
+		case st.End:
+		case it.Schema != nil:
+			rec.Schemas = append(rec.Schemas, it.Stream)
+		case it.Truncate:
+			rec.Rows = append(rec.Rows, Row{Stream: it.Stream, Truncate: true})
+		case it.Resnapshot == serve.ResnapshotBegin:
+			rec.Rows = append(rec.Rows, Row{Stream: it.Stream, Resnapshot: "begin"})
+		case it.Resnapshot == serve.ResnapshotEnd:
+			if s.NoResnapshot {
+				return serve.ApplyResult{}, fault.ConfigErr(fmt.Errorf("apply %d: resnapshot mark of %s, but no_resnapshot is set", r.Sequence, it.Stream), "unset no_resnapshot")
+			}
+			rec.Rows = append(rec.Rows, Row{Stream: it.Stream, Resnapshot: "end"})
+		default:
+			recRows, err := ToRows(it.Stream, it.Record)
+			if err != nil {
+				return serve.ApplyResult{}, err
+			}
+			rec.Rows = append(rec.Rows, recRows...)
+			rows += int64(len(recRows))
+		}
 	}
 	payload, err := json.Marshal(rec)
 	if err != nil {
 		return serve.ApplyResult{}, err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(x.path, os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return serve.ApplyResult{}, err
 	}
@@ -297,10 +301,10 @@ func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.
 	binary.LittleEndian.PutUint32(hdr[0:], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(hdr[4:], crc32.Checksum(payload, castagnoli))
 	if _, err := f.WriteAt(append(hdr[:], payload...), good); err != nil {
-		return serve.ApplyResult{}, fmt.Errorf("append apply %d: %w", req.Sequence, err)
+		return serve.ApplyResult{}, fmt.Errorf("append apply %d: %w", r.Sequence, err)
 	}
 	if err := f.Sync(); err != nil {
-		return serve.ApplyResult{}, fmt.Errorf("sync apply %d: %w", req.Sequence, err)
+		return serve.ApplyResult{}, fmt.Errorf("sync apply %d: %w", r.Sequence, err)
 	}
 	sum.size = good + int64(len(hdr)+len(payload))
 	sum.add(rec)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"iter"
 	"os"
 	"path/filepath"
 	"sort"
@@ -49,50 +48,23 @@ type Stats struct {
 	StagingTable int
 }
 
-// Apply commits a range of WAL sequence numbers atomically with the state rows.
-func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
-	res, _, err := d.apply(ctx, req, nil)
+// Apply commits a range of WAL sequence numbers atomically with the state rows. Each entry of a range is
+// folded and appended to the staging tables as soon as its last item arrived, and its records released, so
+// memory holds one entry, not the range; the one transaction runs at the end.
+func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult, error) {
+	res, _, err := x.apply(ctx, r)
 	return res, err
 }
 
-// ApplyStream is Apply with the items arriving one by one: each entry of a range is folded and appended to
-// the staging tables as soon as its last item arrived, and its records released, so memory holds one entry,
-// not the range; the one transaction runs at the end.
-func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
-	res, _, err := d.apply(ctx, req, items)
-	return res, err
-}
-
-// apply takes its items from items, or from req.Items when items is nil.
-func (d *Destination) apply(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, Stats, error) {
+// apply is Apply, counting its calls to BigQuery.
+func (x *session) apply(ctx context.Context, req *serve.Range) (serve.ApplyResult, Stats, error) {
 	var st Stats
-	if items == nil {
-		all := req.Items
-		items = func(yield func(serve.Item, error) bool) {
-			for _, it := range all {
-				if !yield(it, nil) {
-					return
-				}
-			}
-		}
-	}
-	req.Items = nil
-	s, err := ParseSettings(req.Settings)
-	if err != nil {
-		return serve.ApplyResult{}, st, err
-	}
-	if req.Pipeline == "" {
-		return serve.ApplyResult{}, st, errors.New("apply: no pipeline name")
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	c, err := d.conn(ctx, s)
-	if err != nil {
-		return serve.ApplyResult{}, st, err
-	}
-	a := &applier{c: c, req: req, st: &st, log: d.log(), byName: map[string]*streamState{}, tables: map[string]string{},
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	c := x.c
+	a := &applier{c: c, req: req, st: &st, log: x.d.log(), byName: map[string]*streamState{}, tables: map[string]string{},
 		entry: change.NewPlans(change.FoldOptions{})}
-	res, err := a.run(ctx, items)
+	res, err := a.run(ctx)
 	a.entry.Release()
 	if err != nil {
 		// What this process believed (fence, table schemas) may be wrong now: read it again next time.
@@ -106,7 +78,7 @@ func (d *Destination) apply(ctx context.Context, req serve.ApplyRequest, items i
 
 type applier struct {
 	c      *conn
-	req    serve.ApplyRequest
+	req    *serve.Range
 	st     *Stats
 	log    interface{ Warn(string, ...any) }
 	stages []*bigquery.Table
@@ -144,7 +116,7 @@ func (a *applier) stream(name string) (*streamState, error) {
 	return ss, nil
 }
 
-func (a *applier) run(ctx context.Context, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
+func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 	var res serve.ApplyResult
 	c, req := a.c, a.req
 	if err := c.ensureState(ctx); err != nil {
@@ -161,34 +133,26 @@ func (a *applier) run(ctx context.Context, items iter.Seq2[serve.Item, error]) (
 	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
-	var cur uint64
-	for it, err := range items {
+	for st, err := range req.Entries(fence) {
 		if err != nil {
 			return res, err
 		}
-		seq := it.Sequence
-		if seq == 0 {
-			seq = req.Sequence
-		}
-		if seq != cur {
+		if st.End {
 			if err := a.endEntry(ctx); err != nil {
 				return res, err
 			}
-			cur = seq
+			continue
 		}
+		it := st.Item
 		ss, err := a.stream(it.Stream)
 		if err != nil {
 			return res, err
 		}
 		switch {
 		case it.Schema != nil:
-			// Schema changes are applied again even when the rest of their entry is held: adding a
-			// column that exists is nothing.
 			if err := a.ensureTable(ctx, ss.table, it.Schema.Schema); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
 			}
-		case seq <= fence:
-			// Part of a range this destination holds already (its fence lies inside the range).
 		case it.Truncate:
 			a.entry.Get(ss.stream).Fold.Truncate()
 			ss.touched = true
@@ -204,9 +168,6 @@ func (a *applier) run(ctx context.Context, items iter.Seq2[serve.Item, error]) (
 		default:
 			return res, fmt.Errorf("stream %s: item holds neither a batch, a schema nor a truncate", it.Stream)
 		}
-	}
-	if err := a.endEntry(ctx); err != nil {
-		return res, err
 	}
 	stmts := []string{gsql.AssertFence(c.table(gsql.StateTable))}
 	streams := []string{gsql.WholePipeline}
@@ -624,7 +585,7 @@ func (a *applier) dropStages() {
 // crashPoint is the test hook of Settings.TestCrashDir: the process exits between staging and commit.
 // It fires once for each range that holds a multiple of 25, not only one ending on it: with coalesced ranges
 // (whose bounds follow timing) few do.
-func crashPoint(dir string, req serve.ApplyRequest) {
+func crashPoint(dir string, req *serve.Range) {
 	if dir == "" {
 		return
 	}

@@ -39,16 +39,14 @@ import (
 	"github.com/skippr-dev/skippr/plugins/bigquery/gsql"
 )
 
-// Destination applies WAL ranges into BigQuery. It implements serve.Destination.
+// Destination applies WAL ranges into BigQuery. It implements serve.SessionDestination: a session holds the
+// clients of one settings value (conn).
 type Destination struct {
 	Version string
 	Log     *slog.Logger
-
-	mu    sync.Mutex // one apply at a time; guards the maps
-	conns map[string]*conn
 }
 
-var _ serve.Destination = (*Destination)(nil)
+var _ serve.SessionDestination = (*Destination)(nil)
 
 // conn is what the plugin keeps per settings: the clients, and what it learned of the dataset.
 type conn struct {
@@ -77,23 +75,33 @@ func (d *Destination) Spec() serve.Spec {
 		SettingsSchema: json.RawMessage(SettingsSchema)}
 }
 
-// Close closes every client.
-func (d *Destination) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var errs []error
-	for k, c := range d.conns {
-		errs = append(errs, c.write.Close(), c.bq.Close())
-		delete(d.conns, k)
+// Open parses the settings and makes the clients the session's calls share.
+func (d *Destination) Open(ctx context.Context, raw json.RawMessage) (serve.Session, error) {
+	s, err := ParseSettings(raw)
+	if err != nil {
+		return nil, err
 	}
-	return errors.Join(errs...)
+	c, err := newConn(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return &session{d: d, c: c}, nil
 }
 
-// conn returns the clients of s, made on first use. Callers hold d.mu.
-func (d *Destination) conn(ctx context.Context, s Settings) (*conn, error) {
-	if c, ok := d.conns[s.key()]; ok {
-		return c, nil
-	}
+// session is the destination open for one settings value.
+type session struct {
+	d  *Destination
+	mu sync.Mutex // one call at a time: it guards what conn learned
+	c  *conn
+}
+
+// Close closes the clients.
+func (x *session) Close() error { return x.c.close() }
+
+func (c *conn) close() error { return errors.Join(c.write.Close(), c.bq.Close()) }
+
+// newConn makes the clients of s.
+func newConn(ctx context.Context, s Settings) (*conn, error) {
 	var rest, grpcOpts []option.ClientOption
 	switch {
 	case s.Endpoint != "":
@@ -131,12 +139,7 @@ func (d *Destination) conn(ctx context.Context, s Settings) (*conn, error) {
 		bq.Close()
 		return nil, classify(fmt.Errorf("storage write client: %w", err), s)
 	}
-	c := &conn{s: s, bq: bq, write: w, fences: map[string]uint64{}, tables: map[string]bigquery.Schema{}}
-	if d.conns == nil {
-		d.conns = map[string]*conn{}
-	}
-	d.conns[s.key()] = c
-	return c, nil
+	return &conn{s: s, bq: bq, write: w, fences: map[string]uint64{}, tables: map[string]bigquery.Schema{}}, nil
 }
 
 func (c *conn) dataset() *bigquery.Dataset { return c.bq.Dataset(c.s.Dataset) }
@@ -273,12 +276,11 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	c, err := d.conn(ctx, s)
+	c, err := newConn(ctx, s)
 	if err != nil {
 		return err
 	}
+	defer c.close()
 	if err := c.ensureState(ctx); err != nil {
 		return err
 	}
@@ -329,18 +331,10 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 const WarehouseApplyInterval = time.Minute
 
 // LastApplied reads the pipeline's state rows.
-func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
-	s, err := ParseSettings(raw)
-	if err != nil {
-		return serve.Applied{}, err
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	c, err := d.conn(ctx, s)
-	if err != nil {
-		return serve.Applied{}, err
-	}
-	return c.readState(ctx, pipeline)
+func (x *session) LastApplied(ctx context.Context, pipeline string) (serve.Applied, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.c.readState(ctx, pipeline)
 }
 
 func isNotFound(err error) bool {

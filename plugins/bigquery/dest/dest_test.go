@@ -106,9 +106,9 @@ func dump(t *testing.T, s *bigquerytest.Server, table string, withNote bool) []s
 	return out
 }
 
-func apply(t *testing.T, d *Destination, raw json.RawMessage, first, last uint64, items ...serve.Item) (serve.ApplyResult, Stats) {
+func apply(t *testing.T, d *serve.Sessions, raw json.RawMessage, first, last uint64, items ...serve.Item) (serve.ApplyResult, Stats) {
 	t.Helper()
-	res, st, err := d.apply(context.Background(), serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: first, Sequence: last, Items: items}, nil)
+	res, st, err := applyStats(d, serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: first, Sequence: last, Items: items})
 	if err != nil {
 		t.Fatalf("apply %d–%d: %v", first, last, err)
 	}
@@ -121,7 +121,7 @@ func apply(t *testing.T, d *Destination, raw json.RawMessage, first, last uint64
 func TestApplyUpsertsDeletesAndSkipsReplays(t *testing.T) {
 	s := bigquerytest.Start(t, project)
 	raw := settings(s)
-	d := &Destination{}
+	d := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d.Close() })
 	if err := d.Check(context.Background(), raw); err != nil {
 		t.Fatalf("check: %v", err)
@@ -156,7 +156,7 @@ func TestApplyUpsertsDeletesAndSkipsReplays(t *testing.T) {
 
 	// The same range again, from a new process (no cached fence): skipped. Its items differ from what was
 	// applied, so a replay that was not skipped would show (a MERGE of the same rows again would not).
-	d2 := &Destination{}
+	d2 := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d2.Close() })
 	bogus := batch(t, false, row{op: change.OpInsert, id: 98, name: "replayed"})
 	if res, _ := apply(t, d2, raw, 2, 3, serve.Item{Stream: "public.orders", Record: bogus, Sequence: 3}); !res.Skipped {
@@ -195,7 +195,7 @@ func TestApplyUpsertsDeletesAndSkipsReplays(t *testing.T) {
 func TestTypeChangeIsADataError(t *testing.T) {
 	s := bigquerytest.Start(t, project)
 	raw := settings(s)
-	d := &Destination{}
+	d := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d.Close() })
 	apply(t, d, raw, 1, 1, serve.Item{Stream: "orders", Record: batch(t, false, row{op: change.OpInsert, id: 1, name: "a"}), Sequence: 1})
 
@@ -205,7 +205,7 @@ func TestTypeChangeIsADataError(t *testing.T) {
 	b.Row(change.OpInsert, "")
 	rec := b.NewBatch()
 	b.Release()
-	_, _, err := d.apply(context.Background(), serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: 2, Sequence: 2, Items: []serve.Item{{Stream: "orders", Record: rec, Sequence: 2}}}, nil)
+	_, _, err := applyStats(d, serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: 2, Sequence: 2, Items: []serve.Item{{Stream: "orders", Record: rec, Sequence: 2}}})
 	if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), "column name is STRING") || !strings.Contains(err.Error(), "maps to INT64") {
 		t.Fatalf("want a data error naming column name, STRING and INT64; got %v", err)
 	}
@@ -220,7 +220,7 @@ func TestTypeChangeIsADataError(t *testing.T) {
 func TestInfinityIsADataError(t *testing.T) {
 	s := bigquerytest.Start(t, project)
 	raw := settings(s)
-	d := &Destination{}
+	d := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d.Close() })
 	mk := func(id int64, at arrow.Timestamp) arrow.RecordBatch {
 		b := change.NewBuilder(memory.DefaultAllocator, change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64},
@@ -234,8 +234,8 @@ func TestInfinityIsADataError(t *testing.T) {
 	apply(t, d, raw, 1, 1, serve.Item{Stream: "times", Record: mk(1, 1700000000000000), Sequence: 1})
 	for i, at := range []arrow.Timestamp{values.TimestampInfinity, values.TimestampNegInfinity} {
 		seq := uint64(2 + i)
-		_, _, err := d.apply(context.Background(), serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: seq, Sequence: seq,
-			Items: []serve.Item{{Stream: "times", Record: mk(int64(seq), at), Sequence: seq}}}, nil)
+		_, _, err := applyStats(d, serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: seq, Sequence: seq,
+			Items: []serve.Item{{Stream: "times", Record: mk(int64(seq), at), Sequence: seq}}})
 		want := "column at: timestamp " + map[int]string{0: "infinity", 1: "-infinity"}[i] + " is outside BigQuery's range"
 		if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), want) {
 			t.Fatalf("want a data error containing %q; got %v", want, err)
@@ -251,7 +251,7 @@ func TestInfinityIsADataError(t *testing.T) {
 func TestCheckNamesMissingPermissions(t *testing.T) {
 	s := bigquerytest.Start(t, project)
 	s.Deny("bigquery.tables.updateData")
-	d := &Destination{}
+	d := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d.Close() })
 	err := d.Check(context.Background(), settings(s))
 	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "bigquery.tables.updateData") || !strings.Contains(fault.FixOf(err), "roles/bigquery.dataEditor") {
@@ -271,7 +271,7 @@ func TestLive(t *testing.T) {
 		cfg["credentials_json"] = c
 	}
 	raw, _ := json.Marshal(cfg)
-	d := &Destination{}
+	d := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -296,4 +296,13 @@ func TestLive(t *testing.T) {
 	if err != nil || a.Sequence != 2 {
 		t.Fatalf("last applied %+v, %v", a, err)
 	}
+}
+
+// applyStats applies req on d's session of req.Settings, as the engine would, and returns what it cost.
+func applyStats(d *serve.Sessions, req serve.ApplyRequest) (serve.ApplyResult, Stats, error) {
+	x, err := d.Session(context.Background(), req.Settings)
+	if err != nil {
+		return serve.ApplyResult{}, Stats{}, err
+	}
+	return x.(*session).apply(context.Background(), serve.NewRange(req, nil))
 }

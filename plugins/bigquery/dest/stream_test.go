@@ -105,7 +105,7 @@ func TestApplyKeylessAndTruncates(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := bigquerytest.Start(t, project)
 			raw := settings(s)
-			d := &Destination{}
+			d := serve.NewSessions(&Destination{})
 			t.Cleanup(func() { d.Close() })
 			for _, ap := range tc.applies {
 				var items []serve.Item
@@ -158,7 +158,7 @@ func seqOf(items []serve.Item) func(yield func(serve.Item, error) bool) {
 func TestApplyStreamHoldsOneEntry(t *testing.T) {
 	s := bigquerytest.Start(t, project)
 	raw := settings(s)
-	d := &Destination{}
+	d := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d.Close() })
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	const entries, perEntry = 30, 300

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"iter"
 	"log/slog"
 	"slices"
 	"strings"
@@ -50,7 +49,7 @@ type row struct {
 // apply runs one transaction: the entries of the request after the pipeline's fence, then the new fence. The
 // changes are folded per entry (the last change of a key wins) and written as each entry ends, so a long
 // range costs one entry's memory; the range still commits, or not, as one.
-func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
+func (a *applier) apply(ctx context.Context, req *serve.Range) (serve.ApplyResult, error) {
 	cfg := a.cfg
 	tx, err := a.conn.Begin(ctx)
 	if err != nil {
@@ -108,22 +107,17 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 		plans.Release()
 		return nil
 	}
-	for it, err := range items {
+	for st, err := range req.Entries(uint64(last)) {
 		if err != nil {
 			return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
 		}
-		seq := it.Sequence
-		if seq == 0 {
-			seq = req.Sequence // an item from a caller that does not tag items belongs to the apply's entry
-		}
-		if seq <= uint64(last) {
-			continue // a replay of part of a range: this entry committed before
-		}
-		if seq != entry {
+		it := st.Item
+		entry = it.Sequence
+		if st.End {
 			if err := flush(); err != nil {
 				return serve.ApplyResult{}, err
 			}
-			entry = seq
+			continue
 		}
 		touched[it.Stream] = req.Sequence
 		if it.Schema != nil {
@@ -149,12 +143,9 @@ func (a *applier) apply(ctx context.Context, req serve.ApplyRequest, items iter.
 			continue
 		}
 		if err := plans.Get(it.Stream).Add(it.Record); err != nil {
-			return serve.ApplyResult{}, fmt.Errorf("apply %d: stream %s: %w", seq, it.Stream, err)
+			return serve.ApplyResult{}, fmt.Errorf("apply %d: stream %s: %w", it.Sequence, it.Stream, err)
 		}
 		rows += it.Record.NumRows()
-	}
-	if err := flush(); err != nil {
-		return serve.ApplyResult{}, err
 	}
 	if err := a.resnapshotMarks(ctx, req.Pipeline, marks); err != nil {
 		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)

@@ -10,9 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"strings"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,35 +23,28 @@ import (
 // StateTable holds, per pipeline, the last applied sequence number and the last one that touched each stream.
 const StateTable = "skippr_state"
 
-// Destination implements the destination role. Connection pools are kept per connection string.
-type Destination struct {
-	mu    sync.Mutex
-	pools map[string]*pgxpool.Pool
-}
+// Destination implements the destination role of a serve.SessionDestination (the plugin in main adds Spec and
+// Check): a session holds one connection pool.
+type Destination struct{}
 
 // New returns a destination.
-func New() *Destination { return &Destination{pools: map[string]*pgxpool.Pool{}} }
+func New() *Destination { return &Destination{} }
 
-// Close closes the pools.
-func (d *Destination) Close() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for k, p := range d.pools {
-		p.Close()
-		delete(d.pools, k)
-	}
+// session is the destination open for one settings value: its parsed settings and connection pool.
+type session struct {
+	cfg  config.Settings
+	pool *pgxpool.Pool
 }
 
-func (d *Destination) pool(ctx context.Context, cfg config.Settings) (*pgxpool.Pool, error) {
-	cc, err := cfg.ConnConfig()
+// Open parses the settings and connects a pool of up to four connections.
+func (d *Destination) Open(ctx context.Context, raw json.RawMessage) (serve.Session, error) {
+	cfg, err := config.Parse(raw)
 	if err != nil {
 		return nil, err
 	}
-	key := cc.ConnString() + "\x00" + cfg.Password
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if p, ok := d.pools[key]; ok {
-		return p, nil
+	cc, err := cfg.ConnConfig()
+	if err != nil {
+		return nil, err
 	}
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
@@ -69,8 +60,13 @@ func (d *Destination) pool(ctx context.Context, cfg config.Settings) (*pgxpool.P
 		p.Close()
 		return nil, cfg.Explain(err)
 	}
-	d.pools[key] = p
-	return p, nil
+	return &session{cfg: cfg, pool: p}, nil
+}
+
+// Close closes the pool.
+func (x *session) Close() error {
+	x.pool.Close()
+	return nil
 }
 
 // Capabilities: exactly-once (the state row commits with the data), deletes, and added columns.
@@ -111,21 +107,14 @@ func Check(ctx context.Context, cfg config.Settings) error {
 }
 
 // LastApplied reads the pipeline's state row; a pipeline never applied has sequence 0.
-func (d *Destination) LastApplied(ctx context.Context, raw json.RawMessage, pipeline string) (serve.Applied, error) {
-	cfg, err := config.Parse(raw)
-	if err != nil {
-		return serve.Applied{}, err
-	}
-	p, err := d.pool(ctx, cfg)
-	if err != nil {
-		return serve.Applied{}, err
-	}
+func (x *session) LastApplied(ctx context.Context, pipeline string) (serve.Applied, error) {
+	cfg := x.cfg
 	a := serve.Applied{Streams: map[string]uint64{}}
 	var (
 		seq     int64
 		streams map[string]uint64
 	)
-	err = p.QueryRow(ctx, `SELECT sequence, streams FROM `+stateTable(cfg)+` WHERE pipeline = $1`, pipeline).Scan(&seq, &streams)
+	err := x.pool.QueryRow(ctx, `SELECT sequence, streams FROM `+stateTable(cfg)+` WHERE pipeline = $1`, pipeline).Scan(&seq, &streams)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000"):
@@ -153,38 +142,14 @@ func TableName(stream string) string {
 }
 
 // Apply commits one WAL sequence number, or a coalesced range of them, atomically with its record in the
-// state table.
-func (d *Destination) Apply(ctx context.Context, req serve.ApplyRequest) (serve.ApplyResult, error) {
-	items := req.Items
-	req.Items = nil
-	return d.ApplyStream(ctx, req, func(yield func(serve.Item, error) bool) {
-		for _, it := range items {
-			if !yield(it, nil) {
-				return
-			}
-		}
-	})
-}
-
-// ApplyStream is Apply with the items arriving one by one: each entry of a range is written into the
-// transaction once its last item arrived, so memory holds one entry, not the range.
-func (d *Destination) ApplyStream(ctx context.Context, req serve.ApplyRequest, items iter.Seq2[serve.Item, error]) (serve.ApplyResult, error) {
-	cfg, err := config.Parse(req.Settings)
+// state table. Each entry of a range is written into the transaction once its last item arrived, so memory
+// holds one entry, not the range.
+func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult, error) {
+	conn, err := x.pool.Acquire(ctx)
 	if err != nil {
-		return serve.ApplyResult{}, err
-	}
-	if req.Pipeline == "" {
-		return serve.ApplyResult{}, errors.New("apply: no pipeline name")
-	}
-	p, err := d.pool(ctx, cfg)
-	if err != nil {
-		return serve.ApplyResult{}, err
-	}
-	conn, err := p.Acquire(ctx)
-	if err != nil {
-		return serve.ApplyResult{}, cfg.Explain(err)
+		return serve.ApplyResult{}, x.cfg.Explain(err)
 	}
 	defer conn.Release()
-	a := &applier{cfg: cfg, conn: conn.Conn(), staged: map[string]bool{}, hints: map[string]bool{}}
-	return a.apply(ctx, req, items)
+	a := &applier{cfg: x.cfg, conn: conn.Conn(), staged: map[string]bool{}, hints: map[string]bool{}}
+	return a.apply(ctx, r)
 }

@@ -1,0 +1,415 @@
+package dest
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/duckdb/duckdb-go/v2"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
+)
+
+// stageTable is the temporary table rows are appended to before they are merged; temporary tables belong to
+// the connection, which the destination never shares.
+const (
+	stageTable = "_skippr_stage"
+	stageRow   = "_skippr_row" // the staging table's row number
+)
+
+// TableName is the destination table of a stream: its last dot-separated part (public.users → users).
+func TableName(stream string) string {
+	if i := strings.LastIndexByte(stream, '.'); i >= 0 {
+		return stream[i+1:]
+	}
+	return stream
+}
+
+// applier is one Apply: one connection, one transaction.
+type applier struct {
+	s    Settings
+	conn *sql.Conn
+	log  *slog.Logger
+	// open holds the pipeline's open re-snapshots: stream → the table of keys received since the begin.
+	open map[string]string
+	// tables holds what this apply knows of each destination table's columns (lower-cased name → type),
+	// since DuckDB resolves column names without regard to case.
+	tables map[string]map[string]string
+}
+
+// row is one change row of a batch.
+type row struct {
+	op  change.Op
+	rec arrow.RecordBatch
+	i   int
+}
+
+func (a *applier) exec(ctx context.Context, q string, args ...any) error {
+	_, err := a.conn.ExecContext(ctx, q, args...)
+	return err
+}
+
+// apply runs one transaction: the entries of the request after the pipeline's fence, then the new fence. The
+// changes are folded per entry (the last change of a key wins) and written as each entry ends, so a coalesced
+// range costs one entry's memory and still commits, or not, as one.
+func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResult, err error) {
+	// Plain BEGIN/COMMIT statements rather than a database/sql Tx: the appender needs the raw connection
+	// inside the transaction, which database/sql does not hand out while a Tx holds it.
+	if err := a.exec(ctx, "BEGIN TRANSACTION"); err != nil {
+		return res, fmt.Errorf("database %s: begin: %w", a.s.Path, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			// A failed statement may have aborted the transaction already; the rollback's error adds nothing.
+			_ = a.exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	if err := ensureState(ctx, a.conn, a.s); err != nil {
+		return res, err
+	}
+	state, err := readState(ctx, a.conn, a.s, req.Pipeline)
+	if err != nil {
+		return res, err
+	}
+	fence := state.Sequence
+	if req.Covers(fence) {
+		return serve.ApplyResult{Skipped: true}, nil
+	}
+	if err := a.loadResnapshots(ctx, req.Pipeline); err != nil {
+		return res, fmt.Errorf("database %s: %w", a.s.Path, err)
+	}
+	var (
+		// The plans of one entry (per key the last change, streams in first-seen order so that statements
+		// are deterministic), written when it ends.
+		plans  = change.NewPlans(change.FoldOptions{})
+		tables = map[string]string{} // lower-cased table → the stream writing it, across the whole range
+	)
+	defer func() { plans.Release() }()
+	a.tables = map[string]map[string]string{}
+	flush := func() error {
+		for _, sp := range plans.List() {
+			t := strings.ToLower(TableName(sp.Stream))
+			if other, ok := tables[t]; ok && other != sp.Stream {
+				return fmt.Errorf("streams %s and %s both map to table %s", other, sp.Stream, TableName(sp.Stream))
+			}
+			tables[t] = sp.Stream
+		}
+		for _, sp := range plans.List() {
+			if err := a.writeStream(ctx, sp); err != nil {
+				return fmt.Errorf("stream %s: %w", sp.Stream, err)
+			}
+		}
+		plans.Release()
+		return nil
+	}
+	for st, err := range req.Entries(fence) {
+		if err != nil {
+			return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
+		}
+		it := st.Item
+		if st.End {
+			if err := flush(); err != nil {
+				return res, err
+			}
+			continue
+		}
+		state.Streams[it.Stream] = req.Sequence
+		switch {
+		case it.Schema != nil:
+			plans.Get(it.Stream).AddSchema(it.Schema.Schema)
+		case it.Truncate:
+			plans.Get(it.Stream).Fold.Truncate()
+		case it.Resnapshot != serve.ResnapshotNone:
+			// The rows before the mark are written first: only those after a begin count as received.
+			if err := flush(); err != nil {
+				return res, err
+			}
+			if err := a.resnapshotMark(ctx, req.Pipeline, req.Sequence, it); err != nil {
+				return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
+			}
+		case it.Record != nil:
+			if err := plans.Get(it.Stream).Add(it.Record); err != nil {
+				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
+			}
+			res.Rows += it.Record.NumRows()
+		default:
+			return res, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
+		}
+	}
+	streams, err := json.Marshal(state.Streams)
+	if err != nil {
+		return res, err
+	}
+	if err := a.exec(ctx, "INSERT OR REPLACE INTO "+stateName(a.s)+" (pipeline, sequence, streams) VALUES (?, ?, ?)",
+		req.Pipeline, req.Sequence, string(streams)); err != nil {
+		return res, fmt.Errorf("database %s: record sequence %d: %w", a.s.Path, req.Sequence, err)
+	}
+	if err := a.exec(ctx, "COMMIT"); err != nil {
+		return res, fmt.Errorf("database %s: commit sequence %d: %w", a.s.Path, req.Sequence, err)
+	}
+	committed = true
+	return res, nil
+}
+
+// writeStream empties the table if the stream was truncated, brings it up to the stream's schemas, then merges the surviving rows, one staging load
+// and one statement per batch schema.
+func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
+	if sp.Fold.Truncated() {
+		// In the apply's transaction: a reader sees the truncate and the rows after it together.
+		cols, err := a.columns(ctx, sp.Stream)
+		if err != nil {
+			return err
+		}
+		if cols != nil {
+			if err := a.exec(ctx, "DELETE FROM "+a.tableName(sp.Stream)); err != nil {
+				return fmt.Errorf("truncate %s: %w", a.tableName(sp.Stream), err)
+			}
+		}
+	}
+	// All DDL of the table comes before its rows, so the rows meet the grown table.
+	for _, s := range sp.Schemas {
+		if err := a.ensureTable(ctx, sp.Stream, s); err != nil {
+			return err
+		}
+	}
+	type group struct {
+		schema *arrow.Schema
+		rows   []row
+	}
+	var groups []*group
+	add := func(r row) {
+		s := r.rec.Schema()
+		for _, g := range groups {
+			if change.SameSchema(g.schema, s) {
+				g.rows = append(g.rows, r)
+				return
+			}
+		}
+		groups = append(groups, &group{schema: s, rows: []row{r}})
+	}
+	for _, l := range sp.Fold.Last() {
+		add(row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row})
+	}
+	for _, g := range groups {
+		if err := a.stage(ctx, g.schema, g.rows); err != nil {
+			return err
+		}
+		if err := a.merge(ctx, sp.Stream, g.schema); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *applier) tableName(stream string) string {
+	return ducksql.Ident(a.s.Schema) + "." + ducksql.Ident(TableName(stream))
+}
+
+// columns reads a table's columns (nil when it does not exist), keyed by lower-cased name.
+func (a *applier) columns(ctx context.Context, stream string) (map[string]string, error) {
+	rows, err := a.conn.QueryContext(ctx, `SELECT column_name, data_type FROM duckdb_columns()
+		WHERE database_name = current_database() AND lower(schema_name) = lower(?) AND lower(table_name) = lower(?)
+		ORDER BY column_index`,
+		a.s.Schema, TableName(stream))
+	if err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", a.tableName(stream), err)
+	}
+	defer rows.Close()
+	var cols map[string]string
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			return nil, err
+		}
+		if cols == nil {
+			cols = map[string]string{}
+		}
+		cols[strings.ToLower(name)] = typ
+	}
+	return cols, rows.Err()
+}
+
+// ensureTable creates the stream's table from s, or adds the columns of s it lacks. A column whose type
+// differs keeps its type: values are cast on the way in, and a cast that fails fails the apply.
+func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schema) error {
+	name := a.tableName(stream)
+	cols, ok := a.tables[stream]
+	if !ok {
+		var err error
+		if cols, err = a.columns(ctx, stream); err != nil {
+			return err
+		}
+	}
+	fields := change.DataFields(s)
+	if cols == nil {
+		if len(fields) == 0 {
+			return fmt.Errorf("schema of %s has no data columns", stream)
+		}
+		cols = map[string]string{}
+		defs := make([]string, 0, len(fields)+1)
+		for _, f := range fields {
+			t, err := ducksql.Type(f.Type)
+			if err != nil {
+				return fmt.Errorf("column %s: %w", f.Name, err)
+			}
+			defs = append(defs, ducksql.Ident(f.Name)+" "+t)
+			cols[strings.ToLower(f.Name)] = t
+		}
+		if key := change.PrimaryKey(s); len(key) > 0 {
+			defs = append(defs, "PRIMARY KEY ("+quoteAll(key)+")")
+		}
+		if err := a.exec(ctx, "CREATE TABLE "+name+" ("+strings.Join(defs, ", ")+")"); err != nil {
+			return fmt.Errorf("create table %s: %w", name, err)
+		}
+		a.tables[stream] = cols
+		return nil
+	}
+	for _, f := range fields {
+		if _, ok := cols[strings.ToLower(f.Name)]; ok {
+			continue
+		}
+		t, err := ducksql.Type(f.Type)
+		if err != nil {
+			return fmt.Errorf("column %s: %w", f.Name, err)
+		}
+		if err := a.exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+ducksql.Ident(f.Name)+" "+t); err != nil {
+			return fmt.Errorf("add column %s %s to %s: %w", f.Name, t, name, err)
+		}
+		cols[strings.ToLower(f.Name)] = t
+	}
+	a.tables[stream] = cols
+	return nil
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = ducksql.Ident(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// stage replaces the staging table with one of s's data columns plus the op, and appends rows to it.
+func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error {
+	var defs []string
+	var idx []int
+	for i, f := range s.Fields() {
+		if change.Reserved(f.Name) {
+			continue
+		}
+		t, err := ducksql.Type(f.Type)
+		if err != nil {
+			return fmt.Errorf("column %s: %w", f.Name, err)
+		}
+		defs = append(defs, ducksql.Ident(f.Name)+" "+t)
+		idx = append(idx, i)
+	}
+	// The row number finds a staged row again: rowids inside a transaction are not row numbers.
+	defs = append(defs, ducksql.Ident(change.OpColumn)+" TINYINT", ducksql.Ident(stageRow)+" BIGINT")
+	if err := a.exec(ctx, "CREATE OR REPLACE TEMP TABLE "+stageTable+" ("+strings.Join(defs, ", ")+")"); err != nil {
+		return fmt.Errorf("create staging table: %w", err)
+	}
+	fix := map[[2]string][]string{} // {column, value expression} -> staged row numbers
+	if err := a.conn.Raw(func(dc any) error {
+		c, ok := dc.(driver.Conn)
+		if !ok {
+			return fmt.Errorf("staging: connection is a %T, not a DuckDB connection", dc)
+		}
+		app, err := duckdb.NewAppender(c, "temp", "main", stageTable)
+		if err != nil {
+			return fmt.Errorf("staging: appender: %w", err)
+		}
+		vals := make([]driver.Value, len(idx)+2)
+		for n, r := range rows {
+			if err := ctx.Err(); err != nil {
+				app.Close()
+				return err
+			}
+			for j, ci := range idx {
+				if expr := appenderless(r.rec.Column(ci), r.i); expr != "" {
+					// Staged as NULL and set below.
+					k := [2]string{s.Field(ci).Name, expr}
+					fix[k] = append(fix[k], strconv.Itoa(n))
+					vals[j] = nil
+					continue
+				}
+				v, err := Value(r.rec.Column(ci), r.i)
+				if err != nil {
+					app.Close()
+					return fmt.Errorf("staging: column %s: %w", s.Field(ci).Name, err)
+				}
+				vals[j] = v
+			}
+			vals[len(idx)] = int8(r.op)
+			vals[len(idx)+1] = int64(n)
+			if err := app.AppendRow(vals...); err != nil {
+				app.Close()
+				return fmt.Errorf("staging: row %d: %w", r.i, err)
+			}
+		}
+		if err := app.Close(); err != nil {
+			return fmt.Errorf("staging: flush %d rows: %w", len(rows), err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for k, ns := range fix {
+		q := fmt.Sprintf("UPDATE temp.main.%s SET %s = %s WHERE %s IN (%s)", stageTable, ducksql.Ident(k[0]), k[1], ducksql.Ident(stageRow), strings.Join(ns, ", "))
+		if err := a.exec(ctx, q); err != nil {
+			return fmt.Errorf("staging: column %s: %s: %w", k[0], k[1], err)
+		}
+	}
+	return nil
+}
+
+// merge moves the staged rows into the stream's table: by key (delete, update or insert) when s has a key,
+// else appended.
+func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema) error {
+	name := a.tableName(stream)
+	var cols []string
+	for _, f := range change.DataFields(s) {
+		cols = append(cols, f.Name)
+	}
+	key := change.PrimaryKey(s)
+	vals := make([]string, len(cols))
+	for i, c := range cols {
+		vals[i] = "s." + ducksql.Ident(c)
+	}
+	op := "s." + ducksql.Ident(change.OpColumn)
+	var q string
+	if len(key) == 0 {
+		q = "INSERT INTO " + name + " (" + quoteAll(cols) + ") SELECT " + quoteAll(cols) + " FROM temp.main." + stageTable
+	} else {
+		on := make([]string, len(key))
+		for i, k := range key {
+			on[i] = "t." + ducksql.Ident(k) + " = s." + ducksql.Ident(k)
+		}
+		var sets []string
+		for _, c := range cols {
+			if !slices.ContainsFunc(key, func(k string) bool { return strings.EqualFold(k, c) }) {
+				sets = append(sets, ducksql.Ident(c)+" = s."+ducksql.Ident(c))
+			}
+		}
+		q = "MERGE INTO " + name + " AS t USING temp.main." + stageTable + " AS s ON (" + strings.Join(on, " AND ") + ")" +
+			fmt.Sprintf(" WHEN MATCHED AND %s = %d THEN DELETE", op, change.OpDelete)
+		if len(sets) > 0 {
+			q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
+		}
+		q += fmt.Sprintf(" WHEN NOT MATCHED AND %s <> %d THEN INSERT (%s) VALUES (%s)", op, change.OpDelete, quoteAll(cols), strings.Join(vals, ", "))
+	}
+	if err := a.exec(ctx, q); err != nil {
+		return fmt.Errorf("write into %s: %w", name, err)
+	}
+	return a.noteKeys(ctx, stream, key)
+}

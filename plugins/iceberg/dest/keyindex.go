@@ -1,0 +1,223 @@
+package dest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/iceberg-go"
+	iceio "github.com/apache/iceberg-go/io"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+)
+
+// keyIndex remembers, for each key an apply has written out so far, where its row is: the data file (its place
+// in spilledTable.files) and the row position, packed into one uint64. One integer key column, the common
+// case, is kept as an int64 (as change.Fold does); other keys by their change.Key encoding. It grows by about 20–40
+// bytes per distinct key written out, and is the part of an apply's memory that the buffer budget does not
+// bound.
+type keyIndex struct {
+	ints  map[int64]uint64
+	encs  map[string]uint64
+	bytes int64 // estimated size, for the buffer budget
+}
+
+// Estimated bytes per entry: a map slot (key, value) at the load Go's maps keep, with their control bytes; an
+// encoded key adds its string header and bytes.
+const (
+	intEntryBytes = 28
+	encEntryBytes = 40
+)
+
+const (
+	posBits = 40 // rows per data file < 2^40
+	maxFile = 1<<(64-posBits) - 1
+)
+
+func newKeyIndex(c *changeSet) *keyIndex {
+	if len(c.keyIdx) == 1 && change.IntKeyType(c.keySchema.Field(0).Type) {
+		return &keyIndex{ints: map[int64]uint64{}}
+	}
+	return &keyIndex{encs: map[string]uint64{}}
+}
+
+// keyCursor reads the keys of one batch.
+type keyCursor struct {
+	ki  *keyIndex
+	key *change.Key
+	buf []byte
+}
+
+func (ki *keyIndex) keys(rec arrow.RecordBatch, keyIdx []int) (*keyCursor, error) {
+	cols := make([]arrow.Array, len(keyIdx))
+	for i, c := range keyIdx {
+		cols[i] = rec.Column(c)
+	}
+	k := &keyCursor{ki: ki, key: change.NewKey(cols, nil)}
+	if ki.ints != nil && !k.key.IsInt() {
+		return nil, fmt.Errorf("key column is %s, not an integer as when the apply began", cols[0].DataType())
+	}
+	return k, nil
+}
+
+// take returns where row r's key was written, and forgets it: the caller replaces that row.
+func (k *keyCursor) take(r int) (file int, pos int64, ok bool, err error) {
+	var loc uint64
+	if k.ki.ints != nil {
+		key, err := k.key.Int(r)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		if loc, ok = k.ki.ints[key]; ok {
+			delete(k.ki.ints, key)
+			k.ki.bytes -= intEntryBytes
+		}
+	} else {
+		if k.buf, err = k.key.Append(k.buf[:0], r); err != nil {
+			return 0, 0, false, err
+		}
+		if loc, ok = k.ki.encs[string(k.buf)]; ok {
+			delete(k.ki.encs, string(k.buf))
+			k.ki.bytes -= encEntryBytes + int64(len(k.buf))
+		}
+	}
+	return int(loc >> posBits), int64(loc & (1<<posBits - 1)), ok, nil
+}
+
+// put records that row r's key is at file, pos.
+func (k *keyCursor) put(r, file int, pos int64) error {
+	if file > maxFile || pos >= 1<<posBits {
+		return fmt.Errorf("file %d row %d is beyond the key index's range", file, pos)
+	}
+	loc := uint64(file)<<posBits | uint64(pos)
+	// A key is put once per file: fold left one version of it per chunk, and take removed the earlier one.
+	if k.ki.ints != nil {
+		key, err := k.key.Int(r)
+		if err != nil {
+			return err
+		}
+		k.ki.ints[key] = loc
+		k.ki.bytes += intEntryBytes
+		return nil
+	}
+	var err error
+	if k.buf, err = k.key.Append(k.buf[:0], r); err != nil {
+		return err
+	}
+	k.ki.encs[string(k.buf)] = loc
+	k.ki.bytes += encEntryBytes + int64(len(k.buf))
+	return nil
+}
+
+// addFile indexes the keys of a data file just written. The writer decides how rows fall into files (bin
+// packing, partitions, concurrent writers), so the positions are read back from the file's key columns, found
+// by field id, which is cheap next to writing it.
+func (ki *keyIndex) addFile(ctx context.Context, fsys iceio.IO, fileNo int, df iceberg.DataFile, c *changeSet) error {
+	keyIdx := make([]int, len(c.eqIDs))
+	for i := range keyIdx {
+		keyIdx[i] = i
+	}
+	var pos int64
+	err := readFileKeys(ctx, fsys, df.FilePath(), c.eqIDs, c.keySchema, func(rec arrow.RecordBatch) error {
+		k, err := ki.keys(rec, keyIdx)
+		if err != nil {
+			return err
+		}
+		for r := range int(rec.NumRows()) {
+			if err := k.put(r, fileNo, pos); err != nil {
+				return err
+			}
+			pos++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if pos != df.Count() {
+		return fmt.Errorf("read %d keys back, the file holds %d rows", pos, df.Count())
+	}
+	return nil
+}
+
+// readFileKeys hands fn the key columns of a data file in row order, found by field id (a column renamed since
+// the file was written is still found) and cast to keySchema. fn must not keep the batch.
+func readFileKeys(ctx context.Context, fsys iceio.IO, path string, eqIDs []int, keySchema *arrow.Schema, fn func(arrow.RecordBatch) error) error {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	pf, err := file.NewParquetReader(f)
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
+	leaves := make([]int, len(eqIDs))
+	for i, id := range eqIDs {
+		leaves[i] = -1
+		sc := pf.MetaData().Schema
+		for j := range sc.NumColumns() {
+			if int(sc.Column(j).SchemaNode().FieldID()) == id {
+				leaves[i] = j
+			}
+		}
+		if leaves[i] < 0 {
+			return fmt.Errorf("key field id %d is not in the file", id)
+		}
+	}
+	mem := memory.DefaultAllocator
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, mem)
+	if err != nil {
+		return err
+	}
+	rr, err := fr.GetRecordReader(ctx, leaves, nil)
+	if err != nil {
+		return err
+	}
+	defer rr.Release()
+	for rr.Next() {
+		rec, err := asKeySchema(ctx, mem, rr.RecordBatch(), keySchema)
+		if err != nil {
+			return err
+		}
+		err = fn(rec)
+		rec.Release()
+		if err != nil {
+			return err
+		}
+	}
+	return rr.Err()
+}
+
+// asKeySchema casts key columns read from Parquet to the types the batches had, so that both encode keys
+// alike (a Parquet reader may choose another Arrow type for the same column).
+func asKeySchema(ctx context.Context, mem memory.Allocator, rec arrow.RecordBatch, want *arrow.Schema) (arrow.RecordBatch, error) {
+	cols := make([]arrow.Array, rec.NumCols())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	for i, col := range rec.Columns() {
+		wt := want.Field(i).Type
+		if arrow.TypeEqual(col.DataType(), wt) {
+			col.Retain()
+			cols[i] = col
+			continue
+		}
+		out, err := compute.CastArray(compute.WithAllocator(ctx, mem), col, compute.SafeCastOptions(wt))
+		if err != nil {
+			return nil, fmt.Errorf("key column %s read back as %s: %w", want.Field(i).Name, col.DataType(), err)
+		}
+		cols[i] = out
+	}
+	return array.NewRecordBatch(want, cols, rec.NumRows()), nil
+}

@@ -1,0 +1,39 @@
+package dest
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+)
+
+// The destination offers the optional services lake.plan (what `skippr query` reads) and lake.compact (what
+// `skippr lake compact` runs), so the core finds them by what the plugin offers rather than by its name.
+var (
+	_ serve.LakePlanner   = (*Destination)(nil)
+	_ serve.LakeCompactor = (*Destination)(nil)
+)
+
+// PlanLake plans the namespace's tables for a reader outside iceberg-go (see PlanTables).
+func (d *Destination) PlanLake(ctx context.Context, settings json.RawMessage, req lakequery.PlanRequest) (lakequery.Plan, error) {
+	p, err := PlanTables(ctx, settings, PlanOptions{Pipeline: req.Pipeline, Streams: req.Streams, FetchDir: req.FetchDir})
+	if err != nil {
+		return lakequery.Plan{}, err
+	}
+	return *p, nil
+}
+
+// CompactLake maintains one table (see Compact) and reports what it did.
+func (d *Destination) CompactLake(ctx context.Context, settings json.RawMessage, req lakequery.CompactRequest) (json.RawMessage, error) {
+	res, err := Compact(ctx, settings, req.Table, CompactOptions{
+		TargetFileSize:   req.TargetFileSize,
+		ExpireOlderThan:  req.ExpireOlderThan,
+		RetainLast:       req.RetainLast,
+		OrphansOlderThan: req.OrphansOlderThan,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return json.MarshalIndent(res, "", "  ")
+}

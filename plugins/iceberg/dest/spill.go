@@ -1,0 +1,324 @@
+package dest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+)
+
+// spilledTable is a table's part of an apply that outgrew the memory budget. Each chunk of its items is folded
+// and written out as data and equality-delete files at once, uncommitted; the table's one commit adds them all
+// at the end, as if the apply had been folded whole:
+//
+//   - a key's earlier versions in the table are removed by equality deletes, as always (they carry the
+//     commit's sequence number, so they never touch the rows written beside them);
+//   - a key written out by an earlier chunk of the same apply has its row there removed by a position delete
+//     (file + row position), since equality deletes do not reach files of their own commit. keyIndex remembers
+//     where each written key's row is.
+type spilledTable struct {
+	d   *Destination
+	oc  *openCatalog
+	s   Settings
+	req serve.ApplyRequest
+	g   *tableGroup
+
+	a       *tableAttempt // the transaction the files are written for; rebuilt after a lost commit race
+	skipped bool          // the table already held the sequence number: nothing is written
+	index   *keyIndex     // nil for a table without a key (append-only)
+	files   []iceberg.DataFile
+	eqDels  []iceberg.DataFile
+	posDels map[int][]int64 // data file (place in files) -> positions of rows a later chunk replaced
+	rows    int64
+	schema  *iceberg.Schema // the staged schema the last chunk was written in
+}
+
+// add folds one chunk of items and writes it out.
+func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
+	if st.a == nil {
+		st.a = &tableAttempt{d: st.d, oc: st.oc, s: st.s, req: st.req, g: st.g, attempt: 1, mem: memory.DefaultAllocator}
+		skipped, err := st.a.begin(ctx)
+		if err != nil {
+			return err
+		}
+		st.skipped = skipped
+	} else if k := keyOf(items); k != nil && !slices.Equal(k, st.a.keyCols) {
+		return fmt.Errorf("stream %s: primary key changed from (%s) to (%s) within one apply", st.g.stream, strings.Join(st.a.keyCols, ", "), strings.Join(k, ", "))
+	}
+	if st.skipped {
+		return nil
+	}
+	c, err := st.a.changes(ctx, items)
+	if err != nil {
+		return err
+	}
+	defer c.release()
+	upsert := st.s.UpsertInserts || st.a.rs.upsert(items)
+	closed, err := st.a.rs.feed(ctx, st.a.mem, st.g.stream, items, c)
+	if err != nil {
+		return err
+	}
+	for _, received := range closed {
+		st.dropUnreceived(received)
+	}
+	fo, err := fold(ctx, st.a.mem, c.batches, c.keyIdx, c.keySchema, upsert, "stream "+st.g.stream)
+	if err != nil {
+		return err
+	}
+	defer fo.release()
+	if len(c.keyIdx) > 0 {
+		if st.index == nil {
+			st.index = newKeyIndex(c)
+		}
+		if err := st.supersede(c); err != nil {
+			return err
+		}
+	}
+	data, dels, err := st.a.write(ctx, c, fo)
+	if err != nil {
+		return err
+	}
+	st.eqDels = append(st.eqDels, dels...)
+	for _, df := range data {
+		if st.index != nil {
+			if err := st.index.addFile(ctx, st.a.fs, len(st.files), df, c); err != nil {
+				return fmt.Errorf("index keys of %s: %w", df.FilePath(), err)
+			}
+		}
+		st.files = append(st.files, df)
+	}
+	st.rows += fo.rows
+	st.schema = c.staged.Schema()
+	return nil
+}
+
+// supersede turns every key of the chunk that an earlier chunk wrote out into a position delete of that row:
+// whatever its op, the chunk holds a newer version.
+func (st *spilledTable) supersede(c *changeSet) error {
+	for _, b := range c.batches {
+		keys, err := st.index.keys(b.rec, c.keyIdx)
+		if err != nil {
+			return err
+		}
+		for r := range b.ops {
+			file, pos, ok, err := keys.take(r)
+			if err != nil {
+				return fmt.Errorf("stream %s: row %d: %w", st.g.stream, r, err)
+			}
+			if ok {
+				if st.posDels == nil {
+					st.posDels = map[int][]int64{}
+				}
+				st.posDels[file] = append(st.posDels[file], pos)
+			}
+		}
+	}
+	return nil
+}
+
+// commit writes the position deletes and commits every file of the table's part in one transaction,
+// rebuilding it on the reloaded table after a lost race, as applyTable does, without writing the rows again.
+func (st *spilledTable) commit(ctx context.Context) (tableResult, error) {
+	if st.skipped {
+		return tableResult{skipped: true}, nil
+	}
+	files := st.dropDeadFiles()
+	posFiles, err := st.writePositionDeletes(ctx)
+	if err != nil {
+		st.cleanup(context.WithoutCancel(ctx))
+		return tableResult{}, fmt.Errorf("write position deletes: %w", err)
+	}
+	keep := map[string]bool{}
+	for _, f := range slices.Concat(files, st.eqDels, posFiles) {
+		keep[f.FilePath()] = true
+	}
+	for attempt := 1; ; attempt++ {
+		err := st.a.commit(ctx, files, st.eqDels, posFiles)
+		if err == nil {
+			return tableResult{rows: st.rows}, nil
+		}
+		conflict := isConflict(err)
+		if !conflict || attempt >= maxCommitAttempts {
+			// As in applyTable: files of a commit that may have landed stay.
+			if !st.a.committing || conflict || st.a.notCommitted(context.WithoutCancel(ctx)) {
+				st.cleanup(context.WithoutCancel(ctx))
+			}
+			if conflict {
+				return tableResult{}, fmt.Errorf("commit lost to concurrent writers %d times: %w", attempt, err)
+			}
+			return tableResult{}, err
+		}
+		// The lost attempt's manifests go; the rows written stay for the next attempt.
+		st.cleanupExcept(keep)
+		st.d.retries.Add(1)
+		st.d.log().Info("iceberg commit conflict, retrying", "table", st.g.table, "sequence", st.req.Sequence, "attempt", attempt, "spilled_files", len(keep), "err", err)
+		wait := time.Duration(10<<min(attempt, 6))*time.Millisecond + time.Duration(rand.Int64N(int64(20*time.Millisecond)))
+		select {
+		case <-ctx.Done():
+			st.cleanup(context.WithoutCancel(ctx))
+			return tableResult{}, context.Cause(ctx)
+		case <-time.After(wait):
+		}
+		skipped, err := st.rebase(ctx, attempt+1)
+		if err != nil || skipped {
+			st.cleanup(context.WithoutCancel(ctx))
+			return tableResult{skipped: skipped}, err
+		}
+	}
+}
+
+// dropDeadFiles returns the data files to commit: a file whose every row a later chunk replaced would only
+// be committed to be deleted, so it is removed instead, with its position deletes.
+func (st *spilledTable) dropDeadFiles() []iceberg.DataFile {
+	var live []iceberg.DataFile
+	for i, df := range st.files {
+		pos := st.posDels[i]
+		if int64(len(pos)) < df.Count() {
+			live = append(live, df)
+			continue
+		}
+		// A row is replaced at most once (take forgets it), so len(pos) == Count means all of them.
+		delete(st.posDels, i)
+		if err := st.a.fs.Remove(df.FilePath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			st.d.log().Warn("iceberg: could not remove a data file whose rows were all replaced; it is an orphan for compaction to delete", "file", df.FilePath(), "err", err)
+		}
+	}
+	return live
+}
+
+// rebase opens a new transaction on the reloaded table and evolves it as the lost one was. The written files
+// stay valid only if the table's schema and partition specs come out the same: another writer that changed
+// them makes the apply fail (the engine applies it again after a restart) rather than commit files whose field
+// ids or partitions would mean something else.
+func (st *spilledTable) rebase(ctx context.Context, attempt int) (skipped bool, err error) {
+	old := st.a
+	a := &tableAttempt{d: st.d, oc: st.oc, s: st.s, req: st.req, g: st.g, attempt: attempt, mem: old.mem, fs: old.fs}
+	if skipped, err := a.begin(ctx); err != nil || skipped {
+		return skipped, err
+	}
+	if a.rs.prop != old.rs.prop {
+		return false, fmt.Errorf("another writer changed the re-snapshot property %s of table %s while this apply wrote files for it", resnapKey(st.req.Pipeline), st.g.table)
+	}
+	a.rs = old.rs // what the chunks written so far received
+	for _, sc := range old.schemas {
+		if err := a.evolve(sc); err != nil {
+			return false, err
+		}
+	}
+	if err := a.commitEvolution(); err != nil {
+		return false, err
+	}
+	if old.partitioned {
+		if err := a.partition(a.tx, a.tbl); err != nil {
+			return false, err
+		}
+		a.partitioned = true
+	}
+	staged, err := a.tx.StagedTable()
+	if err != nil {
+		return false, err
+	}
+	if !staged.Schema().Equals(st.schema) {
+		return false, fmt.Errorf("another writer changed the schema of table %s while this apply wrote files for it: %s, now %s", st.g.table, st.schema, staged.Schema())
+	}
+	oldMeta, err := old.tx.StagedTable()
+	if err != nil {
+		return false, err
+	}
+	for _, f := range slices.Concat(st.files, st.eqDels) {
+		was, now := oldMeta.Metadata().PartitionSpecByID(int(f.SpecID())), staged.Metadata().PartitionSpecByID(int(f.SpecID()))
+		if was == nil || now == nil || !was.Equals(*now) {
+			return false, fmt.Errorf("another writer changed the partition spec %d of table %s while this apply wrote files for it", f.SpecID(), st.g.table)
+		}
+	}
+	st.a = a
+	return false, nil
+}
+
+// cleanup removes every file the table's part wrote, the spilled ones too.
+func (st *spilledTable) cleanup(ctx context.Context) {
+	if st.a != nil && st.a.fs != nil {
+		st.a.cleanup(ctx)
+	}
+}
+
+// cleanupExcept removes the files created so far except those in keep, which stay noted for a later cleanup.
+func (st *spilledTable) cleanupExcept(keep map[string]bool) {
+	for _, f := range st.a.fs.created() {
+		if keep[f] {
+			st.a.fs.note(f)
+			continue
+		}
+		if err := st.a.fs.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			st.d.log().Warn("iceberg: could not remove the file of a failed commit; it is an orphan for compaction to delete", "file", f, "err", err)
+		}
+	}
+}
+
+// keyOf is the primary key the items' schemas declare, or nil.
+func keyOf(items []serve.Item) []string {
+	var k []string
+	for _, it := range items {
+		var sc *arrow.Schema
+		switch {
+		case it.Resnapshot != serve.ResnapshotNone:
+			continue
+		case it.Schema != nil && it.Schema.Schema != nil && change.PrimaryKey(it.Schema.Schema) == nil && len(it.Schema.PrimaryKey) > 0:
+			k = it.Schema.PrimaryKey
+			continue
+		case it.Schema != nil:
+			sc = it.Schema.Schema
+		default:
+			sc = it.Record.Schema()
+		}
+		if sc != nil {
+			if pk := change.PrimaryKey(sc); pk != nil {
+				k = pk
+			}
+		}
+	}
+	return k
+}
+
+// dropUnreceived removes, by position deletes, the rows earlier chunks of the apply wrote whose key a
+// re-snapshot that began in this apply and ends in the current chunk did not receive: written before its begin,
+// and not sent since (resnap.feed deletes those of the current chunk).
+func (st *spilledTable) dropUnreceived(received map[string]struct{}) {
+	if st.index == nil {
+		return
+	}
+	drop := func(loc uint64) {
+		if st.posDels == nil {
+			st.posDels = map[int][]int64{}
+		}
+		file := int(loc >> posBits)
+		st.posDels[file] = append(st.posDels[file], int64(loc&(1<<posBits-1)))
+	}
+	var buf []byte
+	for k, loc := range st.index.ints {
+		buf = change.AppendInt(buf[:0], k)
+		if _, ok := received[string(buf)]; !ok {
+			drop(loc)
+			delete(st.index.ints, k)
+			st.index.bytes -= intEntryBytes
+		}
+	}
+	for k, loc := range st.index.encs {
+		if _, ok := received[k]; !ok {
+			drop(loc)
+			delete(st.index.encs, k)
+			st.index.bytes -= encEntryBytes + int64(len(k))
+		}
+	}
+}

@@ -1,0 +1,425 @@
+package dest
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugins/snowflake/sfsql"
+)
+
+// TableName is the destination table of a stream: its last dot-separated part (public.users → USERS).
+func TableName(stream string) string {
+	if i := strings.LastIndexByte(stream, '.'); i >= 0 {
+		stream = stream[i+1:]
+	}
+	return sfsql.Name(stream)
+}
+
+// streamPlan is a stream's folded batches of one apply, with the table they go to and their staged files.
+type streamPlan struct {
+	*change.Plan
+	table sfsql.Table
+	loads []*load
+}
+
+// load is one Parquet file of a stream: the surviving rows of the batches of one schema.
+type load struct {
+	schema *arrow.Schema
+	cols   []sfsql.Column
+	file   string // local path; its base name is the staged file's name
+	stage  sfsql.Table
+	rows   int64
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+func (x *conn) table(name string) sfsql.Table {
+	return sfsql.Table{Database: sfsql.Name(x.s.Database), Schema: sfsql.Name(x.s.Schema), Name: name}
+}
+
+func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResult, err error) {
+	if err := x.ensureState(ctx); err != nil {
+		return res, err
+	}
+	if !x.d.orphansChecked[req.Pipeline] {
+		if err := x.abortOrphans(ctx, req.Pipeline); err != nil {
+			return res, err
+		}
+		if x.d.orphansChecked == nil {
+			x.d.orphansChecked = map[string]bool{}
+		}
+		x.d.orphansChecked[req.Pipeline] = true
+	}
+	defer func() {
+		if err != nil && x.d.orphansChecked != nil {
+			// A transaction this apply could not roll back (the connection broke) may hold locks: look again
+			// before the next apply.
+			x.d.orphansChecked[req.Pipeline] = false
+		}
+	}()
+	state, err := x.readState(ctx, req.Pipeline)
+	if err != nil {
+		return res, err
+	}
+	fence := state.Sequence
+	if req.Covers(fence) {
+		return serve.ApplyResult{Skipped: true}, nil
+	}
+	folded := change.NewPlans(change.FoldOptions{})
+	defer folded.Release()
+	// Entries skips what is held already: the part of the range that committed in an earlier apply.
+	for st, err := range req.Entries(fence) {
+		if err != nil {
+			return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
+		}
+		if st.End {
+			continue // one fold over the whole range: the entries need no boundary
+		}
+		it := st.Item
+		state.Streams[it.Stream] = req.Sequence
+		switch {
+		case it.Schema != nil:
+			folded.Get(it.Stream).AddSchema(it.Schema.Schema)
+		case it.Truncate:
+			folded.Get(it.Stream).Fold.Truncate()
+		case it.Record != nil:
+			if err := folded.Get(it.Stream).Add(it.Record); err != nil {
+				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
+			}
+			res.Rows += it.Record.NumRows()
+		default:
+			return res, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
+		}
+	}
+	var plans []*streamPlan
+	for _, p := range folded.List() {
+		plans = append(plans, &streamPlan{Plan: p, table: x.table(TableName(p.Stream))})
+	}
+	seen := map[string]string{}
+	for _, sp := range plans {
+		if other, ok := seen[sp.table.Name]; ok {
+			return res, fault.ConfigErr(fmt.Errorf("streams %s and %s both map to table %s", other, sp.Stream, sp.table),
+				"replicate only one of the two tables into this database and schema, or send them to separate destinations")
+		}
+		seen[sp.table.Name] = sp.Stream
+	}
+
+	// Outside the transaction (each DDL statement commits in Snowflake): tables and columns, files, staging tables.
+	dir, err := os.MkdirTemp(x.d.TempDir, "skippr-snowflake-*")
+	if err != nil {
+		return res, fmt.Errorf("temporary directory for Parquet files: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	nstage := 0
+	for _, sp := range plans {
+		for _, s := range sp.Schemas {
+			if err := x.ensureTable(ctx, sp.table, s); err != nil {
+				return res, fmt.Errorf("stream %s: %w", sp.Stream, err)
+			}
+		}
+		if err := x.prepareLoads(ctx, req, sp, dir, &nstage); err != nil {
+			return res, fmt.Errorf("stream %s: %w", sp.Stream, err)
+		}
+	}
+
+	// Plain statements on the session rather than a database/sql Tx: the transaction carries a name, by which
+	// a later process finds it if this one dies inside it (abortOrphans).
+	if err := x.exec(ctx, sfsql.Begin(TxName(req.Pipeline))); err != nil {
+		return res, explain(x.s, "begin", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = x.exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	txexec := func(q string, args ...any) error { return x.exec(ctx, q, args...) }
+	for _, sp := range plans {
+		if sp.Fold.Truncated() {
+			if err := txexec(sfsql.DeleteAll(sp.table)); err != nil {
+				return res, explain(x.s, "truncate "+sp.table.String(), err)
+			}
+		}
+		key := make([]string, 0)
+		for _, l := range sp.loads {
+			if err := txexec(sfsql.Copy(l.stage, sp.table, filepath.Base(l.file))); err != nil {
+				return res, explain(x.s, fmt.Sprintf("copy %s into %s", filepath.Base(l.file), l.stage), err)
+			}
+			key = key[:0]
+			for _, k := range change.PrimaryKey(l.schema) {
+				key = append(key, sfsql.Name(k))
+			}
+			q := sfsql.Append(sp.table, l.stage, l.cols)
+			if len(key) > 0 {
+				q = sfsql.Merge(sp.table, l.stage, l.cols, key, int(change.OpDelete))
+			}
+			if err := txexec(q); err != nil {
+				return res, explain(x.s, "merge into "+sp.table.String(), err)
+			}
+		}
+	}
+	var args []any
+	args = append(args, req.Pipeline, "", strconv.FormatUint(req.Sequence, 10))
+	for _, sp := range plans {
+		args = append(args, req.Pipeline, sp.Stream, strconv.FormatUint(req.Sequence, 10))
+	}
+	if err := txexec(sfsql.UpsertState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema), len(args)/3), args...); err != nil {
+		return res, explain(x.s, fmt.Sprintf("record sequence %d", req.Sequence), err)
+	}
+	if err := x.exec(ctx, "COMMIT"); err != nil {
+		return res, explain(x.s, fmt.Sprintf("commit sequence %d", req.Sequence), err)
+	}
+	committed = true
+	return res, nil
+}
+
+// TxName is the name of the pipeline's apply transactions: SKIPPR_ and a hash of the pipeline's name.
+func TxName(pipeline string) string {
+	h := sha256.Sum256([]byte(pipeline))
+	return "SKIPPR_" + strings.ToUpper(hex.EncodeToString(h[:8]))
+}
+
+// abortOrphans aborts the pipeline's transactions left open by a process that died inside one (SIGKILL,
+// power loss): Snowflake keeps such a transaction, and the locks its MERGE took, until the session expires
+// hours later, so every following apply would wait on them. The WAL's lease lets one process apply a
+// pipeline at a time, so a transaction of the pipeline's name in another session is an orphan.
+func (x *conn) abortOrphans(ctx context.Context, pipeline string) error {
+	var self string
+	rows, err := x.query(ctx, "SELECT CURRENT_SESSION()")
+	if err != nil {
+		return explain(x.s, "read the session id", err)
+	}
+	for rows.Next() {
+		_ = rows.Scan(&self)
+	}
+	rows.Close()
+	rows, err = x.query(ctx, "SHOW TRANSACTIONS")
+	if err != nil {
+		return explain(x.s, "list open transactions", err)
+	}
+	cols, err := rows.Columns()
+	if err != nil {
+		rows.Close()
+		return err
+	}
+	var orphans []string
+	name := TxName(pipeline)
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			rows.Close()
+			return fmt.Errorf("list open transactions: %w", err)
+		}
+		row := map[string]string{}
+		for i, c := range cols {
+			row[strings.ToLower(c)] = vals[i].String
+		}
+		if strings.EqualFold(row["name"], name) && row["session"] != self {
+			orphans = append(orphans, row["id"])
+		}
+	}
+	rows.Close()
+	for _, id := range orphans {
+		if _, err := strconv.ParseUint(id, 10, 64); err != nil {
+			return fmt.Errorf("SHOW TRANSACTIONS: transaction id %q is not a number", id)
+		}
+		if err := x.exec(ctx, sfsql.AbortTransaction(id)); err != nil {
+			return explain(x.s, "abort orphaned transaction "+id, err)
+		}
+		x.d.log().Warn("aborted the transaction of an earlier process that died inside it", "pipeline", pipeline, "transaction", id)
+	}
+	return nil
+}
+
+// prepareLoads writes the stream's surviving rows as Parquet files (one per batch schema), PUTs each to the
+// table stage and makes its staging table.
+func (x *conn) prepareLoads(ctx context.Context, req *serve.Range, sp *streamPlan, dir string, nstage *int) error {
+	type group struct {
+		schema *arrow.Schema
+		picks  map[int][]pick // by batch number
+		order  []int
+	}
+	var groups []*group
+	for _, l := range sp.Fold.Last() {
+		rec := sp.Batches[l.Batch]
+		var g *group
+		for _, c := range groups {
+			if change.SameSchema(c.schema, rec.Schema()) {
+				g = c
+			}
+		}
+		if g == nil {
+			g = &group{schema: rec.Schema(), picks: map[int][]pick{}}
+			groups = append(groups, g)
+		}
+		if _, ok := g.picks[l.Batch]; !ok {
+			g.order = append(g.order, l.Batch)
+		}
+		g.picks[l.Batch] = append(g.picks[l.Batch], pick{row: l.Row, op: l.Op})
+	}
+	for gi, g := range groups {
+		cols, err := stageColumns(g.schema)
+		if err != nil {
+			return err
+		}
+		name := unsafeName.ReplaceAllString(fmt.Sprintf("%s__%s__%d__%d.parquet", req.Pipeline, sp.Stream, req.Sequence, gi), "_")
+		l := &load{schema: g.schema, cols: cols, file: filepath.Join(dir, name)}
+		*nstage++
+		l.stage = x.table(fmt.Sprintf("_SKIPPR_STAGE_%d", *nstage))
+		var parts []part
+		for _, bi := range g.order {
+			parts = append(parts, part{rec: sp.Batches[bi], picks: g.picks[bi]})
+		}
+		n, size, err := writeParquet(ctx, l.file, g.schema, cols, parts)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+		l.rows = n
+		x.d.stats.Puts++
+		x.d.stats.BytesPut += size
+		x.d.stats.RowsPut += n
+		if err := x.exec(ctx, sfsql.Put(l.file, sp.table)); err != nil {
+			return explain(x.s, "put "+name+" to "+sp.table.Stage(), err)
+		}
+		if err := x.exec(ctx, sfsql.CreateStaging(l.stage, cols)); err != nil {
+			return explain(x.s, "create staging table "+l.stage.String(), err)
+		}
+		sp.loads = append(sp.loads, l)
+	}
+	return nil
+}
+
+// stageColumns are the Snowflake columns of a batch schema's data fields.
+func stageColumns(s *arrow.Schema) ([]sfsql.Column, error) {
+	var cols []sfsql.Column
+	seen := map[string]string{}
+	for _, f := range change.DataFields(s) {
+		t, err := sfsql.Of(f.Type)
+		if err != nil {
+			return nil, fault.DataErr(fmt.Errorf("column %s: %w", f.Name, err),
+				"cast the column to a type the snowflake plugin maps (see its README) in the source, or leave the column out")
+		}
+		n := sfsql.Name(f.Name)
+		if other, ok := seen[n]; ok {
+			return nil, fault.DataErr(fmt.Errorf("columns %s and %s both become Snowflake column %s", other, f.Name, n),
+				"rename one of the two source columns")
+		}
+		seen[n] = f.Name
+		cols = append(cols, sfsql.Column{Name: n, Type: t})
+	}
+	return cols, nil
+}
+
+// columns reads a table's columns; nil when it does not exist.
+func (x *conn) columns(ctx context.Context, t sfsql.Table) (map[string]sfsql.Type, error) {
+	if cols, ok := x.d.tables[t.String()]; ok {
+		return cols, nil
+	}
+	rows, err := x.query(ctx, sfsql.Columns(t.Database), t.Schema, t.Name)
+	if err != nil {
+		return nil, explain(x.s, "read columns of "+t.String(), err)
+	}
+	defer rows.Close()
+	var cols map[string]sfsql.Type
+	for rows.Next() {
+		var name, typ string
+		var prec, scale sql.NullInt64
+		if err := rows.Scan(&name, &typ, &prec, &scale); err != nil {
+			return nil, fmt.Errorf("read columns of %s: %w", t, err)
+		}
+		if cols == nil {
+			cols = map[string]sfsql.Type{}
+		}
+		cols[name] = sfsql.ParseType(typ, int(prec.Int64), int(scale.Int64))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read columns of %s: %w", t, err)
+	}
+	if cols != nil {
+		x.remember(t, cols)
+	}
+	return cols, nil
+}
+
+func (x *conn) remember(t sfsql.Table, cols map[string]sfsql.Type) {
+	if x.d.tables == nil {
+		x.d.tables = map[string]map[string]sfsql.Type{}
+	}
+	x.d.tables[t.String()] = cols
+}
+
+// ensureTable creates the table from s, adds the columns of s it lacks and widens a NUMBER's precision;
+// a column whose type cannot take the new one stops the apply with both types named.
+func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema) error {
+	want, err := stageColumns(s)
+	if err != nil {
+		return err
+	}
+	have, err := x.columns(ctx, t)
+	if err != nil {
+		return err
+	}
+	if have == nil {
+		if len(want) == 0 {
+			return fault.DataErr(fmt.Errorf("schema of %s has no data columns", t), "replicate a table that has columns")
+		}
+		var key []string
+		for _, k := range change.PrimaryKey(s) {
+			key = append(key, sfsql.Name(k))
+		}
+		if err := x.exec(ctx, sfsql.CreateTable(t, want, key)); err != nil {
+			return explain(x.s, "create table "+t.String(), err)
+		}
+		// Read back rather than assume: a table created concurrently by someone else keeps its own columns.
+		delete(x.d.tables, t.String())
+		if have, err = x.columns(ctx, t); err != nil {
+			return err
+		}
+		if have == nil {
+			return fmt.Errorf("table %s was created but INFORMATION_SCHEMA lists no columns", t)
+		}
+	}
+	for _, c := range want {
+		h, ok := have[c.Name]
+		if !ok {
+			if err := x.exec(ctx, sfsql.AddColumn(t, c)); err != nil {
+				delete(x.d.tables, t.String())
+				return explain(x.s, fmt.Sprintf("add column %s %s to %s", c.Name, c.Type, t), err)
+			}
+			have[c.Name] = c.Type
+			x.d.log().Info("added column", "table", t.String(), "column", c.Name, "type", c.Type.DDL())
+			continue
+		}
+		alter, ok := sfsql.Widen(h, c.Type)
+		if !ok {
+			return fault.DataErr(fmt.Errorf("column %s of %s is %s, but the stream now sends %s, which Snowflake cannot change it to", c.Name, t, h, c.Type),
+				fmt.Sprintf("convert the column yourself (add a column of type %s, copy and rename) and restart, or cast the source column back", c.Type))
+		}
+		if alter != nil {
+			col := sfsql.Column{Name: c.Name, Type: *alter}
+			if err := x.exec(ctx, sfsql.AlterType(t, col)); err != nil {
+				delete(x.d.tables, t.String())
+				return explain(x.s, fmt.Sprintf("widen column %s of %s to %s", c.Name, t, alter), err)
+			}
+			have[c.Name] = *alter
+		}
+	}
+	return nil
+}

@@ -1,0 +1,634 @@
+package dest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"database/sql"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+	"github.com/skippr-dev/skippr/testkit/snowflaketest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// target is where a test applies: a real account when SKIPPR_SNOWFLAKE_ACCOUNT (and _USER, _PASSWORD or
+// _PRIVATE_KEY, _WAREHOUSE, _DATABASE, _SCHEMA, _ROLE) are set, else the stand-in on a fresh PostgreSQL
+// database. The same test functions run against both.
+type target struct {
+	t *testing.T
+	// d serves dest as the engine does: one session for the target's settings.
+	d        *serve.Sessions
+	dest     *Destination
+	settings json.RawMessage
+	s        Settings
+	standin  *snowflaketest.Server // nil when live
+	prefix   string                // table name prefix, unique per test on a live account
+}
+
+func live() bool { return os.Getenv("SKIPPR_SNOWFLAKE_ACCOUNT") != "" }
+
+func newTarget(t *testing.T, edit func(*Settings)) *target {
+	t.Helper()
+	dest := &Destination{TempDir: t.TempDir()}
+	tg := &target{t: t, d: serve.NewSessions(dest), dest: dest}
+	if live() {
+		tg.s = Settings{
+			Account: os.Getenv("SKIPPR_SNOWFLAKE_ACCOUNT"), User: os.Getenv("SKIPPR_SNOWFLAKE_USER"),
+			Password: os.Getenv("SKIPPR_SNOWFLAKE_PASSWORD"), PrivateKey: os.Getenv("SKIPPR_SNOWFLAKE_PRIVATE_KEY"),
+			Warehouse: os.Getenv("SKIPPR_SNOWFLAKE_WAREHOUSE"), Database: os.Getenv("SKIPPR_SNOWFLAKE_DATABASE"),
+			Schema: os.Getenv("SKIPPR_SNOWFLAKE_SCHEMA"), Role: os.Getenv("SKIPPR_SNOWFLAKE_ROLE"),
+		}
+		tg.prefix = fmt.Sprintf("t%d_", time.Now().UnixNano()%1_000_000_000)
+	} else {
+		db := pgtest.NewDB(t)
+		tg.s = Settings{Account: "standin", User: "loader", Password: "secret", Warehouse: "LOAD_WH",
+			Database: "ANALYTICS", Schema: "RAW", Role: "LOADER"}
+		tg.standin = snowflaketest.New(t, snowflaketest.Options{Account: "standin", User: "loader", Password: "secret",
+			Database: "ANALYTICS", Schema: "RAW", Warehouse: "LOAD_WH", Role: "LOADER", ConnString: db.ConnString(),
+			StageDir: t.TempDir()})
+		tg.s.Host, tg.s.Port, tg.s.Protocol = tg.standin.Host, tg.standin.Port, "http"
+		t.Cleanup(func() {
+			if r := tg.standin.Rejected(); len(r) > 0 {
+				t.Errorf("the stand-in refused statements outside the allow-list: %q", r)
+			}
+		})
+	}
+	if edit != nil {
+		edit(&tg.s)
+	}
+	raw, err := json.Marshal(tg.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg.settings = raw
+	t.Cleanup(func() { tg.d.Close() })
+	return tg
+}
+
+// db is the connection pool of the target's session.
+func (tg *target) db() *sql.DB {
+	tg.t.Helper()
+	x, err := tg.d.Session(tctx(tg.t), tg.settings)
+	if err != nil {
+		tg.t.Fatal(err)
+	}
+	return x.(*session).db
+}
+
+func tctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+func (tg *target) apply(first, last uint64, items ...serve.Item) serve.ApplyResult {
+	tg.t.Helper()
+	res, err := tg.d.Apply(tctx(tg.t), serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: first, Sequence: last, Items: items})
+	if err != nil {
+		tg.t.Fatalf("apply [%d, %d]: %v", first, last, err)
+	}
+	return res
+}
+
+// rows reads a table keyed by its ID column (or by row number for tables without one), values as JSON.
+func (tg *target) rows(table string) map[string]map[string]any {
+	tg.t.Helper()
+	var list []map[string]any
+	if tg.standin != nil {
+		var err error
+		if list, err = tg.standin.Rows(tctx(tg.t), table); err != nil {
+			tg.t.Fatal(err)
+		}
+	} else {
+		db := tg.db()
+		r, err := db.QueryContext(tctx(tg.t), "SELECT TO_JSON(OBJECT_CONSTRUCT_KEEP_NULL(*)) FROM "+
+			Table(tg.s, table).String())
+		if err != nil {
+			tg.t.Fatal(err)
+		}
+		for r.Next() {
+			var j string
+			var m map[string]any
+			if err := r.Scan(&j); err != nil || json.Unmarshal([]byte(j), &m) != nil {
+				tg.t.Fatal(err, j)
+			}
+			list = append(list, m)
+		}
+		r.Close()
+	}
+	out := map[string]map[string]any{}
+	for i, m := range list {
+		k := fmt.Sprint(m["ID"])
+		if _, ok := m["ID"]; !ok {
+			k = fmt.Sprint(i)
+		}
+		if _, dup := out[k]; dup {
+			tg.t.Fatalf("table %s holds key %s twice", table, k)
+		}
+		out[k] = m
+	}
+	return out
+}
+
+// Table is the qualified table of a stream name in s.
+func Table(s Settings, name string) interface{ String() string } {
+	x := &conn{s: s}
+	return x.table(TableName(name))
+}
+
+var mem = memory.DefaultAllocator
+
+func ordersSchema() *arrow.Schema {
+	return change.Schema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "amount", Type: &arrow.Decimal128Type{Precision: 12, Scale: 2}, Nullable: true},
+		{Name: "at", Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}, Nullable: true},
+		{Name: "attrs", Type: arrow.StructOf(arrow.Field{Name: "color", Type: arrow.BinaryTypes.String, Nullable: true},
+			arrow.Field{Name: "size", Type: arrow.PrimitiveTypes.Int32, Nullable: true}), Nullable: true},
+		{Name: "tags", Type: arrow.ListOf(arrow.BinaryTypes.String), Nullable: true},
+	}, []string{"id"})
+}
+
+type order struct {
+	op     change.Op
+	id     int64
+	name   string
+	cents  int64
+	color  string
+	tags   []string
+	atUnix int64
+}
+
+func orders(s *arrow.Schema, rows ...order) arrow.RecordBatch {
+	b := change.NewBuilder(mem, s)
+	defer b.Release()
+	for _, r := range rows {
+		b.Field(0).(*array.Int64Builder).Append(r.id)
+		if r.op == change.OpDelete {
+			for i := 1; i < len(s.Fields())-2; i++ {
+				b.Field(i).AppendNull()
+			}
+			b.Row(r.op, "")
+			continue
+		}
+		b.Field(1).(*array.StringBuilder).Append(r.name)
+		b.Field(2).(*array.Decimal128Builder).Append(decimal128.FromI64(r.cents))
+		b.Field(3).(*array.TimestampBuilder).Append(arrow.Timestamp(r.atUnix * 1_000_000))
+		sb := b.Field(4).(*array.StructBuilder)
+		sb.Append(true)
+		sb.FieldBuilder(0).(*array.StringBuilder).Append(r.color)
+		sb.FieldBuilder(1).(*array.Int32Builder).Append(int32(r.id))
+		lb := b.Field(5).(*array.ListBuilder)
+		lb.Append(true)
+		for _, tg := range r.tags {
+			lb.ValueBuilder().(*array.StringBuilder).Append(tg)
+		}
+		for i := 6; i < len(s.Fields())-2; i++ {
+			b.Field(i).AppendNull()
+		}
+		b.Row(r.op, "")
+	}
+	return b.NewBatch()
+}
+
+func item(stream string, seq uint64, rec arrow.RecordBatch) serve.Item {
+	return serve.Item{Stream: stream, Record: rec, Sequence: seq}
+}
+
+// TestApplyMergesByKeyAndSkipsReplays: inserts, then updates and deletes in one apply (folded per key: an
+// insert then delete of the same key leaves nothing), values of every kind read back, a replay skipped, the
+// state rows read by LastApplied.
+func TestApplyMergesByKeyAndSkipsReplays(t *testing.T) {
+	tg := newTarget(t, nil)
+	s := ordersSchema()
+	st := tg.prefix + "public.orders"
+	tbl := TableName(st)
+	r1 := orders(s, order{op: change.OpInsert, id: 1, name: "a", cents: 1050, color: "red", tags: []string{"x"}, atUnix: 1700000000},
+		order{op: change.OpInsert, id: 2, name: "b", cents: 20000, color: "blue", tags: []string{}, atUnix: 1700000001},
+		order{op: change.OpInsert, id: 3, name: "c", cents: -1, color: "green", tags: []string{"y", "z"}, atUnix: 1700000002})
+	defer r1.Release()
+	if res := tg.apply(1, 1, item(st, 1, r1)); res.Skipped || res.Rows != 3 {
+		t.Fatalf("apply 1: %+v", res)
+	}
+	r2 := orders(s, order{op: change.OpUpdate, id: 1, name: "a2", cents: 1, color: "red", atUnix: 1700000003},
+		order{op: change.OpDelete, id: 2},
+		order{op: change.OpInsert, id: 4, name: "d", cents: 7, color: "black", atUnix: 1700000004},
+		order{op: change.OpDelete, id: 4},
+		order{op: change.OpInsert, id: 5, name: `q"uo'te\`, cents: 99, color: "", atUnix: 1700000005})
+	defer r2.Release()
+	tg.apply(2, 2, item(st, 2, r2))
+
+	got := tg.rows(tbl)
+	want := map[string]map[string]any{
+		"1": {"ID": 1.0, "NAME": "a2", "AMOUNT": 0.01, "ATTRS": map[string]any{"color": "red", "size": 1.0}, "TAGS": []any{}},
+		"3": {"ID": 3.0, "NAME": "c", "AMOUNT": -0.01, "ATTRS": map[string]any{"color": "green", "size": 3.0}, "TAGS": []any{"y", "z"}},
+		"5": {"ID": 5.0, "NAME": `q"uo'te\`, "AMOUNT": 0.99, "ATTRS": map[string]any{"color": "", "size": 5.0}, "TAGS": []any{}},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("rows %v, want keys 1, 3, 5", got)
+	}
+	for k, w := range want {
+		for c, v := range w {
+			if fmt.Sprint(got[k][c]) != fmt.Sprint(v) {
+				t.Errorf("id %s column %s: %v, want %v", k, c, got[k][c], v)
+			}
+		}
+		if at, _ := got[k]["AT"].(string); !strings.HasPrefix(at, "2023-11-14") {
+			t.Errorf("id %s AT %v, want 2023-11-14…", k, got[k]["AT"])
+		}
+	}
+	// A replay of sequence 2 is skipped and changes nothing.
+	if res := tg.apply(2, 2, item(st, 2, r1)); !res.Skipped {
+		t.Fatalf("replay of 2 applied: %+v", res)
+	}
+	if n := len(tg.rows(tbl)); n != 3 {
+		t.Fatalf("after the replay %d rows", n)
+	}
+	a, err := tg.d.LastApplied(tctx(t), tg.settings, "p")
+	if err != nil || a.Sequence != 2 || a.Streams[st] != 2 {
+		t.Fatalf("LastApplied %+v, %v", a, err)
+	}
+}
+
+// TestCoalescedRangeAppliesOnlyPastTheFence: a range [2, 4] over a destination holding 3 writes only the
+// items of entry 4; a range it holds entirely is skipped.
+func TestCoalescedRangeAppliesOnlyPastTheFence(t *testing.T) {
+	tg := newTarget(t, nil)
+	s := ordersSchema()
+	st := tg.prefix + "orders"
+	mk := func(id int64, name string) arrow.RecordBatch {
+		return orders(s, order{op: change.OpInsert, id: id, name: name, color: "c", atUnix: 1})
+	}
+	b1, b2, b3, b4 := mk(1, "one"), mk(2, "two"), mk(3, "three"), mk(1, "one again")
+	defer func() { b1.Release(); b2.Release(); b3.Release(); b4.Release() }()
+	tg.apply(1, 3, item(st, 1, b1), item(st, 2, b2), item(st, 3, b3))
+	// Entry 2 carries a row that would be visible if the held part were applied again: id 2 renamed.
+	b2x := mk(2, "two, replayed")
+	defer b2x.Release()
+	if res := tg.apply(2, 4, item(st, 2, b2x), item(st, 4, b4)); res.Skipped || res.Rows != 1 {
+		t.Fatalf("range [2,4] over fence 3: %+v, want 1 row applied", res)
+	}
+	got := tg.rows(TableName(st))
+	if got["2"]["NAME"] != "two" || got["1"]["NAME"] != "one again" || len(got) != 3 {
+		t.Fatalf("rows %v", got)
+	}
+	if res := tg.apply(3, 4, item(st, 4, b2x)); !res.Skipped {
+		t.Fatalf("range [3,4] over fence 4 applied: %+v", res)
+	}
+}
+
+// TestSchemaEvolution: a grown schema adds its column; a column whose type Snowflake cannot change stops the
+// apply with a data error naming the column and both types, and nothing of the apply is written.
+func TestSchemaEvolution(t *testing.T) {
+	tg := newTarget(t, nil)
+	st := tg.prefix + "items"
+	s1 := change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int32}, {Name: "qty", Type: arrow.PrimitiveTypes.Int64, Nullable: true}}, []string{"id"})
+	b := change.NewBuilder(mem, s1)
+	b.Field(0).(*array.Int32Builder).Append(1)
+	b.Field(1).(*array.Int64Builder).Append(5)
+	b.Row(change.OpInsert, "")
+	r1 := b.NewBatch()
+	b.Release()
+	defer r1.Release()
+	tg.apply(1, 1, serve.Item{Stream: st, Schema: &serve.Stream{Name: st, Schema: s1}, Sequence: 1}, item(st, 1, r1))
+
+	s2 := change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "qty", Type: arrow.PrimitiveTypes.Int64, Nullable: true},
+		{Name: "note", Type: arrow.BinaryTypes.String, Nullable: true}}, []string{"id"})
+	b = change.NewBuilder(mem, s2)
+	b.Field(0).(*array.Int64Builder).Append(2)
+	b.Field(1).(*array.Int64Builder).Append(6)
+	b.Field(2).(*array.StringBuilder).Append("new column")
+	b.Row(change.OpInsert, "")
+	r2 := b.NewBatch()
+	b.Release()
+	defer r2.Release()
+	tg.apply(2, 2, serve.Item{Stream: st, Schema: &serve.Stream{Name: st, Schema: s2}, Sequence: 2}, item(st, 2, r2))
+	got := tg.rows(TableName(st))
+	if got["2"]["NOTE"] != "new column" || got["1"]["NOTE"] != nil || fmt.Sprint(got["1"]["QTY"]) != "5" {
+		t.Fatalf("rows %v", got)
+	}
+
+	s3 := change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "qty", Type: arrow.PrimitiveTypes.Float64, Nullable: true}}, []string{"id"})
+	b = change.NewBuilder(mem, s3)
+	b.Field(0).(*array.Int64Builder).Append(3)
+	b.Field(1).(*array.Float64Builder).Append(1.5)
+	b.Row(change.OpInsert, "")
+	r3 := b.NewBatch()
+	b.Release()
+	defer r3.Release()
+	_, err := tg.d.Apply(tctx(t), serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: 3, Sequence: 3, Items: []serve.Item{item(st, 3, r3)}})
+	if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), "QTY") || !strings.Contains(err.Error(), "NUMBER(38,0)") || !strings.Contains(err.Error(), "FLOAT") {
+		t.Fatalf("int → float: %v, want a data error naming QTY, NUMBER(38,0) and FLOAT", err)
+	}
+	if _, ok := tg.rows(TableName(st))["3"]; ok {
+		t.Fatal("the refused apply wrote its row")
+	}
+}
+
+// TestKeylessStreamAppendsAndTruncates: a stream without a key appends every row; a truncate empties the
+// table in the same transaction as the rows after it.
+func TestKeylessStreamAppendsAndTruncates(t *testing.T) {
+	tg := newTarget(t, nil)
+	st := tg.prefix + "events"
+	s := change.Schema([]arrow.Field{{Name: "msg", Type: arrow.BinaryTypes.String}}, nil)
+	mk := func(msgs ...string) arrow.RecordBatch {
+		b := change.NewBuilder(mem, s)
+		defer b.Release()
+		for _, m := range msgs {
+			b.Field(0).(*array.StringBuilder).Append(m)
+			b.Row(change.OpInsert, "")
+		}
+		return b.NewBatch()
+	}
+	r1, r2, r3 := mk("a", "a", "b"), mk("c"), mk("after")
+	defer func() { r1.Release(); r2.Release(); r3.Release() }()
+	tg.apply(1, 1, item(st, 1, r1))
+	tg.apply(2, 2, item(st, 2, r2))
+	if n := len(tg.rows(TableName(st))); n != 4 {
+		t.Fatalf("%d rows after two appends, want 4", n)
+	}
+	tg.apply(3, 3, item(st, 3, r3), serve.Item{Stream: st, Truncate: true, Sequence: 3}, item(st, 3, r3))
+	got := tg.rows(TableName(st))
+	if len(got) != 1 || got["0"]["MSG"] != "after" {
+		t.Fatalf("after truncate: %v, want the one row after it", got)
+	}
+}
+
+// TestOutOfRangeTimesAreDataErrors: ±infinity as sources carry it (plugin-sdk/values) and years past 9999
+// stop the apply with a data error naming the column and the value — the engine marks the pipeline failed
+// instead of retrying a COPY the warehouse refuses — and nothing of the apply is written; the range's ends
+// apply.
+func TestOutOfRangeTimesAreDataErrors(t *testing.T) {
+	tg := newTarget(t, nil)
+	st := tg.prefix + "public.times"
+	s := change.Schema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "d", Type: arrow.FixedWidthTypes.Date32, Nullable: true},
+		{Name: "ts", Type: &arrow.TimestampType{Unit: arrow.Microsecond}, Nullable: true},
+	}, []string{"id"})
+	mk := func(id int64, d arrow.Date32, ts arrow.Timestamp) arrow.RecordBatch {
+		b := change.NewBuilder(mem, s)
+		defer b.Release()
+		b.Field(0).(*array.Int64Builder).Append(id)
+		b.Field(1).(*array.Date32Builder).Append(d)
+		b.Field(2).(*array.TimestampBuilder).Append(ts)
+		b.Row(change.OpInsert, "")
+		return b.NewBatch()
+	}
+	ends := mk(1, -719162, 253402300799999999) // 0001-01-01, 9999-12-31 23:59:59.999999
+	defer ends.Release()
+	tg.apply(1, 1, item(st, 1, ends))
+	for i, c := range []struct {
+		d    arrow.Date32
+		ts   arrow.Timestamp
+		want string
+	}{
+		{values.DateInfinity, 0, "column d: row 0: date infinity"},
+		{values.DateNegInfinity, 0, "column d: row 0: date -infinity"},
+		{0, values.TimestampInfinity, "column ts: row 0: timestamp infinity"},
+		{0, values.TimestampNegInfinity, "column ts: row 0: timestamp -infinity"},
+		{2932897, 0, "column d: row 0: date 2932897 days"},
+		{0, -62135596800000001, "column ts: row 0: timestamp -62135596800000001 us"},
+	} {
+		rec := mk(int64(10+i), c.d, c.ts)
+		_, err := tg.d.Apply(tctx(t), serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: uint64(2 + i), Sequence: uint64(2 + i), Items: []serve.Item{item(st, uint64(2+i), rec)}})
+		rec.Release()
+		if err == nil || !strings.Contains(err.Error(), c.want) || fault.ClassOf(err) != fault.Data {
+			t.Fatalf("case %d: want a data error containing %q, got %v (class %s)", i, c.want, err, fault.ClassOf(err))
+		}
+	}
+	if got := tg.rows(TableName(st)); len(got) != 1 {
+		t.Fatalf("%d rows, want only the one with the range's ends: %v", len(got), got)
+	}
+}
+
+// TestStatementsPerApply: one apply of one stream costs a fixed number of requests; the figures in
+// BENCHMARKS.md come from here.
+func TestStatementsPerApply(t *testing.T) {
+	tg := newTarget(t, nil)
+	s := ordersSchema()
+	st := tg.prefix + "orders"
+	r := orders(s, order{op: change.OpInsert, id: 1, name: "a", color: "c", atUnix: 1})
+	defer r.Release()
+	tg.apply(1, 1, item(st, 1, r)) // creates the table
+	before := tg.dest.Stats()
+	tg.apply(2, 2, item(st, 2, r))
+	after := tg.dest.Stats()
+	// read state, PUT, staging table, BEGIN, COPY, MERGE, state MERGE, COMMIT
+	if n := after.Statements - before.Statements; n != 8 {
+		t.Fatalf("a steady-state apply of one stream sent %d statements, want 8", n)
+	}
+	t.Logf("steady-state apply, one stream: %d statements, %d bytes put for %d row(s)", after.Statements-before.Statements,
+		after.BytesPut-before.BytesPut, after.RowsPut-before.RowsPut)
+}
+
+func keyPair(t *testing.T) (*rsa.PrivateKey, string) {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
+}
+
+// TestAuthentication: password, key-pair JWT and OAuth token each log in; a wrong secret of each is a config
+// error that says what to check. Stand-in only: a live account has one set of credentials.
+func TestAuthentication(t *testing.T) {
+	if live() {
+		t.Skip("needs the stand-in's configurable credentials; the live suite logs in with SKIPPR_SNOWFLAKE_* in every other test")
+	}
+	key, pemKey := keyPair(t)
+	_, otherPEM := keyPair(t)
+	db := pgtest.NewDB(t)
+	srv := snowflaketest.New(t, snowflaketest.Options{Account: "acct", User: "svc", Password: "pw", PublicKey: &key.PublicKey,
+		OAuthToken: "oauth-token", Database: "DB", Schema: "PUBLIC", Warehouse: "WH", Role: "R", ConnString: db.ConnString()})
+	for _, c := range []struct {
+		name string
+		edit func(*Settings)
+		ok   bool
+	}{
+		{"password", func(s *Settings) { s.Password = "pw" }, true},
+		{"wrong password", func(s *Settings) { s.Password = "nope" }, false},
+		{"key pair", func(s *Settings) { s.PrivateKey = pemKey }, true},
+		{"another key", func(s *Settings) { s.PrivateKey = otherPEM }, false},
+		{"oauth", func(s *Settings) { s.Token = "oauth-token" }, true},
+		{"wrong oauth", func(s *Settings) { s.Token = "other" }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := Settings{Account: "acct", User: "svc", Warehouse: "WH", Database: "DB", Role: "R",
+				Host: srv.Host, Port: srv.Port, Protocol: "http"}
+			c.edit(&s)
+			raw, _ := json.Marshal(s)
+			d := &Destination{TempDir: t.TempDir()}
+			err := d.Check(tctx(t), raw)
+			if c.ok && err != nil {
+				t.Fatalf("check: %v", err)
+			}
+			if !c.ok && (!errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "login refused")) {
+				t.Fatalf("check with a wrong secret: %v, want a config error saying the login was refused", err)
+			}
+		})
+	}
+}
+
+// TestCheckNamesEachMissingGrant: with privileges revoked, check lists each missing one with the GRANT that
+// fixes it.
+func TestCheckNamesEachMissingGrant(t *testing.T) {
+	if live() {
+		t.Skip("revokes privileges on the stand-in; a live account's grants are not the test's to change")
+	}
+	tg := newTarget(t, nil)
+	if err := tg.d.Check(tctx(t), tg.settings); err != nil {
+		t.Fatalf("check with every privilege: %v", err)
+	}
+	for _, c := range []struct {
+		revoked []string
+		grants  []string
+	}{
+		{[]string{"USAGE ON WAREHOUSE"}, []string{`GRANT USAGE ON WAREHOUSE "LOAD_WH" TO ROLE "LOADER"`}},
+		{[]string{"USAGE ON WAREHOUSE", "CREATE TABLE ON SCHEMA"}, []string{`GRANT USAGE ON WAREHOUSE "LOAD_WH" TO ROLE "LOADER"`,
+			`GRANT CREATE TABLE ON SCHEMA "ANALYTICS"."RAW" TO ROLE "LOADER"`}},
+		{[]string{"USAGE ON SCHEMA"}, []string{`GRANT USAGE ON SCHEMA "ANALYTICS"."RAW" TO ROLE "LOADER"`}},
+		{[]string{"USAGE ON DATABASE"}, []string{`GRANT USAGE ON DATABASE "ANALYTICS" TO ROLE "LOADER"`}},
+	} {
+		tg.standin.SetRevoked(c.revoked)
+		err := tg.d.Check(tctx(t), tg.settings)
+		if !errors.Is(err, fault.ErrConfig) {
+			t.Fatalf("revoked %v: %v, want a config error", c.revoked, err)
+		}
+		fix := fault.FixOf(err)
+		for _, g := range c.grants {
+			if !strings.Contains(fix, g) {
+				t.Errorf("revoked %v: fix %q lacks %s", c.revoked, fix, g)
+			}
+		}
+		if n := strings.Count(fix, "GRANT "); n != len(c.grants) {
+			t.Errorf("revoked %v: fix names %d grants, want %d: %s", c.revoked, n, len(c.grants), fix)
+		}
+	}
+}
+
+// TestSettingsRefused: missing settings and ambiguous authentication are config errors naming the fix.
+func TestSettingsRefused(t *testing.T) {
+	for _, c := range []struct{ raw, want string }{
+		{`{"user":"u","warehouse":"w","database":"d","password":"p"}`, "account"},
+		{`{"account":"a","user":"u","warehouse":"w","database":"d"}`, "exactly one"},
+		{`{"account":"a","user":"u","warehouse":"w","database":"d","password":"p","token":"t"}`, "exactly one"},
+		{`{"account":"a","user":"u","warehouse":"w","database":"d","private_key":"not pem"}`, "not PEM"},
+	} {
+		s, err := ParseSettings(json.RawMessage(c.raw))
+		if err == nil && strings.Contains(c.want, "PEM") {
+			_, err = s.Config()
+		}
+		if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want a config error about %s", c.raw, err, c.want)
+		}
+	}
+}
+
+// TestStandInRefusesOtherStatements: the stand-in answers a statement outside its allow-list with a syntax
+// error instead of running it on PostgreSQL.
+func TestStandInRefusesOtherStatements(t *testing.T) {
+	if live() {
+		t.Skip("about the stand-in")
+	}
+	tg := newTarget(t, nil)
+	cfg, err := tg.s.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = cfg
+	db := tg.db()
+	for _, q := range []string{"SELECT * FROM pg_catalog.pg_tables", `DROP TABLE "ANALYTICS"."RAW"."_SKIPPR_STATE"`,
+		`create table if not exists "ANALYTICS"."RAW"."X" ("A" VARCHAR)`} {
+		_, err := db.ExecContext(tctx(t), q)
+		if err == nil || !strings.Contains(err.Error(), "outside the documented Snowflake syntax") {
+			t.Errorf("%s: %v, want a refusal", q, err)
+		}
+	}
+	// Cleanup would flag the refusals as the plugin's: they were this test's own.
+	got := tg.standin.Rejected()
+	sort.Strings(got)
+	if len(got) != 3 {
+		t.Fatalf("rejected %q", got)
+	}
+	tg.standin.ResetRejected()
+}
+
+// TestOrphanedTransactionIsAborted: a process that died inside its apply transaction leaves it open, holding
+// the locks of its MERGE (Snowflake keeps it until the session expires, hours later). The next process aborts
+// it by its name and applies, instead of waiting on the locks.
+func TestOrphanedTransactionIsAborted(t *testing.T) {
+	tg := newTarget(t, nil)
+	s := ordersSchema()
+	st := tg.prefix + "orders"
+	r := orders(s, order{op: change.OpInsert, id: 1, name: "a", color: "c", atUnix: 1})
+	defer r.Release()
+	tg.apply(1, 1, item(st, 1, r))
+
+	// The dead process: its named transaction updated the state row and never ended.
+	cfg, err := tg.s.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := sql.OpenDB(sfConnector(*cfg))
+	defer dead.Close()
+	conn, err := dead.Conn(tctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	db, sc := tg.s.Database, tg.s.Schema
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{sfsqlBegin(TxName("p")), nil},
+		{sfsqlUpsertState(db, sc), []any{"p", "", "9"}},
+	} {
+		if _, err := conn.ExecContext(tctx(t), q.sql, q.args...); err != nil {
+			t.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+
+	next := serve.NewSessions(&Destination{TempDir: t.TempDir()})
+	defer next.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	r2 := orders(s, order{op: change.OpInsert, id: 2, name: "b", color: "c", atUnix: 1})
+	defer r2.Release()
+	res, err := next.Apply(ctx, serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: 2, Sequence: 2, Items: []serve.Item{item(st, 2, r2)}})
+	if err != nil || res.Skipped {
+		t.Fatalf("apply after an orphaned transaction: %+v, %v", res, err)
+	}
+	if got := tg.rows(TableName(st)); len(got) != 2 {
+		t.Fatalf("rows %v", got)
+	}
+	if a, err := next.LastApplied(tctx(t), tg.settings, "p"); err != nil || a.Sequence != 2 {
+		t.Fatalf("LastApplied %+v, %v: the orphan's state update must be gone", a, err)
+	}
+}
