@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,12 +14,15 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/failpoint"
 	"github.com/skippr-dev/skippr/internal/testplugins"
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
 )
 
 // TestCrashPoints kills `skippr sync --once` at each named crash point of the engine (engine/failpoint), on
 // both WAL backends, and checks that a rerun without the point completes the destination row by row: nothing
 // lost, nothing applied twice. Each point fires at its second hit, so the crash lands with entries already
-// committed, applied and reclaimed behind it. The core is built with the failpoints tag; the release build
+// committed, applied and reclaimed behind it. The rerun must resume at the entry the destination holds (so an
+// engine that forgot a destination's own record would fail here even though the destination skips a replayed
+// range). The core is built with the failpoints tag; the release build
 // carries none of this.
 func TestCrashPoints(t *testing.T) {
 	skippr := testplugins.BuildSkipprWithTags(t, "failpoints")
@@ -54,9 +59,24 @@ func TestCrashPoints(t *testing.T) {
 					t.Fatalf("sync died without the line %q:\n%s", line, stderr.String())
 				}
 
+				// What the destination holds after the crash: the rerun must resume exactly there, learning it
+				// from the destination (a range applied and not yet recorded by the engine included).
+				held, err := filedest.Load(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var last uint64
+				if seqs := held.Sequences["orders"]; len(seqs) > 0 {
+					last = seqs[len(seqs)-1]
+				}
+
 				// The rerun, without the point; on S3 it waits out the dead writer's lease.
 				start := time.Now()
-				e.mustRun("sync", "--once", "--wait-lock")
+				r := e.mustRun("sync", "--once", "--wait-lock")
+				m := regexp.MustCompile(`destination resumes.* applied=(\d+)`).FindStringSubmatch(r.stderr)
+				if m == nil || m[1] != strconv.FormatUint(last, 10) {
+					t.Fatalf("the rerun resumed at %v, want applied=%d (the destination's last entry):\n%s", m, last, r.stderr)
+				}
 				st := compare(t, out, w)
 				t.Logf("%s on %s: the rerun took %s; %d WAL entries applied in all", point, backend, time.Since(start).Round(time.Millisecond), len(st.Sequences["orders"]))
 			})
