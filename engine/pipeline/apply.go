@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/skippr-dev/skippr/engine/failpoint"
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
@@ -50,22 +51,11 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 			}
 			rng := entries[:n]
 			entries = entries[n:]
-			for k, e := range rng {
-				if e.Seq != applied+1+uint64(k) {
-					return fmt.Errorf("pipeline %s: destination %s: WAL entry %d follows %d: entries are missing: %w", cfg.Name, d.Name, e.Seq, applied+uint64(k), wal.ErrMissing)
-				}
-			}
 			began = time.Now()
-			resp, sum, err := r.applyRange(ctx, i, rng)
-			if err != nil {
+			if err := r.apply(ctx, i, applied, rng); err != nil {
 				return err
 			}
-			cfg.Observer.Applied(d.Name, sum, resp.Skipped, time.Since(began))
-			applied = sum.Seq
-			r.log.Debug("applied", "destination", d.Name, "first", sum.First, "seq", sum.Seq, "rows", resp.Rows, "skipped", resp.Skipped)
-			if err := r.advance(ctx, i, sum.Seq, resp.Rows); err != nil {
-				return err
-			}
+			applied = rng[len(rng)-1].Seq
 			if r.coalesce[i] {
 				// Entries committed during the apply join the next range: list again rather than send the
 				// rest of this listing in pieces.
@@ -73,6 +63,30 @@ func (r *runner) applyLoop(ctx context.Context, i int) error {
 			}
 		}
 	}
+}
+
+// apply is one apply of the range rng, which must follow applied, to destination i, and the record of its
+// result: the step between the WAL and a destination.
+func (r *runner) apply(ctx context.Context, i int, applied uint64, rng []wal.CommitRecord) error {
+	cfg := r.cfg
+	d := cfg.Destinations[i]
+	for k, e := range rng {
+		if e.Seq != applied+1+uint64(k) {
+			return fmt.Errorf("pipeline %s: destination %s: WAL entry %d follows %d: entries are missing: %w", cfg.Name, d.Name, e.Seq, applied+uint64(k), wal.ErrMissing)
+		}
+	}
+	began := time.Now()
+	resp, sum, err := r.applyRange(ctx, i, rng)
+	if err != nil {
+		return err
+	}
+	// The destination holds the range; until advance, the engine does not know it (a restart asks LastApplied).
+	if err := failpoint.Hit(failpoint.PipelineAfterApply); err != nil {
+		return fmt.Errorf("pipeline %s: destination %s: WAL entries %d..%d: %w", cfg.Name, d.Name, sum.First, sum.Seq, err)
+	}
+	cfg.Observer.Applied(d.Name, sum, resp.Skipped, time.Since(began))
+	r.log.Debug("applied", "destination", d.Name, "first", sum.First, "seq", sum.Seq, "rows", resp.Rows, "skipped", resp.Skipped)
+	return r.advance(ctx, i, sum.Seq, resp.Rows)
 }
 
 // takeRange is how many of entries (at least one) the next coalesced apply takes under lim.
@@ -174,6 +188,11 @@ func (r *runner) applyRange(ctx context.Context, i int, rng []wal.CommitRecord) 
 				}
 			}
 			frames = nil
+		}
+		// Every item is sent and the destination not yet told the range ended, so it has not committed it.
+		if err := failpoint.Hit(failpoint.PipelineApplySent); err != nil {
+			readErr = fmt.Errorf("pipeline %s: destination %s: WAL entries %d..%d: %w", cfg.Name, d.Name, first.Seq, last.Seq, err)
+			cancel()
 		}
 	}
 	resp, err := d.Plugin.ApplyRange(actx, d.Settings, cfg.Name, first.Seq, last.Seq, items)

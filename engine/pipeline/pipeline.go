@@ -13,6 +13,24 @@
 // The only state that matters across a crash lives in the WAL (entries and the source checkpoint each covers)
 // and in each destination (the highest sequence number it applied, committed atomically with the data). Run
 // reconstructs everything else from those two at start, which is why a SIGKILL anywhere is just a restart.
+//
+// # The commit loop and its crash points
+//
+// One Read of the source is a commitLoop (read.go): one run loop whose cases each call a step — read (take a
+// message from the source stream), groupCommit (segment and commit record, beside the reading), ack (the
+// source, after the commit record), commitDone (hand the entry to the apply loops) — with the state in the
+// struct. Each destination's applyLoop calls apply (one range, then advance); reclaim runs beside them. A
+// binary built with the failpoints tag can stop at the named points between these steps (engine/failpoint
+// holds the list and how to arm them):
+//
+//	wal.after-segment         segment durable, no commit record          (wal.Log.Commit)
+//	pipeline.after-commit     commit record durable, source not acked    (runner.commit)
+//	pipeline.after-ack        source acked, entry not yet handed on       (runner.ack)
+//	pipeline.apply-sent       a range sent to a destination, not ended    (runner.applyRange)
+//	pipeline.after-apply      a destination committed, not yet recorded   (runner.apply)
+//	wal.after-reclaim-record  reclaim recorded, nothing deleted yet       (wal.Log.Reclaim)
+//
+// A crash at each of them loses nothing and applies nothing twice (cmd/skippr's TestCrashPoints).
 package pipeline
 
 import (

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/skippr-dev/skippr/engine/failpoint"
 	"github.com/skippr-dev/skippr/engine/resnapshot"
 	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/engine/wal"
@@ -101,12 +102,13 @@ func (r *runner) readOnce(ctx context.Context, from []byte, included []resnapsho
 	if len(included) > 0 {
 		r.log.Info("source read restarts with resnapshot requests", "streams", streamsOf(included))
 	}
-	msgs := make(chan readResult, 16)
+	l := newCommitLoop(ctx, r, included)
+	defer l.close()
 	go func() {
 		for {
 			m, err := rs.Next()
 			select {
-			case msgs <- readResult{m, err}:
+			case l.msgs <- readResult{m, err}:
 			case <-readCtx.Done():
 				return
 			}
@@ -115,160 +117,205 @@ func (r *runner) readOnce(ctx context.Context, from []byte, included []resnapsho
 			}
 		}
 	}()
-	var (
-		g        group
-		inflight bool
-		stalled  *stalledEntry // set while the WAL's disk is full
-		results  = make(chan commitResult, 1)
-		timer    = time.NewTimer(time.Hour)
-		retry    = time.NewTimer(time.Hour)
-		poll     *time.Ticker
-		reread   bool // a new resnapshot request waits for this Read to end
-	)
-	defer timer.Stop()
-	defer retry.Stop()
-	var pollC <-chan time.Time
-	if cfg.Resnapshots != nil {
-		poll = time.NewTicker(cfg.ResnapshotPoll)
-		defer poll.Stop()
-		pollC = poll.C
-	}
+	return l.run(ctx)
+}
+
+// commitLoop turns one Read of the source into WAL entries. Its run loop is the one place that decides what
+// happens next; each of its cases calls one step, a method named for it (read, groupCommit, commitDone, …),
+// and the state the steps share lives here rather than in closures. The steps that touch the outside world are
+// where the crash points of engine/failpoint sit (package doc, Crash points).
+type commitLoop struct {
+	r   *runner
+	cfg Config
+
+	included []resnapshot.Request // the re-snapshot requests this Read carries, until an entry records them
+	msgs     chan readResult      // the source's messages, from the goroutine reading its stream
+	g        group                // the next entry, gathering
+	inflight bool                 // a commit runs; its result comes on results
+	results  chan commitResult
+	stalled  *stalledEntry // set while the WAL's disk is full
+	timer    *time.Timer   // MaxDelay of the oldest uncommitted frame
+	retry    *time.Timer   // the next retry of a stalled entry
+	poll     *time.Ticker  // `skippr resnapshot` requests (nil without Config.Resnapshots)
+	reread   bool          // a new resnapshot request waits for this Read to end
 	// A soft stop (the first SIGTERM) stops the reading and lets the commit in flight finish; frames read but
 	// not committed are read again after the restart, since the source was never acknowledged for them.
-	drain, draining := shutdown.Draining(ctx), false
-	startCommit := func(frames []wal.Frame, cp *pluginv1.Checkpoint) {
-		inflight = true
-		go func() {
-			rec, err := r.commit(ctx, frames, cp)
-			results <- commitResult{rec, err, frames, cp}
-		}()
+	drain    <-chan struct{}
+	draining bool
+}
+
+func newCommitLoop(ctx context.Context, r *runner, included []resnapshot.Request) *commitLoop {
+	l := &commitLoop{
+		r:        r,
+		cfg:      r.cfg,
+		included: included,
+		msgs:     make(chan readResult, 16),
+		results:  make(chan commitResult, 1),
+		timer:    time.NewTimer(time.Hour),
+		retry:    time.NewTimer(time.Hour),
+		drain:    shutdown.Draining(ctx),
+	}
+	if r.cfg.Resnapshots != nil {
+		l.poll = time.NewTicker(r.cfg.ResnapshotPoll)
+	}
+	return l
+}
+
+func (l *commitLoop) close() {
+	l.timer.Stop()
+	l.retry.Stop()
+	if l.poll != nil {
+		l.poll.Stop()
+	}
+}
+
+// run is the loop: it starts a commit when one is due, ends the Read when its work is done, and otherwise
+// waits for the next event and hands it to its step.
+func (l *commitLoop) run(ctx context.Context) error {
+	var pollC <-chan time.Time
+	if l.poll != nil {
+		pollC = l.poll.C
 	}
 	for {
-		if err := r.waitBackpressure(ctx); err != nil {
+		if err := l.r.waitBackpressure(ctx); err != nil {
 			return err
 		}
-		switch {
-		case inflight:
-		case draining:
-			return errStopped
-		case stalled != nil:
-			if stalled.retryNow {
-				stalled.retryNow = false
-				startCommit(stalled.frames, stalled.cp)
-			}
-		case g.committable > 0:
-			frames, cp := g.take()
-			r.arm(&g, timer)
-			startCommit(frames, cp)
+		if err := l.startDue(ctx); err != nil {
+			return err
 		}
-		if reread && !inflight && stalled == nil && g.committable == 0 && !draining {
-			return errReread
+		if done, err := l.finished(ctx); done {
+			return err
 		}
-		if cfg.Once && g.idle && !inflight && stalled == nil && len(g.frames) == 0 {
-			return r.waitApplied(ctx, drain)
-		}
-		// A full disk stops the reading, not the pipeline: apply and reclaim go on and free the space.
-		input := msgs
-		if draining || stalled != nil || (inflight && g.full(cfg)) || reread {
-			input = nil
-		}
-		var progress chan struct{}
-		if stalled != nil && !inflight {
-			r.mu.Lock()
-			progress = r.changed
-			stalled.retryNow = stalled.retryNow || r.reclaimed > stalled.reclaimed
-			r.mu.Unlock()
-			if stalled.retryNow {
-				continue
-			}
+		progress, retryNow := l.stallWait()
+		if retryNow {
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-drain:
-			drain, draining = nil, true
-			r.stopping()
-		case res := <-results:
-			inflight = false
-			if draining && errors.Is(res.err, wal.ErrNoSpace) {
-				return errStopped // the entry was not written and the source not acknowledged: nothing lost
-			}
-			if errors.Is(res.err, wal.ErrNoSpace) {
-				if stalled == nil {
-					r.diskFull(true, res.err)
-				}
-				r.mu.Lock()
-				stalled = &stalledEntry{frames: res.frames, cp: res.cp, reclaimed: r.reclaimed}
-				r.mu.Unlock()
-				retry.Reset(diskFullRetry)
-				continue
-			}
-			if res.err != nil {
-				return res.err
-			}
-			if stalled != nil {
-				stalled = nil
-				retry.Stop()
-				r.diskFull(false, nil)
-			}
-			r.committed(res.rec)
-			r.mu.Lock()
-			r.lastCP = res.cp.Position
-			r.mu.Unlock()
-			if len(included) > 0 {
-				r.resnapshotsTaken(included)
-				included = nil
+		case <-l.drain:
+			l.stop()
+		case res := <-l.results:
+			if err := l.commitDone(res); err != nil {
+				return err
 			}
 		case <-pollC:
-			if !reread && len(r.newResnapshots(included)) > 0 {
-				reread = true
-			}
+			l.pollResnapshots()
 		case <-progress:
-		case <-retry.C:
-			if stalled != nil {
-				// A reclaim that failed for want of space itself is due again too.
-				if err := r.reclaim(ctx); err != nil {
-					return err
-				}
-				stalled.retryNow = true
-				retry.Reset(diskFullRetry)
+		case <-l.retry.C:
+			if err := l.retryStalled(ctx); err != nil {
+				return err
 			}
-		case <-timer.C:
-			r.arm(&g, timer)
-		case res := <-input:
-			if res.err != nil {
-				return fmt.Errorf("pipeline %s: source %s: %w", cfg.Name, cfg.Source.Name, res.err)
-			}
-			m := res.m
-			switch {
-			case m.Batch != nil:
-				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameBatch, Stream: m.Batch.Stream, Rows: m.Batch.Rows, Data: m.Batch.IPC})
-				cfg.Observer.Read(m.Batch.Stream, m.Batch.Rows, int64(len(m.Batch.IPC)))
-				g.idle = false
-			case m.Schema != nil:
-				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameSchema, Stream: m.Schema.Name, Data: m.Schema.ArrowSchema})
-			case m.Truncate != "":
-				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameTruncate, Stream: m.Truncate})
-				g.idle = false
-			case m.Resnapshot != nil:
-				mark, state := wal.ResnapshotBegin, "copying"
-				if m.Resnapshot.End {
-					mark, state = wal.ResnapshotEnd, "done"
-				}
-				r.addFrame(&g, timer, wal.Frame{Kind: wal.FrameResnapshot, Stream: m.Resnapshot.Stream, Data: []byte{mark}})
-				r.setResnapshot(m.Resnapshot.Stream, ResnapshotStatus{State: state})
-				g.idle = false
-			case m.Checkpoint != nil:
-				g.committable, g.bytes, g.pending = len(g.frames), g.bytes+g.pending, 0
-				g.checkpoint, g.idle = m.Checkpoint, m.Checkpoint.Idle
-				r.resnapshotProgress(m.Checkpoint)
-				r.sourceProgress(m.Checkpoint)
+		case <-l.timer.C:
+			l.arm()
+		case res := <-l.input():
+			if err := l.read(res); err != nil {
+				return err
 			}
 		}
 	}
 }
 
-func (r *runner) addFrame(g *group, timer *time.Timer, f wal.Frame) {
+// startDue starts the commit that is due, if none is in flight: a stalled entry's retry, or the committable
+// frames gathered. A soft stop with no commit in flight ends the Read instead.
+func (l *commitLoop) startDue(ctx context.Context) error {
+	switch {
+	case l.inflight:
+	case l.draining:
+		return errStopped
+	case l.stalled != nil:
+		if l.stalled.retryNow {
+			l.stalled.retryNow = false
+			l.groupCommit(ctx, l.stalled.frames, l.stalled.cp)
+		}
+	case l.g.committable > 0:
+		frames, cp := l.g.take()
+		l.arm()
+		l.groupCommit(ctx, frames, cp)
+	}
+	return nil
+}
+
+// finished reports whether this Read is over: a new resnapshot request waits and everything committable is
+// committed (errReread), or a --once run found the source idle with everything committed (then it waits
+// for the destinations).
+func (l *commitLoop) finished(ctx context.Context) (bool, error) {
+	quiet := !l.inflight && l.stalled == nil
+	if l.reread && quiet && l.g.committable == 0 && !l.draining {
+		return true, errReread
+	}
+	if l.cfg.Once && l.g.idle && quiet && len(l.g.frames) == 0 {
+		return true, l.r.waitApplied(ctx, l.drain)
+	}
+	return false, nil
+}
+
+// input is the source's channel while the loop takes input, else nil. A full disk stops the reading, not the
+// pipeline: apply and reclaim go on and free the space.
+func (l *commitLoop) input() <-chan readResult {
+	if l.draining || l.stalled != nil || (l.inflight && l.g.full(l.cfg)) || l.reread {
+		return nil
+	}
+	return l.msgs
+}
+
+// stallWait is, for a stalled entry with no commit in flight, the channel that announces progress, and
+// whether a reclaim since the stall freed space so the entry is due again at once.
+func (l *commitLoop) stallWait() (progress chan struct{}, retryNow bool) {
+	if l.stalled == nil || l.inflight {
+		return nil, false
+	}
+	r := l.r
+	r.mu.Lock()
+	progress = r.changed
+	l.stalled.retryNow = l.stalled.retryNow || r.reclaimed > l.stalled.reclaimed
+	r.mu.Unlock()
+	return progress, l.stalled.retryNow
+}
+
+// stop enters the soft stop.
+func (l *commitLoop) stop() {
+	l.drain, l.draining = nil, true
+	l.r.stopping()
+}
+
+// read takes one message from the source stream into the gathering entry.
+func (l *commitLoop) read(res readResult) error {
+	cfg := l.cfg
+	if res.err != nil {
+		return fmt.Errorf("pipeline %s: source %s: %w", cfg.Name, cfg.Source.Name, res.err)
+	}
+	m := res.m
+	switch {
+	case m.Batch != nil:
+		l.add(wal.Frame{Kind: wal.FrameBatch, Stream: m.Batch.Stream, Rows: m.Batch.Rows, Data: m.Batch.IPC})
+		cfg.Observer.Read(m.Batch.Stream, m.Batch.Rows, int64(len(m.Batch.IPC)))
+		l.g.idle = false
+	case m.Schema != nil:
+		l.add(wal.Frame{Kind: wal.FrameSchema, Stream: m.Schema.Name, Data: m.Schema.ArrowSchema})
+	case m.Truncate != "":
+		l.add(wal.Frame{Kind: wal.FrameTruncate, Stream: m.Truncate})
+		l.g.idle = false
+	case m.Resnapshot != nil:
+		mark, state := wal.ResnapshotBegin, "copying"
+		if m.Resnapshot.End {
+			mark, state = wal.ResnapshotEnd, "done"
+		}
+		l.add(wal.Frame{Kind: wal.FrameResnapshot, Stream: m.Resnapshot.Stream, Data: []byte{mark}})
+		l.r.setResnapshot(m.Resnapshot.Stream, ResnapshotStatus{State: state})
+		l.g.idle = false
+	case m.Checkpoint != nil:
+		g := &l.g
+		g.committable, g.bytes, g.pending = len(g.frames), g.bytes+g.pending, 0
+		g.checkpoint, g.idle = m.Checkpoint, m.Checkpoint.Idle
+		l.r.resnapshotProgress(m.Checkpoint)
+		l.r.sourceProgress(m.Checkpoint)
+	}
+	return nil
+}
+
+func (l *commitLoop) add(f wal.Frame) {
+	g := &l.g
 	first := len(g.frames) == 0
 	if first {
 		g.since = time.Now()
@@ -276,18 +323,87 @@ func (r *runner) addFrame(g *group, timer *time.Timer, f wal.Frame) {
 	g.frames = append(g.frames, f)
 	g.pending += int64(len(f.Data))
 	if first {
-		r.arm(g, timer)
+		l.arm()
 	}
 }
 
 // arm sets the timer to the delay bound of the oldest uncommitted frame, so the loop notices when a gathering
 // behind a slow commit reaches MaxDelay.
-func (r *runner) arm(g *group, timer *time.Timer) {
-	if len(g.frames) == 0 {
-		timer.Stop()
+func (l *commitLoop) arm() {
+	if len(l.g.frames) == 0 {
+		l.timer.Stop()
 		return
 	}
-	timer.Reset(max(time.Until(g.since.Add(r.cfg.MaxDelay)), time.Millisecond))
+	l.timer.Reset(max(time.Until(l.g.since.Add(l.cfg.MaxDelay)), time.Millisecond))
+}
+
+// groupCommit starts the commit of frames as the next WAL entry, beside the reading; its result comes to
+// commitDone.
+func (l *commitLoop) groupCommit(ctx context.Context, frames []wal.Frame, cp *pluginv1.Checkpoint) {
+	l.inflight = true
+	go func() {
+		rec, err := l.r.commit(ctx, frames, cp)
+		l.results <- commitResult{rec, err, frames, cp}
+	}()
+}
+
+// commitDone takes the result of the commit in flight: a durable, acknowledged entry is handed to the apply
+// loops; an entry the WAL had no room for stalls the reading until it can be retried as it is.
+func (l *commitLoop) commitDone(res commitResult) error {
+	r := l.r
+	l.inflight = false
+	if errors.Is(res.err, wal.ErrNoSpace) {
+		if l.draining {
+			return errStopped // the entry was not written and the source not acknowledged: nothing lost
+		}
+		if l.stalled == nil {
+			r.diskFull(true, res.err)
+		}
+		r.mu.Lock()
+		l.stalled = &stalledEntry{frames: res.frames, cp: res.cp, reclaimed: r.reclaimed}
+		r.mu.Unlock()
+		l.retry.Reset(diskFullRetry)
+		return nil
+	}
+	if res.err != nil {
+		return res.err
+	}
+	if l.stalled != nil {
+		l.stalled = nil
+		l.retry.Stop()
+		r.diskFull(false, nil)
+	}
+	r.committed(res.rec)
+	r.mu.Lock()
+	r.lastCP = res.cp.Position
+	r.mu.Unlock()
+	if len(l.included) > 0 {
+		r.resnapshotsTaken(l.included)
+		l.included = nil
+	}
+	return nil
+}
+
+// retryStalled is the periodic retry of a stalled entry when no reclaim frees space: someone else may.
+func (l *commitLoop) retryStalled(ctx context.Context) error {
+	if l.stalled == nil {
+		return nil
+	}
+	// A reclaim that failed for want of space itself is due again too.
+	if err := l.r.reclaim(ctx); err != nil {
+		return err
+	}
+	l.stalled.retryNow = true
+	l.retry.Reset(diskFullRetry)
+	return nil
+}
+
+// pollResnapshots notices a new `skippr resnapshot` request: the Read ends once what is committable is
+// committed, and the next one carries it.
+func (l *commitLoop) pollResnapshots() {
+	if !l.reread && len(l.r.newResnapshots(l.included)) > 0 {
+		l.reread = true
+	}
 }
 
 // commit makes frames a WAL entry, then acknowledges the source. The order is the product: an Ack before the
@@ -299,12 +415,27 @@ func (r *runner) commit(ctx context.Context, frames []wal.Frame, cp *pluginv1.Ch
 	if err != nil {
 		return rec, fmt.Errorf("pipeline %s: %w", cfg.Name, err)
 	}
-	if err := cfg.Source.Plugin.Ack(ctx, cp.Position); err != nil {
-		return rec, fmt.Errorf("pipeline %s: source %s: ack WAL entry %d: %w", cfg.Name, cfg.Source.Name, rec.Seq, err)
+	if err := failpoint.Hit(failpoint.PipelineAfterCommit); err != nil {
+		return rec, fmt.Errorf("pipeline %s: WAL entry %d: %w", cfg.Name, rec.Seq, err)
+	}
+	if err := r.ack(ctx, rec, cp); err != nil {
+		return rec, err
 	}
 	r.log.Debug("committed", "seq", rec.Seq, "bytes", rec.Size, "took", time.Since(start))
 	cfg.Observer.Committed(entryOf(rec, frames), time.Since(start))
 	return rec, nil
+}
+
+// ack tells the source that everything through cp is durable in entry rec, so it may release it.
+func (r *runner) ack(ctx context.Context, rec wal.CommitRecord, cp *pluginv1.Checkpoint) error {
+	cfg := r.cfg
+	if err := cfg.Source.Plugin.Ack(ctx, cp.Position); err != nil {
+		return fmt.Errorf("pipeline %s: source %s: ack WAL entry %d: %w", cfg.Name, cfg.Source.Name, rec.Seq, err)
+	}
+	if err := failpoint.Hit(failpoint.PipelineAfterAck); err != nil {
+		return fmt.Errorf("pipeline %s: source %s: WAL entry %d: %w", cfg.Name, cfg.Source.Name, rec.Seq, err)
+	}
+	return nil
 }
 
 // committed records a durable entry and wakes the apply loops.

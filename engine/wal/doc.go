@@ -205,4 +205,11 @@
 // writes are. The local backend ignores Options.Epoch: its flock already
 // excludes a second writer, and fleet mode refuses a local WAL unless the
 // pipeline is pinned to one worker.
+//
+// # Crash points
+//
+// A failpoints build (engine/failpoint) can stop Commit at wal.after-segment
+// (segment durable, no commit record) and Reclaim at wal.after-reclaim-record
+// (checkpoint record durable, nothing deleted): the two windows this format
+// promises to survive above, as deterministic tests.
 package wal

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/skippr-dev/skippr/engine/failpoint"
 )
 
 // Options configures a Log.
@@ -540,6 +542,10 @@ func (l *Log) Commit(ctx context.Context, frames []Frame, checkpoint []byte) (Co
 		l.dropSegment(rec.Segment)
 		return CommitRecord{}, fmt.Errorf("wal commit %d: %w", seq, err)
 	}
+	if err := failpoint.Hit(failpoint.WALAfterSegment); err != nil {
+		l.dropSegment(rec.Segment)
+		return CommitRecord{}, fmt.Errorf("wal commit %d: %w", seq, err)
+	}
 	// The commit record must land while the lease is ours (doc.go, Writer exclusion).
 	wctx, cancel := withDeadline(ctx, lease.deadline())
 	defer cancel()
@@ -701,6 +707,9 @@ func (l *Log) Reclaim(ctx context.Context, upTo uint64) error {
 		return fmt.Errorf("wal reclaim through %d: write %s: %w", upTo, l.st.url(cname), noSpace(err))
 	}
 	// From here on entries <= upTo are gone for every reader; deleting is tidying.
+	if err := failpoint.Hit(failpoint.WALAfterReclaimRecord); err != nil {
+		return fmt.Errorf("wal reclaim through %d: %w", upTo, err)
+	}
 	var commits, segs, ckpts []string
 	objs, err := l.st.list(ctx, commitsDir, "")
 	if err != nil {

@@ -83,6 +83,15 @@ func BuildSkippr(t testing.TB) string {
 	return build(t, "skippr", "skippr", ".", "./cmd/skippr", []string{"CGO_ENABLED=0"}, "-tags", os.Getenv("SKIPPR_CORE_TAGS"))
 }
 
+// BuildSkipprWithTags is BuildSkippr with more build tags (say "failpoints"), as a binary of its own beside it;
+// BuildSkippr's build is untouched, and packages the tags do not change are shared in the build cache.
+func BuildSkipprWithTags(t testing.TB, tags ...string) string {
+	t.Helper()
+	all := strings.Join(append(strings.Fields(os.Getenv("SKIPPR_CORE_TAGS")), tags...), " ")
+	key := "skippr " + strings.Join(tags, " ")
+	return build(t, key, filepath.Join(fmt.Sprintf("t%x", sha256.Sum256([]byte(key)))[:17], "skippr"), ".", "./cmd/skippr", []string{"CGO_ENABLED=0"}, "-tags", all)
+}
+
 func build(t testing.TB, key, binary, moduleDir, pkg string, env []string, flags ...string) string {
 	t.Helper()
 	mu.Lock()
