@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/engine/pipeline"
-	"github.com/skippr-dev/skippr/internal/s3test"
 	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
+	"github.com/skippr-dev/skippr/testkit/s3test"
 )
 
 var versity s3test.Shared

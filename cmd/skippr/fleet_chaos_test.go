@@ -18,9 +18,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/skippr-dev/skippr/internal/s3test"
 	"github.com/skippr-dev/skippr/testkit/netns"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
+	"github.com/skippr-dev/skippr/testkit/s3test"
 )
 
 // fleetPGTables is how many of the chaos fleet's pipelines read Postgres (the others read datagen).

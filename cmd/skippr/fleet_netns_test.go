@@ -17,8 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/skippr-dev/skippr/internal/s3test"
 	"github.com/skippr-dev/skippr/testkit/netns"
+	"github.com/skippr-dev/skippr/testkit/s3test"
 )
 
 // startEtcdIn starts an n-member etcd cluster inside host h (members on ports 2379+100i and 2380+100i of its
