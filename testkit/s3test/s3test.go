@@ -1,7 +1,10 @@
 // Package s3test runs a real S3-compatible server (versitygw, posix backend)
 // on 127.0.0.1 for tests: one process per test or per package, a fresh bucket
 // per test. StartIn and NewIn run it inside a network namespace instead (a
-// testkit/netns host), listening on the namespace's address.
+// testkit/netns host), listening on the namespace's address. It is the
+// testkit's one S3 harness, for the engine's WAL and commit log, the registry,
+// the benchmarks and the end-to-end tests; seaweedtest is the Iceberg REST
+// catalog (with its own S3 gateway) the iceberg plugin's catalog tests need.
 package s3test
 
 import (
@@ -19,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +30,8 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/skippr-dev/skippr/testkit/internal/proc"
 )
 
 // InstallHint is how to get the binary when it is missing.
@@ -100,15 +106,6 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
 // Start runs versitygw on a free loopback port with its data in dir and
 // returns once it answers S3 requests. Stop it with Stop.
 func Start(ctx context.Context, dir string) (*Server, error) {
@@ -140,7 +137,7 @@ func StartIn(ctx context.Context, dir string, ns Netns) (*Server, error) {
 }
 
 func start(ctx context.Context, bin, dir string, ns Netns) (*Server, error) {
-	port, err := freePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +162,8 @@ func start(ctx context.Context, bin, dir string, ns Netns) (*Server, error) {
 		"--region", Region, "--quiet",
 		"posix", dir)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	s.cmd.SysProcAttr = sysProcAttr()
+	// The server must not outlive a test binary that crashes before Cleanup.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if ns != nil {
 		if err := ns.Wrap(s.cmd); err != nil {
 			return nil, fmt.Errorf("start %s in namespace %s: %w", bin, host, err)
