@@ -19,7 +19,7 @@ import (
 // stand-in (testkit/bigquerytest: a stand-in for the cloud service, on PostgreSQL) while a writer inserts,
 // updates and deletes rows with arrays (ARRAY<STRING>), jsonb (JSON), numeric (NUMERIC) and timestamptz
 // (TIMESTAMP) values, SIGKILLs the engine during the snapshot and during streaming and the bigquery plugin
-// alone, makes the plugin exit between staging and commit (its test_crash_dir hook), then adds a column in the source, and compares the two tables row by row after a final sync.
+// alone, makes the plugin exit between staging and commit (its test_crash_dir hook: at the first apply, certain to come, and at every 25th), then adds a column in the source, and compares the two tables row by row after a final sync.
 func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
 	src := pgtest.NewDB(t)
 	bq := bigquerytest.Start(t, "skippr-chaos")
@@ -37,7 +37,7 @@ func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
 	harness.CreateOrders(t, ctx, sc, 20000)
 
 	e := harness.NewEnv(t)
-	// Besides the SIGKILLs, the plugin exits on purpose right before the commit of every 25th apply (once
+	// Besides the SIGKILLs, the plugin exits on purpose right before the commit of its first apply and of every 25th (once
 	// each): the window where rows are staged and nothing is committed is hit every time, not by luck.
 	crashes := t.TempDir()
 	// The bigquery plugin joins this test's registry (the other tests do not need it built).

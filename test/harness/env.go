@@ -85,6 +85,82 @@ func (e *Env) Run(args ...string) Result {
 	return Result{out.String(), errb.String(), code}
 }
 
+// MustRunWhileProgressing is MustRun for a command whose length depends on the machine's load (a `sync --once`
+// catching up): instead of a fixed limit it fails only when progress() — a fingerprint of what the command
+// changes, such as WALProgress — and the command's stderr have both stayed the same for stall. A run that keeps
+// moving is never cut short however slow the machine; a stuck one fails within stall.
+func (e *Env) MustRunWhileProgressing(stall time.Duration, progress func() string, args ...string) Result {
+	e.T.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cmd := e.Cmd(ctx, args...)
+	var out bytes.Buffer
+	errb := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = &out, errb
+	if err := cmd.Start(); err != nil {
+		e.T.Fatalf("skippr %v: %v", args, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	last, lastErrLen, movedAt := progress(), 0, time.Now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var err error
+wait:
+	for {
+		select {
+		case err = <-done:
+			break wait
+		case <-tick.C:
+			now, n := progress(), len(errb.String())
+			if now != last || n != lastErrLen {
+				last, lastErrLen, movedAt = now, n, time.Now()
+				continue
+			}
+			if time.Since(movedAt) > stall {
+				cancel()
+				<-done
+				e.T.Fatalf("skippr %s: no progress for %s (last: %s)\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stall, last, out.String(), errb.String())
+			}
+		}
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		e.T.Fatalf("skippr %v: %v", args, err)
+	}
+	if code != 0 {
+		e.T.Fatalf("skippr %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), code, out.String(), errb.String())
+	}
+	return Result{out.String(), errb.String(), code}
+}
+
+// WALProgress fingerprints a local WAL directory (every file's path, size and modification time): it changes
+// with every commit, checkpoint and reclaimed segment, so a run that writes to the WAL shows it is moving.
+func WALProgress(t testing.TB, dir string) func() string {
+	return func() string {
+		var b strings.Builder
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return nil // a segment reclaimed while walking
+				}
+				return err
+			}
+			if info, err := d.Info(); err == nil {
+				fmt.Fprintf(&b, "%s %d %d;", p, info.Size(), info.ModTime().UnixNano())
+			}
+			return nil
+		})
+		if err != nil {
+			t.Errorf("walk %s: %v", dir, err)
+		}
+		return b.String()
+	}
+}
+
 func (e *Env) MustRun(args ...string) Result {
 	e.T.Helper()
 	r := e.Run(args...)
