@@ -55,6 +55,7 @@ func NewEnvWith(t *testing.T, plugins ...string) *Env {
 	return e
 }
 
+// Cmd is `skippr args…` as the test's user runs it (its home, its directory), not started.
 func (e *Env) Cmd(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, e.skippr, args...)
 	cmd.Dir = e.Dir
@@ -62,11 +63,14 @@ func (e *Env) Cmd(ctx context.Context, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// Result is a finished command: what it printed and its exit code.
 type Result struct {
 	Stdout, Stderr string
 	Code           int
 }
 
+// Run runs `skippr args…` in the test's directory and returns its output and exit code; a run still going
+// after two minutes is killed.
 func (e *Env) Run(args ...string) Result {
 	e.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -161,6 +165,7 @@ func WALProgress(t testing.TB, dir string) func() string {
 	}
 }
 
+// MustRun is Run that fails the test unless the command exits 0.
 func (e *Env) MustRun(args ...string) Result {
 	e.T.Helper()
 	r := e.Run(args...)
