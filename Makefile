@@ -89,8 +89,10 @@ bench: build tools
 	cd engine/wal && VERSITYGW=$(VERSITYGW) $(GO) test -run '^$$' -bench CommitUnderReclaim -benchtime 1000x .
 	cd plugins/iceberg && for v in snapshot/pqarrow snapshot/iceberg changes/pqarrow changes/iceberg; do SKIPPR_ICEBERG_BENCH_ROWS=10000000 $(GO) test -run '^$$' -bench "BenchmarkLake/$$v" -benchtime 1x -timeout 60m ./lake/ || exit 1; done
 
+# Every kill and fault test at high counts: all of test/chaos (every *SurvivesSIGKILL test, TestChaos,
+# TestChaosFaults) and test/fleet's TestFleetChaos, the two packages side by side.
 chaos: build tools
-	cd cmd/skippr && VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) SKIPPR_CHAOS_KILLS=100 SKIPPR_CHAOS_FAULTS=100 SKIPPR_FLEET_CHAOS_FAULTS=40 $(GO) test -count=1 -timeout 60m -run Chaos -v .
+	VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) SKIPPR_CHAOS_KILLS=100 SKIPPR_CHAOS_FAULTS=100 SKIPPR_FLEET_CHAOS_FAULTS=40 $(GO) test -count=1 -timeout 90m -v ./test/chaos ./test/fleet
 
 # The engine's failpoints build is vetted too (engine/failpoint: files that exist only under that tag).
 lint:

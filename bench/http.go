@@ -16,7 +16,7 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/wal"
-	"github.com/skippr-dev/skippr/internal/s3test"
+	"github.com/skippr-dev/skippr/testkit/s3test"
 )
 
 // httpLoad drives the HTTP source with a fixed number of requests from concurrent loopback clients and

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/skippr-dev/skippr/internal/s3test"
+	"github.com/skippr-dev/skippr/testkit/s3test"
 )
 
 // A registry folder uploaded to a real S3-compatible server (versitygw on

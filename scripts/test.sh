@@ -1,33 +1,43 @@
 #!/usr/bin/env bash
 # `make test`: every module's tests (`go test ./...` stops at module boundaries, so each module runs on its own).
 #
-# TestFleetChaos (cmd/skippr, ~13 min for its 20 faults) spends most of its time waiting: for etcd leases to
-# lapse, for elections, for a moved pipeline's first apply. Run after the root module's other tests it was the
-# longest stretch of CI; run beside them, as its own `go test` process, it costs little wall time. It has its own
-# hosts (network namespaces with unique names), Postgres and S3 server, so the two processes share nothing.
+# The black-box tests of the binary are three packages by kind (test/e2e, test/chaos, test/fleet), each its own
+# test binary. test/fleet (TestFleetChaos alone is ~13 min for its 20 faults) spends most of its time waiting:
+# for etcd leases to lapse, for elections, for a moved pipeline's first apply. It runs from the start as its own
+# `go test` process beside everything else; it has its own hosts (network namespaces with unique names), Postgres
+# and S3 server, so it shares nothing with the rest. In the root module test/e2e and test/chaos are named first,
+# so `go test` (-p 2: two test binaries at a time) starts them first and they overlap each other and the engine's
+# packages instead of queueing at the end. The chaos tests run at their small default counts (`make chaos`
+# raises them).
 #
 # Every module runs even after a failure, so one CI run shows every failing module; the exit status is 1 if any
 # failed. Usage: scripts/test.sh MODULE... (the environment passes VERSITYGW, SEAWEEDFS and GOFLAGS through).
 set -uo pipefail
 GO=${GO:-go}
-chaos_test='^TestFleetChaos$'
+background=./test/fleet
+first=(./test/e2e ./test/chaos)
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
-"$GO" test -count=1 -timeout 40m -run "$chaos_test" ./cmd/skippr >"$logs/fleetchaos" 2>&1 &
-chaos=$!
+"$GO" test -count=1 -timeout 40m "$background" >"$logs/fleet" 2>&1 &
+fleet=$!
 
 failed=()
 for m in "$@"; do
 	echo "== go test $m"
-	skip=()
-	[ "$m" = . ] && skip=(-skip "$chaos_test")
-	(cd "$m" && "$GO" test -count=1 -timeout 40m "${skip[@]}" ./...) || failed+=("$m")
+	if [ "$m" = . ]; then
+		# The root module's packages with test/fleet left out (it runs above) and the slow ones first.
+		pkgs=$("$GO" list ./... | grep -v -e '/test/fleet$' -e '/test/e2e$' -e '/test/chaos$') || { failed+=("$m"); continue; }
+		# shellcheck disable=SC2086
+		"$GO" test -count=1 -timeout 40m "${first[@]}" $pkgs || failed+=("$m")
+	else
+		(cd "$m" && "$GO" test -count=1 -timeout 40m ./...) || failed+=("$m")
+	fi
 done
 
-echo "== go test -run '$chaos_test' ./cmd/skippr (ran beside the modules above)"
-wait "$chaos" || failed+=("./cmd/skippr -run $chaos_test")
-cat "$logs/fleetchaos"
+echo "== go test $background (ran beside the modules above)"
+wait "$fleet" || failed+=("$background")
+cat "$logs/fleet"
 
 if [ ${#failed[@]} -gt 0 ]; then
 	echo "test: FAILED: ${failed[*]}"

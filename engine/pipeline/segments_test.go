@@ -19,7 +19,7 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/wal"
-	"github.com/skippr-dev/skippr/internal/s3test"
+	"github.com/skippr-dev/skippr/testkit/s3test"
 )
 
 // versity is one versitygw for the package run, started by the first test that needs it.

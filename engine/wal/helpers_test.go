@@ -22,7 +22,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/skippr-dev/skippr/internal/s3test"
+	"github.com/skippr-dev/skippr/testkit/s3test"
 )
 
 // versity is one versitygw for the whole package run, started on first use.

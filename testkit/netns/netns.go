@@ -35,7 +35,7 @@
 // has), and Host.Heal undoes it.
 //
 // Host.Start runs a program (a worker, a server) inside a host with its output kept; Process.Signal sends it
-// SIGKILL, SIGSTOP or SIGCONT. testkit/pgtest (Options.Netns) and the engine's s3test (StartIn) run their
+// SIGKILL, SIGSTOP or SIGCONT. testkit/pgtest (Options.Netns) and testkit/s3test (StartIn) run their
 // servers inside a host, listening on its address.
 //
 // # Cleanup

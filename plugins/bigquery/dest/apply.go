@@ -583,18 +583,26 @@ func (a *applier) dropStages() {
 }
 
 // crashPoint is the test hook of Settings.TestCrashDir: the process exits between staging and commit.
-// It fires once for each range that holds a multiple of 25, not only one ending on it: with coalesced ranges
-// (whose bounds follow timing) few do.
+// It fires once for the pipeline's first apply that gets here, whatever its sequence, and once for each range
+// that holds a multiple of 25, not only one ending on it: with coalesced ranges (whose bounds follow timing)
+// few do, and on a loaded machine a run's commits are fewer and larger, so its sequences may never reach 25.
+// The first apply makes the hook certain to fire in any run that commits rows.
 func crashPoint(dir string, req *serve.Range) {
 	if dir == "" {
 		return
 	}
+	exitOnce(filepath.Join(dir, fmt.Sprintf("crash-%s-first", req.Pipeline)))
 	first := max(req.FirstSequence, 1)
 	m := (first + 24) / 25 * 25
 	if m > req.Sequence {
 		return
 	}
-	marker := filepath.Join(dir, fmt.Sprintf("crash-%s-%d", req.Pipeline, m))
+	exitOnce(filepath.Join(dir, fmt.Sprintf("crash-%s-%d", req.Pipeline, m)))
+}
+
+// exitOnce exits the process with status 3 unless marker exists, creating the marker first; it returns when
+// the marker was there already (or could not be written).
+func exitOnce(marker string) {
 	if _, err := os.Stat(marker); !errors.Is(err, fs.ErrNotExist) {
 		return
 	}

@@ -24,8 +24,8 @@ type Settings struct {
 	// services, without authentication: for tests against testkit/bigquerytest.
 	Endpoint string `json:"endpoint"`
 	// TestCrashDir, with Endpoint only, makes the plugin exit at a named crash point: right before the
-	// transaction of every apply whose range holds a multiple of 25, once per such number (a
-	// marker file in the directory records it). Chaos tests use it to land a crash in the one window where
+	// transaction of the pipeline's first apply, and of every apply whose range holds a multiple of 25, each
+	// once (a marker file in the directory records it). Chaos tests use it to land a crash in the one window where
 	// staged rows exist and nothing is committed, instead of hoping a SIGKILL hits it.
 	TestCrashDir string `json:"test_crash_dir"`
 }
@@ -44,7 +44,7 @@ const SettingsSchema = `{
     "credentials_json": {"type": "string", "description": "a service-account key as JSON text; use ${ENV} rather than the text itself"},
     "credentials_file": {"type": "string", "description": "path of a service-account key file"},
     "endpoint": {"type": "string", "description": "for tests only: http://host:port of a BigQuery stand-in serving REST and the Storage Write API, used without authentication"},
-    "test_crash_dir": {"type": "string", "description": "for tests only, with endpoint: exit before the commit of every 25th apply once, recording it in this directory"}
+    "test_crash_dir": {"type": "string", "description": "for tests only, with endpoint: exit before the commit of the first apply and of every 25th apply, each once, recording it in this directory"}
   }
 }`
 

@@ -1,8 +1,0 @@
-package s3test
-
-import "syscall"
-
-// The server must not outlive a test binary that crashes before Cleanup.
-func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}

@@ -1,0 +1,4 @@
+// Package chaos holds the tests that SIGKILL skippr (or a plugin) or inject faults while it runs, and then check
+// the destination row by row against the source: every *SurvivesSIGKILL test, TestChaos and TestChaosFaults.
+// SKIPPR_CHAOS_KILLS and SKIPPR_CHAOS_FAULTS raise their small default counts (`make chaos`).
+package chaos

@@ -1,0 +1,52 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skippr-dev/skippr/test/harness"
+)
+
+// TestCompactionBesideRunningSync compacts the lake table again and again while a sync keeps committing to
+// it: each compaction commits (re-planned when it loses a race with an apply), and the table ends equal to
+// the source row by row.
+func TestCompactionBesideRunningSync(t *testing.T) {
+	e := harness.NewEnv(t)
+	gen := `{ seed: 22, rows: 40000, rows_per_second: 4000, batch_size: 500, update_ratio: 0.3, delete_ratio: 0.1 }`
+	lakeSettings := e.DatagenToLake(gen, "64KiB")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sync := e.Cmd(ctx, "sync")
+	var syncErr bytes.Buffer
+	sync.Stderr = &syncErr
+	if err := sync.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	compactions := 0
+	for i := 0; i < 4; i++ {
+		r := e.MustRun("lake", "compact", "events", "--expire-older-than", "1ns", "--retain-last", "3")
+		var res struct{ RemovedDataFiles, AddedDataFiles int }
+		if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil {
+			t.Fatalf("lake compact output: %v\n%s", err, r.Stdout)
+		}
+		if res.RemovedDataFiles > 0 {
+			compactions++
+		}
+		time.Sleep(time.Second)
+	}
+	if compactions == 0 {
+		t.Fatalf("no compaction rewrote anything while the sync was writing small files")
+	}
+	sync.Process.Signal(syscall.SIGTERM)
+	if err := sync.Wait(); err != nil {
+		t.Fatalf("sync: %v\n%s", err, syncErr.String())
+	}
+	e.MustRun("sync", "--once")
+	n := harness.LakeEqualsSource(t, lakeSettings, gen)
+	t.Logf("%d compactions beside the sync; the lake's %d rows equal the source's", compactions, n)
+}
