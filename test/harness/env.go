@@ -42,7 +42,13 @@ func NewEnv(t *testing.T) *Env { t.Helper(); return NewEnvWith(t, e2ePlugins...)
 // NewEnvWith is newEnv with a registry holding only the named plugins (less to build).
 func NewEnvWith(t *testing.T, plugins ...string) *Env {
 	t.Helper()
-	e := &Env{T: t, Dir: t.TempDir(), skippr: testplugins.BuildSkippr(t)}
+	return NewEnvBinary(t, testplugins.BuildSkippr(t), plugins...)
+}
+
+// NewEnvBinary is NewEnvWith around a skippr binary built another way (with the failpoints tag, say).
+func NewEnvBinary(t *testing.T, skippr string, plugins ...string) *Env {
+	t.Helper()
+	e := &Env{T: t, Dir: t.TempDir(), skippr: skippr}
 	e.Home = filepath.Join(e.Dir, "home")
 	e.Registry = filepath.Join(e.Dir, "registry")
 	keys := filepath.Join(e.Dir, "keys")

@@ -1,4 +1,4 @@
-package main_test
+package chaos_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/skippr-dev/skippr/engine/failpoint"
 	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
+	"github.com/skippr-dev/skippr/test/harness"
 )
 
 // TestCrashPoints kills `skippr sync --once` at each named crash point of the engine (engine/failpoint), on
@@ -27,26 +28,26 @@ import (
 func TestCrashPoints(t *testing.T) {
 	skippr := testplugins.BuildSkipprWithTags(t, "failpoints")
 	gen := `{ seed: 27, rows: 3000, batch_size: 150, update_ratio: 0.2, delete_ratio: 0.05 }`
-	w := want(t, gen)
+	w := harness.Want(t, gen)
 	for _, backend := range []string{"local", "s3"} {
 		for _, point := range failpoint.Points {
 			t.Run(backend+"/"+point, func(t *testing.T) {
-				e := newCrashEnv(t, skippr)
-				walURL, walExtra := "file://"+filepath.Join(e.dir, "wal"), ""
+				e := harness.NewEnvBinary(t, skippr, "datagen", "testdest")
+				walURL, walExtra := "file://"+filepath.Join(e.Dir, "wal"), ""
 				if backend == "s3" {
-					b := versity.Get(t).NewBucket(t)
+					b := harness.Versity.Get(t).NewBucket(t)
 					walURL = "s3://" + b.Name + "/crash"
 					walExtra = fmt.Sprintf("      s3: { endpoint: %s, region: us-east-1, path_style: true }\n", b.Endpoint)
-					e.extraEnv = []string{"AWS_ACCESS_KEY_ID=" + b.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.SecretKey}
+					e.ExtraEnv = []string{"AWS_ACCESS_KEY_ID=" + b.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.SecretKey}
 				}
 				// Small entries, one apply per entry: many commits, applies and reclaims, so every point is
 				// hit more than once.
-				out := filepath.Join(e.dir, "out")
-				e.writeConfig(pipelineConfig(gen, out, ", no_coalesce: true", walURL, walExtra+"      group_commit: { max_bytes: 8KiB, max_delay: 20ms }\n"))
+				out := filepath.Join(e.Dir, "out")
+				e.WriteConfig(harness.PipelineConfig(gen, out, ", no_coalesce: true", walURL, walExtra+"      group_commit: { max_bytes: 8KiB, max_delay: 20ms }\n"))
 
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				cmd := e.cmd(ctx, "sync", "--once")
+				cmd := e.Cmd(ctx, "sync", "--once")
 				cmd.Env = append(cmd.Env, failpoint.EnvVar+"="+point+"=2*exit")
 				var stderr bytes.Buffer
 				cmd.Stderr = &stderr
@@ -72,30 +73,14 @@ func TestCrashPoints(t *testing.T) {
 
 				// The rerun, without the point; on S3 it waits out the dead writer's lease.
 				start := time.Now()
-				r := e.mustRun("sync", "--once", "--wait-lock")
-				m := regexp.MustCompile(`destination resumes.* applied=(\d+)`).FindStringSubmatch(r.stderr)
+				r := e.MustRun("sync", "--once", "--wait-lock")
+				m := regexp.MustCompile(`destination resumes.* applied=(\d+)`).FindStringSubmatch(r.Stderr)
 				if m == nil || m[1] != strconv.FormatUint(last, 10) {
-					t.Fatalf("the rerun resumed at %v, want applied=%d (the destination's last entry):\n%s", m, last, r.stderr)
+					t.Fatalf("the rerun resumed at %v, want applied=%d (the destination's last entry):\n%s", m, last, r.Stderr)
 				}
-				st := compare(t, out, w)
+				st := harness.Compare(t, out, w)
 				t.Logf("%s on %s: the rerun took %s; %d WAL entries applied in all", point, backend, time.Since(start).Round(time.Millisecond), len(st.Sequences["orders"]))
 			})
 		}
 	}
-}
-
-// newCrashEnv is newEnvWith(t, "datagen", "testdest") around the given skippr binary.
-func newCrashEnv(t *testing.T, skippr string) *env {
-	t.Helper()
-	e := &env{t: t, dir: t.TempDir(), skippr: skippr}
-	e.home = filepath.Join(e.dir, "home")
-	e.registry = filepath.Join(e.dir, "registry")
-	keys := filepath.Join(e.dir, "keys")
-	e.mustRun("registry", "keygen", "--out", keys)
-	for _, name := range []string{"datagen", "testdest"} {
-		e.mustRun("registry", "add", e.registry, testplugins.Build(t, name), "--name", name, "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
-	}
-	e.mustRun("registry", "sign", e.registry, "--key", filepath.Join(keys, "skippr-ed25519.key"))
-	e.pubKey = filepath.Join(keys, "skippr-ed25519.pub")
-	return e
 }
