@@ -107,7 +107,7 @@ func newQuerier(ctx context.Context, c *cli.Command, g *globals) (*querier, erro
 	case errors.Is(err, lakequery.ErrNoLake):
 		return nil, withCode(exitUsage, fmt.Errorf("query: %w", err))
 	case err != nil:
-		return nil, withCode(registryExitCode(err), fmt.Errorf("query: %w", err))
+		return nil, connectorCode(fmt.Errorf("query: %w", err))
 	}
 	return &querier{c: c, q: q}, nil
 }

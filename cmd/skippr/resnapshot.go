@@ -10,8 +10,8 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/engine/resnapshot"
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -85,15 +85,15 @@ func resnapshotTargets(ctx context.Context, c *cli.Command, g *globals, cfg *con
 		return t, err
 	}
 	cn, _ := cfg.Connection(p.Source)
-	s, err := startConnection(ctx, host, cn)
+	s, err := connector.Start(ctx, host, cn)
 	if err != nil {
-		return t, err
+		return t, connectorCode(err)
 	}
-	defer s.client.Kill()
-	if !client.Offers(s.spec, protocol.ServiceResnapshot) {
-		t.source = fmt.Sprintf("%s (plugin %s)", cn.Name, s.spec.Name)
+	defer s.Kill()
+	if !s.Spec.Offers(protocol.ServiceResnapshot) {
+		t.source = fmt.Sprintf("%s (plugin %s)", cn.Name, s.Spec.Name)
 	}
-	streams, err := s.client.Discover(ctx, s.settings)
+	streams, err := s.Discover(ctx)
 	if err != nil {
 		return t, fmt.Errorf("pipeline %s: source %s: %w", p.Name, cn.Name, err)
 	}
@@ -102,12 +102,12 @@ func resnapshotTargets(ctx context.Context, c *cli.Command, g *globals, cfg *con
 	}
 	for _, name := range p.Destinations {
 		dc, _ := cfg.Connection(name)
-		d, err := startConnection(ctx, host, dc)
+		d, err := connector.Start(ctx, host, dc)
 		if err != nil {
-			return t, err
+			return t, connectorCode(err)
 		}
-		caps, err := d.client.Capabilities(ctx, d.settings)
-		d.client.Kill()
+		caps, err := d.Capabilities(ctx)
+		d.Kill()
 		if err != nil {
 			return t, fmt.Errorf("pipeline %s: destination %s: %w", p.Name, name, err)
 		}

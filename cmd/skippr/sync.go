@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/engine/metrics"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
@@ -26,9 +27,7 @@ import (
 	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/engine/supervise"
 	"github.com/skippr-dev/skippr/engine/wal"
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -195,23 +194,21 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		cn, _ := s.cfg.Connection(name)
 		conns = append(conns, cn)
 	}
-	plugins, err := startConnections(ctx, s.host, conns)
+	plugins, err := connector.StartAll(ctx, s.host, conns)
 	if err != nil {
-		return err
+		return connectorCode(err)
 	}
-	for _, st := range plugins {
-		defer st.client.Kill()
-	}
+	defer connector.KillAll(plugins)
 	src := plugins[0]
-	if !src.hasKind(pluginv1.Kind_KIND_SOURCE) {
-		return withCode(exitUsage, fmt.Errorf("%s: pipelines.%s.source: plugin %s is not a source", s.p.Pos, s.p.Name, srcConn.Plugin))
+	if err := src.Require(connector.KindSource, fmt.Sprintf("%s: pipelines.%s.source", s.p.Pos, s.p.Name)); err != nil {
+		return connectorCode(err)
 	}
 	pc := pipeline.Config{
 		Name:              s.p.Name,
-		Source:            pipeline.Endpoint[pipeline.Source]{Name: srcConn.Name, Plugin: src.client, Settings: src.settings},
+		Source:            pipeline.Endpoint[pipeline.Source]{Name: srcConn.Name, Plugin: src.Wire(), Settings: src.Settings},
 		Streams:           s.p.Streams,
 		ExactlyOnce:       s.p.Delivery == config.ExactlyOnce,
-		SourceTruncates:   pipeline.SourceTruncates(src.spec.SettingsSchema, src.settings),
+		SourceTruncates:   pipeline.SourceTruncates(src.Spec.SettingsSchema, src.Settings),
 		MaxBatchBytes:     s.p.WAL.GroupCommit.MaxBytes,
 		MaxDelay:          s.p.WAL.GroupCommit.MaxDelay,
 		MaxUnappliedBytes: s.p.WAL.MaxUnappliedBytes,
@@ -220,21 +217,21 @@ func (s *pipelineRun) runOnce(ctx context.Context, log *slog.Logger) (err error)
 		Logger:            log,
 		Observer:          s.m,
 		Resnapshots:       resnapshotStore(s.g.Home, s.p),
-		SourceResnapshots: client.Offers(src.spec, protocol.ServiceResnapshot),
+		SourceResnapshots: src.Spec.Offers(protocol.ServiceResnapshot),
 		SourcePlugin:      srcConn.Plugin,
 	}
 	pre := precheck.Config{Pipeline: s.p.Name, Streams: s.p.Streams,
-		Source: precheck.Endpoint[precheck.Source]{Name: srcConn.Name, Plugin: src.client, Settings: src.settings}}
+		Source: precheck.Endpoint[precheck.Source]{Name: srcConn.Name, Plugin: src}}
 	for k, name := range s.p.Destinations {
 		d, cn := plugins[k+1], conns[k+1]
-		if !d.hasKind(pluginv1.Kind_KIND_DESTINATION) {
-			return withCode(exitUsage, fmt.Errorf("%s: pipelines.%s.destinations: plugin %s is not a destination", s.p.Pos, s.p.Name, cn.Plugin))
+		if err := d.Require(connector.KindDestination, fmt.Sprintf("%s: pipelines.%s.destinations", s.p.Pos, s.p.Name)); err != nil {
+			return connectorCode(err)
 		}
 		a := cn.Apply
-		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d.client, Settings: d.settings, PluginName: cn.Plugin,
+		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d.Wire(), Settings: d.Settings, PluginName: cn.Plugin,
 			Apply: pipeline.ApplyLimits{MaxInterval: a.MaxInterval, MaxBytes: a.MaxBytes, MaxEntries: a.MaxEntries,
 				Unset: pipeline.ApplyKeys{MaxInterval: a.Unset.MaxInterval, MaxBytes: a.Unset.MaxBytes, MaxEntries: a.Unset.MaxEntries}}})
-		pre.Destinations = append(pre.Destinations, precheck.Endpoint[precheck.Destination]{Name: name, Plugin: d.client, Settings: d.settings})
+		pre.Destinations = append(pre.Destinations, precheck.Endpoint[precheck.Destination]{Name: name, Plugin: d})
 	}
 	if err := precheck.Run(ctx, pre); err != nil {
 		return refusedAtStart(err)

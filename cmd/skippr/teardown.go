@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 )
 
@@ -44,12 +45,12 @@ Refuses while the pipeline's sync is running on this host.`,
 				return err
 			}
 			cn, _ := cfg.Connection(p.Source)
-			s, err := startConnection(ctx, host, cn)
+			s, err := connector.Start(ctx, host, cn)
 			if err != nil {
-				return err
+				return connectorCode(err)
 			}
-			defer s.client.Kill()
-			released, err := s.client.Teardown(ctx, s.settings)
+			defer s.Kill()
+			released, err := s.Teardown(ctx)
 			if err != nil {
 				return err
 			}
