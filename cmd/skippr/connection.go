@@ -2,28 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/connector"
 )
-
-// connectorCode gives an error of engine/connector its exit code.
-func connectorCode(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, connector.ErrStart):
-		return withCode(registryExitCode(err), err)
-	case errors.Is(err, connector.ErrIdentity):
-		return withCode(exitVerify, err)
-	case errors.Is(err, connector.ErrSettings), errors.Is(err, connector.ErrKind):
-		return withCode(exitUsage, err)
-	}
-	return err
-}
 
 // startNamedConnection loads the config and starts the plugin of one of its connections (honouring the
 // command's --offline flag). The caller kills the plugin.
@@ -40,6 +24,5 @@ func startNamedConnection(ctx context.Context, c *cli.Command, g *globals, name 
 	if err != nil {
 		return nil, err
 	}
-	p, err := connector.Start(ctx, host, cn)
-	return p, connectorCode(err)
+	return connector.Start(ctx, host, cn)
 }

@@ -49,7 +49,7 @@ func discoverCommand(g *globals) *cli.Command {
 			}
 			defer s.Kill()
 			if err := s.Require(connector.KindSource, "connection "+s.Conn.Name); err != nil {
-				return connectorCode(err)
+				return err
 			}
 			streams, err := s.Discover(ctx)
 			if err != nil {

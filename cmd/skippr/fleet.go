@@ -16,6 +16,7 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/fleet"
+	"github.com/skippr-dev/skippr/engine/run"
 	"github.com/skippr-dev/skippr/engine/shutdown"
 )
 
@@ -111,10 +112,7 @@ See docs/fleet.md.`,
 			if err != nil {
 				return err
 			}
-			byName := map[string]*config.Pipeline{}
-			for _, p := range pipes {
-				byName[p.Name] = p
-			}
+			r := &run.Runner{Config: cfg, Home: g.Home, Host: host, Metrics: reg, Logger: g.Log, Redact: g.Redact, Progress: c.Duration("progress-every")}
 			w := &fleet.Worker{
 				Client: cli, Prefix: target.Prefix, Name: c.String("name"), Version: version, TTL: c.Duration("lease-ttl"),
 				Pipelines: fps, Logger: g.Log, StopTimeout: c.Duration("stop-timeout"),
@@ -123,13 +121,7 @@ See docs/fleet.md.`,
 					return fleet.Progress{Committed: l.Committed, Applied: l.Applied, UnappliedBytes: l.UnappliedBytes,
 						OldestUnapplied: l.Oldest, Started: l.Started, FirstApply: l.FirstApply}, ok
 				},
-				Run: func(ctx context.Context, name string, epoch uint64) error {
-					p := byName[name]
-					s := &pipelineRun{g: g, cfg: cfg, p: p, host: host, progress: c.Duration("progress-every"),
-						status: newStatusWriter(g, p), m: reg.Pipeline(p.Name), epoch: epoch}
-					// WaitLock: an equal epoch (this worker again, same term) waits out its own earlier lease.
-					return s.supervise(ctx, true)
-				},
+				Runner: r,
 			}
 			if addr := c.String("health-addr"); addr != "" {
 				ln, err := net.Listen("tcp", addr)

@@ -51,7 +51,7 @@ any lake plugin offering it), started and verified like at every sync.`,
 				case errors.Is(err, lakequery.ErrNoService):
 					return withCode(exitUsage, err)
 				case err != nil:
-					return connectorCode(err)
+					return err
 				}
 				defer plugin.Kill()
 				var durs [2]time.Duration
