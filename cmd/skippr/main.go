@@ -130,7 +130,7 @@ func newApp(g *globals) *cli.Command {
 		Usage:                 "continuous change-data-capture ingest through a write-ahead log",
 		Version:               version,
 		EnableShellCompletion: true,
-		ExitErrHandler:        func(context.Context, *cli.Command, error) {}, // run() prints and maps exit codes
+		ExitErrHandler:        func(context.Context, *cli.Command, error) {}, // runCLI() prints and maps exit codes
 		OnUsageError:          onUsageError,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "skippr.yml", Sources: cli.EnvVars("SKIPPR_CONFIG"), Usage: "pipeline configuration file"},
