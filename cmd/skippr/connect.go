@@ -49,9 +49,9 @@ sync starts; a failed check exits 2, like a config error. Keep secrets as ${ENV}
 			if err != nil {
 				return err
 			}
-			defer s.client.Kill()
-			cn := s.conn
-			if err := s.client.Check(ctx, s.settings); err != nil {
+			defer s.Kill()
+			cn := s.Conn
+			if err := s.Check(ctx); err != nil {
 				var ce *client.CheckError
 				if errors.As(err, &ce) {
 					msg := fmt.Sprintf("%s: connections.%s: %s", cn.Pos, cn.Name, ce.Message)
@@ -68,7 +68,7 @@ sync starts; a failed check exits 2, like a config error. Keep secrets as ${ENV}
 				}
 				return err
 			}
-			fmt.Fprintf(c.Root().Writer, "connection %s ok (plugin %s %s)\n", cn.Name, s.spec.Name, s.spec.Version)
+			fmt.Fprintf(c.Root().Writer, "connection %s ok (plugin %s %s)\n", cn.Name, s.Spec.Name, s.Spec.Version)
 			return nil
 		},
 	}

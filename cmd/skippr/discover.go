@@ -10,8 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -47,12 +47,11 @@ func discoverCommand(g *globals) *cli.Command {
 			if err != nil {
 				return err
 			}
-			defer s.client.Kill()
-			cn := s.conn
-			if !s.hasKind(pluginv1.Kind_KIND_SOURCE) {
-				return withCode(exitUsage, fmt.Errorf("connection %s: plugin %s is not a source", cn.Name, cn.Plugin))
+			defer s.Kill()
+			if err := s.Require(connector.KindSource, "connection "+s.Conn.Name); err != nil {
+				return err
 			}
-			streams, err := s.client.Discover(ctx, s.settings)
+			streams, err := s.Discover(ctx)
 			if err != nil {
 				return err
 			}
@@ -62,9 +61,9 @@ func discoverCommand(g *globals) *cli.Command {
 				if err != nil {
 					return fmt.Errorf("stream %s: %w", st.Name, err)
 				}
-				ds := discoveredStream{Name: st.Name, PrimaryKey: st.PrimaryKey, SchemaID: st.SchemaId}
+				ds := discoveredStream{Name: st.Name, PrimaryKey: st.PrimaryKey, SchemaID: st.SchemaID}
 				for _, m := range st.Modes {
-					ds.Modes = append(ds.Modes, strings.ToLower(strings.TrimPrefix(m.String(), "SYNC_MODE_")))
+					ds.Modes = append(ds.Modes, m.String())
 				}
 				for _, f := range change.DataFields(sc) {
 					ds.Fields = append(ds.Fields, discoveredField{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})

@@ -12,7 +12,7 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/engine/run"
 	"github.com/skippr-dev/skippr/registry"
 )
 
@@ -90,25 +90,8 @@ func newHost(c *cli.Command, g *globals, cfg *config.Config, offline bool) (*plu
 	}, nil
 }
 
-func hostConnection(cn *config.Connection) pluginhost.Connection {
-	return pluginhost.Connection{Name: cn.Name, Plugin: cn.Plugin, Constraint: cn.Version, Path: cn.Path}
-}
-
 // registryExitCode maps registry errors to exit codes.
-func registryExitCode(err error) int {
-	switch {
-	case errors.Is(err, registry.ErrChecksum), errors.Is(err, registry.ErrSignature), errors.Is(err, registry.ErrLockMismatch):
-		return exitVerify
-	case errors.Is(err, registry.ErrIncompatible), errors.Is(err, client.ErrProtocol):
-		// A plugin that speaks no protocol of this engine needs another version: a retry cannot help.
-		return exitUsage
-	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrUnreachable), errors.Is(err, registry.ErrNotInstalled):
-		return exitNotFound
-	case errors.Is(err, registry.ErrInvalid):
-		return exitUsage
-	}
-	return exitFailure
-}
+func registryExitCode(err error) int { return exitCode(run.RegistryCode(err)) }
 
 // isTerminal reports whether w is a terminal (progress bars redraw in place only there).
 func isTerminal(w io.Writer) bool {

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/fleet"
+	"github.com/skippr-dev/skippr/engine/run"
 	"github.com/skippr-dev/skippr/engine/shutdown"
 )
 
@@ -111,10 +110,7 @@ See docs/fleet.md.`,
 			if err != nil {
 				return err
 			}
-			byName := map[string]*config.Pipeline{}
-			for _, p := range pipes {
-				byName[p.Name] = p
-			}
+			r := &run.Runner{Config: cfg, Home: g.Home, Host: host, Metrics: reg, Logger: g.Log, Redact: g.Redact, Progress: c.Duration("progress-every")}
 			w := &fleet.Worker{
 				Client: cli, Prefix: target.Prefix, Name: c.String("name"), Version: version, TTL: c.Duration("lease-ttl"),
 				Pipelines: fps, Logger: g.Log, StopTimeout: c.Duration("stop-timeout"),
@@ -123,13 +119,7 @@ See docs/fleet.md.`,
 					return fleet.Progress{Committed: l.Committed, Applied: l.Applied, UnappliedBytes: l.UnappliedBytes,
 						OldestUnapplied: l.Oldest, Started: l.Started, FirstApply: l.FirstApply}, ok
 				},
-				Run: func(ctx context.Context, name string, epoch uint64) error {
-					p := byName[name]
-					s := &pipelineRun{g: g, cfg: cfg, p: p, host: host, progress: c.Duration("progress-every"),
-						status: newStatusWriter(g, p), m: reg.Pipeline(p.Name), epoch: epoch}
-					// WaitLock: an equal epoch (this worker again, same term) waits out its own earlier lease.
-					return s.supervise(ctx, true)
-				},
+				Runner: r,
 			}
 			if addr := c.String("health-addr"); addr != "" {
 				ln, err := net.Listen("tcp", addr)
@@ -151,128 +141,4 @@ See docs/fleet.md.`,
 			return nil
 		},
 	}
-}
-
-func fleetCommand(g *globals) *cli.Command {
-	return &cli.Command{
-		Name:  "fleet",
-		Usage: "look at and steer a fleet of workers (skippr worker)",
-		Commands: []*cli.Command{
-			{
-				Name:  "status",
-				Usage: "show the fleet's workers (pipelines held, version, draining) and pipelines (holder, epoch, since, lag, last error)",
-				Description: `Reads the fleet from etcd; the pipelines are the config's. A pipeline with no holder is being
-handed over or waits for a worker (a pinned worker that is not alive). Exits 1 when a pipeline has no holder.
-LAG is the holder's WAL entries not yet applied by every destination and the age of the oldest of them, as the
-holder last published them: every third of its lease TTL, so up to that old (AS OF).`,
-				Flags: append(etcdFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
-				Action: func(ctx context.Context, c *cli.Command) error {
-					_, pipes, err := configuredPipelines(c, g)
-					if err != nil {
-						return err
-					}
-					var fps []fleet.Pipeline
-					for _, p := range pipes {
-						fps = append(fps, fleet.Pipeline{Name: p.Name, Pin: p.Fleet.Pin})
-					}
-					cli, target, err := etcdClient(c)
-					if err != nil {
-						return err
-					}
-					defer cli.Close()
-					ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-					defer cancel()
-					st, err := fleet.ReadStatus(ctx, cli, target.Prefix, fps)
-					if err != nil {
-						return err
-					}
-					unheld := 0
-					for _, p := range st.Pipelines {
-						if p.Holder == "" {
-							unheld++
-						}
-					}
-					if c.Bool("json") {
-						if err := json.NewEncoder(c.Root().Writer).Encode(st); err != nil {
-							return err
-						}
-					} else {
-						printFleetStatus(c, st)
-					}
-					if unheld > 0 {
-						return withCode(exitFailure, fmt.Errorf("%d of %d pipelines have no holder", unheld, len(st.Pipelines)))
-					}
-					return nil
-				},
-			},
-			{
-				Name:      "drain",
-				Usage:     "hand every pipeline of worker NAME to the other workers (after their in-flight commits)",
-				ArgsUsage: "NAME",
-				Description: `The worker stays in the fleet without pipelines until ` + "`skippr fleet drain --cancel NAME`" + `; the
-request survives its restarts.`,
-				Flags: append(etcdFlags(), &cli.BoolFlag{Name: "cancel", Usage: "let the worker take its share again"}),
-				Action: func(ctx context.Context, c *cli.Command) error {
-					args := c.Args().Slice()
-					if len(args) != 1 {
-						return withCode(exitUsage, errors.New("name one worker: skippr fleet drain NAME (see skippr fleet status)"))
-					}
-					cli, target, err := etcdClient(c)
-					if err != nil {
-						return err
-					}
-					defer cli.Close()
-					ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-					defer cancel()
-					if err := fleet.Drain(ctx, cli, target.Prefix, args[0], !c.Bool("cancel")); err != nil {
-						if errors.Is(err, fleet.ErrNoWorker) {
-							return withCode(exitUsage, err)
-						}
-						return err
-					}
-					if c.Bool("cancel") {
-						fmt.Fprintf(c.Root().Writer, "worker %s takes its share of pipelines again\n", args[0])
-					} else {
-						fmt.Fprintf(c.Root().Writer, "worker %s hands its pipelines over; watch with skippr fleet status\n", args[0])
-					}
-					return nil
-				},
-			},
-		},
-	}
-}
-
-func printFleetStatus(c *cli.Command, st *fleet.Status) {
-	tw := tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tSTATE\tPIPELINES\tVERSION\tHOST\tPID\tSTARTED")
-	for _, w := range st.Workers {
-		state := "alive"
-		if w.Draining {
-			state = "draining"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", w.Name, state, len(w.Pipelines), w.Version, w.Host, w.PID, w.Started.Format(time.RFC3339))
-	}
-	tw.Flush()
-	fmt.Fprintln(c.Root().Writer)
-	tw = tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PIPELINE\tHOLDER\tEPOCH\tSINCE\tASSIGNED\tLAG\tAS OF\tLAST ERROR")
-	now := time.Now()
-	for _, p := range st.Pipelines {
-		holder, since, epoch, lag, asOf := p.Holder, "", "", "-", "-"
-		if holder == "" {
-			holder = "-"
-		} else {
-			since, epoch = p.Since.Format(time.RFC3339), fmt.Sprint(p.Epoch)
-		}
-		if p.Progress != nil {
-			lag = fmt.Sprintf("%d entries, %s", p.LagEntries, (time.Duration(p.LagSeconds * float64(time.Second))).Round(100*time.Millisecond))
-			asOf = now.Sub(p.Published).Round(100*time.Millisecond).String() + " ago"
-		}
-		last := ""
-		if p.LastError != nil {
-			last = fmt.Sprintf("%s (%s, %s)", p.LastError.Error, p.LastError.Worker, p.LastError.Time.Format(time.RFC3339))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, holder, epoch, since, p.Assigned, lag, asOf, last)
-	}
-	tw.Flush()
 }

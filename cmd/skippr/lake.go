@@ -46,25 +46,21 @@ any lake plugin offering it), started and verified like at every sync.`,
 				if err != nil {
 					return err
 				}
-				cn, plugin, err := lakequery.Offering(ctx, cfg, host, c.String("connection"), sdklakequery.ServiceCompact)
+				plugin, err := lakequery.Offering(ctx, cfg, host, c.String("connection"), sdklakequery.ServiceCompact)
 				switch {
 				case errors.Is(err, lakequery.ErrNoService):
 					return withCode(exitUsage, err)
 				case err != nil:
-					return withCode(registryExitCode(err), err)
+					return err
 				}
 				defer plugin.Kill()
-				settings, err := cn.SettingsJSON()
-				if err != nil {
-					return withCode(exitUsage, err)
-				}
 				var durs [2]time.Duration
 				for i, f := range []string{"expire-older-than", "orphans-older-than"} {
 					if durs[i], err = time.ParseDuration(c.String(f)); err != nil {
 						return withCode(exitUsage, fmt.Errorf("lake compact: --%s: %w", f, err))
 					}
 				}
-				report, err := plugin.LakeCompact(ctx, settings, sdklakequery.CompactRequest{
+				report, err := plugin.LakeCompact(ctx, sdklakequery.CompactRequest{
 					Table: args[0], ExpireOlderThan: durs[0], RetainLast: c.Int("retain-last"), OrphansOlderThan: durs[1],
 				})
 				if err != nil {

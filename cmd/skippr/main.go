@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/redact"
+	"github.com/skippr-dev/skippr/engine/run"
 	"github.com/skippr-dev/skippr/engine/shutdown"
 )
 
@@ -25,6 +26,7 @@ const (
 	exitUsage    = 2 // bad flags, bad config, unknown names: fix the input and run again
 	exitNotFound = 3 // a plugin, version or registry that does not exist or cannot be reached
 	exitVerify   = 4 // checksum, signature or lock-file verification failed
+	exitLocked   = 5 // the WAL is held by another writer
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -60,10 +62,10 @@ func withCode(code int, err error) error {
 }
 
 func main() {
-	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+	os.Exit(runCLI(os.Args, os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr *os.File) int {
+func runCLI(args []string, stdout, stderr *os.File) int {
 	g := &globals{Redact: redact.New()}
 	app := newApp(g)
 	// Everything printed passes the redactor: plugin names, paths and messages can hold ${ENV} values.
@@ -92,6 +94,21 @@ func run(args []string, stdout, stderr *os.File) int {
 	if errors.As(err, &ce) {
 		return ce.ExitCode()
 	}
+	return exitCode(run.CodeOf(err))
+}
+
+// exitCode maps the engine's codes to the exit codes.
+func exitCode(c run.Code) int {
+	switch c {
+	case run.Refused:
+		return exitUsage
+	case run.NotFound:
+		return exitNotFound
+	case run.Unverified:
+		return exitVerify
+	case run.Locked:
+		return exitLocked
+	}
 	return exitFailure
 }
 
@@ -113,7 +130,7 @@ func newApp(g *globals) *cli.Command {
 		Usage:                 "continuous change-data-capture ingest through a write-ahead log",
 		Version:               version,
 		EnableShellCompletion: true,
-		ExitErrHandler:        func(context.Context, *cli.Command, error) {}, // run() prints and maps exit codes
+		ExitErrHandler:        func(context.Context, *cli.Command, error) {}, // runCLI() prints and maps exit codes
 		OnUsageError:          onUsageError,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "skippr.yml", Sources: cli.EnvVars("SKIPPR_CONFIG"), Usage: "pipeline configuration file"},

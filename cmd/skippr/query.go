@@ -16,6 +16,7 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/lakequery"
+	"github.com/skippr-dev/skippr/engine/run"
 	"github.com/skippr-dev/skippr/engine/wal"
 	sdklakequery "github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 )
@@ -89,7 +90,7 @@ func newQuerier(ctx context.Context, c *cli.Command, g *globals) (*querier, erro
 	}
 	var pipes []*config.Pipeline
 	if names := c.StringSlice("pipeline"); len(names) > 0 {
-		if pipes, err = selectPipelines(cfg, names); err != nil {
+		if pipes, err = run.Select(cfg, names); err != nil {
 			return nil, err
 		}
 	}
@@ -101,13 +102,13 @@ func newQuerier(ctx context.Context, c *cli.Command, g *globals) (*querier, erro
 		Config:    cfg,
 		Pipelines: pipes,
 		Host:      host,
-		OpenWAL:   func(ctx context.Context, p *config.Pipeline) (*wal.Log, error) { return openWAL(ctx, p, g.Log) },
+		OpenWAL:   func(ctx context.Context, p *config.Pipeline) (*wal.Log, error) { return run.OpenWAL(ctx, p, g.Log, 0) },
 	})
 	switch {
 	case errors.Is(err, lakequery.ErrNoLake):
 		return nil, withCode(exitUsage, fmt.Errorf("query: %w", err))
 	case err != nil:
-		return nil, withCode(registryExitCode(err), fmt.Errorf("query: %w", err))
+		return nil, fmt.Errorf("query: %w", err)
 	}
 	return &querier{c: c, q: q}, nil
 }

@@ -5,14 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/skippr-dev/skippr/engine/config"
-	"github.com/skippr-dev/skippr/engine/resnapshot"
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/engine/run"
 )
 
 func resnapshotCommand(g *globals) *cli.Command {
@@ -42,21 +38,18 @@ that cannot apply a re-snapshot, or a table the source does not offer.`,
 			if err != nil {
 				return err
 			}
-			pipes, err := selectPipelines(cfg, args[:1])
+			pipes, err := run.Select(cfg, args[:1])
 			if err != nil {
 				return err
 			}
-			p, tables := pipes[0], args[1:]
-			t, err := resnapshotTargets(ctx, c, g, cfg, p)
+			p := pipes[0]
+			host, err := newHost(c, g, cfg, c.Bool("offline"))
 			if err != nil {
 				return err
 			}
-			if err := resnapshot.Check(tables, t.offered, t.source, t.lacking); err != nil {
-				return withCode(exitUsage, fmt.Errorf("pipeline %s: %w", p.Name, err))
-			}
-			reqs, err := resnapshotStore(g.Home, p).Add(tables)
+			reqs, err := run.RequestResnapshot(ctx, g.Home, host, cfg, p, args[1:])
 			if err != nil {
-				return withCode(exitFailure, err)
+				return err
 			}
 			if c.Bool("json") {
 				return json.NewEncoder(c.Root().Writer).Encode(map[string]any{"pipeline": p.Name, "requests": reqs})
@@ -67,58 +60,4 @@ that cannot apply a re-snapshot, or a table the source does not offer.`,
 			return nil
 		},
 	}
-}
-
-// targets is what the plugins of a pipeline say about a re-snapshot.
-type targets struct {
-	offered []string // the source's streams
-	source  string   // "connection (plugin name)" when the source cannot re-snapshot
-	lacking []string // destinations that cannot apply one
-}
-
-// resnapshotTargets asks the source which streams it offers and whether it can re-snapshot, and the
-// destinations whether they can apply a re-snapshot.
-func resnapshotTargets(ctx context.Context, c *cli.Command, g *globals, cfg *config.Config, p *config.Pipeline) (targets, error) {
-	var t targets
-	host, err := newHost(c, g, cfg, c.Bool("offline"))
-	if err != nil {
-		return t, err
-	}
-	cn, _ := cfg.Connection(p.Source)
-	s, err := startConnection(ctx, host, cn)
-	if err != nil {
-		return t, err
-	}
-	defer s.client.Kill()
-	if !client.Offers(s.spec, protocol.ServiceResnapshot) {
-		t.source = fmt.Sprintf("%s (plugin %s)", cn.Name, s.spec.Name)
-	}
-	streams, err := s.client.Discover(ctx, s.settings)
-	if err != nil {
-		return t, fmt.Errorf("pipeline %s: source %s: %w", p.Name, cn.Name, err)
-	}
-	for _, st := range streams {
-		t.offered = append(t.offered, st.Name)
-	}
-	for _, name := range p.Destinations {
-		dc, _ := cfg.Connection(name)
-		d, err := startConnection(ctx, host, dc)
-		if err != nil {
-			return t, err
-		}
-		caps, err := d.client.Capabilities(ctx, d.settings)
-		d.client.Kill()
-		if err != nil {
-			return t, fmt.Errorf("pipeline %s: destination %s: %w", p.Name, name, err)
-		}
-		if !caps.Resnapshot {
-			t.lacking = append(t.lacking, name)
-		}
-	}
-	return t, nil
-}
-
-// resnapshotStore is the pipeline's request directory, beside its status file.
-func resnapshotStore(home string, p *config.Pipeline) resnapshot.Store {
-	return resnapshot.Store{Dir: filepath.Join(filepath.Dir(statusFile(home, p)), "resnapshot")}
 }

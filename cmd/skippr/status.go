@@ -6,40 +6,16 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/pipeline"
+	"github.com/skippr-dev/skippr/engine/run"
 )
-
-// pipelineStatus is one row of `skippr status`.
-type pipelineStatus struct {
-	Pipeline string `json:"pipeline"`
-	Running  bool   `json:"running"`
-	// State is "failed" (stopped for good until a person acts), the runner's state while it runs ("running",
-	// "retrying", "waiting", "backpressure", "apply paused"), or "stopped".
-	State string `json:"state"`
-	// Fault is why the pipeline failed or is retrying, with the fix.
-	Fault *pipeline.Fault `json:"fault,omitempty"`
-	// Live is the runner's last published status; nil when the pipeline never ran on this host.
-	Live *pipeline.Status `json:"live,omitempty"`
-	// WAL is read from the log itself, so it is right even when nothing runs.
-	WAL struct {
-		URL              string `json:"url"`
-		Entries          int    `json:"entries"`
-		Bytes            int64  `json:"bytes"`
-		LastCommitted    uint64 `json:"last_committed"`
-		ReclaimedThrough uint64 `json:"reclaimed_through"`
-		Holder           string `json:"holder,omitempty"`
-		Error            string `json:"error,omitempty"`
-	} `json:"wal"`
-}
 
 func statusCommand(g *globals) *cli.Command {
 	return &cli.Command{
@@ -55,32 +31,11 @@ retrying with the attempt and the last error. Exits 1 when any pipeline shown ha
 			if err != nil {
 				return err
 			}
-			var out []pipelineStatus
+			var out []run.PipelineStatus
 			for _, p := range pipes {
-				ps := pipelineStatus{Pipeline: p.Name}
-				ps.WAL.URL = p.WAL.URL
-				st, err := readStatus(g.Home, p)
+				ps, err := run.Status(ctx, g.Home, p, g.Log)
 				if err != nil {
 					return err
-				}
-				if st != nil {
-					ps.Live = st
-					ps.Running = processAlive(st.PID) && st.State != "stopped" && st.State != pipeline.StateFailed
-					ps.Fault = st.Fault
-				}
-				ps.State = "stopped"
-				switch {
-				case st != nil && st.State == pipeline.StateFailed:
-					ps.State = st.State
-				case ps.Running:
-					ps.State = st.State
-				}
-				if wl, err := openWAL(ctx, p, g.Log); err != nil {
-					ps.WAL.Error = err.Error()
-				} else if h, err := wl.Head(ctx); err != nil {
-					ps.WAL.Error = err.Error()
-				} else {
-					ps.WAL.Entries, ps.WAL.Bytes, ps.WAL.LastCommitted, ps.WAL.ReclaimedThrough, ps.WAL.Holder = h.Entries, h.Bytes, h.LastSeq, h.ReclaimedThrough, h.Holder
 				}
 				out = append(out, ps)
 			}
@@ -107,7 +62,7 @@ retrying with the attempt and the last error. Exits 1 when any pipeline shown ha
 	}
 }
 
-func printStatus(w io.Writer, out []pipelineStatus) error {
+func printStatus(w io.Writer, out []run.PipelineStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PIPELINE\tSTATE\tWAL ENTRIES\tWAL BYTES\tCOMMITTED\tRECLAIMED\tAPPLIED\tSOURCE\tLAG")
 	for _, ps := range out {
@@ -195,15 +150,4 @@ func printStatus(w io.Writer, out []pipelineStatus) error {
 		}
 	}
 	return nil
-}
-
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	p, err := os.FindProcess(pid)
-	if err != nil {
-		return false
-	}
-	return p.Signal(syscall.Signal(0)) == nil
 }

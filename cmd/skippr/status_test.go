@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/skippr-dev/skippr/engine/pipeline"
+	"github.com/skippr-dev/skippr/engine/run"
 )
 
 // TestPrintStatusApplyInterval: a destination that waits between applies says so below the table, with where
@@ -24,10 +25,10 @@ func TestPrintStatusApplyInterval(t *testing.T) {
 		{"no apply status", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ps := pipelineStatus{Pipeline: "p", Running: true, State: "running",
+			ps := run.PipelineStatus{Pipeline: "p", Running: true, State: "running",
 				Live: &pipeline.Status{Destinations: []pipeline.DestinationStatus{{Name: "wh", Apply: tc.apply}}}}
 			var b strings.Builder
-			if err := printStatus(&b, []pipelineStatus{ps}); err != nil {
+			if err := printStatus(&b, []run.PipelineStatus{ps}); err != nil {
 				t.Fatal(err)
 			}
 			got := b.String()

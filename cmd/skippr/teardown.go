@@ -4,11 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/skippr-dev/skippr/engine/pipeline"
+	"github.com/skippr-dev/skippr/engine/run"
 )
 
 func teardownCommand(g *globals) *cli.Command {
@@ -34,32 +33,19 @@ Refuses while the pipeline's sync is running on this host.`,
 				return withCode(exitUsage, fmt.Errorf("teardown: name one pipeline"))
 			}
 			p := pipes[0]
-			if st, err := readStatus(g.Home, p); err != nil {
-				return err
-			} else if st != nil && st.State != "stopped" && st.State != pipeline.StateFailed && processAlive(st.PID) {
-				return withCode(exitUsage, fmt.Errorf("pipeline %s is running (pid %d): stop it first", p.Name, st.PID))
-			}
 			host, err := newHost(c, g, cfg, c.Bool("offline"))
 			if err != nil {
 				return err
 			}
-			cn, _ := cfg.Connection(p.Source)
-			s, err := startConnection(ctx, host, cn)
+			released, err := run.Teardown(ctx, g.Home, host, cfg, p)
 			if err != nil {
 				return err
 			}
-			defer s.client.Kill()
-			released, err := s.client.Teardown(ctx, s.settings)
-			if err != nil {
-				return err
-			}
-			os.Remove(statusFile(g.Home, p))
-			os.Remove(legacyStatusFile(g.Home, p.Name))
 			if c.Bool("json") {
 				return json.NewEncoder(c.Root().Writer).Encode(map[string]any{"pipeline": p.Name, "released": released})
 			}
 			if len(released) == 0 {
-				fmt.Fprintf(c.Root().Writer, "pipeline %s: source %s held nothing to release\n", p.Name, cn.Name)
+				fmt.Fprintf(c.Root().Writer, "pipeline %s: source %s held nothing to release\n", p.Name, p.Source)
 			}
 			for _, r := range released {
 				fmt.Fprintf(c.Root().Writer, "pipeline %s: released %s\n", p.Name, r)

@@ -1,13 +1,9 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"strings"
 
 	"github.com/urfave/cli/v3"
-
-	"github.com/skippr-dev/skippr/internal/suggest"
 )
 
 // globalFlagNames are the app-wide flags that may also be written after a subcommand
@@ -126,78 +122,4 @@ func findCommand(cmds []*cli.Command, name string) *cli.Command {
 		}
 	}
 	return nil
-}
-
-func unknownCommand(app string, path []string, name string, cmds []*cli.Command) error {
-	var names []string
-	for _, c := range cmds {
-		if !c.Hidden {
-			names = append(names, c.Names()...)
-		}
-	}
-	where := strings.Join(append([]string{app}, path...), " ")
-	msg := fmt.Sprintf("unknown command %q for %s", name, where)
-	if s := suggest.Closest(name, names); s != "" {
-		msg += fmt.Sprintf("; did you mean %s?", s)
-	}
-	return withCode(exitUsage, fmt.Errorf("%s (see %s --help)", msg, where))
-}
-
-// builtinFlag reports the flags urfave/cli adds itself.
-func builtinFlag(name string, root bool) bool {
-	return name == "generate-shell-completion" || root && (name == "version" || name == "v")
-}
-
-func unknownFlag(app string, path []string, name string, flags []cli.Flag) error {
-	where := strings.Join(append([]string{app}, path...), " ")
-	msg := fmt.Sprintf("unknown flag %s", dashed(name))
-	var names []string
-	for _, f := range flags {
-		names = append(names, f.Names()...)
-	}
-	if s := suggest.Closest(name, names); s != "" {
-		msg += fmt.Sprintf("; did you mean %s?", dashed(s))
-	}
-	prefix := ""
-	if len(path) > 0 {
-		prefix = strings.Join(path, " ") + ": "
-	}
-	return withCode(exitUsage, fmt.Errorf("%s%s (see %s --help)", prefix, msg, where))
-}
-
-// onUsageError turns urfave/cli's flag errors (unknown flag, bad value) into exit 2 with
-// the closest flag name, instead of a help page and exit 1.
-func onUsageError(_ context.Context, c *cli.Command, err error, _ bool) error {
-	root := c.Root().Name
-	path := strings.Fields(strings.TrimPrefix(c.FullName(), root))
-	flags := c.Flags
-	if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: "); ok {
-		return unknownFlag(root, path, strings.TrimLeft(name, "-"), flags)
-	}
-	where := strings.Join(append([]string{root}, path...), " ")
-	prefix := ""
-	if len(path) > 0 {
-		prefix = strings.Join(path, " ") + ": "
-	}
-	return withCode(exitUsage, fmt.Errorf("%s%w (see %s --help)", prefix, err, where))
-}
-
-func dashed(name string) string {
-	if len(name) == 1 {
-		return "-" + name
-	}
-	return "--" + name
-}
-
-// setUsageErrors installs onUsageError on every command. A command without subcommands gets
-// no `help` subcommand either: urfave/cli v3 would add one, and then `skippr sync help` or
-// `skippr plugin install help` would print help instead of naming a pipeline or plugin "help".
-func setUsageErrors(cmds []*cli.Command) {
-	for _, c := range cmds {
-		c.OnUsageError = onUsageError
-		if len(c.Commands) == 0 {
-			c.HideHelpCommand = true
-		}
-		setUsageErrors(c.Commands)
-	}
 }

@@ -30,7 +30,7 @@ func runCapturedAll(t *testing.T, args ...string) (int, string, string) {
 	}
 	defer out.Close()
 	defer errf.Close()
-	code := run(append([]string{"skippr"}, args...), out, errf)
+	code := runCLI(append([]string{"skippr"}, args...), out, errf)
 	o, err := os.ReadFile(out.Name())
 	if err != nil {
 		t.Fatal(err)

@@ -73,9 +73,19 @@ type progressRecord struct {
 	Pipelines map[string]Progress `json:"pipelines"`
 }
 
-// RunFunc runs a pipeline as the holder of election epoch until ctx ends (a soft stop first: see
-// shutdown.Draining) or the pipeline fails for good.
+// Runner runs a pipeline as the holder of election epoch until ctx ends (a soft stop first: see
+// shutdown.Draining) or the pipeline fails for good. engine/run's Runner is the one `skippr worker` uses.
+type Runner interface {
+	Run(ctx context.Context, pipeline string, epoch uint64) error
+}
+
+// RunFunc is a function as a Runner.
 type RunFunc func(ctx context.Context, pipeline string, epoch uint64) error
+
+// Run calls f.
+func (f RunFunc) Run(ctx context.Context, pipeline string, epoch uint64) error {
+	return f(ctx, pipeline, epoch)
+}
 
 // Worker is one `skippr worker` process.
 type Worker struct {
@@ -85,7 +95,7 @@ type Worker struct {
 	Version   string
 	TTL       time.Duration // the etcd lease; rounded up to whole seconds
 	Pipelines []Pipeline
-	Run       RunFunc
+	Runner    Runner
 	Logger    *slog.Logger
 	// StopTimeout bounds the soft stop of a pipeline handed to another worker (in-flight commits finish).
 	StopTimeout time.Duration
@@ -634,7 +644,7 @@ func (ss *session) hold(ctx context.Context, name string) {
 		case ss.events <- heldEvent{pipeline: name, held: true}:
 		case <-ctx.Done():
 		}
-		err := w.Run(ctx, name, epoch)
+		err := w.Runner.Run(ctx, name, epoch)
 		// The holding record goes before the election key: once we resign the next holder writes its own.
 		rctx, cancel := context.WithTimeout(bg, 5*time.Second)
 		w.Client.Txn(rctx).If(clientv3.Compare(clientv3.Value(holdingKey(w.Prefix, name)), "=", string(hb))).

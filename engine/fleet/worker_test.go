@@ -96,7 +96,7 @@ func startWorker(t *testing.T, c *etcdtest.Cluster, prefix, name string, ps []Pi
 	}
 	t.Cleanup(func() { cli.Close() })
 	ctx, stop, cancel := shutdown.Child(context.Background(), 30*time.Second)
-	w := &Worker{Client: cli, Prefix: prefix, Name: name, TTL: 3 * time.Second, Pipelines: ps, Run: l.run(name),
+	w := &Worker{Client: cli, Prefix: prefix, Name: name, TTL: 3 * time.Second, Pipelines: ps, Runner: l.run(name),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("w", name), RetryAfter: 200 * time.Millisecond}
 	for _, o := range opts {
 		o(w)
@@ -312,7 +312,7 @@ func TestRejoinNameTakenByAnother(t *testing.T) {
 	cli := newClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	w := &Worker{Client: newClient(t, c), Prefix: prefix, Name: "x", TTL: 3 * time.Second, Pipelines: ps, Run: l.run("x"),
+	w := &Worker{Client: newClient(t, c), Prefix: prefix, Name: "x", TTL: 3 * time.Second, Pipelines: ps, Runner: l.run("x"),
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), RetryAfter: 200 * time.Millisecond}
 	served := make(chan error, 1)
 	go func() { served <- w.Serve(ctx) }()

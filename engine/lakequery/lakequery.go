@@ -4,8 +4,10 @@
 //
 // Nothing here names a plugin. A lake is any destination whose plugin offers the lake.plan service; the query
 // engine is any plugin offering query.engine (DuckDB unless the config pins another, see QueryPlugin). Every
-// plugin is started through the plugin host, so the same checksum pinning and protocol negotiation apply as
-// to a sync, and a third party's lake destination works with `skippr query` without a change here.
+// plugin is started through engine/connector, so the same checksum pinning, protocol negotiation, identity and
+// settings checks apply as to a sync, and a third party's lake destination works with `skippr query` without a
+// change here. The query engine's settings are not checked: it is called without them, and its connection may
+// be one made up here (QueryPlugin).
 package lakequery
 
 import (
@@ -17,9 +19,8 @@ import (
 	"path/filepath"
 
 	"github.com/skippr-dev/skippr/engine/config"
-	"github.com/skippr-dev/skippr/engine/pluginhost"
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/engine/wal"
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	sdk "github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 )
 
@@ -30,16 +31,11 @@ const QueryPlugin = "duckdb"
 // ErrNoLake: no selected pipeline writes to a destination offering lake.plan.
 var ErrNoLake = errors.New("no lake to query")
 
-// Starter starts a connection's plugin; *pluginhost.Host is one.
-type Starter interface {
-	Start(ctx context.Context, c pluginhost.Connection) (*client.Client, pluginhost.Binary, error)
-}
-
 // Options say what to query and how.
 type Options struct {
 	Config    *config.Config
 	Pipelines []*config.Pipeline // the pipelines whose lakes are queried (default: all of the config)
-	Host      Starter
+	Host      connector.Starter
 	// OpenWAL opens a pipeline's log for reading; the querier takes no lease and never blocks a sync.
 	OpenWAL func(ctx context.Context, p *config.Pipeline) (*wal.Log, error)
 }
@@ -48,16 +44,15 @@ type Options struct {
 type Querier struct {
 	opts    Options
 	lakes   []lake
-	engine  *client.Client
-	running []*client.Client
+	engine  *connector.Plugin
+	running []*connector.Plugin
 }
 
 // lake is a pipeline and one of its destinations offering lake.plan.
 type lake struct {
-	p        *config.Pipeline
-	conn     string
-	settings []byte
-	plugin   *client.Client
+	p      *config.Pipeline
+	conn   string
+	plugin *connector.Plugin
 }
 
 // Open starts the selected pipelines' destination plugins, keeps those that offer lake.plan, and starts the
@@ -73,7 +68,7 @@ func Open(ctx context.Context, opts Options) (q *Querier, err error) {
 	if pipes == nil {
 		pipes = opts.Config.Pipelines
 	}
-	started := map[string]*client.Client{} // by connection; nil: starts, but offers no lake.plan
+	started := map[string]*connector.Plugin{} // by connection; nil: starts, but offers no lake.plan
 	for _, p := range pipes {
 		for _, d := range p.Destinations {
 			cn, ok := opts.Config.Connection(d)
@@ -82,7 +77,7 @@ func Open(ctx context.Context, opts Options) (q *Querier, err error) {
 			}
 			c, seen := started[cn.Name]
 			if !seen {
-				if c, err = q.start(ctx, cn, sdk.ServicePlan); err != nil {
+				if c, err = q.start(ctx, connector.Start, cn, sdk.ServicePlan); err != nil {
 					return nil, err
 				}
 				started[cn.Name] = c
@@ -90,11 +85,7 @@ func Open(ctx context.Context, opts Options) (q *Querier, err error) {
 			if c == nil {
 				continue
 			}
-			settings, err := cn.SettingsJSON()
-			if err != nil {
-				return nil, err
-			}
-			q.lakes = append(q.lakes, lake{p: p, conn: cn.Name, settings: settings, plugin: c})
+			q.lakes = append(q.lakes, lake{p: p, conn: cn.Name, plugin: c})
 		}
 	}
 	if len(q.lakes) == 0 {
@@ -107,7 +98,7 @@ func Open(ctx context.Context, opts Options) (q *Querier, err error) {
 			break
 		}
 	}
-	if q.engine, err = q.start(ctx, qc, sdk.ServiceQuery); err != nil {
+	if q.engine, err = q.start(ctx, connector.StartUnconfigured, qc, sdk.ServiceQuery); err != nil {
 		return nil, err
 	}
 	if q.engine == nil {
@@ -118,27 +109,25 @@ func Open(ctx context.Context, opts Options) (q *Querier, err error) {
 
 // start starts a connection's plugin and keeps it running until Close; it returns nil when the plugin does not
 // offer service.
-func (q *Querier) start(ctx context.Context, cn *config.Connection, service string) (*client.Client, error) {
-	c, err := startOffering(ctx, q.opts.Host, cn, service)
+func (q *Querier) start(ctx context.Context, start startFunc, cn *config.Connection, service string) (*connector.Plugin, error) {
+	c, err := startOffering(ctx, start, q.opts.Host, cn, service)
 	if c != nil {
 		q.running = append(q.running, c)
 	}
 	return c, err
 }
 
+// startFunc is connector.Start or connector.StartUnconfigured.
+type startFunc func(context.Context, connector.Starter, *config.Connection) (*connector.Plugin, error)
+
 // startOffering starts a connection's plugin; it returns nil (and stops the plugin) when the plugin does not
 // offer service.
-func startOffering(ctx context.Context, host Starter, cn *config.Connection, service string) (*client.Client, error) {
-	c, _, err := host.Start(ctx, pluginhost.Connection{Name: cn.Name, Plugin: cn.Plugin, Constraint: cn.Version, Path: cn.Path})
+func startOffering(ctx context.Context, start startFunc, host connector.Starter, cn *config.Connection, service string) (*connector.Plugin, error) {
+	c, err := start(ctx, host, cn)
 	if err != nil {
 		return nil, err
 	}
-	spec, err := c.Spec(ctx)
-	if err != nil {
-		c.Kill()
-		return nil, fmt.Errorf("connection %s: %w", cn.Name, err)
-	}
-	if !client.Offers(spec, service) {
+	if !c.Spec.Offers(service) {
 		c.Kill()
 		return nil, nil
 	}
@@ -186,7 +175,7 @@ func (q *Querier) Run(ctx context.Context, req Request, out io.Writer) (string, 
 		if err := os.MkdirAll(fetch, 0o700); err != nil {
 			return "", err
 		}
-		plan, err := l.plugin.LakePlan(ctx, l.settings, sdk.PlanRequest{Pipeline: l.p.Name, Streams: wals[i].streams, FetchDir: fetch})
+		plan, err := l.plugin.LakePlan(ctx, sdk.PlanRequest{Pipeline: l.p.Name, Streams: wals[i].streams, FetchDir: fetch})
 		if err != nil {
 			return "", fmt.Errorf("plan lake of connection %s: %w", l.conn, err)
 		}
@@ -273,29 +262,29 @@ func (q *Querier) writeStream(w io.Writer, req sdk.Request, wals []walEntries) e
 var ErrNoService = errors.New("no plugin offers the service")
 
 // Offering starts the plugin of the named connection, or of each connection of the config when name is "",
-// and returns the one connection whose plugin offers service, running; the caller kills it. Several offering
-// it without a name is an error that lists them.
-func Offering(ctx context.Context, cfg *config.Config, host Starter, name, service string) (*config.Connection, *client.Client, error) {
+// and returns the one connection's plugin that offers service, running (its Conn is the connection); the caller
+// kills it. Several offering it without a name is an error that lists them.
+func Offering(ctx context.Context, cfg *config.Config, host connector.Starter, name, service string) (*connector.Plugin, error) {
 	conns := cfg.Connections
 	if name != "" {
 		cn, ok := cfg.Connection(name)
 		if !ok {
-			return nil, nil, fmt.Errorf("no connection %q in %s (known: %v)", name, cfg.Path, cfg.ConnectionNames())
+			return nil, fmt.Errorf("no connection %q in %s (known: %v)", name, cfg.Path, cfg.ConnectionNames())
 		}
 		conns = []*config.Connection{cn}
 	}
 	var found []*config.Connection
-	var running []*client.Client
+	var running []*connector.Plugin
 	stop := func() {
 		for _, c := range running {
 			c.Kill()
 		}
 	}
 	for _, cn := range conns {
-		c, err := startOffering(ctx, host, cn, service)
+		c, err := startOffering(ctx, connector.Start, host, cn, service)
 		if err != nil {
 			stop()
-			return nil, nil, err
+			return nil, err
 		}
 		if c != nil {
 			found, running = append(found, cn), append(running, c)
@@ -303,17 +292,17 @@ func Offering(ctx context.Context, cfg *config.Config, host Starter, name, servi
 	}
 	switch len(found) {
 	case 1:
-		return found[0], running[0], nil
+		return running[0], nil
 	case 0:
 		if name != "" {
-			return nil, nil, fmt.Errorf("%w: connection %s (plugin %s) does not offer %s", ErrNoService, name, conns[0].Plugin, service)
+			return nil, fmt.Errorf("%w: connection %s (plugin %s) does not offer %s", ErrNoService, name, conns[0].Plugin, service)
 		}
-		return nil, nil, fmt.Errorf("%w: no connection in %s has a plugin offering %s", ErrNoService, cfg.Path, service)
+		return nil, fmt.Errorf("%w: no connection in %s has a plugin offering %s", ErrNoService, cfg.Path, service)
 	}
 	stop()
 	var names []string
 	for _, cn := range found {
 		names = append(names, cn.Name)
 	}
-	return nil, nil, fmt.Errorf("%s has several connections offering %s (%v): pick one with --connection", cfg.Path, service, names)
+	return nil, fmt.Errorf("%s has several connections offering %s (%v): pick one with --connection", cfg.Path, service, names)
 }

@@ -26,32 +26,31 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 // ErrRefused matches every refusal of this package.
 var ErrRefused = errors.New("pipeline refused at start")
 
-// Source is what the checks need of a source plugin.
+// Source is what the checks need of a source plugin (a *connector.Plugin, which holds its settings).
 type Source interface {
-	Check(ctx context.Context, settings []byte) error
-	Discover(ctx context.Context, settings []byte) ([]*pluginv1.Stream, error)
+	Check(ctx context.Context) error
+	Discover(ctx context.Context) ([]connector.Stream, error)
 }
 
-// Destination is what the checks need of a destination plugin.
+// Destination is what the checks need of a destination plugin (a *connector.Plugin).
 type Destination interface {
-	Check(ctx context.Context, settings []byte) error
-	Capabilities(ctx context.Context, settings []byte) (*pluginv1.CapabilitiesResponse, error)
+	Check(ctx context.Context) error
+	Capabilities(ctx context.Context) (connector.Capabilities, error)
 }
 
-// Endpoint is a connection: its name in the config, its plugin and its settings (JSON).
+// Endpoint is a connection: its name in the config and its plugin.
 type Endpoint[T any] struct {
-	Name     string
-	Plugin   T
-	Settings []byte
+	Name   string
+	Plugin T
 }
 
 // Config is one pipeline's start.
@@ -78,18 +77,18 @@ func refuse(class fault.Class, msg, fix string) error {
 // Run runs the checks in order — the source's Check, each destination's Check, then the types — and returns
 // the first refusal, or an error a retry may fix, or nil.
 func Run(ctx context.Context, cfg Config) error {
-	if err := check(ctx, "source", cfg.Source.Name, cfg.Source.Plugin.Check, cfg.Source.Settings); err != nil {
+	if err := check(ctx, "source", cfg.Source.Name, cfg.Source.Plugin.Check); err != nil {
 		return err
 	}
 	for _, d := range cfg.Destinations {
-		if err := check(ctx, "destination", d.Name, d.Plugin.Check, d.Settings); err != nil {
+		if err := check(ctx, "destination", d.Name, d.Plugin.Check); err != nil {
 			return err
 		}
 	}
 	limits := make([][]string, len(cfg.Destinations))
 	anyLimits := false
 	for i, d := range cfg.Destinations {
-		caps, err := d.Plugin.Capabilities(ctx, d.Settings)
+		caps, err := d.Plugin.Capabilities(ctx)
 		if err != nil {
 			return fmt.Errorf("capabilities of destination %s: %w", d.Name, err)
 		}
@@ -99,7 +98,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if !anyLimits {
 		return nil // no destination limits its types: the source need not describe its streams
 	}
-	streams, err := cfg.Source.Plugin.Discover(ctx, cfg.Source.Settings)
+	streams, err := cfg.Source.Plugin.Discover(ctx)
 	if err != nil {
 		return fmt.Errorf("discover source %s: %w", cfg.Source.Name, err)
 	}
@@ -136,8 +135,8 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // check runs one plugin's Check: a failed check is a refusal, any other error is returned for a retry.
-func check(ctx context.Context, role, name string, fn func(context.Context, []byte) error, settings []byte) error {
-	err := fn(ctx, settings)
+func check(ctx context.Context, role, name string, fn func(context.Context) error) error {
+	err := fn(ctx)
 	if err == nil {
 		return nil
 	}

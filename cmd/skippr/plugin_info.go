@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/skippr-dev/skippr/engine/pluginhost"
+)
+
+func pluginInfoCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:      "info",
+		Usage:     "show a plugin's versions in the registry",
+		ArgsUsage: "NAME",
+		Description: `Shows, from the first registry that lists NAME, every version with its protocol versions, kind,
+platforms and yank reason, after verifying the index signature.`,
+		Flags: append(registryFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
+			if len(args) != 1 {
+				return withCode(exitUsage, fmt.Errorf("plugin info: want NAME, got %d arguments", len(args)))
+			}
+			name := args[0]
+			rc, err := pluginClient(c, g)
+			if err != nil {
+				return err
+			}
+			si, err := rc.Find(ctx, name)
+			if err != nil {
+				return withCode(registryExitCode(err), err)
+			}
+			p := si.Plugins[name]
+			type ver struct {
+				Version          string   `json:"version"`
+				ProtocolVersions []int    `json:"protocol_versions"`
+				Kind             string   `json:"kind"`
+				Platforms        []string `json:"platforms"`
+				Yanked           string   `json:"yanked,omitempty"`
+			}
+			out := struct {
+				Name     string `json:"name"`
+				Registry string `json:"registry"`
+				KeyID    string `json:"key_id"`
+				Versions []ver  `json:"versions"`
+			}{Name: name, Registry: si.Registry.URL, KeyID: si.KeyID}
+			for _, v := range p.VersionsNewestFirst() {
+				r := p.Versions[v]
+				out.Versions = append(out.Versions, ver{v, r.ProtocolVersions, r.Kind, r.PlatformKeys(), r.Yanked})
+			}
+			if c.Bool("json") {
+				enc := json.NewEncoder(c.Root().Writer)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			fmt.Fprintf(c.Root().Writer, "%s in %s (index signed by key %s); this engine speaks protocol %v\n\n", name, out.Registry, out.KeyID, pluginhost.Protocols)
+			tw := tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERSION\tPROTOCOLS\tKIND\tPLATFORMS\tYANKED")
+			for _, v := range out.Versions {
+				y := "-"
+				if v.Yanked != "" {
+					y = v.Yanked
+				}
+				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\n", v.Version, v.ProtocolVersions, v.Kind, strings.Join(v.Platforms, " "), y)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func pluginMirrorCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:      "mirror",
+		Usage:     "copy the pinned plugins and the signed index into a folder, for air-gapped machines",
+		ArgsUsage: "DIR",
+		Description: `Copies, for every version pinned in skippr.lock, the binaries of all platforms, plus the registry's
+signed index.json and index.json.sig verbatim, into DIR. DIR is then a file:// registry. On the target machine:
+
+  skippr registry trust file:///path/to/DIR --key REGISTRY.pub
+  skippr sync --offline   # after a first sync installed the plugins from the mirror
+
+With plugins from several registries each gets a subfolder of DIR.`,
+		Flags: registryFlags(),
+		Action: func(ctx context.Context, c *cli.Command) error {
+			args := c.Args().Slice()
+			if len(args) != 1 {
+				return withCode(exitUsage, fmt.Errorf("plugin mirror: want DIR, got %d arguments", len(args)))
+			}
+			rc, err := pluginClient(c, g)
+			if err != nil {
+				return err
+			}
+			ms, err := rc.Mirror(ctx, lockPath(g), args[0])
+			if err != nil {
+				return withCode(registryExitCode(err), err)
+			}
+			for _, m := range ms {
+				fmt.Fprintf(c.Root().Writer, "mirrored %s into %s: %s\n", m.From, m.Dir, strings.Join(m.Plugins, ", "))
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,24 @@
+// Package run turns a loaded config.Config into running pipelines: it starts each pipeline's plugins through
+// engine/connector, checks them (engine/precheck), opens and acquires the WAL, runs engine/pipeline under
+// engine/supervise, and keeps the pipeline's state directory. Both `skippr sync` and `skippr worker`
+// (engine/fleet, through Runner.Run) run pipelines here.
+//
+// # State directory
+//
+// Each pipeline has one directory on this host, keyed by its name and WAL location so that two configs with a
+// pipeline of the same name keep their own figures (State):
+//
+//	$SKIPPR_HOME/state/<pipeline>-<first 6 bytes of sha256(wal url), hex>/status.json   the last status
+//	$SKIPPR_HOME/state/<pipeline>-<…>/resnapshot/                                       re-snapshot requests
+//	$SKIPPR_HOME/state/<pipeline>/status.json          the status of releases before the WAL-keyed name (read only)
+//
+// status.json is advisory: it is replaced atomically (write, rename) without fsync, and every figure in it is
+// also derivable from the WAL and the destinations. A pipeline is running when its status names a live
+// process and a state other than stopped or failed (Running): `skippr status` and `skippr teardown` use that
+// one rule.
+//
+// # Errors
+//
+// Errors a person must act on carry a Code (CodeOf): the CLI maps it to its exit code, and the supervisor
+// fails such a pipeline at once instead of retrying it.
+package run
