@@ -162,7 +162,20 @@ pipelines:
 		t.Helper()
 		// Catching up after the kills takes as long as the machine's load makes it: the run fails only when its
 		// WAL and its log stop moving for two minutes (a fixed limit failed a loaded CI run still catching up).
-		e.MustRunWhileProgressing(2*time.Minute, harness.WALProgress(t, walDir), "sync", "--once")
+		// The destination's statements count as progress too: a large range into Postgres is one long
+		// transaction during which neither the WAL nor the log moves, while a hung apply repeats no statement.
+		wal, pg := harness.WALProgress(t, walDir), dst.Connect(t)
+		defer pg.Close(context.Background())
+		progress := func() string {
+			var stmts string
+			if err := pg.QueryRow(ctx, `SELECT coalesce(string_agg(pid || ' ' || coalesce(query_start::text, '') || ' ' ||
+				coalesce(state_change::text, ''), ';' ORDER BY pid), '') FROM pg_stat_activity
+				WHERE datname = current_database() AND pid <> pg_backend_pid()`).Scan(&stmts); err != nil {
+				t.Errorf("destination activity: %v", err)
+			}
+			return wal() + "|" + stmts
+		}
+		e.MustRunWhileProgressing(2*time.Minute, progress, "sync", "--once")
 		for _, table := range tables {
 			compareAppendTable(t, ctx, sc, dst.Connect(t), harness.KeylessLakeSettings(e), table)
 		}
