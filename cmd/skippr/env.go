@@ -69,16 +69,9 @@ func newHost(c *cli.Command, g *globals, cfg *config.Config, offline bool) (*plu
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
-	rc, err := registry.New(registry.Options{
-		Home:        g.Home,
-		Registries:  sources,
-		Protocols:   pluginhost.Protocols,
-		Progress:    c.Root().ErrWriter,
-		ProgressTTY: isTerminal(c.Root().ErrWriter),
-		Log:         g.Log,
-	})
+	rc, err := newRegistryClient(c, g, sources)
 	if err != nil {
-		return nil, withCode(exitUsage, err)
+		return nil, err
 	}
 	return &pluginhost.Host{
 		Installer:    rc,
@@ -88,6 +81,23 @@ func newHost(c *cli.Command, g *globals, cfg *config.Config, offline bool) (*plu
 		PluginLog:    pluginhost.PluginLog(g.Log),
 		StartTimeout: g.PluginStartTimeout,
 	}, nil
+}
+
+// newRegistryClient is the registry client of sync and of the plugin commands: installs go to the user's home,
+// progress to stderr.
+func newRegistryClient(c *cli.Command, g *globals, regs []registry.Registry) (*registry.Client, error) {
+	rc, err := registry.New(registry.Options{
+		Home:        g.Home,
+		Registries:  regs,
+		Protocols:   pluginhost.Protocols,
+		Progress:    c.Root().ErrWriter,
+		ProgressTTY: isTerminal(c.Root().ErrWriter),
+		Log:         g.Log,
+	})
+	if err != nil {
+		return nil, withCode(exitUsage, err)
+	}
+	return rc, nil
 }
 
 // registryExitCode maps registry errors to exit codes.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/skippr-dev/skippr/engine/pluginhost"
 	"github.com/skippr-dev/skippr/registry"
 )
 
@@ -64,18 +63,7 @@ func pluginClient(c *cli.Command, g *globals) (*registry.Client, error) {
 	} else if len(keys) > 0 {
 		return nil, withCode(exitUsage, errors.New("--key applies to --registry URLs; give --registry too"))
 	}
-	rc, err := registry.New(registry.Options{
-		Home:        g.Home,
-		Registries:  regs,
-		Protocols:   pluginhost.Protocols,
-		Progress:    c.Root().ErrWriter,
-		ProgressTTY: isTerminal(c.Root().ErrWriter),
-		Log:         g.Log,
-	})
-	if err != nil {
-		return nil, withCode(exitUsage, err)
-	}
-	return rc, nil
+	return newRegistryClient(c, g, regs)
 }
 
 func pathExists(path string) bool {
