@@ -57,13 +57,18 @@ type lake struct {
 
 // Open starts the selected pipelines' destination plugins, keeps those that offer lake.plan, and starts the
 // query engine.
-func Open(ctx context.Context, opts Options) (q *Querier, err error) {
-	q = &Querier{opts: opts}
-	defer func() {
-		if err != nil {
-			q.Close()
-		}
-	}()
+func Open(ctx context.Context, opts Options) (*Querier, error) {
+	// The plugins started before an error are killed here: the caller gets no Querier to close.
+	q := &Querier{opts: opts}
+	if err := q.open(ctx); err != nil {
+		q.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+func (q *Querier) open(ctx context.Context) error {
+	opts := q.opts
 	pipes := opts.Pipelines
 	if pipes == nil {
 		pipes = opts.Config.Pipelines
@@ -73,12 +78,13 @@ func Open(ctx context.Context, opts Options) (q *Querier, err error) {
 		for _, d := range p.Destinations {
 			cn, ok := opts.Config.Connection(d)
 			if !ok {
-				return nil, fmt.Errorf("pipeline %s: no connection %q", p.Name, d)
+				return fmt.Errorf("pipeline %s: no connection %q", p.Name, d)
 			}
 			c, seen := started[cn.Name]
 			if !seen {
+				var err error
 				if c, err = q.start(ctx, connector.Start, cn, sdk.ServicePlan); err != nil {
-					return nil, err
+					return err
 				}
 				started[cn.Name] = c
 			}
@@ -89,7 +95,7 @@ func Open(ctx context.Context, opts Options) (q *Querier, err error) {
 		}
 	}
 	if len(q.lakes) == 0 {
-		return nil, fmt.Errorf("%w: no pipeline in %s writes to a destination whose plugin offers %s (such as iceberg)", ErrNoLake, opts.Config.Path, sdk.ServicePlan)
+		return fmt.Errorf("%w: no pipeline in %s writes to a destination whose plugin offers %s (such as iceberg)", ErrNoLake, opts.Config.Path, sdk.ServicePlan)
 	}
 	qc := &config.Connection{Name: "query", Plugin: QueryPlugin}
 	for _, cn := range opts.Config.Connections {
@@ -98,13 +104,14 @@ func Open(ctx context.Context, opts Options) (q *Querier, err error) {
 			break
 		}
 	}
+	var err error
 	if q.engine, err = q.start(ctx, connector.StartUnconfigured, qc, sdk.ServiceQuery); err != nil {
-		return nil, err
+		return err
 	}
 	if q.engine == nil {
-		return nil, fmt.Errorf("connection %s: plugin %s offers no %s service: it cannot answer queries", qc.Name, qc.Plugin, sdk.ServiceQuery)
+		return fmt.Errorf("connection %s: plugin %s offers no %s service: it cannot answer queries", qc.Name, qc.Plugin, sdk.ServiceQuery)
 	}
-	return q, nil
+	return nil
 }
 
 // start starts a connection's plugin and keeps it running until Close; it returns nil when the plugin does not

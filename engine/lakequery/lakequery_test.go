@@ -1,0 +1,117 @@
+package lakequery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/connector"
+	"github.com/skippr-dev/skippr/engine/pluginhost"
+	"github.com/skippr-dev/skippr/internal/testplugins"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+)
+
+func TestMain(m *testing.M) { testplugins.Main(m) }
+
+// failingStarter refuses every plugin, as a host does when a binary fails its checksum.
+type failingStarter struct{}
+
+func (failingStarter) Start(context.Context, pluginhost.Connection) (*client.Client, pluginhost.Binary, error) {
+	return nil, pluginhost.Binary{}, errors.New("checksum mismatch")
+}
+
+// TestOpenErrors walks every way Open can fail before a query: each returns an error naming the cause (no
+// panic: `skippr query` once dereferenced the nil Querier it returned), and no plugin it started outlives it.
+func TestOpenErrors(t *testing.T) {
+	testdest := testplugins.Build(t, "testdest")
+	dir := t.TempDir()
+	load := func(t *testing.T, pipelines string) *config.Config {
+		t.Helper()
+		path := filepath.Join(t.TempDir(), "skippr.yaml")
+		yaml := fmt.Sprintf(`connections:
+  gen:
+    plugin: datagen
+    path: /nonexistent/datagen
+    settings: { rows: 1 }
+  out:
+    plugin: testdest
+    path: %s
+    settings: { dir: %s }
+pipelines:
+%s`, testdest, dir, pipelines)
+		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Load(path, func(string) (string, bool) { return "", false })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	const onePipeline = `  p:
+    source: gen
+    destinations: [out]
+    wal: { url: file:///tmp/unused-wal }
+`
+	for _, tc := range []struct {
+		name      string
+		pipelines string
+		none      bool // select no pipeline
+		host      connector.Starter
+		want      string
+		noLake    bool
+	}{
+		{name: "no pipeline selected", pipelines: onePipeline, none: true, want: "no lake to query", noLake: true},
+		{name: "plugin refused at start", pipelines: onePipeline, host: failingStarter{}, want: "checksum mismatch"},
+		{name: "destination offers no lake.plan", pipelines: onePipeline, want: "offers lake.plan", noLake: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := load(t, tc.pipelines)
+			opts := Options{Config: cfg, Host: tc.host}
+			if opts.Host == nil {
+				opts.Host = &pluginhost.Host{LockPath: filepath.Join(t.TempDir(), "lock")}
+			}
+			if tc.none {
+				opts.Pipelines = []*config.Pipeline{}
+			}
+			q, err := Open(context.Background(), opts)
+			if err == nil {
+				q.Close()
+				t.Fatal("Open succeeded")
+			}
+			if q != nil {
+				t.Errorf("Open returned a Querier beside its error")
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %q", err, tc.want)
+			}
+			if errors.Is(err, ErrNoLake) != tc.noLake {
+				t.Errorf("errors.Is(%v, ErrNoLake) = %v, want %v", err, !tc.noLake, tc.noLake)
+			}
+			if pids := running(t, testdest); len(pids) > 0 {
+				t.Errorf("testdest still running after Open failed: pids %v", pids)
+			}
+		})
+	}
+}
+
+// running lists the processes executing binary.
+func running(t *testing.T, binary string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, e := range entries {
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == binary {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
