@@ -188,6 +188,9 @@ type runner struct {
 	segments     *segmentCache
 	status       Status
 	lastStatus   time.Time
+	trailing     *time.Timer                      // a held-back publish is due (status.go); nil: none
+	trailingBusy sync.WaitGroup                   // held-back publishes sending now
+	statusFinal  bool                             // the stopped status is being sent: nothing else is
 	caps         []*pluginv1.CapabilitiesResponse // per destination
 	fromPlugin   [][]string                       // per destination: the apply limits its plugin proposed
 	lastCP       []byte                           // the source checkpoint of the last committed entry
@@ -224,6 +227,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	r := &runner{cfg: cfg, log: lg, changed: make(chan struct{}), stopApply: make(chan struct{}), reclaimDue: make(chan struct{}, 1), records: map[uint64]wal.CommitRecord{}}
 	r.segments = newSegmentCache(cfg.Log, cfg.ReadCacheBytes)
+	defer r.endHeldBack()
 	head, err := r.start(ctx)
 	if err != nil {
 		return err
@@ -264,10 +268,7 @@ func Run(ctx context.Context, cfg Config) error {
 		cancel(errDone)
 	}
 	wg.Wait()
-	r.mu.Lock()
-	r.status.State = "stopped"
-	r.mu.Unlock()
-	r.publish(true)
+	r.publishFinal()
 	if err == nil || errors.Is(err, errDone) {
 		return nil
 	}

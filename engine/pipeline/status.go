@@ -79,17 +79,72 @@ type SourceStatus struct {
 	WaitingSeconds int64  `json:"waiting_seconds,omitempty"`
 }
 
-// publish sends a status snapshot to OnStatus, at most every StatusEvery unless forced.
+// publish sends a status snapshot to OnStatus, at most every StatusEvery unless forced. One held back is sent
+// when the interval is up: the last change of a burst (the final apply before the pipeline goes idle) must
+// reach the status, which otherwise showed entries behind and a source at 99% for as long as nothing else
+// happened.
 func (r *runner) publish(force bool) {
 	if r.cfg.OnStatus == nil {
 		return
 	}
 	r.mu.Lock()
-	now := time.Now()
-	if !force && now.Sub(r.lastStatus) < r.cfg.StatusEvery {
+	if r.statusFinal {
 		r.mu.Unlock()
 		return
 	}
+	if now := time.Now(); !force && now.Sub(r.lastStatus) < r.cfg.StatusEvery {
+		if r.trailing == nil {
+			r.trailing = time.AfterFunc(r.cfg.StatusEvery-now.Sub(r.lastStatus), r.publishHeldBack)
+		}
+		r.mu.Unlock()
+		return
+	}
+	r.send()
+}
+
+func (r *runner) publishHeldBack() {
+	r.mu.Lock()
+	r.trailing = nil
+	if r.statusFinal {
+		r.mu.Unlock()
+		return
+	}
+	r.trailingBusy.Add(1)
+	r.mu.Unlock()
+	defer r.trailingBusy.Done()
+	r.publish(true)
+}
+
+// publishFinal sends the "stopped" status last: nothing is sent after it (the caller of Run may write its own
+// state once Run returns).
+func (r *runner) publishFinal() {
+	r.mu.Lock()
+	r.status.State = "stopped"
+	r.mu.Unlock()
+	r.endHeldBack()
+	if r.cfg.OnStatus == nil {
+		return
+	}
+	r.mu.Lock()
+	r.send()
+}
+
+// endHeldBack cancels a held-back publish and waits for one already sending; none starts after it. Run calls it
+// on every way out.
+func (r *runner) endHeldBack() {
+	r.mu.Lock()
+	r.statusFinal = true
+	if r.trailing != nil {
+		r.trailing.Stop()
+		r.trailing = nil
+	}
+	r.mu.Unlock()
+	r.trailingBusy.Wait()
+}
+
+// send takes the snapshot under r.mu (held by the caller), releases it and calls OnStatus.
+func (r *runner) send() {
+	now := time.Now()
 	r.lastStatus = now
 	s := r.status
 	s.StreamRows = maps.Clone(r.status.StreamRows) // OnStatus reads it after the lock is released

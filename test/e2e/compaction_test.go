@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -26,10 +28,21 @@ func TestCompactionBesideRunningSync(t *testing.T) {
 	if err := sync.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	// The table exists once the sync's first apply committed: however long the machine's load makes that, as
+	// long as the sync's WAL moves (a fixed two seconds failed a loaded run with "table does not exist").
+	var r harness.Result
+	harness.WaitWhileProgressing(t, 2*time.Minute, harness.WALProgress(t, filepath.Join(e.Dir, "wal")), func() bool {
+		r = e.Run("lake", "compact", "events", "--expire-older-than", "1ns", "--retain-last", "3")
+		if r.Code != 0 && !strings.Contains(r.Stderr, "table does not exist") {
+			t.Fatalf("lake compact: exit %d\n%s", r.Code, r.Stderr)
+		}
+		return r.Code == 0
+	})
 	compactions := 0
 	for i := 0; i < 4; i++ {
-		r := e.MustRun("lake", "compact", "events", "--expire-older-than", "1ns", "--retain-last", "3")
+		if i > 0 {
+			r = e.MustRun("lake", "compact", "events", "--expire-older-than", "1ns", "--retain-last", "3")
+		}
 		var res struct{ RemovedDataFiles, AddedDataFiles int }
 		if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil {
 			t.Fatalf("lake compact output: %v\n%s", err, r.Stdout)

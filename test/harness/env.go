@@ -290,6 +290,22 @@ func ComparePipeline(t *testing.T, outDir, pipeline string, want map[string]map[
 	return st
 }
 
+// WaitWhileProgressing waits for cond as long as progress() (a fingerprint such as WALProgress) keeps changing:
+// it fails only when cond is still false and progress has stood still for stall. A loaded machine makes the
+// wait longer, never a failure.
+func WaitWhileProgressing(t *testing.T, stall time.Duration, progress func() string, cond func() bool) {
+	t.Helper()
+	last, movedAt := progress(), time.Now()
+	for !cond() {
+		if now := progress(); now != last {
+			last, movedAt = now, time.Now()
+		} else if time.Since(movedAt) > stall {
+			t.Fatalf("condition not met, and no progress for %s", stall)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func WaitFor(t *testing.T, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
