@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/run"
 	"github.com/skippr-dev/skippr/registry"
 )
 
@@ -22,7 +23,7 @@ func pluginClient(c *cli.Command, g *globals) (*registry.Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		if known, err = configRegistries(cfg); err != nil {
+		if known, err = run.Registries(cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -39,7 +40,7 @@ func pluginClient(c *cli.Command, g *globals) (*registry.Client, error) {
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
-	return newRegistryClient(c, g, regs)
+	return run.RegistryClient(regs, hostOptions(c, g, false))
 }
 
 func pathExists(path string) bool {
