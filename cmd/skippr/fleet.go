@@ -98,7 +98,7 @@ See docs/fleet.md.`,
 				Client: cli, Prefix: target.Prefix, Name: c.String("name"), Version: version, TTL: c.Duration("lease-ttl"),
 				Pipelines: fps, Logger: g.Log, StopTimeout: c.Duration("stop-timeout"),
 				Progress: run.FleetProgress(reg),
-				Runner: r,
+				Runner:   r,
 			}
 			if addr := c.String("health-addr"); addr != "" {
 				ln, err := net.Listen("tcp", addr)
