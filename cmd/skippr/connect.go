@@ -9,8 +9,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/engine/config"
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/engine/run"
 )
 
 func connectCommand(g *globals) *cli.Command {
@@ -61,24 +60,10 @@ sync starts; a failed check exits 2, like a config error. Keep secrets as ${ENV}
 				return err
 			}
 			defer s.Kill()
-			cn := s.Conn
-			if err := s.Check(ctx); err != nil {
-				var ce *client.CheckError
-				if errors.As(err, &ce) {
-					msg := fmt.Sprintf("%s: connections.%s: %s", cn.Pos, cn.Name, ce.Message)
-					if ce.Fix != "" {
-						msg += "\n  fix: " + ce.Fix
-					}
-					// A failed check is refused input, like a config error (sync refuses the pipeline the same
-					// way); a lost source position is not something a setting fixes.
-					code := exitUsage
-					if ce.Class.Permanent() && ce.Class != fault.Config {
-						code = exitFailure
-					}
-					return withCode(code, errors.New(msg))
-				}
+			if err := run.Check(ctx, s); err != nil {
 				return err
 			}
+			cn := s.Conn
 			fmt.Fprintf(c.Root().Writer, "connection %s ok (plugin %s %s)\n", cn.Name, s.Spec.Name, s.Spec.Version)
 			return nil
 		},
