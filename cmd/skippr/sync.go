@@ -74,22 +74,12 @@ func configuredPipelines(c *cli.Command, g *globals) (*config.Config, []*config.
 // serveMetrics makes the process's metrics registry and, when an address is set (the flag wins over the
 // config), serves it until ctx ends.
 func serveMetrics(ctx context.Context, g *globals, cfg *config.Config, addr string) (*metrics.Registry, error) {
-	reg := metrics.New(g.Log)
 	if addr == "" {
 		addr = cfg.Metrics.Addr
 	}
-	if addr == "" {
-		return reg, nil
-	}
-	ln, err := reg.Listen(ctx, addr)
+	reg, err := metrics.Start(ctx, g.Log, addr)
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
-	g.Log.Info("metrics listening", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
-	go func() {
-		if err := reg.Serve(ctx, ln); err != nil {
-			g.Log.Error("metrics server stopped", "err", err)
-		}
-	}()
 	return reg, nil
 }
