@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/engine/config"
+	"github.com/skippr-dev/skippr/engine/run"
 )
 
 func connectCommand(g *globals) *cli.Command {
@@ -39,35 +40,30 @@ sync starts; a failed check exits 2, like a config error. Keep secrets as ${ENV}
 				return withCode(exitUsage, fmt.Errorf("connect: want one connection name"))
 			}
 			if c.String("plugin") != "" {
-				nc := newConnection{name: args[0], plugin: c.String("plugin"), constraint: c.String("version"), path: c.String("path"), settings: c.StringSlice("set")}
-				if err := addConnection(g.ConfigPath, nc, c.Bool("replace")); err != nil {
+				nc := config.NewConnection{Name: args[0], Plugin: c.String("plugin"), Constraint: c.String("version"), Path: c.String("path")}
+				for _, kv := range c.StringSlice("set") {
+					k, v, ok := strings.Cut(kv, "=")
+					if !ok || k == "" {
+						return withCode(exitUsage, fmt.Errorf("--set %q: want key=value", kv))
+					}
+					nc.Settings = append(nc.Settings, [2]string{k, v})
+				}
+				if err := config.AddConnection(g.ConfigPath, nc, c.Bool("replace")); errors.Is(err, config.ErrConnectionExists) {
+					return withCode(exitUsage, err)
+				} else if err != nil {
 					return err
 				}
-				fmt.Fprintf(c.Root().Writer, "added connection %s to %s\n", nc.name, g.ConfigPath)
+				fmt.Fprintf(c.Root().Writer, "added connection %s to %s\n", nc.Name, g.ConfigPath)
 			}
 			s, err := startNamedConnection(ctx, c, g, args[0])
 			if err != nil {
 				return err
 			}
 			defer s.Kill()
-			cn := s.Conn
-			if err := s.Check(ctx); err != nil {
-				var ce *client.CheckError
-				if errors.As(err, &ce) {
-					msg := fmt.Sprintf("%s: connections.%s: %s", cn.Pos, cn.Name, ce.Message)
-					if ce.Fix != "" {
-						msg += "\n  fix: " + ce.Fix
-					}
-					// A failed check is refused input, like a config error (sync refuses the pipeline the same
-					// way); a lost source position is not something a setting fixes.
-					code := exitUsage
-					if ce.Class.Permanent() && ce.Class != fault.Config {
-						code = exitFailure
-					}
-					return withCode(code, errors.New(msg))
-				}
+			if err := run.Check(ctx, s); err != nil {
 				return err
 			}
+			cn := s.Conn
 			fmt.Fprintf(c.Root().Writer, "connection %s ok (plugin %s %s)\n", cn.Name, s.Spec.Name, s.Spec.Version)
 			return nil
 		},

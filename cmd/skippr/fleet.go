@@ -12,7 +12,6 @@ import (
 	"github.com/urfave/cli/v3"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/fleet"
 	"github.com/skippr-dev/skippr/engine/run"
 	"github.com/skippr-dev/skippr/engine/shutdown"
@@ -48,22 +47,6 @@ func etcdClient(c *cli.Command) (*clientv3.Client, fleet.Target, error) {
 	return cli, t, nil
 }
 
-// fleetPipelines checks that every pipeline can move between workers and returns them for the assignment.
-func fleetPipelines(pipes []*config.Pipeline) ([]fleet.Pipeline, error) {
-	var out []fleet.Pipeline
-	var errs []error
-	for _, p := range pipes {
-		if err := fleet.CheckPlacement(p.Name, p.WAL.URL, p.Fleet.Pin); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", p.WAL.Pos, err))
-		}
-		out = append(out, fleet.Pipeline{Name: p.Name, Pin: p.Fleet.Pin})
-	}
-	if len(errs) > 0 {
-		return nil, withCode(exitUsage, errors.Join(errs...))
-	}
-	return out, nil
-}
-
 func workerCommand(g *globals) *cli.Command {
 	host, _ := os.Hostname()
 	return &cli.Command{
@@ -91,7 +74,7 @@ See docs/fleet.md.`,
 			if err != nil {
 				return err
 			}
-			fps, err := fleetPipelines(pipes)
+			fps, err := run.FleetPipelines(pipes)
 			if err != nil {
 				return err
 			}
@@ -114,12 +97,8 @@ See docs/fleet.md.`,
 			w := &fleet.Worker{
 				Client: cli, Prefix: target.Prefix, Name: c.String("name"), Version: version, TTL: c.Duration("lease-ttl"),
 				Pipelines: fps, Logger: g.Log, StopTimeout: c.Duration("stop-timeout"),
-				Progress: func(name string) (fleet.Progress, bool) {
-					l, ok := reg.Pipeline(name).Lag()
-					return fleet.Progress{Committed: l.Committed, Applied: l.Applied, UnappliedBytes: l.UnappliedBytes,
-						OldestUnapplied: l.Oldest, Started: l.Started, FirstApply: l.FirstApply}, ok
-				},
-				Runner: r,
+				Progress: run.FleetProgress(reg),
+				Runner:   r,
 			}
 			if addr := c.String("health-addr"); addr != "" {
 				ln, err := net.Listen("tcp", addr)

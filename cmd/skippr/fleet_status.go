@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -46,19 +45,14 @@ holder last published them: every third of its lease TTL, so up to that old (AS 
 					if err != nil {
 						return err
 					}
-					unheld := 0
-					for _, p := range st.Pipelines {
-						if p.Holder == "" {
-							unheld++
-						}
-					}
 					if c.Bool("json") {
 						if err := json.NewEncoder(c.Root().Writer).Encode(st); err != nil {
 							return err
 						}
 					} else {
-						printFleetStatus(c, st)
+						st.WriteText(c.Root().Writer, time.Now())
 					}
+					unheld := st.Unheld()
 					if unheld > 0 {
 						return withCode(exitFailure, fmt.Errorf("%d of %d pipelines have no holder", unheld, len(st.Pipelines)))
 					}
@@ -100,39 +94,4 @@ request survives its restarts.`,
 			},
 		},
 	}
-}
-
-func printFleetStatus(c *cli.Command, st *fleet.Status) {
-	tw := tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tSTATE\tPIPELINES\tVERSION\tHOST\tPID\tSTARTED")
-	for _, w := range st.Workers {
-		state := "alive"
-		if w.Draining {
-			state = "draining"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", w.Name, state, len(w.Pipelines), w.Version, w.Host, w.PID, w.Started.Format(time.RFC3339))
-	}
-	tw.Flush()
-	fmt.Fprintln(c.Root().Writer)
-	tw = tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PIPELINE\tHOLDER\tEPOCH\tSINCE\tASSIGNED\tLAG\tAS OF\tLAST ERROR")
-	now := time.Now()
-	for _, p := range st.Pipelines {
-		holder, since, epoch, lag, asOf := p.Holder, "", "", "-", "-"
-		if holder == "" {
-			holder = "-"
-		} else {
-			since, epoch = p.Since.Format(time.RFC3339), fmt.Sprint(p.Epoch)
-		}
-		if p.Progress != nil {
-			lag = fmt.Sprintf("%d entries, %s", p.LagEntries, (time.Duration(p.LagSeconds * float64(time.Second))).Round(100*time.Millisecond))
-			asOf = now.Sub(p.Published).Round(100*time.Millisecond).String() + " ago"
-		}
-		last := ""
-		if p.LastError != nil {
-			last = fmt.Sprintf("%s (%s, %s)", p.LastError.Error, p.LastError.Worker, p.LastError.Time.Format(time.RFC3339))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, holder, epoch, since, p.Assigned, lag, asOf, last)
-	}
-	tw.Flush()
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v3"
 
@@ -103,15 +102,7 @@ whether skippr.lock pins that version.`,
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
-			type row struct {
-				registry.Installed
-				Locked bool `json:"locked"`
-			}
-			rows := make([]row, 0, len(list))
-			for _, p := range list {
-				e, ok := lock.Plugins[p.Name]
-				rows = append(rows, row{Installed: p, Locked: ok && e.Version == p.Version})
-			}
+			rows := lock.Listed(list)
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.Root().Writer)
 				enc.SetIndent("", "  ")
@@ -121,16 +112,7 @@ whether skippr.lock pins that version.`,
 				fmt.Fprintf(c.Root().Writer, "no plugins installed in %s\n", g.Home)
 				return nil
 			}
-			tw := tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tVERSION\tLOCKED\tSHA256\tPATH")
-			for _, r := range rows {
-				locked := "-"
-				if r.Locked {
-					locked = "yes"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Version, locked, r.SHA256, r.Path)
-			}
-			return tw.Flush()
+			return rows.WriteText(c.Root().Writer)
 		},
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v3"
 
@@ -34,40 +33,13 @@ platforms and yank reason, after verifying the index signature.`,
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
-			p := si.Plugins[name]
-			type ver struct {
-				Version          string   `json:"version"`
-				ProtocolVersions []int    `json:"protocol_versions"`
-				Kind             string   `json:"kind"`
-				Platforms        []string `json:"platforms"`
-				Yanked           string   `json:"yanked,omitempty"`
-			}
-			out := struct {
-				Name     string `json:"name"`
-				Registry string `json:"registry"`
-				KeyID    string `json:"key_id"`
-				Versions []ver  `json:"versions"`
-			}{Name: name, Registry: si.Registry.URL, KeyID: si.KeyID}
-			for _, v := range p.VersionsNewestFirst() {
-				r := p.Versions[v]
-				out.Versions = append(out.Versions, ver{v, r.ProtocolVersions, r.Kind, r.PlatformKeys(), r.Yanked})
-			}
+			out := si.Info(name)
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.Root().Writer)
 				enc.SetIndent("", "  ")
 				return enc.Encode(out)
 			}
-			fmt.Fprintf(c.Root().Writer, "%s in %s (index signed by key %s); this engine speaks protocol %v\n\n", name, out.Registry, out.KeyID, pluginhost.Protocols)
-			tw := tabwriter.NewWriter(c.Root().Writer, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tPROTOCOLS\tKIND\tPLATFORMS\tYANKED")
-			for _, v := range out.Versions {
-				y := "-"
-				if v.Yanked != "" {
-					y = v.Yanked
-				}
-				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\n", v.Version, v.ProtocolVersions, v.Kind, strings.Join(v.Platforms, " "), y)
-			}
-			return tw.Flush()
+			return out.WriteText(c.Root().Writer, pluginhost.Protocols)
 		},
 	}
 }

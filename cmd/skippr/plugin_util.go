@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/run"
 	"github.com/skippr-dev/skippr/registry"
 )
 
@@ -22,7 +23,7 @@ func pluginClient(c *cli.Command, g *globals) (*registry.Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		if known, err = configRegistries(cfg); err != nil {
+		if known, err = run.Registries(cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -31,39 +32,15 @@ func pluginClient(c *cli.Command, g *globals) (*registry.Client, error) {
 		return nil, withCode(exitUsage, err)
 	}
 
-	var keys []registry.PublicKey
-	for _, f := range c.StringSlice("key") {
-		k, err := registry.ReadPublicKeyFile(f)
-		if err != nil {
-			return nil, withCode(exitUsage, fmt.Errorf("--key: %w", err))
-		}
-		keys = append(keys, k)
+	keys, err := registry.ReadPublicKeyFiles(c.StringSlice("key"))
+	if err != nil {
+		return nil, withCode(exitUsage, fmt.Errorf("--key: %w", err))
 	}
-	regs := known
-	if urls := c.StringSlice("registry"); len(urls) > 0 {
-		regs = nil
-		for _, u := range urls {
-			n, err := registry.NormalizeURL(u)
-			if err != nil {
-				return nil, withCode(exitUsage, fmt.Errorf("--registry: %w", err))
-			}
-			r := registry.Registry{URL: n, Keys: keys}
-			if len(keys) == 0 {
-				for _, k := range known {
-					if k.URL == n {
-						r.Keys = k.Keys
-					}
-				}
-			}
-			if len(r.Keys) == 0 {
-				return nil, withCode(exitUsage, fmt.Errorf("--registry %s: no trusted key for it; pass --key PUBFILE or run `skippr registry trust %s --key PUBFILE`", n, n))
-			}
-			regs = append(regs, r)
-		}
-	} else if len(keys) > 0 {
-		return nil, withCode(exitUsage, errors.New("--key applies to --registry URLs; give --registry too"))
+	regs, err := registry.Choose(known, c.StringSlice("registry"), keys)
+	if err != nil {
+		return nil, withCode(exitUsage, err)
 	}
-	return newRegistryClient(c, g, regs)
+	return run.RegistryClient(regs, hostOptions(c, g, false))
 }
 
 func pathExists(path string) bool {

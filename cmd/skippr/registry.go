@@ -145,13 +145,9 @@ URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoi
 			if err := requireFlags(c, "key"); err != nil {
 				return err
 			}
-			var keys []registry.PublicKey
-			for _, f := range c.StringSlice("key") {
-				k, err := registry.ReadPublicKeyFile(f)
-				if err != nil {
-					return withCode(exitUsage, fmt.Errorf("--key: %w", err))
-				}
-				keys = append(keys, k)
+			keys, err := registry.ReadPublicKeyFiles(c.StringSlice("key"))
+			if err != nil {
+				return withCode(exitUsage, fmt.Errorf("--key: %w", err))
 			}
 			r, err := registry.Trust(g.Home, args[0], keys...)
 			if err != nil {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -55,28 +53,10 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 			}
 			r := &run.Runner{Config: cfg, Home: g.Home, Host: host, Metrics: reg, Logger: g.Log, Redact: g.Redact,
 				Progress: c.Duration("progress-every"), Once: c.Bool("once")}
-			var (
-				wg   sync.WaitGroup
-				mu   sync.Mutex
-				errs []error
-			)
-			for _, p := range pipes {
-				wg.Go(func() {
-					if err := r.Pipeline(ctx, p, c.Bool("wait-lock"), 0); err != nil {
-						mu.Lock()
-						errs = append(errs, err)
-						mu.Unlock()
-					}
-				})
+			if err := r.All(ctx, pipes, c.Bool("wait-lock")); err != nil || !c.Bool("once") {
+				return err
 			}
-			wg.Wait()
-			if c.Bool("once") && len(errs) == 0 {
-				return printSyncSummary(c, g, pipes)
-			}
-			if len(errs) == 1 {
-				return errs[0]
-			}
-			return errors.Join(errs...)
+			return printSyncSummary(c, g, pipes)
 		},
 	}
 }
@@ -94,22 +74,12 @@ func configuredPipelines(c *cli.Command, g *globals) (*config.Config, []*config.
 // serveMetrics makes the process's metrics registry and, when an address is set (the flag wins over the
 // config), serves it until ctx ends.
 func serveMetrics(ctx context.Context, g *globals, cfg *config.Config, addr string) (*metrics.Registry, error) {
-	reg := metrics.New(g.Log)
 	if addr == "" {
 		addr = cfg.Metrics.Addr
 	}
-	if addr == "" {
-		return reg, nil
-	}
-	ln, err := reg.Listen(ctx, addr)
+	reg, err := metrics.Start(ctx, g.Log, addr)
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
-	g.Log.Info("metrics listening", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
-	go func() {
-		if err := reg.Serve(ctx, ln); err != nil {
-			g.Log.Error("metrics server stopped", "err", err)
-		}
-	}()
 	return reg, nil
 }

@@ -2,20 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"net/url"
 	"os"
-	"sort"
-	"strconv"
-	"strings"
-	"text/tabwriter"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/urfave/cli/v3"
 
@@ -53,19 +43,7 @@ func walInspect(ctx context.Context, c *cli.Command, g *globals) error {
 	if len(args) != 1 {
 		return withCode(exitUsage, fmt.Errorf("wal inspect: want one URL (file:///abs/dir or s3://bucket/prefix), got %d arguments", len(args)))
 	}
-	raw := args[0]
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "file" && u.Scheme != "s3") {
-		return withCode(exitUsage, fmt.Errorf("wal inspect: %q is not a file:///abs/dir or s3://bucket/prefix URL", raw))
-	}
-	if u.Scheme == "file" {
-		// Open treats a missing directory as an empty log to be created; here it is a typo.
-		if _, err := os.Stat(u.Path); errors.Is(err, fs.ErrNotExist) {
-			return withCode(exitNotFound, fmt.Errorf("wal inspect: no WAL at %s: %s does not exist", raw, u.Path))
-		}
-	}
-
-	l, err := wal.Open(ctx, raw, wal.Options{
+	rep, err := wal.Inspect(ctx, args[0], wal.Options{
 		Logger: g.Log,
 		S3: wal.S3Options{
 			Endpoint:        c.String("s3-endpoint"),
@@ -75,12 +53,12 @@ func walInspect(ctx context.Context, c *cli.Command, g *globals) error {
 			SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
 		},
 	})
-	if err != nil {
-		return withCode(exitFailure, err)
-	}
-	defer l.Close()
-	rep, err := wal.Verify(ctx, l)
-	if err != nil {
+	switch {
+	case errors.Is(err, wal.ErrInspectURL):
+		return withCode(exitUsage, fmt.Errorf("wal inspect: %w", err))
+	case errors.Is(err, wal.ErrNoLog):
+		return withCode(exitNotFound, fmt.Errorf("wal inspect: %w", err))
+	case err != nil:
 		return withCode(exitFailure, err)
 	}
 	if c.Bool("json") {
@@ -90,74 +68,7 @@ func walInspect(ctx context.Context, c *cli.Command, g *globals) error {
 			return withCode(exitFailure, err)
 		}
 	} else {
-		printInspect(c.Root().Writer, rep)
+		rep.WriteText(c.Root().Writer)
 	}
-	if rep.Bad > 0 {
-		var bad []string
-		for _, e := range rep.Entries {
-			if !e.OK {
-				bad = append(bad, e.Error)
-			}
-		}
-		return withCode(exitFailure, fmt.Errorf("wal %s: %d of %d entries failed verification:\n  %s",
-			rep.URL, rep.Bad, len(rep.Entries), strings.Join(bad, "\n  ")))
-	}
-	return nil
-}
-
-func printInspect(w io.Writer, rep wal.Report) {
-	holder := rep.Holder
-	if holder == "" {
-		holder = "none"
-	}
-	fmt.Fprintf(w, "wal %s\n", rep.URL)
-	fmt.Fprintf(w, "last seq %d, reclaimed through %d, %d entries, %d bytes, epoch %d, writer %s\n",
-		rep.LastSeq, rep.ReclaimedThrough, len(rep.Entries), rep.Bytes, rep.Epoch, holder)
-	fmt.Fprintf(w, "source checkpoint %s\n", printable(rep.LastCheckpoint))
-	if len(rep.Entries) == 0 {
-		fmt.Fprintln(w, "no entries")
-		return
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tSEGMENT\tSIZE\tROWS\tEPOCH\tTIME\tCHECKSUM")
-	for _, e := range rep.Entries {
-		seg, sum := e.Segment, "ok"
-		if e.Fence {
-			seg = "(fence)"
-		}
-		if !e.OK {
-			sum = "BAD"
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%s\t%s\n", e.Seq, seg, e.Size, rowsText(e.Rows), e.Epoch,
-			e.Time.UTC().Format("2006-01-02T15:04:05.000Z"), sum)
-	}
-	tw.Flush()
-}
-
-func rowsText(rows map[string]int64) string {
-	if len(rows) == 0 {
-		return "-"
-	}
-	streams := make([]string, 0, len(rows))
-	for s := range rows {
-		streams = append(streams, s)
-	}
-	sort.Strings(streams)
-	parts := make([]string, len(streams))
-	for i, s := range streams {
-		parts[i] = s + "=" + strconv.FormatInt(rows[s], 10)
-	}
-	return strings.Join(parts, ",")
-}
-
-// printable shows an opaque checkpoint as text when it is text, else as hex.
-func printable(b []byte) string {
-	if len(b) == 0 {
-		return "(none)"
-	}
-	if utf8.Valid(b) && strings.IndexFunc(string(b), func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
-		return strconv.Quote(string(b))
-	}
-	return "0x" + hex.EncodeToString(b)
+	return withCode(exitFailure, rep.Err())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -57,3 +58,23 @@ func (r *Registry) Serve(ctx context.Context, ln net.Listener) error {
 type slogPrinter struct{ r *Registry }
 
 func (p slogPrinter) Println(v ...any) { p.r.log.Warn("metrics: scrape", "err", fmt.Sprint(v...)) }
+
+// Start makes a registry and, when addr is not empty, serves it there until ctx ends (port 0 picks a free
+// port; the bound address is logged). A bad address fails here, before any pipeline starts.
+func Start(ctx context.Context, log *slog.Logger, addr string) (*Registry, error) {
+	reg := New(log)
+	if addr == "" {
+		return reg, nil
+	}
+	ln, err := reg.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("metrics listening", "addr", ln.Addr().String(), "paths", "/metrics /healthz /readyz")
+	go func() {
+		if err := reg.Serve(ctx, ln); err != nil {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	return reg, nil
+}

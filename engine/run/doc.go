@@ -17,6 +17,14 @@
 // process and a state other than stopped or failed (Running): `skippr status` and `skippr teardown` use that
 // one rule.
 //
+// # What the commands ask
+//
+// Besides running pipelines, run answers what `skippr` asks of a config without running it: the plugin host
+// and registry client for it (NewHost, RegistryClient, Registries), each pipeline's status (StatusOf, with
+// Statuses.WriteText for people), teardown, re-snapshot requests, the summary of `sync --once`, a connection's
+// check (Check), and the fleet's view of the pipelines (FleetPipelines, FleetProgress). The CLI parses flags,
+// calls these and prints; it holds no rule of its own.
+//
 // # Errors
 //
 // Errors a person must act on carry a Code (CodeOf): the CLI maps it to its exit code, and the supervisor
