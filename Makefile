@@ -62,7 +62,7 @@ proto:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
 	cd plugin-sdk && protoc -I proto --go_out=. --go_opt=module=github.com/skippr-dev/skippr/plugin-sdk \
-		--go-grpc_out=. --go-grpc_opt=module=github.com/skippr-dev/skippr/plugin-sdk proto/skippr/plugin/v1/plugin.proto
+		--go-grpc_out=. --go-grpc_opt=module=github.com/skippr-dev/skippr/plugin-sdk proto/skippr/plugin/v2/plugin.proto
 
 # A local registry signed with a development key, so the quickstart and the tests install plugins the way
 # users do. The key stays in .dev (not in git). Published versions are immutable, so the development registry

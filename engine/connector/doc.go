@@ -18,7 +18,7 @@
 //
 // The types of this package (Spec, Kind, Capabilities, Stream, SyncMode) are the engine's view of a plugin
 // and know nothing of the transport. wire.go is the only file that maps the generated protocol types
-// (pluginv1) to them, so a new protocol version changes that file, not the engine.
+// (pluginv2) to them, so a new protocol version changes that file, not the engine.
 //
 // The caller owns a started Plugin and must Kill it.
 package connector

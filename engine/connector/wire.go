@@ -1,14 +1,14 @@
 package connector
 
-// This file is the only one in the engine that knows the generated protocol types (pluginv1): it maps them to
-// the types of types.go. A protocol version 2 changes this file.
+// This file is the only one in the engine that knows the generated protocol types (pluginv2): it maps them to
+// the types of types.go. A new protocol version changes this file.
 
 import (
 	"context"
 	"time"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 func spec(ctx context.Context, cl *client.Client) (Spec, error) {
@@ -20,13 +20,13 @@ func spec(ctx context.Context, cl *client.Client) (Spec, error) {
 		SettingsSchema: r.SettingsSchema, Services: r.Services}, nil
 }
 
-func kindOf(k pluginv1.Kind) Kind {
+func kindOf(k pluginv2.Kind) Kind {
 	switch k {
-	case pluginv1.Kind_KIND_SOURCE:
+	case pluginv2.Kind_KIND_SOURCE:
 		return KindSource
-	case pluginv1.Kind_KIND_DESTINATION:
+	case pluginv2.Kind_KIND_DESTINATION:
 		return KindDestination
-	case pluginv1.Kind_KIND_BOTH:
+	case pluginv2.Kind_KIND_BOTH:
 		return KindBoth
 	}
 	return 0
@@ -40,7 +40,7 @@ func capabilities(ctx context.Context, cl *client.Client, settings []byte) (Capa
 	return capabilitiesOf(r), r, nil
 }
 
-func capabilitiesOf(r *pluginv1.CapabilitiesResponse) Capabilities {
+func capabilitiesOf(r *pluginv2.CapabilitiesResponse) Capabilities {
 	c := Capabilities{ExactlyOnce: r.ExactlyOnce, ExactlyOnceNote: r.ExactlyOnceNote, Deletes: r.Deletes,
 		SchemaEvolution: r.SchemaEvolution, Truncate: r.Truncate, Coalesce: r.Coalesce, Resnapshot: r.Resnapshot,
 		UnsupportedTypes: r.UnsupportedTypes}
@@ -68,13 +68,13 @@ func (p *Plugin) Discover(ctx context.Context) ([]Stream, error) {
 	return out, nil
 }
 
-func modeOf(m pluginv1.SyncMode) SyncMode {
+func modeOf(m pluginv2.SyncMode) SyncMode {
 	switch m {
-	case pluginv1.SyncMode_SYNC_MODE_SNAPSHOT:
+	case pluginv2.SyncMode_SYNC_MODE_SNAPSHOT:
 		return ModeSnapshot
-	case pluginv1.SyncMode_SYNC_MODE_CDC:
+	case pluginv2.SyncMode_SYNC_MODE_CDC:
 		return ModeCDC
-	case pluginv1.SyncMode_SYNC_MODE_APPEND_ONLY:
+	case pluginv2.SyncMode_SYNC_MODE_APPEND_ONLY:
 		return ModeAppendOnly
 	}
 	return ModeUnspecified
@@ -92,10 +92,10 @@ type Wire struct {
 }
 
 // Capabilities returns the plugin's capabilities, asked once per start; settings are the plugin's own.
-func (w *Wire) Capabilities(ctx context.Context, _ []byte) (*pluginv1.CapabilitiesResponse, error) {
+func (w *Wire) Capabilities(ctx context.Context, _ []byte) (*pluginv2.CapabilitiesResponse, error) {
 	_, r, err := w.p.caps.get(ctx, w.p)
 	if err != nil {
 		return nil, err
 	}
-	return r.(*pluginv1.CapabilitiesResponse), nil
+	return r.(*pluginv2.CapabilitiesResponse), nil
 }

@@ -6,18 +6,18 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/engine/config"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 func TestKind(t *testing.T) {
 	for _, tc := range []struct {
-		wire      pluginv1.Kind
+		wire      pluginv2.Kind
 		src, dest bool
 	}{
-		{pluginv1.Kind_KIND_UNSPECIFIED, false, false},
-		{pluginv1.Kind_KIND_SOURCE, true, false},
-		{pluginv1.Kind_KIND_DESTINATION, false, true},
-		{pluginv1.Kind_KIND_BOTH, true, true},
+		{pluginv2.Kind_KIND_UNSPECIFIED, false, false},
+		{pluginv2.Kind_KIND_SOURCE, true, false},
+		{pluginv2.Kind_KIND_DESTINATION, false, true},
+		{pluginv2.Kind_KIND_BOTH, true, true},
 	} {
 		s := Spec{Kind: kindOf(tc.wire)}
 		if s.Is(KindSource) != tc.src || s.Is(KindDestination) != tc.dest {
@@ -27,11 +27,11 @@ func TestKind(t *testing.T) {
 }
 
 func TestModeNames(t *testing.T) {
-	for wire, want := range map[pluginv1.SyncMode]string{
-		pluginv1.SyncMode_SYNC_MODE_UNSPECIFIED: "unspecified",
-		pluginv1.SyncMode_SYNC_MODE_SNAPSHOT:    "snapshot",
-		pluginv1.SyncMode_SYNC_MODE_CDC:         "cdc",
-		pluginv1.SyncMode_SYNC_MODE_APPEND_ONLY: "append_only",
+	for wire, want := range map[pluginv2.SyncMode]string{
+		pluginv2.SyncMode_SYNC_MODE_UNSPECIFIED: "unspecified",
+		pluginv2.SyncMode_SYNC_MODE_SNAPSHOT:    "snapshot",
+		pluginv2.SyncMode_SYNC_MODE_CDC:         "cdc",
+		pluginv2.SyncMode_SYNC_MODE_APPEND_ONLY: "append_only",
 	} {
 		if got := modeOf(wire).String(); got != want {
 			t.Errorf("%v: %q, want %q", wire, got, want)
@@ -42,16 +42,16 @@ func TestModeNames(t *testing.T) {
 func TestCapabilitiesOf(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		wire *pluginv1.CapabilitiesResponse
+		wire *pluginv2.CapabilitiesResponse
 		want Capabilities
 	}{
-		{"none", &pluginv1.CapabilitiesResponse{}, Capabilities{}},
-		{"all", &pluginv1.CapabilitiesResponse{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true,
+		{"none", &pluginv2.CapabilitiesResponse{}, Capabilities{}},
+		{"all", &pluginv2.CapabilitiesResponse{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true,
 			Coalesce: true, Resnapshot: true, UnsupportedTypes: []string{"decimal256"},
-			ApplyDefaults: &pluginv1.ApplyDefaults{MaxIntervalMs: 1500, MaxBytes: 10, MaxEntries: 3}},
+			ApplyDefaults: &pluginv2.ApplyDefaults{MaxIntervalMs: 1500, MaxBytes: 10, MaxEntries: 3}},
 			Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true, Resnapshot: true,
 				UnsupportedTypes: []string{"decimal256"}, ApplyDefaults: &ApplyDefaults{MaxInterval: 1500 * time.Millisecond, MaxBytes: 10, MaxEntries: 3}}},
-		{"not exactly once", &pluginv1.CapabilitiesResponse{ExactlyOnceNote: "no transactions"}, Capabilities{ExactlyOnceNote: "no transactions"}},
+		{"not exactly once", &pluginv2.CapabilitiesResponse{ExactlyOnceNote: "no transactions"}, Capabilities{ExactlyOnceNote: "no transactions"}},
 	} {
 		got := capabilitiesOf(tc.wire)
 		if got.ExactlyOnce != tc.want.ExactlyOnce || got.ExactlyOnceNote != tc.want.ExactlyOnceNote || got.Deletes != tc.want.Deletes ||

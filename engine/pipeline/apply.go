@@ -9,7 +9,7 @@ import (
 	"github.com/skippr-dev/skippr/engine/failpoint"
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -147,7 +147,7 @@ func (r *runner) waitDue(ctx context.Context, i int, began time.Time) (applied u
 
 // applyRange applies rng to d as one call, streaming: it reads one segment, sends its items, then reads the
 // next, so memory holds one segment however long the range. sum describes the range for the observer.
-func (r *runner) applyRange(ctx context.Context, i int, rng []wal.CommitRecord) (*pluginv1.ApplyResponse, Entry, error) {
+func (r *runner) applyRange(ctx context.Context, i int, rng []wal.CommitRecord) (*pluginv2.ApplyResponse, Entry, error) {
 	cfg := r.cfg
 	d := cfg.Destinations[i]
 	first, last := rng[0], rng[len(rng)-1]
@@ -212,11 +212,11 @@ func items(frames []wal.Frame) []client.ApplyItem {
 		case wal.FrameBatch:
 			out = append(out, client.ApplyItem{Batch: &protocol.Batch{Stream: f.Stream, Rows: f.Rows, IPC: f.Data}})
 		case wal.FrameSchema:
-			out = append(out, client.ApplyItem{Schema: &pluginv1.Stream{Name: f.Stream, ArrowSchema: f.Data}})
+			out = append(out, client.ApplyItem{Schema: &pluginv2.Stream{Name: f.Stream, ArrowSchema: f.Data}})
 		case wal.FrameTruncate:
 			out = append(out, client.ApplyItem{Truncate: f.Stream})
 		case wal.FrameResnapshot:
-			out = append(out, client.ApplyItem{Resnapshot: &pluginv1.ResnapshotMark{Stream: f.Stream, End: f.Data[0] == wal.ResnapshotEnd}})
+			out = append(out, client.ApplyItem{Resnapshot: &pluginv2.ResnapshotMark{Stream: f.Stream, End: f.Data[0] == wal.ResnapshotEnd}})
 		}
 	}
 	return out

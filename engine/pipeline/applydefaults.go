@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // ApplyKeys names apply limits, one flag per key of a connection's `apply:`.
@@ -15,7 +15,7 @@ type ApplyKeys struct {
 
 // proposalOf is a destination's proposed limits (CapabilitiesResponse.apply_defaults) in engine terms; a
 // field of 0 (or less) proposes nothing.
-func proposalOf(p *pluginv1.ApplyDefaults) ApplyLimits {
+func proposalOf(p *pluginv2.ApplyDefaults) ApplyLimits {
 	return ApplyLimits{MaxInterval: time.Duration(p.GetMaxIntervalMs()) * time.Millisecond, MaxBytes: p.GetMaxBytes(), MaxEntries: int(p.GetMaxEntries())}
 }
 

@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/engine/wal"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // Observer sees the pipeline's work as it happens (for metrics). The read loop, the commit and every apply loop
@@ -82,7 +82,7 @@ func (e *Entry) add(rec wal.CommitRecord, frames []wal.Frame) {
 	}
 }
 
-func sourceCheckpoint(cp *pluginv1.Checkpoint) SourceCheckpoint {
+func sourceCheckpoint(cp *pluginv2.Checkpoint) SourceCheckpoint {
 	sc := SourceCheckpoint{RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, Lag: time.Duration(cp.LagMs) * time.Millisecond}
 	for _, m := range cp.Metrics {
 		sc.Metrics = append(sc.Metrics, SourceMetric{Name: m.Name, Value: m.Value, Labels: m.Labels, Help: m.Help})

@@ -46,7 +46,7 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // Source is what the runner needs of a source plugin.
@@ -58,11 +58,11 @@ type Source interface {
 
 // Destination is what the runner needs of a destination plugin.
 type Destination interface {
-	Capabilities(ctx context.Context, settings []byte) (*pluginv1.CapabilitiesResponse, error)
-	LastApplied(ctx context.Context, settings []byte, pipeline string) (*pluginv1.LastAppliedResponse, error)
+	Capabilities(ctx context.Context, settings []byte) (*pluginv2.CapabilitiesResponse, error)
+	LastApplied(ctx context.Context, settings []byte, pipeline string) (*pluginv2.LastAppliedResponse, error)
 	// ApplyRange applies the entries first..last atomically (first == last unless the destination coalesces);
 	// items is pulled as it is sent, and a cancelled ctx aborts the apply without a commit.
-	ApplyRange(ctx context.Context, settings []byte, pipeline string, first, last uint64, items iter.Seq[client.ApplyItem]) (*pluginv1.ApplyResponse, error)
+	ApplyRange(ctx context.Context, settings []byte, pipeline string, first, last uint64, items iter.Seq[client.ApplyItem]) (*pluginv2.ApplyResponse, error)
 }
 
 // Log is what the runner needs of the WAL.
@@ -191,7 +191,7 @@ type runner struct {
 	trailing     *time.Timer                      // a held-back publish is due (status.go); nil: none
 	trailingBusy sync.WaitGroup                   // held-back publishes sending now
 	statusFinal  bool                             // the stopped status is being sent: nothing else is
-	caps         []*pluginv1.CapabilitiesResponse // per destination
+	caps         []*pluginv2.CapabilitiesResponse // per destination
 	fromPlugin   [][]string                       // per destination: the apply limits its plugin proposed
 	lastCP       []byte                           // the source checkpoint of the last committed entry
 }

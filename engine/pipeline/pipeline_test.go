@@ -18,7 +18,7 @@ import (
 	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 func TestMain(m *testing.M) { testplugins.Main(m, versity.Stop) }
@@ -252,7 +252,7 @@ type slowDestination struct {
 	delay time.Duration
 }
 
-func (s slowDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv1.ApplyResponse, error) {
+func (s slowDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv2.ApplyResponse, error) {
 	time.Sleep(s.delay)
 	return s.Destination.ApplyRange(ctx, settings, p, first, seq, items)
 }

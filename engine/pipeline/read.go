@@ -11,7 +11,7 @@ import (
 	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 type readResult struct {
@@ -26,7 +26,7 @@ type group struct {
 	committable int   // frames[:committable] are covered by checkpoint
 	bytes       int64 // of frames[:committable]
 	pending     int64 // of frames[committable:]
-	checkpoint  *pluginv1.Checkpoint
+	checkpoint  *pluginv2.Checkpoint
 	idle        bool      // the checkpoint said the source has nothing more right now
 	since       time.Time // arrival of the oldest uncommitted frame
 }
@@ -39,7 +39,7 @@ func (g *group) full(cfg Config) bool {
 }
 
 // take cuts the committable frames off the group.
-func (g *group) take() ([]wal.Frame, *pluginv1.Checkpoint) {
+func (g *group) take() ([]wal.Frame, *pluginv2.Checkpoint) {
 	frames, cp := g.frames[:g.committable], g.checkpoint
 	// idle stays: it describes the source after its last checkpoint, and any frame since has cleared it.
 	*g = group{frames: append([]wal.Frame(nil), g.frames[g.committable:]...), pending: g.pending, since: time.Now(), idle: g.idle}
@@ -50,14 +50,14 @@ type commitResult struct {
 	rec    wal.CommitRecord
 	err    error
 	frames []wal.Frame // what was committed, kept to retry the same entry after a full disk
-	cp     *pluginv1.Checkpoint
+	cp     *pluginv2.Checkpoint
 }
 
 // stalledEntry is an entry the WAL had no room for. It is retried as it is — the same frames under the same
 // checkpoint — so the source is acknowledged exactly as if the disk had never filled.
 type stalledEntry struct {
 	frames    []wal.Frame
-	cp        *pluginv1.Checkpoint
+	cp        *pluginv2.Checkpoint
 	reclaimed uint64 // reclaimed through this when the commit failed: a reclaim past it freed space
 	retryNow  bool
 }
@@ -339,7 +339,7 @@ func (l *commitLoop) arm() {
 
 // groupCommit starts the commit of frames as the next WAL entry, beside the reading; its result comes to
 // commitDone.
-func (l *commitLoop) groupCommit(ctx context.Context, frames []wal.Frame, cp *pluginv1.Checkpoint) {
+func (l *commitLoop) groupCommit(ctx context.Context, frames []wal.Frame, cp *pluginv2.Checkpoint) {
 	l.inflight = true
 	go func() {
 		rec, err := l.r.commit(ctx, frames, cp)
@@ -408,7 +408,7 @@ func (l *commitLoop) pollResnapshots() {
 
 // commit makes frames a WAL entry, then acknowledges the source. The order is the product: an Ack before the
 // commit record exists could lose the batch in a crash.
-func (r *runner) commit(ctx context.Context, frames []wal.Frame, cp *pluginv1.Checkpoint) (wal.CommitRecord, error) {
+func (r *runner) commit(ctx context.Context, frames []wal.Frame, cp *pluginv2.Checkpoint) (wal.CommitRecord, error) {
 	cfg := r.cfg
 	start := time.Now()
 	rec, err := cfg.Log.Commit(ctx, frames, cp.Position)
@@ -427,7 +427,7 @@ func (r *runner) commit(ctx context.Context, frames []wal.Frame, cp *pluginv1.Ch
 }
 
 // ack tells the source that everything through cp is durable in entry rec, so it may release it.
-func (r *runner) ack(ctx context.Context, rec wal.CommitRecord, cp *pluginv1.Checkpoint) error {
+func (r *runner) ack(ctx context.Context, rec wal.CommitRecord, cp *pluginv2.Checkpoint) error {
 	cfg := r.cfg
 	if err := cfg.Source.Plugin.Ack(ctx, cp.Position); err != nil {
 		return fmt.Errorf("pipeline %s: source %s: ack WAL entry %d: %w", cfg.Name, cfg.Source.Name, rec.Seq, err)
@@ -528,7 +528,7 @@ func (r *runner) waitApplied(ctx context.Context, drain <-chan struct{}) error {
 	}
 }
 
-func (r *runner) sourceProgress(cp *pluginv1.Checkpoint) {
+func (r *runner) sourceProgress(cp *pluginv2.Checkpoint) {
 	r.mu.Lock()
 	waited := r.status.Source.Waiting != ""
 	r.status.Source = SourceStatus{Checkpoint: displayCheckpoint(cp.Position), RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMS: cp.LagMs, Idle: cp.Idle}

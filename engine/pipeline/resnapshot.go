@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/engine/resnapshot"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -128,7 +128,7 @@ func (r *runner) setResnapshot(stream string, s ResnapshotStatus) {
 // in mode: append of the postgres source, re-snapshotted or added to the pipeline) sends no marks, and because
 // they show a copy a restarted run resumes from its checkpoint. A missing gauge says nothing: a source that
 // reports no resnapshot_copying ends its copies with the end mark.
-func (r *runner) resnapshotProgress(cp *pluginv1.Checkpoint) {
+func (r *runner) resnapshotProgress(cp *pluginv2.Checkpoint) {
 	type seen struct {
 		rows, total  int64
 		figures, end bool

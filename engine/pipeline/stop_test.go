@@ -12,7 +12,7 @@ import (
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // watchedDestination is the real testdest plugin, slowed down, telling which applies began and which finished.
@@ -24,7 +24,7 @@ type watchedDestination struct {
 	applied []uint64
 }
 
-func (w *watchedDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv1.ApplyResponse, error) {
+func (w *watchedDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv2.ApplyResponse, error) {
 	select {
 	case w.began <- seq:
 	default:
@@ -81,7 +81,7 @@ type stuckDestination struct {
 	began chan uint64
 }
 
-func (s stuckDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv1.ApplyResponse, error) {
+func (s stuckDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv2.ApplyResponse, error) {
 	select {
 	case s.began <- seq:
 	default:

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
@@ -44,7 +44,7 @@ func inMemory(t *testing.T, d serve.Destination) *Client {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(protocol.MaxMessageSize))
-	pluginv1.RegisterPluginServer(srv, serve.NewServer(d, memory.DefaultAllocator))
+	pluginv2.RegisterPluginServer(srv, serve.NewServer(d, memory.DefaultAllocator))
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -54,7 +54,7 @@ func inMemory(t *testing.T, d serve.Destination) *Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &Client{name: "counting", rpc: pluginv1.NewPluginClient(conn), tail: newTailBuffer(1)}
+	return &Client{name: "counting", rpc: pluginv2.NewPluginClient(conn), tail: newTailBuffer(1)}
 }
 
 // A caller that cancels while ApplyRange pulls its items (the engine does so when the next WAL segment of a
@@ -82,7 +82,7 @@ func TestApplyRangeCancelledMidItemsCommitsNothing(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		items := func(yield func(ApplyItem) bool) {
 			_ = yield(ApplyItem{Entry: 1}) &&
-				yield(ApplyItem{Schema: &pluginv1.Stream{Name: "t", ArrowSchema: schema}}) &&
+				yield(ApplyItem{Schema: &pluginv2.Stream{Name: "t", ArrowSchema: schema}}) &&
 				yield(ApplyItem{Batch: &protocol.Batch{Stream: "t", Rows: 1, IPC: ipc}})
 			cancel() // entry 2 could not be read
 		}

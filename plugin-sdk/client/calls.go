@@ -12,19 +12,19 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 // Spec asks the plugin to describe itself.
-func (c *Client) Spec(ctx context.Context) (*pluginv1.SpecResponse, error) {
-	r, err := c.rpc.Spec(ctx, &pluginv1.SpecRequest{})
+func (c *Client) Spec(ctx context.Context) (*pluginv2.SpecResponse, error) {
+	r, err := c.rpc.Spec(ctx, &pluginv2.SpecRequest{})
 	return r, c.wrap("spec", err)
 }
 
 // Check tests settings; a failed check is an error carrying the plugin's explanation.
 func (c *Client) Check(ctx context.Context, settings []byte) error {
-	r, err := c.rpc.Check(ctx, &pluginv1.CheckRequest{Settings: settings})
+	r, err := c.rpc.Check(ctx, &pluginv2.CheckRequest{Settings: settings})
 	if err != nil {
 		if st, ok := status.FromError(err); ok && !c.pc.Exited() {
 			if f := fault.FromStatus(st); fault.ClassOf(f).Permanent() {
@@ -61,8 +61,8 @@ func (e *CheckError) Unwrap() error {
 }
 
 // Discover lists the source's streams.
-func (c *Client) Discover(ctx context.Context, settings []byte) ([]*pluginv1.Stream, error) {
-	r, err := c.rpc.Discover(ctx, &pluginv1.DiscoverRequest{Settings: settings})
+func (c *Client) Discover(ctx context.Context, settings []byte) ([]*pluginv2.Stream, error) {
+	r, err := c.rpc.Discover(ctx, &pluginv2.DiscoverRequest{Settings: settings})
 	if err != nil {
 		return nil, c.wrap("discover", err)
 	}
@@ -70,21 +70,21 @@ func (c *Client) Discover(ctx context.Context, settings []byte) ([]*pluginv1.Str
 }
 
 // Capabilities asks a destination what it honours.
-func (c *Client) Capabilities(ctx context.Context, settings []byte) (*pluginv1.CapabilitiesResponse, error) {
-	r, err := c.rpc.Capabilities(ctx, &pluginv1.CapabilitiesRequest{Settings: settings})
+func (c *Client) Capabilities(ctx context.Context, settings []byte) (*pluginv2.CapabilitiesResponse, error) {
+	r, err := c.rpc.Capabilities(ctx, &pluginv2.CapabilitiesRequest{Settings: settings})
 	return r, c.wrap("capabilities", err)
 }
 
 // LastApplied asks a destination for the highest sequence number it holds for a pipeline.
-func (c *Client) LastApplied(ctx context.Context, settings []byte, pipeline string) (*pluginv1.LastAppliedResponse, error) {
-	r, err := c.rpc.LastApplied(ctx, &pluginv1.LastAppliedRequest{Settings: settings, Pipeline: pipeline})
+func (c *Client) LastApplied(ctx context.Context, settings []byte, pipeline string) (*pluginv2.LastAppliedResponse, error) {
+	r, err := c.rpc.LastApplied(ctx, &pluginv2.LastAppliedRequest{Settings: settings, Pipeline: pipeline})
 	return r, c.wrap("last applied", err)
 }
 
 // Teardown asks a source to release its server-side resources for a pipeline. A plugin that has none
 // returns an empty list.
 func (c *Client) Teardown(ctx context.Context, settings []byte) ([]string, error) {
-	r, err := c.rpc.Teardown(ctx, &pluginv1.TeardownRequest{Settings: settings})
+	r, err := c.rpc.Teardown(ctx, &pluginv2.TeardownRequest{Settings: settings})
 	if status.Code(err) == codes.Unimplemented {
 		return nil, nil
 	}
@@ -96,23 +96,23 @@ func (c *Client) Teardown(ctx context.Context, settings []byte) ([]string, error
 
 // Ack tells the source a checkpoint is durable.
 func (c *Client) Ack(ctx context.Context, checkpoint []byte) error {
-	_, err := c.rpc.Ack(ctx, &pluginv1.AckRequest{Checkpoint: checkpoint})
+	_, err := c.rpc.Ack(ctx, &pluginv2.AckRequest{Checkpoint: checkpoint})
 	return c.wrap("ack", err)
 }
 
 // Message is one element of a Read: exactly one field is set.
 type Message struct {
 	Batch      *protocol.Batch
-	Schema     *pluginv1.Stream
-	Checkpoint *pluginv1.Checkpoint
+	Schema     *pluginv2.Stream
+	Checkpoint *pluginv2.Checkpoint
 	Truncate   string // the stream a truncate empties, "" when the message is something else
-	Resnapshot *pluginv1.ResnapshotMark
+	Resnapshot *pluginv2.ResnapshotMark
 }
 
 // ReadStream is a running Read.
 type ReadStream struct {
 	c   *Client
-	s   pluginv1.Plugin_ReadClient
+	s   pluginv2.Plugin_ReadClient
 	asm protocol.Assembler
 }
 
@@ -124,7 +124,7 @@ func (c *Client) Read(ctx context.Context, settings []byte, streams []string, ch
 // ReadResnapshot is Read that also asks the source to copy the streams in resnapshot again while it streams
 // (see ReadRequest.resnapshot).
 func (c *Client) ReadResnapshot(ctx context.Context, settings []byte, streams []string, checkpoint []byte, resnapshot []string) (*ReadStream, error) {
-	s, err := c.rpc.Read(ctx, &pluginv1.ReadRequest{Settings: settings, Streams: streams, Checkpoint: checkpoint, Resnapshot: resnapshot})
+	s, err := c.rpc.Read(ctx, &pluginv2.ReadRequest{Settings: settings, Streams: streams, Checkpoint: checkpoint, Resnapshot: resnapshot})
 	if err != nil {
 		return nil, c.wrap("read", err)
 	}
@@ -145,7 +145,7 @@ func (r *ReadStream) Next() (Message, error) {
 			return Message{}, r.c.wrap("read", err)
 		}
 		switch v := m.Msg.(type) {
-		case *pluginv1.ReadMessage_Batch:
+		case *pluginv2.ReadMessage_Batch:
 			b, done, err := r.asm.Add(v.Batch)
 			if err != nil {
 				return Message{}, r.c.wrap("read", err)
@@ -153,16 +153,16 @@ func (r *ReadStream) Next() (Message, error) {
 			if done {
 				return Message{Batch: &b}, nil
 			}
-		case *pluginv1.ReadMessage_Schema:
+		case *pluginv2.ReadMessage_Schema:
 			return Message{Schema: v.Schema.Stream}, nil
-		case *pluginv1.ReadMessage_Checkpoint:
+		case *pluginv2.ReadMessage_Checkpoint:
 			return Message{Checkpoint: v.Checkpoint}, nil
-		case *pluginv1.ReadMessage_Truncate:
+		case *pluginv2.ReadMessage_Truncate:
 			if v.Truncate.Stream == "" {
 				return Message{}, r.c.wrap("read", fmt.Errorf("truncate without a stream"))
 			}
 			return Message{Truncate: v.Truncate.Stream}, nil
-		case *pluginv1.ReadMessage_Resnapshot:
+		case *pluginv2.ReadMessage_Resnapshot:
 			if v.Resnapshot.Stream == "" {
 				return Message{}, r.c.wrap("read", fmt.Errorf("resnapshot mark without a stream"))
 			}
@@ -177,15 +177,15 @@ func (r *ReadStream) Next() (Message, error) {
 // mark that the items after it belong to WAL entry Entry.
 type ApplyItem struct {
 	Batch    *protocol.Batch
-	Schema   *pluginv1.Stream
+	Schema   *pluginv2.Stream
 	Truncate string // the stream a truncate empties
 	Entry    uint64 // an entry mark: sent before each entry of a range
 	// Resnapshot is a resnapshot mark: the begin or the end of a re-snapshot of its stream.
-	Resnapshot *pluginv1.ResnapshotMark
+	Resnapshot *pluginv2.ResnapshotMark
 }
 
 // Apply sends the content of one WAL sequence number to a destination and waits for its commit.
-func (c *Client) Apply(ctx context.Context, settings []byte, pipeline string, seq uint64, items []ApplyItem) (*pluginv1.ApplyResponse, error) {
+func (c *Client) Apply(ctx context.Context, settings []byte, pipeline string, seq uint64, items []ApplyItem) (*pluginv2.ApplyResponse, error) {
 	return c.ApplyRange(ctx, settings, pipeline, seq, seq, slices.Values(items))
 }
 
@@ -193,7 +193,7 @@ func (c *Client) Apply(ctx context.Context, settings []byte, pipeline string, se
 // range (first < last) is only for a destination whose capabilities say coalesce, and items must then start
 // each entry with an Entry mark. items is pulled as the call sends, so the caller can read one WAL segment at a
 // time and hold no more than that in memory.
-func (c *Client) ApplyRange(ctx context.Context, settings []byte, pipeline string, first, last uint64, items iter.Seq[ApplyItem]) (*pluginv1.ApplyResponse, error) {
+func (c *Client) ApplyRange(ctx context.Context, settings []byte, pipeline string, first, last uint64, items iter.Seq[ApplyItem]) (*pluginv2.ApplyResponse, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	what := fmt.Sprintf("apply %d", last)
@@ -204,7 +204,7 @@ func (c *Client) ApplyRange(ctx context.Context, settings []byte, pipeline strin
 	if err != nil {
 		return nil, c.wrap("apply", err)
 	}
-	send := func(m *pluginv1.ApplyMessage) error {
+	send := func(m *pluginv2.ApplyMessage) error {
 		if err := s.Send(m); err != nil {
 			if errors.Is(err, io.EOF) {
 				// The server ended the call early; CloseAndRecv has its reason.
@@ -217,27 +217,27 @@ func (c *Client) ApplyRange(ctx context.Context, settings []byte, pipeline strin
 		}
 		return nil
 	}
-	h := &pluginv1.ApplyHeader{Settings: settings, Pipeline: pipeline, Sequence: last}
+	h := &pluginv2.ApplyHeader{Settings: settings, Pipeline: pipeline, Sequence: last}
 	if first != last {
 		h.FirstSequence = first
 	}
-	if err := send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Header{Header: h}}); err != nil {
+	if err := send(&pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Header{Header: h}}); err != nil {
 		return nil, c.wrap(what, err)
 	}
 	for it := range items {
 		var err error
 		switch {
 		case it.Entry != 0:
-			err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Entry{Entry: &pluginv1.EntryStart{Sequence: it.Entry}}})
+			err = send(&pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Entry{Entry: &pluginv2.EntryStart{Sequence: it.Entry}}})
 		case it.Schema != nil:
-			err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: it.Schema}}})
+			err = send(&pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Schema{Schema: &pluginv2.SchemaChange{Stream: it.Schema}}})
 		case it.Truncate != "":
-			err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: it.Truncate}}})
+			err = send(&pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Truncate{Truncate: &pluginv2.Truncate{Stream: it.Truncate}}})
 		case it.Resnapshot != nil:
-			err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Resnapshot{Resnapshot: it.Resnapshot}})
+			err = send(&pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Resnapshot{Resnapshot: it.Resnapshot}})
 		case it.Batch != nil:
 			for _, ch := range protocol.Chunks(*it.Batch) {
-				if err = send(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}}); err != nil {
+				if err = send(&pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Batch{Batch: ch}}); err != nil {
 					break
 				}
 			}

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -51,7 +51,7 @@ type Client struct {
 	pc   *plugin.Client
 	// sockDir is the private directory of the plugin's socket, removed with the plugin.
 	sockDir string
-	rpc     pluginv1.PluginClient
+	rpc     pluginv2.PluginClient
 	tail    *tailBuffer
 	// Protocol is the negotiated protocol version.
 	Protocol int
@@ -190,7 +190,7 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 		c.Kill()
 		return nil, fmt.Errorf("start plugin %s: %w%s", name, err, tail.suffix())
 	}
-	c.rpc, c.Protocol = raw.(pluginv1.PluginClient), pc.NegotiatedVersion()
+	c.rpc, c.Protocol = raw.(pluginv2.PluginClient), pc.NegotiatedVersion()
 	return c, nil
 }
 

@@ -13,17 +13,17 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // Offers reports whether a plugin's spec names an optional service (lakequery.Service…).
-func Offers(spec *pluginv1.SpecResponse, service string) bool {
+func Offers(spec *pluginv2.SpecResponse, service string) bool {
 	return slices.Contains(spec.GetServices(), service)
 }
 
 // LakePlan asks a lake plugin for its tables' current snapshots and a pipeline's fences.
 func (c *Client) LakePlan(ctx context.Context, settings []byte, req lakequery.PlanRequest) (lakequery.Plan, error) {
-	r, err := c.rpc.LakePlan(ctx, &pluginv1.LakePlanRequest{Settings: settings, Pipeline: req.Pipeline, Streams: req.Streams, FetchDir: req.FetchDir})
+	r, err := c.rpc.LakePlan(ctx, &pluginv2.LakePlanRequest{Settings: settings, Pipeline: req.Pipeline, Streams: req.Streams, FetchDir: req.FetchDir})
 	if err != nil {
 		return lakequery.Plan{}, c.wrap("plan lake", err)
 	}
@@ -36,7 +36,7 @@ func (c *Client) LakePlan(ctx context.Context, settings []byte, req lakequery.Pl
 
 // LakeCompact asks a lake plugin to maintain one table; it returns the plugin's JSON report.
 func (c *Client) LakeCompact(ctx context.Context, settings []byte, req lakequery.CompactRequest) (json.RawMessage, error) {
-	r, err := c.rpc.LakeCompact(ctx, &pluginv1.LakeCompactRequest{
+	r, err := c.rpc.LakeCompact(ctx, &pluginv2.LakeCompactRequest{
 		Settings:           settings,
 		Table:              req.Table,
 		ExpireOlderThanMs:  millis(req.ExpireOlderThan),
@@ -116,7 +116,7 @@ func (c *Client) Query(ctx context.Context, write func(io.Writer) error, out io.
 
 // querySender turns writes into QueryInput messages, each at most 1 MiB.
 type querySender struct {
-	s pluginv1.Plugin_QueryClient
+	s pluginv2.Plugin_QueryClient
 }
 
 func (q *querySender) Write(p []byte) (int, error) {
@@ -124,7 +124,7 @@ func (q *querySender) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		k := min(len(p), 1<<20)
 		// Send keeps no reference after it returns for a client stream, but the caller may reuse p: copy.
-		if err := q.s.Send(&pluginv1.QueryInput{Data: append([]byte(nil), p[:k]...)}); err != nil {
+		if err := q.s.Send(&pluginv2.QueryInput{Data: append([]byte(nil), p[:k]...)}); err != nil {
 			return n, err
 		}
 		p, n = p[k:], n+k

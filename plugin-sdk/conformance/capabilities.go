@@ -11,13 +11,13 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // checkCapabilities exercises each optional apply item a destination's capabilities announce, each as a
 // subtest: the engine sends them only to a destination that announces them, so only the kit would find one
 // that announces and fails them.
-func checkCapabilities(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv1.CapabilitiesResponse) {
+func checkCapabilities(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv2.CapabilitiesResponse) {
 	t.Run("updates-deletes", func(t *testing.T) { checkUpdatesDeletes(ctx, t, c, cfg, caps) })
 	if caps.SchemaEvolution {
 		t.Run("added-column", func(t *testing.T) { checkAddedColumn(ctx, t, c, cfg, caps) })
@@ -39,11 +39,11 @@ type applier struct {
 	t        *testing.T
 	c        *client.Client
 	cfg      Config
-	caps     *pluginv1.CapabilitiesResponse
+	caps     *pluginv2.CapabilitiesResponse
 	pipeline string
 }
 
-func newApplier(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv1.CapabilitiesResponse, name string) *applier {
+func newApplier(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv2.CapabilitiesResponse, name string) *applier {
 	return &applier{ctx: ctx, t: t, c: c, cfg: cfg, caps: caps, pipeline: fmt.Sprintf("conformance-%s-%d", name, time.Now().UnixNano())}
 }
 
@@ -138,7 +138,7 @@ func (a *applier) applyRange(first, last uint64, what string, items ...client.Ap
 
 // A destination announcing truncate applies a truncate item between rows of the same entry, and in an entry
 // of its own, in one commit with the rows around it: rows before it are gone, rows after it stay.
-func checkTruncate(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv1.CapabilitiesResponse) {
+func checkTruncate(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv2.CapabilitiesResponse) {
 	a := newApplier(ctx, t, c, cfg, caps, "truncate")
 	const stream = "conformance_truncate"
 	st, ins := sampleBatchOf(t, stream, []change.Op{change.OpInsert, change.OpInsert, change.OpInsert}, []int64{1, 2, 3})
@@ -160,15 +160,15 @@ func checkTruncate(ctx context.Context, t *testing.T, c *client.Client, cfg Conf
 
 // A destination announcing resnapshot applies begin and end marks in entries of their own and around rows,
 // with the copy spread over several applies: at the end it removes the rows the copy did not send.
-func checkResnapshot(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv1.CapabilitiesResponse) {
+func checkResnapshot(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv2.CapabilitiesResponse) {
 	a := newApplier(ctx, t, c, cfg, caps, "resnapshot")
 	const stream = "conformance_resnapshot"
 	st, ins := sampleBatchOf(t, stream, []change.Op{change.OpInsert, change.OpInsert, change.OpInsert}, []int64{1, 2, 3})
 	_, reads := sampleBatchOf(t, stream, []change.Op{change.OpRead, change.OpRead}, []int64{1, 3})
 	_, readOne := sampleBatchOf(t, stream, []change.Op{change.OpRead}, []int64{1})
 	_, upd := sampleBatchOf(t, stream, []change.Op{change.OpUpdate}, []int64{1})
-	begin := client.ApplyItem{Resnapshot: &pluginv1.ResnapshotMark{Stream: stream}}
-	end := client.ApplyItem{Resnapshot: &pluginv1.ResnapshotMark{Stream: stream, End: true}}
+	begin := client.ApplyItem{Resnapshot: &pluginv2.ResnapshotMark{Stream: stream}}
+	end := client.ApplyItem{Resnapshot: &pluginv2.ResnapshotMark{Stream: stream, End: true}}
 	a.apply(1, "inserts", client.ApplyItem{Schema: st}, client.ApplyItem{Batch: &ins})
 	a.apply(2, "a begin mark and snapshot reads", begin, client.ApplyItem{Batch: &reads})
 	a.holds(stream, "a begin mark: nothing is removed before the end", 1, 2, 3)
@@ -231,7 +231,7 @@ func typeLimitErrors(unsupported []string) []error {
 
 // A destination's rows, read back after inserts, updates and deletes in separate entries and within one, are
 // the state the changes lead to: the last change of a key wins, a delete removes the row.
-func checkUpdatesDeletes(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv1.CapabilitiesResponse) {
+func checkUpdatesDeletes(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv2.CapabilitiesResponse) {
 	a := newApplier(ctx, t, c, cfg, caps, "updates")
 	const stream = "conformance_updates"
 	st, ins := sampleBatchOf(t, stream, []change.Op{change.OpInsert, change.OpInsert, change.OpInsert, change.OpInsert}, []int64{1, 2, 3, 4})
@@ -255,7 +255,7 @@ func checkUpdatesDeletes(ctx context.Context, t *testing.T, c *client.Client, cf
 
 // A destination announcing schema evolution adds a column a schema change brings: rows written after it carry
 // the column's values, rows written before it read back with the column null, and an update fills it.
-func checkAddedColumn(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv1.CapabilitiesResponse) {
+func checkAddedColumn(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv2.CapabilitiesResponse) {
 	a := newApplier(ctx, t, c, cfg, caps, "columns")
 	const stream = "conformance_columns"
 	st, ins := sampleBatchOf(t, stream, []change.Op{change.OpInsert, change.OpInsert}, []int64{1, 2})

@@ -10,7 +10,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -55,13 +55,13 @@ func batchOf(t *testing.T, sc *arrow.Schema, rows ...row) client.Message {
 	return client.Message{Batch: &protocol.Batch{Stream: "items", SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipc}}
 }
 
-func streamOf(t *testing.T, name string, sc *arrow.Schema, key []string) *pluginv1.Stream {
+func streamOf(t *testing.T, name string, sc *arrow.Schema, key []string) *pluginv2.Stream {
 	t.Helper()
 	b, err := protocol.EncodeSchema(memory.DefaultAllocator, sc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pluginv1.Stream{Name: name, ArrowSchema: b, PrimaryKey: key, SchemaId: protocol.SchemaID(sc)}
+	return &pluginv2.Stream{Name: name, ArrowSchema: b, PrimaryKey: key, SchemaId: protocol.SchemaID(sc)}
 }
 
 func TestSameRows(t *testing.T) {
@@ -150,7 +150,7 @@ func TestCheckSegments(t *testing.T) {
 		}, "batch says 2 rows, holds 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := checkSegments([]*pluginv1.Stream{items}, tc.segs(t))
+			errs := checkSegments([]*pluginv2.Stream{items}, tc.segs(t))
 			if tc.wantErr == "" {
 				for _, err := range errs {
 					t.Errorf("want no error, got %v", err)
@@ -173,7 +173,7 @@ func TestCheckStreamSchema(t *testing.T) {
 		{Name: change.OpColumn, Type: arrow.BinaryTypes.String}}, &md)
 	for _, tc := range []struct {
 		name    string
-		stream  *pluginv1.Stream
+		stream  *pluginv2.Stream
 		sc      *arrow.Schema
 		wantErr string
 	}{
@@ -184,7 +184,7 @@ func TestCheckStreamSchema(t *testing.T) {
 		{"another key in each", streamOf(t, "items", itemsSchema, []string{"name"}), itemsSchema, "declare the same key in both"},
 		{"a position column that is not utf8", streamOf(t, "items", intPos, []string{"id"}), intPos, "column _skippr_pos is int64, want utf8"},
 		{"an op column that is not int8", streamOf(t, "items", strOp, []string{"id"}), strOp, "column _skippr_op is utf8, want int8"},
-		{"a schema_id of another schema", func() *pluginv1.Stream {
+		{"a schema_id of another schema", func() *pluginv2.Stream {
 			st := streamOf(t, "items", itemsSchema, []string{"id"})
 			st.SchemaId = protocol.SchemaID(widerSchema)
 			return st

@@ -25,7 +25,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -75,11 +75,11 @@ func Run(t *testing.T, cfg Config) {
 	}
 	t.Run("spec", func(t *testing.T) { checkSpec(t, spec) })
 	t.Run("check", func(t *testing.T) { checkCheck(ctx, t, c, cfg) })
-	if spec.Kind == pluginv1.Kind_KIND_SOURCE || spec.Kind == pluginv1.Kind_KIND_BOTH {
+	if spec.Kind == pluginv2.Kind_KIND_SOURCE || spec.Kind == pluginv2.Kind_KIND_BOTH {
 		t.Run("discover", func(t *testing.T) { checkDiscover(ctx, t, c, cfg) })
 		t.Run("read-ack-replay", func(t *testing.T) { checkRead(ctx, t, c, cfg) })
 	}
-	if spec.Kind == pluginv1.Kind_KIND_DESTINATION || spec.Kind == pluginv1.Kind_KIND_BOTH {
+	if spec.Kind == pluginv2.Kind_KIND_DESTINATION || spec.Kind == pluginv2.Kind_KIND_BOTH {
 		t.Run("apply-replay", func(t *testing.T) { checkApply(ctx, t, c, cfg) })
 	}
 	checkServices(ctx, t, c, spec, cfg)
@@ -101,11 +101,11 @@ func Start(t testing.TB, binary string, env []string) *client.Client {
 	return c
 }
 
-func checkSpec(t *testing.T, spec *pluginv1.SpecResponse) {
+func checkSpec(t *testing.T, spec *pluginv2.SpecResponse) {
 	if spec.Name == "" || spec.Version == "" {
 		t.Errorf("spec: name %q and version %q must both be set", spec.Name, spec.Version)
 	}
-	if spec.Kind == pluginv1.Kind_KIND_UNSPECIFIED {
+	if spec.Kind == pluginv2.Kind_KIND_UNSPECIFIED {
 		t.Errorf("spec: kind is unspecified")
 	}
 	if _, err := CompileSchema(spec.SettingsSchema); err != nil {
@@ -161,7 +161,7 @@ func checkDiscover(ctx context.Context, t *testing.T, c *client.Client, cfg Conf
 
 // checkStreamSchema checks a stream's change schema: the reserved columns' types, and that the key declared in
 // Stream.PrimaryKey is the one recorded in the schema's metadata (destinations read either) and names columns.
-func checkStreamSchema(st *pluginv1.Stream, sc *arrow.Schema) error {
+func checkStreamSchema(st *pluginv2.Stream, sc *arrow.Schema) error {
 	var errs []error
 	if idx := sc.FieldIndices(change.OpColumn); len(idx) != 1 {
 		errs = append(errs, fmt.Errorf("schema has no %s column: build it with change.Schema", change.OpColumn))
@@ -285,7 +285,7 @@ func needResumeSettings(cfg Config, n int) error {
 }
 
 // readChecked reads and checks every batch against the stream schemas Discover reported.
-func readChecked(ctx context.Context, t *testing.T, c *client.Client, settings, from []byte, want int, streams []*pluginv1.Stream) readResult {
+func readChecked(ctx context.Context, t *testing.T, c *client.Client, settings, from []byte, want int, streams []*pluginv2.Stream) readResult {
 	t.Helper()
 	res, err := read(ctx, c, settings, from, want)
 	if err != nil {
@@ -302,7 +302,7 @@ func readChecked(ctx context.Context, t *testing.T, c *client.Client, settings, 
 
 // checkSegments checks that every batch belongs to a stream, carries the stream's schema as Discover (or a
 // later schema change of the same read) reported it, and is a well-formed change batch.
-func checkSegments(streams []*pluginv1.Stream, segs []segment) []error {
+func checkSegments(streams []*pluginv2.Stream, segs []segment) []error {
 	schemas := map[string]string{}
 	for _, st := range streams {
 		schemas[st.Name] = st.SchemaId
@@ -490,7 +490,7 @@ func checkApply(ctx context.Context, t *testing.T, c *client.Client, cfg Config)
 	}
 	st, b1 := sampleBatch(t, []change.Op{change.OpInsert, change.OpInsert, change.OpInsert}, []int64{1, 2, 3})
 	_, b2 := sampleBatch(t, []change.Op{change.OpUpdate, change.OpDelete}, []int64{1, 2})
-	apply := func(seq uint64, items []client.ApplyItem) *pluginv1.ApplyResponse {
+	apply := func(seq uint64, items []client.ApplyItem) *pluginv2.ApplyResponse {
 		r, err := c.Apply(ctx, cfg.Settings, pipeline, seq, items)
 		if err != nil {
 			t.Fatalf("apply %d: %v", seq, err)
@@ -529,7 +529,7 @@ func checkCoalesce(ctx context.Context, t *testing.T, c *client.Client, cfg Conf
 	_, four := sampleBatch(t, []change.Op{change.OpInsert}, []int64{4})
 	_, five := sampleBatch(t, []change.Op{change.OpInsert}, []int64{5})
 	_, six := sampleBatch(t, []change.Op{change.OpUpdate}, []int64{5})
-	applyRange := func(first, last uint64, items ...client.ApplyItem) *pluginv1.ApplyResponse {
+	applyRange := func(first, last uint64, items ...client.ApplyItem) *pluginv2.ApplyResponse {
 		t.Helper()
 		r, err := c.ApplyRange(ctx, cfg.Settings, pipeline, first, last, slices.Values(items))
 		if err != nil {
@@ -567,12 +567,12 @@ func checkCoalesce(ctx context.Context, t *testing.T, c *client.Client, cfg Conf
 }
 
 // sampleBatch builds a change batch of stream "conformance" with columns id (key) and name.
-func sampleBatch(t *testing.T, ops []change.Op, ids []int64) (*pluginv1.Stream, protocol.Batch) {
+func sampleBatch(t *testing.T, ops []change.Op, ids []int64) (*pluginv2.Stream, protocol.Batch) {
 	return sampleBatchOf(t, "conformance", ops, ids)
 }
 
 // sampleBatchOf builds a change batch of a stream with columns id (key) and name ("name-<id>-<op>").
-func sampleBatchOf(t *testing.T, stream string, ops []change.Op, ids []int64) (*pluginv1.Stream, protocol.Batch) {
+func sampleBatchOf(t *testing.T, stream string, ops []change.Op, ids []int64) (*pluginv2.Stream, protocol.Batch) {
 	sc := change.Schema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
@@ -598,12 +598,12 @@ func sampleBatchOf(t *testing.T, stream string, ops []change.Op, ids []int64) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pluginv1.Stream{Name: stream, ArrowSchema: schemaBytes, PrimaryKey: []string{"id"}, SchemaId: protocol.SchemaID(sc)},
+	return &pluginv2.Stream{Name: stream, ArrowSchema: schemaBytes, PrimaryKey: []string{"id"}, SchemaId: protocol.SchemaID(sc)},
 		protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipcBytes}
 }
 
 // wideBatch is sampleBatchOf with a third column, extra ("extra-<id>"), added after the others.
-func wideBatch(t *testing.T, stream string, ops []change.Op, ids []int64) (*pluginv1.Stream, protocol.Batch) {
+func wideBatch(t *testing.T, stream string, ops []change.Op, ids []int64) (*pluginv2.Stream, protocol.Batch) {
 	t.Helper()
 	sc := change.Schema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
@@ -628,6 +628,6 @@ func wideBatch(t *testing.T, stream string, ops []change.Op, ids []int64) (*plug
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &pluginv1.Stream{Name: stream, ArrowSchema: schemaBytes, PrimaryKey: []string{"id"}, SchemaId: protocol.SchemaID(sc)},
+	return &pluginv2.Stream{Name: stream, ArrowSchema: schemaBytes, PrimaryKey: []string{"id"}, SchemaId: protocol.SchemaID(sc)},
 		protocol.Batch{Stream: stream, SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipcBytes}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // Reading is a source's running Read for a plugin's own tests, its messages gathered by a goroutine so a test
@@ -62,7 +62,7 @@ func (r *Reading) Stop() {
 type Chunk struct {
 	Items      []client.ApplyItem
 	Rows       int64 // rows in the batches
-	Checkpoint *pluginv1.Checkpoint
+	Checkpoint *pluginv2.Checkpoint
 }
 
 // Next returns everything up to the next checkpoint. The Read's error, once seen, is kept for the next call.

@@ -14,12 +14,12 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 // checkServices exercises the optional services the plugin's spec names, each as a subtest.
-func checkServices(ctx context.Context, t *testing.T, c *client.Client, spec *pluginv1.SpecResponse, cfg Config) {
+func checkServices(ctx context.Context, t *testing.T, c *client.Client, spec *pluginv2.SpecResponse, cfg Config) {
 	for _, s := range spec.GetServices() {
 		switch s {
 		case lakequery.ServicePlan:
@@ -30,7 +30,7 @@ func checkServices(ctx context.Context, t *testing.T, c *client.Client, spec *pl
 			t.Run("query-engine", func(t *testing.T) { checkQuery(ctx, t, c) })
 		case protocol.ServiceResnapshot:
 			// What a re-snapshot copies depends on the source's database; here only that a source announces it.
-			if k := spec.GetKind(); k != pluginv1.Kind_KIND_SOURCE && k != pluginv1.Kind_KIND_BOTH {
+			if k := spec.GetKind(); k != pluginv2.Kind_KIND_SOURCE && k != pluginv2.Kind_KIND_BOTH {
 				t.Errorf("spec names service %s, but the plugin is no source (kind %s)", s, k)
 			}
 		default:

@@ -25,7 +25,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protodelim"
 
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // ErrSQL marks an error in the SQL itself (the query engine's message): the user fixes the statement. It
@@ -139,7 +139,7 @@ func NewWriter(w io.Writer, req Request) (*Writer, error) {
 	return &Writer{w: w}, nil
 }
 
-func (w *Writer) put(m *pluginv1.ApplyMessage) error {
+func (w *Writer) put(m *pluginv2.ApplyMessage) error {
 	if w.err == nil {
 		if _, err := protodelim.MarshalTo(w.w, m); err != nil {
 			w.err = fmt.Errorf("write query stream: %w", err)
@@ -150,23 +150,23 @@ func (w *Writer) put(m *pluginv1.ApplyMessage) error {
 
 // Entry starts WAL entry seq of pipeline.
 func (w *Writer) Entry(pipeline string, seq uint64) error {
-	return w.put(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Header{Header: &pluginv1.ApplyHeader{Pipeline: pipeline, Sequence: seq}}})
+	return w.put(&pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Header{Header: &pluginv2.ApplyHeader{Pipeline: pipeline, Sequence: seq}}})
 }
 
 // Batch adds a batch (an Arrow IPC stream) of stream to the current entry.
 func (w *Writer) Batch(stream string, rows int64, ipc []byte) error {
-	return w.put(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: &pluginv1.Chunk{Stream: stream, Rows: rows, Data: ipc, Last: true}}})
+	return w.put(&pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Batch{Batch: &pluginv2.Chunk{Stream: stream, Rows: rows, Data: ipc, Last: true}}})
 }
 
 // Schema adds a schema change (the stream's Arrow schema as IPC) to the current entry.
 func (w *Writer) Schema(stream string, schemaIPC []byte) error {
-	return w.put(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: &pluginv1.Stream{Name: stream, ArrowSchema: schemaIPC}}}})
+	return w.put(&pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Schema{Schema: &pluginv2.SchemaChange{Stream: &pluginv2.Stream{Name: stream, ArrowSchema: schemaIPC}}}})
 }
 
 // Truncate adds a truncate of stream to the current entry: the stream's rows before it (in the lake and in
 // earlier WAL entries and batches) are gone.
 func (w *Writer) Truncate(stream string) error {
-	return w.put(&pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: stream}}})
+	return w.put(&pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Truncate{Truncate: &pluginv2.Truncate{Stream: stream}}})
 }
 
 // Entry is one WAL entry as the reader sees it.
@@ -187,7 +187,7 @@ type Batch struct {
 // Reader reads a query stream.
 type Reader struct {
 	r    *bufio.Reader
-	next *pluginv1.ApplyHeader
+	next *pluginv2.ApplyHeader
 }
 
 // NewReader reads the request line.
@@ -229,19 +229,19 @@ func (r *Reader) Next() (Entry, error) {
 			return Entry{}, err
 		}
 		switch x := m.Msg.(type) {
-		case *pluginv1.ApplyMessage_Header:
+		case *pluginv2.ApplyMessage_Header:
 			r.next = x.Header
 			return e, nil
-		case *pluginv1.ApplyMessage_Batch:
+		case *pluginv2.ApplyMessage_Batch:
 			e.Batches = append(e.Batches, Batch{Stream: x.Batch.Stream, IPC: x.Batch.Data})
-		case *pluginv1.ApplyMessage_Truncate:
+		case *pluginv2.ApplyMessage_Truncate:
 			e.Batches = append(e.Batches, Batch{Stream: x.Truncate.Stream, Truncate: true})
 		}
 	}
 }
 
-func (r *Reader) read() (*pluginv1.ApplyMessage, error) {
-	m := &pluginv1.ApplyMessage{}
+func (r *Reader) read() (*pluginv2.ApplyMessage, error) {
+	m := &pluginv2.ApplyMessage{}
 	// Batches are as big as WAL entries make them (8 MiB by default, more for one wide row).
 	if err := (protodelim.UnmarshalOptions{MaxSize: -1}).UnmarshalFrom(r.r, m); err != nil {
 		if errors.Is(err, io.EOF) {

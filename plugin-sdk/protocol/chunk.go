@@ -3,7 +3,7 @@ package protocol
 import (
 	"fmt"
 
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // Batch is one change batch as it crosses the boundary and as the engine stores it: Arrow IPC stream bytes
@@ -16,15 +16,15 @@ type Batch struct {
 }
 
 // Chunks cuts a batch into messages of at most ChunkSize data bytes. The chunks alias b.IPC.
-func Chunks(b Batch) []*pluginv1.Chunk {
+func Chunks(b Batch) []*pluginv2.Chunk {
 	n := (len(b.IPC) + ChunkSize - 1) / ChunkSize
 	if n == 0 {
 		n = 1
 	}
-	out := make([]*pluginv1.Chunk, 0, n)
+	out := make([]*pluginv2.Chunk, 0, n)
 	for i := 0; i < n; i++ {
 		lo, hi := i*ChunkSize, min((i+1)*ChunkSize, len(b.IPC))
-		c := &pluginv1.Chunk{Stream: b.Stream, Data: b.IPC[lo:hi]}
+		c := &pluginv2.Chunk{Stream: b.Stream, Data: b.IPC[lo:hi]}
 		if i == n-1 {
 			c.Last, c.Rows, c.SchemaId = true, b.Rows, b.SchemaID
 		}
@@ -42,7 +42,7 @@ type Assembler struct {
 }
 
 // Add takes a chunk and returns the completed batch once its last chunk arrives.
-func (a *Assembler) Add(c *pluginv1.Chunk) (Batch, bool, error) {
+func (a *Assembler) Add(c *pluginv2.Chunk) (Batch, bool, error) {
 	if a.open && c.Stream != a.stream {
 		return Batch{}, false, fmt.Errorf("chunk of stream %q arrived inside a batch of stream %q", c.Stream, a.stream)
 	}

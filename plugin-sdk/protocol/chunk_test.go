@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 func TestChunksRoundTrip(t *testing.T) {
@@ -43,13 +43,13 @@ func TestChunksRoundTrip(t *testing.T) {
 
 func TestAssemblerRejectsInterleaving(t *testing.T) {
 	var asm Assembler
-	if _, _, err := asm.Add(&pluginv1.Chunk{Stream: "a", Data: []byte("1")}); err != nil {
+	if _, _, err := asm.Add(&pluginv2.Chunk{Stream: "a", Data: []byte("1")}); err != nil {
 		t.Fatal(err)
 	}
 	if !asm.Pending() {
 		t.Fatal("want pending after a non-last chunk")
 	}
-	_, _, err := asm.Add(&pluginv1.Chunk{Stream: "b", Data: []byte("2"), Last: true})
+	_, _, err := asm.Add(&pluginv2.Chunk{Stream: "b", Data: []byte("2"), Last: true})
 	if err == nil || !strings.Contains(err.Error(), `stream "b"`) {
 		t.Fatalf("err = %v, want interleaving error", err)
 	}

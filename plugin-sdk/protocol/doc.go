@@ -1,6 +1,6 @@
 // Package protocol holds what both sides of the plugin boundary must agree on: the go-plugin handshake, the
 // protocol versions, the Arrow IPC codec and the chunking of IPC bytes into gRPC messages. The service
-// definitions themselves are proto/skippr/plugin/v1/plugin.proto (its generated code is checked in).
+// definitions themselves are proto/skippr/plugin/v2/plugin.proto (its generated code is checked in).
 //
 // # What it promises
 //

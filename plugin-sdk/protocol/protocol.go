@@ -7,7 +7,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // Version is the newest protocol version this SDK speaks, and the only one the engine of this repository
@@ -83,10 +83,10 @@ func ServerOptions() []grpc.ServerOption {
 		grpc.InitialWindowSize(flowWindow), grpc.InitialConnWindowSize(flowWindow)}
 }
 
-// GRPCPlugin adapts a pluginv1.PluginServer to go-plugin. On the host side Impl is nil.
+// GRPCPlugin adapts a pluginv2.PluginServer to go-plugin. On the host side Impl is nil.
 type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	Impl pluginv1.PluginServer
+	Impl pluginv2.PluginServer
 }
 
 // GRPCServer registers the plugin's service on go-plugin's gRPC server.
@@ -94,18 +94,18 @@ func (p *GRPCPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 	if p.Impl == nil {
 		return fmt.Errorf("skippr plugin: no implementation to serve")
 	}
-	pluginv1.RegisterPluginServer(s, p.Impl)
+	pluginv2.RegisterPluginServer(s, p.Impl)
 	return nil
 }
 
 // GRPCClient returns the protocol client over go-plugin's connection.
 func (p *GRPCPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
-	return pluginv1.NewPluginClient(c), nil
+	return pluginv2.NewPluginClient(c), nil
 }
 
 // PluginSets returns the versioned plugin sets for go-plugin, one per protocol version in versions; every
 // version is served by the same implementation.
-func PluginSets(impl pluginv1.PluginServer, versions []int) map[int]plugin.PluginSet {
+func PluginSets(impl pluginv2.PluginServer, versions []int) map[int]plugin.PluginSet {
 	sets := make(map[int]plugin.PluginSet, len(versions))
 	for _, v := range versions {
 		sets[v] = plugin.PluginSet{PluginName: &GRPCPlugin{Impl: impl}}

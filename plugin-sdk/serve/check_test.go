@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // checkDest fails its Check with err and reports unsupported types.
@@ -45,7 +45,7 @@ func TestCheckCarriesClass(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startServer(t, &checkDest{err: tc.err}, memory.DefaultAllocator)
-			r, err := c.Check(context.Background(), &pluginv1.CheckRequest{})
+			r, err := c.Check(context.Background(), &pluginv2.CheckRequest{})
 			if tc.code == codes.OK {
 				if err != nil || r.Ok || r.Error != tc.wantText {
 					t.Fatalf("check = %v, %v; want ok=false with %q", r, err, tc.wantText)
@@ -66,7 +66,7 @@ func TestCheckCarriesClass(t *testing.T) {
 
 func TestCapabilitiesCarryUnsupportedTypes(t *testing.T) {
 	c := startServer(t, &checkDest{}, memory.DefaultAllocator)
-	r, err := c.Capabilities(context.Background(), &pluginv1.CapabilitiesRequest{})
+	r, err := c.Capabilities(context.Background(), &pluginv2.CapabilitiesRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,15 +91,15 @@ func TestCapabilitiesCarryApplyDefaults(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		defaults ApplyDefaults
-		want     *pluginv1.ApplyDefaults
+		want     *pluginv2.ApplyDefaults
 	}{
 		{"none", ApplyDefaults{}, nil},
-		{"interval", ApplyDefaults{MaxInterval: time.Minute}, &pluginv1.ApplyDefaults{MaxIntervalMs: 60000}},
-		{"all three", ApplyDefaults{MaxInterval: 1500 * time.Microsecond, MaxBytes: 1 << 30, MaxEntries: 100}, &pluginv1.ApplyDefaults{MaxIntervalMs: 1, MaxBytes: 1 << 30, MaxEntries: 100}},
+		{"interval", ApplyDefaults{MaxInterval: time.Minute}, &pluginv2.ApplyDefaults{MaxIntervalMs: 60000}},
+		{"all three", ApplyDefaults{MaxInterval: 1500 * time.Microsecond, MaxBytes: 1 << 30, MaxEntries: 100}, &pluginv2.ApplyDefaults{MaxIntervalMs: 1, MaxBytes: 1 << 30, MaxEntries: 100}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := startServer(t, &proposingDest{defaults: tc.defaults}, memory.DefaultAllocator)
-			r, err := c.Capabilities(context.Background(), &pluginv1.CapabilitiesRequest{})
+			r, err := c.Capabilities(context.Background(), &pluginv2.CapabilitiesRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -40,30 +40,30 @@ func (d *rangeDest) Apply(_ context.Context, req ApplyRequest) (ApplyResult, err
 func TestApplyRange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	mark := func(seq uint64) *pluginv1.ApplyMessage {
-		return &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Entry{Entry: &pluginv1.EntryStart{Sequence: seq}}}
+	mark := func(seq uint64) *pluginv2.ApplyMessage {
+		return &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Entry{Entry: &pluginv2.EntryStart{Sequence: seq}}}
 	}
-	header := func(first, last uint64) *pluginv1.ApplyMessage {
-		return &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Header{Header: &pluginv1.ApplyHeader{Pipeline: "p", FirstSequence: first, Sequence: last}}}
+	header := func(first, last uint64) *pluginv2.ApplyMessage {
+		return &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Header{Header: &pluginv2.ApplyHeader{Pipeline: "p", FirstSequence: first, Sequence: last}}}
 	}
-	batch := func(n int) []*pluginv1.ApplyMessage {
-		var out []*pluginv1.ApplyMessage
+	batch := func(n int) []*pluginv2.ApplyMessage {
+		var out []*pluginv2.ApplyMessage
 		for _, ch := range protocol.Chunks(encodedBatch(t, "a", n)) {
-			out = append(out, &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}})
+			out = append(out, &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Batch{Batch: ch}})
 		}
 		return out
 	}
-	cat := func(parts ...[]*pluginv1.ApplyMessage) []*pluginv1.ApplyMessage {
-		var out []*pluginv1.ApplyMessage
+	cat := func(parts ...[]*pluginv2.ApplyMessage) []*pluginv2.ApplyMessage {
+		var out []*pluginv2.ApplyMessage
 		for _, p := range parts {
 			out = append(out, p...)
 		}
 		return out
 	}
-	one := func(m *pluginv1.ApplyMessage) []*pluginv1.ApplyMessage { return []*pluginv1.ApplyMessage{m} }
+	one := func(m *pluginv2.ApplyMessage) []*pluginv2.ApplyMessage { return []*pluginv2.ApplyMessage{m} }
 	tests := []struct {
 		name        string
-		msgs        []*pluginv1.ApplyMessage
+		msgs        []*pluginv2.ApplyMessage
 		first, last uint64
 		want        []string
 		code        codes.Code

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -54,7 +54,7 @@ func services(p Plugin) []string {
 	return out
 }
 
-func (s *server) LakePlan(ctx context.Context, req *pluginv1.LakePlanRequest) (*pluginv1.LakePlanResponse, error) {
+func (s *server) LakePlan(ctx context.Context, req *pluginv2.LakePlanRequest) (*pluginv2.LakePlanResponse, error) {
 	lp, ok := s.p.(LakePlanner)
 	if !ok {
 		return nil, status.Errorf(codes.Unimplemented, "plugin %s offers no %s service", s.p.Spec().Name, lakequery.ServicePlan)
@@ -67,10 +67,10 @@ func (s *server) LakePlan(ctx context.Context, req *pluginv1.LakePlanRequest) (*
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("plan lake: %w", err))
 	}
-	return &pluginv1.LakePlanResponse{Plan: b}, nil
+	return &pluginv2.LakePlanResponse{Plan: b}, nil
 }
 
-func (s *server) LakeCompact(ctx context.Context, req *pluginv1.LakeCompactRequest) (*pluginv1.LakeCompactResponse, error) {
+func (s *server) LakeCompact(ctx context.Context, req *pluginv2.LakeCompactRequest) (*pluginv2.LakeCompactResponse, error) {
 	lc, ok := s.p.(LakeCompactor)
 	if !ok {
 		return nil, status.Errorf(codes.Unimplemented, "plugin %s offers no %s service", s.p.Spec().Name, lakequery.ServiceCompact)
@@ -85,13 +85,13 @@ func (s *server) LakeCompact(ctx context.Context, req *pluginv1.LakeCompactReque
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("compact %s: %w", req.Table, err))
 	}
-	return &pluginv1.LakeCompactResponse{Report: report}, nil
+	return &pluginv2.LakeCompactResponse{Report: report}, nil
 }
 
 // queryChunk bounds one result message; gRPC's default limit is 4 MiB.
 const queryChunk = 256 << 10
 
-func (s *server) Query(stream pluginv1.Plugin_QueryServer) error {
+func (s *server) Query(stream pluginv2.Plugin_QueryServer) error {
 	qe, ok := s.p.(QueryEngine)
 	if !ok {
 		return status.Errorf(codes.Unimplemented, "plugin %s offers no %s service", s.p.Spec().Name, lakequery.ServiceQuery)
@@ -115,7 +115,7 @@ func (s *server) Query(stream pluginv1.Plugin_QueryServer) error {
 			}
 		}
 	}()
-	out := &queryWriter{send: func(b []byte) error { return stream.Send(&pluginv1.QueryOutput{Data: b}) }}
+	out := &queryWriter{send: func(b []byte) error { return stream.Send(&pluginv2.QueryOutput{Data: b}) }}
 	summary, err := qe.Query(ctx, pr, out)
 	pr.CloseWithError(io.ErrClosedPipe) // unblock the receiver if the engine stopped early
 	if err == nil {
@@ -127,7 +127,7 @@ func (s *server) Query(stream pluginv1.Plugin_QueryServer) error {
 	if err != nil {
 		return toStatus(err)
 	}
-	return stream.Send(&pluginv1.QueryOutput{Summary: summary})
+	return stream.Send(&pluginv2.QueryOutput{Summary: summary})
 }
 
 // queryWriter sends a result in messages of up to queryChunk bytes.

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -40,7 +40,7 @@ func TestResnapshotMarksTravelInOrder(t *testing.T) {
 
 	t.Run("read", func(t *testing.T) {
 		c := startServer(t, resnapSource{}, memory.DefaultAllocator)
-		rs, err := c.Read(ctx, &pluginv1.ReadRequest{Resnapshot: []string{"a", "b"}})
+		rs, err := c.Read(ctx, &pluginv2.ReadRequest{Resnapshot: []string{"a", "b"}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,9 +54,9 @@ func TestResnapshotMarksTravelInOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			switch v := m.Msg.(type) {
-			case *pluginv1.ReadMessage_Resnapshot:
+			case *pluginv2.ReadMessage_Resnapshot:
 				got = append(got, fmt.Sprintf("%s end=%v", v.Resnapshot.Stream, v.Resnapshot.End))
-			case *pluginv1.ReadMessage_Checkpoint:
+			case *pluginv2.ReadMessage_Checkpoint:
 				got = append(got, "checkpoint")
 			}
 		}
@@ -65,16 +65,16 @@ func TestResnapshotMarksTravelInOrder(t *testing.T) {
 		}
 	})
 
-	mark := func(end bool) *pluginv1.ApplyMessage {
-		return &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Resnapshot{Resnapshot: &pluginv1.ResnapshotMark{Stream: "a", End: end}}}
+	mark := func(end bool) *pluginv2.ApplyMessage {
+		return &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Resnapshot{Resnapshot: &pluginv2.ResnapshotMark{Stream: "a", End: end}}}
 	}
-	msgs := func(markInsideBatch bool) []*pluginv1.ApplyMessage {
-		ms := []*pluginv1.ApplyMessage{{Msg: &pluginv1.ApplyMessage_Header{Header: &pluginv1.ApplyHeader{Pipeline: "p", Sequence: 7}}}, mark(false)}
+	msgs := func(markInsideBatch bool) []*pluginv2.ApplyMessage {
+		ms := []*pluginv2.ApplyMessage{{Msg: &pluginv2.ApplyMessage_Header{Header: &pluginv2.ApplyHeader{Pipeline: "p", Sequence: 7}}}, mark(false)}
 		for _, ch := range protocol.Chunks(encodedBatch(t, "a", 3)) {
-			ms = append(ms, &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}})
+			ms = append(ms, &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Batch{Batch: ch}})
 		}
 		for i, ch := range protocol.Chunks(encodedBatch(t, "a", 60000)) {
-			ms = append(ms, &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}})
+			ms = append(ms, &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Batch{Batch: ch}})
 			if markInsideBatch && i == 0 {
 				ms = append(ms, mark(true))
 			}
@@ -84,7 +84,7 @@ func TestResnapshotMarksTravelInOrder(t *testing.T) {
 		}
 		return ms
 	}
-	send := func(c pluginv1.PluginClient, ms []*pluginv1.ApplyMessage) error {
+	send := func(c pluginv2.PluginClient, ms []*pluginv2.ApplyMessage) error {
 		s, err := c.Apply(ctx)
 		if err != nil {
 			return err
@@ -148,7 +148,7 @@ func TestSpecAnnouncesResnapshot(t *testing.T) {
 		{"silent", resnapSource{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spec, err := startServer(t, tc.p, memory.DefaultAllocator).Spec(ctx, &pluginv1.SpecRequest{})
+			spec, err := startServer(t, tc.p, memory.DefaultAllocator).Spec(ctx, &pluginv2.SpecRequest{})
 			if err != nil {
 				t.Fatal(err)
 			}

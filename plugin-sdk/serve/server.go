@@ -18,13 +18,13 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 // server adapts a Plugin to the gRPC service.
 type server struct {
-	pluginv1.UnimplementedPluginServer
+	pluginv2.UnimplementedPluginServer
 	p   Plugin
 	mem memory.Allocator
 	// dest is the destination role: p itself when it implements Destination (the SDK 0.3 interfaces), or the
@@ -35,12 +35,12 @@ type server struct {
 
 // NewServer returns the gRPC implementation of p. Serve uses it; tests may too. The sessions of a
 // SessionDestination stay open for the server's life: a test that wants them closed uses NewServerCloser.
-func NewServer(p Plugin, mem memory.Allocator) pluginv1.PluginServer {
+func NewServer(p Plugin, mem memory.Allocator) pluginv2.PluginServer {
 	return newServer(p, mem)
 }
 
 // NewServerCloser is NewServer with the function that closes the destination sessions the server opened.
-func NewServerCloser(p Plugin, mem memory.Allocator) (pluginv1.PluginServer, func() error) {
+func NewServerCloser(p Plugin, mem memory.Allocator) (pluginv2.PluginServer, func() error) {
 	s := newServer(p, mem)
 	return s, s.close
 }
@@ -82,12 +82,12 @@ func (s *server) destination() (Destination, error) {
 	return s.dest, nil
 }
 
-func (s *server) Spec(context.Context, *pluginv1.SpecRequest) (*pluginv1.SpecResponse, error) {
+func (s *server) Spec(context.Context, *pluginv2.SpecRequest) (*pluginv2.SpecResponse, error) {
 	sp := s.p.Spec()
-	return &pluginv1.SpecResponse{Name: sp.Name, Version: sp.Version, Kind: pluginv1.Kind(sp.Kind), SettingsSchema: sp.SettingsSchema, Description: sp.Description, Services: services(s.p)}, nil
+	return &pluginv2.SpecResponse{Name: sp.Name, Version: sp.Version, Kind: pluginv2.Kind(sp.Kind), SettingsSchema: sp.SettingsSchema, Description: sp.Description, Services: services(s.p)}, nil
 }
 
-func (s *server) Check(ctx context.Context, req *pluginv1.CheckRequest) (*pluginv1.CheckResponse, error) {
+func (s *server) Check(ctx context.Context, req *pluginv2.CheckRequest) (*pluginv2.CheckResponse, error) {
 	if err := s.p.Check(ctx, req.Settings); err != nil {
 		// A classified error travels as a status so its class and fix reach the engine: a transient one
 		// (a server restarting) is retried, not taken for a failed check; the client turns the others
@@ -100,12 +100,12 @@ func (s *server) Check(ctx context.Context, req *pluginv1.CheckRequest) (*plugin
 		if fault.ClassOf(err) != fault.Unknown {
 			return nil, toStatus(err)
 		}
-		return &pluginv1.CheckResponse{Ok: false, Error: err.Error()}, nil
+		return &pluginv2.CheckResponse{Ok: false, Error: err.Error()}, nil
 	}
-	return &pluginv1.CheckResponse{Ok: true}, nil
+	return &pluginv2.CheckResponse{Ok: true}, nil
 }
 
-func (s *server) Discover(ctx context.Context, req *pluginv1.DiscoverRequest) (*pluginv1.DiscoverResponse, error) {
+func (s *server) Discover(ctx context.Context, req *pluginv2.DiscoverRequest) (*pluginv2.DiscoverResponse, error) {
 	src, err := s.source()
 	if err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func (s *server) Discover(ctx context.Context, req *pluginv1.DiscoverRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	out := &pluginv1.DiscoverResponse{}
+	out := &pluginv2.DiscoverResponse{}
 	for _, st := range streams {
 		pb, err := s.streamToProto(st)
 		if err != nil {
@@ -125,7 +125,7 @@ func (s *server) Discover(ctx context.Context, req *pluginv1.DiscoverRequest) (*
 	return out, nil
 }
 
-func (s *server) streamToProto(st Stream) (*pluginv1.Stream, error) {
+func (s *server) streamToProto(st Stream) (*pluginv2.Stream, error) {
 	if st.Schema == nil {
 		return nil, status.Errorf(codes.Internal, "stream %s has no schema", st.Name)
 	}
@@ -133,15 +133,15 @@ func (s *server) streamToProto(st Stream) (*pluginv1.Stream, error) {
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "stream %s: %v", st.Name, err)
 	}
-	pb := &pluginv1.Stream{Name: st.Name, ArrowSchema: b, PrimaryKey: st.PrimaryKey, SchemaId: protocol.SchemaID(st.Schema)}
+	pb := &pluginv2.Stream{Name: st.Name, ArrowSchema: b, PrimaryKey: st.PrimaryKey, SchemaId: protocol.SchemaID(st.Schema)}
 	for _, m := range st.Modes {
-		pb.Modes = append(pb.Modes, pluginv1.SyncMode(m))
+		pb.Modes = append(pb.Modes, pluginv2.SyncMode(m))
 	}
 	return pb, nil
 }
 
 // StreamFromProto decodes a stream description.
-func StreamFromProto(mem memory.Allocator, pb *pluginv1.Stream) (Stream, error) {
+func StreamFromProto(mem memory.Allocator, pb *pluginv2.Stream) (Stream, error) {
 	sc, err := protocol.DecodeSchema(mem, pb.ArrowSchema)
 	if err != nil {
 		return Stream{}, fmt.Errorf("stream %s: %w", pb.Name, err)
@@ -160,7 +160,7 @@ func StreamFromProto(mem memory.Allocator, pb *pluginv1.Stream) (Stream, error) 
 type emitter struct {
 	s   *server
 	mu  sync.Mutex
-	out pluginv1.Plugin_ReadServer
+	out pluginv2.Plugin_ReadServer
 	// ipc holds *bytes.Buffer for encoding batches. A buffer goes back once its batch is sent: gRPC has
 	// marshalled the message into its own buffers by the time Send returns, and this server installs no
 	// stats handler that could look at the message later.
@@ -168,7 +168,7 @@ type emitter struct {
 	ids protocol.SchemaIDs // under mu
 }
 
-func (e *emitter) send(m *pluginv1.ReadMessage) error {
+func (e *emitter) send(m *pluginv2.ReadMessage) error {
 	if err := e.out.Send(m); err != nil {
 		return fmt.Errorf("send to engine: %w", err)
 	}
@@ -190,7 +190,7 @@ func (e *emitter) Batch(ctx context.Context, stream string, rec arrow.RecordBatc
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, c := range protocol.Chunks(protocol.Batch{Stream: stream, SchemaID: e.ids.ID(stream, rec.Schema()), Rows: rec.NumRows(), IPC: buf.Bytes()}) {
-		if err := e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Batch{Batch: c}}); err != nil {
+		if err := e.send(&pluginv2.ReadMessage{Msg: &pluginv2.ReadMessage_Batch{Batch: c}}); err != nil {
 			return err
 		}
 	}
@@ -204,7 +204,7 @@ func (e *emitter) SchemaChange(ctx context.Context, st Stream) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: pb}}})
+	return e.send(&pluginv2.ReadMessage{Msg: &pluginv2.ReadMessage_Schema{Schema: &pluginv2.SchemaChange{Stream: pb}}})
 }
 
 func (e *emitter) Truncate(ctx context.Context, stream string) error {
@@ -213,7 +213,7 @@ func (e *emitter) Truncate(ctx context.Context, stream string) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: stream}}})
+	return e.send(&pluginv2.ReadMessage{Msg: &pluginv2.ReadMessage_Truncate{Truncate: &pluginv2.Truncate{Stream: stream}}})
 }
 
 func (e *emitter) Resnapshot(ctx context.Context, stream string, end bool) error {
@@ -225,23 +225,23 @@ func (e *emitter) Resnapshot(ctx context.Context, stream string, end bool) error
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Resnapshot{Resnapshot: &pluginv1.ResnapshotMark{Stream: stream, End: end}}})
+	return e.send(&pluginv2.ReadMessage{Msg: &pluginv2.ReadMessage_Resnapshot{Resnapshot: &pluginv2.ResnapshotMark{Stream: stream, End: end}}})
 }
 
 func (e *emitter) Checkpoint(ctx context.Context, cp Checkpoint) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var metrics []*pluginv1.Metric
+	var metrics []*pluginv2.Metric
 	for _, m := range cp.Metrics {
-		metrics = append(metrics, &pluginv1.Metric{Name: m.Name, Value: m.Value, Labels: m.Labels, Help: m.Help})
+		metrics = append(metrics, &pluginv2.Metric{Name: m.Name, Value: m.Value, Labels: m.Labels, Help: m.Help})
 	}
-	return e.send(&pluginv1.ReadMessage{Msg: &pluginv1.ReadMessage_Checkpoint{Checkpoint: &pluginv1.Checkpoint{
+	return e.send(&pluginv2.ReadMessage{Msg: &pluginv2.ReadMessage_Checkpoint{Checkpoint: &pluginv2.Checkpoint{
 		Position: cp.Position, RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMs: cp.LagMS, Idle: cp.Idle,
 		Metrics: metrics,
 	}}})
 }
 
-func (s *server) Read(req *pluginv1.ReadRequest, out pluginv1.Plugin_ReadServer) error {
+func (s *server) Read(req *pluginv2.ReadRequest, out pluginv2.Plugin_ReadServer) error {
 	src, err := s.source()
 	if err != nil {
 		return err
@@ -253,7 +253,7 @@ func (s *server) Read(req *pluginv1.ReadRequest, out pluginv1.Plugin_ReadServer)
 	return toStatus(err)
 }
 
-func (s *server) Ack(ctx context.Context, req *pluginv1.AckRequest) (*pluginv1.AckResponse, error) {
+func (s *server) Ack(ctx context.Context, req *pluginv2.AckRequest) (*pluginv2.AckResponse, error) {
 	src, err := s.source()
 	if err != nil {
 		return nil, err
@@ -261,10 +261,10 @@ func (s *server) Ack(ctx context.Context, req *pluginv1.AckRequest) (*pluginv1.A
 	if err := src.Ack(ctx, req.Checkpoint); err != nil {
 		return nil, toStatus(err)
 	}
-	return &pluginv1.AckResponse{}, nil
+	return &pluginv2.AckResponse{}, nil
 }
 
-func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesRequest) (*pluginv1.CapabilitiesResponse, error) {
+func (s *server) Capabilities(ctx context.Context, req *pluginv2.CapabilitiesRequest) (*pluginv2.CapabilitiesResponse, error) {
 	d, err := s.destination()
 	if err != nil {
 		return nil, err
@@ -277,19 +277,19 @@ func (s *server) Capabilities(ctx context.Context, req *pluginv1.CapabilitiesReq
 	if tl, ok := s.p.(TypeLimits); ok {
 		unsupported = tl.UnsupportedTypes()
 	}
-	return &pluginv1.CapabilitiesResponse{UnsupportedTypes: unsupported, ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce, Resnapshot: c.Resnapshot,
+	return &pluginv2.CapabilitiesResponse{UnsupportedTypes: unsupported, ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce, Resnapshot: c.Resnapshot,
 		ApplyDefaults: applyDefaults(c.ApplyDefaults)}, nil
 }
 
 // applyDefaults is nil when a destination proposes nothing, as it was before proposals existed.
-func applyDefaults(a ApplyDefaults) *pluginv1.ApplyDefaults {
+func applyDefaults(a ApplyDefaults) *pluginv2.ApplyDefaults {
 	if a == (ApplyDefaults{}) {
 		return nil
 	}
-	return &pluginv1.ApplyDefaults{MaxIntervalMs: a.MaxInterval.Milliseconds(), MaxBytes: a.MaxBytes, MaxEntries: a.MaxEntries}
+	return &pluginv2.ApplyDefaults{MaxIntervalMs: a.MaxInterval.Milliseconds(), MaxBytes: a.MaxBytes, MaxEntries: a.MaxEntries}
 }
 
-func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {
+func (s *server) Apply(in pluginv2.Plugin_ApplyServer) error {
 	d, err := s.destination()
 	if err != nil {
 		return err
@@ -329,7 +329,7 @@ func (s *server) Apply(in pluginv1.Plugin_ApplyServer) error {
 	if err := src.drain(); err != nil {
 		return err
 	}
-	return in.SendAndClose(&pluginv1.ApplyResponse{Skipped: res.Skipped, Rows: res.Rows})
+	return in.SendAndClose(&pluginv2.ApplyResponse{Skipped: res.Skipped, Rows: res.Rows})
 }
 
 // applyAll collects every item, then calls Apply: what a destination without ApplyStream gets.
@@ -356,7 +356,7 @@ func (s *server) applyAll(ctx context.Context, d Destination, req ApplyRequest, 
 // applySource reads the items of one Apply call off the gRPC stream.
 type applySource struct {
 	s   *server
-	in  pluginv1.Plugin_ApplyServer
+	in  pluginv2.Plugin_ApplyServer
 	seq uint64
 	// first..seq is the range; cur is the entry the items now read belong to; marked says an EntryStart set it
 	// (or the apply is one entry and needs none).
@@ -407,11 +407,11 @@ func (a *applySource) next() ([]Item, error) {
 	if err != nil {
 		return nil, status.Errorf(codes.Aborted, "apply %d: receive: %v", a.seq, err)
 	}
-	if _, ok := m.Msg.(*pluginv1.ApplyMessage_Entry); !ok && !a.marked {
+	if _, ok := m.Msg.(*pluginv2.ApplyMessage_Entry); !ok && !a.marked {
 		return nil, status.Errorf(codes.InvalidArgument, "apply %d..%d: items before the first entry mark", a.first, a.seq)
 	}
 	switch v := m.Msg.(type) {
-	case *pluginv1.ApplyMessage_Entry:
+	case *pluginv2.ApplyMessage_Entry:
 		e := v.Entry.Sequence
 		if a.asm.Pending() {
 			return nil, status.Errorf(codes.InvalidArgument, "apply %d..%d: entry %d starts inside a batch", a.first, a.seq, e)
@@ -421,7 +421,7 @@ func (a *applySource) next() ([]Item, error) {
 		}
 		a.cur, a.marked = e, true
 		return nil, nil
-	case *pluginv1.ApplyMessage_Batch:
+	case *pluginv2.ApplyMessage_Batch:
 		b, done, err := a.asm.Add(v.Batch)
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "apply %d: %v", a.seq, err)
@@ -438,18 +438,18 @@ func (a *applySource) next() ([]Item, error) {
 			its[i] = Item{Stream: b.Stream, Record: r, Sequence: a.cur}
 		}
 		return its, nil
-	case *pluginv1.ApplyMessage_Schema:
+	case *pluginv2.ApplyMessage_Schema:
 		st, err := StreamFromProto(a.s.mem, v.Schema.Stream)
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "apply %d: %v", a.seq, err)
 		}
 		return []Item{{Stream: st.Name, Schema: &st, Sequence: a.cur}}, nil
-	case *pluginv1.ApplyMessage_Truncate:
+	case *pluginv2.ApplyMessage_Truncate:
 		if a.asm.Pending() {
 			return nil, status.Errorf(codes.InvalidArgument, "apply %d: truncate of %s inside a batch", a.seq, v.Truncate.Stream)
 		}
 		return []Item{{Stream: v.Truncate.Stream, Truncate: true, Sequence: a.cur}}, nil
-	case *pluginv1.ApplyMessage_Resnapshot:
+	case *pluginv2.ApplyMessage_Resnapshot:
 		if a.asm.Pending() {
 			return nil, status.Errorf(codes.InvalidArgument, "apply %d: resnapshot mark of %s inside a batch", a.seq, v.Resnapshot.Stream)
 		}
@@ -480,7 +480,7 @@ func (a *applySource) drain() error {
 	return nil
 }
 
-func (s *server) LastApplied(ctx context.Context, req *pluginv1.LastAppliedRequest) (*pluginv1.LastAppliedResponse, error) {
+func (s *server) LastApplied(ctx context.Context, req *pluginv2.LastAppliedRequest) (*pluginv2.LastAppliedResponse, error) {
 	d, err := s.destination()
 	if err != nil {
 		return nil, err
@@ -489,10 +489,10 @@ func (s *server) LastApplied(ctx context.Context, req *pluginv1.LastAppliedReque
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pluginv1.LastAppliedResponse{Sequence: a.Sequence, Streams: a.Streams}, nil
+	return &pluginv2.LastAppliedResponse{Sequence: a.Sequence, Streams: a.Streams}, nil
 }
 
-func (s *server) Teardown(ctx context.Context, req *pluginv1.TeardownRequest) (*pluginv1.TeardownResponse, error) {
+func (s *server) Teardown(ctx context.Context, req *pluginv2.TeardownRequest) (*pluginv2.TeardownResponse, error) {
 	td, ok := s.p.(TearingDown)
 	if !ok {
 		return nil, status.Errorf(codes.Unimplemented, "plugin %s holds nothing to tear down", s.p.Spec().Name)
@@ -501,7 +501,7 @@ func (s *server) Teardown(ctx context.Context, req *pluginv1.TeardownRequest) (*
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &pluginv1.TeardownResponse{Released: released}, nil
+	return &pluginv2.TeardownResponse{Released: released}, nil
 }
 
 // toStatus keeps a plugin's error message, and its fault class, intact across the boundary.

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -110,17 +110,17 @@ func (d *streamDest) ApplyStream(_ context.Context, req ApplyRequest, items iter
 var _ StreamingDestination = (*streamDest)(nil)
 
 // startServer serves p over an in-memory connection and returns a client of it.
-func startServer(t *testing.T, p Plugin, mem memory.Allocator) pluginv1.PluginClient {
+func startServer(t *testing.T, p Plugin, mem memory.Allocator) pluginv2.PluginClient {
 	t.Helper()
 	return startGRPC(t, NewServer(p, mem))
 }
 
 // startGRPC serves impl over an in-memory connection and returns a client of it.
-func startGRPC(t *testing.T, impl pluginv1.PluginServer) pluginv1.PluginClient {
+func startGRPC(t *testing.T, impl pluginv2.PluginServer) pluginv2.PluginClient {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(protocol.MaxMessageSize))
-	pluginv1.RegisterPluginServer(srv, impl)
+	pluginv2.RegisterPluginServer(srv, impl)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -131,7 +131,7 @@ func startGRPC(t *testing.T, impl pluginv1.PluginServer) pluginv1.PluginClient {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return pluginv1.NewPluginClient(conn)
+	return pluginv2.NewPluginClient(conn)
 }
 
 func testSchema() *arrow.Schema {
@@ -159,7 +159,7 @@ func encodedBatch(t *testing.T, stream string, n int) protocol.Batch {
 }
 
 // sendApply sends a header, a schema change of stream a, and the batches (chunked), then waits for the answer.
-func sendApply(ctx context.Context, t *testing.T, c pluginv1.PluginClient, batches ...protocol.Batch) (*pluginv1.ApplyResponse, error) {
+func sendApply(ctx context.Context, t *testing.T, c pluginv2.PluginClient, batches ...protocol.Batch) (*pluginv2.ApplyResponse, error) {
 	t.Helper()
 	s, err := c.Apply(ctx)
 	if err != nil {
@@ -169,13 +169,13 @@ func sendApply(ctx context.Context, t *testing.T, c pluginv1.PluginClient, batch
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs := []*pluginv1.ApplyMessage{
-		{Msg: &pluginv1.ApplyMessage_Header{Header: &pluginv1.ApplyHeader{Pipeline: "p", Sequence: 7}}},
-		{Msg: &pluginv1.ApplyMessage_Schema{Schema: &pluginv1.SchemaChange{Stream: &pluginv1.Stream{Name: "a", ArrowSchema: sch}}}},
+	msgs := []*pluginv2.ApplyMessage{
+		{Msg: &pluginv2.ApplyMessage_Header{Header: &pluginv2.ApplyHeader{Pipeline: "p", Sequence: 7}}},
+		{Msg: &pluginv2.ApplyMessage_Schema{Schema: &pluginv2.SchemaChange{Stream: &pluginv2.Stream{Name: "a", ArrowSchema: sch}}}},
 	}
 	for _, b := range batches {
 		for _, ch := range protocol.Chunks(b) {
-			msgs = append(msgs, &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}})
+			msgs = append(msgs, &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Batch{Batch: ch}})
 		}
 	}
 	for _, m := range msgs {
@@ -268,9 +268,9 @@ func TestApplyStreaming(t *testing.T) {
 			t.Fatal(err)
 		}
 		chunks := protocol.Chunks(big)
-		for _, m := range []*pluginv1.ApplyMessage{
-			{Msg: &pluginv1.ApplyMessage_Header{Header: &pluginv1.ApplyHeader{Pipeline: "p", Sequence: 7}}},
-			{Msg: &pluginv1.ApplyMessage_Batch{Batch: chunks[0]}},
+		for _, m := range []*pluginv2.ApplyMessage{
+			{Msg: &pluginv2.ApplyMessage_Header{Header: &pluginv2.ApplyHeader{Pipeline: "p", Sequence: 7}}},
+			{Msg: &pluginv2.ApplyMessage_Batch{Batch: chunks[0]}},
 		} {
 			if err := s.Send(m); err != nil {
 				t.Fatal(err)

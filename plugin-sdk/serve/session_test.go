@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -278,16 +278,16 @@ func TestSessions(t *testing.T) {
 func TestServeSessions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rangeApply := func(c pluginv1.PluginClient, settings string, first, last uint64) (*pluginv1.ApplyResponse, error) {
+	rangeApply := func(c pluginv2.PluginClient, settings string, first, last uint64) (*pluginv2.ApplyResponse, error) {
 		s, err := c.Apply(ctx)
 		if err != nil {
 			return nil, err
 		}
-		msgs := []*pluginv1.ApplyMessage{{Msg: &pluginv1.ApplyMessage_Header{Header: &pluginv1.ApplyHeader{Settings: []byte(settings), Pipeline: "p", FirstSequence: first, Sequence: last}}}}
+		msgs := []*pluginv2.ApplyMessage{{Msg: &pluginv2.ApplyMessage_Header{Header: &pluginv2.ApplyHeader{Settings: []byte(settings), Pipeline: "p", FirstSequence: first, Sequence: last}}}}
 		for seq := first; seq <= last; seq++ {
-			msgs = append(msgs, &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Entry{Entry: &pluginv1.EntryStart{Sequence: seq}}})
+			msgs = append(msgs, &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Entry{Entry: &pluginv2.EntryStart{Sequence: seq}}})
 			for _, ch := range protocol.Chunks(encodedBatch(t, "a", int(seq))) {
-				msgs = append(msgs, &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}})
+				msgs = append(msgs, &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Batch{Batch: ch}})
 			}
 		}
 		for _, m := range msgs {
@@ -313,11 +313,11 @@ func TestServeSessions(t *testing.T) {
 		if res.Rows != 3 {
 			t.Fatalf("rows %d, want 3", res.Rows)
 		}
-		la, err := c.LastApplied(ctx, &pluginv1.LastAppliedRequest{Settings: []byte(`{}`), Pipeline: "p"})
+		la, err := c.LastApplied(ctx, &pluginv2.LastAppliedRequest{Settings: []byte(`{}`), Pipeline: "p"})
 		if err != nil || la.Sequence != 3 {
 			t.Fatalf("last applied %v, %v", la, err)
 		}
-		caps, err := c.Capabilities(ctx, &pluginv1.CapabilitiesRequest{Settings: []byte(`{}`)})
+		caps, err := c.Capabilities(ctx, &pluginv2.CapabilitiesRequest{Settings: []byte(`{}`)})
 		if err != nil || !caps.Coalesce {
 			t.Fatalf("capabilities %v, %v", caps, err)
 		}
@@ -354,7 +354,7 @@ func TestServeSessions(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "refused") {
 			t.Fatalf("err = %v", err)
 		}
-		_, err = c.LastApplied(ctx, &pluginv1.LastAppliedRequest{Settings: []byte(`{"bad":1}`), Pipeline: "p"})
+		_, err = c.LastApplied(ctx, &pluginv2.LastAppliedRequest{Settings: []byte(`{"bad":1}`), Pipeline: "p"})
 		if status.Code(err) == codes.OK {
 			t.Fatal("last applied with a failing open succeeded")
 		}

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -41,7 +41,7 @@ func TestTruncateTravelsInOrder(t *testing.T) {
 
 	t.Run("read", func(t *testing.T) {
 		c := startServer(t, truncSource{}, memory.DefaultAllocator)
-		rs, err := c.Read(ctx, &pluginv1.ReadRequest{})
+		rs, err := c.Read(ctx, &pluginv2.ReadRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,9 +55,9 @@ func TestTruncateTravelsInOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			switch v := m.Msg.(type) {
-			case *pluginv1.ReadMessage_Truncate:
+			case *pluginv2.ReadMessage_Truncate:
 				got = append(got, "truncate "+v.Truncate.Stream)
-			case *pluginv1.ReadMessage_Checkpoint:
+			case *pluginv2.ReadMessage_Checkpoint:
 				got = append(got, "checkpoint")
 			}
 		}
@@ -67,25 +67,25 @@ func TestTruncateTravelsInOrder(t *testing.T) {
 	})
 
 	big := encodedBatch(t, "a", 60000)
-	msgs := func(truncateInsideBatch bool) []*pluginv1.ApplyMessage {
-		ms := []*pluginv1.ApplyMessage{{Msg: &pluginv1.ApplyMessage_Header{Header: &pluginv1.ApplyHeader{Pipeline: "p", Sequence: 7}}}}
+	msgs := func(truncateInsideBatch bool) []*pluginv2.ApplyMessage {
+		ms := []*pluginv2.ApplyMessage{{Msg: &pluginv2.ApplyMessage_Header{Header: &pluginv2.ApplyHeader{Pipeline: "p", Sequence: 7}}}}
 		for _, ch := range protocol.Chunks(encodedBatch(t, "a", 3)) {
-			ms = append(ms, &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}})
+			ms = append(ms, &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Batch{Batch: ch}})
 		}
-		trunc := &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Truncate{Truncate: &pluginv1.Truncate{Stream: "a"}}}
+		trunc := &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Truncate{Truncate: &pluginv2.Truncate{Stream: "a"}}}
 		chunks := protocol.Chunks(big)
 		if !truncateInsideBatch {
 			ms = append(ms, trunc)
 		}
 		for i, ch := range chunks {
-			ms = append(ms, &pluginv1.ApplyMessage{Msg: &pluginv1.ApplyMessage_Batch{Batch: ch}})
+			ms = append(ms, &pluginv2.ApplyMessage{Msg: &pluginv2.ApplyMessage_Batch{Batch: ch}})
 			if truncateInsideBatch && i == 0 {
 				ms = append(ms, trunc)
 			}
 		}
 		return ms
 	}
-	send := func(c pluginv1.PluginClient, ms []*pluginv1.ApplyMessage) (*pluginv1.ApplyResponse, error) {
+	send := func(c pluginv2.PluginClient, ms []*pluginv2.ApplyMessage) (*pluginv2.ApplyResponse, error) {
 		s, err := c.Apply(ctx)
 		if err != nil {
 			return nil, err

@@ -19,7 +19,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -72,7 +72,7 @@ type reading struct {
 	msgs    chan client.Message
 	end     chan error
 	base    string // http://host:port
-	initial *pluginv1.Checkpoint
+	initial *pluginv2.Checkpoint
 }
 
 func (p *plugin) read(t *testing.T, from []byte) *reading {
@@ -164,7 +164,7 @@ func describeMsg(m client.Message) string {
 type emitted struct {
 	schema     *arrow.Schema
 	batches    []arrow.RecordBatch
-	checkpoint *pluginv1.Checkpoint
+	checkpoint *pluginv2.Checkpoint
 }
 
 // nextChange reads the messages of one request up to its checkpoint, checking their order.
@@ -204,7 +204,7 @@ func (r *reading) nextChange() emitted {
 	}
 }
 
-func (r *reading) ack(cp *pluginv1.Checkpoint) {
+func (r *reading) ack(cp *pluginv2.Checkpoint) {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

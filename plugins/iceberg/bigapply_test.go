@@ -19,7 +19,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 
 	"github.com/skippr-dev/skippr/plugins/iceberg/dest"
@@ -61,7 +61,7 @@ func bigItems(t *testing.T) []client.ApplyItem {
 	if err != nil {
 		t.Fatal(err)
 	}
-	items := []client.ApplyItem{{Schema: &pluginv1.Stream{Name: "big", ArrowSchema: schema}}}
+	items := []client.ApplyItem{{Schema: &pluginv2.Stream{Name: "big", ArrowSchema: schema}}}
 	note := strings.Repeat("n", 40)
 	encode := func(fill func(b *change.Builder)) {
 		b := change.NewBuilder(memory.DefaultAllocator, sc)

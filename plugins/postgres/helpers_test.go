@@ -17,7 +17,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugins/postgres/source"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
@@ -74,7 +74,7 @@ func (r *reading) stop() { r.Stop() }
 type chunk struct {
 	items []client.ApplyItem
 	rows  int64
-	cp    *pluginv1.Checkpoint
+	cp    *pluginv2.Checkpoint
 }
 
 // next returns everything up to the next checkpoint.

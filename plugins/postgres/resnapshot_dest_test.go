@@ -12,7 +12,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv1 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
@@ -37,7 +37,7 @@ func keyBatch(t *testing.T, stream string, ids ...int64) client.ApplyItem {
 }
 
 func mark(stream string, end bool) client.ApplyItem {
-	return client.ApplyItem{Resnapshot: &pluginv1.ResnapshotMark{Stream: stream, End: end}}
+	return client.ApplyItem{Resnapshot: &pluginv2.ResnapshotMark{Stream: stream, End: end}}
 }
 
 // TestApplyResnapshot: between a begin and an end mark spread over several applies, the destination keeps the

@@ -1,4 +1,10 @@
-// The skippr plugin protocol, version 1.
+// The skippr plugin protocol, version 2 (protocol.Version).
+//
+// The wire names say v1 and the Go package says v2, on purpose. The proto package (skippr.plugin.v1) is part of
+// every gRPC method name a plugin serves ("/skippr.plugin.v1.Plugin/Apply"), so renaming it would make the core
+// and every plugin built with an earlier SDK stop understanding each other. Protocol version 2 is version 1's
+// messages with more promised (see protocol.Version), not a new wire, so the wire keeps its first name. The Go
+// package, which never crosses the wire, is named for the protocol version it serves: pluginv2.
 //
 // Control calls are plain unary RPCs. Data moves as Arrow IPC stream bytes (an IPC schema message followed by
 // record batch messages) cut into Chunk messages of at most 1 MiB, so no batch ever depends on gRPC's message
@@ -8,9 +14,9 @@
 // versions:
 // - protoc-gen-go-grpc v1.5.1
 // - protoc             v3.21.12
-// source: skippr/plugin/v1/plugin.proto
+// source: skippr/plugin/v2/plugin.proto
 
-package pluginv1
+package pluginv2
 
 import (
 	context "context"
@@ -570,5 +576,5 @@ var Plugin_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 	},
-	Metadata: "skippr/plugin/v1/plugin.proto",
+	Metadata: "skippr/plugin/v2/plugin.proto",
 }

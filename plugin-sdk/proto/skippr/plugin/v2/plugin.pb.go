@@ -1,4 +1,10 @@
-// The skippr plugin protocol, version 1.
+// The skippr plugin protocol, version 2 (protocol.Version).
+//
+// The wire names say v1 and the Go package says v2, on purpose. The proto package (skippr.plugin.v1) is part of
+// every gRPC method name a plugin serves ("/skippr.plugin.v1.Plugin/Apply"), so renaming it would make the core
+// and every plugin built with an earlier SDK stop understanding each other. Protocol version 2 is version 1's
+// messages with more promised (see protocol.Version), not a new wire, so the wire keeps its first name. The Go
+// package, which never crosses the wire, is named for the protocol version it serves: pluginv2.
 //
 // Control calls are plain unary RPCs. Data moves as Arrow IPC stream bytes (an IPC schema message followed by
 // record batch messages) cut into Chunk messages of at most 1 MiB, so no batch ever depends on gRPC's message
@@ -8,9 +14,9 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: skippr/plugin/v1/plugin.proto
+// source: skippr/plugin/v2/plugin.proto
 
-package pluginv1
+package pluginv2
 
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -63,11 +69,11 @@ func (x Kind) String() string {
 }
 
 func (Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_skippr_plugin_v1_plugin_proto_enumTypes[0].Descriptor()
+	return file_skippr_plugin_v2_plugin_proto_enumTypes[0].Descriptor()
 }
 
 func (Kind) Type() protoreflect.EnumType {
-	return &file_skippr_plugin_v1_plugin_proto_enumTypes[0]
+	return &file_skippr_plugin_v2_plugin_proto_enumTypes[0]
 }
 
 func (x Kind) Number() protoreflect.EnumNumber {
@@ -76,7 +82,7 @@ func (x Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Kind.Descriptor instead.
 func (Kind) EnumDescriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{0}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{0}
 }
 
 type SyncMode int32
@@ -115,11 +121,11 @@ func (x SyncMode) String() string {
 }
 
 func (SyncMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_skippr_plugin_v1_plugin_proto_enumTypes[1].Descriptor()
+	return file_skippr_plugin_v2_plugin_proto_enumTypes[1].Descriptor()
 }
 
 func (SyncMode) Type() protoreflect.EnumType {
-	return &file_skippr_plugin_v1_plugin_proto_enumTypes[1]
+	return &file_skippr_plugin_v2_plugin_proto_enumTypes[1]
 }
 
 func (x SyncMode) Number() protoreflect.EnumNumber {
@@ -128,7 +134,7 @@ func (x SyncMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SyncMode.Descriptor instead.
 func (SyncMode) EnumDescriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{1}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{1}
 }
 
 type SpecRequest struct {
@@ -139,7 +145,7 @@ type SpecRequest struct {
 
 func (x *SpecRequest) Reset() {
 	*x = SpecRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[0]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -151,7 +157,7 @@ func (x *SpecRequest) String() string {
 func (*SpecRequest) ProtoMessage() {}
 
 func (x *SpecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[0]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -164,7 +170,7 @@ func (x *SpecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecRequest.ProtoReflect.Descriptor instead.
 func (*SpecRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{0}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{0}
 }
 
 type SpecResponse struct {
@@ -183,7 +189,7 @@ type SpecResponse struct {
 
 func (x *SpecResponse) Reset() {
 	*x = SpecResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[1]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -195,7 +201,7 @@ func (x *SpecResponse) String() string {
 func (*SpecResponse) ProtoMessage() {}
 
 func (x *SpecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[1]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -208,7 +214,7 @@ func (x *SpecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpecResponse.ProtoReflect.Descriptor instead.
 func (*SpecResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{1}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *SpecResponse) GetName() string {
@@ -262,7 +268,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[2]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +280,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[2]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +293,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{2}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CheckRequest) GetSettings() []byte {
@@ -307,7 +313,7 @@ type CheckResponse struct {
 
 func (x *CheckResponse) Reset() {
 	*x = CheckResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[3]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +325,7 @@ func (x *CheckResponse) String() string {
 func (*CheckResponse) ProtoMessage() {}
 
 func (x *CheckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[3]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +338,7 @@ func (x *CheckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckResponse.ProtoReflect.Descriptor instead.
 func (*CheckResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{3}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CheckResponse) GetOk() bool {
@@ -358,7 +364,7 @@ type DiscoverRequest struct {
 
 func (x *DiscoverRequest) Reset() {
 	*x = DiscoverRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[4]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +376,7 @@ func (x *DiscoverRequest) String() string {
 func (*DiscoverRequest) ProtoMessage() {}
 
 func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[4]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +389,7 @@ func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverRequest.ProtoReflect.Descriptor instead.
 func (*DiscoverRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{4}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DiscoverRequest) GetSettings() []byte {
@@ -406,7 +412,7 @@ type Stream struct {
 
 func (x *Stream) Reset() {
 	*x = Stream{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[5]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -418,7 +424,7 @@ func (x *Stream) String() string {
 func (*Stream) ProtoMessage() {}
 
 func (x *Stream) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[5]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -431,7 +437,7 @@ func (x *Stream) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Stream.ProtoReflect.Descriptor instead.
 func (*Stream) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{5}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Stream) GetName() string {
@@ -478,7 +484,7 @@ type DiscoverResponse struct {
 
 func (x *DiscoverResponse) Reset() {
 	*x = DiscoverResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[6]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +496,7 @@ func (x *DiscoverResponse) String() string {
 func (*DiscoverResponse) ProtoMessage() {}
 
 func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[6]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +509,7 @@ func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverResponse.ProtoReflect.Descriptor instead.
 func (*DiscoverResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{6}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DiscoverResponse) GetStreams() []*Stream {
@@ -528,7 +534,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[7]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +546,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[7]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +559,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{7}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadRequest) GetSettings() []byte {
@@ -597,7 +603,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[8]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +615,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[8]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +628,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{8}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Chunk) GetStream() string {
@@ -669,7 +675,7 @@ type SchemaChange struct {
 
 func (x *SchemaChange) Reset() {
 	*x = SchemaChange{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +687,7 @@ func (x *SchemaChange) String() string {
 func (*SchemaChange) ProtoMessage() {}
 
 func (x *SchemaChange) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[9]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +700,7 @@ func (x *SchemaChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchemaChange.ProtoReflect.Descriptor instead.
 func (*SchemaChange) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{9}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SchemaChange) GetStream() *Stream {
@@ -723,7 +729,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[10]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +741,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[10]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +754,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{10}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Checkpoint) GetPosition() []byte {
@@ -806,7 +812,7 @@ type Metric struct {
 
 func (x *Metric) Reset() {
 	*x = Metric{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +824,7 @@ func (x *Metric) String() string {
 func (*Metric) ProtoMessage() {}
 
 func (x *Metric) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[11]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +837,7 @@ func (x *Metric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Metric.ProtoReflect.Descriptor instead.
 func (*Metric) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{11}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Metric) GetName() string {
@@ -878,7 +884,7 @@ type ReadMessage struct {
 
 func (x *ReadMessage) Reset() {
 	*x = ReadMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +896,7 @@ func (x *ReadMessage) String() string {
 func (*ReadMessage) ProtoMessage() {}
 
 func (x *ReadMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[12]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +909,7 @@ func (x *ReadMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadMessage.ProtoReflect.Descriptor instead.
 func (*ReadMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{12}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadMessage) GetMsg() isReadMessage_Msg {
@@ -1005,7 +1011,7 @@ type ResnapshotMark struct {
 
 func (x *ResnapshotMark) Reset() {
 	*x = ResnapshotMark{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1023,7 @@ func (x *ResnapshotMark) String() string {
 func (*ResnapshotMark) ProtoMessage() {}
 
 func (x *ResnapshotMark) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[13]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1036,7 @@ func (x *ResnapshotMark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResnapshotMark.ProtoReflect.Descriptor instead.
 func (*ResnapshotMark) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{13}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResnapshotMark) GetStream() string {
@@ -1057,7 +1063,7 @@ type Truncate struct {
 
 func (x *Truncate) Reset() {
 	*x = Truncate{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1075,7 @@ func (x *Truncate) String() string {
 func (*Truncate) ProtoMessage() {}
 
 func (x *Truncate) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[14]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1088,7 @@ func (x *Truncate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Truncate.ProtoReflect.Descriptor instead.
 func (*Truncate) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{14}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Truncate) GetStream() string {
@@ -1101,7 +1107,7 @@ type AckRequest struct {
 
 func (x *AckRequest) Reset() {
 	*x = AckRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1119,7 @@ func (x *AckRequest) String() string {
 func (*AckRequest) ProtoMessage() {}
 
 func (x *AckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[15]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1132,7 @@ func (x *AckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckRequest.ProtoReflect.Descriptor instead.
 func (*AckRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{15}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AckRequest) GetCheckpoint() []byte {
@@ -1144,7 +1150,7 @@ type AckResponse struct {
 
 func (x *AckResponse) Reset() {
 	*x = AckResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1162,7 @@ func (x *AckResponse) String() string {
 func (*AckResponse) ProtoMessage() {}
 
 func (x *AckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[16]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1175,7 @@ func (x *AckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResponse.ProtoReflect.Descriptor instead.
 func (*AckResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{16}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{16}
 }
 
 type CapabilitiesRequest struct {
@@ -1181,7 +1187,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1199,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[17]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1212,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{17}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CapabilitiesRequest) GetSettings() []byte {
@@ -1241,7 +1247,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1259,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[18]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1272,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{18}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CapabilitiesResponse) GetExactlyOnce() bool {
@@ -1345,7 +1351,7 @@ type ApplyDefaults struct {
 
 func (x *ApplyDefaults) Reset() {
 	*x = ApplyDefaults{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1363,7 @@ func (x *ApplyDefaults) String() string {
 func (*ApplyDefaults) ProtoMessage() {}
 
 func (x *ApplyDefaults) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[19]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1376,7 @@ func (x *ApplyDefaults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyDefaults.ProtoReflect.Descriptor instead.
 func (*ApplyDefaults) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{19}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ApplyDefaults) GetMaxIntervalMs() int64 {
@@ -1408,7 +1414,7 @@ type ApplyHeader struct {
 
 func (x *ApplyHeader) Reset() {
 	*x = ApplyHeader{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1426,7 @@ func (x *ApplyHeader) String() string {
 func (*ApplyHeader) ProtoMessage() {}
 
 func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[20]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1439,7 @@ func (x *ApplyHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyHeader.ProtoReflect.Descriptor instead.
 func (*ApplyHeader) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{20}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ApplyHeader) GetSettings() []byte {
@@ -1475,7 +1481,7 @@ type EntryStart struct {
 
 func (x *EntryStart) Reset() {
 	*x = EntryStart{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1487,7 +1493,7 @@ func (x *EntryStart) String() string {
 func (*EntryStart) ProtoMessage() {}
 
 func (x *EntryStart) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[21]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1500,7 +1506,7 @@ func (x *EntryStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryStart.ProtoReflect.Descriptor instead.
 func (*EntryStart) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{21}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EntryStart) GetSequence() uint64 {
@@ -1527,7 +1533,7 @@ type ApplyMessage struct {
 
 func (x *ApplyMessage) Reset() {
 	*x = ApplyMessage{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1545,7 @@ func (x *ApplyMessage) String() string {
 func (*ApplyMessage) ProtoMessage() {}
 
 func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[22]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1558,7 @@ func (x *ApplyMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyMessage.ProtoReflect.Descriptor instead.
 func (*ApplyMessage) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{22}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApplyMessage) GetMsg() isApplyMessage_Msg {
@@ -1666,7 +1672,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1684,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[23]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1697,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{23}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApplyResponse) GetSkipped() bool {
@@ -1718,7 +1724,7 @@ type LastAppliedRequest struct {
 
 func (x *LastAppliedRequest) Reset() {
 	*x = LastAppliedRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1736,7 @@ func (x *LastAppliedRequest) String() string {
 func (*LastAppliedRequest) ProtoMessage() {}
 
 func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[24]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1749,7 @@ func (x *LastAppliedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedRequest.ProtoReflect.Descriptor instead.
 func (*LastAppliedRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{24}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LastAppliedRequest) GetSettings() []byte {
@@ -1770,7 +1776,7 @@ type LastAppliedResponse struct {
 
 func (x *LastAppliedResponse) Reset() {
 	*x = LastAppliedResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1788,7 @@ func (x *LastAppliedResponse) String() string {
 func (*LastAppliedResponse) ProtoMessage() {}
 
 func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[25]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1801,7 @@ func (x *LastAppliedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastAppliedResponse.ProtoReflect.Descriptor instead.
 func (*LastAppliedResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{25}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LastAppliedResponse) GetSequence() uint64 {
@@ -1821,7 +1827,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1839,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[26]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1852,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{26}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TeardownRequest) GetSettings() []byte {
@@ -1866,7 +1872,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1878,7 +1884,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[27]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1891,7 +1897,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{27}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TeardownResponse) GetReleased() []string {
@@ -1913,7 +1919,7 @@ type LakePlanRequest struct {
 
 func (x *LakePlanRequest) Reset() {
 	*x = LakePlanRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +1931,7 @@ func (x *LakePlanRequest) String() string {
 func (*LakePlanRequest) ProtoMessage() {}
 
 func (x *LakePlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[28]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +1944,7 @@ func (x *LakePlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakePlanRequest.ProtoReflect.Descriptor instead.
 func (*LakePlanRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{28}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LakePlanRequest) GetSettings() []byte {
@@ -1978,7 +1984,7 @@ type LakePlanResponse struct {
 
 func (x *LakePlanResponse) Reset() {
 	*x = LakePlanResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +1996,7 @@ func (x *LakePlanResponse) String() string {
 func (*LakePlanResponse) ProtoMessage() {}
 
 func (x *LakePlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[29]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2009,7 @@ func (x *LakePlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakePlanResponse.ProtoReflect.Descriptor instead.
 func (*LakePlanResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{29}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LakePlanResponse) GetPlan() []byte {
@@ -2028,7 +2034,7 @@ type LakeCompactRequest struct {
 
 func (x *LakeCompactRequest) Reset() {
 	*x = LakeCompactRequest{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2046,7 @@ func (x *LakeCompactRequest) String() string {
 func (*LakeCompactRequest) ProtoMessage() {}
 
 func (x *LakeCompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[30]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2059,7 @@ func (x *LakeCompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakeCompactRequest.ProtoReflect.Descriptor instead.
 func (*LakeCompactRequest) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{30}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LakeCompactRequest) GetSettings() []byte {
@@ -2107,7 +2113,7 @@ type LakeCompactResponse struct {
 
 func (x *LakeCompactResponse) Reset() {
 	*x = LakeCompactResponse{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2125,7 @@ func (x *LakeCompactResponse) String() string {
 func (*LakeCompactResponse) ProtoMessage() {}
 
 func (x *LakeCompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[31]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2138,7 @@ func (x *LakeCompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LakeCompactResponse.ProtoReflect.Descriptor instead.
 func (*LakeCompactResponse) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{31}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LakeCompactResponse) GetReport() []byte {
@@ -2151,7 +2157,7 @@ type QueryInput struct {
 
 func (x *QueryInput) Reset() {
 	*x = QueryInput{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[32]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2169,7 @@ func (x *QueryInput) String() string {
 func (*QueryInput) ProtoMessage() {}
 
 func (x *QueryInput) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[32]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2182,7 @@ func (x *QueryInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryInput.ProtoReflect.Descriptor instead.
 func (*QueryInput) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{32}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueryInput) GetData() []byte {
@@ -2196,7 +2202,7 @@ type QueryOutput struct {
 
 func (x *QueryOutput) Reset() {
 	*x = QueryOutput{}
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[33]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2208,7 +2214,7 @@ func (x *QueryOutput) String() string {
 func (*QueryOutput) ProtoMessage() {}
 
 func (x *QueryOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_skippr_plugin_v1_plugin_proto_msgTypes[33]
+	mi := &file_skippr_plugin_v2_plugin_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2221,7 +2227,7 @@ func (x *QueryOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryOutput.ProtoReflect.Descriptor instead.
 func (*QueryOutput) Descriptor() ([]byte, []int) {
-	return file_skippr_plugin_v1_plugin_proto_rawDescGZIP(), []int{33}
+	return file_skippr_plugin_v2_plugin_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *QueryOutput) GetData() []byte {
@@ -2238,11 +2244,11 @@ func (x *QueryOutput) GetSummary() string {
 	return ""
 }
 
-var File_skippr_plugin_v1_plugin_proto protoreflect.FileDescriptor
+var File_skippr_plugin_v2_plugin_proto protoreflect.FileDescriptor
 
-const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
+const file_skippr_plugin_v2_plugin_proto_rawDesc = "" +
 	"\n" +
-	"\x1dskippr/plugin/v1/plugin.proto\x12\x10skippr.plugin.v1\"\r\n" +
+	"\x1dskippr/plugin/v2/plugin.proto\x12\x10skippr.plugin.v1\"\r\n" +
 	"\vSpecRequest\"\xcf\x01\n" +
 	"\fSpecResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
@@ -2421,23 +2427,23 @@ const file_skippr_plugin_v1_plugin_proto_rawDesc = "" +
 	"\bTeardown\x12!.skippr.plugin.v1.TeardownRequest\x1a\".skippr.plugin.v1.TeardownResponse\x12Q\n" +
 	"\bLakePlan\x12!.skippr.plugin.v1.LakePlanRequest\x1a\".skippr.plugin.v1.LakePlanResponse\x12Z\n" +
 	"\vLakeCompact\x12$.skippr.plugin.v1.LakeCompactRequest\x1a%.skippr.plugin.v1.LakeCompactResponse\x12H\n" +
-	"\x05Query\x12\x1c.skippr.plugin.v1.QueryInput\x1a\x1d.skippr.plugin.v1.QueryOutput(\x010\x01BIZGgithub.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v1;pluginv1b\x06proto3"
+	"\x05Query\x12\x1c.skippr.plugin.v1.QueryInput\x1a\x1d.skippr.plugin.v1.QueryOutput(\x010\x01BIZGgithub.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2;pluginv2b\x06proto3"
 
 var (
-	file_skippr_plugin_v1_plugin_proto_rawDescOnce sync.Once
-	file_skippr_plugin_v1_plugin_proto_rawDescData []byte
+	file_skippr_plugin_v2_plugin_proto_rawDescOnce sync.Once
+	file_skippr_plugin_v2_plugin_proto_rawDescData []byte
 )
 
-func file_skippr_plugin_v1_plugin_proto_rawDescGZIP() []byte {
-	file_skippr_plugin_v1_plugin_proto_rawDescOnce.Do(func() {
-		file_skippr_plugin_v1_plugin_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)))
+func file_skippr_plugin_v2_plugin_proto_rawDescGZIP() []byte {
+	file_skippr_plugin_v2_plugin_proto_rawDescOnce.Do(func() {
+		file_skippr_plugin_v2_plugin_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_skippr_plugin_v2_plugin_proto_rawDesc), len(file_skippr_plugin_v2_plugin_proto_rawDesc)))
 	})
-	return file_skippr_plugin_v1_plugin_proto_rawDescData
+	return file_skippr_plugin_v2_plugin_proto_rawDescData
 }
 
-var file_skippr_plugin_v1_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_skippr_plugin_v1_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
-var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
+var file_skippr_plugin_v2_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_skippr_plugin_v2_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_skippr_plugin_v2_plugin_proto_goTypes = []any{
 	(Kind)(0),                    // 0: skippr.plugin.v1.Kind
 	(SyncMode)(0),                // 1: skippr.plugin.v1.SyncMode
 	(*SpecRequest)(nil),          // 2: skippr.plugin.v1.SpecRequest
@@ -2477,7 +2483,7 @@ var file_skippr_plugin_v1_plugin_proto_goTypes = []any{
 	nil,                          // 36: skippr.plugin.v1.Metric.LabelsEntry
 	nil,                          // 37: skippr.plugin.v1.LastAppliedResponse.StreamsEntry
 }
-var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
+var file_skippr_plugin_v2_plugin_proto_depIdxs = []int32{
 	0,  // 0: skippr.plugin.v1.SpecResponse.kind:type_name -> skippr.plugin.v1.Kind
 	1,  // 1: skippr.plugin.v1.Stream.modes:type_name -> skippr.plugin.v1.SyncMode
 	7,  // 2: skippr.plugin.v1.DiscoverResponse.streams:type_name -> skippr.plugin.v1.Stream
@@ -2528,19 +2534,19 @@ var file_skippr_plugin_v1_plugin_proto_depIdxs = []int32{
 	0,  // [0:19] is the sub-list for field type_name
 }
 
-func init() { file_skippr_plugin_v1_plugin_proto_init() }
-func file_skippr_plugin_v1_plugin_proto_init() {
-	if File_skippr_plugin_v1_plugin_proto != nil {
+func init() { file_skippr_plugin_v2_plugin_proto_init() }
+func file_skippr_plugin_v2_plugin_proto_init() {
+	if File_skippr_plugin_v2_plugin_proto != nil {
 		return
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[12].OneofWrappers = []any{
+	file_skippr_plugin_v2_plugin_proto_msgTypes[12].OneofWrappers = []any{
 		(*ReadMessage_Batch)(nil),
 		(*ReadMessage_Schema)(nil),
 		(*ReadMessage_Checkpoint)(nil),
 		(*ReadMessage_Truncate)(nil),
 		(*ReadMessage_Resnapshot)(nil),
 	}
-	file_skippr_plugin_v1_plugin_proto_msgTypes[22].OneofWrappers = []any{
+	file_skippr_plugin_v2_plugin_proto_msgTypes[22].OneofWrappers = []any{
 		(*ApplyMessage_Header)(nil),
 		(*ApplyMessage_Batch)(nil),
 		(*ApplyMessage_Schema)(nil),
@@ -2552,18 +2558,18 @@ func file_skippr_plugin_v1_plugin_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v1_plugin_proto_rawDesc), len(file_skippr_plugin_v1_plugin_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skippr_plugin_v2_plugin_proto_rawDesc), len(file_skippr_plugin_v2_plugin_proto_rawDesc)),
 			NumEnums:      2,
 			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_skippr_plugin_v1_plugin_proto_goTypes,
-		DependencyIndexes: file_skippr_plugin_v1_plugin_proto_depIdxs,
-		EnumInfos:         file_skippr_plugin_v1_plugin_proto_enumTypes,
-		MessageInfos:      file_skippr_plugin_v1_plugin_proto_msgTypes,
+		GoTypes:           file_skippr_plugin_v2_plugin_proto_goTypes,
+		DependencyIndexes: file_skippr_plugin_v2_plugin_proto_depIdxs,
+		EnumInfos:         file_skippr_plugin_v2_plugin_proto_enumTypes,
+		MessageInfos:      file_skippr_plugin_v2_plugin_proto_msgTypes,
 	}.Build()
-	File_skippr_plugin_v1_plugin_proto = out.File
-	file_skippr_plugin_v1_plugin_proto_goTypes = nil
-	file_skippr_plugin_v1_plugin_proto_depIdxs = nil
+	File_skippr_plugin_v2_plugin_proto = out.File
+	file_skippr_plugin_v2_plugin_proto_goTypes = nil
+	file_skippr_plugin_v2_plugin_proto_depIdxs = nil
 }
