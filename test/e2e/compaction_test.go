@@ -30,9 +30,10 @@ func TestCompactionBesideRunningSync(t *testing.T) {
 	}
 	// The table exists once the sync's first apply committed: however long the machine's load makes that, as
 	// long as the sync's WAL moves (a fixed two seconds failed a loaded run with "table does not exist").
+	compact := []string{"lake", "compact", "events", "--expire-older-than", "1ns", "--retain-last", "3"}
 	var r harness.Result
 	harness.WaitWhileProgressing(t, 2*time.Minute, harness.WALProgress(t, filepath.Join(e.Dir, "wal")), func() bool {
-		r = e.Run("lake", "compact", "events", "--expire-older-than", "1ns", "--retain-last", "3")
+		r = e.Run(compact...)
 		if r.Code != 0 && !strings.Contains(r.Stderr, "table does not exist") {
 			t.Fatalf("lake compact: exit %d\n%s", r.Code, r.Stderr)
 		}
@@ -41,7 +42,7 @@ func TestCompactionBesideRunningSync(t *testing.T) {
 	compactions := 0
 	for i := 0; i < 4; i++ {
 		if i > 0 {
-			r = e.MustRun("lake", "compact", "events", "--expire-older-than", "1ns", "--retain-last", "3")
+			r = e.MustRun(compact...)
 		}
 		var res struct{ RemovedDataFiles, AddedDataFiles int }
 		if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,7 +113,7 @@ func (e *Env) MustRunWhileProgressing(stall time.Duration, progress func() strin
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	last, lastErrLen, movedAt := progress(), 0, time.Now()
+	watch := watchProgress(func() string { return progress() + "|stderr " + strconv.Itoa(len(errb.String())) }, stall)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var err error
@@ -122,15 +123,10 @@ wait:
 		case err = <-done:
 			break wait
 		case <-tick.C:
-			now, n := progress(), len(errb.String())
-			if now != last || n != lastErrLen {
-				last, lastErrLen, movedAt = now, n, time.Now()
-				continue
-			}
-			if time.Since(movedAt) > stall {
+			if watch.stalled() {
 				cancel()
 				<-done
-				e.T.Fatalf("skippr %s: no progress for %s (last: %s)\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stall, last, out.String(), errb.String())
+				e.T.Fatalf("skippr %s: no progress for %s (last: %s)\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stall, watch.last, out.String(), errb.String())
 			}
 		}
 	}
@@ -295,15 +291,35 @@ func ComparePipeline(t *testing.T, outDir, pipeline string, want map[string]map[
 // wait longer, never a failure.
 func WaitWhileProgressing(t *testing.T, stall time.Duration, progress func() string, cond func() bool) {
 	t.Helper()
-	last, movedAt := progress(), time.Now()
+	watch := watchProgress(progress, stall)
 	for !cond() {
-		if now := progress(); now != last {
-			last, movedAt = now, time.Now()
-		} else if time.Since(movedAt) > stall {
-			t.Fatalf("condition not met, and no progress for %s", stall)
+		if watch.stalled() {
+			t.Fatalf("condition not met, and no progress for %s (last: %s)", stall, watch.last)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// progressWatch is the one stall rule of the waits above: progress() has returned the same fingerprint for
+// longer than stall.
+type progressWatch struct {
+	progress func() string
+	stall    time.Duration
+	last     string
+	movedAt  time.Time
+}
+
+func watchProgress(progress func() string, stall time.Duration) *progressWatch {
+	return &progressWatch{progress: progress, stall: stall, last: progress(), movedAt: time.Now()}
+}
+
+// stalled takes a new fingerprint and reports whether the last change is more than stall ago.
+func (w *progressWatch) stalled() bool {
+	if now := w.progress(); now != w.last {
+		w.last, w.movedAt = now, time.Now()
+		return false
+	}
+	return time.Since(w.movedAt) > w.stall
 }
 
 func WaitFor(t *testing.T, d time.Duration, cond func() bool) {
