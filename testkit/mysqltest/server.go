@@ -136,7 +136,10 @@ func start(ctx context.Context, install, mariadbd string, cred *syscall.Credenti
 	}
 	s := &Server{Host: "127.0.0.1", Port: port, Dir: dir}
 	conf := map[string]string{
-		"datadir":                        filepath.Join(dir, "data"),
+		"datadir": filepath.Join(dir, "data"),
+		// Its own tmpdir: CI lost a temporary table's file in the shared /tmp mid-query
+		// ("Error on delete of '/tmp/#sql-temptable-…'", errno 2), failing a test that did nothing wrong.
+		"tmpdir":                         filepath.Join(dir, "tmp"),
 		"socket":                         s.socket(),
 		"pid-file":                       filepath.Join(dir, "mysqld.pid"),
 		"log-error":                      filepath.Join(dir, "server.log"),
@@ -176,6 +179,9 @@ func start(ctx context.Context, install, mariadbd string, cred *syscall.Credenti
 	cnf.WriteString("[mariadbd]\n")
 	for _, k := range keys {
 		fmt.Fprintf(&cnf, "%s=%s\n", k, conf[k])
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o700); err != nil {
+		return nil, err
 	}
 	cnfPath := filepath.Join(dir, "my.cnf")
 	if err := os.WriteFile(cnfPath, []byte(cnf.String()), 0o644); err != nil {
