@@ -21,7 +21,9 @@ type EnsureRequest struct {
 // Ensure is what `skippr sync` calls for each plugin of a pipeline. It returns
 // the installed binary's path and sha256:
 //
-//   - locked, installed, hash matches the lock: reuse it (no network);
+//   - locked, installed, hash matches the lock: reuse it (no network; the
+//     hash is read again only when the file changed since its last check,
+//     verified.go);
 //   - locked, not installed: install exactly the locked version; the
 //     registry's sha256 must equal the lock's (ErrLockMismatch otherwise);
 //     offline: ErrNotInstalled;
@@ -72,7 +74,7 @@ func (c *Client) Ensure(ctx context.Context, req EnsureRequest) (Installed, erro
 	}
 
 	path := PluginPath(c.opts.Home, req.Name, e.Version)
-	switch err := VerifyFile(path, want); {
+	switch id, err := VerifyInstalled(path, want); {
 	case err == nil:
 		if e.Constraint != req.Constraint {
 			// Same version, reworded constraint: keep the lock truthful.
@@ -81,7 +83,7 @@ func (c *Client) Ensure(ctx context.Context, req EnsureRequest) (Installed, erro
 				return Installed{}, err
 			}
 		}
-		return Installed{Name: req.Name, Version: e.Version, Path: path, SHA256: want, Registry: e.Registry}, nil
+		return Installed{Name: req.Name, Version: e.Version, Path: path, SHA256: want, Registry: e.Registry, File: id}, nil
 	case errors.Is(err, ErrChecksum):
 		return Installed{}, fmt.Errorf("plugin %s %s: the installed binary does not match %s: %w; remove it with `skippr plugin remove %s@%s` and sync again",
 			req.Name, e.Version, req.LockPath, err, req.Name, e.Version)

@@ -46,6 +46,11 @@ func TestEnsure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The identity of the verified bytes comes with it, for the plugin host's check of the started process.
+		if id, err := StatID(inst.Path); err != nil || got.File != id {
+			t.Fatalf("got the identity %+v, the file has %+v (%v)", got.File, id, err)
+		}
+		got.File = FileID{}
 		if got != inst {
 			t.Fatalf("got %+v, want %+v", got, inst)
 		}

@@ -39,6 +39,9 @@ type Installed struct {
 	Path     string `json:"path"`
 	SHA256   string `json:"sha256"`
 	Registry string `json:"registry,omitempty"` // where it came from, when known
+	// File is the identity of the bytes that were verified (zero when unknown): the plugin host checks that
+	// the process it starts runs that file, unchanged, instead of hashing it again (verified.go).
+	File FileID `json:"-"`
 }
 
 // homeLock is an exclusive flock on $SKIPPR_HOME/plugins/.lock. Every process

@@ -45,6 +45,8 @@ type Binary struct {
 	Path    string
 	Version string
 	SHA256  []byte // nil for an unverified local override
+	// File is the identity of the verified bytes (zero when unknown); see Start.
+	File registry.FileID
 }
 
 // Host starts plugins.
@@ -78,7 +80,7 @@ func (h *Host) Resolve(ctx context.Context, c Connection) (Binary, error) {
 	if err != nil {
 		return Binary{}, fmt.Errorf("connection %s: plugin %s: bad checksum %q: %w", c.Name, c.Plugin, inst.SHA256, err)
 	}
-	return Binary{Path: inst.Path, Version: inst.Version, SHA256: sum}, nil
+	return Binary{Path: inst.Path, Version: inst.Version, SHA256: sum, File: inst.File}, nil
 }
 
 // Start resolves and starts the plugin of a connection.
@@ -87,17 +89,28 @@ func (h *Host) Start(ctx context.Context, c Connection) (*client.Client, Binary,
 	if err != nil {
 		return nil, b, err
 	}
-	// No second hash here: Ensure has just verified the file against its pin (naming the file and the pin
-	// when it differs), and go-plugin hashes it again right before exec (SecureConfig). A third read of a
-	// 100 MB binary cost about a second of every pipeline start on a loaded host (BENCHMARKS.md, fleet).
+	// Ensure has just verified the file against its pin (naming the file and the pin when it differs). When it
+	// knows the identity of the bytes it verified, the process is checked to run that very file, unchanged,
+	// right after it starts (checkExe): no second read of a binary of up to 125 MB, and no window between the
+	// check and exec. Otherwise go-plugin hashes it again right before exec (SecureConfig).
+	want := b.SHA256
+	if !b.File.IsZero() {
+		want = nil
+	}
 	cl, err := client.Start(ctx, client.Config{
 		Path:         b.Path,
-		SHA256:       b.SHA256,
+		SHA256:       want,
 		Env:          Env(),
 		Protocols:    Protocols,
 		StartTimeout: h.StartTimeout,
 		Logger:       h.PluginLog,
 	})
+	if err == nil && want == nil && !b.File.IsZero() {
+		if err = checkExe(cl.Pid(), b); err != nil {
+			cl.Kill()
+			return nil, b, fmt.Errorf("connection %s: %w", c.Name, err)
+		}
+	}
 	if errors.Is(err, client.ErrProtocol) {
 		// Another version of the plugin is the fix: a config error, so no restart tries the same binary again.
 		return nil, b, fault.ConfigErr(fmt.Errorf("connection %s: %w", c.Name, err), h.upgradeHint(ctx, c))
@@ -107,6 +120,23 @@ func (h *Host) Start(ctx context.Context, c Connection) (*client.Client, Binary,
 	}
 	h.logger().Debug("plugin started", "connection", c.Name, "plugin", c.Plugin, "version", b.Version, "protocol", cl.Protocol)
 	return cl, b, nil
+}
+
+// checkExe makes sure process pid runs the file whose bytes were verified: the same inode, not changed since
+// (a change of its bytes moves its ctime, which nobody can set back; registry/verified.go).
+func checkExe(pid int, b Binary) error {
+	if pid <= 0 {
+		return fmt.Errorf("plugin %s: %w: no process id to check which file it runs", b.Path, registry.ErrChecksum)
+	}
+	got, err := registry.StatID(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return fmt.Errorf("plugin %s: check which file process %d runs: %w", b.Path, pid, err)
+	}
+	if got != b.File {
+		return fmt.Errorf("plugin %s: %w: the started process runs other bytes than were verified (the file changed or was replaced between its check and its start); run again to re-verify it, and find who writes to $SKIPPR_HOME/plugins",
+			b.Path, registry.ErrChecksum)
+	}
+	return nil
 }
 
 // upgradeHint says which version of a connection's plugin speaks the engine's protocol.

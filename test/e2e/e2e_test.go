@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,14 +90,31 @@ func TestSyncInstallsOnFirstUseAndIsExactlyOnce(t *testing.T) {
 		t.Fatalf("status: %+v", st)
 	}
 
-	// A tampered installed binary refuses to start.
+	// A tampered installed binary refuses to start, also once a start has stamped it as verified
+	// (registry/verified.go): a start after the binary's last change is 2 s old writes the stamp, and the
+	// tamper keeps the size and puts the mtime back, so only the inode's ctime tells.
 	bin := filepath.Join(e.Home, "plugins", "testdest", "0.1.0", "skippr-plugin-testdest")
-	f, err := os.OpenFile(bin, os.O_APPEND|os.O_WRONLY, 0)
+	fi, err := os.Stat(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Write([]byte("tampered"))
+	changed := time.Unix(0, fi.Sys().(*syscall.Stat_t).Ctim.Nano())
+	harness.WaitFor(t, time.Minute, func() bool { return time.Since(changed) > 3*time.Second })
+	e.MustRun("sync", "--once", "--offline")
+	if _, err := os.Stat(filepath.Join(filepath.Dir(bin), ".verified")); err != nil {
+		t.Fatalf("a start 3 s after install wrote no verified stamp: %v", err)
+	}
+	f, err := os.OpenFile(bin, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("tampered"), fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
 	f.Close()
+	if err := os.Chtimes(bin, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
 	r = e.Run("sync", "--once", "--offline")
 	if r.Code != 4 || !strings.Contains(r.Stderr, "testdest") {
 		t.Fatalf("sync with a tampered plugin: exit %d, want 4 naming the plugin\n%s", r.Code, r.Stderr)
