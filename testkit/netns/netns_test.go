@@ -254,6 +254,28 @@ func TestCommand(t *testing.T) {
 }
 
 // processGone reports whether pid has exited (a zombie counts as gone: it holds no namespace).
+// waitInNamespace waits until process pid runs program (by its /proc comm) in the named network namespace.
+func waitInNamespace(t *testing.T, pid int, namespace, program string) {
+	t.Helper()
+	var want syscall.Stat_t
+	if err := syscall.Stat("/run/netns/"+namespace, &want); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var st syscall.Stat_t
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino &&
+			strings.TrimSpace(string(comm)) == program {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d does not run %s in namespace %s after a minute (comm %q)", pid, program, namespace, comm)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func processGone(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -334,6 +356,10 @@ func TestKilledRunSwept(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// The started process is `ip netns exec`, which enters the namespace and then execs sleep: report it
+		// only once it runs sleep inside the host, or a loaded machine lets the sweep look before it got there
+		// (CI: "process … still runs after the sweep").
+		waitInNamespace(t, cmd.Process.Pid, a.Namespace, "sleep")
 		fmt.Printf("LEFTOVER %d %s\n", cmd.Process.Pid, strings.Join(n.Namespaces(), " "))
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
@@ -607,6 +633,10 @@ func TestFailedTestCleansUp(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		// The started process is `ip netns exec`, which enters the namespace and then execs sleep: report it
+		// only once it runs sleep inside the host, or a loaded machine lets the sweep look before it got there
+		// (CI: "process … still runs after the sweep").
+		waitInNamespace(t, cmd.Process.Pid, a.Namespace, "sleep")
 		fmt.Printf("LEFTOVER %d %s\n", cmd.Process.Pid, strings.Join(n.Namespaces(), " "))
 		t.Fatal("deliberate failure")
 	}
