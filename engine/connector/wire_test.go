@@ -2,6 +2,7 @@ package connector
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -87,9 +88,24 @@ func TestMessageOf(t *testing.T) {
 			pipeline.Message{Resnapshot: &pipeline.ResnapshotMark{Stream: "s", End: true}}},
 	} {
 		if got := messageOf(tc.wire); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+			t.Errorf("%s: %s, want %s", tc.name, show(got), show(tc.want))
 		}
 	}
+}
+
+// show prints what m's pointers point at, so a failure says which field differs.
+func show(m pipeline.Message) string {
+	switch {
+	case m.Batch != nil:
+		return fmt.Sprintf("batch %+v", *m.Batch)
+	case m.Schema != nil:
+		return fmt.Sprintf("schema %+v", *m.Schema)
+	case m.Checkpoint != nil:
+		return fmt.Sprintf("checkpoint %+v", *m.Checkpoint)
+	case m.Resnapshot != nil:
+		return fmt.Sprintf("resnapshot %+v", *m.Resnapshot)
+	}
+	return fmt.Sprintf("%+v", m)
 }
 
 // TestApplyItemOf: each item of an apply reaches the plugin as the client sends it.
