@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/testkit/s3test"
@@ -62,8 +63,8 @@ func httpLoad(ctx context.Context, binDir string, backend string, maxDelay time.
 	go func() {
 		done <- pipeline.Run(runCtx, pipeline.Config{
 			Name:         "bench-http",
-			Source:       pipeline.Endpoint[pipeline.Source]{Name: "in", Plugin: src, Settings: []byte(settings)},
-			Destinations: []pipeline.Endpoint[pipeline.Destination]{{Name: "out", Plugin: dst, Settings: []byte(fmt.Sprintf(`{"dir": %q}`, filepath.Join(tmp, "out")))}},
+			Source:       pipeline.Endpoint[pipeline.Source]{Name: "in", Plugin: connector.Attach(src, []byte(settings))},
+			Destinations: []pipeline.Endpoint[pipeline.Destination]{{Name: "out", Plugin: connector.Attach(dst, []byte(fmt.Sprintf(`{"dir": %q}`, filepath.Join(tmp, "out"))))}},
 			Log:          l, ExactlyOnce: true, ApplyPaused: true, MaxDelay: maxDelay,
 		})
 	}()

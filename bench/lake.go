@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/wal"
 )
@@ -58,8 +59,8 @@ func (pg *pgBench) snapshotToLake(ctx context.Context, icebergBin, slot string, 
 	go func() {
 		done <- pipeline.Run(rctx, pipeline.Config{
 			Name:         "bench-lake",
-			Source:       pipeline.Endpoint[pipeline.Source]{Name: "pg", Plugin: src, Settings: pg.settings("public.snap", slot, "bench_snap", true)},
-			Destinations: []pipeline.Endpoint[pipeline.Destination]{{Name: "lake", Plugin: dst, Settings: lakeSettings, Apply: limits}},
+			Source:       pipeline.Endpoint[pipeline.Source]{Name: "pg", Plugin: connector.Attach(src, pg.settings("public.snap", slot, "bench_snap", true))},
+			Destinations: []pipeline.Endpoint[pipeline.Destination]{{Name: "lake", Plugin: connector.Attach(dst, lakeSettings), Apply: limits}},
 			Log:          l, ExactlyOnce: true,
 			StatusEvery: time.Nanosecond,
 			OnStatus: func(s pipeline.Status) {

@@ -21,6 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
@@ -241,8 +242,8 @@ func e2e(ctx context.Context, binDir string, rows int64) {
 		start := time.Now()
 		err = pipeline.Run(ctx, pipeline.Config{
 			Name:         "bench",
-			Source:       pipeline.Endpoint[pipeline.Source]{Name: "gen", Plugin: src, Settings: settings},
-			Destinations: []pipeline.Endpoint[pipeline.Destination]{{Name: "sink", Plugin: dst, Settings: []byte(fmt.Sprintf(`{"dir": %q}`, outDir))}},
+			Source:       pipeline.Endpoint[pipeline.Source]{Name: "gen", Plugin: connector.Attach(src, settings)},
+			Destinations: []pipeline.Endpoint[pipeline.Destination]{{Name: "sink", Plugin: connector.Attach(dst, []byte(fmt.Sprintf(`{"dir": %q}`, outDir)))}},
 			Log:          l, ExactlyOnce: true, ApplyPaused: paused, Once: true,
 			OnStatus: func(s pipeline.Status) { last = s },
 		})

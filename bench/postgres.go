@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
@@ -373,7 +374,7 @@ func startWALRun(ctx context.Context, bin, name, compression string, settings, c
 	go func() {
 		err := pipeline.Run(rctx, pipeline.Config{
 			Name:   name,
-			Source: pipeline.Endpoint[pipeline.Source]{Name: "src", Plugin: src, Settings: settings},
+			Source: pipeline.Endpoint[pipeline.Source]{Name: "src", Plugin: connector.Attach(src, settings)},
 			Log:    w.log, ExactlyOnce: true, ApplyPaused: true,
 			// Every status, so the moment a WAL commit lands is seen when it lands.
 			StatusEvery: time.Nanosecond,

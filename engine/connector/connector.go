@@ -54,6 +54,13 @@ func Start(ctx context.Context, host Starter, cn *config.Connection) (*Plugin, e
 	return start(ctx, host, cn, true)
 }
 
+// Attach is a Plugin over a client started without Start (tests, benchmarks that start a binary they built):
+// settings are taken as they are, the identity is not checked, and Spec is empty. Conn names the client's
+// plugin, for messages.
+func Attach(cl *client.Client, settings []byte) *Plugin {
+	return &Plugin{Conn: &config.Connection{Name: cl.Name(), Plugin: cl.Name()}, Settings: settings, client: cl}
+}
+
 // StartUnconfigured starts a plugin the engine calls without settings (the query engine, whose connection may
 // be one the engine made up): the identity is checked, the settings are not.
 func StartUnconfigured(ctx context.Context, host Starter, cn *config.Connection) (*Plugin, error) {
@@ -176,8 +183,7 @@ func (p *Plugin) Query(ctx context.Context, write func(io.Writer) error, out io.
 
 // Capabilities returns the destination's capabilities, asking the plugin the first time only.
 func (p *Plugin) Capabilities(ctx context.Context) (Capabilities, error) {
-	c, _, err := p.caps.get(ctx, p)
-	return c, err
+	return p.caps.get(ctx, p)
 }
 
 // capsCache keeps a plugin's capabilities once asked; a failed ask is not kept, so a retry asks again.
@@ -185,18 +191,17 @@ type capsCache struct {
 	mu   sync.Mutex
 	ok   bool
 	caps Capabilities
-	wire any // the wire response, for the callers that still take it (see wire.go)
 }
 
-func (c *capsCache) get(ctx context.Context, p *Plugin) (Capabilities, any, error) {
+func (c *capsCache) get(ctx context.Context, p *Plugin) (Capabilities, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.ok {
-		caps, wire, err := capabilities(ctx, p.client, p.Settings)
+		caps, err := capabilities(ctx, p.client, p.Settings)
 		if err != nil {
-			return Capabilities{}, nil, err
+			return Capabilities{}, err
 		}
-		c.ok, c.caps, c.wire = true, caps, wire
+		c.ok, c.caps = true, caps
 	}
-	return c.caps, c.wire, nil
+	return c.caps, nil
 }

@@ -16,9 +16,14 @@
 // A started Plugin keeps its spec and, once asked, its capabilities: the engine asks each plugin once per
 // start, however many parts of it (the start checks, the pipeline, a re-snapshot request) need them.
 //
-// The types of this package (Spec, Kind, Capabilities, Stream, SyncMode) are the engine's view of a plugin
-// and know nothing of the transport. wire.go is the only file that maps the generated protocol types
-// (pluginv2) to them, so a new protocol version changes that file, not the engine.
+// The types of this package (Spec, Kind, Stream, SyncMode) and engine/pipeline's (Capabilities, Message,
+// ApplyItem, …) are the engine's view of a plugin and know nothing of the transport. A started Plugin is the
+// commit loop's pipeline.Source and pipeline.Destination itself: it holds its settings, so the loop passes
+// none. wire.go is the only file that maps the generated protocol types (pluginv2) and plugin-sdk/client's
+// messages to them, so a new protocol version changes that file, not the engine — the way Conduit's
+// pconnector/client keeps a client per protocol version over types free of the transport.
+//
+// Attach makes a Plugin of a client started elsewhere (tests and benchmarks that build their plugins).
 //
 // The caller owns a started Plugin and must Kill it.
 package connector

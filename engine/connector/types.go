@@ -2,7 +2,8 @@ package connector
 
 import (
 	"slices"
-	"time"
+
+	"github.com/skippr-dev/skippr/engine/pipeline"
 )
 
 // Kind is the role a plugin can take in a pipeline.
@@ -32,27 +33,12 @@ func (s Spec) Is(k Kind) bool { return s.Kind&k == k }
 // Offers reports whether the plugin names an optional service.
 func (s Spec) Offers(service string) bool { return slices.Contains(s.Services, service) }
 
-// Capabilities are what a destination can do.
-type Capabilities struct {
-	ExactlyOnce     bool
-	ExactlyOnceNote string // why not, when ExactlyOnce is false
-	Deletes         bool
-	SchemaEvolution bool
-	Truncate        bool // applies truncates in order with the rows around them
-	Coalesce        bool // applies a range of WAL entries in one atomic apply
-	Resnapshot      bool // applies re-snapshot marks
-	// UnsupportedTypes are Arrow type names (arrow.DataType.Name()) the destination cannot hold at any depth.
-	UnsupportedTypes []string
-	// ApplyDefaults are the apply limits the destination proposes; nil: no proposal.
-	ApplyDefaults *ApplyDefaults
-}
+// Capabilities are what a destination can do: the commit loop's type (engine/pipeline), which the start
+// checks (engine/precheck) read as well.
+type Capabilities = pipeline.Capabilities
 
 // ApplyDefaults are a destination's proposed apply limits; 0 is no proposal for that limit.
-type ApplyDefaults struct {
-	MaxInterval time.Duration
-	MaxBytes    int64
-	MaxEntries  int64
-}
+type ApplyDefaults = pipeline.ApplyDefaults
 
 // SyncMode is a way a source can read a stream.
 type SyncMode uint8

@@ -8,9 +8,6 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/failpoint"
 	"github.com/skippr-dev/skippr/engine/wal"
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
-	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 // applyLoop hands committed entries to destination i in sequence order: one entry per apply, or, when the
@@ -147,7 +144,7 @@ func (r *runner) waitDue(ctx context.Context, i int, began time.Time) (applied u
 
 // applyRange applies rng to d as one call, streaming: it reads one segment, sends its items, then reads the
 // next, so memory holds one segment however long the range. sum describes the range for the observer.
-func (r *runner) applyRange(ctx context.Context, i int, rng []wal.CommitRecord) (*pluginv2.ApplyResponse, Entry, error) {
+func (r *runner) applyRange(ctx context.Context, i int, rng []wal.CommitRecord) (ApplyResult, Entry, error) {
 	cfg := r.cfg
 	d := cfg.Destinations[i]
 	first, last := rng[0], rng[len(rng)-1]
@@ -164,12 +161,12 @@ func (r *runner) applyRange(ctx context.Context, i int, rng []wal.CommitRecord) 
 	// The first segment is read before the call, so that the usual failure opens no apply at all.
 	frames, err := read(ctx, first)
 	if err != nil {
-		return nil, sum, err
+		return ApplyResult{}, sum, err
 	}
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var readErr error
-	items := func(yield func(client.ApplyItem) bool) {
+	items := func(yield func(ApplyItem) bool) {
 		for k, e := range rng {
 			if k > 0 {
 				if frames, readErr = read(actx, e); readErr != nil {
@@ -179,7 +176,7 @@ func (r *runner) applyRange(ctx context.Context, i int, rng []wal.CommitRecord) 
 					return
 				}
 			}
-			if len(rng) > 1 && !yield(client.ApplyItem{Entry: e.Seq}) {
+			if len(rng) > 1 && !yield(ApplyItem{Entry: e.Seq}) {
 				return
 			}
 			for _, it := range items(frames) {
@@ -195,28 +192,28 @@ func (r *runner) applyRange(ctx context.Context, i int, rng []wal.CommitRecord) 
 			cancel()
 		}
 	}
-	resp, err := d.Plugin.ApplyRange(actx, d.Settings, cfg.Name, first.Seq, last.Seq, items)
+	resp, err := d.Plugin.ApplyRange(actx, cfg.Name, first.Seq, last.Seq, items)
 	if readErr != nil {
-		return nil, sum, readErr
+		return ApplyResult{}, sum, readErr
 	}
 	if err != nil {
-		return nil, sum, fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
+		return ApplyResult{}, sum, fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
 	}
 	return resp, sum, nil
 }
 
-func items(frames []wal.Frame) []client.ApplyItem {
-	out := make([]client.ApplyItem, 0, len(frames))
+func items(frames []wal.Frame) []ApplyItem {
+	out := make([]ApplyItem, 0, len(frames))
 	for _, f := range frames {
 		switch f.Kind {
 		case wal.FrameBatch:
-			out = append(out, client.ApplyItem{Batch: &protocol.Batch{Stream: f.Stream, Rows: f.Rows, IPC: f.Data}})
+			out = append(out, ApplyItem{Batch: &Batch{Stream: f.Stream, Rows: f.Rows, IPC: f.Data}})
 		case wal.FrameSchema:
-			out = append(out, client.ApplyItem{Schema: &pluginv2.Stream{Name: f.Stream, ArrowSchema: f.Data}})
+			out = append(out, ApplyItem{Schema: &Schema{Stream: f.Stream, ArrowSchema: f.Data}})
 		case wal.FrameTruncate:
-			out = append(out, client.ApplyItem{Truncate: f.Stream})
+			out = append(out, ApplyItem{Truncate: f.Stream})
 		case wal.FrameResnapshot:
-			out = append(out, client.ApplyItem{Resnapshot: &pluginv2.ResnapshotMark{Stream: f.Stream, End: f.Data[0] == wal.ResnapshotEnd}})
+			out = append(out, ApplyItem{Resnapshot: &ResnapshotMark{Stream: f.Stream, End: f.Data[0] == wal.ResnapshotEnd}})
 		}
 	}
 	return out

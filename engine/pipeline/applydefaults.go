@@ -3,9 +3,6 @@ package pipeline
 import (
 	"fmt"
 	"strings"
-	"time"
-
-	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // ApplyKeys names apply limits, one flag per key of a connection's `apply:`.
@@ -13,10 +10,13 @@ type ApplyKeys struct {
 	MaxInterval, MaxBytes, MaxEntries bool
 }
 
-// proposalOf is a destination's proposed limits (CapabilitiesResponse.apply_defaults) in engine terms; a
+// proposalOf is a destination's proposed limits (Capabilities.ApplyDefaults, nil: none) as ApplyLimits; a
 // field of 0 (or less) proposes nothing.
-func proposalOf(p *pluginv2.ApplyDefaults) ApplyLimits {
-	return ApplyLimits{MaxInterval: time.Duration(p.GetMaxIntervalMs()) * time.Millisecond, MaxBytes: p.GetMaxBytes(), MaxEntries: int(p.GetMaxEntries())}
+func proposalOf(p *ApplyDefaults) ApplyLimits {
+	if p == nil {
+		return ApplyLimits{}
+	}
+	return ApplyLimits{MaxInterval: p.MaxInterval, MaxBytes: p.MaxBytes, MaxEntries: int(p.MaxEntries)}
 }
 
 // resolveApply returns the limits a destination applies with: each limit in lim.Unset takes the destination's

@@ -98,8 +98,8 @@ func TestBehindDestinationCoalesces(t *testing.T) {
 			src, d1, d2 := start(t, "datagen"), start(t, "testdest"), start(t, "testdest")
 			out1, out2 := t.TempDir(), t.TempDir()
 			log := openLog(t, t.TempDir())
-			cfg := config("p", src, pacedSource, d1, []byte(fmt.Sprintf(`{"dir": %q}`, out1)), log)
-			cfg.Destinations = append(cfg.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: "single", Plugin: d2, Settings: []byte(fmt.Sprintf(`{"dir": %q, "no_coalesce": true}`, out2))})
+			cfg := config("p", src, pacedSource, plug(d1, []byte(fmt.Sprintf(`{"dir": %q}`, out1))), log)
+			cfg.Destinations = append(cfg.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: "single", Plugin: plug(d2, []byte(fmt.Sprintf(`{"dir": %q, "no_coalesce": true}`, out2)))})
 			entries := fillLog(t, cfg)
 			cfg.Destinations[0].Apply = tc.lim(entries)
 			cfg.Destinations[1].Apply = tc.lim(entries) // ignored: the plugin does not coalesce
@@ -149,7 +149,7 @@ func TestMaxInterval(t *testing.T) {
 			src, dst := start(t, "datagen"), start(t, "testdest")
 			out := t.TempDir()
 			log := openLog(t, t.TempDir())
-			cfg := config("p", src, pacedSource, dst, []byte(fmt.Sprintf(`{"dir": %q, "propose_max_interval": %q}`, out, tc.propose)), log)
+			cfg := config("p", src, pacedSource, plug(dst, []byte(fmt.Sprintf(`{"dir": %q, "propose_max_interval": %q}`, out, tc.propose))), log)
 			cfg.MaxBatchBytes = 1
 			cfg.MaxUnappliedBytes = tc.unapplied
 			cfg.Destinations[0].Apply = pipeline.ApplyLimits{MaxInterval: tc.interval, Unset: pipeline.ApplyKeys{MaxInterval: tc.unset}}
@@ -204,11 +204,11 @@ func TestSoftStopDoesNotWaitForMaxInterval(t *testing.T) {
 	src, dst := start(t, "datagen"), start(t, "testdest")
 	srcSettings := []byte(`{"seed": 3, "rows": 0, "rows_per_second": 2000, "batch_size": 200}`)
 	out := t.TempDir()
-	cfg := config("soft", src, srcSettings, dst, []byte(fmt.Sprintf(`{"dir": %q}`, out)), openLog(t, t.TempDir()))
+	cfg := config("soft", src, srcSettings, plug(dst, []byte(fmt.Sprintf(`{"dir": %q}`, out))), openLog(t, t.TempDir()))
 	cfg.Once = false
 	// The hour is the destination's proposal, taken because the connection leaves max_interval out: what a
 	// warehouse's default does. A stated one is the same limit once resolved.
-	cfg.Destinations[0].Settings = []byte(fmt.Sprintf(`{"dir": %q, "propose_max_interval": "1h"}`, out))
+	cfg.Destinations[0].Plugin = plug(dst, []byte(fmt.Sprintf(`{"dir": %q, "propose_max_interval": "1h"}`, out)))
 	cfg.Destinations[0].Apply = pipeline.ApplyLimits{Unset: pipeline.ApplyKeys{MaxInterval: true}}
 	ctx, release := shutdown.OnSignals(context.Background(), time.Hour, syscall.SIGUSR1)
 	defer release()

@@ -39,7 +39,7 @@ func TestFullDiskPausesReadingUntilReclaimFreesSpace(t *testing.T) {
 	src, dst := start(t, "datagen"), start(t, "testdest")
 	srcSettings := []byte(`{"seed": 21, "rows": 200000, "batch_size": 2000, "update_ratio": 0.2, "delete_ratio": 0.05}`)
 	out := t.TempDir()
-	cfg := config("full", src, srcSettings, slowDestination{dst, 15 * time.Millisecond}, []byte(fmt.Sprintf(`{"dir": %q}`, out)), openLog(t, disk))
+	cfg := config("full", src, srcSettings, slowDestination{plug(dst, []byte(fmt.Sprintf(`{"dir": %q}`, out))), 15 * time.Millisecond}, openLog(t, disk))
 	cfg.MaxBatchBytes = 128 << 10
 	cfg.StatusEvery = time.Nanosecond
 	var logs syncBuffer

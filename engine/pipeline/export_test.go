@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/skippr-dev/skippr/engine/wal"
-	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // Items is items, for tests that hand WAL frames to a destination as the apply loop does.
@@ -14,7 +13,7 @@ var Items = items
 var TakeRange = takeRange
 
 // ResolveApply is resolveApply after proposalOf, for the table test of plugin-proposed apply limits.
-func ResolveApply(lim ApplyLimits, p *pluginv2.ApplyDefaults) (ApplyLimits, []string) {
+func ResolveApply(lim ApplyLimits, p *ApplyDefaults) (ApplyLimits, []string) {
 	return resolveApply(lim, proposalOf(p))
 }
 

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/engine/wal"
-	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // Observer sees the pipeline's work as it happens (for metrics). The read loop, the commit and every apply loop
@@ -39,10 +38,14 @@ type StreamFigures struct {
 	Rows, Bytes int64
 }
 
-// SourceCheckpoint is what a source says about itself on a checkpoint.
+// SourceCheckpoint is a source's checkpoint: the position a Read resumes from once everything before it is
+// durable, and what the source says about itself at that point.
 type SourceCheckpoint struct {
+	Position []byte // opaque to the engine
+	// RowsDone and RowsTotal are the rows read so far and expected, for progress (0 when unknown).
 	RowsDone, RowsTotal int64
-	Lag                 time.Duration
+	Lag                 time.Duration // the age of the newest change read; 0 when unknown or caught up
+	Idle                bool          // the source has nothing more right now (what `sync --once` waits for)
 	Metrics             []SourceMetric
 }
 
@@ -80,14 +83,6 @@ func (e *Entry) add(rec wal.CommitRecord, frames []wal.Frame) {
 		s.Bytes += int64(len(f.Data))
 		e.Streams[f.Stream] = s
 	}
-}
-
-func sourceCheckpoint(cp *pluginv2.Checkpoint) SourceCheckpoint {
-	sc := SourceCheckpoint{RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, Lag: time.Duration(cp.LagMs) * time.Millisecond}
-	for _, m := range cp.Metrics {
-		sc.Metrics = append(sc.Metrics, SourceMetric{Name: m.Name, Value: m.Value, Labels: m.Labels, Help: m.Help})
-	}
-	return sc
 }
 
 // noObserver is the Observer of a pipeline run without one.

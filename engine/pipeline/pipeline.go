@@ -14,6 +14,10 @@
 // and in each destination (the highest sequence number it applied, committed atomically with the data). Run
 // reconstructs everything else from those two at start, which is why a SIGKILL anywhere is just a restart.
 //
+// The runner speaks to its plugins through Source and Destination, in types of its own (plugin.go): batches as
+// Arrow IPC bytes, checkpoints, capabilities, apply results. engine/connector adapts the plugin protocol to
+// them, so nothing here changes with a protocol version.
+//
 // # The commit loop and its crash points
 //
 // One Read of the source is a commitLoop (read.go): one run loop whose cases each call a step — read (take a
@@ -37,7 +41,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"os"
 	"slices"
@@ -45,25 +48,7 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/engine/wal"
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
-
-// Source is what the runner needs of a source plugin.
-type Source interface {
-	Read(ctx context.Context, settings []byte, streams []string, checkpoint []byte) (*client.ReadStream, error)
-	ReadResnapshot(ctx context.Context, settings []byte, streams []string, checkpoint []byte, resnapshot []string) (*client.ReadStream, error)
-	Ack(ctx context.Context, checkpoint []byte) error
-}
-
-// Destination is what the runner needs of a destination plugin.
-type Destination interface {
-	Capabilities(ctx context.Context, settings []byte) (*pluginv2.CapabilitiesResponse, error)
-	LastApplied(ctx context.Context, settings []byte, pipeline string) (*pluginv2.LastAppliedResponse, error)
-	// ApplyRange applies the entries first..last atomically (first == last unless the destination coalesces);
-	// items is pulled as it is sent, and a cancelled ctx aborts the apply without a commit.
-	ApplyRange(ctx context.Context, settings []byte, pipeline string, first, last uint64, items iter.Seq[client.ApplyItem]) (*pluginv2.ApplyResponse, error)
-}
 
 // Log is what the runner needs of the WAL.
 type Log interface {
@@ -77,9 +62,8 @@ type Log interface {
 
 // Endpoint is a connection in use by the pipeline.
 type Endpoint[T any] struct {
-	Name     string // the connection's name in the config
-	Plugin   T
-	Settings []byte // JSON
+	Name   string // the connection's name in the config
+	Plugin T      // holds the connection's settings
 	// Apply bounds one apply of a destination that coalesces; unused for a source.
 	Apply ApplyLimits
 	// PluginName is the plugin's name, for messages ("" names the connection instead).
@@ -100,7 +84,7 @@ type ApplyLimits struct {
 	// MaxEntries in one apply; 0 is no limit.
 	MaxEntries int
 	// Unset: the limits the connection leaves out. Each takes the destination's proposal
-	// (CapabilitiesResponse.apply_defaults) when it makes one, else the value above; a limit not in Unset is
+	// (Capabilities.ApplyDefaults) when it makes one, else the value above; a limit not in Unset is
 	// as given, 0 included.
 	Unset ApplyKeys
 }
@@ -188,12 +172,12 @@ type runner struct {
 	segments     *segmentCache
 	status       Status
 	lastStatus   time.Time
-	trailing     *time.Timer                      // a held-back publish is due (status.go); nil: none
-	trailingBusy sync.WaitGroup                   // held-back publishes sending now
-	statusFinal  bool                             // the stopped status is being sent: nothing else is
-	caps         []*pluginv2.CapabilitiesResponse // per destination
-	fromPlugin   [][]string                       // per destination: the apply limits its plugin proposed
-	lastCP       []byte                           // the source checkpoint of the last committed entry
+	trailing     *time.Timer    // a held-back publish is due (status.go); nil: none
+	trailingBusy sync.WaitGroup // held-back publishes sending now
+	statusFinal  bool           // the stopped status is being sent: nothing else is
+	caps         []Capabilities // per destination
+	fromPlugin   [][]string     // per destination: the apply limits its plugin proposed
+	lastCP       []byte         // the source checkpoint of the last committed entry
 }
 
 // Run runs the pipeline until ctx ends, an error occurs, or (with Once) it has caught up.
@@ -288,7 +272,7 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 	cfg := r.cfg
 	r.coalesce = make([]bool, len(cfg.Destinations))
 	for i, d := range cfg.Destinations {
-		caps, err := d.Plugin.Capabilities(ctx, d.Settings)
+		caps, err := d.Plugin.Capabilities(ctx)
 		if err != nil {
 			return wal.Head{}, fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
 		}
@@ -328,20 +312,20 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 	}
 	r.applied = make([]uint64, len(cfg.Destinations))
 	for i, d := range cfg.Destinations {
-		la, err := d.Plugin.LastApplied(ctx, d.Settings, cfg.Name)
+		la, err := d.Plugin.LastApplied(ctx, cfg.Name)
 		if err != nil {
 			return head, fmt.Errorf("pipeline %s: destination %s: %w", cfg.Name, d.Name, err)
 		}
 		switch {
-		case la.Sequence > head.LastSeq:
+		case la > head.LastSeq:
 			return head, fmt.Errorf("pipeline %s: destination %s has applied up to WAL sequence %d, but the WAL at %s ends at %d (lost, reset, or another pipeline's log?): %w",
-				cfg.Name, d.Name, la.Sequence, cfg.Log.URL(), head.LastSeq, ErrLogBehind)
-		case la.Sequence < head.ReclaimedThrough && cfg.ExactlyOnce:
+				cfg.Name, d.Name, la, cfg.Log.URL(), head.LastSeq, ErrLogBehind)
+		case la < head.ReclaimedThrough && cfg.ExactlyOnce:
 			return head, fmt.Errorf("pipeline %s: destination %s has applied up to WAL sequence %d, but the WAL at %s reclaimed entries through %d: the destination was reset or is new; it needs a fresh pipeline (a new name) to be filled again: %w",
-				cfg.Name, d.Name, la.Sequence, cfg.Log.URL(), head.ReclaimedThrough, ErrDestinationReset)
+				cfg.Name, d.Name, la, cfg.Log.URL(), head.ReclaimedThrough, ErrDestinationReset)
 		}
 		// An at-least-once destination records nothing: start it where the log starts.
-		r.applied[i] = max(la.Sequence, head.ReclaimedThrough)
+		r.applied[i] = max(la, head.ReclaimedThrough)
 		r.log.Info("destination resumes", "destination", d.Name, "applied", r.applied[i], "committed", head.LastSeq)
 	}
 	applied := map[string]uint64{}

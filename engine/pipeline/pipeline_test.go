@@ -8,17 +8,18 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/wal"
 	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
-	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 func TestMain(m *testing.M) { testplugins.Main(m, versity.Stop) }
@@ -58,11 +59,15 @@ func expected(t *testing.T, src *client.Client, settings []byte) map[string]map[
 	return want
 }
 
-func config(name string, src *client.Client, srcSettings []byte, dst pipeline.Destination, dstSettings []byte, log pipeline.Log) pipeline.Config {
+// plug is a started plugin with a connection's settings, as the runner takes it (the adapter engine/run uses).
+func plug(c *client.Client, settings []byte) *connector.Plugin { return connector.Attach(c, settings) }
+
+// config is a pipeline from the datagen source src (with srcSettings) to dst, a destination plug made.
+func config(name string, src *client.Client, srcSettings []byte, dst pipeline.Destination, log pipeline.Log) pipeline.Config {
 	return pipeline.Config{
 		Name:         name,
-		Source:       pipeline.Endpoint[pipeline.Source]{Name: "gen", Plugin: src, Settings: srcSettings},
-		Destinations: []pipeline.Endpoint[pipeline.Destination]{{Name: "sink", Plugin: dst, Settings: dstSettings}},
+		Source:       pipeline.Endpoint[pipeline.Source]{Name: "gen", Plugin: plug(src, srcSettings)},
+		Destinations: []pipeline.Endpoint[pipeline.Destination]{{Name: "sink", Plugin: dst}},
 		Log:          log,
 		ExactlyOnce:  true,
 		MaxDelay:     20 * time.Millisecond,
@@ -104,7 +109,7 @@ func TestDatagenToFileDestExactlyOnce(t *testing.T) {
 	out := t.TempDir()
 	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, out))
 	log := openLog(t, t.TempDir())
-	cfg := config("orders", src, srcSettings, dst, dstSettings, log)
+	cfg := config("orders", src, srcSettings, plug(dst, dstSettings), log)
 	cfg.MaxBatchBytes = 64 << 10 // many entries
 	var last pipeline.Status
 	cfg.OnStatus = func(s pipeline.Status) { last = s }
@@ -140,7 +145,7 @@ func TestDatagenToFileDestExactlyOnce(t *testing.T) {
 		t.Fatalf("WAL head checkpoint %q, want 20000", head.LastCheckpoint)
 	}
 	// A second run finds nothing new and duplicates nothing.
-	if err := pipeline.Run(context.Background(), config("orders", src, srcSettings, dst, dstSettings, log)); err != nil {
+	if err := pipeline.Run(context.Background(), config("orders", src, srcSettings, plug(dst, dstSettings), log)); err != nil {
 		t.Fatal(err)
 	}
 	assertExactlyOnce(t, out, "orders", want)
@@ -149,7 +154,7 @@ func TestDatagenToFileDestExactlyOnce(t *testing.T) {
 func TestRefusesExactlyOnceWithoutCapability(t *testing.T) {
 	src, dst := start(t, "datagen"), start(t, "testdest")
 	dstSettings := []byte(fmt.Sprintf(`{"dir": %q, "at_least_once": true}`, t.TempDir()))
-	cfg := config("p", src, []byte(`{"rows": 10}`), dst, dstSettings, openLog(t, t.TempDir()))
+	cfg := config("p", src, []byte(`{"rows": 10}`), plug(dst, dstSettings), openLog(t, t.TempDir()))
 	err := pipeline.Run(context.Background(), cfg)
 	if !errors.Is(err, pipeline.ErrGuarantee) || !strings.Contains(err.Error(), "destination sink cannot honour it") {
 		t.Fatalf("err = %v, want ErrGuarantee naming the destination", err)
@@ -164,12 +169,12 @@ func TestLostLogIsDetected(t *testing.T) {
 	src, dst := start(t, "datagen"), start(t, "testdest")
 	srcSettings := []byte(`{"rows": 1000, "batch_size": 100}`)
 	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, t.TempDir()))
-	if err := pipeline.Run(context.Background(), config("p", src, srcSettings, dst, dstSettings, openLog(t, t.TempDir()))); err != nil {
+	if err := pipeline.Run(context.Background(), config("p", src, srcSettings, plug(dst, dstSettings), openLog(t, t.TempDir()))); err != nil {
 		t.Fatal(err)
 	}
 	// A fresh, empty log for a destination that already holds entries would restart at sequence 1 and have
 	// every new entry skipped as already applied.
-	err := pipeline.Run(context.Background(), config("p", src, srcSettings, dst, dstSettings, openLog(t, t.TempDir())))
+	err := pipeline.Run(context.Background(), config("p", src, srcSettings, plug(dst, dstSettings), openLog(t, t.TempDir())))
 	if !errors.Is(err, pipeline.ErrLogBehind) {
 		t.Fatalf("err = %v, want ErrLogBehind", err)
 	}
@@ -200,7 +205,7 @@ func TestCorruptSegmentStopsApply(t *testing.T) {
 			dstSettings := []byte(fmt.Sprintf(`{"dir": %q, %s}`, out, tc.settings))
 			walDir := t.TempDir()
 			log := openLog(t, walDir)
-			cfg := config("p", src, srcSettings, dst, dstSettings, log)
+			cfg := config("p", src, srcSettings, plug(dst, dstSettings), log)
 			cfg.ApplyPaused = true
 			cfg.MaxBatchBytes = 1 // an entry at every checkpoint when no commit is running
 			if err := pipeline.Run(context.Background(), cfg); err != nil {
@@ -252,16 +257,16 @@ type slowDestination struct {
 	delay time.Duration
 }
 
-func (s slowDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv2.ApplyResponse, error) {
+func (s slowDestination) ApplyRange(ctx context.Context, p string, first, seq uint64, items iter.Seq[pipeline.ApplyItem]) (pipeline.ApplyResult, error) {
 	time.Sleep(s.delay)
-	return s.Destination.ApplyRange(ctx, settings, p, first, seq, items)
+	return s.Destination.ApplyRange(ctx, p, first, seq, items)
 }
 
 func TestBackpressureBoundsTheLog(t *testing.T) {
 	src, dst := start(t, "datagen"), start(t, "testdest")
 	srcSettings := []byte(`{"seed": 4, "rows": 20000, "batch_size": 200}`)
 	out := t.TempDir()
-	cfg := config("p", src, srcSettings, slowDestination{dst, 30 * time.Millisecond}, []byte(fmt.Sprintf(`{"dir": %q}`, out)), openLog(t, t.TempDir()))
+	cfg := config("p", src, srcSettings, slowDestination{plug(dst, []byte(fmt.Sprintf(`{"dir": %q}`, out))), 30 * time.Millisecond}, openLog(t, t.TempDir()))
 	cfg.MaxBatchBytes = 16 << 10
 	cfg.MaxUnappliedBytes = 64 << 10
 	cfg.StatusEvery = time.Nanosecond
@@ -297,8 +302,8 @@ func TestTwoDestinationsEachGetEverything(t *testing.T) {
 	src, d1, d2 := start(t, "datagen"), start(t, "testdest"), start(t, "testdest")
 	srcSettings := []byte(`{"seed": 8, "rows": 8000, "batch_size": 500, "update_ratio": 0.3, "delete_ratio": 0.1}`)
 	out1, out2 := t.TempDir(), t.TempDir()
-	cfg := config("p", src, srcSettings, d1, []byte(fmt.Sprintf(`{"dir": %q}`, out1)), openLog(t, t.TempDir()))
-	cfg.Destinations = append(cfg.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: "slow", Plugin: slowDestination{d2, 20 * time.Millisecond}, Settings: []byte(fmt.Sprintf(`{"dir": %q}`, out2))})
+	cfg := config("p", src, srcSettings, plug(d1, []byte(fmt.Sprintf(`{"dir": %q}`, out1))), openLog(t, t.TempDir()))
+	cfg.Destinations = append(cfg.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: "slow", Plugin: slowDestination{plug(d2, []byte(fmt.Sprintf(`{"dir": %q}`, out2))), 20 * time.Millisecond}})
 	cfg.MaxBatchBytes = 32 << 10
 	var last pipeline.Status
 	cfg.OnStatus = func(s pipeline.Status) { last = s }
@@ -323,7 +328,7 @@ func TestAppliedButUnreclaimedEntriesAreReclaimedAtStart(t *testing.T) {
 	out := t.TempDir()
 	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, out))
 	log := openLog(t, t.TempDir())
-	cfg := config("orders", src, srcSettings, dst, dstSettings, log)
+	cfg := config("orders", src, srcSettings, plug(dst, dstSettings), log)
 	cfg.ApplyPaused = true
 	if err := pipeline.Run(ctx, cfg); err != nil {
 		t.Fatal(err)
@@ -338,7 +343,7 @@ func TestAppliedButUnreclaimedEntriesAreReclaimedAtStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := dst.Apply(ctx, dstSettings, "orders", e.Seq, pipeline.Items(frames)); err != nil {
+		if _, err := plug(dst, dstSettings).ApplyRange(ctx, "orders", e.Seq, e.Seq, slices.Values(pipeline.Items(frames))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -364,7 +369,7 @@ func TestAppliedButUnreclaimedEntriesAreReclaimedAtStart(t *testing.T) {
 func TestRefusesTruncatingSourceWithoutCapability(t *testing.T) {
 	src, dst := start(t, "datagen"), start(t, "testdest")
 	dstSettings := []byte(fmt.Sprintf(`{"dir": %q, "no_truncate": true}`, t.TempDir()))
-	cfg := config("p", src, []byte(`{"rows": 10}`), dst, dstSettings, openLog(t, t.TempDir()))
+	cfg := config("p", src, []byte(`{"rows": 10}`), plug(dst, dstSettings), openLog(t, t.TempDir()))
 	cfg.SourceTruncates = true
 	err := pipeline.Run(context.Background(), cfg)
 	if !errors.Is(err, pipeline.ErrGuarantee) || !strings.Contains(err.Error(), "destination sink cannot apply a truncate") || !strings.Contains(err.Error(), "truncate: ignore") {

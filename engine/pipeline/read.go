@@ -10,12 +10,10 @@ import (
 	"github.com/skippr-dev/skippr/engine/resnapshot"
 	"github.com/skippr-dev/skippr/engine/shutdown"
 	"github.com/skippr-dev/skippr/engine/wal"
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 type readResult struct {
-	m   client.Message
+	m   Message
 	err error
 }
 
@@ -26,7 +24,7 @@ type group struct {
 	committable int   // frames[:committable] are covered by checkpoint
 	bytes       int64 // of frames[:committable]
 	pending     int64 // of frames[committable:]
-	checkpoint  *pluginv2.Checkpoint
+	checkpoint  *SourceCheckpoint
 	idle        bool      // the checkpoint said the source has nothing more right now
 	since       time.Time // arrival of the oldest uncommitted frame
 }
@@ -39,7 +37,7 @@ func (g *group) full(cfg Config) bool {
 }
 
 // take cuts the committable frames off the group.
-func (g *group) take() ([]wal.Frame, *pluginv2.Checkpoint) {
+func (g *group) take() ([]wal.Frame, *SourceCheckpoint) {
 	frames, cp := g.frames[:g.committable], g.checkpoint
 	// idle stays: it describes the source after its last checkpoint, and any frame since has cleared it.
 	*g = group{frames: append([]wal.Frame(nil), g.frames[g.committable:]...), pending: g.pending, since: time.Now(), idle: g.idle}
@@ -50,14 +48,14 @@ type commitResult struct {
 	rec    wal.CommitRecord
 	err    error
 	frames []wal.Frame // what was committed, kept to retry the same entry after a full disk
-	cp     *pluginv2.Checkpoint
+	cp     *SourceCheckpoint
 }
 
 // stalledEntry is an entry the WAL had no room for. It is retried as it is — the same frames under the same
 // checkpoint — so the source is acknowledged exactly as if the disk had never filled.
 type stalledEntry struct {
 	frames    []wal.Frame
-	cp        *pluginv2.Checkpoint
+	cp        *SourceCheckpoint
 	reclaimed uint64 // reclaimed through this when the commit failed: a reclaim past it freed space
 	retryNow  bool
 }
@@ -95,7 +93,7 @@ func (r *runner) readOnce(ctx context.Context, from []byte, included []resnapsho
 	}
 	readCtx, cancelRead := context.WithCancel(ctx)
 	defer cancelRead()
-	rs, err := cfg.Source.Plugin.ReadResnapshot(readCtx, cfg.Source.Settings, cfg.Streams, from, streamsOf(included))
+	rs, err := cfg.Source.Plugin.Read(readCtx, cfg.Streams, from, streamsOf(included))
 	if err != nil {
 		return fmt.Errorf("pipeline %s: source %s: %w", cfg.Name, cfg.Source.Name, err)
 	}
@@ -292,7 +290,7 @@ func (l *commitLoop) read(res readResult) error {
 		cfg.Observer.Read(m.Batch.Stream, m.Batch.Rows, int64(len(m.Batch.IPC)))
 		l.g.idle = false
 	case m.Schema != nil:
-		l.add(wal.Frame{Kind: wal.FrameSchema, Stream: m.Schema.Name, Data: m.Schema.ArrowSchema})
+		l.add(wal.Frame{Kind: wal.FrameSchema, Stream: m.Schema.Stream, Data: m.Schema.ArrowSchema})
 	case m.Truncate != "":
 		l.add(wal.Frame{Kind: wal.FrameTruncate, Stream: m.Truncate})
 		l.g.idle = false
@@ -339,7 +337,7 @@ func (l *commitLoop) arm() {
 
 // groupCommit starts the commit of frames as the next WAL entry, beside the reading; its result comes to
 // commitDone.
-func (l *commitLoop) groupCommit(ctx context.Context, frames []wal.Frame, cp *pluginv2.Checkpoint) {
+func (l *commitLoop) groupCommit(ctx context.Context, frames []wal.Frame, cp *SourceCheckpoint) {
 	l.inflight = true
 	go func() {
 		rec, err := l.r.commit(ctx, frames, cp)
@@ -408,7 +406,7 @@ func (l *commitLoop) pollResnapshots() {
 
 // commit makes frames a WAL entry, then acknowledges the source. The order is the product: an Ack before the
 // commit record exists could lose the batch in a crash.
-func (r *runner) commit(ctx context.Context, frames []wal.Frame, cp *pluginv2.Checkpoint) (wal.CommitRecord, error) {
+func (r *runner) commit(ctx context.Context, frames []wal.Frame, cp *SourceCheckpoint) (wal.CommitRecord, error) {
 	cfg := r.cfg
 	start := time.Now()
 	rec, err := cfg.Log.Commit(ctx, frames, cp.Position)
@@ -427,7 +425,7 @@ func (r *runner) commit(ctx context.Context, frames []wal.Frame, cp *pluginv2.Ch
 }
 
 // ack tells the source that everything through cp is durable in entry rec, so it may release it.
-func (r *runner) ack(ctx context.Context, rec wal.CommitRecord, cp *pluginv2.Checkpoint) error {
+func (r *runner) ack(ctx context.Context, rec wal.CommitRecord, cp *SourceCheckpoint) error {
 	cfg := r.cfg
 	if err := cfg.Source.Plugin.Ack(ctx, cp.Position); err != nil {
 		return fmt.Errorf("pipeline %s: source %s: ack WAL entry %d: %w", cfg.Name, cfg.Source.Name, rec.Seq, err)
@@ -528,10 +526,10 @@ func (r *runner) waitApplied(ctx context.Context, drain <-chan struct{}) error {
 	}
 }
 
-func (r *runner) sourceProgress(cp *pluginv2.Checkpoint) {
+func (r *runner) sourceProgress(cp *SourceCheckpoint) {
 	r.mu.Lock()
 	waited := r.status.Source.Waiting != ""
-	r.status.Source = SourceStatus{Checkpoint: displayCheckpoint(cp.Position), RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMS: cp.LagMs, Idle: cp.Idle}
+	r.status.Source = SourceStatus{Checkpoint: displayCheckpoint(cp.Position), RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMS: cp.Lag.Milliseconds(), Idle: cp.Idle}
 	for _, m := range cp.Metrics {
 		if m.Name == "waiting_seconds" && m.Labels["reason"] != "" {
 			r.status.Source.Waiting, r.status.Source.WaitingSeconds = m.Labels["reason"], int64(m.Value)
@@ -539,7 +537,7 @@ func (r *runner) sourceProgress(cp *pluginv2.Checkpoint) {
 	}
 	waiting := r.status.Source.Waiting != ""
 	r.mu.Unlock()
-	r.cfg.Observer.Checkpoint(sourceCheckpoint(cp))
+	r.cfg.Observer.Checkpoint(*cp)
 	// A wait that begins or ends is news a person looks for: StatusEvery does not hold it back.
 	r.publish(waiting || waited)
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/engine/resnapshot"
-	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
@@ -88,7 +87,7 @@ func (r *runner) resnapshotRefusal() string {
 // lacksResnapshot names a destination without the resnapshot capability, or "".
 func (r *runner) lacksResnapshot() string {
 	for i, d := range r.cfg.Destinations {
-		if c := r.caps[i]; c == nil || !c.Resnapshot {
+		if i >= len(r.caps) || !r.caps[i].Resnapshot {
 			return d.Name
 		}
 	}
@@ -128,7 +127,7 @@ func (r *runner) setResnapshot(stream string, s ResnapshotStatus) {
 // in mode: append of the postgres source, re-snapshotted or added to the pipeline) sends no marks, and because
 // they show a copy a restarted run resumes from its checkpoint. A missing gauge says nothing: a source that
 // reports no resnapshot_copying ends its copies with the end mark.
-func (r *runner) resnapshotProgress(cp *pluginv2.Checkpoint) {
+func (r *runner) resnapshotProgress(cp *SourceCheckpoint) {
 	type seen struct {
 		rows, total  int64
 		figures, end bool

@@ -2,8 +2,6 @@ package pipeline
 
 import (
 	"testing"
-
-	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // TestResnapshotStateFromGauges walks the status of one stream through what a source sends: re-snapshot marks
@@ -12,17 +10,17 @@ import (
 func TestResnapshotStateFromGauges(t *testing.T) {
 	const table = "public.a"
 	gauges := func(rows, total int64, copying ...float64) step {
-		ms := []*pluginv2.Metric{
+		ms := []SourceMetric{
 			{Name: "resnapshot_rows", Value: float64(rows), Labels: map[string]string{"table": table}},
 			{Name: "resnapshot_rows_total", Value: float64(total), Labels: map[string]string{"table": table}},
 		}
 		for _, c := range copying {
-			ms = append(ms, &pluginv2.Metric{Name: "resnapshot_copying", Value: c, Labels: map[string]string{"table": table}})
+			ms = append(ms, SourceMetric{Name: "resnapshot_copying", Value: c, Labels: map[string]string{"table": table}})
 		}
 		return step{metrics: ms}
 	}
 	// other is a checkpoint without this table's gauges: a slot's, and another table's copy.
-	other := step{metrics: []*pluginv2.Metric{
+	other := step{metrics: []SourceMetric{
 		{Name: "slot_retained_wal_bytes", Value: 7, Labels: map[string]string{"slot": "s"}},
 		{Name: "resnapshot_rows", Value: 5, Labels: map[string]string{"table": "public.b"}},
 	}}
@@ -63,7 +61,7 @@ func TestResnapshotStateFromGauges(t *testing.T) {
 					state := map[string]string{"begin": "copying", "end": "done"}[s.mark]
 					r.setResnapshot(table, ResnapshotStatus{State: state})
 				default:
-					r.resnapshotProgress(&pluginv2.Checkpoint{Metrics: s.metrics})
+					r.resnapshotProgress(&SourceCheckpoint{Metrics: s.metrics})
 				}
 				got, ok := r.status.Resnapshot[table]
 				if !ok && tc.want[i].State != "" {
@@ -89,26 +87,26 @@ func TestResnapshotStateFromGauges(t *testing.T) {
 type step struct {
 	request bool
 	mark    string
-	metrics []*pluginv2.Metric
+	metrics []SourceMetric
 }
 
 // TestSourceWaitingFromGauge: a checkpoint's gauge waiting_seconds (label reason) shows in the status as what the
 // source waits for; the next checkpoint without it clears it (a wait has no end mark of its own).
 func TestSourceWaitingFromGauge(t *testing.T) {
-	wait := &pluginv2.Metric{Name: "waiting_seconds", Value: 12, Labels: map[string]string{"reason": "waiting for the transaction of pid 7 to end"}}
-	slot := &pluginv2.Metric{Name: "slot_retained_wal_bytes", Value: 7, Labels: map[string]string{"slot": "s"}}
+	wait := SourceMetric{Name: "waiting_seconds", Value: 12, Labels: map[string]string{"reason": "waiting for the transaction of pid 7 to end"}}
+	slot := SourceMetric{Name: "slot_retained_wal_bytes", Value: 7, Labels: map[string]string{"slot": "s"}}
 	r := &runner{cfg: Config{Observer: noObserver{}}}
 	for i, s := range []struct {
-		metrics []*pluginv2.Metric
+		metrics []SourceMetric
 		want    string
 		seconds int64
 	}{
-		{[]*pluginv2.Metric{slot}, "", 0},
-		{[]*pluginv2.Metric{slot, wait}, wait.Labels["reason"], 12},
-		{[]*pluginv2.Metric{slot}, "", 0},
-		{[]*pluginv2.Metric{{Name: "waiting_seconds", Value: 3}}, "", 0}, // no reason: nothing to show
+		{[]SourceMetric{slot}, "", 0},
+		{[]SourceMetric{slot, wait}, wait.Labels["reason"], 12},
+		{[]SourceMetric{slot}, "", 0},
+		{[]SourceMetric{{Name: "waiting_seconds", Value: 3}}, "", 0}, // no reason: nothing to show
 	} {
-		r.sourceProgress(&pluginv2.Checkpoint{Position: []byte("p"), Metrics: s.metrics})
+		r.sourceProgress(&SourceCheckpoint{Position: []byte("p"), Metrics: s.metrics})
 		if got := r.status.Source; got.Waiting != s.want || got.WaitingSeconds != s.seconds {
 			t.Fatalf("step %d: source status %+v, want waiting %q (%d s)", i, got, s.want, s.seconds)
 		}

@@ -31,7 +31,7 @@ func TestResnapshotRefusedWithoutCapability(t *testing.T) {
 			if _, err := store.Add([]string{"orders"}); err != nil {
 				t.Fatal(err)
 			}
-			cfg := config("p", src, srcSettings, dst, []byte(fmt.Sprintf(`{"dir": %q%s}`, out, tc.destSetting)), openLog(t, t.TempDir()))
+			cfg := config("p", src, srcSettings, plug(dst, []byte(fmt.Sprintf(`{"dir": %q%s}`, out, tc.destSetting))), openLog(t, t.TempDir()))
 			cfg.Resnapshots = store
 			cfg.SourceResnapshots, cfg.SourcePlugin = tc.sourceCan, "datagen"
 			var last pipeline.Status

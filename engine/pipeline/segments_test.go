@@ -115,8 +115,8 @@ func TestTwoDestinationsReadEachSegmentOnce(t *testing.T) {
 				wl = openLog(t, t.TempDir())
 			}
 			log := newCountingLog(wl)
-			cfg := config("p", src, srcSettings, d1, []byte(fmt.Sprintf(`{"dir": %q}`, out1)), log)
-			cfg.Destinations = append(cfg.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: "slow", Plugin: slowDestination{d2, 10 * time.Millisecond}, Settings: []byte(fmt.Sprintf(`{"dir": %q, "no_coalesce": true}`, out2))})
+			cfg := config("p", src, srcSettings, plug(d1, []byte(fmt.Sprintf(`{"dir": %q}`, out1))), log)
+			cfg.Destinations = append(cfg.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: "slow", Plugin: slowDestination{plug(d2, []byte(fmt.Sprintf(`{"dir": %q, "no_coalesce": true}`, out2))), 10 * time.Millisecond}})
 			cfg.MaxBatchBytes = 16 << 10
 			cfg.ReadCacheBytes = tc.cacheBytes
 			var last pipeline.Status

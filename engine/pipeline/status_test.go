@@ -20,7 +20,7 @@ func TestStatusShowsTheLastApplyWhileIdle(t *testing.T) {
 	srcSettings := []byte(`{"seed": 6, "rows": 3000, "batch_size": 100}`)
 	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, t.TempDir()))
 	log := openLog(t, t.TempDir())
-	cfg := config("p", src, srcSettings, dst, dstSettings, log)
+	cfg := config("p", src, srcSettings, plug(dst, dstSettings), log)
 	cfg.Once = false
 	// Long enough that the whole burst (3000 rows, a few dozen entries) falls inside one interval.
 	cfg.StatusEvery = 2 * time.Second

@@ -11,8 +11,6 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/pipeline"
 	"github.com/skippr-dev/skippr/engine/shutdown"
-	"github.com/skippr-dev/skippr/plugin-sdk/client"
-	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // watchedDestination is the real testdest plugin, slowed down, telling which applies began and which finished.
@@ -24,13 +22,13 @@ type watchedDestination struct {
 	applied []uint64
 }
 
-func (w *watchedDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv2.ApplyResponse, error) {
+func (w *watchedDestination) ApplyRange(ctx context.Context, p string, first, seq uint64, items iter.Seq[pipeline.ApplyItem]) (pipeline.ApplyResult, error) {
 	select {
 	case w.began <- seq:
 	default:
 	}
 	time.Sleep(w.delay)
-	resp, err := w.Destination.ApplyRange(ctx, settings, p, first, seq, items)
+	resp, err := w.Destination.ApplyRange(ctx, p, first, seq, items)
 	if err == nil {
 		w.mu.Lock()
 		w.applied = append(w.applied, seq)
@@ -43,8 +41,8 @@ func (w *watchedDestination) ApplyRange(ctx context.Context, settings []byte, p 
 func TestSoftStopFinishesTheApplyInFlight(t *testing.T) {
 	src, dst := start(t, "datagen"), start(t, "testdest")
 	srcSettings := []byte(`{"seed": 3, "rows": 0, "rows_per_second": 2000, "batch_size": 200}`)
-	w := &watchedDestination{Destination: dst, delay: 700 * time.Millisecond, began: make(chan uint64, 1)}
-	cfg := config("soft", src, srcSettings, w, []byte(fmt.Sprintf(`{"dir": %q}`, t.TempDir())), openLog(t, t.TempDir()))
+	w := &watchedDestination{Destination: plug(dst, []byte(fmt.Sprintf(`{"dir": %q}`, t.TempDir()))), delay: 700 * time.Millisecond, began: make(chan uint64, 1)}
+	cfg := config("soft", src, srcSettings, w, openLog(t, t.TempDir()))
 	cfg.Once = false
 	ctx, release := shutdown.OnSignals(context.Background(), time.Minute, syscall.SIGUSR1)
 	defer release()
@@ -81,13 +79,13 @@ type stuckDestination struct {
 	began chan uint64
 }
 
-func (s stuckDestination) ApplyRange(ctx context.Context, settings []byte, p string, first, seq uint64, items iter.Seq[client.ApplyItem]) (*pluginv2.ApplyResponse, error) {
+func (s stuckDestination) ApplyRange(ctx context.Context, p string, first, seq uint64, items iter.Seq[pipeline.ApplyItem]) (pipeline.ApplyResult, error) {
 	select {
 	case s.began <- seq:
 	default:
 	}
 	<-ctx.Done()
-	return nil, ctx.Err()
+	return pipeline.ApplyResult{}, ctx.Err()
 }
 
 // TestSoftStopEndsAtTheGracePeriod: an apply that does not finish holds a soft stop only until the grace
@@ -99,8 +97,8 @@ func TestSoftStopEndsAtTheGracePeriod(t *testing.T) {
 	dstSettings := []byte(fmt.Sprintf(`{"dir": %q}`, out))
 	walDir := t.TempDir()
 	log := openLog(t, walDir)
-	stuck := stuckDestination{Destination: dst, began: make(chan uint64, 1)}
-	cfg := config("grace", src, srcSettings, stuck, dstSettings, log)
+	stuck := stuckDestination{Destination: plug(dst, dstSettings), began: make(chan uint64, 1)}
+	cfg := config("grace", src, srcSettings, stuck, log)
 	cfg.Once = false
 	const grace = 500 * time.Millisecond
 	ctx, release := shutdown.OnSignals(context.Background(), grace, syscall.SIGUSR1)
@@ -126,7 +124,7 @@ func TestSoftStopEndsAtTheGracePeriod(t *testing.T) {
 	}
 	// The cut-off apply committed nothing; the next run (a new handle on the log, as after a restart) carries on.
 	log.Close()
-	cfg = config("grace", src, srcSettings, dst, dstSettings, openLog(t, walDir))
+	cfg = config("grace", src, srcSettings, plug(dst, dstSettings), openLog(t, walDir))
 	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := pipeline.Run(rctx, cfg); err != nil {

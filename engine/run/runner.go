@@ -108,7 +108,7 @@ func (s *pipelineRun) runOnce(ctx context.Context) error {
 	}
 	pc := pipeline.Config{
 		Name:              p.Name,
-		Source:            pipeline.Endpoint[pipeline.Source]{Name: srcConn.Name, Plugin: src.Wire(), Settings: src.Settings},
+		Source:            pipeline.Endpoint[pipeline.Source]{Name: srcConn.Name, Plugin: src},
 		Streams:           p.Streams,
 		ExactlyOnce:       p.Delivery == config.ExactlyOnce,
 		SourceTruncates:   pipeline.SourceTruncates(src.Spec.SettingsSchema, src.Settings),
@@ -130,7 +130,7 @@ func (s *pipelineRun) runOnce(ctx context.Context) error {
 			return err
 		}
 		a := cn.Apply
-		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d.Wire(), Settings: d.Settings, PluginName: cn.Plugin,
+		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d, PluginName: cn.Plugin,
 			Apply: pipeline.ApplyLimits{MaxInterval: a.MaxInterval, MaxBytes: a.MaxBytes, MaxEntries: a.MaxEntries,
 				Unset: pipeline.ApplyKeys{MaxInterval: a.Unset.MaxInterval, MaxBytes: a.Unset.MaxBytes, MaxEntries: a.Unset.MaxEntries}}})
 		pre.Destinations = append(pre.Destinations, precheck.Endpoint[precheck.Destination]{Name: name, Plugin: d})
