@@ -33,7 +33,7 @@ CORE_MAX_BYTES := 25000000
 PLUGIN_TAGS := grpcnotrace
 export SKIPPR_CORE_TAGS := $(CORE_TAGS)
 
-.PHONY: build check-size test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean
+.PHONY: build check-size check-deploy sdk-release test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean
 
 build:
 	@mkdir -p $(BIN)
@@ -54,8 +54,13 @@ check-size:
 	else echo "check-size: the static stripped core is $$size bytes (limit $(CORE_MAX_BYTES))"; fi
 
 # Each module is tested on its own (`go test ./...` stops at module boundaries); see scripts/test.sh.
-test: tools
+test: tools check-deploy
 	@VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) GO=$(GO) bash scripts/test.sh $(MODULES)
+
+# The PromQL of deploy/ (Grafana dashboard, alert rules) parsed by Prometheus' own parser, each metric checked
+# against docs/metrics.md. deploy/promcheck is a module outside go.work (see its doc.go), hence GOWORK=off.
+check-deploy:
+	cd deploy/promcheck && GOWORK=off $(GO) test -count=1 ./...
 
 # Regenerates the checked-in protobuf code (needs protoc; `apt-get install protobuf-compiler`).
 proto:
