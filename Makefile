@@ -62,6 +62,12 @@ test: tools check-deploy
 check-deploy:
 	cd deploy/promcheck && GOWORK=off $(GO) test -count=1 ./...
 
+# The plugin SDK as a versioned source release (dist/skippr-plugin-sdk-vX.Y.Z.tar.gz and .zip, and a GOPROXY
+# folder dist/goproxy), checked by building plugin-sdk/README.md's worked example outside the workspace against
+# each form. See scripts/sdk-release.sh.
+sdk-release:
+	GO=$(GO) bash scripts/sdk-release.sh
+
 # Regenerates the checked-in protobuf code (needs protoc; `apt-get install protobuf-compiler`).
 proto:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
