@@ -71,10 +71,10 @@ func TestDescribe(t *testing.T) {
 	for _, row := range []string{
 		`(?m)^VERSION\s+PROTOCOLS`, // the registry's listing first
 		`(?m)^SETTING\s+TYPE\s+REQUIRED\s+DEFAULT\s+DESCRIPTION$`,
-		`(?m)^batch_size\s+integer\s+-\s+10000\s*$`,
-		`(?m)^stream\s+string\s+-\s+"events"\s*$`,
-		`(?m)^update_ratio\s+number\s+-\s+-\s*$`,
-		`(?m)^seed\s+integer\s+-\s+-\s+the same seed always produces the same events$`,
+		`(?m)^batch_size\s+integer\s+-\s+10000\s+events per Arrow batch; one checkpoint per batch$`,
+		`(?m)^stream\s+string\s+-\s+"events"\s+the stream's`,
+		`(?m)^update_ratio\s+number\s+-\s+0\s+share of events`,
+		`(?m)^seed\s+integer\s+-\s+1\s+the same seed always produces the same events$`,
 	} {
 		if !regexp.MustCompile(row).MatchString(text.String()) {
 			t.Errorf("text lacks %s:\n%s", row, text.String())

@@ -199,3 +199,43 @@ func TestReadmeFinalState(t *testing.T) {
 		})
 	}
 }
+
+// TestReadmeSettings holds the README's settings table to the schema the plugin serves: the same names, and
+// the same default wherever the schema states one.
+func TestReadmeSettings(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("gen/settings.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties map[string]struct {
+			Default json.RawMessage `json:"default"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| `([^`]*)` \\|").FindAllStringSubmatch(string(readme), -1) {
+		documented[m[1]] = m[2]
+	}
+	for name, p := range schema.Properties {
+		def, ok := documented[name]
+		if !ok {
+			t.Errorf("README's settings table lacks %s", name)
+			continue
+		}
+		if len(p.Default) > 0 && strings.Trim(string(p.Default), `"`) != def {
+			t.Errorf("%s: README's default %q, the schema's %s", name, def, p.Default)
+		}
+	}
+	for name := range documented {
+		if _, ok := schema.Properties[name]; !ok {
+			t.Errorf("README documents %s, which the schema does not have", name)
+		}
+	}
+}
