@@ -376,7 +376,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "wrong type: whole document",
 			body: "just a string\n",
-			want: []string{`FILE:1:1: want a mapping with keys registries, connections, pipelines, metrics; got a string`},
+			want: []string{`FILE:1:1: want a mapping with keys registries, connections, pipelines, metrics, query; got a string`},
 		},
 		{
 			name: "bad enum",
