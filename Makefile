@@ -33,7 +33,7 @@ CORE_MAX_BYTES := 25000000
 PLUGIN_TAGS := grpcnotrace
 export SKIPPR_CORE_TAGS := $(CORE_TAGS)
 
-.PHONY: build check-size test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean
+.PHONY: build check-size check-deploy sdk-release test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean
 
 build:
 	@mkdir -p $(BIN)
@@ -54,8 +54,19 @@ check-size:
 	else echo "check-size: the static stripped core is $$size bytes (limit $(CORE_MAX_BYTES))"; fi
 
 # Each module is tested on its own (`go test ./...` stops at module boundaries); see scripts/test.sh.
-test: tools
+test: tools check-deploy
 	@VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) GO=$(GO) bash scripts/test.sh $(MODULES)
+
+# The PromQL of deploy/ (Grafana dashboard, alert rules) parsed by Prometheus' own parser, each metric checked
+# against docs/metrics.md. deploy/promcheck is a module outside go.work (see its doc.go), hence GOWORK=off.
+check-deploy:
+	cd deploy/promcheck && GOWORK=off $(GO) test -count=1 ./...
+
+# The plugin SDK as a versioned source release (dist/skippr-plugin-sdk-vX.Y.Z.tar.gz and .zip, and a GOPROXY
+# folder dist/goproxy), checked by building plugin-sdk/README.md's worked example outside the workspace against
+# each form. See scripts/sdk-release.sh.
+sdk-release:
+	GO=$(GO) bash scripts/sdk-release.sh
 
 # Regenerates the checked-in protobuf code (needs protoc; `apt-get install protobuf-compiler`).
 proto:

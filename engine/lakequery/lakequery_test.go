@@ -115,3 +115,34 @@ func running(t *testing.T, binary string) []string {
 	}
 	return pids
 }
+
+// TestQueryConnection: `query: {connection: NAME}` picks the query engine, whatever its plugin; without it the
+// first duckdb connection, else duckdb itself.
+func TestQueryConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml       string
+		wantConn, wantPl string
+	}{
+		{"named", "  mine: { plugin: sqlengine, path: /opt/sqlengine }\n  dk: { plugin: duckdb }\nquery: { connection: mine }\n", "mine", "sqlengine"},
+		{"first duckdb", "  dk: { plugin: duckdb, version: \"~> 0.1\" }\n  mine: { plugin: sqlengine }\n", "dk", "duckdb"},
+		{"made up", "  mine: { plugin: sqlengine }\n", "query", "duckdb"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := config.Parse("skippr.yml", []byte("connections:\n"+tc.yaml), func(string) (string, bool) { return "", false })
+			if err != nil {
+				t.Fatal(err)
+			}
+			cn, err := queryConnection(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cn.Name != tc.wantConn || cn.Plugin != tc.wantPl {
+				t.Errorf("query engine = connection %s (plugin %s), want %s (%s)", cn.Name, cn.Plugin, tc.wantConn, tc.wantPl)
+			}
+		})
+	}
+	cfg := &config.Config{Path: "x.yml", Query: config.QueryConfig{Connection: "gone"}}
+	if _, err := queryConnection(cfg); err == nil || !strings.Contains(err.Error(), `no connection "gone"`) {
+		t.Errorf("a query connection the config lacks: err = %v", err)
+	}
+}
