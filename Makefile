@@ -54,11 +54,12 @@ check-size:
 	else echo "check-size: the static stripped core is $$size bytes (limit $(CORE_MAX_BYTES))"; fi
 
 # Each module is tested on its own (`go test ./...` stops at module boundaries); see scripts/test.sh.
-test: tools check-deploy
+test: tools
 	@VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) GO=$(GO) bash scripts/test.sh $(MODULES)
 
 # The PromQL of deploy/ (Grafana dashboard, alert rules) parsed by Prometheus' own parser, each metric checked
 # against docs/metrics.md. deploy/promcheck is a module outside go.work (see its doc.go), hence GOWORK=off.
+# `make test` runs the same check beside the other modules (scripts/test.sh).
 check-deploy:
 	cd deploy/promcheck && GOWORK=off $(GO) test -count=1 ./...
 
