@@ -70,8 +70,8 @@ var Rules = []Rule{
 	rule("put", "sql-reference/sql/put (AUTO_COMPRESS, SOURCE_COMPRESSION = NONE, OVERWRITE)",
 		`PUT 'file://[^'\\]+' `+stage+` AUTO_COMPRESS = FALSE SOURCE_COMPRESSION = NONE OVERWRITE = TRUE`),
 	rule("remove", "sql-reference/sql/remove", `REMOVE `+stage+`[A-Za-z0-9_.-]+`),
-	rule("copy", "sql-reference/sql/copy-into-table (FILES, FILE_FORMAT TYPE = PARQUET, MATCH_BY_COLUMN_NAME, FORCE, PURGE)",
-		`COPY INTO `+qname+` FROM `+stage+` FILES = \('[A-Za-z0-9_.-]+'\) FILE_FORMAT = \(TYPE = PARQUET\) MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE`),
+	rule("copy", "sql-reference/sql/copy-into-table (FILES, FILE_FORMAT TYPE = PARQUET, MATCH_BY_COLUMN_NAME, FORCE, PURGE); the Parquet options USE_LOGICAL_TYPE and BINARY_AS_TEXT: sql-reference/sql/create-file-format",
+		`COPY INTO `+qname+` FROM `+stage+` FILES = \('[A-Za-z0-9_.-]+'\) FILE_FORMAT = \(TYPE = PARQUET(?: USE_LOGICAL_TYPE = (?:TRUE|FALSE))?(?: BINARY_AS_TEXT = (?:TRUE|FALSE))?\) MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE`),
 	rule("merge", "sql-reference/sql/merge (matchedClause with AND case_predicate, DELETE, UPDATE SET; notMatchedClause INSERT)",
 		`MERGE INTO `+qname+` AS t USING `+qname+` AS s ON t\.`+ident+` = s\.`+ident+`(?: AND t\.`+ident+` = s\.`+ident+`)*`+
 			` WHEN MATCHED AND s\."_SKIPPR_OP" = [0-9] THEN DELETE(?: WHEN MATCHED THEN UPDATE SET `+sets+`)?`+

@@ -140,9 +140,12 @@ func CreateStaging(stage Table, cols []Column) string {
 
 // Copy loads one staged Parquet file into the staging table. FORCE: a replayed apply loads its file again
 // (load metadata would skip a file loaded by a transaction that rolled back); PURGE: the file goes once loaded.
+// USE_LOGICAL_TYPE = TRUE and BINARY_AS_TEXT = FALSE: Snowflake's Parquet defaults are the opposite (CREATE
+// FILE FORMAT), and with them a TIME that has no legacy converted type (arrow-go writes Arrow's times that way)
+// and a nanosecond timestamp load as integers, and BINARY loads as UTF-8 text then fails to decode as hex.
 func Copy(stage, t Table, file string) string {
 	return "COPY INTO " + stage.String() + " FROM " + t.Stage() + " FILES = (" + Literal(file) + ")" +
-		" FILE_FORMAT = (TYPE = PARQUET) MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE"
+		" FILE_FORMAT = (TYPE = PARQUET USE_LOGICAL_TYPE = TRUE BINARY_AS_TEXT = FALSE) MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE"
 }
 
 // value is a staged column as the target takes it.
