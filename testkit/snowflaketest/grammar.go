@@ -78,9 +78,9 @@ var Rules = []Rule{
 			` WHEN NOT MATCHED AND s\."_SKIPPR_OP" <> [0-9] THEN INSERT \(`+idents+`\) VALUES \(`+svals+`\)`),
 	rule("append", "sql-reference/sql/insert (INSERT INTO … (cols) SELECT)",
 		`INSERT INTO `+qname+` \(`+idents+`\) SELECT `+svals+` FROM `+qname+` AS s`),
-	rule("state", "sql-reference/sql/merge (source a subquery of SELECT … UNION ALL; CAST: sql-reference/functions/cast)",
+	rule("state", "sql-reference/sql/merge (source a subquery of SELECT … UNION ALL; matchedClause WHEN MATCHED AND case_predicate; CAST: sql-reference/functions/cast)",
 		`MERGE INTO `+qname+` AS t USING \(`+stateS+`(?: UNION ALL `+stateS+`)*\) AS s ON t\."PIPELINE" = s\."PIPELINE" AND t\."STREAM" = s\."STREAM"`+
-			` WHEN MATCHED THEN UPDATE SET "LAST_SEQUENCE" = s\."LAST_SEQUENCE"`+
+			` WHEN MATCHED AND \(s\."STREAM" <> '' OR t\."LAST_SEQUENCE" = CAST\(\? AS NUMBER\(20,0\)\)\) THEN UPDATE SET "LAST_SEQUENCE" = s\."LAST_SEQUENCE"`+
 			` WHEN NOT MATCHED THEN INSERT \("PIPELINE", "STREAM", "LAST_SEQUENCE"\) VALUES \(s\."PIPELINE", s\."STREAM", s\."LAST_SEQUENCE"\)`),
 	rule("truncate", "sql-reference/sql/delete", `DELETE FROM `+qname),
 }

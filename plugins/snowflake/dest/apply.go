@@ -75,6 +75,9 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 		return res, err
 	}
 	fence := state.Sequence
+	if x.d.fenceRead != nil {
+		x.d.fenceRead(req.Pipeline, fence)
+	}
 	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
@@ -176,8 +179,18 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 	for _, sp := range plans {
 		args = append(args, req.Pipeline, sp.Stream, strconv.FormatUint(req.Sequence, 10))
 	}
-	if err := txexec(sfsql.UpsertState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema), len(args)/3), args...); err != nil {
+	nstate := len(args) / 3
+	args = append(args, strconv.FormatUint(fence, 10))
+	x.d.stats.Statements++
+	merged, err := x.conn.ExecContext(ctx, sfsql.UpsertState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema), nstate), args...)
+	if err != nil {
 		return res, explain(x.s, fmt.Sprintf("record sequence %d", req.Sequence), err)
+	}
+	// The pipeline's row moves only from the fence read before the transaction (sfsql.UpsertState): one row
+	// fewer means another writer committed since, and this apply must not overwrite its state.
+	if n, err := merged.RowsAffected(); err != nil || n != int64(nstate) {
+		return res, fmt.Errorf("pipeline %s: the state row of %s no longer holds sequence %d, read before this apply of %d–%d: another process applied the pipeline meanwhile; rolled back (%d of %d state rows merged, %v), the next attempt reads the state again",
+			req.Pipeline, sfsql.StateTable, fence, req.FirstSequence, req.Sequence, n, nstate, err)
 	}
 	if err := x.exec(ctx, "COMMIT"); err != nil {
 		return res, explain(x.s, fmt.Sprintf("commit sequence %d", req.Sequence), err)

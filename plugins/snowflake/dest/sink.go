@@ -50,6 +50,9 @@ type Destination struct {
 	// apply last failed.
 	orphansChecked map[string]bool
 	stats          Stats
+	// fenceRead, when set (tests), is called after an apply read the pipeline's fence and before its
+	// transaction: the window in which a paused writer is overtaken by another.
+	fenceRead func(pipeline string, fence uint64)
 }
 
 // Stats counts what the destination sent, for the figures in BENCHMARKS.md.

@@ -647,7 +647,7 @@ func TestOrphanedTransactionIsAborted(t *testing.T) {
 		args []any
 	}{
 		{sfsqlBegin(TxName(tg.pipeline)), nil},
-		{sfsqlUpsertState(db, sc), []any{tg.pipeline, "", "9"}},
+		{sfsqlUpsertState(db, sc), []any{tg.pipeline, "", "9", "1"}},
 	} {
 		if _, err := conn.ExecContext(tctx(t), q.sql, q.args...); err != nil {
 			t.Fatalf("%s: %v", q.sql, err)
