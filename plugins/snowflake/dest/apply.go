@@ -69,6 +69,11 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			// before the next apply.
 			x.d.orphansChecked[req.Pipeline] = false
 		}
+		if err != nil {
+			// The columns this process remembers may be what failed (a column dropped or renamed outside
+			// skippr): the next apply reads them again, and adds back what is missing.
+			x.d.tables = nil
+		}
 	}()
 	state, err := x.readState(ctx, req.Pipeline)
 	if err != nil {
@@ -159,7 +164,7 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 		key := make([]string, 0)
 		for _, l := range sp.loads {
 			if err := txexec(sfsql.Copy(l.stage, sp.table, filepath.Base(l.file))); err != nil {
-				return res, explain(x.s, fmt.Sprintf("copy %s into %s", filepath.Base(l.file), l.stage), err)
+				return res, explain(x.s, fmt.Sprintf("copy %s into %s (the staging table of %s)", filepath.Base(l.file), l.stage, sp.table), err)
 			}
 			key = key[:0]
 			for _, k := range change.PrimaryKey(l.schema) {

@@ -44,6 +44,7 @@ type target struct {
 	settings json.RawMessage
 	s        Settings
 	standin  *snowflaketest.Server // nil when live
+	pg       *pgtest.DB            // the PostgreSQL database behind the stand-in; nil when live
 	prefix   string                // table name prefix, unique per test and run on a live account
 	pipeline string                // the pipeline id, unique per test and run on a live account
 	streams  []string              // the streams named (tg.stream), whose tables a live run drops at its end
@@ -78,6 +79,7 @@ func newTarget(t *testing.T, edit func(*Settings)) *target {
 	} else {
 		tg.pipeline = "p"
 		db := pgtest.NewDB(t)
+		tg.pg = db
 		tg.s = Settings{Account: "standin", User: "loader", Password: "secret", Warehouse: "LOAD_WH",
 			Database: "ANALYTICS", Schema: "RAW", Role: "LOADER"}
 		tg.standin = snowflaketest.New(t, snowflaketest.Options{Account: "standin", User: "loader", Password: "secret",
