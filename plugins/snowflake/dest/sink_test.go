@@ -61,6 +61,19 @@ func (tg *target) stream(name string) string {
 
 func live() bool { return os.Getenv("SKIPPR_SNOWFLAKE_ACCOUNT") != "" }
 
+// TestLiveAccount: with SKIPPR_SNOWFLAKE_* set, every test of this package runs against that account; this one
+// checks first that the role holds every privilege an apply needs (skippr connect's check). Without them it
+// skips, saying how to run the live suite.
+func TestLiveAccount(t *testing.T) {
+	if !live() {
+		t.Skip("no Snowflake account: set SKIPPR_SNOWFLAKE_ACCOUNT, _USER, _PASSWORD or _PRIVATE_KEY, _WAREHOUSE, _DATABASE, _SCHEMA, _ROLE and run `make live-snowflake` (plugins/snowflake/README.md, Tests); the other tests run on the stand-in")
+	}
+	tg := newTarget(t, nil)
+	if err := tg.d.Check(tctx(t), tg.settings); err != nil {
+		t.Fatalf("the live account's role cannot do what an apply does: %v (fix: %s)", err, fault.FixOf(err))
+	}
+}
+
 func newTarget(t *testing.T, edit func(*Settings)) *target {
 	t.Helper()
 	dest := &Destination{TempDir: t.TempDir()}
@@ -71,6 +84,9 @@ func newTarget(t *testing.T, edit func(*Settings)) *target {
 			Password: os.Getenv("SKIPPR_SNOWFLAKE_PASSWORD"), PrivateKey: os.Getenv("SKIPPR_SNOWFLAKE_PRIVATE_KEY"),
 			Warehouse: os.Getenv("SKIPPR_SNOWFLAKE_WAREHOUSE"), Database: os.Getenv("SKIPPR_SNOWFLAKE_DATABASE"),
 			Schema: os.Getenv("SKIPPR_SNOWFLAKE_SCHEMA"), Role: os.Getenv("SKIPPR_SNOWFLAKE_ROLE"),
+		}
+		if tg.s.Schema == "" {
+			tg.s.Schema = DefaultSchema
 		}
 		run := fmt.Sprintf("%x%04x", time.Now().UnixNano(), mrand.IntN(1<<16))
 		tg.prefix = "skippr_test_" + run + "_"
@@ -671,5 +687,17 @@ func TestOrphanedTransactionIsAborted(t *testing.T) {
 	}
 	if a, err := next.LastApplied(tctx(t), tg.settings, tg.pipeline); err != nil || a.Sequence != 2 {
 		t.Fatalf("LastApplied %+v, %v: the orphan's state update must be gone", a, err)
+	}
+}
+
+// TestLivePrefixReachesTheTable: a live run's prefix lands in the table name, which keeps only the stream's
+// last dotted part (TableName), so runs and tests never share a table.
+func TestLivePrefixReachesTheTable(t *testing.T) {
+	tg := &target{t: t, prefix: "skippr_test_1a2b_"}
+	for in, want := range map[string]string{"public.orders": "SKIPPR_TEST_1A2B_ORDERS", "orders": "SKIPPR_TEST_1A2B_ORDERS",
+		"db.public.Order Lines": "skippr_test_1a2b_Order Lines"} {
+		if got := TableName(tg.stream(in)); got != want {
+			t.Errorf("stream %q: table %q, want %q", in, got, want)
+		}
 	}
 }

@@ -49,7 +49,8 @@ func TestParquetReadWithLogicalTypes(t *testing.T) {
 	for c, want := range map[string]string{
 		"AT_TIME": "12:34:56", "LOCAL_NS": "2023-11-14T22:13:20.123456", "UTC_NS": "2023-11-14T22:13:20.000001",
 	} {
-		if v := fmt.Sprint(got[c]); !strings.HasPrefix(v, want) {
+		// Snowflake's TO_JSON writes a space between date and time, PostgreSQL's to_jsonb a T.
+		if v := strings.Replace(fmt.Sprint(got[c]), " ", "T", 1); !strings.HasPrefix(v, want) {
 			t.Errorf("%s = %v, want %s…", c, got[c], want)
 		}
 	}
