@@ -33,7 +33,7 @@ CORE_MAX_BYTES := 25000000
 PLUGIN_TAGS := grpcnotrace
 export SKIPPR_CORE_TAGS := $(CORE_TAGS)
 
-.PHONY: build check-size check-deploy sdk-release test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean
+.PHONY: build check-size check-deploy sdk-release test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean live-snowflake live-bigquery
 
 build:
 	@mkdir -p $(BIN)
@@ -52,6 +52,19 @@ check-size:
 		echo "check-size: the static stripped core is $$size bytes, over the limit of $(CORE_MAX_BYTES) (issue #20);" \
 			"see what grew: go tool nm -size -sort size, or go version -m, and BENCHMARKS.md \"Binary size\"" >&2; exit 1; \
 	else echo "check-size: the static stripped core is $$size bytes (limit $(CORE_MAX_BYTES))"; fi
+
+# The Snowflake destination's tests against a real account (plugins/snowflake/README.md, "Tests"), with the
+# credentials in SKIPPR_SNOWFLAKE_*: each test uses its own pipeline id and table names and drops them at its end.
+# Without SKIPPR_SNOWFLAKE_ACCOUNT it builds the tests, runs TestLiveAccount, which skips saying how to run, and
+# succeeds.
+live-snowflake:
+	@if [ -n "$$SKIPPR_SNOWFLAKE_ACCOUNT" ]; then \
+		for v in USER WAREHOUSE DATABASE; do eval "x=\$$SKIPPR_SNOWFLAKE_$$v"; [ -n "$$x" ] || { echo "live-snowflake: set SKIPPR_SNOWFLAKE_$$v" >&2; exit 1; }; done; \
+		[ -n "$$SKIPPR_SNOWFLAKE_PASSWORD$$SKIPPR_SNOWFLAKE_PRIVATE_KEY" ] || { echo "live-snowflake: set SKIPPR_SNOWFLAKE_PASSWORD or SKIPPR_SNOWFLAKE_PRIVATE_KEY" >&2; exit 1; }; \
+		cd plugins/snowflake && $(GO) test -count=1 -v -timeout 30m ./dest/; \
+	else \
+		cd plugins/snowflake && $(GO) test -count=1 -v -run '^TestLiveAccount$$' ./dest/; \
+	fi
 
 # Each module is tested on its own (`go test ./...` stops at module boundaries); see scripts/test.sh.
 test: tools
