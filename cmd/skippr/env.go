@@ -44,9 +44,6 @@ func newHost(c *cli.Command, g *globals, cfg *config.Config, offline bool) (*plu
 	return run.NewHost(cfg, hostOptions(c, g, offline))
 }
 
-// registryExitCode maps registry errors to exit codes.
-func registryExitCode(err error) int { return exitCode(run.RegistryCode(err)) }
-
 // isTerminal reports whether w is a terminal (progress bars redraw in place only there).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)

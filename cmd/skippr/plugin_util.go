@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 
 	"github.com/urfave/cli/v3"
 
@@ -46,25 +45,4 @@ func pluginClient(c *cli.Command, g *globals) (*registry.Client, error) {
 func pathExists(path string) bool {
 	_, err := os.Stat(path)
 	return !errors.Is(err, fs.ErrNotExist)
-}
-
-// requireFlags stands in for cli's Required flags: it names every missing flag at once and
-// exits with the usage code.
-func requireFlags(c *cli.Command, names ...string) error {
-	var missing []string
-	for _, n := range names {
-		if !c.IsSet(n) {
-			missing = append(missing, "--"+n)
-		}
-	}
-	if len(missing) > 0 {
-		return withCode(exitUsage, fmt.Errorf("%s: missing %s (see --help)", cmdName(c), strings.Join(missing, ", ")))
-	}
-	return nil
-}
-
-// cmdName is the command path without the program name ("registry sign"):
-// runCLI() already prefixes errors with "skippr: ".
-func cmdName(c *cli.Command) string {
-	return strings.TrimPrefix(c.FullName(), c.Root().Name+" ")
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/cmdline"
 	"github.com/skippr-dev/skippr/registry"
 )
 
@@ -43,7 +44,7 @@ func registryKeygenCommand() *cli.Command {
 DIR/` + registry.PublicKeyFile + ` (publish it: users trust your registry with it). Never overwrites a key.`,
 		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "directory for the key files (required)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			if err := requireFlags(c, "out"); err != nil {
+			if err := cmdline.RequireFlags(c, "out"); err != nil {
 				return err
 			}
 			pub, priv, id, err := registry.Keygen(c.String("out"))
@@ -80,7 +81,7 @@ different bytes for an existing version and platform fails.`,
 			if len(args) != 2 {
 				return withCode(exitUsage, fmt.Errorf("registry add: want DIR ARTIFACT, got %d arguments", len(args)))
 			}
-			if err := requireFlags(c, "name", "version"); err != nil {
+			if err := cmdline.RequireFlags(c, "name", "version"); err != nil {
 				return err
 			}
 			art, err := registry.Add(ctx, registry.AddRequest{
@@ -115,7 +116,7 @@ users who trust only one of them.`,
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("registry sign: want DIR, got %d arguments", len(args)))
 			}
-			if err := requireFlags(c, "key"); err != nil {
+			if err := cmdline.RequireFlags(c, "key"); err != nil {
 				return err
 			}
 			id, err := registry.Sign(args[0], c.String("key"))
@@ -142,7 +143,7 @@ URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoi
 			if len(args) != 1 {
 				return withCode(exitUsage, fmt.Errorf("registry trust: want URL, got %d arguments", len(args)))
 			}
-			if err := requireFlags(c, "key"); err != nil {
+			if err := cmdline.RequireFlags(c, "key"); err != nil {
 				return err
 			}
 			keys, err := registry.ReadPublicKeyFiles(c.StringSlice("key"))
@@ -176,7 +177,7 @@ lock files that pin it still install it, with a warning. The binaries stay. Sign
 			if len(args) != 3 {
 				return withCode(exitUsage, fmt.Errorf("registry yank: want DIR NAME VERSION, got %d arguments", len(args)))
 			}
-			if err := requireFlags(c, "reason"); err != nil {
+			if err := cmdline.RequireFlags(c, "reason"); err != nil {
 				return err
 			}
 			if err := registry.Yank(args[0], args[1], args[2], c.String("reason")); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,36 +92,6 @@ func TestUsageErrors(t *testing.T) {
 				t.Errorf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr, tt.code, tt.want)
 			}
 		})
-	}
-}
-
-func TestNormalizeArgs(t *testing.T) {
-	tests := []struct{ in, want []string }{
-		{[]string{"sync", "-c", "x.yml", "--once"}, []string{"-c", "x.yml", "sync", "--once"}},
-		{[]string{"sync", "--once", "--home=/h", "p1"}, []string{"--home=/h", "sync", "--once", "p1"}},
-		{[]string{"-c", "x.yml", "sync"}, []string{"-c", "x.yml", "sync"}},
-		// After a leaf's positional argument too (urfave/cli v3 reads flags there).
-		{[]string{"plugin", "install", "datagen", "--home", "/h"}, []string{"--home", "/h", "plugin", "install", "datagen"}},
-		// A flag's value is not mistaken for a flag or a command.
-		{[]string{"sync", "--progress-every", "2s", "-c", "sync"}, []string{"-c", "sync", "sync", "--progress-every", "2s"}},
-		// After -- nothing moves.
-		{[]string{"query", "--", "-c"}, []string{"query", "--", "-c"}},
-		{[]string{"help"}, []string{"help"}},
-		{[]string{"-c", "x.yml", "help", "plugin", "install"}, []string{"-c", "x.yml", "plugin", "install", "--help"}},
-		// --help after a leaf's arguments asks for that command's help: the arguments are dropped.
-		{[]string{"-c", "x.yml", "sync", "orders", "--help"}, []string{"sync", "--help"}},
-		{[]string{"registry", "add", "d", "a", "--name", "x", "-h"}, []string{"registry", "add", "-h"}},
-	}
-	for _, tt := range tests {
-		app := newApp(&globals{})
-		got, err := normalizeArgs(app, append([]string{"skippr"}, tt.in...))
-		if err != nil {
-			t.Errorf("%v: %v", tt.in, err)
-			continue
-		}
-		if want := append([]string{"skippr"}, tt.want...); !reflect.DeepEqual(got, want) {
-			t.Errorf("normalizeArgs(%q) = %q; want %q", tt.in, got, want)
-		}
 	}
 }
 
