@@ -313,3 +313,18 @@ func Offering(ctx context.Context, cfg *config.Config, host connector.Starter, n
 	}
 	return nil, fmt.Errorf("%s has several connections offering %s (%v): pick one with --connection", cfg.Path, service, names)
 }
+
+// Compact runs the lake.compact service of the named connection's plugin (name "" when one connection alone
+// offers it) and returns its report. ErrNoService when none offers it.
+func Compact(ctx context.Context, cfg *config.Config, host connector.Starter, name string, req sdk.CompactRequest) ([]byte, error) {
+	plugin, err := Offering(ctx, cfg, host, name, sdk.ServiceCompact)
+	if err != nil {
+		return nil, err
+	}
+	defer plugin.Kill()
+	report, err := plugin.LakeCompact(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("lake compact %s: %w", req.Table, err)
+	}
+	return report, nil
+}
