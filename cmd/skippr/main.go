@@ -3,10 +3,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -19,10 +17,8 @@ import (
 
 // Short names for the exit codes and helpers of engine/cmdline, which every command uses.
 const (
-	exitOK       = cmdline.ExitOK
-	exitFailure  = cmdline.ExitFailure
-	exitUsage    = cmdline.ExitUsage
-	exitNotFound = cmdline.ExitNotFound
+	exitFailure = cmdline.ExitFailure
+	exitUsage   = cmdline.ExitUsage
 )
 
 func withCode(code int, err error) error { return cmdline.WithCode(code, err) }
@@ -64,18 +60,8 @@ func runCLI(args []string, stdout, stderr *os.File) int {
 	return cmdline.Exit(err, app.Name, stderr, g.Redact.String)
 }
 
-func defaultHome() string {
-	if h := os.Getenv("SKIPPR_HOME"); h != "" {
-		return h
-	}
-	if h, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(h, ".skippr")
-	}
-	return ".skippr"
-}
-
 // newApp builds the command tree. The root's flags are global: urfave/cli v3 makes them persistent, so a
-// subcommand accepts them too, and normalizeArgs moves them in front of it so that Before reads them.
+// subcommand accepts them too, and cmdline.NormalizeArgs moves them in front of it so that Before reads them.
 func newApp(g *globals) *cli.Command {
 	app := &cli.Command{
 		Name:                  "skippr",
@@ -86,7 +72,7 @@ func newApp(g *globals) *cli.Command {
 		OnUsageError:          cmdline.OnUsageError,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Value: "skippr.yml", Sources: cli.EnvVars("SKIPPR_CONFIG"), Usage: "pipeline configuration file"},
-			&cli.StringFlag{Name: "home", Value: defaultHome(), Sources: cli.EnvVars("SKIPPR_HOME"), Usage: "directory for installed plugins and local state"},
+			&cli.StringFlag{Name: "home", Value: cmdline.DefaultHome(), Sources: cli.EnvVars("SKIPPR_HOME"), Usage: "directory for installed plugins and local state"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Sources: cli.EnvVars("SKIPPR_LOG_LEVEL"), Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "log-format", Value: "text", Sources: cli.EnvVars("SKIPPR_LOG_FORMAT"), Usage: "text or json"},
 			&cli.DurationFlag{Name: "plugin-start-timeout", Value: 60 * time.Second, Sources: cli.EnvVars("SKIPPR_PLUGIN_START_TIMEOUT"), Usage: "how long a plugin may take to start (a large binary on a slow disk may need more)"},
@@ -97,20 +83,9 @@ func newApp(g *globals) *cli.Command {
 			g.PluginStartTimeout = c.Duration("plugin-start-timeout")
 			g.LogFormat = c.String("log-format")
 			g.Started = time.Now()
-			var lvl slog.Level
-			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-				return ctx, withCode(exitUsage, fmt.Errorf("--log-level: %w", err))
-			}
-			opts := &slog.HandlerOptions{Level: lvl}
-			switch c.String("log-format") {
-			case "json":
-				g.Log = slog.New(g.Redact.Handler(slog.NewJSONHandler(c.Root().ErrWriter, opts)))
-			case "text":
-				g.Log = slog.New(g.Redact.Handler(slog.NewTextHandler(c.Root().ErrWriter, opts)))
-			default:
-				return ctx, withCode(exitUsage, fmt.Errorf("--log-format %q: want text or json", c.String("log-format")))
-			}
-			return ctx, nil
+			var err error
+			g.Log, err = cmdline.NewLogger(c.String("log-level"), c.String("log-format"), c.Root().ErrWriter, g.Redact.Handler)
+			return ctx, err
 		},
 		Commands: commands(g),
 	}

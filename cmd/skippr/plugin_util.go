@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 
@@ -16,26 +15,17 @@ import (
 // URLs when given, else the config's registries, the trust store and the
 // project's registry, in that order.
 func pluginClient(c *cli.Command, g *globals) (*registry.Client, error) {
-	var known []registry.Registry
+	var configured []registry.Registry
 	if pathExists(g.ConfigPath) {
 		cfg, err := loadConfig(g)
 		if err != nil {
 			return nil, err
 		}
-		if known, err = run.Registries(cfg); err != nil {
+		if configured, err = run.Registries(cfg); err != nil {
 			return nil, err
 		}
 	}
-	known, err := registry.Sources(g.Home, known)
-	if err != nil {
-		return nil, withCode(exitUsage, err)
-	}
-
-	keys, err := registry.ReadPublicKeyFiles(c.StringSlice("key"))
-	if err != nil {
-		return nil, withCode(exitUsage, fmt.Errorf("--key: %w", err))
-	}
-	regs, err := registry.Choose(known, c.StringSlice("registry"), keys)
+	regs, err := registry.Pick(g.Home, configured, c.StringSlice("registry"), c.StringSlice("key"))
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}

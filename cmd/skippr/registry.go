@@ -77,11 +77,8 @@ different bytes for an existing version and platform fails.`,
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no reminder to sign (for scripts that add several binaries, then sign once)"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
-			if len(args) != 2 {
-				return withCode(exitUsage, fmt.Errorf("registry add: want DIR ARTIFACT, got %d arguments", len(args)))
-			}
-			if err := cmdline.RequireFlags(c, "name", "version"); err != nil {
+			args, err := cmdline.Args(c, 2, "name", "version")
+			if err != nil {
 				return err
 			}
 			art, err := registry.Add(ctx, registry.AddRequest{
@@ -112,11 +109,8 @@ other keys already in the file are kept, so signing with an old and a new key ro
 users who trust only one of them.`,
 		Flags: []cli.Flag{&cli.StringFlag{Name: "key", Usage: "private key file from `skippr registry keygen` (required)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
-			if len(args) != 1 {
-				return withCode(exitUsage, fmt.Errorf("registry sign: want DIR, got %d arguments", len(args)))
-			}
-			if err := cmdline.RequireFlags(c, "key"); err != nil {
+			args, err := cmdline.Args(c, 1, "key")
+			if err != nil {
 				return err
 			}
 			id, err := registry.Sign(args[0], c.String("key"))
@@ -139,11 +133,8 @@ when its index is signed by one of its keys. Registries are consulted in the ord
 URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoint=URL&path_style=true&anonymous=true].`,
 		Flags: []cli.Flag{&cli.StringSliceFlag{Name: "key", Usage: "public key file (required, repeatable)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
-			if len(args) != 1 {
-				return withCode(exitUsage, fmt.Errorf("registry trust: want URL, got %d arguments", len(args)))
-			}
-			if err := cmdline.RequireFlags(c, "key"); err != nil {
+			args, err := cmdline.Args(c, 1, "key")
+			if err != nil {
 				return err
 			}
 			keys, err := registry.ReadPublicKeyFiles(c.StringSlice("key"))
@@ -173,11 +164,8 @@ func registryYankCommand() *cli.Command {
 lock files that pin it still install it, with a warning. The binaries stay. Sign the index again afterwards.`,
 		Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why the version was withdrawn (required)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
-			if len(args) != 3 {
-				return withCode(exitUsage, fmt.Errorf("registry yank: want DIR NAME VERSION, got %d arguments", len(args)))
-			}
-			if err := cmdline.RequireFlags(c, "reason"); err != nil {
+			args, err := cmdline.Args(c, 3, "reason")
+			if err != nil {
 				return err
 			}
 			if err := registry.Yank(args[0], args[1], args[2], c.String("reason")); err != nil {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/skippr-dev/skippr/engine/cmdline"
 )
 
 // runCaptured runs the CLI in-process and returns its exit code and stderr.
@@ -105,14 +107,14 @@ func TestHelpAndCompletion(t *testing.T) {
 		stdout string // printed on stdout
 		stderr string // printed on stderr
 	}{
-		{[]string{"sync", "orders", "--help"}, exitOK, "skippr sync - run pipelines", ""},
-		{[]string{"plugin", "install", "datagen", "-h"}, exitOK, "skippr plugin install - install a plugin", ""},
-		{[]string{"registry", "add", "d", "a", "--name", "x", "--help"}, exitOK, "skippr registry add - add a plugin binary", ""},
-		{[]string{"help", "sync"}, exitOK, "skippr sync - run pipelines", ""},
-		{[]string{"help", "plugin", "install"}, exitOK, "skippr plugin install - install a plugin", ""},
-		{[]string{"help"}, exitOK, "skippr - continuous change-data-capture", ""},
+		{[]string{"sync", "orders", "--help"}, cmdline.ExitOK, "skippr sync - run pipelines", ""},
+		{[]string{"plugin", "install", "datagen", "-h"}, cmdline.ExitOK, "skippr plugin install - install a plugin", ""},
+		{[]string{"registry", "add", "d", "a", "--name", "x", "--help"}, cmdline.ExitOK, "skippr registry add - add a plugin binary", ""},
+		{[]string{"help", "sync"}, cmdline.ExitOK, "skippr sync - run pipelines", ""},
+		{[]string{"help", "plugin", "install"}, cmdline.ExitOK, "skippr plugin install - install a plugin", ""},
+		{[]string{"help"}, cmdline.ExitOK, "skippr - continuous change-data-capture", ""},
 		{[]string{"sync", "help", "-c", missing}, exitUsage, "", "config " + missing + " not found"},
-		{[]string{"completion", "bash"}, exitOK, "shell completion script", ""},
+		{[]string{"completion", "bash"}, cmdline.ExitOK, "shell completion script", ""},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -92,3 +92,35 @@ func TestNormalizeArgsErrors(t *testing.T) {
 		}
 	}
 }
+
+// Args wants exactly the arguments ArgsUsage names, then the required flags.
+func TestArgs(t *testing.T) {
+	tests := []struct {
+		args    []string
+		want    []string
+		wantErr string
+	}{
+		{[]string{"d", "a", "--name", "x"}, []string{"d", "a"}, ""},
+		{[]string{"d", "--name", "x"}, nil, "registry add: want DIR ARTIFACT, got 1 arguments"},
+		{[]string{"d", "a", "b"}, nil, "registry add: want DIR ARTIFACT, got 3 arguments"},
+		{[]string{"d", "a"}, nil, "registry add: missing --name (see --help)"},
+	}
+	for _, tt := range tests {
+		app := testApp()
+		add := app.Commands[3].Commands[0]
+		add.ArgsUsage = "DIR ARTIFACT"
+		var got []string
+		var gotErr error
+		add.Action = func(_ context.Context, c *cli.Command) error { got, gotErr = Args(c, 2, "name"); return nil }
+		if err := app.Run(context.Background(), append([]string{"skippr", "registry", "add"}, tt.args...)); err != nil {
+			t.Fatal(err)
+		}
+		var ee *exitError
+		switch {
+		case tt.wantErr == "" && (gotErr != nil || !reflect.DeepEqual(got, tt.want)):
+			t.Errorf("%q: %q, %v; want %q", tt.args, got, gotErr, tt.want)
+		case tt.wantErr != "" && (!errors.As(gotErr, &ee) || ee.code != ExitUsage || gotErr.Error() != tt.wantErr):
+			t.Errorf("%q: %v; want exit %d and %q", tt.args, gotErr, ExitUsage, tt.wantErr)
+		}
+	}
+}

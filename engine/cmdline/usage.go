@@ -104,3 +104,13 @@ func RequireFlags(c *cli.Command, names ...string) error {
 func CmdName(c *cli.Command) string {
 	return strings.TrimPrefix(c.FullName(), c.Root().Name+" ")
 }
+
+// Args returns the command's arguments when there are exactly n of them (the ones its ArgsUsage names) and
+// every flag named in required is set; otherwise a usage error that says what is wanted.
+func Args(c *cli.Command, n int, required ...string) ([]string, error) {
+	args := c.Args().Slice()
+	if len(args) != n {
+		return nil, WithCode(ExitUsage, fmt.Errorf("%s: want %s, got %d arguments", CmdName(c), c.ArgsUsage, len(args)))
+	}
+	return args, RequireFlags(c, required...)
+}
