@@ -1,6 +1,8 @@
 // Package lakequery runs `skippr query`: SQL over the tables of the pipelines' lake destinations, merged with
 // the entries committed to each pipeline's WAL but not applied yet (the contract between the parts is the
 // SDK's package lakequery).
+// Console is how the command talks to a person (a prompt with history) or a script (stdin), and Compact runs
+// `skippr lake compact` through the same service lookup.
 //
 // Nothing here names a plugin. A lake is any destination whose plugin offers the lake.plan service; the query
 // engine is any plugin offering query.engine (DuckDB unless the config pins another, see QueryPlugin). Every
