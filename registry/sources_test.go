@@ -78,14 +78,10 @@ func TestPick(t *testing.T) {
 		}
 		var got []string
 		for _, r := range regs {
-			s := r.URL
-			for _, k := range r.Keys {
-				if r.Fallback {
-					break // the project's registry, with the project's keys
-				}
-				s += " " + k.ID()
+			if r.Fallback { // the project's registry, with the project's keys
+				r.Keys = nil
 			}
-			got = append(got, strings.TrimSpace(s))
+			got = append(got, strings.TrimSpace(r.URL+" "+strings.Join(r.KeyIDs(), " ")))
 		}
 		if err != nil || !slices.Equal(got, tt.want) {
 			t.Errorf("%s: %q, %v; want %q", tt.name, got, err, tt.want)

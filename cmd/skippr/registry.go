@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 
@@ -145,11 +146,7 @@ URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoi
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
-			fmt.Fprintf(c.Root().Writer, "trusting %s with key", r.URL)
-			for _, k := range r.Keys {
-				fmt.Fprintf(c.Root().Writer, " %s", k.ID())
-			}
-			fmt.Fprintln(c.Root().Writer)
+			fmt.Fprintf(c.Root().Writer, "trusting %s with key %s\n", r.URL, strings.Join(r.KeyIDs(), " "))
 			return nil
 		},
 	}
