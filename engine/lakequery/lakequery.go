@@ -1,6 +1,8 @@
 // Package lakequery runs `skippr query`: SQL over the tables of the pipelines' lake destinations, merged with
 // the entries committed to each pipeline's WAL but not applied yet (the contract between the parts is the
 // SDK's package lakequery).
+// Console is how the command talks to a person (a prompt with history) or a script (stdin), and Compact runs
+// `skippr lake compact` through the same service lookup.
 //
 // Nothing here names a plugin. A lake is any destination whose plugin offers the lake.plan service; the query
 // engine is any plugin offering query.engine: the connection `query: {connection: NAME}` names, else DuckDB
@@ -327,4 +329,19 @@ func Offering(ctx context.Context, cfg *config.Config, host connector.Starter, n
 		names = append(names, cn.Name)
 	}
 	return nil, fmt.Errorf("%s has several connections offering %s (%v): pick one with --connection", cfg.Path, service, names)
+}
+
+// Compact runs the lake.compact service of the named connection's plugin (name "" when one connection alone
+// offers it) and returns its report. ErrNoService when none offers it.
+func Compact(ctx context.Context, cfg *config.Config, host connector.Starter, name string, req sdk.CompactRequest) ([]byte, error) {
+	plugin, err := Offering(ctx, cfg, host, name, sdk.ServiceCompact)
+	if err != nil {
+		return nil, err
+	}
+	defer plugin.Kill()
+	report, err := plugin.LakeCompact(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("lake compact %s: %w", req.Table, err)
+	}
+	return report, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/skippr-dev/skippr/engine/pluginhost"
 	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	sdk "github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 )
 
 func TestMain(m *testing.M) { testplugins.Main(m) }
@@ -30,29 +31,7 @@ func (failingStarter) Start(context.Context, pluginhost.Connection) (*client.Cli
 func TestOpenErrors(t *testing.T) {
 	testdest := testplugins.Build(t, "testdest")
 	dir := t.TempDir()
-	load := func(t *testing.T, pipelines string) *config.Config {
-		t.Helper()
-		path := filepath.Join(t.TempDir(), "skippr.yaml")
-		yaml := fmt.Sprintf(`connections:
-  gen:
-    plugin: datagen
-    path: /nonexistent/datagen
-    settings: { rows: 1 }
-  out:
-    plugin: testdest
-    path: %s
-    settings: { dir: %s }
-pipelines:
-%s`, testdest, dir, pipelines)
-		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.Load(path, func(string) (string, bool) { return "", false })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
+	load := func(t *testing.T, pipelines string) *config.Config { return testConfig(t, testdest, dir, pipelines) }
 	const onePipeline = `  p:
     source: gen
     destinations: [out]
@@ -95,6 +74,70 @@ pipelines:
 			}
 			if pids := running(t, testdest); len(pids) > 0 {
 				t.Errorf("testdest still running after Open failed: pids %v", pids)
+			}
+		})
+	}
+}
+
+// testConfig loads a config of a datagen source that cannot start, a testdest destination writing to dir,
+// and pipelines.
+func testConfig(t *testing.T, testdest, dir, pipelines string) *config.Config {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "skippr.yaml")
+	yaml := fmt.Sprintf(`connections:
+  gen:
+    plugin: datagen
+    path: /nonexistent/datagen
+    settings: { rows: 1 }
+  out:
+    plugin: testdest
+    path: %s
+    settings: { dir: %s }
+pipelines:
+%s`, testdest, dir, pipelines)
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(path, func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestCompactErrors: `skippr lake compact` names the connection that is missing or offers no compaction
+// (ErrNoService, a usage error), and leaves no plugin running.
+func TestCompactErrors(t *testing.T) {
+	testdest := testplugins.Build(t, "testdest")
+	cfg := testConfig(t, testdest, t.TempDir(), `  p:
+    source: gen
+    destinations: [out]
+    wal: { url: file:///tmp/unused-wal }
+`)
+	for _, tc := range []struct {
+		name, conn string
+		host       connector.Starter
+		want       string
+		noService  bool
+	}{
+		{name: "unknown connection", conn: "nope", want: `no connection "nope"`},
+		{name: "connection offers no compaction", conn: "out", want: "does not offer lake.compact", noService: true},
+		{name: "plugin refused at start", conn: "out", host: failingStarter{}, want: "checksum mismatch"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			host := tc.host
+			if host == nil {
+				host = &pluginhost.Host{LockPath: filepath.Join(t.TempDir(), "lock")}
+			}
+			_, err := Compact(context.Background(), cfg, host, tc.conn, sdk.CompactRequest{Table: "events"})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v does not say %q", err, tc.want)
+			}
+			if errors.Is(err, ErrNoService) != tc.noService {
+				t.Errorf("errors.Is(%v, ErrNoService) = %v, want %v", err, !tc.noService, tc.noService)
+			}
+			if pids := running(t, testdest); len(pids) > 0 {
+				t.Errorf("testdest still running after Compact failed: pids %v", pids)
 			}
 		})
 	}
