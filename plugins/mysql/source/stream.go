@@ -233,6 +233,9 @@ func (s *streamer) event(ctx context.Context, ev mysql.BinlogEvent) error {
 		case "COMMIT":
 			return s.commit(ctx, ev.NextPosition())
 		}
+		if err := s.checkStatement(q.Database, q.SQL, ev.NextPosition()); err != nil {
+			return err
+		}
 		return s.statement(ctx, q.Database, q.SQL, ev.NextPosition())
 	}
 	return nil
@@ -319,6 +322,9 @@ func (s *streamer) checkMap(ev mysql.BinlogEvent, tm *mysql.TableMap) error {
 	if err != nil {
 		return fmt.Errorf("table map of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
 	}
+	if names == nil {
+		return s.metadataErr(ev, t)
+	}
 	for i, n := range names {
 		if i < len(t.Columns) && !strings.EqualFold(n, t.Columns[i].Name) {
 			return fault.DataErr(fmt.Errorf("table %s column %d is %s in the binary log at %s:%d, %s in the schema history: a schema change was missed", t.Stream, i+1, n, s.file, ev.NextPosition(), t.Columns[i].Name), fix)
@@ -347,6 +353,10 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 	rows, err := ev.Rows(f, tm)
 	if err != nil {
 		return fmt.Errorf("binlog rows of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
+	}
+	// Before any row of the event is added: a partial image stops the Read with none of its rows emitted.
+	if err := s.checkImage(ev, t, &rows); err != nil {
+		return err
 	}
 	where := s.file + ":" + fmt.Sprint(ev.NextPosition())
 	if s.txn != nil {
