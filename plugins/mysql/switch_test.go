@@ -117,3 +117,21 @@ func checkSwitchFault(t *testing.T, err error, setting string) {
 		}
 	}
 }
+
+// TestSameServerID: two Reads with one server_id (two pipelines over the same tables used to derive the same
+// one) evict each other's binlog dump; the one evicted stops with a config fault naming server_id and the fix,
+// not a transient error that reconnects and evicts the other in turn.
+func TestSameServerID(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t)
+	db.Exec(t, `CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a VALUES (1, 'x')`)
+	set := settings(db, map[string]any{"tables": []string{"a"}, "server_id": 3_000_000 + time.Now().UnixNano()%1_000_000})
+	first := startReading(t, startPlugin(t), set, nil)
+	catchUp(t, first, newState(), db)
+	second := startReading(t, startPlugin(t), set, nil)
+	catchUp(t, second, newState(), db)
+	err := first.Err(time.Minute)
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "server_id") || !strings.Contains(fault.FixOf(err), "set server_id") {
+		t.Fatalf("evicted by a reader of the same server_id: %v (class %v, fix %q), want a config fault naming server_id", err, fault.ClassOf(err), fault.FixOf(err))
+	}
+}

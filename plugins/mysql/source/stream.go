@@ -116,6 +116,12 @@ func checkRetained(conn *mysql.Conn, r *reader, pos *Position) error {
 // explainDump classifies an error of the binlog dump.
 func explainDump(r *reader, pos *Position, err error) error {
 	var se *sqlerror.SQLError
+	if errors.As(err, &se) && sameServerID(se) {
+		// Retrying would evict the other reader in turn, and so on for ever: a person must give one of them
+		// another id.
+		return fault.ConfigErr(fmt.Errorf("another binlog reader connected to the server with this pipeline's server_id %d, and the server dropped this one (two pipelines over the same tables derive the same id; a replica may use it too): %w", r.cfg.ServerID, err),
+			"set server_id in this pipeline's source settings to a number no other pipeline, replica or server of this topology uses (1–4294967295)")
+	}
 	if errors.As(err, &se) && se.Number() == sqlerror.ERMasterFatalReadingBinlog {
 		return fault.ResnapshotErr(fmt.Errorf("the server cannot send the binary log from %s:%d (gtid %q): %w", pos.File, pos.Pos, pos.GTID, err),
 			"start the pipeline from an empty checkpoint (a new snapshot), and raise binlog_expire_logs_seconds above the longest time the pipeline may be stopped")
@@ -124,6 +130,19 @@ func explainDump(r *reader, pos *Position, err error) error {
 		return fault.ConfigErr(fmt.Errorf("binlog dump: %w", err), fmt.Sprintf("GRANT REPLICATION SLAVE ON *.* TO '%s'", r.cfg.User))
 	}
 	return fault.TransientErr(fmt.Errorf("binlog dump from %s:%d: %w", pos.File, pos.Pos, r.cfg.Explain(err)))
+}
+
+// errSlaveSameID is MariaDB's ER_SLAVE_SAME_ID: a binlog reader with the same server_id connected, and the
+// server ended this one's dump. MySQL reports it as 1236 (ER_MASTER_FATAL_ERROR_READING_BINLOG) with a message
+// saying so.
+const errSlaveSameID = 4052
+
+func sameServerID(se *sqlerror.SQLError) bool {
+	if se.Number() == errSlaveSameID {
+		return true
+	}
+	msg := strings.ToLower(se.Message)
+	return se.Number() == sqlerror.ERMasterFatalReadingBinlog && strings.Contains(msg, "same server") && strings.Contains(msg, "id")
 }
 
 // start asks the server for the binary log after the position: by GTID when there is one (MariaDB always;
