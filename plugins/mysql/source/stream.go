@@ -489,7 +489,7 @@ func (s *streamer) add(ctx context.Context, t *Table, tm *mysql.TableMap, row []
 			b.AppendNull()
 			continue
 		}
-		if err := appendCell(b, &t.Columns[i], tm.Types[i], tm.Metadata[i], row[i].b, s.cfg.ZeroDate == "null"); err != nil {
+		if err := appendCell(b, &t.Columns[i], tm.Types[i], tm.Metadata[i], row[i].b, s.cfg.ZeroDate == config.ZeroDateNull); err != nil {
 			return valueErr(t, err)
 		}
 	}
