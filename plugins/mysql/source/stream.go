@@ -337,12 +337,19 @@ func (s *streamer) checkMap(ev mysql.BinlogEvent, tm *mysql.TableMap) error {
 	if len(tm.Types) != len(t.Columns) {
 		return fault.DataErr(fmt.Errorf("table %s has %d columns in the binary log at %s:%d, %d in the schema history: a schema change was missed", t.Stream, len(tm.Types), s.file, ev.NextPosition(), len(t.Columns)), fix)
 	}
-	names, err := columnNames(ev, s.format)
+	meta, err := optionalMeta(ev, s.format)
+	if err != nil {
+		return fmt.Errorf("table map of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
+	}
+	names, err := columnNames(meta)
 	if err != nil {
 		return fmt.Errorf("table map of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
 	}
 	if names == nil {
 		return s.metadataErr(ev, t)
+	}
+	if err := useMembers(t, meta); err != nil {
+		return fmt.Errorf("table map of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
 	}
 	for i, n := range names {
 		if i < len(t.Columns) && !strings.EqualFold(n, t.Columns[i].Name) {
