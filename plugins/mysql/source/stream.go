@@ -51,6 +51,9 @@ type streamer struct {
 	lastCP      time.Time
 	// rs copies tables again between the transactions it streams (resnapshot.go).
 	rs *resnapper
+	// hasRowMetadata: the server has binlog_row_metadata (MariaDB 10.5+, MySQL 8.0.1+), so a table map without
+	// column names means it was switched away from FULL. Older servers never write names.
+	hasRowMetadata bool
 }
 
 // stream reads the binary log from pos and emits each transaction's rows of the captured tables, then a
@@ -162,7 +165,11 @@ func (s *streamer) start() error {
 			return fmt.Errorf("%s: %w", q, s.cfg.Explain(err))
 		}
 	}
-	var err error
+	res, err := s.conn.ExecuteFetch("SHOW GLOBAL VARIABLES LIKE 'binlog_row_metadata'", 10, false)
+	if err != nil {
+		return fmt.Errorf("SHOW GLOBAL VARIABLES LIKE 'binlog_row_metadata': %w", s.cfg.Explain(err))
+	}
+	s.hasRowMetadata = len(res.Rows) > 0
 	switch {
 	case s.flavor == flavorMariaDB:
 		if s.gtids, err = replication.ParsePosition(replication.MariadbFlavorID, s.cur.GTID); err != nil {
@@ -345,7 +352,7 @@ func (s *streamer) checkMap(ev mysql.BinlogEvent, tm *mysql.TableMap) error {
 	if err != nil {
 		return fmt.Errorf("table map of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
 	}
-	if names == nil {
+	if names == nil && s.hasRowMetadata {
 		return s.metadataErr(ev, t)
 	}
 	if err := useMembers(t, meta); err != nil {
