@@ -216,8 +216,13 @@ type holder struct {
 }
 
 type session struct {
-	w        *Worker
-	s        *concurrency.Session
+	w *Worker
+	s *concurrency.Session
+	// lease tells when the lease must be taken as lost; alive ends then, and with it every etcd call a
+	// holder makes to clean up: the keys go with the lease, and a cut-off etcd would stall each call.
+	lease    *leaseClock
+	alive    context.Context
+	markLost context.CancelFunc
 	member   Member
 	holders  map[string]*holder
 	held     map[string]bool // won and running
@@ -236,6 +241,7 @@ type heldEvent struct {
 // session is one membership of the fleet, under one etcd lease; joined reports whether it registered.
 func (w *Worker) session(ctx context.Context) (joined bool, err error) {
 	gctx, cancel := context.WithTimeout(ctx, time.Duration(w.ttlSeconds())*time.Second)
+	asked := time.Now() // etcd starts the lease's TTL after this
 	lease, err := w.Client.Grant(gctx, int64(w.ttlSeconds()))
 	cancel()
 	if err != nil {
@@ -253,6 +259,11 @@ func (w *Worker) session(ctx context.Context) (joined bool, err error) {
 			Instance: w.instance, Pipelines: []string{}},
 		holders: map[string]*holder{}, held: map[string]bool{}, events: make(chan heldEvent, 64),
 	}
+	ss.alive, ss.markLost = context.WithCancel(context.WithoutCancel(ctx))
+	defer ss.markLost()
+	lctx, lcancel := context.WithCancel(ss.alive)
+	defer lcancel()
+	ss.lease = watchLease(lctx, w.Client, lease.ID, asked, time.Duration(lease.TTL)*time.Second)
 	err = ss.run(ctx)
 	return ss.joined, err
 }
@@ -354,12 +365,10 @@ func (ss *session) run(ctx context.Context) error {
 
 	for {
 		select {
-		case <-ss.s.Done():
-			// The lease expired (etcd deleted our keys, another worker may already hold our pipelines) or could
-			// not be kept alive for a whole TTL: stop at once, the WAL fence stops whatever is still in flight.
-			log.Error("fleet: etcd lease expired; stopping every pipeline of this worker now", "worker", w.Name, "pipelines", ss.heldList())
-			ss.stopAll(true)
-			return fmt.Errorf("worker %s: %w", w.Name, ErrLeaseLost)
+		case <-ss.lease.Lost():
+			return ss.leaseLost()
+		case <-ss.s.Done(): // the client gave up on the lease; the clock above normally fires first
+			return ss.leaseLost()
 		case <-shutdown.Draining(ctx):
 			log.Info("fleet: stopping: handing pipelines over after their in-flight commits", "worker", w.Name, "pipelines", ss.heldList())
 			ss.member.Draining = true
@@ -416,6 +425,23 @@ func (ss *session) run(ctx context.Context) error {
 			ss.reconcile(bg)
 		}
 	}
+}
+
+// leaseLost stops every pipeline at once: no keep-alive answer for the lease's TTL (less a margin, see
+// leaseClock), or etcd said it expired. etcd deletes our keys by now and another worker may be elected for our
+// pipelines at once; the WAL fence stops whatever is still in flight. No etcd call stands between the
+// pipelines' stop and the return (markLost ends the holders' cleanup calls): a cut-off etcd would stall each.
+func (ss *session) leaseLost() error {
+	w, log := ss.w, ss.w.log()
+	t0 := time.Now()
+	log.Error("fleet: etcd lease expired; stopping every pipeline of this worker now", "worker", w.Name, "pipelines", ss.heldList(),
+		"last_keepalive_answer", ss.lease.Last().UTC().Format(time.RFC3339Nano))
+	ss.markLost()
+	ss.stopAll(true)
+	log.Info("fleet: every pipeline of this worker stopped", "worker", w.Name, "took", time.Since(t0).Round(time.Millisecond))
+	// Stop renewing the lease should etcd answer again: the rejoin revokes it (claimName).
+	ss.s.Orphan()
+	return fmt.Errorf("worker %s: %w", w.Name, ErrLeaseLost)
 }
 
 // publishProgress puts the held pipelines' progress under this worker's lease at every heartbeat until ctx
@@ -594,7 +620,8 @@ func (ss *session) stopAll(hard bool) {
 // hold campaigns for the pipeline and runs it while elected, until ctx ends.
 func (ss *session) hold(ctx context.Context, name string) {
 	w, log := ss.w, ss.w.log().With("pipeline", name)
-	bg := context.WithoutCancel(ctx)
+	// Cleanup outlives the holder's context but not the lease: once it is lost, the keys go with it.
+	bg := ss.alive
 	e := concurrency.NewElection(ss.s, electKey(w.Prefix, name))
 	// Our candidacy key can outlive a campaign that failed or was cancelled (the put may have landed after
 	// the context ended), and a key of ours left in the election blocks every other candidate for as long as
@@ -603,7 +630,7 @@ func (ss *session) hold(ctx context.Context, name string) {
 	withdraw := func() {
 		dctx, cancel := context.WithTimeout(bg, 5*time.Second)
 		defer cancel()
-		if _, err := w.Client.Delete(dctx, mine); err != nil {
+		if _, err := w.Client.Delete(dctx, mine); err != nil && bg.Err() == nil {
 			log.Warn("fleet: could not withdraw from the election; the key goes with this worker's lease", "key", mine, "err", err)
 		}
 	}
@@ -645,6 +672,8 @@ func (ss *session) hold(ctx context.Context, name string) {
 		case <-ctx.Done():
 		}
 		err := w.Runner.Run(ctx, name, epoch)
+		// Stopped: Health says so now, not after the etcd calls below.
+		w.holding.Store(name, false)
 		// The holding record goes before the election key: once we resign the next holder writes its own.
 		rctx, cancel := context.WithTimeout(bg, 5*time.Second)
 		w.Client.Txn(rctx).If(clientv3.Compare(clientv3.Value(holdingKey(w.Prefix, name)), "=", string(hb))).
@@ -653,7 +682,7 @@ func (ss *session) hold(ctx context.Context, name string) {
 			eb, _ := json.Marshal(LastError{Worker: w.Name, Error: err.Error(), Time: time.Now().UTC()})
 			w.Client.Put(rctx, errorKey(w.Prefix, name), string(eb))
 		}
-		if rerr := e.Resign(rctx); rerr != nil {
+		if rerr := e.Resign(rctx); rerr != nil && bg.Err() == nil {
 			log.Warn("fleet: resign failed; the election key goes with this worker's lease", "err", rerr)
 		}
 		cancel()
