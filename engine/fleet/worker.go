@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -106,6 +107,7 @@ type Worker struct {
 	Progress func(pipeline string) (p Progress, ok bool)
 
 	instance string   // Member.Instance; set once by Serve
+	joined   bool     // joined the fleet once: the process's start is over (claimName)
 	holding  sync.Map // pipeline name → true while this worker runs it; read by Health
 	elected  sync.Map // pipeline name → when this worker last won its election
 }
@@ -292,6 +294,27 @@ func (ss *session) claimName(ctx context.Context) error {
 		var m Member
 		json.Unmarshal(kvs[0].Value, &m)
 		old := clientv3.LeaseID(kvs[0].Lease)
+		if m.Instance != w.instance && old != revoked && !w.joined && predecessorDead(m) {
+			// This process's predecessor under this name, on this host, is not running: a crash and a restart
+			// (systemd, a container's restart policy). Waiting for its lease would not only cost a TTL: the others
+			// would take its pipelines when it expires, and hand them back to this worker a moment later (the
+			// assignment is by name), so every one of them would change hands twice. Take the record over in one
+			// put (the others see the worker stay, not leave and come back, so none campaigns for its pipelines),
+			// then revoke the old lease, which takes the dead process's election keys along.
+			tr, err := w.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).
+				Then(clientv3.OpPut(key, string(b), clientv3.WithLease(ss.s.Lease()))).Commit()
+			if err != nil {
+				return err
+			}
+			if !tr.Succeeded {
+				continue // the record changed meanwhile: look again
+			}
+			if _, err := w.Client.Revoke(ctx, old); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				w.log().Warn("fleet: could not revoke the lease of this worker's previous process; its pipelines wait for it to expire", "lease", fmt.Sprintf("%x", int64(old)), "err", err)
+			}
+			w.log().Info("fleet: took over from this worker's previous process, which is not running", "worker", w.Name, "pid", m.PID, "started", m.Started.Format(time.RFC3339))
+			return nil
+		}
 		if m.Instance != w.instance || old == revoked {
 			return fmt.Errorf("%w: a live worker named %q is in fleet %s (host %s, pid %d, started %s): give this worker another --name, or stop that one; if it died, its etcd lease frees the name within %ds",
 				ErrNameTaken, w.Name, w.Prefix, m.Host, m.PID, m.Started.Format(time.RFC3339), w.ttlSeconds())
@@ -307,6 +330,25 @@ func (ss *session) claimName(ctx context.Context) error {
 		w.log().Info("fleet: revoked this worker's lease from before it lost touch with etcd", "worker", w.Name, "lease", fmt.Sprintf("%x", int64(old)))
 		revoked = old
 	}
+}
+
+// predecessorDead reports whether the worker of record m, of another process instance, was on this host and
+// is not running: its pid is gone, or is this process's own (a restarted container starts again with the same
+// pid in a new pid namespace). Only checked at the process's start: at a rejoin a record of another instance
+// is another live process (a duplicate name), which Serve waits out and reports.
+func predecessorDead(m Member) bool {
+	host, err := os.Hostname()
+	if err != nil || m.Host == "" || m.Host != host || m.PID <= 0 {
+		return false
+	}
+	if m.PID == os.Getpid() {
+		return true
+	}
+	p, err := os.FindProcess(m.PID)
+	if err != nil {
+		return true
+	}
+	return errors.Is(p.Signal(syscall.Signal(0)), os.ErrProcessDone)
 }
 
 func (ss *session) putMember(ctx context.Context) error {
@@ -339,7 +381,7 @@ func (ss *session) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("register worker %s: %w", w.Name, err)
 	}
-	ss.joined = true
+	ss.joined, w.joined = true, true
 	log.Info("fleet: joined", "worker", w.Name, "lease_ttl_s", ss.w.ttlSeconds(), "prefix", w.Prefix)
 
 	wctx, wcancel := context.WithCancel(bg)
