@@ -88,9 +88,13 @@ func ReadStatusOrLast(ctx context.Context, cli *clientv3.Client, prefix string, 
 		return st, nil
 	}
 	if cerr == nil {
+		why := "no etcd member answered"
+		if serr == nil {
+			why = "the etcd member that answered has no record of this fleet"
+		}
 		st := statusOf(cached.KVs, prefix, pipelines)
 		st.Stale = &Stale{Reason: reason, Since: cached.ReadAt,
-			Source: "this host's last answered `skippr fleet status` (" + cachePath + "); no etcd member answered"}
+			Source: "this host's last answered `skippr fleet status` (" + cachePath + "); " + why}
 		return st, nil
 	}
 	return nil, fmt.Errorf("read fleet %s: etcd unreachable (%s), and this host has no earlier status of it (%v)", prefix, reason, cerr)

@@ -65,6 +65,6 @@ func (s *Stale) Headline(now time.Time) string {
 	if s.Since.IsZero() {
 		return "etcd unreachable; the fleet's records carry no time"
 	}
-	return fmt.Sprintf("etcd unreachable since %s (%s ago) at the latest: the fleet as of then",
+	return fmt.Sprintf("etcd unreachable since %s (%s ago, when it was last seen working): the fleet as of then",
 		s.Since.UTC().Format(time.RFC3339), now.Sub(s.Since).Round(time.Second))
 }
