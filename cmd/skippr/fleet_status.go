@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -33,9 +32,9 @@ host's last answered status (kept under $SKIPPR_HOME/fleet).`,
 					if err != nil {
 						return err
 					}
-					var fps []fleet.Pipeline
-					for _, p := range pipes {
-						fps = append(fps, fleet.Pipeline{Name: p.Name, Pin: p.Fleet.Pin})
+					fps := make([]fleet.Pipeline, len(pipes))
+					for i, p := range pipes {
+						fps[i] = fleet.Pipeline{Name: p.Name, Pin: p.Fleet.Pin}
 					}
 					cli, target, err := etcdClient(c)
 					if err != nil {
@@ -46,12 +45,8 @@ host's last answered status (kept under $SKIPPR_HOME/fleet).`,
 					if err != nil {
 						return err
 					}
-					if c.Bool("json") {
-						if err := json.NewEncoder(c.Root().Writer).Encode(st); err != nil {
-							return err
-						}
-					} else {
-						st.WriteText(c.Root().Writer, time.Now())
+					if err := st.Print(c.Root().Writer, c.Bool("json"), time.Now()); err != nil {
+						return err
 					}
 					if st.Stale != nil {
 						return withCode(exitFailure, fmt.Errorf("stale: %s (%s)", st.Stale.Headline(time.Now()), st.Stale.Reason))

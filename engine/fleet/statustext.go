@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -67,4 +68,12 @@ func (s *Stale) Headline(now time.Time) string {
 	}
 	return fmt.Sprintf("etcd unreachable since %s (%s ago, when it was last seen working): the fleet as of then",
 		s.Since.UTC().Format(time.RFC3339), now.Sub(s.Since).Round(time.Second))
+}
+
+// Print writes the status as `skippr fleet status` shows it: one JSON object for scripts, or the text tables.
+func (st *Status) Print(w io.Writer, asJSON bool, now time.Time) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(st)
+	}
+	return st.WriteText(w, now)
 }
