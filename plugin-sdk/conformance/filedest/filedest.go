@@ -454,7 +454,7 @@ func readCommit(dir string) (Commit, error) {
 	return c, nil
 }
 
-// checkNotLegacy refuses a log written before the commit record existed (testdest < 0.2, one record per apply
+// checkNotLegacy refuses a log written before the commit record existed (an older testdest: one record per apply
 // and no applied.state): read as this format it would look uncommitted and be cut.
 func checkNotLegacy(dir string) error {
 	f, err := os.Open(filepath.Join(dir, logName))

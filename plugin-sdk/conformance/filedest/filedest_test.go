@@ -230,7 +230,7 @@ func TestCrashWindows(t *testing.T) {
 	}
 }
 
-// TestLegacyLogRefused: a log of testdest < 0.2 has no commit record; cutting it as an uncommitted tail would
+// TestLegacyLogRefused: a log of an older testdest has no commit record; cutting it as an uncommitted tail would
 // lose it silently.
 func TestLegacyLogRefused(t *testing.T) {
 	dir := t.TempDir()
