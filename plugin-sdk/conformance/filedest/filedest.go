@@ -612,6 +612,10 @@ func nextFrame(br *bufio.Reader) (Frame, int64, error) {
 
 var errTorn = errors.New("short frame or CRC mismatch")
 
+// Scan calls fn with each committed frame of the log in dir, in order, reading one frame at a time: for a
+// check over a log too large to Load.
+func Scan(dir string, fn func(Frame) error) error { return readLog(dir, fn) }
+
 // readLog calls fn with each committed frame of the log in dir, in order, reading one frame at a time.
 func readLog(dir string, fn func(Frame) error) error {
 	c, err := readCommit(dir)
