@@ -33,8 +33,16 @@
 // the range covered and skips it. Step 3 comes first so that a committed state never points past data that a
 // power loss could take back; the directory fsync makes the rename itself durable before Apply returns.
 //
-// Finding the fence costs one read of a file of a few hundred bytes, whatever the log's length. A frame that
-// fails its CRC below Size is corruption, not a torn write, and Load reports it with its offset.
+// The one invariant: no apply changes a byte below the committed Size, so Load (which reads the commit record,
+// then the log up to its Size) may run beside an apply. Finding the fence costs one read of a file of a few
+// hundred bytes, whatever the log's length. A frame that fails its CRC below Size is corruption, not a torn
+// write, and Load reports it with its offset.
+//
+// Why a separate commit record rather than a trailer frame at the end of each apply: after a crash the log's
+// end is a torn apply, and the last good trailer behind it could only be found by scanning the log, which is
+// what this design removes. The price is a second fsync and a rename per apply. Why frames of about 1 MiB:
+// before, an apply built the whole range as Go values and wrote one record; TestApplyStreamsRange measured
+// 109 MiB of live heap for a 200k-row range (32 MiB of log) then, under 2 MiB now.
 package filedest
 
 import (
