@@ -33,7 +33,7 @@ CORE_MAX_BYTES := 25000000
 PLUGIN_TAGS := grpcnotrace
 export SKIPPR_CORE_TAGS := $(CORE_TAGS)
 
-.PHONY: build check-size test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean
+.PHONY: build check-size check-deploy sdk-release test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean live-snowflake live-bigquery
 
 build:
 	@mkdir -p $(BIN)
@@ -53,9 +53,34 @@ check-size:
 			"see what grew: go tool nm -size -sort size, or go version -m, and BENCHMARKS.md \"Binary size\"" >&2; exit 1; \
 	else echo "check-size: the static stripped core is $$size bytes (limit $(CORE_MAX_BYTES))"; fi
 
+# The Snowflake destination's tests against a real account (plugins/snowflake/README.md, "Tests"), with the
+# credentials in SKIPPR_SNOWFLAKE_*: each test uses its own pipeline id and table names and drops them at its end.
+# Without SKIPPR_SNOWFLAKE_ACCOUNT it builds the tests, runs TestLiveAccount, which skips saying how to run, and
+# succeeds.
+live-snowflake:
+	@if [ -n "$$SKIPPR_SNOWFLAKE_ACCOUNT" ]; then \
+		for v in USER WAREHOUSE DATABASE; do eval "x=\$$SKIPPR_SNOWFLAKE_$$v"; [ -n "$$x" ] || { echo "live-snowflake: set SKIPPR_SNOWFLAKE_$$v" >&2; exit 1; }; done; \
+		[ -n "$$SKIPPR_SNOWFLAKE_PASSWORD$$SKIPPR_SNOWFLAKE_PRIVATE_KEY" ] || { echo "live-snowflake: set SKIPPR_SNOWFLAKE_PASSWORD or SKIPPR_SNOWFLAKE_PRIVATE_KEY" >&2; exit 1; }; \
+		cd plugins/snowflake && $(GO) test -count=1 -v -timeout 30m ./dest/; \
+	else \
+		cd plugins/snowflake && $(GO) test -count=1 -v -run '^TestLiveAccount$$' ./dest/; \
+	fi
+
 # Each module is tested on its own (`go test ./...` stops at module boundaries); see scripts/test.sh.
 test: tools
 	@VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) GO=$(GO) bash scripts/test.sh $(MODULES)
+
+# The PromQL of deploy/ (Grafana dashboard, alert rules) parsed by Prometheus' own parser, each metric checked
+# against docs/metrics.md. deploy/promcheck is a module outside go.work (see its doc.go), hence GOWORK=off.
+# `make test` runs the same check beside the other modules (scripts/test.sh).
+check-deploy:
+	cd deploy/promcheck && GOWORK=off $(GO) test -count=1 ./...
+
+# The plugin SDK as a versioned source release (dist/skippr-plugin-sdk-vX.Y.Z.tar.gz and .zip, and a GOPROXY
+# folder dist/goproxy), checked by building plugin-sdk/README.md's worked example outside the workspace against
+# each form. See scripts/sdk-release.sh.
+sdk-release:
+	GO=$(GO) bash scripts/sdk-release.sh
 
 # Regenerates the checked-in protobuf code (needs protoc; `apt-get install protobuf-compiler`).
 proto:

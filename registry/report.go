@@ -40,6 +40,20 @@ func Choose(known []Registry, urls []string, keys []PublicKey) ([]Registry, erro
 	return regs, nil
 }
 
+// Pick returns the registries one plugin command uses: urls trusted with the keys in keyFiles (the --registry
+// and --key flags) when given, otherwise those of Sources(home, fromConfig). Every error is a usage error.
+func Pick(home string, fromConfig []Registry, urls, keyFiles []string) ([]Registry, error) {
+	known, err := Sources(home, fromConfig)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := ReadPublicKeyFiles(keyFiles)
+	if err != nil {
+		return nil, fmt.Errorf("--key: %w", err)
+	}
+	return Choose(known, urls, keys)
+}
+
 // ReadPublicKeyFiles reads the public key of each file, in order.
 func ReadPublicKeyFiles(paths []string) ([]PublicKey, error) {
 	var keys []PublicKey

@@ -23,6 +23,15 @@ type Registry struct {
 	Fallback bool `json:"-"`
 }
 
+// KeyIDs are the ids of r's keys, in order (what `skippr registry trust` prints).
+func (r Registry) KeyIDs() []string {
+	ids := make([]string, len(r.Keys))
+	for i, k := range r.Keys {
+		ids[i] = k.ID()
+	}
+	return ids
+}
+
 // TrustFile is the trust store's name under $SKIPPR_HOME.
 const TrustFile = "trust.json"
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/urfave/cli/v3"
 
@@ -40,14 +39,11 @@ sync starts; a failed check exits 2, like a config error. Keep secrets as ${ENV}
 				return withCode(exitUsage, fmt.Errorf("connect: want one connection name"))
 			}
 			if c.String("plugin") != "" {
-				nc := config.NewConnection{Name: args[0], Plugin: c.String("plugin"), Constraint: c.String("version"), Path: c.String("path")}
-				for _, kv := range c.StringSlice("set") {
-					k, v, ok := strings.Cut(kv, "=")
-					if !ok || k == "" {
-						return withCode(exitUsage, fmt.Errorf("--set %q: want key=value", kv))
-					}
-					nc.Settings = append(nc.Settings, [2]string{k, v})
+				settings, err := config.ParseSettings(c.StringSlice("set"))
+				if err != nil {
+					return withCode(exitUsage, err)
 				}
+				nc := config.NewConnection{Name: args[0], Plugin: c.String("plugin"), Constraint: c.String("version"), Path: c.String("path"), Settings: settings}
 				if err := config.AddConnection(g.ConfigPath, nc, c.Bool("replace")); errors.Is(err, config.ErrConnectionExists) {
 					return withCode(exitUsage, err)
 				} else if err != nil {

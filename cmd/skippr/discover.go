@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/cmdline"
 	"github.com/skippr-dev/skippr/engine/connector"
 )
 
@@ -41,9 +41,7 @@ func discoverCommand(g *globals) *cli.Command {
 				return err
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.Root().Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return cmdline.WriteJSON(c.Root().Writer, out)
 			}
 			return out.WriteText(c.Root().Writer)
 		},

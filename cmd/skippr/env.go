@@ -3,13 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
 	"github.com/urfave/cli/v3"
-	"golang.org/x/term"
 
+	"github.com/skippr-dev/skippr/engine/cmdline"
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
 	"github.com/skippr-dev/skippr/engine/run"
@@ -35,20 +34,11 @@ func lockPath(g *globals) string { return filepath.Join(filepath.Dir(g.ConfigPat
 func hostOptions(c *cli.Command, g *globals, offline bool) run.HostOptions {
 	return run.HostOptions{
 		Home: g.Home, LockPath: lockPath(g), Offline: offline, StartTimeout: g.PluginStartTimeout, Log: g.Log,
-		Progress: c.Root().ErrWriter, ProgressTTY: isTerminal(c.Root().ErrWriter),
+		Progress: c.Root().ErrWriter, ProgressTTY: cmdline.IsTerminal(c.Root().ErrWriter),
 	}
 }
 
 // newHost builds the plugin host for a config (run.NewHost).
 func newHost(c *cli.Command, g *globals, cfg *config.Config, offline bool) (*pluginhost.Host, error) {
 	return run.NewHost(cfg, hostOptions(c, g, offline))
-}
-
-// registryExitCode maps registry errors to exit codes.
-func registryExitCode(err error) int { return exitCode(run.RegistryCode(err)) }
-
-// isTerminal reports whether w is a terminal (progress bars redraw in place only there).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -23,7 +23,10 @@ func fleetCommand(g *globals) *cli.Command {
 				Description: `Reads the fleet from etcd; the pipelines are the config's. A pipeline with no holder is being
 handed over or waits for a worker (a pinned worker that is not alive). Exits 1 when a pipeline has no holder.
 LAG is the holder's WAL entries not yet applied by every destination and the age of the oldest of them, as the
-holder last published them: every third of its lease TTL, so up to that old (AS OF).`,
+holder last published them: every third of its lease TTL, so up to that old (AS OF).
+When etcd does not answer within a second (no quorum, unreachable), it prints the last state it knows, marked
+STALE with the time etcd was last known to work, and exits 1: a member's own copy if one answers, else this
+host's last answered status (kept under $SKIPPR_HOME/fleet).`,
 				Flags: append(etcdFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
 				Action: func(ctx context.Context, c *cli.Command) error {
 					_, pipes, err := configuredPipelines(c, g)
@@ -39,9 +42,7 @@ holder last published them: every third of its lease TTL, so up to that old (AS 
 						return err
 					}
 					defer cli.Close()
-					ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-					defer cancel()
-					st, err := fleet.ReadStatus(ctx, cli, target.Prefix, fps)
+					st, err := fleet.ReadStatusOrLast(ctx, cli, target.Prefix, fps, fleet.StatusCachePath(g.Home, target))
 					if err != nil {
 						return err
 					}
@@ -51,6 +52,9 @@ holder last published them: every third of its lease TTL, so up to that old (AS 
 						}
 					} else {
 						st.WriteText(c.Root().Writer, time.Now())
+					}
+					if st.Stale != nil {
+						return withCode(exitFailure, fmt.Errorf("stale: %s (%s)", st.Stale.Headline(time.Now()), st.Stale.Reason))
 					}
 					unheld := st.Unheld()
 					if unheld > 0 {

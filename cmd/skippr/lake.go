@@ -38,6 +38,13 @@ any lake plugin offering it), started and verified like at every sync.`,
 				if len(args) != 1 {
 					return withCode(exitUsage, fmt.Errorf("lake compact: want one table (stream) name"))
 				}
+				var durs [2]time.Duration
+				for i, f := range []string{"expire-older-than", "orphans-older-than"} {
+					var err error
+					if durs[i], err = time.ParseDuration(c.String(f)); err != nil {
+						return withCode(exitUsage, fmt.Errorf("lake compact: --%s: %w", f, err))
+					}
+				}
 				cfg, err := loadConfig(g)
 				if err != nil {
 					return err
@@ -46,25 +53,14 @@ any lake plugin offering it), started and verified like at every sync.`,
 				if err != nil {
 					return err
 				}
-				plugin, err := lakequery.Offering(ctx, cfg, host, c.String("connection"), sdklakequery.ServiceCompact)
-				switch {
-				case errors.Is(err, lakequery.ErrNoService):
-					return withCode(exitUsage, err)
-				case err != nil:
-					return err
-				}
-				defer plugin.Kill()
-				var durs [2]time.Duration
-				for i, f := range []string{"expire-older-than", "orphans-older-than"} {
-					if durs[i], err = time.ParseDuration(c.String(f)); err != nil {
-						return withCode(exitUsage, fmt.Errorf("lake compact: --%s: %w", f, err))
-					}
-				}
-				report, err := plugin.LakeCompact(ctx, sdklakequery.CompactRequest{
+				report, err := lakequery.Compact(ctx, cfg, host, c.String("connection"), sdklakequery.CompactRequest{
 					Table: args[0], ExpireOlderThan: durs[0], RetainLast: c.Int("retain-last"), OrphansOlderThan: durs[1],
 				})
+				if errors.Is(err, lakequery.ErrNoService) {
+					return withCode(exitUsage, err)
+				}
 				if err != nil {
-					return fmt.Errorf("lake compact %s: %w", args[0], err)
+					return err
 				}
 				fmt.Fprintf(c.Root().Writer, "%s\n", report)
 				return nil

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/cmdline"
 	"github.com/skippr-dev/skippr/registry"
 )
 
@@ -59,9 +59,9 @@ this is how a pinned plugin is upgraded.
   skippr plugin install echo@1.0.0 --registry https://example.com/reg --key example.pub`,
 		Flags: registryFlags(),
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
-			if len(args) != 1 {
-				return withCode(exitUsage, fmt.Errorf("plugin install: want NAME[@CONSTRAINT], got %d arguments", len(args)))
+			args, err := cmdline.Args(c, 1)
+			if err != nil {
+				return err
 			}
 			name, constraint, _ := strings.Cut(args[0], "@")
 			rc, err := pluginClient(c, g)
@@ -104,9 +104,7 @@ whether skippr.lock pins that version.`,
 			}
 			rows := lock.Listed(list)
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.Root().Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
+				return cmdline.WriteJSON(c.Root().Writer, rows)
 			}
 			if len(rows) == 0 {
 				fmt.Fprintf(c.Root().Writer, "no plugins installed in %s\n", g.Home)
@@ -125,9 +123,9 @@ func pluginRemoveCommand(g *globals) *cli.Command {
 		Description: `Removes one installed version, or every installed version of NAME. skippr.lock is not changed: a
 pinned version is installed again by the next sync (unless --offline).`,
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
-			if len(args) != 1 {
-				return withCode(exitUsage, fmt.Errorf("plugin remove: want NAME[@VERSION], got %d arguments", len(args)))
+			args, err := cmdline.Args(c, 1)
+			if err != nil {
+				return err
 			}
 			name, ver, _ := strings.Cut(args[0], "@")
 			removed, err := registry.Remove(ctx, g.Home, name, ver)

@@ -8,16 +8,19 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
 )
 
 func pluginInfoCommand(g *globals) *cli.Command {
 	return &cli.Command{
 		Name:      "info",
-		Usage:     "show a plugin's versions in the registry",
+		Usage:     "show a plugin's versions in the registry and its settings",
 		ArgsUsage: "NAME",
 		Description: `Shows, from the first registry that lists NAME, every version with its protocol versions, kind,
-platforms and yank reason, after verifying the index signature.`,
+platforms and yank reason, after verifying the index signature; then the settings schema of the newest
+version this engine runs, which the plugin itself reports (downloaded and verified into the plugin cache if
+need be; skippr.lock is not changed).`,
 		Flags: append(registryFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			args := c.Args().Slice()
@@ -33,7 +36,7 @@ platforms and yank reason, after verifying the index signature.`,
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
-			out := si.Info(name)
+			out := connector.Describe(ctx, rc, si.Info(name), g.Log)
 			if c.Bool("json") {
 				enc := json.NewEncoder(c.Root().Writer)
 				enc.SetIndent("", "  ")

@@ -2,10 +2,8 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 
 	"github.com/urfave/cli/v3"
 
@@ -17,26 +15,17 @@ import (
 // URLs when given, else the config's registries, the trust store and the
 // project's registry, in that order.
 func pluginClient(c *cli.Command, g *globals) (*registry.Client, error) {
-	var known []registry.Registry
+	var configured []registry.Registry
 	if pathExists(g.ConfigPath) {
 		cfg, err := loadConfig(g)
 		if err != nil {
 			return nil, err
 		}
-		if known, err = run.Registries(cfg); err != nil {
+		if configured, err = run.Registries(cfg); err != nil {
 			return nil, err
 		}
 	}
-	known, err := registry.Sources(g.Home, known)
-	if err != nil {
-		return nil, withCode(exitUsage, err)
-	}
-
-	keys, err := registry.ReadPublicKeyFiles(c.StringSlice("key"))
-	if err != nil {
-		return nil, withCode(exitUsage, fmt.Errorf("--key: %w", err))
-	}
-	regs, err := registry.Choose(known, c.StringSlice("registry"), keys)
+	regs, err := registry.Pick(g.Home, configured, c.StringSlice("registry"), c.StringSlice("key"))
 	if err != nil {
 		return nil, withCode(exitUsage, err)
 	}
@@ -46,25 +35,4 @@ func pluginClient(c *cli.Command, g *globals) (*registry.Client, error) {
 func pathExists(path string) bool {
 	_, err := os.Stat(path)
 	return !errors.Is(err, fs.ErrNotExist)
-}
-
-// requireFlags stands in for cli's Required flags: it names every missing flag at once and
-// exits with the usage code.
-func requireFlags(c *cli.Command, names ...string) error {
-	var missing []string
-	for _, n := range names {
-		if !c.IsSet(n) {
-			missing = append(missing, "--"+n)
-		}
-	}
-	if len(missing) > 0 {
-		return withCode(exitUsage, fmt.Errorf("%s: missing %s (see --help)", cmdName(c), strings.Join(missing, ", ")))
-	}
-	return nil
-}
-
-// cmdName is the command path without the program name ("registry sign"):
-// runCLI() already prefixes errors with "skippr: ".
-func cmdName(c *cli.Command) string {
-	return strings.TrimPrefix(c.FullName(), c.Root().Name+" ")
 }

@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/chzyer/readline"
 	"github.com/urfave/cli/v3"
-	"golang.org/x/term"
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/lakequery"
@@ -44,7 +40,6 @@ stderr), 3 plugin not found, 4 verification failed.`,
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
 			format := c.String("format")
 			if c.Bool("json") {
 				format = sdklakequery.FormatJSON
@@ -52,38 +47,28 @@ stderr), 3 plugin not found, 4 verification failed.`,
 			if !slices.Contains([]string{sdklakequery.FormatTable, sdklakequery.FormatCSV, sdklakequery.FormatJSON, sdklakequery.FormatParquet}, format) {
 				return withCode(exitUsage, fmt.Errorf("query: --format %q is not table, csv, json or parquet", format))
 			}
-			q, err := newQuerier(ctx, c, g)
+			q, err := openQuerier(ctx, c, g)
 			if err != nil {
 				return err
 			}
-			defer q.q.Close()
-			q.req = lakequery.Request{Format: format, AsOfLake: c.Bool("as-of-lake")}
-			if len(args) > 0 {
-				return q.run(ctx, strings.Join(args, " "))
+			defer q.Close()
+			con := &lakequery.Console{Querier: q, Request: lakequery.Request{Format: format, AsOfLake: c.Bool("as-of-lake")},
+				In: c.Root().Reader, Out: c.Root().Writer, Err: c.Root().ErrWriter, History: filepath.Join(g.Home, "query_history")}
+			if c.Args().Len() > 0 {
+				err = con.Answer(ctx, strings.Join(c.Args().Slice(), " "))
+			} else {
+				err = con.Read(ctx)
 			}
-			if f, ok := c.Root().Reader.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
-				sql, err := io.ReadAll(c.Root().Reader)
-				if err != nil {
-					return withCode(exitFailure, fmt.Errorf("query: read SQL from stdin: %w", err))
-				}
-				if strings.TrimSpace(string(sql)) == "" {
-					return withCode(exitUsage, errors.New("query: no SQL given (as an argument or on stdin)"))
-				}
-				return q.run(ctx, string(sql))
+			if errors.Is(err, sdklakequery.ErrSQL) || errors.Is(err, lakequery.ErrNoSQL) {
+				return withCode(exitUsage, err)
 			}
-			return q.repl(ctx, c, g)
+			return withCode(exitFailure, err)
 		},
 	}
 }
 
-// querier is one `skippr query` invocation: the engine's querier and how to print.
-type querier struct {
-	c   *cli.Command
-	q   *lakequery.Querier
-	req lakequery.Request
-}
-
-func newQuerier(ctx context.Context, c *cli.Command, g *globals) (*querier, error) {
+// openQuerier starts the plugins of the lakes of the pipelines named with --pipeline (default: all).
+func openQuerier(ctx context.Context, c *cli.Command, g *globals) (*lakequery.Querier, error) {
 	cfg, err := loadConfig(g)
 	if err != nil {
 		return nil, err
@@ -110,76 +95,5 @@ func newQuerier(ctx context.Context, c *cli.Command, g *globals) (*querier, erro
 	case err != nil:
 		return nil, fmt.Errorf("query: %w", err)
 	}
-	return &querier{c: c, q: q}, nil
-}
-
-// run answers one statement: the result on stdout, the summary on stderr.
-func (q *querier) run(ctx context.Context, sql string) error {
-	req := q.req
-	req.SQL = sql
-	summary, err := q.q.Run(ctx, req, q.c.Root().Writer)
-	if errors.Is(err, sdklakequery.ErrSQL) {
-		// The engine's message names what is wrong with the statement (and the known tables).
-		fmt.Fprintln(q.c.Root().ErrWriter, strings.TrimPrefix(err.Error(), sdklakequery.ErrSQL.Error()+": "))
-		return withCode(exitUsage, sdklakequery.ErrSQL)
-	}
-	if err != nil {
-		return withCode(exitFailure, fmt.Errorf("query: %w", err))
-	}
-	if summary != "" {
-		fmt.Fprintln(q.c.Root().ErrWriter, summary)
-	}
-	return nil
-}
-
-// repl reads statements from a prompt with history until EOF or .quit. A failed statement prints its error
-// and the prompt continues.
-func (q *querier) repl(ctx context.Context, c *cli.Command, g *globals) error {
-	rl, err := readline.NewEx(&readline.Config{
-		Prompt:          "skippr> ",
-		HistoryFile:     filepath.Join(g.Home, "query_history"),
-		InterruptPrompt: "^C",
-		EOFPrompt:       ".quit",
-		Stdout:          c.Root().Writer,
-		Stderr:          c.Root().ErrWriter,
-	})
-	if err != nil {
-		return withCode(exitFailure, fmt.Errorf("query: prompt: %w", err))
-	}
-	defer rl.Close()
-	source := "the lake plus the WAL's unapplied rows"
-	if q.req.AsOfLake {
-		source = "the lake alone (--as-of-lake)"
-	}
-	fmt.Fprintf(c.Root().ErrWriter, "skippr query: answers from %s. End statements with ';', .quit to leave.\n", source)
-	var stmt strings.Builder
-	for {
-		line, err := rl.Readline()
-		if errors.Is(err, readline.ErrInterrupt) {
-			stmt.Reset()
-			rl.SetPrompt("skippr> ")
-			continue
-		}
-		if err != nil { // io.EOF
-			return nil
-		}
-		t := strings.TrimSpace(line)
-		if stmt.Len() == 0 && (t == ".quit" || t == ".exit" || t == `\q`) {
-			return nil
-		}
-		stmt.WriteString(line)
-		stmt.WriteString("\n")
-		if !strings.HasSuffix(t, ";") {
-			rl.SetPrompt("   ...> ")
-			continue
-		}
-		sql := stmt.String()
-		stmt.Reset()
-		rl.SetPrompt("skippr> ")
-		if err := q.run(ctx, sql); err != nil {
-			if !errors.Is(err, sdklakequery.ErrSQL) { // run printed the engine's message already
-				fmt.Fprintln(c.Root().ErrWriter, "error:", err)
-			}
-		}
-	}
+	return q, nil
 }

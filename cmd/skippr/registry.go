@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/cmdline"
 	"github.com/skippr-dev/skippr/registry"
 )
 
@@ -43,7 +45,7 @@ func registryKeygenCommand() *cli.Command {
 DIR/` + registry.PublicKeyFile + ` (publish it: users trust your registry with it). Never overwrites a key.`,
 		Flags: []cli.Flag{&cli.StringFlag{Name: "out", Usage: "directory for the key files (required)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			if err := requireFlags(c, "out"); err != nil {
+			if err := cmdline.RequireFlags(c, "out"); err != nil {
 				return err
 			}
 			pub, priv, id, err := registry.Keygen(c.String("out"))
@@ -76,11 +78,8 @@ different bytes for an existing version and platform fails.`,
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no reminder to sign (for scripts that add several binaries, then sign once)"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
-			if len(args) != 2 {
-				return withCode(exitUsage, fmt.Errorf("registry add: want DIR ARTIFACT, got %d arguments", len(args)))
-			}
-			if err := requireFlags(c, "name", "version"); err != nil {
+			args, err := cmdline.Args(c, 2, "name", "version")
+			if err != nil {
 				return err
 			}
 			art, err := registry.Add(ctx, registry.AddRequest{
@@ -111,11 +110,8 @@ other keys already in the file are kept, so signing with an old and a new key ro
 users who trust only one of them.`,
 		Flags: []cli.Flag{&cli.StringFlag{Name: "key", Usage: "private key file from `skippr registry keygen` (required)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
-			if len(args) != 1 {
-				return withCode(exitUsage, fmt.Errorf("registry sign: want DIR, got %d arguments", len(args)))
-			}
-			if err := requireFlags(c, "key"); err != nil {
+			args, err := cmdline.Args(c, 1, "key")
+			if err != nil {
 				return err
 			}
 			id, err := registry.Sign(args[0], c.String("key"))
@@ -138,11 +134,8 @@ when its index is signed by one of its keys. Registries are consulted in the ord
 URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoint=URL&path_style=true&anonymous=true].`,
 		Flags: []cli.Flag{&cli.StringSliceFlag{Name: "key", Usage: "public key file (required, repeatable)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
-			if len(args) != 1 {
-				return withCode(exitUsage, fmt.Errorf("registry trust: want URL, got %d arguments", len(args)))
-			}
-			if err := requireFlags(c, "key"); err != nil {
+			args, err := cmdline.Args(c, 1, "key")
+			if err != nil {
 				return err
 			}
 			keys, err := registry.ReadPublicKeyFiles(c.StringSlice("key"))
@@ -153,11 +146,7 @@ URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoi
 			if err != nil {
 				return withCode(registryExitCode(err), err)
 			}
-			fmt.Fprintf(c.Root().Writer, "trusting %s with key", r.URL)
-			for _, k := range r.Keys {
-				fmt.Fprintf(c.Root().Writer, " %s", k.ID())
-			}
-			fmt.Fprintln(c.Root().Writer)
+			fmt.Fprintf(c.Root().Writer, "trusting %s with key %s\n", r.URL, strings.Join(r.KeyIDs(), " "))
 			return nil
 		},
 	}
@@ -172,11 +161,8 @@ func registryYankCommand() *cli.Command {
 lock files that pin it still install it, with a warning. The binaries stay. Sign the index again afterwards.`,
 		Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why the version was withdrawn (required)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
-			args := c.Args().Slice()
-			if len(args) != 3 {
-				return withCode(exitUsage, fmt.Errorf("registry yank: want DIR NAME VERSION, got %d arguments", len(args)))
-			}
-			if err := requireFlags(c, "reason"); err != nil {
+			args, err := cmdline.Args(c, 3, "reason")
+			if err != nil {
 				return err
 			}
 			if err := registry.Yank(args[0], args[1], args[2], c.String("reason")); err != nil {

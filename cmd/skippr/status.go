@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/cmdline"
 	"github.com/skippr-dev/skippr/engine/run"
 )
 
@@ -30,9 +30,7 @@ retrying with the attempt and the last error. Exits 1 when any pipeline shown ha
 				return err
 			}
 			if c.Bool("json") {
-				enc := json.NewEncoder(c.Root().Writer)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(out); err != nil {
+				if err := cmdline.WriteJSON(c.Root().Writer, out); err != nil {
 					return err
 				}
 			} else if err := out.WriteText(c.Root().Writer); err != nil {

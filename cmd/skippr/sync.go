@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -71,15 +72,9 @@ func configuredPipelines(c *cli.Command, g *globals) (*config.Config, []*config.
 	return cfg, pipes, err
 }
 
-// serveMetrics makes the process's metrics registry and, when an address is set (the flag wins over the
-// config), serves it until ctx ends.
+// serveMetrics makes the process's metrics registry and serves it on addr, else on the config's metrics.addr
+// (none: not served), until ctx ends.
 func serveMetrics(ctx context.Context, g *globals, cfg *config.Config, addr string) (*metrics.Registry, error) {
-	if addr == "" {
-		addr = cfg.Metrics.Addr
-	}
-	reg, err := metrics.Start(ctx, g.Log, addr)
-	if err != nil {
-		return nil, withCode(exitUsage, err)
-	}
-	return reg, nil
+	reg, err := metrics.Start(ctx, g.Log, cmp.Or(addr, cfg.Metrics.Addr))
+	return reg, withCode(exitUsage, err)
 }

@@ -3,10 +3,11 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/skippr-dev/skippr/engine/cmdline"
 )
 
 // runCaptured runs the CLI in-process and returns its exit code and stderr.
@@ -96,36 +97,6 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-func TestNormalizeArgs(t *testing.T) {
-	tests := []struct{ in, want []string }{
-		{[]string{"sync", "-c", "x.yml", "--once"}, []string{"-c", "x.yml", "sync", "--once"}},
-		{[]string{"sync", "--once", "--home=/h", "p1"}, []string{"--home=/h", "sync", "--once", "p1"}},
-		{[]string{"-c", "x.yml", "sync"}, []string{"-c", "x.yml", "sync"}},
-		// After a leaf's positional argument too (urfave/cli v3 reads flags there).
-		{[]string{"plugin", "install", "datagen", "--home", "/h"}, []string{"--home", "/h", "plugin", "install", "datagen"}},
-		// A flag's value is not mistaken for a flag or a command.
-		{[]string{"sync", "--progress-every", "2s", "-c", "sync"}, []string{"-c", "sync", "sync", "--progress-every", "2s"}},
-		// After -- nothing moves.
-		{[]string{"query", "--", "-c"}, []string{"query", "--", "-c"}},
-		{[]string{"help"}, []string{"help"}},
-		{[]string{"-c", "x.yml", "help", "plugin", "install"}, []string{"-c", "x.yml", "plugin", "install", "--help"}},
-		// --help after a leaf's arguments asks for that command's help: the arguments are dropped.
-		{[]string{"-c", "x.yml", "sync", "orders", "--help"}, []string{"sync", "--help"}},
-		{[]string{"registry", "add", "d", "a", "--name", "x", "-h"}, []string{"registry", "add", "-h"}},
-	}
-	for _, tt := range tests {
-		app := newApp(&globals{})
-		got, err := normalizeArgs(app, append([]string{"skippr"}, tt.in...))
-		if err != nil {
-			t.Errorf("%v: %v", tt.in, err)
-			continue
-		}
-		if want := append([]string{"skippr"}, tt.want...); !reflect.DeepEqual(got, want) {
-			t.Errorf("normalizeArgs(%q) = %q; want %q", tt.in, got, want)
-		}
-	}
-}
-
 // --help anywhere on a leaf prints that command's help and exits 0; the word help as an argument
 // stays an argument (a pipeline or plugin may be called that). urfave/cli's completion command works.
 func TestHelpAndCompletion(t *testing.T) {
@@ -136,14 +107,14 @@ func TestHelpAndCompletion(t *testing.T) {
 		stdout string // printed on stdout
 		stderr string // printed on stderr
 	}{
-		{[]string{"sync", "orders", "--help"}, exitOK, "skippr sync - run pipelines", ""},
-		{[]string{"plugin", "install", "datagen", "-h"}, exitOK, "skippr plugin install - install a plugin", ""},
-		{[]string{"registry", "add", "d", "a", "--name", "x", "--help"}, exitOK, "skippr registry add - add a plugin binary", ""},
-		{[]string{"help", "sync"}, exitOK, "skippr sync - run pipelines", ""},
-		{[]string{"help", "plugin", "install"}, exitOK, "skippr plugin install - install a plugin", ""},
-		{[]string{"help"}, exitOK, "skippr - continuous change-data-capture", ""},
+		{[]string{"sync", "orders", "--help"}, cmdline.ExitOK, "skippr sync - run pipelines", ""},
+		{[]string{"plugin", "install", "datagen", "-h"}, cmdline.ExitOK, "skippr plugin install - install a plugin", ""},
+		{[]string{"registry", "add", "d", "a", "--name", "x", "--help"}, cmdline.ExitOK, "skippr registry add - add a plugin binary", ""},
+		{[]string{"help", "sync"}, cmdline.ExitOK, "skippr sync - run pipelines", ""},
+		{[]string{"help", "plugin", "install"}, cmdline.ExitOK, "skippr plugin install - install a plugin", ""},
+		{[]string{"help"}, cmdline.ExitOK, "skippr - continuous change-data-capture", ""},
 		{[]string{"sync", "help", "-c", missing}, exitUsage, "", "config " + missing + " not found"},
-		{[]string{"completion", "bash"}, exitOK, "shell completion script", ""},
+		{[]string{"completion", "bash"}, cmdline.ExitOK, "shell completion script", ""},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

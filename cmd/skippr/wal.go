@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/skippr-dev/skippr/engine/cmdline"
 	"github.com/skippr-dev/skippr/engine/wal"
 )
 
@@ -57,14 +57,12 @@ func walInspect(ctx context.Context, c *cli.Command, g *globals) error {
 	case errors.Is(err, wal.ErrInspectURL):
 		return withCode(exitUsage, fmt.Errorf("wal inspect: %w", err))
 	case errors.Is(err, wal.ErrNoLog):
-		return withCode(exitNotFound, fmt.Errorf("wal inspect: %w", err))
+		return withCode(cmdline.ExitNotFound, fmt.Errorf("wal inspect: %w", err))
 	case err != nil:
 		return withCode(exitFailure, err)
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(c.Root().Writer)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := cmdline.WriteJSON(c.Root().Writer, rep); err != nil {
 			return withCode(exitFailure, err)
 		}
 	} else {

@@ -35,6 +35,7 @@ type Config struct {
 	Connections []*Connection
 	Pipelines   []*Pipeline
 	Metrics     MetricsConfig
+	Query       QueryConfig
 
 	pos     map[string]Pos
 	secrets map[string]string
@@ -49,6 +50,14 @@ type MetricsConfig struct {
 	// Addr is host:port as written; "" serves nothing.
 	Addr string
 	Pos  Pos
+}
+
+// QueryConfig is the top-level `query:` key: which connection's plugin answers `skippr query`.
+type QueryConfig struct {
+	// Connection names the connection whose plugin is the query engine (it must offer the query.engine
+	// service); "" lets `skippr query` take the first connection of plugin duckdb, or duckdb itself.
+	Connection string
+	Pos        Pos
 }
 
 // Connection returns the connection with the given name.

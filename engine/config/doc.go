@@ -35,13 +35,20 @@
 //
 // # Top level
 //
-// Four keys, all optional: registries, connections, pipelines, metrics. Any other key is an
+// Five keys, all optional: registries, connections, pipelines, metrics, query. Any other key is an
 // error. An empty file (or one holding only comments) is a valid, empty config.
 //
 // # metrics
 //
 // A mapping with one key, addr: the host:port where `skippr sync` serves /metrics, /healthz and
 // /readyz (docs/metrics.md); port 0 picks a free one. The --metrics-addr flag overrides it.
+//
+// # query
+//
+// A mapping with one key, connection (required): the connection whose plugin answers `skippr query`
+// (any plugin offering the query.engine service, a third party's too). It must name a connection of
+// the file; its settings are not used. Without it, `skippr query` takes the first connection whose
+// plugin is duckdb (pinning its version or path), else the duckdb plugin itself.
 //
 // # registries
 //

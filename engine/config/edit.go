@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -19,6 +20,20 @@ type NewConnection struct {
 	// Settings are key and value pairs in order; each value is read as a YAML scalar, and kept as a quoted
 	// string when it does not parse as one.
 	Settings [][2]string
+}
+
+// ParseSettings reads `skippr connect --set` values, each key=value (the value may hold '=' itself), into
+// NewConnection.Settings, in order.
+func ParseSettings(kvs []string) ([][2]string, error) {
+	var out [][2]string
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--set %q: want key=value", kv)
+		}
+		out = append(out, [2]string{k, v})
+	}
+	return out, nil
 }
 
 // AddConnection adds nc under connections: in the config file at path, creating the file if needed and

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -52,3 +53,30 @@ func TestAddConnection(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// `skippr connect --set` takes key=value; the value may be empty or hold '=', the key may not be empty.
+func TestParseSettings(t *testing.T) {
+	tests := []struct {
+		in      []string
+		want    [][2]string
+		wantErr string
+	}{
+		{nil, nil, ""},
+		{[]string{"host=127.0.0.1", "port=5432"}, [][2]string{{"host", "127.0.0.1"}, {"port", "5432"}}, ""},
+		{[]string{"password=${PG_PASSWORD}", "opts=a=b", "empty="}, [][2]string{{"password", "${PG_PASSWORD}"}, {"opts", "a=b"}, {"empty", ""}}, ""},
+		{[]string{"host=x", "noequals"}, nil, `--set "noequals": want key=value`},
+		{[]string{"=value"}, nil, `--set "=value": want key=value`},
+	}
+	for _, tt := range tests {
+		got, err := ParseSettings(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || err.Error() != tt.wantErr {
+				t.Errorf("ParseSettings(%q) error %v; want %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("ParseSettings(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}

@@ -73,7 +73,7 @@ func (l *loader) config(root *yaml.Node) *Config {
 	if root == nil {
 		return cfg
 	}
-	top := l.object(root, "", l.at(root), "registries", "connections", "pipelines", "metrics")
+	top := l.object(root, "", l.at(root), "registries", "connections", "pipelines", "metrics", "query")
 	if e, ok := top.get("metrics"); ok {
 		l.metrics(&cfg.Metrics, e)
 	}
@@ -86,6 +86,9 @@ func (l *loader) config(root *yaml.Node) *Config {
 	}
 	if e, ok := top.get("pipelines"); ok {
 		cfg.Pipelines = l.pipelines(e, cfg, connsOK)
+	}
+	if e, ok := top.get("query"); ok {
+		l.query(&cfg.Query, e, cfg, connsOK)
 	}
 	l.checkWALOverlap(cfg)
 	l.checkApplyUse(cfg)
@@ -105,6 +108,22 @@ func (l *loader) metrics(m *MetricsConfig, e entry) {
 			return
 		}
 		m.Addr = addr
+	}
+}
+
+// query reads `query: {connection: NAME}`, which must name a connection of the file; that its plugin offers
+// query.engine is checked when `skippr query` starts it.
+func (l *loader) query(q *QueryConfig, e entry, cfg *Config, connsOK bool) {
+	q.Pos = e.pos
+	o := l.object(e.val, e.path, e.pos, "connection")
+	if !o.ok {
+		return
+	}
+	if name, s, ce, ok := o.needStr("connection"); ok {
+		q.Connection = name
+		if connsOK {
+			l.checkConnection(cfg, name, s, ce)
+		}
 	}
 }
 

@@ -376,7 +376,7 @@ func TestLoadErrors(t *testing.T) {
 		{
 			name: "wrong type: whole document",
 			body: "just a string\n",
-			want: []string{`FILE:1:1: want a mapping with keys registries, connections, pipelines, metrics; got a string`},
+			want: []string{`FILE:1:1: want a mapping with keys registries, connections, pipelines, metrics, query; got a string`},
 		},
 		{
 			name: "bad enum",
@@ -917,5 +917,35 @@ func TestLoadFleetPin(t *testing.T) {
 	_, err = Load(writeConfig(t, base+"    fleet: {pinned: worker-2}\n"), envOf(nil))
 	if err == nil || !strings.Contains(err.Error(), `pipelines.orders.fleet.pinned: unknown key (want one of: pin)`) {
 		t.Fatalf("misspelt key: %v", err)
+	}
+}
+
+// TestLoadQuery: `query: {connection: NAME}` names a connection of the file; a wrong name or key is refused.
+func TestLoadQuery(t *testing.T) {
+	const conns = "connections:\n  dk: { plugin: duckdb }\n  mine: { plugin: sqlengine }\n"
+	for _, tc := range []struct {
+		name, query, want, wantErr string
+	}{
+		{"named", "query: { connection: mine }\n", "mine", ""},
+		{"absent", "", "", ""},
+		{"unknown", "query: { connection: mien }\n", "", `query.connection: unknown connection "mien"; did you mean "mine"?`},
+		{"empty", "query: { connection: \"\" }\n", "", "query.connection: must not be empty"},
+		{"unknown key", "query: { engine: mine }\n", "", "query.engine: unknown key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Load(writeConfig(t, conns+tc.query), nil)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Query.Connection != tc.want {
+				t.Errorf("Query.Connection = %q, want %q", cfg.Query.Connection, tc.want)
+			}
+		})
 	}
 }

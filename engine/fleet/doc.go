@@ -29,8 +29,9 @@
 //     network cuts, and lets a successor start without waiting for anything else. It does not stop a process
 //     that is paused (SIGSTOP, a long GC or VM pause, a cut link) from waking up still believing it holds the
 //     pipeline: etcd cannot reach into that process (etcd-io/etcd#10125). The worker also stops its pipelines
-//     on its own once its client sees the lease expire (no keep-alive answer for a TTL), which covers the
-//     common case of a cut link or a lost quorum, but that is a timer, not a fence.
+//     on its own when its lease clock runs out (no keep-alive answer for the TTL less a margin: leaseClock),
+//     before etcd can expire the lease, which covers the common case of a cut link or a lost quorum, but that
+//     is a timer, not a fence.
 //  2. The S3 conditional writes of the pipeline's WAL (engine/wal/doc.go) are the fence. The election's
 //     revision — etcd's cluster-wide, strictly increasing counter at which the winner's campaign key was
 //     created — becomes the writer epoch of the WAL lease (wal.Options.Epoch). A successor's revision is

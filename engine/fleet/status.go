@@ -16,6 +16,8 @@ import (
 type Status struct {
 	Workers   []Member         `json:"workers"`
 	Pipelines []PipelineStatus `json:"pipelines"`
+	// Stale is set when etcd could not answer (see ReadStatusOrLast): what is shown is the last state known.
+	Stale *Stale `json:"stale,omitempty"`
 }
 
 // PipelineStatus is one pipeline of the config.
@@ -44,12 +46,26 @@ func ReadStatus(ctx context.Context, cli *clientv3.Client, prefix string, pipeli
 	if err != nil {
 		return nil, fmt.Errorf("read fleet %s: %w", prefix, err)
 	}
+	return statusOf(kvsOf(resp), prefix, pipelines), nil
+}
+
+// kvsOf keeps a read's keys and values, the form the status is built from (and cached in).
+func kvsOf(resp *clientv3.GetResponse) map[string]string {
+	out := make(map[string]string, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = string(kv.Value)
+	}
+	return out
+}
+
+// statusOf builds the status from the fleet's keys; pipelines are the config's.
+func statusOf(kvs map[string]string, prefix string, pipelines []Pipeline) *Status {
 	members := map[string]Member{}
 	holds := map[string]Holding{}
 	errs := map[string]LastError{}
 	progress := map[string]progressRecord{}
-	for _, kv := range resp.Kvs {
-		k := strings.TrimPrefix(string(kv.Key), prefix+"/")
+	for key, value := range kvs {
+		k := strings.TrimPrefix(key, prefix+"/")
 		kind, name, ok := strings.Cut(k, "/")
 		if !ok {
 			continue
@@ -57,22 +73,22 @@ func ReadStatus(ctx context.Context, cli *clientv3.Client, prefix string, pipeli
 		switch kind {
 		case "workers":
 			var m Member
-			if json.Unmarshal(kv.Value, &m) == nil {
+			if json.Unmarshal([]byte(value), &m) == nil {
 				members[name] = m
 			}
 		case "pipelines":
 			var h Holding
-			if json.Unmarshal(kv.Value, &h) == nil {
+			if json.Unmarshal([]byte(value), &h) == nil {
 				holds[name] = h
 			}
 		case "progress":
 			var p progressRecord
-			if json.Unmarshal(kv.Value, &p) == nil {
+			if json.Unmarshal([]byte(value), &p) == nil {
 				progress[name] = p
 			}
 		case "errors":
 			var e LastError
-			if json.Unmarshal(kv.Value, &e) == nil {
+			if json.Unmarshal([]byte(value), &e) == nil {
 				errs[name] = e
 			}
 		}
@@ -104,7 +120,7 @@ func ReadStatus(ctx context.Context, cli *clientv3.Client, prefix string, pipeli
 		st.Pipelines = append(st.Pipelines, ps)
 	}
 	sort.Slice(st.Pipelines, func(i, j int) bool { return st.Pipelines[i].Name < st.Pipelines[j].Name })
-	return st, nil
+	return st
 }
 
 // ErrNoWorker: the named worker is not alive in the fleet.

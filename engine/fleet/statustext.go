@@ -21,6 +21,10 @@ func (st *Status) Unheld() int {
 // WriteText prints the workers, then the pipelines; AS OF is how long before now their holder published the
 // LAG shown.
 func (st *Status) WriteText(w io.Writer, now time.Time) error {
+	if s := st.Stale; s != nil {
+		fmt.Fprintf(w, "STALE: %s\n  reason: %s\n  shown: %s.\n  A worker cut off from etcd stops its pipelines when its lease runs out: the holders below may have stopped.\n\n",
+			s.Headline(now), s.Reason, s.Source)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WORKER\tSTATE\tPIPELINES\tVERSION\tHOST\tPID\tSTARTED")
 	for _, m := range st.Workers {
@@ -54,4 +58,13 @@ func (st *Status) WriteText(w io.Writer, now time.Time) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, holder, epoch, since, p.Assigned, lag, asOf, last)
 	}
 	return tw.Flush()
+}
+
+// Headline says that etcd is unreachable and since when.
+func (s *Stale) Headline(now time.Time) string {
+	if s.Since.IsZero() {
+		return "etcd unreachable; the fleet's records carry no time"
+	}
+	return fmt.Sprintf("etcd unreachable since %s (%s ago, when it was last seen working): the fleet as of then",
+		s.Since.UTC().Format(time.RFC3339), now.Sub(s.Since).Round(time.Second))
 }

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -106,6 +107,7 @@ type Worker struct {
 	Progress func(pipeline string) (p Progress, ok bool)
 
 	instance string   // Member.Instance; set once by Serve
+	joined   bool     // joined the fleet once: the process's start is over (claimName)
 	holding  sync.Map // pipeline name → true while this worker runs it; read by Health
 	elected  sync.Map // pipeline name → when this worker last won its election
 }
@@ -216,8 +218,13 @@ type holder struct {
 }
 
 type session struct {
-	w        *Worker
-	s        *concurrency.Session
+	w *Worker
+	s *concurrency.Session
+	// lease tells when the lease must be taken as lost; alive ends then, and with it every etcd call a
+	// holder makes to clean up: the keys go with the lease, and a cut-off etcd would stall each call.
+	lease    *leaseClock
+	alive    context.Context
+	markLost context.CancelFunc
 	member   Member
 	holders  map[string]*holder
 	held     map[string]bool // won and running
@@ -236,6 +243,7 @@ type heldEvent struct {
 // session is one membership of the fleet, under one etcd lease; joined reports whether it registered.
 func (w *Worker) session(ctx context.Context) (joined bool, err error) {
 	gctx, cancel := context.WithTimeout(ctx, time.Duration(w.ttlSeconds())*time.Second)
+	asked := time.Now() // etcd starts the lease's TTL after this
 	lease, err := w.Client.Grant(gctx, int64(w.ttlSeconds()))
 	cancel()
 	if err != nil {
@@ -253,6 +261,11 @@ func (w *Worker) session(ctx context.Context) (joined bool, err error) {
 			Instance: w.instance, Pipelines: []string{}},
 		holders: map[string]*holder{}, held: map[string]bool{}, events: make(chan heldEvent, 64),
 	}
+	ss.alive, ss.markLost = context.WithCancel(context.WithoutCancel(ctx))
+	defer ss.markLost()
+	lctx, lcancel := context.WithCancel(ss.alive)
+	defer lcancel()
+	ss.lease = watchLease(lctx, w.Client, lease.ID, asked, time.Duration(lease.TTL)*time.Second)
 	err = ss.run(ctx)
 	return ss.joined, err
 }
@@ -281,6 +294,27 @@ func (ss *session) claimName(ctx context.Context) error {
 		var m Member
 		json.Unmarshal(kvs[0].Value, &m)
 		old := clientv3.LeaseID(kvs[0].Lease)
+		if m.Instance != w.instance && old != revoked && !w.joined && predecessorDead(m) {
+			// This process's predecessor under this name, on this host, is not running: a crash and a restart
+			// (systemd, a container's restart policy). Waiting for its lease would not only cost a TTL: the others
+			// would take its pipelines when it expires, and hand them back to this worker a moment later (the
+			// assignment is by name), so every one of them would change hands twice. Take the record over in one
+			// put (the others see the worker stay, not leave and come back, so none campaigns for its pipelines),
+			// then revoke the old lease, which takes the dead process's election keys along.
+			tr, err := w.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).
+				Then(clientv3.OpPut(key, string(b), clientv3.WithLease(ss.s.Lease()))).Commit()
+			if err != nil {
+				return err
+			}
+			if !tr.Succeeded {
+				continue // the record changed meanwhile: look again
+			}
+			if _, err := w.Client.Revoke(ctx, old); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				w.log().Warn("fleet: could not revoke the lease of this worker's previous process; its pipelines wait for it to expire", "lease", fmt.Sprintf("%x", int64(old)), "err", err)
+			}
+			w.log().Info("fleet: took over from this worker's previous process, which is not running", "worker", w.Name, "pid", m.PID, "started", m.Started.Format(time.RFC3339))
+			return nil
+		}
 		if m.Instance != w.instance || old == revoked {
 			return fmt.Errorf("%w: a live worker named %q is in fleet %s (host %s, pid %d, started %s): give this worker another --name, or stop that one; if it died, its etcd lease frees the name within %ds",
 				ErrNameTaken, w.Name, w.Prefix, m.Host, m.PID, m.Started.Format(time.RFC3339), w.ttlSeconds())
@@ -296,6 +330,25 @@ func (ss *session) claimName(ctx context.Context) error {
 		w.log().Info("fleet: revoked this worker's lease from before it lost touch with etcd", "worker", w.Name, "lease", fmt.Sprintf("%x", int64(old)))
 		revoked = old
 	}
+}
+
+// predecessorDead reports whether the worker of record m, of another process instance, was on this host and
+// is not running: its pid is gone, or is this process's own (a restarted container starts again with the same
+// pid in a new pid namespace). Only checked at the process's start: at a rejoin a record of another instance
+// is another live process (a duplicate name), which Serve waits out and reports.
+func predecessorDead(m Member) bool {
+	host, err := os.Hostname()
+	if err != nil || m.Host == "" || m.Host != host || m.PID <= 0 {
+		return false
+	}
+	if m.PID == os.Getpid() {
+		return true
+	}
+	p, err := os.FindProcess(m.PID)
+	if err != nil {
+		return true
+	}
+	return errors.Is(p.Signal(syscall.Signal(0)), os.ErrProcessDone)
 }
 
 func (ss *session) putMember(ctx context.Context) error {
@@ -328,7 +381,7 @@ func (ss *session) run(ctx context.Context) error {
 		}
 		return fmt.Errorf("register worker %s: %w", w.Name, err)
 	}
-	ss.joined = true
+	ss.joined, w.joined = true, true
 	log.Info("fleet: joined", "worker", w.Name, "lease_ttl_s", ss.w.ttlSeconds(), "prefix", w.Prefix)
 
 	wctx, wcancel := context.WithCancel(bg)
@@ -354,12 +407,10 @@ func (ss *session) run(ctx context.Context) error {
 
 	for {
 		select {
-		case <-ss.s.Done():
-			// The lease expired (etcd deleted our keys, another worker may already hold our pipelines) or could
-			// not be kept alive for a whole TTL: stop at once, the WAL fence stops whatever is still in flight.
-			log.Error("fleet: etcd lease expired; stopping every pipeline of this worker now", "worker", w.Name, "pipelines", ss.heldList())
-			ss.stopAll(true)
-			return fmt.Errorf("worker %s: %w", w.Name, ErrLeaseLost)
+		case <-ss.lease.Lost():
+			return ss.leaseLost()
+		case <-ss.s.Done(): // the client gave up on the lease; the clock above normally fires first
+			return ss.leaseLost()
 		case <-shutdown.Draining(ctx):
 			log.Info("fleet: stopping: handing pipelines over after their in-flight commits", "worker", w.Name, "pipelines", ss.heldList())
 			ss.member.Draining = true
@@ -416,6 +467,23 @@ func (ss *session) run(ctx context.Context) error {
 			ss.reconcile(bg)
 		}
 	}
+}
+
+// leaseLost stops every pipeline at once: no keep-alive answer for the lease's TTL (less a margin, see
+// leaseClock), or etcd said it expired. etcd deletes our keys by now and another worker may be elected for our
+// pipelines at once; the WAL fence stops whatever is still in flight. No etcd call stands between the
+// pipelines' stop and the return (markLost ends the holders' cleanup calls): a cut-off etcd would stall each.
+func (ss *session) leaseLost() error {
+	w, log := ss.w, ss.w.log()
+	t0 := time.Now()
+	log.Error("fleet: etcd lease expired; stopping every pipeline of this worker now", "worker", w.Name, "pipelines", ss.heldList(),
+		"last_keepalive_answer", ss.lease.Last().UTC().Format(time.RFC3339Nano))
+	ss.markLost()
+	ss.stopAll(true)
+	log.Info("fleet: every pipeline of this worker stopped", "worker", w.Name, "took", time.Since(t0).Round(time.Millisecond))
+	// Stop renewing the lease should etcd answer again: the rejoin revokes it (claimName).
+	ss.s.Orphan()
+	return fmt.Errorf("worker %s: %w", w.Name, ErrLeaseLost)
 }
 
 // publishProgress puts the held pipelines' progress under this worker's lease at every heartbeat until ctx
@@ -594,7 +662,8 @@ func (ss *session) stopAll(hard bool) {
 // hold campaigns for the pipeline and runs it while elected, until ctx ends.
 func (ss *session) hold(ctx context.Context, name string) {
 	w, log := ss.w, ss.w.log().With("pipeline", name)
-	bg := context.WithoutCancel(ctx)
+	// Cleanup outlives the holder's context but not the lease: once it is lost, the keys go with it.
+	bg := ss.alive
 	e := concurrency.NewElection(ss.s, electKey(w.Prefix, name))
 	// Our candidacy key can outlive a campaign that failed or was cancelled (the put may have landed after
 	// the context ended), and a key of ours left in the election blocks every other candidate for as long as
@@ -603,7 +672,7 @@ func (ss *session) hold(ctx context.Context, name string) {
 	withdraw := func() {
 		dctx, cancel := context.WithTimeout(bg, 5*time.Second)
 		defer cancel()
-		if _, err := w.Client.Delete(dctx, mine); err != nil {
+		if _, err := w.Client.Delete(dctx, mine); err != nil && bg.Err() == nil {
 			log.Warn("fleet: could not withdraw from the election; the key goes with this worker's lease", "key", mine, "err", err)
 		}
 	}
@@ -645,6 +714,8 @@ func (ss *session) hold(ctx context.Context, name string) {
 		case <-ctx.Done():
 		}
 		err := w.Runner.Run(ctx, name, epoch)
+		// Stopped: Health says so now, not after the etcd calls below.
+		w.holding.Store(name, false)
 		// The holding record goes before the election key: once we resign the next holder writes its own.
 		rctx, cancel := context.WithTimeout(bg, 5*time.Second)
 		w.Client.Txn(rctx).If(clientv3.Compare(clientv3.Value(holdingKey(w.Prefix, name)), "=", string(hb))).
@@ -653,7 +724,7 @@ func (ss *session) hold(ctx context.Context, name string) {
 			eb, _ := json.Marshal(LastError{Worker: w.Name, Error: err.Error(), Time: time.Now().UTC()})
 			w.Client.Put(rctx, errorKey(w.Prefix, name), string(eb))
 		}
-		if rerr := e.Resign(rctx); rerr != nil {
+		if rerr := e.Resign(rctx); rerr != nil && bg.Err() == nil {
 			log.Warn("fleet: resign failed; the election key goes with this worker's lease", "err", rerr)
 		}
 		cancel()

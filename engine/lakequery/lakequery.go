@@ -1,9 +1,12 @@
 // Package lakequery runs `skippr query`: SQL over the tables of the pipelines' lake destinations, merged with
 // the entries committed to each pipeline's WAL but not applied yet (the contract between the parts is the
 // SDK's package lakequery).
+// Console is how the command talks to a person (a prompt with history) or a script (stdin), and Compact runs
+// `skippr lake compact` through the same service lookup.
 //
 // Nothing here names a plugin. A lake is any destination whose plugin offers the lake.plan service; the query
-// engine is any plugin offering query.engine (DuckDB unless the config pins another, see QueryPlugin). Every
+// engine is any plugin offering query.engine: the connection `query: {connection: NAME}` names, else DuckDB
+// (see queryConnection). Every
 // plugin is started through engine/connector, so the same checksum pinning, protocol negotiation, identity and
 // settings checks apply as to a sync, and a third party's lake destination works with `skippr query` without a
 // change here. The query engine's settings are not checked: it is called without them, and its connection may
@@ -97,14 +100,10 @@ func (q *Querier) open(ctx context.Context) error {
 	if len(q.lakes) == 0 {
 		return fmt.Errorf("%w: no pipeline in %s writes to a destination whose plugin offers %s (such as iceberg)", ErrNoLake, opts.Config.Path, sdk.ServicePlan)
 	}
-	qc := &config.Connection{Name: "query", Plugin: QueryPlugin}
-	for _, cn := range opts.Config.Connections {
-		if cn.Plugin == QueryPlugin {
-			qc = cn
-			break
-		}
+	qc, err := queryConnection(opts.Config)
+	if err != nil {
+		return err
 	}
-	var err error
 	if q.engine, err = q.start(ctx, connector.StartUnconfigured, qc, sdk.ServiceQuery); err != nil {
 		return err
 	}
@@ -112,6 +111,24 @@ func (q *Querier) open(ctx context.Context) error {
 		return fmt.Errorf("connection %s: plugin %s offers no %s service: it cannot answer queries", qc.Name, qc.Plugin, sdk.ServiceQuery)
 	}
 	return nil
+}
+
+// queryConnection is the connection of the query engine: the one `query: {connection: NAME}` names, else the
+// first connection of plugin QueryPlugin (which pins its version or path), else one made up for QueryPlugin.
+func queryConnection(cfg *config.Config) (*config.Connection, error) {
+	if name := cfg.Query.Connection; name != "" {
+		cn, ok := cfg.Connection(name)
+		if !ok { // the loader checks this; a Config built in code may not have been
+			return nil, fmt.Errorf("query.connection: no connection %q in %s", name, cfg.Path)
+		}
+		return cn, nil
+	}
+	for _, cn := range cfg.Connections {
+		if cn.Plugin == QueryPlugin {
+			return cn, nil
+		}
+	}
+	return &config.Connection{Name: "query", Plugin: QueryPlugin}, nil
 }
 
 // start starts a connection's plugin and keeps it running until Close; it returns nil when the plugin does not
@@ -312,4 +329,19 @@ func Offering(ctx context.Context, cfg *config.Config, host connector.Starter, n
 		names = append(names, cn.Name)
 	}
 	return nil, fmt.Errorf("%s has several connections offering %s (%v): pick one with --connection", cfg.Path, service, names)
+}
+
+// Compact runs the lake.compact service of the named connection's plugin (name "" when one connection alone
+// offers it) and returns its report. ErrNoService when none offers it.
+func Compact(ctx context.Context, cfg *config.Config, host connector.Starter, name string, req sdk.CompactRequest) ([]byte, error) {
+	plugin, err := Offering(ctx, cfg, host, name, sdk.ServiceCompact)
+	if err != nil {
+		return nil, err
+	}
+	defer plugin.Kill()
+	report, err := plugin.LakeCompact(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("lake compact %s: %w", req.Table, err)
+	}
+	return report, nil
 }

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -398,5 +399,59 @@ func TestMetricsReference(t *testing.T) {
 		if !names[n] {
 			t.Errorf("docs/metrics.md documents %s, which skippr does not export", n)
 		}
+	}
+}
+
+// TestDeployMetricNames checks every skippr_* name in deploy/grafana-dashboard.json's queries against the
+// metrics the engine registers (a histogram's _bucket, _sum and _count by its family). The PromQL itself is
+// parsed with Prometheus' parser in deploy/promcheck, a module of its own (`make check-deploy`).
+func TestDeployMetricNames(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Definition string `json:"definition"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("grafana-dashboard.json: %v", err)
+	}
+	names := registered(t)
+	check := func(where, expr string) int {
+		refs := metricRef.FindAllString(expr, -1)
+		for _, m := range refs {
+			base := m
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(m, s); ok && names[b] {
+					base = b
+				}
+			}
+			if !names[base] {
+				t.Errorf("%s: %s is not a metric skippr exports", where, m)
+			}
+		}
+		return len(refs)
+	}
+	total := 0
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			total += check("panel "+p.Title, tg.Expr)
+		}
+	}
+	for _, v := range d.Templating.List {
+		total += check("variable", v.Definition)
+	}
+	if total < 20 {
+		t.Fatalf("found %d metric names in the dashboard: the reader is broken", total)
 	}
 }

@@ -3,7 +3,7 @@
 //
 // A plugin wraps an error with the class that says what must happen next:
 //
-//	return fault.Config(fmt.Errorf("connect %s: password authentication failed for user %q", host, user),
+//	return fault.ConfigErr(fmt.Errorf("connect %s: password authentication failed for user %q", host, user),
 //		"set the connection's password (settings.password) to the role's password")
 //
 // serve carries the class across gRPC as a status code plus an errdetails.ErrorInfo (domain "skippr.dev",

@@ -225,10 +225,16 @@ type ApplyResult struct {
 	Rows    int64
 }
 
-// Applied is what a destination holds.
+// Applied is what a destination holds for one pipeline, as LastApplied reports it.
 type Applied struct {
+	// Sequence is the fence: the highest WAL sequence number the destination committed for the pipeline, in the
+	// same transaction as the data (0 for a pipeline it never applied). The engine resumes after it, so it must
+	// never be ahead of the data; an exactly-once destination records it, an at-least-once one may report 0.
 	Sequence uint64
-	Streams  map[string]uint64
+	// Streams is, per stream, the highest sequence number whose apply carried rows of that stream (a stream
+	// absent: none yet). It is informational: the engine reads only Sequence today, and a destination that does
+	// not track it leaves it empty (serve sends an empty map, never nil). It must not exceed Sequence.
+	Streams map[string]uint64
 }
 
 // Destination writes changes. Apply must be atomic: after a crash, either the whole sequence number and the

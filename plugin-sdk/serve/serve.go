@@ -71,9 +71,14 @@ func newLogger(w io.Writer, name string) *slog.Logger {
 	h := slog.NewJSONHandler(w, &slog.HandlerOptions{
 		Level: slog.LevelDebug,
 		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if a.Value.Kind() == slog.KindDuration {
+			switch a.Value.Kind() {
+			case slog.KindDuration:
 				// JSON would carry nanoseconds, which the host prints as a float ("1e+10").
 				a.Value = slog.StringValue(a.Value.Duration().String())
+			case slog.KindInt64, slog.KindUint64:
+				// The host decodes a line's JSON numbers into float64 and prints large ones in exponent form
+				// (server_id=1.083443e+06, pos=2.1915877e+07), rounding beyond 2^53: as text they arrive exact.
+				a.Value = slog.StringValue(a.Value.String())
 			}
 			if len(groups) > 0 {
 				return a

@@ -97,3 +97,38 @@ func TestZeroDate(t *testing.T) {
 		t.Errorf("zero dates with zero_date: null arrived as %q", got)
 	}
 }
+
+// TestEnumMembersCharsets: ENUM and SET members outside utf8mb3 (an emoji) and in latin1 arrive the same from
+// the snapshot and the binary log. information_schema shows '😀' as '?', so the stream takes the members from
+// the table map (binlog_row_metadata=FULL), in the column's character set.
+func TestEnumMembersCharsets(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t)
+	db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY, e ENUM('😀', 'a', 'ß'), l ENUM('é', 'ü', 'x') CHARACTER SET latin1,
+			s SET('😀', 'b', 'é'), ls SET('é', 'q', 'Ω?') CHARACTER SET latin1);
+		INSERT INTO t VALUES (1, '😀', 'é', '😀,b', 'é,q'), (2, 'ß', 'ü', 'é', 'q'), (3, 'a', 'x', '', 'é')`)
+	r := startReading(t, startPlugin(t), settings(db, map[string]any{"tables": []string{"t"}}), nil)
+	s := newState()
+	for {
+		c := r.MustNext(time.Minute)
+		s.apply(t, c)
+		if position(t, c.Checkpoint.Position).Phase == source.PhaseStream {
+			break
+		}
+	}
+	db.Exec(t, `INSERT INTO t SELECT id + 100, e, l, s, ls FROM t`)
+	catchUp(t, r, s, db)
+	rows := s.rows[db.Name+".t"]
+	for id, want := range map[string]string{
+		"1": "e=😀 l=é s=😀,b ls=é,q",
+		"2": "e=ß l=ü s=é ls=q",
+		"3": "e=a l=x s= ls=é",
+	} {
+		if snap := strings.TrimPrefix(rows[id], "id="+id+" "); snap != want {
+			t.Errorf("row %s from the snapshot: %q, want %q", id, snap, want)
+		}
+		if bin := strings.TrimPrefix(rows["10"+id], "id=10"+id+" "); bin != want {
+			t.Errorf("row %s from the binary log: %q, want %q", id, bin, want)
+		}
+	}
+}

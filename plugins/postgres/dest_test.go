@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
@@ -250,5 +252,33 @@ func TestApply(t *testing.T) {
 	}
 	if _, err := dst.Apply(ctx, limited, "p", 1, []client.ApplyItem{kvBatch(t, "kv", false, key, kvRow{op: change.OpInsert, id: 1, v: "a"})}); err != nil {
 		t.Fatalf("apply as a role with schema rights only: %v", err)
+	}
+}
+
+// TestApplyNUL: a text value holding a NUL character (MySQL's VARCHAR can, PostgreSQL's text cannot) is a data
+// fault naming the table, the column and the row's key, not an error COPY repeats at every retry; the apply
+// changes nothing.
+func TestApplyNUL(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	dst := startPlugin(t)
+	set := settings(db, map[string]any{"schema": "out"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv := func(rows ...kvRow) client.ApplyItem { return kvBatch(t, "public.kv", false, []string{"id"}, rows...) }
+	if _, err := dst.Apply(ctx, set, "p", 1, []client.ApplyItem{kv(kvRow{op: change.OpInsert, id: 1, v: "a"})}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := dst.Apply(ctx, set, "p", 2, []client.ApplyItem{kv(kvRow{op: change.OpInsert, id: 2, v: "ok"}, kvRow{op: change.OpInsert, id: 7, v: "a\x00b"})})
+	if !errors.Is(err, fault.ErrData) {
+		t.Fatalf("apply of a NUL: %v (class %v), want a data fault", err, fault.ClassOf(err))
+	}
+	for _, w := range []string{"kv", "column v", "id=7", "NUL"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("fault %q does not name %q", err, w)
+		}
+	}
+	if got := strings.Join(rowsText(t, db, "out.kv"), " "); got != "(1,a)" {
+		t.Errorf("out.kv = %s after the refused apply, want (1,a)", got)
 	}
 }

@@ -366,14 +366,16 @@ func (s *Server) copyInto(ctx context.Context, x *session, toks []token) (*resul
 	if !strings.HasPrefix(target, stagePrefix) {
 		rel = quote(toks[4].text) + "." + quote(target)
 	}
-	rows, err := x.conn.Query(ctx, `SELECT attname FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, rel)
+	rows, err := x.conn.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, rel)
 	if err != nil {
 		return nil, err
 	}
-	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type tcol struct{ Name, Type string }
+	cols, err := pgx.CollectRows(rows, pgx.RowToStructByPos[tcol])
 	if err != nil {
 		return nil, err
 	}
+	opts := readerOptions(toks)
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &sfError{code: 2003, state: "02000", msg: fmt.Sprintf("Remote file '%s' was not found.", name)}
@@ -394,17 +396,19 @@ func (s *Server) copyInto(ctx context.Context, x *session, toks []token) (*resul
 	defer tbl.Release()
 	var use []string
 	var src []arrow.Array
+	var reads []read
 	for _, c := range cols {
 		for i, f := range tbl.Schema().Fields() {
-			if strings.EqualFold(f.Name, c) {
+			if strings.EqualFold(f.Name, c.Name) {
 				chunks := tbl.Column(i).Data().Chunks()
 				a, err := array.Concatenate(chunks, memory.DefaultAllocator)
 				if err != nil {
 					return nil, err
 				}
 				defer a.Release()
-				use = append(use, quote(c))
+				use = append(use, quote(c.Name))
 				src = append(src, a)
+				reads = append(reads, opts.readAs(pf.MetaData().Schema.Column(i), c.Name, c.Type))
 			}
 		}
 	}
@@ -421,8 +425,12 @@ func (s *Server) copyInto(ctx context.Context, x *session, toks []token) (*resul
 			if a.IsNull(r) {
 				continue
 			}
+			v, err := reads[j].value(a, r)
+			if err != nil {
+				return nil, &sfError{code: err.code, state: err.state, msg: fmt.Sprintf("%s\n  File '%s', line %d, column %s", err.msg, name, r+1, reads[j].column)}
+			}
 			buf.WriteByte('"')
-			buf.WriteString(strings.ReplaceAll(text(a, r), `"`, `""`))
+			buf.WriteString(strings.ReplaceAll(v, `"`, `""`))
 			buf.WriteByte('"')
 		}
 		buf.WriteByte('\n')

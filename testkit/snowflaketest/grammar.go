@@ -70,17 +70,17 @@ var Rules = []Rule{
 	rule("put", "sql-reference/sql/put (AUTO_COMPRESS, SOURCE_COMPRESSION = NONE, OVERWRITE)",
 		`PUT 'file://[^'\\]+' `+stage+` AUTO_COMPRESS = FALSE SOURCE_COMPRESSION = NONE OVERWRITE = TRUE`),
 	rule("remove", "sql-reference/sql/remove", `REMOVE `+stage+`[A-Za-z0-9_.-]+`),
-	rule("copy", "sql-reference/sql/copy-into-table (FILES, FILE_FORMAT TYPE = PARQUET, MATCH_BY_COLUMN_NAME, FORCE, PURGE)",
-		`COPY INTO `+qname+` FROM `+stage+` FILES = \('[A-Za-z0-9_.-]+'\) FILE_FORMAT = \(TYPE = PARQUET\) MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE`),
+	rule("copy", "sql-reference/sql/copy-into-table (FILES, FILE_FORMAT TYPE = PARQUET, MATCH_BY_COLUMN_NAME, FORCE, PURGE); the Parquet options USE_LOGICAL_TYPE and BINARY_AS_TEXT: sql-reference/sql/create-file-format",
+		`COPY INTO `+qname+` FROM `+stage+` FILES = \('[A-Za-z0-9_.-]+'\) FILE_FORMAT = \(TYPE = PARQUET(?: USE_LOGICAL_TYPE = (?:TRUE|FALSE))?(?: BINARY_AS_TEXT = (?:TRUE|FALSE))?\) MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE`),
 	rule("merge", "sql-reference/sql/merge (matchedClause with AND case_predicate, DELETE, UPDATE SET; notMatchedClause INSERT)",
 		`MERGE INTO `+qname+` AS t USING `+qname+` AS s ON t\.`+ident+` = s\.`+ident+`(?: AND t\.`+ident+` = s\.`+ident+`)*`+
 			` WHEN MATCHED AND s\."_SKIPPR_OP" = [0-9] THEN DELETE(?: WHEN MATCHED THEN UPDATE SET `+sets+`)?`+
 			` WHEN NOT MATCHED AND s\."_SKIPPR_OP" <> [0-9] THEN INSERT \(`+idents+`\) VALUES \(`+svals+`\)`),
 	rule("append", "sql-reference/sql/insert (INSERT INTO … (cols) SELECT)",
 		`INSERT INTO `+qname+` \(`+idents+`\) SELECT `+svals+` FROM `+qname+` AS s`),
-	rule("state", "sql-reference/sql/merge (source a subquery of SELECT … UNION ALL; CAST: sql-reference/functions/cast)",
+	rule("state", "sql-reference/sql/merge (source a subquery of SELECT … UNION ALL; matchedClause WHEN MATCHED AND case_predicate; CAST: sql-reference/functions/cast)",
 		`MERGE INTO `+qname+` AS t USING \(`+stateS+`(?: UNION ALL `+stateS+`)*\) AS s ON t\."PIPELINE" = s\."PIPELINE" AND t\."STREAM" = s\."STREAM"`+
-			` WHEN MATCHED THEN UPDATE SET "LAST_SEQUENCE" = s\."LAST_SEQUENCE"`+
+			` WHEN MATCHED AND \(s\."STREAM" <> '' OR t\."LAST_SEQUENCE" = CAST\(\? AS NUMBER\(20,0\)\)\) THEN UPDATE SET "LAST_SEQUENCE" = s\."LAST_SEQUENCE"`+
 			` WHEN NOT MATCHED THEN INSERT \("PIPELINE", "STREAM", "LAST_SEQUENCE"\) VALUES \(s\."PIPELINE", s\."STREAM", s\."LAST_SEQUENCE"\)`),
 	rule("truncate", "sql-reference/sql/delete", `DELETE FROM `+qname),
 }

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Options configure the stand-in.
@@ -67,6 +68,7 @@ type Server struct {
 	Port int
 
 	mu         sync.Mutex
+	failures   []failure // errors to answer instead of running a statement (FailNext)
 	sessions   map[string]*session
 	statements []string
 	rejected   []string
@@ -112,8 +114,23 @@ func Start(ctx context.Context, opt Options) (*Server, error) {
 		`CREATE TABLE IF NOT EXISTS _standin.columns (schema_name text, table_name text, column_name text, ordinal serial,
 			data_type text, numeric_precision int, numeric_scale int, PRIMARY KEY (schema_name, table_name, column_name))`,
 		`CREATE OR REPLACE FUNCTION public.parse_json(text) RETURNS jsonb LANGUAGE sql IMMUTABLE AS 'SELECT $1::jsonb'`,
-		`CREATE OR REPLACE FUNCTION public.to_object(jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS 'SELECT $1'`,
-		`CREATE OR REPLACE FUNCTION public.to_array(jsonb) RETURNS jsonb LANGUAGE sql IMMUTABLE AS 'SELECT $1'`,
+		// TO_OBJECT (docs.snowflake.com/en/sql-reference/functions/to_object): "For a VARIANT value containing an
+		// OBJECT, returns the OBJECT. For NULL input, or for a VARIANT value containing only JSON null, returns
+		// NULL. … For all other input values, reports an error." An array is an error, as in Snowflake.
+		`CREATE OR REPLACE FUNCTION public.to_object(v jsonb) RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $f$
+		BEGIN
+			IF v IS NULL OR jsonb_typeof(v) = 'null' THEN RETURN NULL; END IF;
+			IF jsonb_typeof(v) = 'object' THEN RETURN v; END IF;
+			RAISE EXCEPTION 'sf:100071:22000:Failed to cast variant value % to OBJECT', v;
+		END $f$`,
+		// TO_ARRAY (…/functions/to_array): an ARRAY is unchanged, NULL or JSON null is NULL, any other value
+		// becomes a single-element array.
+		`CREATE OR REPLACE FUNCTION public.to_array(v jsonb) RETURNS jsonb LANGUAGE plpgsql IMMUTABLE AS $f$
+		BEGIN
+			IF v IS NULL OR jsonb_typeof(v) = 'null' THEN RETURN NULL; END IF;
+			IF jsonb_typeof(v) = 'array' THEN RETURN v; END IF;
+			RETURN jsonb_build_array(v);
+		END $f$`,
 	} {
 		if _, err := meta.Exec(ctx, q); err != nil {
 			meta.Close(ctx)
@@ -412,7 +429,19 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.statements = append(s.statements, stmt)
+	var injected *sfError
+	for i, f := range s.failures {
+		if strings.Contains(stmt, f.contains) {
+			injected = f.err
+			s.failures = append(s.failures[:i], s.failures[i+1:]...)
+			break
+		}
+	}
 	s.mu.Unlock()
+	if injected != nil {
+		fail(w, injected.code, injected.state, injected.msg)
+		return
+	}
 	args := make([]any, len(req.Bindings))
 	for k, b := range req.Bindings {
 		i, err := strconv.Atoi(k)
@@ -432,7 +461,11 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 	x.mu.Unlock()
 	if err != nil {
 		var se *sfError
-		if errors.As(err, &se) {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			se = fromPostgres(pe)
+		}
+		if se != nil || errors.As(err, &se) {
 			fail(w, se.code, se.state, se.msg)
 		} else {
 			fail(w, 100000, "XX000", "stand-in (PostgreSQL): "+err.Error())
@@ -466,11 +499,24 @@ func (s *Server) query(w http.ResponseWriter, r *http.Request) {
 func (s *Server) Rows(ctx context.Context, table string) ([]map[string]any, error) {
 	s.metaMu.Lock()
 	defer s.metaMu.Unlock()
-	rows, err := s.meta.Query(ctx, "SELECT to_jsonb(t) FROM "+quote(s.opt.Schema)+"."+quote(table)+" t")
+	rows, err := s.meta.Query(ctx, "SELECT to_jsonb(t)::text FROM "+quote(s.opt.Schema)+"."+quote(table)+" t")
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[map[string]any])
+	texts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	// Numbers stay as their text (json.Number): a NUMBER(38,37) holds more digits than a float64.
+	out := make([]map[string]any, len(texts))
+	for i, t := range texts {
+		d := json.NewDecoder(strings.NewReader(t))
+		d.UseNumber()
+		if err := d.Decode(&out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // ResetRejected forgets the refused statements (a test that sends its own).
@@ -478,4 +524,45 @@ func (s *Server) ResetRejected() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rejected = nil
+}
+
+// failure is an error the stand-in answers, once, for the next statement that contains a text.
+type failure struct {
+	contains string
+	err      *sfError
+}
+
+// FailNext makes the next accepted statement containing contains fail with Snowflake error code and SQL state
+// state, without running it: for tests of how the plugin classifies the errors the service documents.
+func (s *Server) FailNext(contains string, code int, state, msg string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures = append(s.failures, failure{contains: contains, err: &sfError{code: code, state: state, msg: msg}})
+}
+
+// fromPostgres answers a PostgreSQL error as Snowflake answers the same fault (Snowflake's error reference and
+// the messages its documentation shows): a value out of a NUMBER's range, a value a type cannot read, a
+// column or table that does not exist; an error the stand-in's own functions raise as "sf:code:state:message".
+// nil: no Snowflake equivalent is modelled, and the caller answers a generic internal error.
+func fromPostgres(pe *pgconn.PgError) *sfError {
+	if rest, ok := strings.CutPrefix(pe.Message, "sf:"); ok {
+		parts := strings.SplitN(rest, ":", 3)
+		if len(parts) == 3 {
+			code, err := strconv.Atoi(parts[0])
+			if err == nil {
+				return &sfError{code: code, state: parts[1], msg: parts[2]}
+			}
+		}
+	}
+	switch pe.Code {
+	case "22003": // numeric_value_out_of_range
+		return &sfError{code: 100039, state: "22003", msg: "Numeric value out of range (" + pe.Message + ")"}
+	case "22P02", "22007", "22008": // invalid_text_representation, invalid_datetime_format, datetime_field_overflow
+		return &sfError{code: 100038, state: "22018", msg: "Value is not recognized (" + pe.Message + ")"}
+	case "42703": // undefined_column
+		return &sfError{code: 904, state: "42000", msg: "SQL compilation error:\ninvalid identifier (" + pe.Message + ")"}
+	case "42P01": // undefined_table
+		return &sfError{code: 2003, state: "42S02", msg: "SQL compilation error:\nObject does not exist or not authorized. (" + pe.Message + ")"}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@
 package config
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -38,14 +39,32 @@ type Settings struct {
 	Snapshot        *bool    `json:"snapshot"`
 	SnapshotLocking string   `json:"snapshot_locking"`
 	// SnapshotParallel is how many tables the snapshot copies at once, each over its own connection.
-	SnapshotParallel int    `json:"snapshot_parallel"`
-	BatchSize        int    `json:"batch_size"`
-	ZeroDate         string `json:"zero_date"`
-	Truncate         string `json:"truncate"`
-	TLS              string `json:"tls"`
+	SnapshotParallel int      `json:"snapshot_parallel"`
+	BatchSize        int      `json:"batch_size"`
+	ZeroDate         ZeroDate `json:"zero_date"`
+	Truncate         string   `json:"truncate"`
+	TLS              string   `json:"tls"`
 	// WatermarkDatabase holds the table skippr_watermarks that a re-snapshot writes its watermarks to (the
 	// source's resnapshot.go); default: Database, so the binlog filters and grants that cover the tables cover it.
 	WatermarkDatabase string `json:"watermark_database"`
+}
+
+// ZeroDate is the zero_date setting. Its value null is also YAML's word for nothing: `zero_date: null`
+// unquoted reaches the plugin as JSON null, which means that value here (an absent key stays the default).
+type ZeroDate string
+
+// UnmarshalJSON takes JSON null as the value "null".
+func (z *ZeroDate) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		*z = ZeroDateNull
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("zero_date: want one of error, null: %w", err)
+	}
+	*z = ZeroDate(s)
+	return nil
 }
 
 // Setting values and defaults.

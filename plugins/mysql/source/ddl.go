@@ -228,15 +228,15 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 // mentions reports whether a statement names a captured table of the configured database. It errs on the
 // side of yes.
 func (h *history) mentions(defaultDB, sql string) bool {
+	return slices.ContainsFunc(h.names, func(name string) bool { return h.mentionsTable(defaultDB, sql, name) })
+}
+
+// mentionsTable reports whether sql's text names captured table name.
+func (h *history) mentionsTable(defaultDB, sql, name string) bool {
 	lower := strings.ToLower(sql)
-	for _, name := range h.names {
-		n := strings.ToLower(name)
-		qualified := strings.Contains(lower, strings.ToLower(h.db)+"."+n) || strings.Contains(lower, "`"+strings.ToLower(h.db)+"`.`"+n+"`")
-		if qualified || (strings.EqualFold(defaultDB, h.db) && regexp.MustCompile(`(^|[^a-z0-9_$])`+regexp.QuoteMeta(n)+`($|[^a-z0-9_$])`).MatchString(lower)) {
-			return true
-		}
-	}
-	return false
+	n := strings.ToLower(name)
+	qualified := strings.Contains(lower, strings.ToLower(h.db)+"."+n) || strings.Contains(lower, "`"+strings.ToLower(h.db)+"`.`"+n+"`")
+	return qualified || (strings.EqualFold(defaultDB, h.db) && regexp.MustCompile(`(^|[^a-z0-9_$])`+regexp.QuoteMeta(n)+`($|[^a-z0-9_$])`).MatchString(lower))
 }
 
 // alter applies an ALTER TABLE's options to d in order; it returns the table's new name when renamed.

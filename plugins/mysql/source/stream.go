@@ -51,6 +51,9 @@ type streamer struct {
 	lastCP      time.Time
 	// rs copies tables again between the transactions it streams (resnapshot.go).
 	rs *resnapper
+	// hasRowMetadata: the server has binlog_row_metadata (MariaDB 10.5+, MySQL 8.0.1+), so a table map without
+	// column names means it was switched away from FULL. Older servers never write names.
+	hasRowMetadata bool
 }
 
 // stream reads the binary log from pos and emits each transaction's rows of the captured tables, then a
@@ -116,6 +119,12 @@ func checkRetained(conn *mysql.Conn, r *reader, pos *Position) error {
 // explainDump classifies an error of the binlog dump.
 func explainDump(r *reader, pos *Position, err error) error {
 	var se *sqlerror.SQLError
+	if errors.As(err, &se) && sameServerID(se) {
+		// Retrying would evict the other reader in turn, and so on for ever: a person must give one of them
+		// another id.
+		return fault.ConfigErr(fmt.Errorf("another binlog reader connected to the server with this pipeline's server_id %d, and the server dropped this one (two pipelines over the same tables derive the same id; a replica may use it too): %w", r.cfg.ServerID, err),
+			"set server_id in this pipeline's source settings to a number no other pipeline, replica or server of this topology uses (1–4294967295)")
+	}
 	if errors.As(err, &se) && se.Number() == sqlerror.ERMasterFatalReadingBinlog {
 		return fault.ResnapshotErr(fmt.Errorf("the server cannot send the binary log from %s:%d (gtid %q): %w", pos.File, pos.Pos, pos.GTID, err),
 			"start the pipeline from an empty checkpoint (a new snapshot), and raise binlog_expire_logs_seconds above the longest time the pipeline may be stopped")
@@ -124,6 +133,19 @@ func explainDump(r *reader, pos *Position, err error) error {
 		return fault.ConfigErr(fmt.Errorf("binlog dump: %w", err), fmt.Sprintf("GRANT REPLICATION SLAVE ON *.* TO '%s'", r.cfg.User))
 	}
 	return fault.TransientErr(fmt.Errorf("binlog dump from %s:%d: %w", pos.File, pos.Pos, r.cfg.Explain(err)))
+}
+
+// errSlaveSameID is MariaDB's ER_SLAVE_SAME_ID: a binlog reader with the same server_id connected, and the
+// server ended this one's dump. MySQL reports it as 1236 (ER_MASTER_FATAL_ERROR_READING_BINLOG) with a message
+// saying so.
+const errSlaveSameID = 4052
+
+func sameServerID(se *sqlerror.SQLError) bool {
+	if se.Number() == errSlaveSameID {
+		return true
+	}
+	msg := strings.ToLower(se.Message)
+	return se.Number() == sqlerror.ERMasterFatalReadingBinlog && strings.Contains(msg, "same server") && strings.Contains(msg, "id")
 }
 
 // start asks the server for the binary log after the position: by GTID when there is one (MariaDB always;
@@ -143,7 +165,11 @@ func (s *streamer) start() error {
 			return fmt.Errorf("%s: %w", q, s.cfg.Explain(err))
 		}
 	}
-	var err error
+	res, err := s.conn.ExecuteFetch("SHOW GLOBAL VARIABLES LIKE 'binlog_row_metadata'", 10, false)
+	if err != nil {
+		return fmt.Errorf("SHOW GLOBAL VARIABLES LIKE 'binlog_row_metadata': %w", s.cfg.Explain(err))
+	}
+	s.hasRowMetadata = len(res.Rows) > 0
 	switch {
 	case s.flavor == flavorMariaDB:
 		if s.gtids, err = replication.ParsePosition(replication.MariadbFlavorID, s.cur.GTID); err != nil {
@@ -233,6 +259,9 @@ func (s *streamer) event(ctx context.Context, ev mysql.BinlogEvent) error {
 		case "COMMIT":
 			return s.commit(ctx, ev.NextPosition())
 		}
+		if err := s.checkStatement(q.Database, q.SQL, ev.NextPosition()); err != nil {
+			return err
+		}
 		return s.statement(ctx, q.Database, q.SQL, ev.NextPosition())
 	}
 	return nil
@@ -315,8 +344,18 @@ func (s *streamer) checkMap(ev mysql.BinlogEvent, tm *mysql.TableMap) error {
 	if len(tm.Types) != len(t.Columns) {
 		return fault.DataErr(fmt.Errorf("table %s has %d columns in the binary log at %s:%d, %d in the schema history: a schema change was missed", t.Stream, len(tm.Types), s.file, ev.NextPosition(), len(t.Columns)), fix)
 	}
-	names, err := columnNames(ev, s.format)
+	meta, err := optionalMeta(ev, s.format)
 	if err != nil {
+		return fmt.Errorf("table map of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
+	}
+	names, err := columnNames(meta)
+	if err != nil {
+		return fmt.Errorf("table map of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
+	}
+	if names == nil && s.hasRowMetadata {
+		return s.metadataErr(ev, t)
+	}
+	if err := useMembers(t, meta); err != nil {
 		return fmt.Errorf("table map of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
 	}
 	for i, n := range names {
@@ -347,6 +386,10 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 	rows, err := ev.Rows(f, tm)
 	if err != nil {
 		return fmt.Errorf("binlog rows of %s at %s:%d: %w", t.Stream, s.file, ev.NextPosition(), err)
+	}
+	// Before any row of the event is added: a partial image stops the Read with none of its rows emitted.
+	if err := s.checkImage(ev, t, &rows); err != nil {
+		return err
 	}
 	where := s.file + ":" + fmt.Sprint(ev.NextPosition())
 	if s.txn != nil {
@@ -460,7 +503,7 @@ func (s *streamer) add(ctx context.Context, t *Table, tm *mysql.TableMap, row []
 			b.AppendNull()
 			continue
 		}
-		if err := appendCell(b, &t.Columns[i], tm.Types[i], tm.Metadata[i], row[i].b, s.cfg.ZeroDate == "null"); err != nil {
+		if err := appendCell(b, &t.Columns[i], tm.Types[i], tm.Metadata[i], row[i].b, s.cfg.ZeroDate == config.ZeroDateNull); err != nil {
 			return valueErr(t, err)
 		}
 	}

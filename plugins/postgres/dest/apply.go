@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
@@ -449,6 +450,9 @@ func (a *applier) stage(ctx context.Context, ts *tableState, s *arrow.Schema, co
 				encs[j][r.rec] = enc
 			}
 			tmp = enc(tmp[:0], r.i)
+			if bytes.IndexByte(tmp, 0) >= 0 {
+				return "", nulErr(ts, cols[j], r)
+			}
 			writeCopyText(&buf, tmp)
 		}
 		buf.WriteByte('\n')
@@ -457,6 +461,24 @@ func (a *applier) stage(ctx context.Context, ts *tableState, s *arrow.Schema, co
 		return "", fmt.Errorf("copy into the staging table of %s: %w", ts.name, a.cfg.Explain(err))
 	}
 	return stage, nil
+}
+
+// nulErr refuses a value holding a NUL character: PostgreSQL's text types cannot store one (COPY fails with
+// `invalid byte sequence for encoding "UTF8": 0x00`, the same at every retry), while MySQL's VARCHAR and Arrow's
+// utf8 can. Only a text form holds a raw NUL: bytea's is hex.
+func nulErr(ts *tableState, col string, r row) error {
+	key := make([]string, 0, len(ts.key))
+	for _, k := range ts.key {
+		if fi := r.rec.Schema().FieldIndices(k); len(fi) == 1 {
+			key = append(key, k+"="+r.rec.Column(fi[0]).ValueStr(r.i))
+		}
+	}
+	where := "row " + strings.Join(key, ", ")
+	if len(key) == 0 {
+		where = "a row of a stream without a key"
+	}
+	return fault.DataErr(fmt.Errorf("table %s column %s, %s: the value holds a NUL character (0x00), which PostgreSQL text cannot store", ts.name, col, where),
+		"remove the NUL characters at the source (MySQL: UPDATE … SET col = REPLACE(col, CHAR(0), '')), or send the stream to a destination that keeps them (Iceberg, DuckDB)")
 }
 
 func typesOf(ts *tableState, cols []string) string {

@@ -73,12 +73,20 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			// before the next apply.
 			x.d.orphansChecked[req.Pipeline] = false
 		}
+		if err != nil {
+			// The columns this process remembers may be what failed (a column dropped or renamed outside
+			// skippr): the next apply reads them again, and adds back what is missing.
+			x.d.tables = nil
+		}
 	}()
 	state, err := x.readState(ctx, req.Pipeline)
 	if err != nil {
 		return res, err
 	}
 	fence := state.Sequence
+	if x.d.fenceRead != nil {
+		x.d.fenceRead(req.Pipeline, fence)
+	}
 	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
@@ -191,7 +199,7 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			key := make([]string, 0)
 			for _, l := range sp.loads {
 				if err := txexec(sfsql.Copy(l.stage, sp.table, filepath.Base(l.file))); err != nil {
-					return res, explain(x.s, fmt.Sprintf("copy %s into %s", filepath.Base(l.file), l.stage), err)
+					return res, explain(x.s, fmt.Sprintf("copy %s into %s (the staging table of %s)", filepath.Base(l.file), l.stage, sp.table), err)
 				}
 				key = key[:0]
 				for _, k := range change.PrimaryKey(l.schema) {
@@ -212,8 +220,18 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 	for _, stream := range order {
 		args = append(args, req.Pipeline, stream, strconv.FormatUint(req.Sequence, 10))
 	}
-	if err := txexec(sfsql.UpsertState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema), len(args)/3), args...); err != nil {
+	nstate := len(args) / 3
+	args = append(args, strconv.FormatUint(fence, 10))
+	x.d.stats.Statements++
+	merged, err := x.conn.ExecContext(ctx, sfsql.UpsertState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema), nstate), args...)
+	if err != nil {
 		return res, explain(x.s, fmt.Sprintf("record sequence %d", req.Sequence), err)
+	}
+	// The pipeline's row moves only from the fence read before the transaction (sfsql.UpsertState): one row
+	// fewer means another writer committed since, and this apply must not overwrite its state.
+	if n, err := merged.RowsAffected(); err != nil || n != int64(nstate) {
+		return res, fmt.Errorf("pipeline %s: the state row of %s no longer holds sequence %d, read before this apply of %d–%d: another process applied the pipeline meanwhile; rolled back (%d of %d state rows merged, %v), the next attempt reads the state again",
+			req.Pipeline, sfsql.StateTable, fence, req.FirstSequence, req.Sequence, n, nstate, err)
 	}
 	if err := x.exec(ctx, "COMMIT"); err != nil {
 		return res, explain(x.s, fmt.Sprintf("commit sequence %d", req.Sequence), err)

@@ -12,6 +12,7 @@ func sfConnector(cfg sf.Config) driver.Connector { return sf.NewConnector(sf.Sno
 
 func sfsqlBegin(name string) string { return sfsql.Begin(name) }
 
+// sfsqlUpsertState binds pipeline, stream, sequence and the fence.
 func sfsqlUpsertState(db, schema string) string {
 	return sfsql.UpsertState(sfsql.Name(db), sfsql.Name(schema), 1)
 }

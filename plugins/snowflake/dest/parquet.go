@@ -62,6 +62,10 @@ func stageType(dt arrow.DataType, t sfsql.Type) arrow.DataType {
 		return &arrow.Decimal128Type{Precision: 38, Scale: 0}
 	case arrow.FLOAT16:
 		return arrow.PrimitiveTypes.Float32
+	case arrow.DECIMAL128:
+		if d := dt.(*arrow.Decimal128Type); int(d.Scale) > t.Scale {
+			return &arrow.Decimal128Type{Precision: d.Precision, Scale: int32(t.Scale)}
+		}
 	}
 	return dt
 }
@@ -135,7 +139,11 @@ func convert(mem memory.Allocator, a arrow.Array, t sfsql.Type, want arrow.DataT
 				b.AppendNull()
 				continue
 			}
-			j, err := json.Marshal(a.GetOneForMarshal(i))
+			v, err := jsonValue(a, i)
+			if err != nil {
+				return nil, fmt.Errorf("row %d: %w", i, err)
+			}
+			j, err := json.Marshal(v)
 			if err != nil {
 				return nil, fmt.Errorf("row %d as JSON: %w", i, err)
 			}
@@ -193,6 +201,29 @@ func convert(mem memory.Allocator, a arrow.Array, t sfsql.Type, want arrow.DataT
 			} else {
 				b.Append(decimal128.FromU64(src.Value(i)))
 			}
+		}
+		return b.NewArray(), nil
+	case *array.Decimal128:
+		have, ok := want.(*arrow.Decimal128Type)
+		scale := src.DataType().(*arrow.Decimal128Type).Scale
+		if !ok || have.Scale == scale {
+			break
+		}
+		// A scale past Snowflake's (decimal(38,38) into NUMBER(38,37)): exact only when the dropped digits are 0.
+		b := array.NewDecimal128Builder(mem, have)
+		defer b.Release()
+		div := decimal128.GetScaleMultiplier(int(scale - have.Scale))
+		for i := 0; i < a.Len(); i++ {
+			if a.IsNull(i) {
+				b.AppendNull()
+				continue
+			}
+			q, r := src.Value(i).Div(div)
+			if r != (decimal128.Num{}) {
+				return nil, fault.DataErr(fmt.Errorf("row %d: %s has %d decimals; Snowflake's NUMBER holds at most %d", i, src.Value(i).ToString(scale), scale, have.Scale),
+					fmt.Sprintf("round the column to %d decimals in the source (for example numeric(38,%d)), or replicate the table to a destination that holds it", have.Scale, have.Scale))
+			}
+			b.Append(q)
 		}
 		return b.NewArray(), nil
 	case *array.Float16:
@@ -321,4 +352,55 @@ func timestampText(v arrow.Timestamp, u arrow.TimeUnit) string {
 		}
 	}
 	return strconv.FormatInt(int64(v), 10) + " " + u.String() + " since 1970-01-01"
+}
+
+// jsonValue is row i of a nested array as the JSON the OBJECT or ARRAY column takes: a map is an object keyed
+// by its keys (Arrow's own marshalling makes it a list of {"key", "value"} pairs, which TO_OBJECT refuses as an
+// array), at any depth; other values as Arrow marshals them.
+func jsonValue(a arrow.Array, i int) (any, error) {
+	if a.IsNull(i) {
+		return nil, nil
+	}
+	switch v := a.(type) {
+	case *array.Map:
+		keys, items := v.Keys(), v.Items()
+		start, end := v.ValueOffsets(i)
+		obj := make(map[string]any, end-start)
+		for j := int(start); j < int(end); j++ {
+			k := keys.ValueStr(j)
+			if _, dup := obj[k]; dup {
+				return nil, fault.DataErr(fmt.Errorf("map key %q appears twice; a Snowflake OBJECT holds each key once", k),
+					"make the map's keys unique in the source, or leave the column out")
+			}
+			val, err := jsonValue(items, j)
+			if err != nil {
+				return nil, err
+			}
+			obj[k] = val
+		}
+		return obj, nil
+	case *array.Struct:
+		st := v.DataType().(*arrow.StructType)
+		obj := make(map[string]any, v.NumField())
+		for f := 0; f < v.NumField(); f++ {
+			val, err := jsonValue(v.Field(f), i)
+			if err != nil {
+				return nil, err
+			}
+			obj[st.Field(f).Name] = val
+		}
+		return obj, nil
+	case array.ListLike:
+		start, end := v.ValueOffsets(i)
+		list := make([]any, 0, end-start)
+		for j := int(start); j < int(end); j++ {
+			val, err := jsonValue(v.ListValues(), j)
+			if err != nil {
+				return nil, err
+			}
+			list = append(list, val)
+		}
+		return list, nil
+	}
+	return a.GetOneForMarshal(i), nil
 }

@@ -53,6 +53,9 @@ type Destination struct {
 	// apply last failed.
 	orphansChecked map[string]bool
 	stats          Stats
+	// fenceRead, when set (tests), is called after an apply read the pipeline's fence and before its
+	// transaction: the window in which a paused writer is overtaken by another.
+	fenceRead func(pipeline string, fence uint64)
 }
 
 // DefaultFoldBudget: an apply holds at most this many bytes of Arrow batches at once (plus the batch being
@@ -178,20 +181,48 @@ func (x *conn) query(ctx context.Context, q string, args ...any) (*sql.Rows, err
 	return x.conn.QueryContext(ctx, q, args...)
 }
 
-// explain classifies a driver error: a rejected login or a missing object or privilege is the user's to fix.
+// explain classifies a driver error by the code and SQL state Snowflake answers: a rejected login, a missing
+// object, privilege, column or warehouse is the user's to fix (config); a value the table cannot read or hold
+// (SQL state class 22, data exception) is the data's (data); a statement Snowflake cannot compile is a bug of
+// the plugin's, which no retry mends (config, to report). Anything else — timeouts (57014), lock waits,
+// connection faults, internal errors — is left to the engine's retries.
 func explain(s Settings, what string, err error) error {
 	var se *sf.SnowflakeError
-	if errors.As(err, &se) {
-		switch {
-		case se.Number == 390100 || se.Number == 390144 || se.Number == 390318 || se.Number == 390303 || se.Number == 390302:
-			return fault.ConfigErr(fmt.Errorf("snowflake account %s user %s: %s: login refused: %w", s.Account, s.User, what, err),
-				"check the user and its password, private_key (the user's RSA_PUBLIC_KEY must match) or token")
-		case se.Number == 2003 || se.Number == 2043 || se.Number == 3001 || se.SQLState == "42501":
-			return fault.ConfigErr(fmt.Errorf("snowflake %s: %w", what, err),
-				"run `skippr connect CONNECTION` to list the GRANT statements the role "+roleOf(s)+" needs")
-		}
+	if !errors.As(err, &se) {
+		return fmt.Errorf("snowflake %s: %w", what, err)
 	}
-	return fmt.Errorf("snowflake %s: %w", what, err)
+	werr := fmt.Errorf("snowflake %s: %w", what, err)
+	grants := "run `skippr connect CONNECTION` to list the GRANT statements the role " + roleOf(s) + " needs"
+	switch {
+	case se.Number == 390100 || se.Number == 390144 || se.Number == 390318 || se.Number == 390303 || se.Number == 390302:
+		return fault.ConfigErr(fmt.Errorf("snowflake account %s user %s: %s: login refused: %w", s.Account, s.User, what, err),
+			"check the user and its password, private_key (the user's RSA_PUBLIC_KEY must match) or token")
+	case se.Number == 3001 || se.SQLState == "42501":
+		return fault.ConfigErr(werr, grants)
+	case se.Number == 2003 || se.Number == 2043 || se.SQLState == "42S02" || se.SQLState == "02000":
+		return fault.ConfigErr(werr, "the object does not exist, or the role "+roleOf(s)+" may not use it: if it was dropped or renamed outside skippr, "+
+			"restart the pipeline (the plugin re-reads its tables and creates missing ones; the rows a dropped table held are gone with it, so resnapshot its stream); else "+grants)
+	case se.Number == 904:
+		return fault.ConfigErr(werr, "a column the plugin writes is missing from the table (dropped or renamed outside skippr): "+
+			"restart the pipeline, which re-reads the table's columns and adds the missing one back, or rename it back")
+	case se.Number == 606 || se.SQLState == "57P03":
+		return fault.ConfigErr(werr, "set warehouse in the connection's settings to a warehouse the role "+roleOf(s)+" may use and that can resume (AUTO_RESUME = TRUE), "+
+			"e.g. GRANT USAGE ON WAREHOUSE "+sfsql.Ident(s.Warehouse)+" TO ROLE "+roleIdent(s))
+	case strings.HasPrefix(se.SQLState, "22"):
+		return fault.DataErr(werr, "Snowflake cannot read or hold a value of this apply (the message names the file, row and column): "+
+			"change the value or the column's type in the source, or replicate the table to a destination that holds it; the README's type table lists what each type becomes")
+	case se.Number == 1003 || strings.HasPrefix(se.SQLState, "42") || se.SQLState == "0A000":
+		return fault.ConfigErr(werr, "Snowflake refused a statement the plugin built: this is a bug of the snowflake plugin; report it with this message (retrying cannot succeed)")
+	}
+	return werr
+}
+
+// roleIdent is the role as a GRANT names it.
+func roleIdent(s Settings) string {
+	if s.Role == "" {
+		return "<the user's default role>"
+	}
+	return sfsql.Ident(s.Role)
 }
 
 func roleOf(s Settings) string {

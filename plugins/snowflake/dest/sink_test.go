@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"sort"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
+	"github.com/skippr-dev/skippr/plugins/snowflake/sfsql"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 	"github.com/skippr-dev/skippr/testkit/snowflaketest"
 )
@@ -43,10 +45,35 @@ type target struct {
 	settings json.RawMessage
 	s        Settings
 	standin  *snowflaketest.Server // nil when live
-	prefix   string                // table name prefix, unique per test on a live account
+	pg       *pgtest.DB            // the PostgreSQL database behind the stand-in; nil when live
+	prefix   string                // table name prefix, unique per test and run on a live account
+	pipeline string                // the pipeline id, unique per test and run on a live account
+	streams  []string              // the streams named (tg.stream), whose tables a live run drops at its end
+}
+
+// stream is the name of a test's stream: on a live account its table name (the last dotted part, TableName)
+// carries the run's prefix, so runs and tests do not share tables.
+func (tg *target) stream(name string) string {
+	i := strings.LastIndexByte(name, '.') + 1
+	s := name[:i] + tg.prefix + name[i:]
+	tg.streams = append(tg.streams, s)
+	return s
 }
 
 func live() bool { return os.Getenv("SKIPPR_SNOWFLAKE_ACCOUNT") != "" }
+
+// TestLiveAccount: with SKIPPR_SNOWFLAKE_* set, every test of this package runs against that account; this one
+// checks first that the role holds every privilege an apply needs (skippr connect's check). Without them it
+// skips, saying how to run the live suite.
+func TestLiveAccount(t *testing.T) {
+	if !live() {
+		t.Skip("no Snowflake account: set SKIPPR_SNOWFLAKE_ACCOUNT, _USER, _PASSWORD or _PRIVATE_KEY, _WAREHOUSE, _DATABASE, _SCHEMA, _ROLE and run `make live-snowflake` (plugins/snowflake/README.md, Tests); the other tests run on the stand-in")
+	}
+	tg := newTarget(t, nil)
+	if err := tg.d.Check(tctx(t), tg.settings); err != nil {
+		t.Fatalf("the live account's role cannot do what an apply does: %v (fix: %s)", err, fault.FixOf(err))
+	}
+}
 
 func newTarget(t *testing.T, edit func(*Settings)) *target {
 	t.Helper()
@@ -59,9 +86,17 @@ func newTarget(t *testing.T, edit func(*Settings)) *target {
 			Warehouse: os.Getenv("SKIPPR_SNOWFLAKE_WAREHOUSE"), Database: os.Getenv("SKIPPR_SNOWFLAKE_DATABASE"),
 			Schema: os.Getenv("SKIPPR_SNOWFLAKE_SCHEMA"), Role: os.Getenv("SKIPPR_SNOWFLAKE_ROLE"),
 		}
-		tg.prefix = fmt.Sprintf("t%d_", time.Now().UnixNano()%1_000_000_000)
+		if tg.s.Schema == "" {
+			tg.s.Schema = DefaultSchema
+		}
+		run := fmt.Sprintf("%x%04x", time.Now().UnixNano(), mrand.IntN(1<<16))
+		tg.prefix = "skippr_test_" + run + "_"
+		tg.pipeline = "skippr-test-" + run
+		t.Cleanup(tg.dropLive)
 	} else {
+		tg.pipeline = "p"
 		db := pgtest.NewDB(t)
+		tg.pg = db
 		tg.s = Settings{Account: "standin", User: "loader", Password: "secret", Warehouse: "LOAD_WH",
 			Database: "ANALYTICS", Schema: "RAW", Role: "LOADER"}
 		tg.standin = snowflaketest.New(t, snowflaketest.Options{Account: "standin", User: "loader", Password: "secret",
@@ -86,6 +121,23 @@ func newTarget(t *testing.T, edit func(*Settings)) *target {
 	return tg
 }
 
+// dropLive removes what a test made on a live account: its tables (their stages go with them) and its
+// pipeline's state rows. The statements are not the plugin's, so they are never sent to the stand-in.
+func (tg *target) dropLive() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := tg.db()
+	for _, st := range tg.streams {
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+Table(tg.s, st).String()); err != nil {
+			tg.t.Errorf("cleanup: drop the table of %s: %v", st, err)
+		}
+	}
+	state := Table(tg.s, sfsql.StateTable).String()
+	if _, err := db.ExecContext(ctx, `DELETE FROM `+state+` WHERE "PIPELINE" = ?`, tg.pipeline); err != nil {
+		tg.t.Errorf("cleanup: delete the state rows of %s: %v", tg.pipeline, err)
+	}
+}
+
 // db is the connection pool of the target's session.
 func (tg *target) db() *sql.DB {
 	tg.t.Helper()
@@ -104,7 +156,7 @@ func tctx(t *testing.T) context.Context {
 
 func (tg *target) apply(first, last uint64, items ...serve.Item) serve.ApplyResult {
 	tg.t.Helper()
-	res, err := tg.d.Apply(tctx(tg.t), serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: first, Sequence: last, Items: items})
+	res, err := tg.d.Apply(tctx(tg.t), serve.ApplyRequest{Settings: tg.settings, Pipeline: tg.pipeline, FirstSequence: first, Sequence: last, Items: items})
 	if err != nil {
 		tg.t.Fatalf("apply [%d, %d]: %v", first, last, err)
 	}
@@ -130,7 +182,12 @@ func (tg *target) rows(table string) map[string]map[string]any {
 		for r.Next() {
 			var j string
 			var m map[string]any
-			if err := r.Scan(&j); err != nil || json.Unmarshal([]byte(j), &m) != nil {
+			if err := r.Scan(&j); err != nil {
+				tg.t.Fatal(err)
+			}
+			d := json.NewDecoder(strings.NewReader(j))
+			d.UseNumber() // NUMBER(38,37) holds more digits than a float64
+			if err := d.Decode(&m); err != nil {
 				tg.t.Fatal(err, j)
 			}
 			list = append(list, m)
@@ -226,7 +283,7 @@ func item(stream string, seq uint64, rec arrow.RecordBatch) serve.Item {
 func TestApplyMergesByKeyAndSkipsReplays(t *testing.T) {
 	tg := newTarget(t, nil)
 	s := ordersSchema()
-	st := tg.prefix + "public.orders"
+	st := tg.stream("public.orders")
 	tbl := TableName(st)
 	r1 := orders(s, order{op: change.OpInsert, id: 1, name: "a", cents: 1050, color: "red", tags: []string{"x"}, atUnix: 1700000000},
 		order{op: change.OpInsert, id: 2, name: "b", cents: 20000, color: "blue", tags: []string{}, atUnix: 1700000001},
@@ -269,7 +326,7 @@ func TestApplyMergesByKeyAndSkipsReplays(t *testing.T) {
 	if n := len(tg.rows(tbl)); n != 3 {
 		t.Fatalf("after the replay %d rows", n)
 	}
-	a, err := tg.d.LastApplied(tctx(t), tg.settings, "p")
+	a, err := tg.d.LastApplied(tctx(t), tg.settings, tg.pipeline)
 	if err != nil || a.Sequence != 2 || a.Streams[st] != 2 {
 		t.Fatalf("LastApplied %+v, %v", a, err)
 	}
@@ -280,7 +337,7 @@ func TestApplyMergesByKeyAndSkipsReplays(t *testing.T) {
 func TestCoalescedRangeAppliesOnlyPastTheFence(t *testing.T) {
 	tg := newTarget(t, nil)
 	s := ordersSchema()
-	st := tg.prefix + "orders"
+	st := tg.stream("orders")
 	mk := func(id int64, name string) arrow.RecordBatch {
 		return orders(s, order{op: change.OpInsert, id: id, name: name, color: "c", atUnix: 1})
 	}
@@ -306,7 +363,7 @@ func TestCoalescedRangeAppliesOnlyPastTheFence(t *testing.T) {
 // apply with a data error naming the column and both types, and nothing of the apply is written.
 func TestSchemaEvolution(t *testing.T) {
 	tg := newTarget(t, nil)
-	st := tg.prefix + "items"
+	st := tg.stream("items")
 	s1 := change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int32}, {Name: "qty", Type: arrow.PrimitiveTypes.Int64, Nullable: true}}, []string{"id"})
 	b := change.NewBuilder(mem, s1)
 	b.Field(0).(*array.Int32Builder).Append(1)
@@ -341,7 +398,7 @@ func TestSchemaEvolution(t *testing.T) {
 	r3 := b.NewBatch()
 	b.Release()
 	defer r3.Release()
-	_, err := tg.d.Apply(tctx(t), serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: 3, Sequence: 3, Items: []serve.Item{item(st, 3, r3)}})
+	_, err := tg.d.Apply(tctx(t), serve.ApplyRequest{Settings: tg.settings, Pipeline: tg.pipeline, FirstSequence: 3, Sequence: 3, Items: []serve.Item{item(st, 3, r3)}})
 	if !errors.Is(err, fault.ErrData) || !strings.Contains(err.Error(), "QTY") || !strings.Contains(err.Error(), "NUMBER(38,0)") || !strings.Contains(err.Error(), "FLOAT") {
 		t.Fatalf("int → float: %v, want a data error naming QTY, NUMBER(38,0) and FLOAT", err)
 	}
@@ -354,7 +411,7 @@ func TestSchemaEvolution(t *testing.T) {
 // table in the same transaction as the rows after it.
 func TestKeylessStreamAppendsAndTruncates(t *testing.T) {
 	tg := newTarget(t, nil)
-	st := tg.prefix + "events"
+	st := tg.stream("events")
 	s := change.Schema([]arrow.Field{{Name: "msg", Type: arrow.BinaryTypes.String}}, nil)
 	mk := func(msgs ...string) arrow.RecordBatch {
 		b := change.NewBuilder(mem, s)
@@ -385,7 +442,7 @@ func TestKeylessStreamAppendsAndTruncates(t *testing.T) {
 // apply.
 func TestOutOfRangeTimesAreDataErrors(t *testing.T) {
 	tg := newTarget(t, nil)
-	st := tg.prefix + "public.times"
+	st := tg.stream("public.times")
 	s := change.Schema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "d", Type: arrow.FixedWidthTypes.Date32, Nullable: true},
@@ -416,7 +473,7 @@ func TestOutOfRangeTimesAreDataErrors(t *testing.T) {
 		{0, -62135596800000001, "column ts: row 0: timestamp -62135596800000001 us"},
 	} {
 		rec := mk(int64(10+i), c.d, c.ts)
-		_, err := tg.d.Apply(tctx(t), serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: uint64(2 + i), Sequence: uint64(2 + i), Items: []serve.Item{item(st, uint64(2+i), rec)}})
+		_, err := tg.d.Apply(tctx(t), serve.ApplyRequest{Settings: tg.settings, Pipeline: tg.pipeline, FirstSequence: uint64(2 + i), Sequence: uint64(2 + i), Items: []serve.Item{item(st, uint64(2+i), rec)}})
 		rec.Release()
 		if err == nil || !strings.Contains(err.Error(), c.want) || fault.ClassOf(err) != fault.Data {
 			t.Fatalf("case %d: want a data error containing %q, got %v (class %s)", i, c.want, err, fault.ClassOf(err))
@@ -432,7 +489,7 @@ func TestOutOfRangeTimesAreDataErrors(t *testing.T) {
 func TestStatementsPerApply(t *testing.T) {
 	tg := newTarget(t, nil)
 	s := ordersSchema()
-	st := tg.prefix + "orders"
+	st := tg.stream("orders")
 	r := orders(s, order{op: change.OpInsert, id: 1, name: "a", color: "c", atUnix: 1})
 	defer r.Release()
 	tg.apply(1, 1, item(st, 1, r)) // creates the table
@@ -589,7 +646,7 @@ func TestStandInRefusesOtherStatements(t *testing.T) {
 func TestOrphanedTransactionIsAborted(t *testing.T) {
 	tg := newTarget(t, nil)
 	s := ordersSchema()
-	st := tg.prefix + "orders"
+	st := tg.stream("orders")
 	r := orders(s, order{op: change.OpInsert, id: 1, name: "a", color: "c", atUnix: 1})
 	defer r.Release()
 	tg.apply(1, 1, item(st, 1, r))
@@ -611,8 +668,8 @@ func TestOrphanedTransactionIsAborted(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		{sfsqlBegin(TxName("p")), nil},
-		{sfsqlUpsertState(db, sc), []any{"p", "", "9"}},
+		{sfsqlBegin(TxName(tg.pipeline)), nil},
+		{sfsqlUpsertState(db, sc), []any{tg.pipeline, "", "9", "1"}},
 	} {
 		if _, err := conn.ExecContext(tctx(t), q.sql, q.args...); err != nil {
 			t.Fatalf("%s: %v", q.sql, err)
@@ -625,14 +682,14 @@ func TestOrphanedTransactionIsAborted(t *testing.T) {
 	defer cancel()
 	r2 := orders(s, order{op: change.OpInsert, id: 2, name: "b", color: "c", atUnix: 1})
 	defer r2.Release()
-	res, err := next.Apply(ctx, serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: 2, Sequence: 2, Items: []serve.Item{item(st, 2, r2)}})
+	res, err := next.Apply(ctx, serve.ApplyRequest{Settings: tg.settings, Pipeline: tg.pipeline, FirstSequence: 2, Sequence: 2, Items: []serve.Item{item(st, 2, r2)}})
 	if err != nil || res.Skipped {
 		t.Fatalf("apply after an orphaned transaction: %+v, %v", res, err)
 	}
 	if got := tg.rows(TableName(st)); len(got) != 2 {
 		t.Fatalf("rows %v", got)
 	}
-	if a, err := next.LastApplied(tctx(t), tg.settings, "p"); err != nil || a.Sequence != 2 {
+	if a, err := next.LastApplied(tctx(t), tg.settings, tg.pipeline); err != nil || a.Sequence != 2 {
 		t.Fatalf("LastApplied %+v, %v: the orphan's state update must be gone", a, err)
 	}
 }
@@ -716,5 +773,17 @@ func TestLongRangeIsFoldedInChunks(t *testing.T) {
 	a, err := tg.d.LastApplied(tctx(t), tg.settings, "p")
 	if err != nil || a.Sequence != entries || a.Streams[st] != entries {
 		t.Fatalf("LastApplied %+v, %v", a, err)
+	}
+}
+
+// TestLivePrefixReachesTheTable: a live run's prefix lands in the table name, which keeps only the stream's
+// last dotted part (TableName), so runs and tests never share a table.
+func TestLivePrefixReachesTheTable(t *testing.T) {
+	tg := &target{t: t, prefix: "skippr_test_1a2b_"}
+	for in, want := range map[string]string{"public.orders": "SKIPPR_TEST_1A2B_ORDERS", "orders": "SKIPPR_TEST_1A2B_ORDERS",
+		"db.public.Order Lines": "skippr_test_1a2b_Order Lines"} {
+		if got := TableName(tg.stream(in)); got != want {
+			t.Errorf("stream %q: table %q, want %q", in, got, want)
+		}
 	}
 }

@@ -113,7 +113,12 @@ func ReadState(database, schema string) string {
 	return `SELECT "STREAM", "LAST_SEQUENCE" FROM ` + Table{database, schema, StateTable}.String() + ` WHERE "PIPELINE" = ?`
 }
 
-// UpsertState records rows (pipeline, stream, last sequence) in one statement; binds three values per row.
+// UpsertState records rows (pipeline, stream, last sequence) in one statement; binds three values per row,
+// then the fence: the pipeline's sequence (STREAM = ”) as this apply read it before its transaction. The
+// pipeline's row is updated only if it still holds the fence, so a writer that read it, paused, and woke after
+// another committed cannot move it back: that MERGE affects one row fewer than it sends, and the apply rolls
+// back (dest.apply). The MERGE takes the state table's lock, which it keeps until COMMIT, so nothing can move
+// the row between this check and the commit.
 func UpsertState(database, schema string, rows int) string {
 	sel := make([]string, rows)
 	for i := range sel {
@@ -121,7 +126,7 @@ func UpsertState(database, schema string, rows int) string {
 	}
 	return "MERGE INTO " + Table{database, schema, StateTable}.String() + " AS t USING (" + strings.Join(sel, " UNION ALL ") + ") AS s" +
 		` ON t."PIPELINE" = s."PIPELINE" AND t."STREAM" = s."STREAM"` +
-		` WHEN MATCHED THEN UPDATE SET "LAST_SEQUENCE" = s."LAST_SEQUENCE"` +
+		` WHEN MATCHED AND (s."STREAM" <> '' OR t."LAST_SEQUENCE" = CAST(? AS NUMBER(20,0))) THEN UPDATE SET "LAST_SEQUENCE" = s."LAST_SEQUENCE"` +
 		` WHEN NOT MATCHED THEN INSERT ("PIPELINE", "STREAM", "LAST_SEQUENCE") VALUES (s."PIPELINE", s."STREAM", s."LAST_SEQUENCE")`
 }
 
@@ -140,9 +145,12 @@ func CreateStaging(stage Table, cols []Column) string {
 
 // Copy loads one staged Parquet file into the staging table. FORCE: a replayed apply loads its file again
 // (load metadata would skip a file loaded by a transaction that rolled back); PURGE: the file goes once loaded.
+// USE_LOGICAL_TYPE = TRUE and BINARY_AS_TEXT = FALSE: Snowflake's Parquet defaults are the opposite (CREATE
+// FILE FORMAT), and with them a TIME that has no legacy converted type (arrow-go writes Arrow's times that way)
+// and a nanosecond timestamp load as integers, and BINARY loads as UTF-8 text then fails to decode as hex.
 func Copy(stage, t Table, file string) string {
 	return "COPY INTO " + stage.String() + " FROM " + t.Stage() + " FILES = (" + Literal(file) + ")" +
-		" FILE_FORMAT = (TYPE = PARQUET) MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE"
+		" FILE_FORMAT = (TYPE = PARQUET USE_LOGICAL_TYPE = TRUE BINARY_AS_TEXT = FALSE) MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE"
 }
 
 // value is a staged column as the target takes it.

@@ -104,6 +104,7 @@ func TestTypes(t *testing.T) {
 		{arrow.PrimitiveTypes.Int16, "NUMBER(38,0)"},
 		{arrow.PrimitiveTypes.Uint64, "NUMBER(38,0)"},
 		{&arrow.Decimal128Type{Precision: 20, Scale: 5}, "NUMBER(38,5)"},
+		{&arrow.Decimal128Type{Precision: 38, Scale: 38}, "NUMBER(38,37)"}, // NUMBER's scale is at most 37
 		{arrow.PrimitiveTypes.Float32, "FLOAT"},
 		{arrow.BinaryTypes.LargeString, "VARCHAR"},
 		{arrow.BinaryTypes.Binary, "BINARY"},

@@ -11,6 +11,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 )
 
+// MaxScale is the largest scale of Snowflake's NUMBER: "The maximum scale … is 37"
+// (docs.snowflake.com/en/sql-reference/data-types-numeric).
+const MaxScale = 37
+
 // Type is a Snowflake column type: the base name as INFORMATION_SCHEMA.COLUMNS reports it (NUMBER, FLOAT, TEXT,
 // BINARY, BOOLEAN, DATE, TIME, TIMESTAMP_NTZ, TIMESTAMP_TZ, VARIANT, OBJECT, ARRAY) and, for NUMBER, its
 // precision and scale.
@@ -77,8 +81,9 @@ func Of(dt arrow.DataType) (Type, error) {
 			return Type{}, fmt.Errorf("arrow type %s does not fit Snowflake's NUMBER(38, 0..37)", dt)
 		}
 		// NUMBER(38, s) rather than (p, s): a source column widened later needs no ALTER, and Snowflake stores
-		// both alike.
-		return Type{Base: "NUMBER", Precision: 38, Scale: int(t.Scale)}, nil
+		// both alike. A scale past MaxScale (decimal(38,38)) takes MaxScale: its values whose last digit is 0
+		// load exactly, and the plugin refuses, value by value, those that need it (dest.convert).
+		return Type{Base: "NUMBER", Precision: 38, Scale: min(int(t.Scale), MaxScale)}, nil
 	case *arrow.BinaryType, *arrow.LargeBinaryType, *arrow.BinaryViewType, *arrow.FixedSizeBinaryType:
 		return Type{Base: "BINARY"}, nil
 	case *arrow.Date32Type:

@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"strings"
@@ -8,7 +8,7 @@ import (
 
 // globalFlagNames are the app-wide flags that may also be written after a subcommand
 // (`skippr sync -c x.yml`). urfave/cli v3 accepts them there too, but sets them on the
-// subcommand, after the root's Before has read them: normalizeArgs moves them to the front.
+// subcommand, after the root's Before has read them: NormalizeArgs moves them to the front.
 func globalFlagNames(app *cli.Command) map[string]cli.Flag {
 	m := map[string]cli.Flag{}
 	for _, f := range app.Flags {
@@ -35,10 +35,10 @@ func takesValue(f cli.Flag) bool {
 	return !isBool
 }
 
-// normalizeArgs checks command names and moves global flags written after a subcommand to
+// NormalizeArgs checks command names and moves global flags written after a subcommand to
 // the front, where urfave/cli parses them. A flag the subcommand defines itself stays
 // where it is. An unknown command is a usage error naming the closest one.
-func normalizeArgs(app *cli.Command, args []string) ([]string, error) {
+func NormalizeArgs(app *cli.Command, args []string) ([]string, error) {
 	if len(args) < 2 {
 		return args, nil
 	}
@@ -95,7 +95,7 @@ func normalizeArgs(app *cli.Command, args []string) ([]string, error) {
 			// `skippr help plugin install` is `skippr plugin install --help`, so a misspelt name is a
 			// usage error with a suggestion (urfave/cli says "No help topic" and exits 3, our not-found code).
 			again := append(append([]string{args[0]}, lifted...), rest[:len(rest)-1]...)
-			return normalizeArgs(app, append(append(again, args[i+1:]...), "--help"))
+			return NormalizeArgs(app, append(append(again, args[i+1:]...), "--help"))
 		}
 		if len(path) == 0 && (a == "help" || a == "h" || a == "completion") {
 			rest = append(rest, args[i+1:]...)

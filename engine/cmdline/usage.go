@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func unknownCommand(app string, path []string, name string, cmds []*cli.Command)
 	if s := suggest.Closest(name, names); s != "" {
 		msg += fmt.Sprintf("; did you mean %s?", s)
 	}
-	return withCode(exitUsage, fmt.Errorf("%s (see %s --help)", msg, where))
+	return WithCode(ExitUsage, fmt.Errorf("%s (see %s --help)", msg, where))
 }
 
 // builtinFlag reports the flags urfave/cli adds itself.
@@ -44,12 +44,12 @@ func unknownFlag(app string, path []string, name string, flags []cli.Flag) error
 	if len(path) > 0 {
 		prefix = strings.Join(path, " ") + ": "
 	}
-	return withCode(exitUsage, fmt.Errorf("%s%s (see %s --help)", prefix, msg, where))
+	return WithCode(ExitUsage, fmt.Errorf("%s%s (see %s --help)", prefix, msg, where))
 }
 
-// onUsageError turns urfave/cli's flag errors (unknown flag, bad value) into exit 2 with
+// OnUsageError turns urfave/cli's flag errors (unknown flag, bad value) into exit 2 with
 // the closest flag name, instead of a help page and exit 1.
-func onUsageError(_ context.Context, c *cli.Command, err error, _ bool) error {
+func OnUsageError(_ context.Context, c *cli.Command, err error, _ bool) error {
 	root := c.Root().Name
 	path := strings.Fields(strings.TrimPrefix(c.FullName(), root))
 	flags := c.Flags
@@ -61,7 +61,7 @@ func onUsageError(_ context.Context, c *cli.Command, err error, _ bool) error {
 	if len(path) > 0 {
 		prefix = strings.Join(path, " ") + ": "
 	}
-	return withCode(exitUsage, fmt.Errorf("%s%w (see %s --help)", prefix, err, where))
+	return WithCode(ExitUsage, fmt.Errorf("%s%w (see %s --help)", prefix, err, where))
 }
 
 func dashed(name string) string {
@@ -71,15 +71,46 @@ func dashed(name string) string {
 	return "--" + name
 }
 
-// setUsageErrors installs onUsageError on every command. A command without subcommands gets
+// SetUsageErrors installs OnUsageError on every command. A command without subcommands gets
 // no `help` subcommand either: urfave/cli v3 would add one, and then `skippr sync help` or
 // `skippr plugin install help` would print help instead of naming a pipeline or plugin "help".
-func setUsageErrors(cmds []*cli.Command) {
+func SetUsageErrors(cmds []*cli.Command) {
 	for _, c := range cmds {
-		c.OnUsageError = onUsageError
+		c.OnUsageError = OnUsageError
 		if len(c.Commands) == 0 {
 			c.HideHelpCommand = true
 		}
-		setUsageErrors(c.Commands)
+		SetUsageErrors(c.Commands)
 	}
+}
+
+// RequireFlags stands in for cli's Required flags: it names every missing flag at once and
+// exits with the usage code.
+func RequireFlags(c *cli.Command, names ...string) error {
+	var missing []string
+	for _, n := range names {
+		if !c.IsSet(n) {
+			missing = append(missing, "--"+n)
+		}
+	}
+	if len(missing) > 0 {
+		return WithCode(ExitUsage, fmt.Errorf("%s: missing %s (see --help)", CmdName(c), strings.Join(missing, ", ")))
+	}
+	return nil
+}
+
+// CmdName is the command path without the program name ("registry sign"): the error printer already
+// prefixes errors with "skippr: ".
+func CmdName(c *cli.Command) string {
+	return strings.TrimPrefix(c.FullName(), c.Root().Name+" ")
+}
+
+// Args returns the command's arguments when there are exactly n of them (the ones its ArgsUsage names) and
+// every flag named in required is set; otherwise a usage error that says what is wanted.
+func Args(c *cli.Command, n int, required ...string) ([]string, error) {
+	args := c.Args().Slice()
+	if len(args) != n {
+		return nil, WithCode(ExitUsage, fmt.Errorf("%s: want %s, got %d arguments", CmdName(c), c.ArgsUsage, len(args)))
+	}
+	return args, RequireFlags(c, required...)
 }
