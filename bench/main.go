@@ -74,6 +74,8 @@ func main() {
 	queryWAL := flag.Int64("query-wal-rows", 100_000, "unapplied WAL events for the query benchmark")
 	walCodecs := flag.String("wal-compression", "", "WAL codecs (comma-separated: s2, zstd, none; empty: the WAL's default) the MySQL and Postgres snapshots → WAL run with, each once per repeat, to compare CPU and bytes per row")
 	flag.BoolVar(&my.stream, "mysql-stream", true, "of the MySQL benchmarks, run the binlog stream ones too (false: only the snapshot and its SELECT baseline)")
+	backlogOnly := flag.Bool("backlog-only", false, "run only the backlog benchmark: a WAL backlog applied to testdest as one range, testdest's peak RSS")
+	backlogRows := flag.Int64("backlog-rows", 28_000_000, "rows of datagen in the backlog benchmark (28M: ≈ 1 GiB of s2 WAL, ≈ 38 bytes a row)")
 	cpuProfile := flag.String("cpuprofile", "", "write the bench process's (the engine side's) CPU profile to this file")
 	flag.Parse()
 	my.codecs, pg.codecs = strings.Split(*walCodecs, ","), strings.Split(*walCodecs, ",")
@@ -91,6 +93,10 @@ func main() {
 		pg.rates = []int{5_000, 20_000}
 	}
 	ctx := context.Background()
+	if *backlogOnly {
+		backlogBench(ctx, *binDir, *backlogRows)
+		return
+	}
 	if *queryOnly {
 		queryBench(ctx, *binDir, *queryRows, *queryWAL, 7)
 		return

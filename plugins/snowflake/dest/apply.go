@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/util"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
@@ -28,11 +29,14 @@ func TableName(stream string) string {
 	return sfsql.Name(stream)
 }
 
-// streamPlan is a stream's folded batches of one apply, with the table they go to and their staged files.
+// streamPlan is a stream's folded batches of one chunk of an apply, with the table they go to and their staged files.
 type streamPlan struct {
-	*change.Plan
-	table sfsql.Table
-	loads []*load
+	*change.Plan // nil once the loads are prepared
+	// Stream is the plan's stream, kept when the plan is released.
+	Stream    string
+	table     sfsql.Table
+	loads     []*load
+	truncated bool // the stream was truncated before the loads' rows
 }
 
 // load is one Parquet file of a stream: the surviving rows of the batches of one schema.
@@ -86,15 +90,66 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
-	folded := change.NewPlans(change.FoldOptions{})
-	defer folded.Release()
+	// Outside the transaction (each DDL statement commits in Snowflake): tables and columns, files, staging tables.
+	dir, err := os.MkdirTemp(x.d.TempDir, "skippr-snowflake-*")
+	if err != nil {
+		return res, fmt.Errorf("temporary directory for Parquet files: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	var (
+		// The range is folded in chunks of at most budget bytes of batches: each chunk is written to Parquet
+		// files, staged and released before the next is read, so memory holds one chunk whatever the range.
+		// The chunks are merged in order in the transaction, which applies the changes in log order as one
+		// fold would (a key changed in two chunks is merged twice, the newer last).
+		budget = x.d.foldBudget()
+		folded = change.NewPlans(change.FoldOptions{})
+		held   int64
+		chunks [][]*streamPlan
+		seen   = map[string]string{} // table → the stream writing it, across the range
+		order  []string              // streams touched, in first-seen order
+		nstage int
+	)
+	defer func() { folded.Release() }()
+	flush := func() error {
+		var plans []*streamPlan
+		for _, p := range folded.List() {
+			sp := &streamPlan{Plan: p, Stream: p.Stream, table: x.table(TableName(p.Stream))}
+			if other, ok := seen[sp.table.Name]; ok && other != sp.Stream {
+				return fault.ConfigErr(fmt.Errorf("streams %s and %s both map to table %s", other, sp.Stream, sp.table),
+					"replicate only one of the two tables into this database and schema, or send them to separate destinations")
+			}
+			if _, ok := seen[sp.table.Name]; !ok {
+				order = append(order, sp.Stream)
+			}
+			seen[sp.table.Name] = sp.Stream
+			plans = append(plans, sp)
+		}
+		for _, sp := range plans {
+			for _, s := range sp.Schemas {
+				if err := x.ensureTable(ctx, sp.table, s); err != nil {
+					return fmt.Errorf("stream %s: %w", sp.Stream, err)
+				}
+			}
+			if err := x.prepareLoads(ctx, req, sp, dir, &nstage); err != nil {
+				return fmt.Errorf("stream %s: %w", sp.Stream, err)
+			}
+			sp.truncated = sp.Fold.Truncated()
+			sp.Plan = nil // what the transaction needs is in the loads; the batches go back below
+		}
+		folded.Release()
+		held = 0
+		if len(plans) > 0 {
+			chunks = append(chunks, plans)
+		}
+		return nil
+	}
 	// Entries skips what is held already: the part of the range that committed in an earlier apply.
 	for st, err := range req.Entries(fence) {
 		if err != nil {
 			return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
 		}
 		if st.End {
-			continue // one fold over the whole range: the entries need no boundary
+			continue // the fold runs over the whole range (chunk by chunk): the entries need no boundary
 		}
 		it := st.Item
 		state.Streams[it.Stream] = req.Sequence
@@ -108,39 +163,18 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
 			}
 			res.Rows += it.Record.NumRows()
+			held += int64(util.TotalRecordSize(it.Record))
+			if held >= budget {
+				if err := flush(); err != nil {
+					return res, err
+				}
+			}
 		default:
 			return res, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
 		}
 	}
-	var plans []*streamPlan
-	for _, p := range folded.List() {
-		plans = append(plans, &streamPlan{Plan: p, table: x.table(TableName(p.Stream))})
-	}
-	seen := map[string]string{}
-	for _, sp := range plans {
-		if other, ok := seen[sp.table.Name]; ok {
-			return res, fault.ConfigErr(fmt.Errorf("streams %s and %s both map to table %s", other, sp.Stream, sp.table),
-				"replicate only one of the two tables into this database and schema, or send them to separate destinations")
-		}
-		seen[sp.table.Name] = sp.Stream
-	}
-
-	// Outside the transaction (each DDL statement commits in Snowflake): tables and columns, files, staging tables.
-	dir, err := os.MkdirTemp(x.d.TempDir, "skippr-snowflake-*")
-	if err != nil {
-		return res, fmt.Errorf("temporary directory for Parquet files: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	nstage := 0
-	for _, sp := range plans {
-		for _, s := range sp.Schemas {
-			if err := x.ensureTable(ctx, sp.table, s); err != nil {
-				return res, fmt.Errorf("stream %s: %w", sp.Stream, err)
-			}
-		}
-		if err := x.prepareLoads(ctx, req, sp, dir, &nstage); err != nil {
-			return res, fmt.Errorf("stream %s: %w", sp.Stream, err)
-		}
+	if err := flush(); err != nil {
+		return res, err
 	}
 
 	// Plain statements on the session rather than a database/sql Tx: the transaction carries a name, by which
@@ -155,34 +189,36 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 		}
 	}()
 	txexec := func(q string, args ...any) error { return x.exec(ctx, q, args...) }
-	for _, sp := range plans {
-		if sp.Fold.Truncated() {
-			if err := txexec(sfsql.DeleteAll(sp.table)); err != nil {
-				return res, explain(x.s, "truncate "+sp.table.String(), err)
+	for _, plans := range chunks {
+		for _, sp := range plans {
+			if sp.truncated {
+				if err := txexec(sfsql.DeleteAll(sp.table)); err != nil {
+					return res, explain(x.s, "truncate "+sp.table.String(), err)
+				}
 			}
-		}
-		key := make([]string, 0)
-		for _, l := range sp.loads {
-			if err := txexec(sfsql.Copy(l.stage, sp.table, filepath.Base(l.file))); err != nil {
-				return res, explain(x.s, fmt.Sprintf("copy %s into %s (the staging table of %s)", filepath.Base(l.file), l.stage, sp.table), err)
-			}
-			key = key[:0]
-			for _, k := range change.PrimaryKey(l.schema) {
-				key = append(key, sfsql.Name(k))
-			}
-			q := sfsql.Append(sp.table, l.stage, l.cols)
-			if len(key) > 0 {
-				q = sfsql.Merge(sp.table, l.stage, l.cols, key, int(change.OpDelete))
-			}
-			if err := txexec(q); err != nil {
-				return res, explain(x.s, "merge into "+sp.table.String(), err)
+			key := make([]string, 0)
+			for _, l := range sp.loads {
+				if err := txexec(sfsql.Copy(l.stage, sp.table, filepath.Base(l.file))); err != nil {
+					return res, explain(x.s, fmt.Sprintf("copy %s into %s (the staging table of %s)", filepath.Base(l.file), l.stage, sp.table), err)
+				}
+				key = key[:0]
+				for _, k := range change.PrimaryKey(l.schema) {
+					key = append(key, sfsql.Name(k))
+				}
+				q := sfsql.Append(sp.table, l.stage, l.cols)
+				if len(key) > 0 {
+					q = sfsql.Merge(sp.table, l.stage, l.cols, key, int(change.OpDelete))
+				}
+				if err := txexec(q); err != nil {
+					return res, explain(x.s, "merge into "+sp.table.String(), err)
+				}
 			}
 		}
 	}
 	var args []any
 	args = append(args, req.Pipeline, "", strconv.FormatUint(req.Sequence, 10))
-	for _, sp := range plans {
-		args = append(args, req.Pipeline, sp.Stream, strconv.FormatUint(req.Sequence, 10))
+	for _, stream := range order {
+		args = append(args, req.Pipeline, stream, strconv.FormatUint(req.Sequence, 10))
 	}
 	nstate := len(args) / 3
 	args = append(args, strconv.FormatUint(fence, 10))
@@ -292,14 +328,15 @@ func (x *conn) prepareLoads(ctx context.Context, req *serve.Range, sp *streamPla
 		}
 		g.picks[l.Batch] = append(g.picks[l.Batch], pick{row: l.Row, op: l.Op})
 	}
-	for gi, g := range groups {
+	for _, g := range groups {
 		cols, err := stageColumns(g.schema)
 		if err != nil {
 			return err
 		}
-		name := unsafeName.ReplaceAllString(fmt.Sprintf("%s__%s__%d__%d.parquet", req.Pipeline, sp.Stream, req.Sequence, gi), "_")
-		l := &load{schema: g.schema, cols: cols, file: filepath.Join(dir, name)}
 		*nstage++
+		// The stage number keeps the names of an apply's files apart across its chunks (PUT overwrites).
+		name := unsafeName.ReplaceAllString(fmt.Sprintf("%s__%s__%d__%d.parquet", req.Pipeline, sp.Stream, req.Sequence, *nstage), "_")
+		l := &load{schema: g.schema, cols: cols, file: filepath.Join(dir, name)}
 		l.stage = x.table(fmt.Sprintf("_SKIPPR_STAGE_%d", *nstage))
 		var parts []part
 		for _, bi := range g.order {

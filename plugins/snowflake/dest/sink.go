@@ -41,6 +41,9 @@ type Destination struct {
 	Log     *slog.Logger
 	// TempDir holds the Parquet files between their writing and their PUT ("" is the system's).
 	TempDir string
+	// FoldBudget bounds the bytes of batches an apply holds before it writes them out as Parquet files
+	// (0: DefaultFoldBudget); tests set it small to split a range into several chunks.
+	FoldBudget int64
 
 	// mu makes calls take turns: the caches below are shared by the sessions (serve.Session) of all settings.
 	mu     sync.Mutex
@@ -53,6 +56,19 @@ type Destination struct {
 	// fenceRead, when set (tests), is called after an apply read the pipeline's fence and before its
 	// transaction: the window in which a paused writer is overtaken by another.
 	fenceRead func(pipeline string, fence uint64)
+}
+
+// DefaultFoldBudget: an apply holds at most this many bytes of Arrow batches at once (plus the batch being
+// read), whatever the range; what it wrote out waits on disk in TempDir and in the table stage. 64 MiB writes Parquet files of a size Snowflake
+// loads efficiently (its guidance: 100–250 MB compressed is the sweet spot, smaller is fine) and keeps the
+// plugin's peak well under the engine's 256 MiB default range.
+const DefaultFoldBudget = 64 << 20
+
+func (d *Destination) foldBudget() int64 {
+	if d.FoldBudget > 0 {
+		return d.FoldBudget
+	}
+	return DefaultFoldBudget
 }
 
 // Stats counts what the destination sent, for the figures in BENCHMARKS.md.

@@ -21,6 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/arrow/util"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
@@ -237,8 +238,11 @@ type order struct {
 	atUnix int64
 }
 
-func orders(s *arrow.Schema, rows ...order) arrow.RecordBatch {
-	b := change.NewBuilder(mem, s)
+func orders(s *arrow.Schema, rows ...order) arrow.RecordBatch { return ordersIn(mem, s, rows...) }
+
+// ordersIn is orders with its buffers from alloc.
+func ordersIn(alloc memory.Allocator, s *arrow.Schema, rows ...order) arrow.RecordBatch {
+	b := change.NewBuilder(alloc, s)
 	defer b.Release()
 	for _, r := range rows {
 		b.Field(0).(*array.Int64Builder).Append(r.id)
@@ -687,6 +691,88 @@ func TestOrphanedTransactionIsAborted(t *testing.T) {
 	}
 	if a, err := next.LastApplied(tctx(t), tg.settings, tg.pipeline); err != nil || a.Sequence != 2 {
 		t.Fatalf("LastApplied %+v, %v: the orphan's state update must be gone", a, err)
+	}
+}
+
+// TestLongRangeIsFoldedInChunks applies a range of 30 entries, each changing 50 keys, with a fold budget of
+// about three entries' batches: the apply must write the range out chunk by chunk (bytes of batches alive stay
+// near the budget, not the range) and still leave exactly what one fold of the whole range would: each key's
+// last change, a delete in an early chunk kept, a truncate in a middle chunk removing what earlier chunks
+// wrote.
+func TestLongRangeIsFoldedInChunks(t *testing.T) {
+	tg := newTarget(t, nil)
+	s := ordersSchema()
+	st := tg.prefix + "events"
+	alloc := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	const entries, keys = 30, 50
+	batch := func(e int) arrow.RecordBatch {
+		var rows []order
+		n := keys
+		if e > 20 {
+			n = 20 // after the truncate in entry 21, only keys 1..20 come back
+		}
+		for id := 1; id <= n; id++ {
+			op := change.OpUpdate
+			switch {
+			case id == 7 && e == 5:
+				op = change.OpDelete
+			case id == 7 && e > 5:
+				continue // deleted in entry 5, in the first chunk, and never seen again
+			}
+			rows = append(rows, order{op: op, id: int64(id), name: fmt.Sprintf("%s-%d", strings.Repeat("x", 64), e), color: "c", atUnix: 1})
+		}
+		return ordersIn(alloc, s, rows...)
+	}
+	probe := batch(1)
+	one := alloc.CurrentAlloc()
+	tg.dest.FoldBudget = 3 * util.TotalRecordSize(probe) // the budget counts buffer lengths, alloc capacities
+	probe.Release()
+	var peak int
+	items := func(yield func(serve.Item, error) bool) {
+		for e := 1; e <= entries; e++ {
+			if e == 21 {
+				if !yield(serve.Item{Stream: st, Truncate: true, Sequence: uint64(e)}, nil) {
+					return
+				}
+			}
+			rec := batch(e)
+			peak = max(peak, alloc.CurrentAlloc())
+			ok := yield(serve.Item{Stream: st, Record: rec, Sequence: uint64(e)}, nil)
+			rec.Release()
+			if !ok {
+				return
+			}
+		}
+	}
+	puts := tg.dest.stats.Puts
+	req := serve.ApplyRequest{Settings: tg.settings, Pipeline: "p", FirstSequence: 1, Sequence: entries}
+	if _, err := tg.d.ApplyStream(tctx(t), req, items); err != nil {
+		t.Fatal(err)
+	}
+	alloc.AssertSize(t, 0)
+	t.Logf("peak %d bytes of batches alive, one entry %d, %d files put", peak, one, tg.dest.stats.Puts-puts)
+	if peak > 5*one {
+		t.Errorf("batches alive peaked at %.1f entries (budget 3): the range is held whole, not in chunks", float64(peak)/float64(one))
+	}
+	if n := tg.dest.stats.Puts - puts; n < entries/6 {
+		t.Errorf("%d Parquet files for %d entries with a budget of 3: the range was not split", n, entries)
+	}
+	got := tg.rows(TableName(st))
+	if len(got) != 19 {
+		t.Fatalf("%d rows, want keys 1..20 without 7: %v", len(got), got)
+	}
+	for id := 1; id <= 20; id++ {
+		r, ok := got[fmt.Sprint(id)]
+		if ok == (id == 7) {
+			t.Fatalf("key %d present %v", id, ok)
+		}
+		if ok && !strings.HasSuffix(fmt.Sprint(r["NAME"]), fmt.Sprintf("-%d", entries)) {
+			t.Errorf("key %d: %v, not its last change", id, r["NAME"])
+		}
+	}
+	a, err := tg.d.LastApplied(tctx(t), tg.settings, "p")
+	if err != nil || a.Sequence != entries || a.Streams[st] != entries {
+		t.Fatalf("LastApplied %+v, %v", a, err)
 	}
 }
 
