@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"cloud.google.com/go/bigquery"
 	"github.com/apache/arrow-go/v18/arrow"
@@ -246,10 +247,21 @@ func TestWriteStreamQuota(t *testing.T) {
 	raw := settings(s)
 	d := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d.Close() })
+	// A refused CreateWriteStream is retried inside the client (RESOURCE_EXHAUSTED), so without the fix an
+	// apply would hang: bound each one.
+	x, err := d.Session(context.Background(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for seq := uint64(1); seq <= 10; seq++ {
-		apply(t, d, raw, seq, seq,
-			serve.Item{Stream: "public.a", Record: kvBatch(memory.DefaultAllocator, true, kv{op: change.OpInsert, id: int64(seq), v: "a"}), Sequence: seq},
-			serve.Item{Stream: "public.b", Record: kvBatch(memory.DefaultAllocator, false, kv{op: change.OpInsert, id: int64(seq), v: "b"}), Sequence: seq})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		_, _, err := x.(*session).apply(ctx, serve.NewRange(serve.ApplyRequest{Settings: raw, Pipeline: "quota", FirstSequence: seq, Sequence: seq, Items: []serve.Item{
+			{Stream: "public.a", Record: kvBatch(memory.DefaultAllocator, true, kv{op: change.OpInsert, id: int64(seq), v: "a"}), Sequence: seq},
+			{Stream: "public.b", Record: kvBatch(memory.DefaultAllocator, false, kv{op: change.OpInsert, id: int64(seq), v: "b"}), Sequence: seq}}}, nil))
+		cancel()
+		if err != nil {
+			t.Fatalf("apply %d (CreateWriteStream calls this hour: %d): %v", seq, s.WriteStreamsCreated(), err)
+		}
 	}
 	if a, b := countRows(t, s, "a"), countRows(t, s, "b"); a != 10 || b != 10 {
 		t.Fatalf("a has %d rows, b %d; want 10 each", a, b)
