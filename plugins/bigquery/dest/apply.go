@@ -443,9 +443,9 @@ func clusterable(s bigquery.Schema, key []string) bool {
 	return true
 }
 
-// segment is one staging table of a stream: rows of one batch schema, appended entry by entry to one pending
-// write stream at explicit offsets (a retried append lands on the same rows or fails), committed as a whole
-// once the range is read, so the table holds all of them or (after a crash) none.
+// segment is one staging table of a stream: rows of one batch schema, appended entry by entry through the
+// table's default stream, each row with its ordinal (offset), read by the transaction only once every append
+// was acknowledged.
 type segment struct {
 	schema  *arrow.Schema
 	schema2 bigquery.Schema // the staging table's
@@ -514,7 +514,7 @@ func (a *applier) stageEntry(ctx context.Context, ss *streamState, e *change.Pla
 	return nil
 }
 
-// newSegment creates a staging table for rows of schema s bound for table, and opens its pending stream.
+// newSegment creates a staging table for rows of schema s bound for table.
 func (a *applier) newSegment(ctx context.Context, table string, s *arrow.Schema) (*segment, error) {
 	c := a.c
 	cols, idx, types, err := targetColumns(table, c.tables[table], s)

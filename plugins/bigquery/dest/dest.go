@@ -1,12 +1,14 @@
 // Package dest is the BigQuery destination. One apply — a range of WAL sequence numbers, since the plugin
 // offers Capabilities.Coalesce — folds each stream's rows per key (change.Fold), writes the survivors to a
-// fresh staging table through the Storage Write API (a pending stream, committed with
-// BatchCommitWriteStreams, so the staging table holds all of them or none), and then runs one multi-statement
-// transaction: ASSERT the state row still holds the fence this process read, MERGE each staging table into
-// its target by key (INSERT … SELECT for a stream without a key), MERGE the state rows
-// (pipeline, stream, last_sequence) of _skippr_state, COMMIT. A replay at or below the recorded sequence number
-// is skipped, and a partly covered range applies only the items above it, so delivery is exactly-once: a
-// crash before COMMIT leaves the target untouched (the staging table expires), one after it is a replay.
+// fresh staging table through the Storage Write API (the table's default stream: no CreateWriteStream quota;
+// at-least-once, so every staged row carries an ordinal the statements read once), and then runs a
+// multi-statement transaction per 99 tables (BigQuery's limit is 100 mutated tables): check the pipeline's
+// state rows still hold what this process read, MERGE each staging table into its target by key
+// (INSERT … SELECT for a stream without a key), MERGE the state rows (pipeline, stream, last_sequence) of the
+// pipeline's own state table, COMMIT. Only the last transaction of a range records the pipeline's sequence
+// number; the others record their streams', which a retry of the range skips. A replay at or below the
+// recorded sequence number is skipped, so delivery is exactly-once: a crash before a COMMIT leaves its tables
+// untouched (the staging table expires), one after it is a replay of what it committed.
 //
 // README.md says why this beats the CDC default stream (_CHANGE_TYPE), and what each apply costs.
 package dest
