@@ -51,13 +51,17 @@ func TestRangeOf500TablesCommitsOnce(t *testing.T) {
 		items = append(items, serve.Item{Stream: fmt.Sprintf("public.t%03d", i), Record: kvBatch(memory.DefaultAllocator, false, kv{op: change.OpInsert, id: int64(i), v: "x"}), Sequence: 1})
 	}
 	req := serve.ApplyRequest{Settings: raw, Pipeline: "snap", FirstSequence: 1, Sequence: 1}
+	// Bounded: before the fix the plugin held a pending stream open per table until the range committed, and
+	// 500 of them stalled here rather than failing.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 
 	// Another transaction mutates t250 while the range applies: the transaction holding t250 is cancelled,
 	// after the ones before it committed.
 	release := s.Mutate("analytics", "t250")
 	d := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d.Close() })
-	_, err := d.ApplyStream(context.Background(), req, seqOf(items))
+	_, err := d.ApplyStream(ctx, req, seqOf(items))
 	release()
 	if err == nil {
 		t.Fatal("the apply committed although a transaction of its range was cancelled")
@@ -72,7 +76,7 @@ func TestRangeOf500TablesCommitsOnce(t *testing.T) {
 	// The engine retries the range from a fresh process: every table ends with its one row.
 	d2 := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d2.Close() })
-	if _, err := d2.ApplyStream(context.Background(), req, seqOf(items)); err != nil {
+	if _, err := d2.ApplyStream(ctx, req, seqOf(items)); err != nil {
 		t.Fatalf("retry of the range: %v", err)
 	}
 	for i := range tables {
