@@ -119,6 +119,13 @@ bench: build tools
 chaos: build tools
 	VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) SKIPPR_CHAOS_KILLS=100 SKIPPR_CHAOS_FAULTS=100 SKIPPR_FLEET_CHAOS_FAULTS=40 $(GO) test -count=1 -timeout 90m -v ./test/chaos ./test/fleet
 
+# The BigQuery plugin against a real project (plugins/bigquery/README.md, "Tests"): set SKIPPR_BIGQUERY_PROJECT
+# and SKIPPR_BIGQUERY_DATASET, and SKIPPR_BIGQUERY_CREDENTIALS_JSON (or application-default credentials). Each
+# run uses its own pipeline ids and table prefix and drops what it made; without the variables it skips.
+live-bigquery:
+	@test -n "$$SKIPPR_BIGQUERY_PROJECT" -a -n "$$SKIPPR_BIGQUERY_DATASET" || { echo "live-bigquery: set SKIPPR_BIGQUERY_PROJECT and SKIPPR_BIGQUERY_DATASET (and SKIPPR_BIGQUERY_CREDENTIALS_JSON or application-default credentials)"; exit 2; }
+	cd plugins/bigquery && $(GO) test -count=1 -timeout 30m -run 'TestLive' -v ./dest/
+
 # The engine's failpoints build is vetted too (engine/failpoint: files that exist only under that tag).
 lint:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done

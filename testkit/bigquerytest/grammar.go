@@ -578,6 +578,22 @@ func (p *parser) insert() error {
 	if err := p.kw("FROM"); err != nil {
 		return err
 	}
+	// A staging table written through the at-least-once default stream is read once per ordinal: the
+	// newest-row subquery the MERGE uses, partitioned by the ordinal column.
+	if t := p.peek(); t.kind == tPunct && t.text == "(" {
+		if err := p.latestRows(); err != nil {
+			return err
+		}
+		if err := p.kw("AS"); err != nil {
+			return err
+		}
+		n, err := p.ident()
+		if err != nil {
+			return err
+		}
+		p.emit(pgIdent(n))
+		return nil
+	}
 	return p.table()
 }
 

@@ -106,8 +106,11 @@ func (s *Server) run(ctx context.Context, script string, params []*bq.QueryParam
 			}
 		}
 	}
-	s.txMu.Lock()
-	defer s.txMu.Unlock()
+	release, err := s.claim(stmts)
+	if err != nil {
+		return nil, nil, kind, err
+	}
+	defer release()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, kind, err
@@ -189,6 +192,47 @@ func (s *Server) run(ctx context.Context, script string, params []*bq.QueryParam
 		return nil, nil, kind, fmt.Errorf("Transaction was not committed: the script ended inside BEGIN TRANSACTION")
 	}
 	return schema, rows, kind, nil
+}
+
+// claim checks the tables a script mutates against BigQuery's documented limits and marks them mutated until
+// release: more than MaxTransactionTables fails the script, and a table another running script (or Mutate)
+// mutates cancels it, as BigQuery cancels a conflicting transaction.
+func (s *Server) claim(stmts []Statement) (release func(), err error) {
+	var tables []string
+	seen := map[string]bool{}
+	for _, st := range stmts {
+		switch st.Kind {
+		case KindDelete, KindInsert, KindMerge:
+			k := st.Tables[0].Dataset + "." + st.Tables[0].Table
+			if !seen[k] {
+				seen[k] = true
+				tables = append(tables, k)
+			}
+		}
+	}
+	if len(tables) > MaxTransactionTables {
+		return nil, fmt.Errorf("Transaction is trying to mutate %d tables, which exceeds the limit of %d tables", len(tables), MaxTransactionTables)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range tables {
+		if _, busy := s.mutating[k]; busy {
+			return nil, fmt.Errorf("Transaction is aborted due to concurrent update against table %s:%s", s.Project, k)
+		}
+	}
+	id := newID("tx_")
+	for _, k := range tables {
+		s.mutating[k] = id
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, k := range tables {
+			if s.mutating[k] == id {
+				delete(s.mutating, k)
+			}
+		}
+	}, nil
 }
 
 func (s *Server) selectRows(query func(string, ...any) (pgx.Rows, error), st Statement, sql string, args []any) (*bq.TableSchema, []*bq.TableRow, error) {

@@ -57,8 +57,54 @@ type Server struct {
 	streams  map[string]*writeStream
 	denied   map[string]bool
 	queries  []string
-	// txMu serialises scripts and commits, as BigQuery serialises DML on a table.
+	// txMu serialises commits of pending streams.
 	txMu sync.Mutex
+	// mutating holds the tables a running transaction mutates: another transaction that mutates one of them
+	// is cancelled, as BigQuery documents (see busy).
+	mutating map[string]string
+	// created counts CreateWriteStream calls per hour (Unix hour), refused past streamQuota.
+	created     map[int64]int
+	streamQuota int
+}
+
+// WriteStreamQuota is BigQuery's CreateWriteStream quota: "CreateWriteStream requests: 10,000 streams every
+// hour, per project per region. You can call CreateWriteStream up to 10,000 times per hour per project per
+// region. Consider using the default stream if you don't need exactly-once semantics." (BigQuery, "Quotas and
+// limits", Storage Write API). The stand-in counts per clock hour and refuses past it.
+const WriteStreamQuota = 10000
+
+// MaxTransactionTables: "A transaction can mutate data in at most 100 tables and can perform at most 100,000
+// partition modifications." (BigQuery, "Multi-statement transactions", Limitations.)
+const MaxTransactionTables = 100
+
+// SetWriteStreamQuota lowers the CreateWriteStream quota, so a test can reach it with few applies.
+func (s *Server) SetWriteStreamQuota(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streamQuota = n
+}
+
+// WriteStreamsCreated is the number of CreateWriteStream calls served this hour.
+func (s *Server) WriteStreamsCreated() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.created[time.Now().Unix()/3600]
+}
+
+// Mutate marks dataset.table as mutated by a transaction that runs until release is called, as another
+// pipeline's transaction would: "If a transaction mutates (update or deletes) rows in a table, then other
+// transactions or DML statements that mutate rows in the same table cannot run concurrently. Conflicting
+// transactions are cancelled." (BigQuery, "Multi-statement transactions", Transaction concurrency.)
+func (s *Server) Mutate(dataset, table string) (release func()) {
+	key := dataset + "." + table
+	s.mu.Lock()
+	s.mutating[key] = "test"
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.mutating, key)
+		s.mu.Unlock()
+	}
 }
 
 type tableMeta struct {
@@ -82,7 +128,8 @@ func Start(t testing.TB, project string) *Server {
 	}
 	s := &Server{URL: "http://" + ln.Addr().String(), Project: project, DB: db, pool: pool,
 		datasets: map[string]*bq.Dataset{}, tables: map[string]*tableMeta{}, jobs: map[string]*job{},
-		streams: map[string]*writeStream{}, denied: map[string]bool{}}
+		streams: map[string]*writeStream{}, denied: map[string]bool{}, mutating: map[string]string{}, created: map[int64]int{},
+		streamQuota: WriteStreamQuota}
 	g := grpc.NewServer()
 	storagepb.RegisterBigQueryWriteServer(g, &writeService{s: s})
 	rest := http.HandlerFunc(s.serveREST)
@@ -363,6 +410,9 @@ func (s *Server) createTable(ctx context.Context, dataset string, t *bq.Table) (
 			return nil, errf(400, "invalid", "Field %s already exists in schema", f.Name)
 		}
 		seen[strings.ToLower(f.Name)] = true
+		if err := checkColumnName(f.Name); err != nil {
+			return nil, err
+		}
 		pt, err := pgType(f)
 		if err != nil {
 			return nil, err
@@ -431,6 +481,9 @@ func (s *Server) patchTable(ctx context.Context, dataset, table string, t *bq.Ta
 		if f.Mode == "REQUIRED" {
 			return nil, errf(400, "invalid", "Provided Schema does not match Table %s:%s.%s. Cannot add required fields to an existing schema. (field: %s)", s.Project, dataset, table, f.Name)
 		}
+		if err := checkColumnName(f.Name); err != nil {
+			return nil, err
+		}
 		pt, err := pgType(f)
 		if err != nil {
 			return nil, err
@@ -472,6 +525,31 @@ func (s *Server) testPermissions(dataset, table string, perms []string) (*bq.Tes
 		}
 	}
 	return out, nil
+}
+
+// checkColumnName refuses what BigQuery's column naming rules refuse (BigQuery, "Specify a schema", Column
+// names): "Flexible column names don't support the following special characters: An exclamation mark (!) …
+// A quotation mark (") … A dollar sign ($) … A left parenthesis (() … A right parenthesis ()) … An asterisk
+// (*) … A comma (,) … A period (.) … A slash (/) … A semicolon (;) … A question mark (?) … An at sign (@) …
+// A left square bracket ([) … A backslash (\) … A right square bracket (]) … A caret (^) … A grave accent
+// (`) … A left curly bracket ({) … A right curly bracket (}) … A tilde (~)", names have at most 300
+// characters, and "Column names cannot use any of the following prefixes: _PARTITION, _TABLE_, _FILE_,
+// _ROW_TIMESTAMP, __ROOT__, _COLIDENTIFIER, _CHANGE_SEQUENCE_NUMBER, _CHANGE_TYPE, _CHANGE_TIMESTAMP".
+// BigQuery answers tables.insert and tables.patch with 400 invalid.
+func checkColumnName(name string) error {
+	if name == "" || len([]rune(name)) > 300 {
+		return errf(400, "invalid", "Invalid field name \"%s\". Fields must have 1 to 300 characters.", name)
+	}
+	if i := strings.IndexAny(name, "!\"$()*,./;?@[\\]^`{}~"); i >= 0 {
+		return errf(400, "invalid", "Invalid field name \"%s\". Fields must not contain the character %q.", name, name[i])
+	}
+	up := strings.ToUpper(name)
+	for _, p := range []string{"_PARTITION", "_TABLE_", "_FILE_", "_ROW_TIMESTAMP", "__ROOT__", "_COLIDENTIFIER", "_CHANGE_SEQUENCE_NUMBER", "_CHANGE_TYPE", "_CHANGE_TIMESTAMP"} {
+		if strings.HasPrefix(up, p) {
+			return errf(400, "invalid", "Invalid field name \"%s\". Field names cannot begin with the reserved prefix %s.", name, p)
+		}
+	}
+	return nil
 }
 
 func newID(prefix string) string {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigquery/storage/apiv1/storagepb"
+	"github.com/jackc/pgx/v5/pgconn"
 	bq "google.golang.org/api/bigquery/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,6 +37,7 @@ type writeStream struct {
 	rows      [][]*string // PostgreSQL text of each table column, nil for NULL
 	finalized bool
 	committed bool
+	def       bool // the table's _default stream
 }
 
 type writeService struct {
@@ -67,13 +69,19 @@ func (w *writeService) CreateWriteStream(ctx context.Context, req *storagepb.Cre
 		return nil, err
 	}
 	if req.GetWriteStream().GetType() != storagepb.WriteStream_PENDING {
-		return nil, status.Errorf(codes.Unimplemented, "the stand-in serves PENDING write streams only, not %s", req.GetWriteStream().GetType())
+		return nil, status.Errorf(codes.Unimplemented, "the stand-in serves PENDING write streams (and the _default stream) only, not %s", req.GetWriteStream().GetType())
 	}
 	m := parentRE.FindStringSubmatch(req.GetParent())
 	ws := &writeStream{name: req.GetParent() + "/streams/" + newID("s"), dataset: m[2], table: m[3], typ: storagepb.WriteStream_PENDING, created: time.Now()}
 	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	hour := ws.created.Unix() / 3600
+	if w.s.created[hour] >= w.s.streamQuota {
+		// The message BigQuery sends (seen in users' reports), with the status gRPC gives it.
+		return nil, status.Errorf(codes.ResourceExhausted, "Exceeds 'CreateWriteStream requests' quota, user_id: project_%s (status: INSUFFICIENT_TOKENS), you can issue a raise quota request through Google Cloud Console.", w.s.Project)
+	}
+	w.s.created[hour]++
 	w.s.streams[ws.name] = ws
-	w.s.mu.Unlock()
 	return ws.proto(), nil
 }
 
@@ -83,6 +91,15 @@ func (ws *writeStream) proto() *storagepb.WriteStream {
 }
 
 func (w *writeService) stream(name string) (*writeStream, error) {
+	if parent, ok := strings.CutSuffix(name, "/streams/_default"); ok {
+		// Every table has a default stream; it needs no CreateWriteStream and its rows are committed as each
+		// append is acknowledged (at-least-once: no offsets).
+		if _, dataset, table, err := w.table(parent); err != nil {
+			return nil, err
+		} else {
+			return &writeStream{name: name, dataset: dataset, table: table, typ: storagepb.WriteStream_COMMITTED, def: true, created: time.Now()}, nil
+		}
+	}
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
 	ws, ok := w.s.streams[name]
@@ -144,38 +161,9 @@ func (w *writeService) BatchCommitWriteStreams(ctx context.Context, req *storage
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	casts := make([]string, len(t.cols))
-	names := make([]string, len(t.cols))
-	for i, c := range t.cols {
-		pt, _ := pgType(c)
-		casts[i], names[i] = pt, pgIdent(c.Name)
-	}
 	for _, ws := range streams {
-		per := max(1, 60000/max(1, len(t.cols)))
-		for start := 0; start < len(ws.rows); start += per {
-			chunk := ws.rows[start:min(len(ws.rows), start+per)]
-			var (
-				b    strings.Builder
-				args []any
-			)
-			fmt.Fprintf(&b, "INSERT INTO %s.%s (%s) VALUES ", pgIdent(dataset), pgIdent(table), strings.Join(names, ", "))
-			for r, row := range chunk {
-				if r > 0 {
-					b.WriteString(", ")
-				}
-				b.WriteByte('(')
-				for c, v := range row {
-					if c > 0 {
-						b.WriteString(", ")
-					}
-					args = append(args, v)
-					fmt.Fprintf(&b, "$%d::text::%s", len(args), casts[c])
-				}
-				b.WriteByte(')')
-			}
-			if _, err := tx.Exec(ctx, b.String(), args...); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "commit %s: %v", ws.name, err)
-			}
+		if err := insertRows(ctx, tx, t, dataset, table, ws.rows); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "commit %s: %v", ws.name, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -187,6 +175,45 @@ func (w *writeService) BatchCommitWriteStreams(ctx context.Context, req *storage
 	}
 	w.s.mu.Unlock()
 	return &storagepb.BatchCommitWriteStreamsResponse{CommitTime: timestamppb.Now()}, nil
+}
+
+// insertRows inserts rows (PostgreSQL text per column of t) into dataset.table.
+func insertRows(ctx context.Context, tx interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, t *tableMeta, dataset, table string, rows [][]*string) error {
+	casts := make([]string, len(t.cols))
+	names := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		pt, _ := pgType(c)
+		casts[i], names[i] = pt, pgIdent(c.Name)
+	}
+	per := max(1, 60000/max(1, len(t.cols)))
+	for start := 0; start < len(rows); start += per {
+		chunk := rows[start:min(len(rows), start+per)]
+		var (
+			b    strings.Builder
+			args []any
+		)
+		fmt.Fprintf(&b, "INSERT INTO %s.%s (%s) VALUES ", pgIdent(dataset), pgIdent(table), strings.Join(names, ", "))
+		for r, row := range chunk {
+			if r > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteByte('(')
+			for c, v := range row {
+				if c > 0 {
+					b.WriteString(", ")
+				}
+				args = append(args, v)
+				fmt.Fprintf(&b, "$%d::text::%s", len(args), casts[c])
+			}
+			b.WriteByte(')')
+		}
+		if _, err := tx.Exec(ctx, b.String(), args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // AppendRows takes rows in the writer's protobuf schema, checked against the table's columns.
@@ -229,7 +256,7 @@ func (w *writeService) AppendRows(srv storagepb.BigQueryWrite_AppendRowsServer) 
 		if md == nil {
 			return status.Error(codes.InvalidArgument, "the first AppendRows request of a connection must carry writer_schema")
 		}
-		resp := w.append(ws, md, dec, req)
+		resp := w.append(srv.Context(), ws, md, dec, req)
 		resp.WriteStream = ws.name
 		if err := srv.Send(resp); err != nil {
 			return err
@@ -237,7 +264,7 @@ func (w *writeService) AppendRows(srv storagepb.BigQueryWrite_AppendRowsServer) 
 	}
 }
 
-func (w *writeService) append(ws *writeStream, md protoreflect.MessageDescriptor, dec []colDecoder, req *storagepb.AppendRowsRequest) *storagepb.AppendRowsResponse {
+func (w *writeService) append(ctx context.Context, ws *writeStream, md protoreflect.MessageDescriptor, dec []colDecoder, req *storagepb.AppendRowsRequest) *storagepb.AppendRowsResponse {
 	fail := func(c codes.Code, format string, args ...any) *storagepb.AppendRowsResponse {
 		return &storagepb.AppendRowsResponse{Response: &storagepb.AppendRowsResponse_Error{Error: status.Newf(c, format, args...).Proto()}}
 	}
@@ -261,6 +288,20 @@ func (w *writeService) append(ws *writeStream, md protoreflect.MessageDescriptor
 			row[c] = v
 		}
 		batch = append(batch, row)
+	}
+	if ws.def {
+		if req.GetOffset() != nil {
+			return fail(codes.InvalidArgument, "offsets are not supported on the default stream %s", ws.name)
+		}
+		t, _, _, err := w.table(strings.TrimSuffix(ws.name, "/streams/_default"))
+		if err != nil {
+			return fail(codes.NotFound, "%v", err)
+		}
+		if err := insertRows(ctx, w.s.pool, t, ws.dataset, ws.table, batch); err != nil {
+			return fail(codes.InvalidArgument, "append to %s: %v", ws.name, err)
+		}
+		return &storagepb.AppendRowsResponse{Response: &storagepb.AppendRowsResponse_AppendResult_{
+			AppendResult: &storagepb.AppendRowsResponse_AppendResult{}}}
 	}
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()

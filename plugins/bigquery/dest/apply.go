@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigquery"
-	"cloud.google.com/go/bigquery/storage/apiv1/storagepb"
 	"cloud.google.com/go/bigquery/storage/managedwriter"
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -46,6 +45,7 @@ type Stats struct {
 	StagedRows   int64 // rows written to staging tables
 	StagedBytes  int64 // protobuf bytes of those rows
 	StagingTable int
+	Transactions int // query jobs that committed a transaction
 }
 
 // Apply commits a range of WAL sequence numbers atomically with the state rows. Each entry of a range is
@@ -62,13 +62,13 @@ func (x *session) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	c := x.c
-	a := &applier{c: c, req: req, st: &st, log: x.d.log(), byName: map[string]*streamState{}, tables: map[string]string{},
+	a := &applier{c: c, req: req, st: &st, log: x.d.log(), byName: map[string]*streamState{},
 		entry: change.NewPlans(change.FoldOptions{})}
 	res, err := a.run(ctx)
 	a.entry.Release()
 	if err != nil {
-		// What this process believed (fence, table schemas) may be wrong now: read it again next time.
-		delete(c.fences, req.Pipeline)
+		// What this process believed (state rows, table schemas) may be wrong now: read it again next time.
+		delete(c.states, req.Pipeline)
 		c.tables = map[string]bigquery.Schema{}
 	}
 	a.closeSegments()
@@ -85,9 +85,13 @@ type applier struct {
 
 	streams []*streamState // in order of first sight
 	byName  map[string]*streamState
-	tables  map[string]string // lower-cased table name → stream
+	tables  map[string]string // table name → stream
 	entry   *change.Plans     // the entry being read, per stream: its rows folded, its records retained until staged
 }
+
+// maxTablesPerTransaction: "A transaction can mutate data in at most 100 tables" (BigQuery, "Multi-statement
+// transactions", Limitations); each transaction also mutates the pipeline's state table.
+const maxTablesPerTransaction = 99
 
 // streamState is what the range so far holds for one stream: its staging tables, in the order their MERGEs
 // run, and whether a truncate precedes them.
@@ -104,10 +108,15 @@ func (a *applier) stream(name string) (*streamState, error) {
 	if ss := a.byName[name]; ss != nil {
 		return ss, nil
 	}
-	t := strings.ToLower(TableName(name))
+	// BigQuery table names are case-sensitive (unless the dataset is made case-insensitive), so Orders and
+	// orders are two tables; only the same name from two schemas collides.
+	t := TableName(name)
+	if a.tables == nil {
+		a.tables = map[string]string{}
+	}
 	if other, ok := a.tables[t]; ok {
-		return nil, fault.ConfigErr(fmt.Errorf("streams %s and %s both map to table %s", other, name, TableName(name)),
-			"replicate only one of them into this dataset (BigQuery table names ignore case)")
+		return nil, fault.ConfigErr(fmt.Errorf("streams %s and %s both map to table %s", other, name, t),
+			"replicate only one of them into this dataset, or each into its own connection with its own dataset")
 	}
 	a.tables[t] = name
 	ss := &streamState{stream: name, table: TableName(name)}
@@ -119,21 +128,21 @@ func (a *applier) stream(name string) (*streamState, error) {
 func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 	var res serve.ApplyResult
 	c, req := a.c, a.req
-	if err := c.ensureState(ctx); err != nil {
+	if err := c.ensureState(ctx, req.Pipeline); err != nil {
 		return res, err
 	}
-	fence, ok := c.fences[req.Pipeline]
+	state, ok := c.states[req.Pipeline]
 	if !ok {
 		if _, err := c.readState(ctx, req.Pipeline); err != nil {
 			return res, err
 		}
 		a.st.RoundTrips += 3 // jobs.insert, getQueryResults, jobs.get
-		fence = c.fences[req.Pipeline]
+		state = c.states[req.Pipeline]
 	}
-	if req.Covers(fence) {
+	if req.Covers(state.pipeline) {
 		return serve.ApplyResult{Skipped: true}, nil
 	}
-	for st, err := range req.Entries(fence) {
+	for st, err := range req.Entries(state.pipeline) {
 		if err != nil {
 			return res, err
 		}
@@ -144,6 +153,9 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 			continue
 		}
 		it := st.Item
+		if it.Sequence <= state.fence(it.Stream) {
+			continue // a split range committed this stream's part before it stopped
+		}
 		ss, err := a.stream(it.Stream)
 		if err != nil {
 			return res, err
@@ -169,16 +181,58 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 			return res, fmt.Errorf("stream %s: item holds neither a batch, a schema nor a truncate", it.Stream)
 		}
 	}
-	stmts := []string{gsql.AssertFence(c.table(gsql.StateTable))}
-	streams := []string{gsql.WholePipeline}
+	crashPoint(c.s.TestCrashDir, req)
+	groups := a.groups()
+	for i, g := range groups {
+		if err := a.commitGroup(ctx, state, g, i == len(groups)-1); err != nil {
+			if len(groups) > 1 {
+				err = fmt.Errorf("transaction %d of %d: %w", i+1, len(groups), err)
+			}
+			return res, fmt.Errorf("apply sequence %d–%d: %w", req.FirstSequence, req.Sequence, err)
+		}
+	}
+	return res, nil
+}
+
+// groups splits the range's streams into the transactions it commits in: at most maxTablesPerTransaction
+// tables with statements each, in order of first sight. A range within the limit is one transaction, atomic
+// over all its tables. A larger one (an initial snapshot of a database with hundreds of tables) commits group
+// by group: each transaction records its streams' state rows at the range's sequence number and only the last
+// records the pipeline's, so a crash between them leaves the engine resending the range and each stream
+// skipping what its own row says it holds — exactly once per stream, though a reader can see the range's
+// first groups before its last.
+func (a *applier) groups() [][]*streamState {
+	var (
+		out  [][]*streamState
+		cur  []*streamState
+		muts int
+	)
 	for _, ss := range a.streams {
+		mutates := ss.truncated || len(ss.segs) > 0
+		if mutates && muts == maxTablesPerTransaction {
+			out = append(out, cur)
+			cur, muts = nil, 0
+		}
+		if mutates {
+			muts++
+		}
+		cur = append(cur, ss)
+	}
+	return append(out, cur)
+}
+
+// commitGroup runs one transaction: assert the state rows are what this process last saw, the statements of
+// the group's streams, and their state rows (and the pipeline's, when last).
+func (a *applier) commitGroup(ctx context.Context, state *state, group []*streamState, last bool) error {
+	c, req := a.c, a.req
+	stateTable := c.table(gsql.StateTable(req.Pipeline))
+	stmts := []string{gsql.AssertFence(stateTable)}
+	var streams []string
+	for _, ss := range group {
 		if ss.truncated {
 			stmts = append(stmts, gsql.Truncate(c.table(ss.table)))
 		}
 		for _, sg := range ss.segs {
-			if err := a.commitSegment(ctx, sg); err != nil {
-				return res, fmt.Errorf("stream %s: %w", ss.stream, err)
-			}
 			if sg.key != nil {
 				stmts = append(stmts, gsql.Merge(c.table(ss.table), c.table(sg.name), sg.cols, sg.key, rows.StageName))
 			} else {
@@ -189,18 +243,30 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 			streams = append(streams, ss.stream)
 		}
 	}
-	sort.Strings(streams[1:])
-	stmts = append(stmts, gsql.SetState(c.table(gsql.StateTable)))
-	a.st.Statements = len(stmts) + 2
-	crashPoint(c.s.TestCrashDir, req)
+	sort.Strings(streams)
+	if last {
+		streams = append([]string{gsql.WholePipeline}, streams...)
+	}
+	stmts = append(stmts, gsql.SetState(stateTable))
+	a.st.Statements += len(stmts) + 2
 	if _, err := c.query(ctx, gsql.Transaction(stmts), map[string]any{
-		"pipeline": req.Pipeline, "fence": int64(fence), "sequence": int64(req.Sequence), "streams": streams,
+		"pipeline": req.Pipeline, "fence": int64(state.max), "sequence": int64(req.Sequence), "streams": streams,
 	}); err != nil {
-		return res, fmt.Errorf("apply sequence %d–%d: %w", req.FirstSequence, req.Sequence, err)
+		return err
 	}
 	a.st.RoundTrips += 3
-	c.fences[req.Pipeline] = req.Sequence
-	return res, nil
+	a.st.Transactions++
+	for _, s := range streams {
+		if s == gsql.WholePipeline {
+			state.pipeline = req.Sequence
+		} else {
+			state.streams[s] = req.Sequence
+		}
+	}
+	if len(streams) > 0 {
+		state.max = max(state.max, req.Sequence)
+	}
+	return nil
 }
 
 // endEntry stages the surviving rows of the entry read so far, per stream, and releases its records. A
@@ -281,7 +347,7 @@ func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema)
 		var schema bigquery.Schema
 		for _, f := range fields {
 			if err := rows.CheckName(f.Name); err != nil {
-				return fault.DataErr(fmt.Errorf("table %s: %w", c.table(name), err), "rename the source column")
+				return fault.DataErr(fmt.Errorf("table %s column %s: %w", c.table(name), f.Name, err), fmt.Sprintf("rename column %s of the source table (ALTER TABLE … RENAME COLUMN) to a name BigQuery takes, or leave table %s out of the pipeline", f.Name, name))
 			}
 			schema = append(schema, rows.Column(f.Name, f))
 		}
@@ -318,7 +384,7 @@ func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema)
 		switch {
 		case have == nil:
 			if err := rows.CheckName(f.Name); err != nil {
-				return fault.DataErr(fmt.Errorf("table %s: %w", c.table(name), err), "rename the source column")
+				return fault.DataErr(fmt.Errorf("table %s column %s: %w", c.table(name), f.Name, err), fmt.Sprintf("rename column %s of the source table (ALTER TABLE … RENAME COLUMN) to a name BigQuery takes, or leave table %s out of the pipeline", f.Name, name))
 			}
 			added = append(added, want)
 		case !rows.SameType(want, have):
@@ -377,17 +443,18 @@ func clusterable(s bigquery.Schema, key []string) bool {
 	return true
 }
 
-// segment is one staging table of a stream: rows of one batch schema, appended entry by entry to one pending
-// write stream at explicit offsets (a retried append lands on the same rows or fails), committed as a whole
-// once the range is read, so the table holds all of them or (after a crash) none.
+// segment is one staging table of a stream: rows of one batch schema, appended entry by entry through the
+// table's default stream, each row with its ordinal (offset), read by the transaction only once every append
+// was acknowledged.
 type segment struct {
-	schema *arrow.Schema
-	name   string
-	cols   []string // the target's columns, staged as c0…
-	key    []int    // indexes of cols; nil for a stream without a key (appended)
-	enc    *rows.Encoder
-	ms     *managedwriter.ManagedStream
-	offset int64 // rows appended so far; each row's ordinal
+	schema  *arrow.Schema
+	schema2 bigquery.Schema // the staging table's
+	name    string
+	cols    []string // the target's columns, staged as c0…
+	key     []int    // indexes of cols; nil for a stream without a key (appended)
+	enc     *rows.Encoder
+	ms      *managedwriter.ManagedStream
+	offset  int64 // rows appended so far; each row's ordinal
 }
 
 func (sg *segment) close() {
@@ -447,7 +514,7 @@ func (a *applier) stageEntry(ctx context.Context, ss *streamState, e *change.Pla
 	return nil
 }
 
-// newSegment creates a staging table for rows of schema s bound for table, and opens its pending stream.
+// newSegment creates a staging table for rows of schema s bound for table.
 func (a *applier) newSegment(ctx context.Context, table string, s *arrow.Schema) (*segment, error) {
 	c := a.c
 	cols, idx, types, err := targetColumns(table, c.tables[table], s)
@@ -478,7 +545,8 @@ func (a *applier) newSegment(ctx context.Context, table string, s *arrow.Schema)
 	if len(sg.name) > 1024 {
 		sg.name = "_skippr_stage_" + hex.EncodeToString(rnd[:])
 	}
-	schema := rows.StageSchema(types)
+	sg.schema2 = rows.StageSchema(types)
+	schema := sg.schema2
 	t := c.dataset().Table(sg.name)
 	if err := t.Create(ctx, &bigquery.TableMetadata{Schema: schema, ExpirationTime: time.Now().Add(StageExpiry),
 		Description: "skippr staging table of one apply; dropped after it, expires if not"}); err != nil {
@@ -487,20 +555,39 @@ func (a *applier) newSegment(ctx context.Context, table string, s *arrow.Schema)
 	a.st.RoundTrips++
 	a.st.StagingTable++
 	a.stages = append(a.stages, t)
-	parent := managedwriter.TableParentFromParts(c.s.Project, c.s.Dataset, sg.name)
-	sg.ms, err = c.write.NewManagedStream(ctx, managedwriter.WithType(managedwriter.PendingStream),
-		managedwriter.WithDestinationTable(parent), managedwriter.WithSchemaDescriptor(rows.Descriptor(schema)))
-	if err != nil {
-		return nil, classify(fmt.Errorf("staging table %s: open write stream: %w", sg.name, err), c.s)
-	}
-	a.st.RoundTrips += 2 // CreateWriteStream, GetWriteStream
 	return sg, nil
+}
+
+// open opens the staging table's default stream. The default stream needs no CreateWriteStream, whose quota
+// ("10,000 streams every hour, per project per region") a pending stream per table per apply spends: 166
+// tables changing every minute would exhaust it. It is at-least-once, so a retried append can leave a row
+// twice; every staged row carries its ordinal and the statements read each ordinal once, and nothing reads
+// the staging table before every append was acknowledged.
+func (a *applier) open(ctx context.Context, sg *segment) error {
+	if sg.ms != nil {
+		return nil
+	}
+	c := a.c
+	parent := managedwriter.TableParentFromParts(c.s.Project, c.s.Dataset, sg.name)
+	ms, err := c.write.NewManagedStream(ctx, managedwriter.WithType(managedwriter.DefaultStream),
+		managedwriter.WithDestinationTable(parent), managedwriter.WithSchemaDescriptor(rows.Descriptor(sg.schema2)))
+	if err != nil {
+		return classify(fmt.Errorf("staging table %s: open the default stream: %w", sg.name, err), c.s)
+	}
+	sg.ms = ms
+	return nil
 }
 
 // appendRows encodes the rows last of recs into requests of at most maxAppendBytes and waits for each to be
 // acknowledged, so nothing of the entry is held once it returns.
 func (a *applier) appendRows(ctx context.Context, table string, sg *segment, recs []arrow.RecordBatch, last []change.Last) error {
 	c := a.c
+	if err := a.open(ctx, sg); err != nil {
+		return err
+	}
+	// The connection is closed once the entry's rows are acknowledged: a range of hundreds of tables would
+	// otherwise hold one open per table until it commits ("Concurrent connections" quota).
+	defer sg.close()
 	var (
 		buf     []byte
 		bounds  []int
@@ -516,9 +603,9 @@ func (a *applier) appendRows(ctx context.Context, table string, sg *segment, rec
 			batch[i] = buf[start:end]
 			start = end
 		}
-		r, err := sg.ms.AppendRows(ctx, batch, managedwriter.WithOffset(sg.offset))
+		r, err := sg.ms.AppendRows(ctx, batch)
 		if err != nil {
-			return classify(fmt.Errorf("staging table %s: append rows at offset %d: %w", sg.name, sg.offset, err), c.s)
+			return classify(fmt.Errorf("staging table %s: append rows from ordinal %d: %w", sg.name, sg.offset, err), c.s)
 		}
 		a.st.RoundTrips++
 		a.st.StagedBytes += int64(len(buf))
@@ -547,25 +634,6 @@ func (a *applier) appendRows(ctx context.Context, table string, sg *segment, rec
 		if _, err := r.GetResult(ctx); err != nil {
 			return classify(fmt.Errorf("staging table %s: append rows: %w", sg.name, err), c.s)
 		}
-	}
-	return nil
-}
-
-// commitSegment finalizes the segment's write stream and commits it: its rows appear in the staging table.
-func (a *applier) commitSegment(ctx context.Context, sg *segment) error {
-	c := a.c
-	defer sg.close()
-	if _, err := sg.ms.Finalize(ctx); err != nil {
-		return classify(fmt.Errorf("staging table %s: finalize write stream: %w", sg.name, err), c.s)
-	}
-	parent := managedwriter.TableParentFromParts(c.s.Project, c.s.Dataset, sg.name)
-	resp, err := c.write.BatchCommitWriteStreams(ctx, &storagepb.BatchCommitWriteStreamsRequest{Parent: parent, WriteStreams: []string{sg.ms.StreamName()}})
-	if err != nil {
-		return classify(fmt.Errorf("staging table %s: commit write stream: %w", sg.name, err), c.s)
-	}
-	a.st.RoundTrips += 2
-	if errs := resp.GetStreamErrors(); len(errs) > 0 {
-		return fmt.Errorf("staging table %s: commit write stream: %s", sg.name, errs[0].GetErrorMessage())
 	}
 	return nil
 }

@@ -1,12 +1,14 @@
 // Package dest is the BigQuery destination. One apply — a range of WAL sequence numbers, since the plugin
 // offers Capabilities.Coalesce — folds each stream's rows per key (change.Fold), writes the survivors to a
-// fresh staging table through the Storage Write API (a pending stream, committed with
-// BatchCommitWriteStreams, so the staging table holds all of them or none), and then runs one multi-statement
-// transaction: ASSERT the state row still holds the fence this process read, MERGE each staging table into
-// its target by key (INSERT … SELECT for a stream without a key), MERGE the state rows
-// (pipeline, stream, last_sequence) of _skippr_state, COMMIT. A replay at or below the recorded sequence number
-// is skipped, and a partly covered range applies only the items above it, so delivery is exactly-once: a
-// crash before COMMIT leaves the target untouched (the staging table expires), one after it is a replay.
+// fresh staging table through the Storage Write API (the table's default stream: no CreateWriteStream quota;
+// at-least-once, so every staged row carries an ordinal the statements read once), and then runs a
+// multi-statement transaction per 99 tables (BigQuery's limit is 100 mutated tables): check the pipeline's
+// state rows still hold what this process read, MERGE each staging table into its target by key
+// (INSERT … SELECT for a stream without a key), MERGE the state rows (pipeline, stream, last_sequence) of the
+// pipeline's own state table, COMMIT. Only the last transaction of a range records the pipeline's sequence
+// number; the others record their streams', which a retry of the range skips. A replay at or below the
+// recorded sequence number is skipped, so delivery is exactly-once: a crash before a COMMIT leaves its tables
+// untouched (the staging table expires), one after it is a replay of what it committed.
 //
 // README.md says why this beats the CDC default stream (_CHANGE_TYPE), and what each apply costs.
 package dest
@@ -53,14 +55,25 @@ type conn struct {
 	s     Settings
 	bq    *bigquery.Client
 	write *managedwriter.Client
-	// fences holds, per pipeline, the sequence number this process last read from or wrote to the state
-	// table; the transaction ASSERTs it, so a stale value fails an apply rather than corrupting one.
-	fences map[string]uint64
+	// states holds, per pipeline, the state rows this process last read from or wrote to the pipeline's state
+	// table; each transaction asserts their maximum, so a stale value fails an apply rather than corrupting one.
+	states map[string]*state
 	// tables caches target schemas by table name; dropped whenever an apply fails.
 	tables       map[string]bigquery.Schema
 	datasetReady bool
-	stateReady   bool
+	stateReady   map[string]bool // per state table name
 }
+
+// state is what a pipeline's state rows say: the sequence number every stream holds (pipeline), and the
+// streams a split range (more than maxTablesPerTransaction tables) committed beyond it before the rest.
+type state struct {
+	pipeline uint64
+	streams  map[string]uint64
+	max      uint64 // the highest of all rows: what the next transaction asserts
+}
+
+// fence is what stream holds: items at or below it are applied already.
+func (st *state) fence(stream string) uint64 { return max(st.pipeline, st.streams[stream]) }
 
 func (d *Destination) log() *slog.Logger {
 	if d.Log != nil {
@@ -139,7 +152,7 @@ func newConn(ctx context.Context, s Settings) (*conn, error) {
 		bq.Close()
 		return nil, classify(fmt.Errorf("storage write client: %w", err), s)
 	}
-	return &conn{s: s, bq: bq, write: w, fences: map[string]uint64{}, tables: map[string]bigquery.Schema{}}, nil
+	return &conn{s: s, bq: bq, write: w, states: map[string]*state{}, tables: map[string]bigquery.Schema{}, stateReady: map[string]bool{}}, nil
 }
 
 func (c *conn) dataset() *bigquery.Dataset { return c.bq.Dataset(c.s.Dataset) }
@@ -169,19 +182,21 @@ func (c *conn) ensureDataset(ctx context.Context) error {
 	return nil
 }
 
-// ensureState creates the state table when missing.
-func (c *conn) ensureState(ctx context.Context) error {
-	if c.stateReady {
+// ensureState creates the pipeline's state table when missing. A new one takes the pipeline's sequence
+// number from the legacy shared table (gsql.LegacyStateTable) when that holds one.
+func (c *conn) ensureState(ctx context.Context, pipeline string) error {
+	name := gsql.StateTable(pipeline)
+	if c.stateReady[name] {
 		return nil
 	}
 	if err := c.ensureDataset(ctx); err != nil {
 		return err
 	}
-	t := c.dataset().Table(gsql.StateTable)
+	t := c.dataset().Table(name)
 	_, err := t.Metadata(ctx)
 	if isNotFound(err) {
 		err = t.Create(ctx, &bigquery.TableMetadata{
-			Description: "skippr: the last WAL sequence number applied, per pipeline (stream '') and per stream",
+			Description: "skippr: the last WAL sequence number applied of pipeline " + pipeline + " (stream '') and per stream",
 			Schema: bigquery.Schema{
 				{Name: "pipeline", Type: "STRING", Required: true},
 				{Name: "stream", Type: "STRING", Required: true},
@@ -190,13 +205,43 @@ func (c *conn) ensureState(ctx context.Context) error {
 		})
 		if isConflict(err) {
 			err = nil
+		} else if err == nil {
+			err = c.migrateLegacy(ctx, pipeline)
 		}
 	}
 	if err != nil {
-		return classify(fmt.Errorf("state table %s: %w", c.table(gsql.StateTable), err), c.s)
+		return classify(fmt.Errorf("state table %s: %w", c.table(name), err), c.s)
 	}
-	c.stateReady = true
+	c.stateReady[name] = true
 	return nil
+}
+
+// migrateLegacy writes the pipeline's sequence number from the legacy shared state table, if there is one,
+// into its new state table. Its stream rows are not needed: before 0.2 every range committed whole, so no
+// stream holds more than the pipeline.
+func (c *conn) migrateLegacy(ctx context.Context, pipeline string) error {
+	legacy := c.table(gsql.LegacyStateTable)
+	if _, err := c.dataset().Table(gsql.LegacyStateTable).Metadata(ctx); isNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	rows, err := c.query(ctx, gsql.ReadState(legacy), map[string]any{"pipeline": pipeline})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", legacy, err)
+	}
+	var seq int64
+	for _, r := range rows {
+		if len(r) == 2 && r[0] == gsql.WholePipeline {
+			seq, _ = r[1].(int64)
+		}
+	}
+	if seq <= 0 {
+		return nil
+	}
+	_, err = c.query(ctx, gsql.SetState(c.table(gsql.StateTable(pipeline))), map[string]any{
+		"pipeline": pipeline, "sequence": seq, "streams": []string{gsql.WholePipeline}})
+	return err
 }
 
 // query runs one statement or script with named parameters and returns its rows (for a SELECT).
@@ -243,29 +288,36 @@ func (c *conn) query(ctx context.Context, sql string, params map[string]any) ([]
 // readState reads a pipeline's state rows; a pipeline never applied has sequence 0.
 func (c *conn) readState(ctx context.Context, pipeline string) (serve.Applied, error) {
 	a := serve.Applied{Streams: map[string]uint64{}}
-	if err := c.ensureState(ctx); err != nil {
+	if err := c.ensureState(ctx, pipeline); err != nil {
 		return a, err
 	}
-	rows, err := c.query(ctx, gsql.ReadState(c.table(gsql.StateTable)), map[string]any{"pipeline": pipeline})
+	table := c.table(gsql.StateTable(pipeline))
+	rows, err := c.query(ctx, gsql.ReadState(table), map[string]any{"pipeline": pipeline})
 	if err != nil {
-		return a, fmt.Errorf("read %s: %w", c.table(gsql.StateTable), err)
+		return a, fmt.Errorf("read %s: %w", table, err)
 	}
+	st := &state{streams: map[string]uint64{}}
 	for _, r := range rows {
 		if len(r) != 2 {
-			return a, fmt.Errorf("read %s: row %v has %d columns, want 2", c.table(gsql.StateTable), r, len(r))
+			return a, fmt.Errorf("read %s: row %v has %d columns, want 2", table, r, len(r))
 		}
 		stream, _ := r[0].(string)
 		seq, ok := r[1].(int64)
 		if !ok || seq < 0 {
-			return a, fmt.Errorf("read %s: last_sequence %v of stream %q is not a sequence number", c.table(gsql.StateTable), r[1], stream)
+			return a, fmt.Errorf("read %s: last_sequence %v of stream %q is not a sequence number", table, r[1], stream)
 		}
+		st.max = max(st.max, uint64(seq))
 		if stream == gsql.WholePipeline {
-			a.Sequence = uint64(seq)
+			st.pipeline = uint64(seq)
 		} else {
-			a.Streams[stream] = uint64(seq)
+			st.streams[stream] = uint64(seq)
 		}
 	}
-	c.fences[pipeline] = a.Sequence
+	a.Sequence = st.pipeline
+	for k, v := range st.streams {
+		a.Streams[k] = v
+	}
+	c.states[pipeline] = st
 	return a, nil
 }
 
@@ -281,16 +333,13 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 		return err
 	}
 	defer c.close()
-	if err := c.ensureState(ctx); err != nil {
-		return err
-	}
-	if _, err := c.readState(ctx, "_skippr_check"); err != nil {
+	if _, err := c.readState(ctx, checkPipeline); err != nil {
 		return err
 	}
 	need := []string{"bigquery.tables.get", "bigquery.tables.getData", "bigquery.tables.updateData", "bigquery.tables.update", "bigquery.tables.delete"}
-	have, err := c.dataset().Table(gsql.StateTable).IAM().TestPermissions(ctx, need)
+	have, err := c.dataset().Table(gsql.StateTable(checkPipeline)).IAM().TestPermissions(ctx, need)
 	if err != nil {
-		return classify(fmt.Errorf("test permissions on %s: %w", c.table(gsql.StateTable), err), s)
+		return classify(fmt.Errorf("test permissions on %s: %w", c.table(gsql.StateTable(checkPipeline)), err), s)
 	}
 	var missing []string
 	for _, p := range need {
@@ -304,6 +353,10 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 	}
 	return nil
 }
+
+// checkPipeline is the pipeline name Check reads the state of, which makes its state table: a table the
+// permission test can name.
+const checkPipeline = "_skippr_check"
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
@@ -347,11 +400,23 @@ func isConflict(err error) bool {
 	return errors.As(err, &e) && e.Code == http.StatusConflict
 }
 
-// classify gives a BigQuery error its fault class: a permission error names the role that fixes it; a
-// missing project names the setting; other errors stay retryable.
+// classify gives a BigQuery error its fault class. BigQuery's error table ("Troubleshoot errors") says which
+// errors a retry can fix: 5xx (backendError, internalError), rateLimitExceeded and quotaExceeded, and a
+// transaction cancelled by a concurrent one on the same table ("Conflicting transactions are cancelled"), or
+// one whose state fence moved. A 400 (invalid, invalidQuery) is permanent: the same request fails the same
+// way, so it is a config fault naming the fix rather than a retry loop. 404 and 412 stay retryable: a table
+// just created or patched may not be visible everywhere yet, and a lost etag race re-reads.
 func classify(err error, s Settings) error {
 	if err == nil {
 		return nil
+	}
+	var fe *fault.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "concurrent update") || strings.Contains(msg, gsql.FenceMoved) {
+		return fault.TransientErr(err)
 	}
 	var ge *googleapi.Error
 	if errors.As(err, &ge) {
@@ -365,7 +430,13 @@ func classify(err error, s Settings) error {
 				}
 			}
 			return fault.ConfigErr(err, fmt.Sprintf("grant the service account roles/bigquery.dataEditor on dataset %s.%s and roles/bigquery.jobUser on project %s", s.Project, s.Dataset, s.Project))
+		case http.StatusBadRequest:
+			return fault.ConfigErr(err, fmt.Sprintf("BigQuery refuses this request for dataset %s.%s as it stands (400: %s): change the table or column it names, or the dataset's settings; retrying sends the same request", s.Project, s.Dataset, reason(ge)))
 		}
+	}
+	var je *bigquery.Error
+	if errors.As(err, &je) && (je.Reason == "invalid" || je.Reason == "invalidQuery") {
+		return fault.ConfigErr(err, fmt.Sprintf("BigQuery refuses the apply's statements in dataset %s.%s (%s): change the table or column the message names; retrying runs the same statements", s.Project, s.Dataset, je.Reason))
 	}
 	if st, ok := status.FromError(err); ok {
 		switch st.Code() {
@@ -376,4 +447,13 @@ func classify(err error, s Settings) error {
 		}
 	}
 	return err
+}
+
+func reason(ge *googleapi.Error) string {
+	for _, e := range ge.Errors {
+		if e.Reason != "" {
+			return e.Reason
+		}
+	}
+	return "invalid"
 }

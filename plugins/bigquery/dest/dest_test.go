@@ -10,15 +10,18 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/bigquery"
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/api/iterator"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
+	"github.com/skippr-dev/skippr/plugins/bigquery/gsql"
 	"github.com/skippr-dev/skippr/testkit/bigquerytest"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
@@ -259,41 +262,99 @@ func TestCheckNamesMissingPermissions(t *testing.T) {
 	}
 }
 
-// TestLive runs the apply test's first steps against a real BigQuery project when SKIPPR_BIGQUERY_PROJECT and
-// SKIPPR_BIGQUERY_DATASET are set (credentials: SKIPPR_BIGQUERY_CREDENTIALS_JSON, or application-default).
+// TestLive runs against a real BigQuery project when SKIPPR_BIGQUERY_PROJECT and SKIPPR_BIGQUERY_DATASET are
+// set (credentials: SKIPPR_BIGQUERY_CREDENTIALS_JSON, or application-default): `make live-bigquery`. Each run
+// has its own pipeline id and table prefix and drops its tables at the end, so it can be run again and beside
+// another run. It covers insert → update/delete read back row by row, a grown schema, a truncate, a keyless
+// stream, a restart (a new session reads the state) and a replay that must be skipped.
 func TestLive(t *testing.T) {
 	p, ds := os.Getenv("SKIPPR_BIGQUERY_PROJECT"), os.Getenv("SKIPPR_BIGQUERY_DATASET")
 	if p == "" || ds == "" {
-		t.Skip("live BigQuery suite: set SKIPPR_BIGQUERY_PROJECT and SKIPPR_BIGQUERY_DATASET (and SKIPPR_BIGQUERY_CREDENTIALS_JSON or application-default credentials) to run it")
+		t.Skip("live BigQuery suite: set SKIPPR_BIGQUERY_PROJECT and SKIPPR_BIGQUERY_DATASET (and SKIPPR_BIGQUERY_CREDENTIALS_JSON or application-default credentials), then run make live-bigquery")
 	}
 	cfg := map[string]string{"project": p, "dataset": ds}
 	if c := os.Getenv("SKIPPR_BIGQUERY_CREDENTIALS_JSON"); c != "" {
 		cfg["credentials_json"] = c
 	}
 	raw, _ := json.Marshal(cfg)
-	d := serve.NewSessions(&Destination{})
-	t.Cleanup(func() { d.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	prefix := fmt.Sprintf("skippr_live_%d_", time.Now().UnixNano())
+	pipeline := prefix + "p"
+	d := serve.NewSessions(&Destination{})
 	if err := d.Check(ctx, raw); err != nil {
 		t.Fatalf("check: %v", err)
 	}
-	pipeline := fmt.Sprintf("live_%d", time.Now().UnixNano())
-	do := func(first, last uint64, items ...serve.Item) serve.ApplyResult {
-		res, err := d.Apply(ctx, serve.ApplyRequest{Settings: raw, Pipeline: pipeline, FirstSequence: first, Sequence: last, Items: items})
+	x, err := d.Session(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bqc := x.(*session).c.bq
+	t.Cleanup(func() {
+		defer d.Close()
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer ccancel()
+		for _, name := range []string{prefix + "orders", prefix + "events", gsql.StateTable(pipeline)} {
+			if err := bqc.Dataset(ds).Table(name).Delete(cctx); err != nil && !isNotFound(err) {
+				t.Errorf("drop %s: %v (drop it by hand)", name, err)
+			}
+		}
+	})
+	do := func(d *serve.Sessions, first, last uint64, items ...serve.Item) serve.ApplyResult {
+		t.Helper()
+		res, err := d.ApplyStream(ctx, serve.ApplyRequest{Settings: raw, Pipeline: pipeline, FirstSequence: first, Sequence: last}, seqOf(items))
 		if err != nil {
 			t.Fatalf("apply %d–%d: %v", first, last, err)
 		}
 		return res
 	}
-	stream := "live_" + pipeline
-	do(1, 1, serve.Item{Stream: stream, Record: batch(t, false, row{op: change.OpInsert, id: 1, name: "a", tags: []string{"x"}}, row{op: change.OpInsert, id: 2, name: "b"}), Sequence: 1})
-	do(2, 2, serve.Item{Stream: stream, Record: batch(t, false, row{op: change.OpUpdate, id: 1, name: "a2"}, row{op: change.OpDelete, id: 2}), Sequence: 2})
-	if res := do(1, 2); !res.Skipped {
-		t.Fatal("replay not skipped")
+	read := func(sql string) []string {
+		t.Helper()
+		q := bqc.Query(sql)
+		it, err := q.Read(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		var out []string
+		for {
+			var row []bigquery.Value
+			if err := it.Next(&row); errors.Is(err, iterator.Done) {
+				return out
+			} else if err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+			var b strings.Builder
+			for _, v := range row {
+				fmt.Fprint(&b, v)
+			}
+			out = append(out, b.String())
+		}
 	}
-	a, err := d.LastApplied(ctx, raw, pipeline)
-	if err != nil || a.Sequence != 2 {
+	orders, events := "public."+prefix+"orders", "public."+prefix+"events"
+	tbl := func(name string) string { return fmt.Sprintf("`%s`.`%s`.`%s`", p, ds, name) }
+	do(d, 1, 1, serve.Item{Stream: orders, Record: batch(t, false, row{op: change.OpInsert, id: 1, name: "a", tags: []string{"x"}}, row{op: change.OpInsert, id: 2, name: "b"}), Sequence: 1},
+		serve.Item{Stream: events, Record: kvBatch(memory.DefaultAllocator, false, kv{op: change.OpInsert, id: 1, v: "e1"}, kv{op: change.OpInsert, id: 1, v: "e1"}), Sequence: 1})
+	do(d, 2, 3, serve.Item{Stream: orders, Record: batch(t, false, row{op: change.OpUpdate, id: 1, name: "a2"}, row{op: change.OpDelete, id: 2}), Sequence: 2},
+		serve.Item{Stream: orders, Record: batch(t, true, row{op: change.OpInsert, id: 3, name: "c", note: "grown"}), Sequence: 3})
+	if got, want := strings.Join(read("SELECT id, name, note FROM "+tbl(prefix+"orders")+" ORDER BY id"), ";"), "1a2<nil>;3cgrown"; got != want {
+		t.Fatalf("orders read back %q, want %q", got, want)
+	}
+	if got := read("SELECT COUNT(*) FROM " + tbl(prefix+"events")); len(got) != 1 || got[0] != "2" {
+		t.Fatalf("keyless events hold %v rows, want 2", got)
+	}
+	// A restart: a new session reads the state, skips the replay, applies a truncate.
+	d2 := serve.NewSessions(&Destination{})
+	t.Cleanup(func() { d2.Close() })
+	if res := do(d2, 1, 3); !res.Skipped {
+		t.Fatal("replay not skipped after a restart")
+	}
+	do(d2, 4, 4, serve.Item{Stream: events, Truncate: true, Sequence: 4},
+		serve.Item{Stream: events, Record: kvBatch(memory.DefaultAllocator, false, kv{op: change.OpInsert, id: 9, v: "after"}), Sequence: 4})
+	if got := strings.Join(read("SELECT id, v FROM "+tbl(prefix+"events")), ";"); got != "9after" {
+		t.Fatalf("events after the truncate: %q, want 9after", got)
+	}
+	a, err := d2.LastApplied(ctx, raw, pipeline)
+	if err != nil || a.Sequence != 4 {
 		t.Fatalf("last applied %+v, %v", a, err)
 	}
 }

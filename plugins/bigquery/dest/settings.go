@@ -39,7 +39,7 @@ const SettingsSchema = `{
   "required": ["project", "dataset"],
   "properties": {
     "project": {"type": "string", "minLength": 1, "description": "Google Cloud project id that holds the dataset and runs the query jobs"},
-    "dataset": {"type": "string", "minLength": 1, "description": "dataset of the tables and of the _skippr_state table (created when missing)"},
+    "dataset": {"type": "string", "minLength": 1, "description": "dataset of the tables and of the pipelines' _skippr_state_<pipeline> tables (created when missing)"},
     "location": {"type": "string", "description": "dataset location when it is created, and of the jobs (default: the dataset's)"},
     "credentials_json": {"type": "string", "description": "a service-account key as JSON text; use ${ENV} rather than the text itself"},
     "credentials_file": {"type": "string", "description": "path of a service-account key file"},

@@ -14,6 +14,7 @@
 package gsql
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"strings"
 
@@ -34,8 +35,34 @@ func (t Table) String() string {
 	return Ident(t.Project) + "." + Ident(t.Dataset) + "." + Ident(t.Name)
 }
 
-// StateTable is the name of the table holding the state rows, in the destination's dataset.
-const StateTable = "_skippr_state"
+// LegacyStateTable is the one state table all pipelines of a dataset shared before 0.2. Every transaction
+// updated it, and BigQuery cancels one of two concurrent transactions that mutate one table, so two pipelines
+// in one dataset cancelled each other; a pipeline's rows are copied from it once into its own table.
+const LegacyStateTable = "_skippr_state"
+
+// StateTable is the name of the table holding a pipeline's state rows, in the destination's dataset: one per
+// pipeline, so pipelines sharing a dataset never mutate the same table (only two writers of one pipeline
+// conflict, which is the point). Pipeline names are letters, digits, '_' and '-', which table names take;
+// anything else is replaced by '_' with a hash of the name appended, so two names never share a table.
+func StateTable(pipeline string) string {
+	var b strings.Builder
+	changed := false
+	for _, r := range pipeline {
+		switch {
+		case r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+			changed = true
+		}
+	}
+	name := b.String()
+	if changed || len(name) > 900 {
+		sum := sha256.Sum256([]byte(pipeline))
+		name = fmt.Sprintf("%.900s_%x", name, sum[:6])
+	}
+	return LegacyStateTable + "_" + name
+}
 
 // OrdColumn is the staging table's ordinal column (rows.OrdColumn): the higher, the newer.
 const OrdColumn = "_skippr_ord"
@@ -83,26 +110,33 @@ func Merge(target, stage Table, cols []string, key []int, stageCol func(int) str
 	return b.String()
 }
 
-// Append copies a keyless stream's staged rows into target.
+// Append copies a keyless stream's staged rows into target, each ordinal once: the staging table is written
+// through the default stream, which is at-least-once, so a retried append may have left a row twice.
 func Append(target, stage Table, cols []string, stageCol func(int) string) string {
 	names, vals := make([]string, len(cols)), make([]string, len(cols))
 	for i, c := range cols {
 		names[i], vals[i] = Ident(c), stageCol(i)
 	}
-	return fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM %s", target, strings.Join(names, ", "), strings.Join(vals, ", "), stage)
+	return fmt.Sprintf("INSERT INTO %s (%s) SELECT %s FROM (SELECT * FROM %s WHERE TRUE QUALIFY ROW_NUMBER() OVER (PARTITION BY %s ORDER BY %s DESC) = 1) AS S",
+		target, strings.Join(names, ", "), strings.Join(vals, ", "), stage, OrdColumn, OrdColumn)
 }
 
 // Truncate empties target (BigQuery's DELETE needs a WHERE clause).
 func Truncate(target Table) string { return fmt.Sprintf("DELETE FROM %s WHERE TRUE", target) }
 
-// AssertFence fails the transaction unless the pipeline's state row holds @fence (0: no row): a second writer
-// of the same pipeline that committed since this process read the fence stops this one. It is a SELECT with
-// ERROR() rather than an ASSERT, because a transaction takes queries and DML only; IF evaluates ERROR only when
-// the fence differs.
+// AssertFence fails the transaction unless the highest sequence number among the pipeline's state rows is
+// @fence (0: no row): every transaction writes its streams' rows (and the last of a range the pipeline's row)
+// at the range's sequence number, so a second writer of the same pipeline that committed anything since this
+// process read or wrote the state stops this one. It is a SELECT with ERROR() rather than an ASSERT, because a
+// transaction takes queries and DML only; IF evaluates ERROR only when the fence differs.
 func AssertFence(state Table) string {
-	return fmt.Sprintf("SELECT IF((SELECT COALESCE(MAX(last_sequence), 0) FROM %s WHERE pipeline = @pipeline AND stream = '') = @fence, 0,"+
-		" ERROR('skippr: the state row of this pipeline changed since it was read (another writer?)'))", state)
+	return fmt.Sprintf("SELECT IF((SELECT COALESCE(MAX(last_sequence), 0) FROM %s WHERE pipeline = @pipeline) = @fence, 0,"+
+		" ERROR('%s'))", state, FenceMoved)
 }
+
+// FenceMoved is the message of AssertFence's error: another writer moved the state, and a retry, which reads
+// it again, either skips what that writer applied or applies the rest.
+const FenceMoved = "skippr: the state rows of this pipeline changed since they were read (another writer?)"
 
 // SetState records @sequence as the last applied sequence number of the pipeline (stream ”) and of each
 // stream in @streams.

@@ -19,7 +19,7 @@ func stageCol(i int) string { return "c" + string(rune('0'+i)) }
 func statements() map[string]string {
 	target := Table{Project: "my-project-1", Dataset: "analytics", Name: "orders"}
 	stage := Table{Project: "my-project-1", Dataset: "analytics", Name: "_skippr_stage_orders_0a1b2c3d4e5f"}
-	state := Table{Project: "my-project-1", Dataset: "analytics", Name: StateTable}
+	state := Table{Project: "my-project-1", Dataset: "analytics", Name: StateTable("orders")}
 	cols := []string{"tenant", "id", "order date", "select", "we`ird\\name"}
 	return map[string]string{
 		"merge":          Merge(target, stage, cols, []int{0, 1}, stageCol),

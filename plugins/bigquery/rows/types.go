@@ -190,15 +190,28 @@ func SameType(a, b *bigquery.FieldSchema) bool {
 	return true
 }
 
-// CheckName refuses a column name BigQuery does not take: at most 300 characters, and no reserved prefix.
+// CheckName refuses a column name BigQuery does not take (BigQuery, "Specify a schema", Column names): 1 to
+// 300 characters, none of the characters flexible column names forbid, and none of the reserved prefixes.
+// tables.insert and tables.patch answer such a name with a 400 that no retry changes, so the plugin refuses
+// it first and names the column.
 func CheckName(name string) error {
-	if name == "" || len(name) > 300 {
+	if name == "" || len([]rune(name)) > 300 {
 		return fmt.Errorf("column name %q: BigQuery column names have 1 to 300 characters", name)
 	}
-	for _, p := range []string{"_TABLE_", "_FILE_", "_PARTITION", "_ROW_TIMESTAMP", "__ROOT__", "_COLIDENTIFIER"} {
+	if i := strings.IndexAny(name, ForbiddenNameChars); i >= 0 {
+		return fmt.Errorf("column name %q: BigQuery column names cannot contain %q (flexible column names forbid %s)", name, name[i], ForbiddenNameChars)
+	}
+	for _, p := range ReservedPrefixes {
 		if strings.HasPrefix(strings.ToUpper(name), p) {
 			return fmt.Errorf("column name %q: BigQuery reserves the prefix %s", name, p)
 		}
 	}
 	return nil
 }
+
+// ForbiddenNameChars are the characters BigQuery's flexible column names do not support.
+const ForbiddenNameChars = "!\"$()*,./;?@[\\]^`{}~"
+
+// ReservedPrefixes are the column name prefixes BigQuery reserves (compared without regard to case).
+var ReservedPrefixes = []string{"_PARTITION", "_TABLE_", "_FILE_", "_ROW_TIMESTAMP", "__ROOT__", "_COLIDENTIFIER",
+	"_CHANGE_SEQUENCE_NUMBER", "_CHANGE_TYPE", "_CHANGE_TIMESTAMP"}
