@@ -405,7 +405,25 @@ func (ss *session) run(ctx context.Context) error {
 	dwatch := w.Client.Watch(clientv3.WithRequireLeader(wctx), drainKey(w.Prefix, w.Name), clientv3.WithRev(dr.Header.Revision+1))
 	ss.reconcile(bg)
 
+	// The loop's own etcd reads end when the lease is lost: with quorum gone each would wait out its timeout,
+	// and the loop would reach the lease's case only after it.
+	live, cancelLive := context.WithCancel(ctx)
+	defer cancelLive()
+	go func() {
+		select {
+		case <-ss.lease.Lost():
+			cancelLive()
+		case <-live.Done():
+		}
+	}()
 	for {
+		// A lost lease comes first: select picks at random among ready cases, and a watch failing over and
+		// over (no etcd leader) is always ready.
+		select {
+		case <-ss.lease.Lost():
+			return ss.leaseLost()
+		default:
+		}
 		select {
 		case <-ss.lease.Lost():
 			return ss.leaseLost()
@@ -433,10 +451,13 @@ func (ss *session) run(ctx context.Context) error {
 		case wr, ok := <-mwatch:
 			if !ok || wr.Err() != nil {
 				// Compaction or a lost leader: read everything again and watch from there.
-				members, rev, err := ss.readMembers(ctx)
+				members, rev, err := ss.readMembers(live)
 				if err != nil {
 					log.Warn("fleet: re-reading members", "err", err)
-					time.Sleep(time.Second)
+					select {
+					case <-time.After(time.Second):
+					case <-live.Done():
+					}
 					mwatch = w.Client.Watch(clientv3.WithRequireLeader(wctx), workersKey(w.Prefix), clientv3.WithPrefix())
 					continue
 				}
@@ -458,6 +479,11 @@ func (ss *session) run(ctx context.Context) error {
 			ss.reconcile(bg)
 		case wr, ok := <-dwatch:
 			if !ok || wr.Err() != nil {
+				// Without an etcd leader a new watch fails at once: pace the retries.
+				select {
+				case <-time.After(time.Second):
+				case <-live.Done():
+				}
 				dwatch = w.Client.Watch(clientv3.WithRequireLeader(wctx), drainKey(w.Prefix, w.Name))
 				continue
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -112,13 +113,22 @@ pipelines:
 		t.Errorf("sync --once took %v: it waited for the proposed max_interval", took)
 	}
 
-	rows, err := sc.Query(ctx, `SELECT to_jsonb(o) FROM orders o`)
+	// Both sides keep numbers as their text (json.Number), so a numeric is compared digit for digit.
+	rows, err := sc.Query(ctx, `SELECT to_jsonb(o)::text FROM orders o`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := pgx.CollectRows(rows, pgx.RowTo[map[string]any])
+	texts, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		t.Fatal(err)
+	}
+	want := make([]map[string]any, len(texts))
+	for i, text := range texts {
+		d := json.NewDecoder(strings.NewReader(text))
+		d.UseNumber()
+		if err := d.Decode(&want[i]); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got, err := sf.Rows(ctx, "ORDERS")
 	if err != nil {
@@ -207,16 +217,57 @@ func sameSnowflakeValue(dst, src any) bool {
 	if reflect.DeepEqual(dst, src) {
 		return true
 	}
+	if a, ok := dst.(json.Number); ok {
+		b, ok := src.(json.Number)
+		if !ok {
+			return false
+		}
+		// 1.25 and 1.250 are the same NUMBER; a float64 would also call 0.1+0.2 and 0.3 the same.
+		ra, okA := new(big.Rat).SetString(string(a))
+		rb, okB := new(big.Rat).SetString(string(b))
+		return okA && okB && ra.Cmp(rb) == 0
+	}
 	if a, ok := dst.(string); ok {
 		if b, ok := src.(string); ok {
 			ta, errA := time.Parse(time.RFC3339Nano, a)
 			tb, errB := time.Parse(time.RFC3339Nano, b)
 			return errA == nil && errB == nil && ta.Equal(tb)
 		}
+		d := json.NewDecoder(strings.NewReader(a))
+		d.UseNumber()
 		var v any
-		if json.Unmarshal([]byte(a), &v) == nil {
-			return reflect.DeepEqual(v, src)
+		if d.Decode(&v) == nil {
+			return sameJSON(v, src)
 		}
 	}
 	return false
+}
+
+// sameJSON compares decoded JSON whose numbers are json.Number, numbers by value.
+func sameJSON(a, b any) bool {
+	switch a := a.(type) {
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !sameJSON(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, v := range a {
+			if !sameJSON(v, b[k]) {
+				return false
+			}
+		}
+		return true
+	}
+	return sameSnowflakeValue(a, b)
 }
