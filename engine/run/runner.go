@@ -88,11 +88,11 @@ func (s *pipelineRun) fault(state string, f pipeline.Fault) {
 	}
 }
 
-// hardReleaseWait bounds the WAL lease's release after a hard stop: a reachable S3 answers the one small
-// conditional PUT well within it; an unreachable one (the cut link that cost a fleet worker its lease) leaves
-// the lease to expire at its TTL, which no successor waits for in fleet mode (its higher epoch takes the lease
-// at once) and `skippr sync --wait-lock` waits out. Before, the release came first and waited up to 10 s.
-const hardReleaseWait = 250 * time.Millisecond
+// hardReleaseWait bounds the WAL lease's release after a hard stop of `skippr sync`: a reachable S3 answers
+// the one small conditional PUT well within it, and the next `skippr sync` then starts at once; an unreachable
+// one leaves the lease to expire at its TTL, which `skippr sync --wait-lock` waits out. Before, the release came
+// first and waited up to 10 s. A fleet worker does not release at a hard stop at all (see runOnce).
+const hardReleaseWait = 500 * time.Millisecond
 
 func (s *pipelineRun) runOnce(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
@@ -170,11 +170,18 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 			wl.Close()
 			return
 		}
-		// Hard stop: the network call comes after the processes are gone, and briefly (hardReleaseWait).
+		// Hard stop: the network call comes after the processes are gone, and briefly. A fleet holder (an
+		// election's epoch) leaves its lease to expire: the next holder's higher epoch takes it at once and
+		// fences this writer, so a release buys nothing, and with S3 out of reach — the cut link that cost the
+		// worker its etcd lease — it would only delay the stop.
 		killNow()
-		rctx, cancel := context.WithTimeout(context.Background(), hardReleaseWait)
+		wait := hardReleaseWait
+		if s.epoch != 0 {
+			wait = 0
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
-		if err := wl.CloseContext(rctx); err != nil {
+		if err := wl.CloseContext(rctx); err != nil && s.epoch == 0 {
 			s.log.Warn("WAL lease not released at the hard stop; it expires at its TTL", "err", err)
 		}
 	}()

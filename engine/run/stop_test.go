@@ -23,12 +23,13 @@ import (
 func TestMain(m *testing.M) { testplugins.Main(m) }
 
 // A hard stop — what a fleet worker does to every pipeline when its etcd lease runs out, usually because its link
-// is cut — returns within a second even when the WAL's S3 server no longer answers, with every plugin process
-// gone: the plugins are killed at once and the WAL lease's release, after them, is bounded (hardReleaseWait).
-// Before, the stop released the lease first (waiting up to 10 s on the unreachable server) and then asked each
-// plugin in turn to exit (up to 2 s each). A frozen server (SIGSTOP) accepts connections and never answers, as
-// across a cut link. With the server answering, the hard stop still releases the lease: the next writer takes
-// it at once.
+// is cut, and what a second signal does to `skippr sync` — returns within a second even when the WAL's S3 server
+// no longer answers, with every plugin process gone: the plugins are killed at once, and the WAL lease is left
+// to the next holder's higher epoch (fleet) or released after them within hardReleaseWait (sync). Before, the
+// stop released the lease first (waiting up to 10 s on the unreachable server) and then asked each plugin in
+// turn to exit (up to 2 s each). A frozen server (SIGSTOP) accepts connections and never answers, as across a
+// cut link. With the server answering, sync's hard stop still releases the lease: the next writer takes it at
+// once.
 func TestHardStop(t *testing.T) {
 	srv := s3test.New(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
@@ -36,10 +37,13 @@ func TestHardStop(t *testing.T) {
 	gen, dest := testplugins.Build(t, "datagen"), testplugins.Build(t, "testdest")
 	for _, tc := range []struct {
 		name   string
-		frozen bool // S3 stops answering just before the stop
+		epoch  uint64 // a fleet election's (Run), or 0 (`skippr sync`: Pipeline)
+		frozen bool   // S3 stops answering just before the stop
 	}{
-		{"S3 unreachable", true},
-		{"S3 answering", false},
+		{"fleet: S3 unreachable", 7, true},
+		{"sync: S3 unreachable", 0, true},
+		// sync releases the lease when S3 answers; a fleet holder leaves it to its successor's higher epoch.
+		{"sync: S3 answering", 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := srv.NewBucket(t)
@@ -47,12 +51,12 @@ func TestHardStop(t *testing.T) {
 			yml := fmt.Sprintf(`connections:
   gen:
     plugin: datagen
-    path: %s
+    path: %q
     settings: { seed: 7, rows: 0, rows_per_second: 2000, batch_size: 100 }
   out:
     plugin: testdest
-    path: %s
-    settings: { dir: %s }
+    path: %q
+    settings: { dir: %q }
 pipelines:
   p:
     source: gen
@@ -72,7 +76,14 @@ pipelines:
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ended := make(chan error, 1)
-			go func() { ended <- r.Run(ctx, "p", 7) }()
+			go func() {
+				if tc.epoch != 0 {
+					ended <- r.Run(ctx, "p", tc.epoch)
+					return
+				}
+				p, _ := cfg.Pipeline("p")
+				ended <- r.Pipeline(ctx, p, false, 0)
+			}()
 			// Running for real: entries committed to S3 and applied, the WAL lease held.
 			for deadline := time.Now().Add(2 * time.Minute); ; {
 				if l, ok := reg.Pipeline("p").Lag(); ok && l.Committed > 2 && l.Applied > 2 {
