@@ -113,8 +113,9 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 	// stopped its pipelines within a second of its lease's loss (docs/fleet.md). Nothing in flight is waited
 	// for, and nothing need be: a WAL commit cut off has an unknown outcome that the next writer fences (a
 	// fence entry under its higher epoch, engine/wal/doc.go), and a destination commits its rows and its
-	// applied sequence in one transaction, so a cut-off apply either landed whole or is applied again and
-	// skipped by that fence. A run that ends by itself or by a soft stop lets each plugin exit cleanly.
+	// applied sequence in one transaction, so a cut-off apply either landed whole, and its replay is skipped by
+	// that fence, or not at all, and is applied again. A run that ends by itself or by a soft stop lets each
+	// plugin exit cleanly.
 	var killed sync.Once
 	killNow := func() { killed.Do(func() { connector.KillAllNow(plugins) }) }
 	unwatch := context.AfterFunc(parent, killNow)
