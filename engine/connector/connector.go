@@ -142,8 +142,23 @@ func KillAll(ps []*Plugin) {
 	}
 }
 
-// Kill stops the plugin's process.
+// KillAllNow kills every plugin of ps that is not nil at once (KillNow), all together: a hard stop waits for
+// the slowest plugin's death, not for the sum of their graceful exits.
+func KillAllNow(ps []*Plugin) {
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		if p != nil {
+			wg.Go(p.KillNow)
+		}
+	}
+	wg.Wait()
+}
+
+// Kill stops the plugin's process, letting it exit cleanly first.
 func (p *Plugin) Kill() { p.client.Kill() }
+
+// KillNow ends the plugin's process at once (SIGKILL), whatever it is doing.
+func (p *Plugin) KillNow() { p.client.KillNow() }
 
 // Require returns an ErrKind error naming what when the plugin cannot take role k.
 func (p *Plugin) Require(k Kind, what string) error {

@@ -499,6 +499,9 @@ func (ss *session) run(ctx context.Context) error {
 // leaseClock), or etcd said it expired. etcd deletes our keys by now and another worker may be elected for our
 // pipelines at once; the WAL fence stops whatever is still in flight. No etcd call stands between the
 // pipelines' stop and the return (markLost ends the holders' cleanup calls): a cut-off etcd would stall each.
+// The runner's hard stop kills the plugin processes at once and leaves the WAL lease to the successor's higher
+// epoch (engine/run's runOnce), so the whole stop takes well under a second with etcd and S3 out of reach (the
+// log line's took=).
 func (ss *session) leaseLost() error {
 	w, log := ss.w, ss.w.log()
 	t0 := time.Now()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/skippr-dev/skippr/engine/config"
@@ -87,8 +88,14 @@ func (s *pipelineRun) fault(state string, f pipeline.Fault) {
 	}
 }
 
-func (s *pipelineRun) runOnce(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
+// hardReleaseWait bounds the WAL lease's release after a hard stop of `skippr sync`: a reachable S3 answers
+// the one small conditional PUT well within it, and the next `skippr sync` then starts at once; an unreachable
+// one leaves the lease to expire at its TTL, which `skippr sync --wait-lock` waits out. Before, the release came
+// first and waited up to 10 s. A fleet worker does not release at a hard stop at all (see runOnce).
+const hardReleaseWait = 500 * time.Millisecond
+
+func (s *pipelineRun) runOnce(parent context.Context) error {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	cfg, p := s.r.Config, s.p
 	srcConn, _ := cfg.Connection(p.Source)
@@ -101,7 +108,24 @@ func (s *pipelineRun) runOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer connector.KillAll(plugins)
+	// A hard stop — parent ends: a fleet worker's lost lease, a second signal, a soft stop's grace run out —
+	// kills every plugin process at once, together, in the middle of whatever it does, so that the worker has
+	// stopped its pipelines within a second of its lease's loss (docs/fleet.md). Nothing in flight is waited
+	// for, and nothing need be: a WAL commit cut off has an unknown outcome that the next writer fences (a
+	// fence entry under its higher epoch, engine/wal/doc.go), and a destination commits its rows and its
+	// applied sequence in one transaction, so a cut-off apply either landed whole, and its replay is skipped by
+	// that fence, or not at all, and is applied again. A run that ends by itself or by a soft stop lets each
+	// plugin exit cleanly.
+	var killed sync.Once
+	killNow := func() { killed.Do(func() { connector.KillAllNow(plugins) }) }
+	unwatch := context.AfterFunc(parent, killNow)
+	defer func() {
+		if unwatch() {
+			connector.KillAll(plugins)
+		} else {
+			killNow() // returns once the kill begun at the stop has finished
+		}
+	}()
 	src := plugins[0]
 	if err := src.Require(connector.KindSource, fmt.Sprintf("%s: pipelines.%s.source", p.Pos, p.Name)); err != nil {
 		return err
@@ -142,7 +166,26 @@ func (s *pipelineRun) runOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer wl.Close()
+	defer func() {
+		if parent.Err() == nil {
+			wl.Close()
+			return
+		}
+		// Hard stop: the network call comes after the processes are gone, and briefly. A fleet holder (an
+		// election's epoch) leaves its lease to expire: the next holder's higher epoch takes it at once and
+		// fences this writer, so a release buys nothing, and with S3 out of reach — the cut link that cost the
+		// worker its etcd lease — it would only delay the stop.
+		killNow()
+		wait := hardReleaseWait
+		if s.epoch != 0 {
+			wait = 0
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if err := wl.CloseContext(rctx); err != nil && s.epoch == 0 {
+			s.log.Warn("WAL lease not released at the hard stop; it expires at its TTL", "err", err)
+		}
+	}()
 	if err := wl.Acquire(ctx); err != nil {
 		if errors.Is(err, wal.ErrLocked) {
 			return withCode(Locked, fmt.Errorf("pipeline %s: %w", p.Name, err))

@@ -333,6 +333,7 @@ func (s *s3Store) lock(ctx context.Context, req lockRequest) (writerLease, error
 			stop:       make(chan struct{}),
 			done:       make(chan struct{}),
 		}
+		l.renewing, l.cancelRenew = context.WithCancel(context.Background())
 		go l.renewLoop()
 		return l, nil
 	}
@@ -351,6 +352,9 @@ type s3Lease struct {
 	own    string
 	stop   chan struct{}
 	done   chan struct{}
+	// renewing ends a renewal in flight (cancelRenew) when a bounded release cannot wait for it.
+	renewing    context.Context
+	cancelRenew context.CancelFunc
 
 	mu         sync.Mutex
 	rec        leaseRecord
@@ -410,7 +414,7 @@ func (l *s3Lease) renewLoop() {
 
 func (l *s3Lease) renew() error {
 	// A renewal that takes longer than the renewal period is useless; bound it.
-	ctx, cancel := context.WithTimeout(context.Background(), l.ttl/3)
+	ctx, cancel := context.WithTimeout(l.renewing, l.ttl/3)
 	defer cancel()
 	l.mu.Lock()
 	rec, etag := l.rec, l.etag
@@ -465,7 +469,11 @@ func (l *s3Lease) halt() {
 }
 
 func (l *s3Lease) release(ctx context.Context) error {
+	// A renewal in flight may take up to a third of the TTL on an unreachable store: end it with ctx.
+	stop := context.AfterFunc(ctx, l.cancelRenew)
+	defer stop()
 	l.halt()
+	defer l.cancelRenew()
 	l.mu.Lock()
 	rec, etag, lost := l.rec, l.etag, l.lost
 	l.lost = fmt.Errorf("lease %s released: %w", l.s.url(leaseName), ErrClosed)

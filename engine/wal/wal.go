@@ -781,8 +781,17 @@ func (l *Log) Head(ctx context.Context) (Head, error) {
 	return h, nil
 }
 
-// Close releases the lease (if held). The Log cannot be used afterwards.
+// Close releases the lease (if held), waiting up to 10 s for the store. The Log cannot be used afterwards.
 func (l *Log) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return l.CloseContext(ctx)
+}
+
+// CloseContext is Close with the lease's release bounded by ctx, a renewal in flight included: a release
+// that cannot finish in time (the store unreachable) leaves the lease to expire at its TTL, as a crashed
+// writer's does, and a writer of a higher epoch takes it at once anyway.
+func (l *Log) CloseContext(ctx context.Context) error {
 	l.reclaimMu.Lock() // a Reclaim in progress finishes with the lease it checked
 	defer l.reclaimMu.Unlock()
 	l.mu.Lock()
@@ -794,8 +803,6 @@ func (l *Log) Close() error {
 	l.held.Store(nil)
 	var err error
 	if l.lease != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		if rerr := l.lease.release(ctx); rerr != nil {
 			err = fmt.Errorf("wal %s: release lease: %w", l.url, rerr)
 		}

@@ -49,6 +49,7 @@ type Config struct {
 type Client struct {
 	name string
 	pc   *plugin.Client
+	cmd  *exec.Cmd // the plugin's process, for KillNow
 	// sockDir is the private directory of the plugin's socket, removed with the plugin.
 	sockDir string
 	rpc     pluginv2.PluginClient
@@ -172,7 +173,7 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 	name := filepath.Base(cfg.Path)
 	started := make(chan struct{})
 	defer close(started)
-	c := &Client{name: name, pc: pc, sockDir: sockDir, tail: tail}
+	c := &Client{name: name, pc: pc, cmd: cmd, sockDir: sockDir, tail: tail}
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -249,6 +250,16 @@ func (c *Client) StderrTail() string { return c.tail.String() }
 func (c *Client) Kill() {
 	c.pc.Kill()
 	os.RemoveAll(c.sockDir)
+}
+
+// KillNow ends the plugin process at once (SIGKILL), without the graceful exit Kill asks for and waits up to
+// 2 s for: for a hard stop, which waits for nothing the plugin has in flight. It then cleans up as Kill does.
+func (c *Client) KillNow() {
+	// os.Process knows when it was reaped, so this never signals another process that reused the pid.
+	if c.cmd != nil && c.cmd.Process != nil {
+		c.cmd.Process.Kill()
+	}
+	c.Kill()
 }
 
 // Pid is the plugin process id, for tests that kill it.

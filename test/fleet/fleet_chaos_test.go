@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -185,10 +186,21 @@ func TestFleetChaos(t *testing.T) {
 		if kind == "SIGKILL" {
 			f.start(victim)
 		} else {
-			// Cut off, the worker can only tell by its lease running out on its own clock.
+			// Cut off, the worker can only tell by its lease running out on its own clock; it must have stopped
+			// every pipeline within a second of that, with etcd and S3 out of reach.
+			var m []string
 			harness.WaitFor(t, time.Minute, func() bool {
-				return strings.Contains(f.log(victim)[logAt:], "etcd lease expired; stopping every pipeline")
+				m = stopLine.FindStringSubmatch(f.log(victim)[logAt:])
+				return m != nil
 			})
+			stopped, err := time.ParseDuration(m[1])
+			if err != nil {
+				t.Fatalf("fault %d: %s logged took=%s: %v", i+1, victim, m[1], err)
+			}
+			t.Logf("fault %d: %s stopped its pipelines %s after its lease ran out", i+1, victim, stopped)
+			if stopped > time.Second {
+				t.Errorf("fault %d (link cut of %s): stopping every pipeline took %s after the lease ran out, over 1 s", i+1, victim, stopped)
+			}
 			if err := hosts[victim].LinkUp(); err != nil {
 				t.Fatal(err)
 			}
@@ -218,6 +230,9 @@ func TestFleetChaos(t *testing.T) {
 	f.waitConverged(harness.Want(t, unpaced(gen)), 10*time.Minute)
 	commits.check(t)
 }
+
+// stopLine is a worker's log line when it has stopped every pipeline after losing its lease, with how long that took.
+var stopLine = regexp.MustCompile(`msg="fleet: every pipeline of this worker stopped".* took=(\S+)`)
 
 // takeover is one fault's: until every moved pipeline was elected on another worker, and until each moved
 // Postgres pipeline applied new data there (-1: none moved).

@@ -212,6 +212,15 @@ func (s *Server) Stop() {
 	})
 }
 
+// Signal sends sig to the server: SIGSTOP freezes it — it still accepts connections but answers nothing, as
+// across a cut link — and SIGCONT resumes it.
+func (s *Server) Signal(sig os.Signal) error {
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal versitygw %d: %w", s.cmd.Process.Pid, err)
+	}
+	return nil
+}
+
 // Output is what the server printed so far (for failure messages).
 func (s *Server) Output() string { return s.out.String() }
 
