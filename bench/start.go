@@ -139,8 +139,11 @@ type startSample struct {
 	firstRow  time.Duration      // exec → the "first row read" line's time
 	whole     time.Duration      // exec → exit
 	rss       int64              // skippr's own peak RSS
+	cpu       time.Duration      // skippr's user + system CPU (its own, not the plugins')
 	baselines map[string]time.Duration
+	baseCPU   map[string]time.Duration
 	baseOrder []string
+	log       string // skippr's stderr
 }
 
 // run runs `skippr sync --once` once and reads its start from its JSON log.
@@ -154,11 +157,11 @@ func (s *startRun) run(ctx context.Context) startSample {
 	if err != nil {
 		log.Fatalf("skippr sync --once: %v\n%s", err, stderr.String())
 	}
-	smp := startSample{phases: map[string]float64{}, whole: whole}
+	smp := startSample{phases: map[string]float64{}, whole: whole, cpu: cpuOf(cmd.ProcessState)}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		smp.rss = ru.Maxrss << 10
 	}
-	sc := bufio.NewScanner(&stderr)
+	sc := bufio.NewScanner(bytes.NewReader(stderr.Bytes()))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var line struct {
@@ -186,18 +189,25 @@ func (s *startRun) run(ctx context.Context) startSample {
 			smp.firstRow = line.Time.Sub(began)
 		}
 	}
-	if _, ok := smp.phases["first_row_ms"]; !ok {
-		log.Fatalf("skippr sync --once logged no \"first row read\":\n%s", stderr.String())
-	}
+	smp.log = stderr.String()
 	return smp
 }
 
-// baseline times one exec of bin with args to its exit (its exit code is not looked at: the floor is the exec).
-func (s *startRun) baseline(ctx context.Context, bin string, args ...string) time.Duration {
+// baseline times one exec of bin with args to its exit, wall and CPU (its exit code is not looked at: the
+// floor is the exec).
+func (s *startRun) baseline(ctx context.Context, bin string, args ...string) (time.Duration, time.Duration) {
 	cmd := s.command(ctx, bin, args...)
 	began := time.Now()
 	_ = cmd.Run()
-	return time.Since(began)
+	return time.Since(began), cpuOf(cmd.ProcessState)
+}
+
+// cpuOf is a finished process's user + system CPU: on a loaded machine the figure that moves least.
+func cpuOf(ps *os.ProcessState) time.Duration {
+	if ps == nil {
+		return 0
+	}
+	return ps.UserTime() + ps.SystemTime()
 }
 
 type startSeries struct{ samples []startSample }
@@ -234,18 +244,21 @@ func (s *startRun) measure(ctx context.Context, runs int, pluginNames []string, 
 		log.Fatal(err)
 	}
 	for range runs {
-		base := map[string]time.Duration{}
+		base, cpu := map[string]time.Duration{}, map[string]time.Duration{}
 		order := []string{"exec `true`", "exec `skippr --version`"}
-		base[order[0]] = s.baseline(ctx, truePath)
-		base[order[1]] = s.baseline(ctx, s.skippr, "--version")
+		base[order[0]], cpu[order[0]] = s.baseline(ctx, truePath)
+		base[order[1]], cpu[order[1]] = s.baseline(ctx, s.skippr, "--version")
 		for _, n := range pluginNames {
 			k := fmt.Sprintf("exec `skippr-plugin-%s --skippr-plugin-info`", n)
-			base[k] = s.baseline(ctx, s.plugins[n], "--skippr-plugin-info")
+			base[k], cpu[k] = s.baseline(ctx, s.plugins[n], "--skippr-plugin-info")
 			order = append(order, k)
 		}
 		before()
 		smp := s.run(ctx)
-		smp.baselines, smp.baseOrder = base, order
+		if _, ok := smp.phases["first_row_ms"]; !ok {
+			log.Fatalf("skippr sync --once logged no \"first row read\":\n%s", smp.log)
+		}
+		smp.baselines, smp.baseCPU, smp.baseOrder = base, cpu, order
 		out.samples = append(out.samples, smp)
 	}
 	return out
@@ -254,17 +267,25 @@ func (s *startRun) measure(ctx context.Context, runs int, pluginNames []string, 
 // print writes the series as a Markdown table; plugins are the source's and the destination's plugin names.
 func (st *startSeries) print(title string, plugins []string) {
 	fmt.Printf("\n### %s\n\n", title)
-	fmt.Println("| phase | p50 ms | p90 ms | max ms |")
-	fmt.Println("|---|---:|---:|---:|")
-	line := func(name string, get func(startSample) float64) {
-		var xs []float64
+	fmt.Println("| phase | p50 ms | p90 ms | max ms | CPU p50 ms |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	durMS := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	cpuLine := func(name string, get func(startSample) float64, cpu func(startSample) time.Duration) {
+		var xs, cs []float64
 		for _, smp := range st.samples {
 			xs = append(xs, get(smp))
+			if cpu != nil {
+				cs = append(cs, durMS(cpu(smp)))
+			}
 		}
-		fmt.Printf("| %s | %.1f | %.1f | %.1f |\n", name, quantile(xs, 0.5), quantile(xs, 0.9), quantile(xs, 1))
+		c := "—"
+		if cpu != nil {
+			c = fmt.Sprintf("%.0f", quantile(cs, 0.5))
+		}
+		fmt.Printf("| %s | %.1f | %.1f | %.1f | %s |\n", name, quantile(xs, 0.5), quantile(xs, 0.9), quantile(xs, 1), c)
 	}
+	line := func(name string, get func(startSample) float64) { cpuLine(name, get, nil) }
 	phase := func(k string) func(startSample) float64 { return func(s startSample) float64 { return s.phases[k] } }
-	durMS := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	line("skippr: config loaded, plugin host built (`run_ms`, since main began)", phase("run_ms"))
 	line("skippr: both plugins started, in parallel (`plugins_ms`)", phase("plugins_ms"))
 	for i, conn := range []string{"src", "out"} {
@@ -276,9 +297,11 @@ func (st *startSeries) print(title string, plugins []string) {
 	line("skippr: WAL opened and acquired (`wal_ms`)", phase("wal_ms"))
 	line("**skippr: source's first row read (`first_row_ms`)**", phase("first_row_ms"))
 	line("**exec → first row** (bench clock: includes the Go runtime's start before main)", func(s startSample) float64 { return durMS(s.firstRow) })
-	line("whole process: exec → exit (commit, apply, summary)", func(s startSample) float64 { return durMS(s.whole) })
+	cpuLine("whole process: exec → exit (commit, apply, summary); CPU: skippr's own", func(s startSample) float64 { return durMS(s.whole) },
+		func(s startSample) time.Duration { return s.cpu })
 	for _, k := range st.samples[0].baseOrder {
-		line("baseline, same run: "+k, func(s startSample) float64 { return durMS(s.baselines[k]) })
+		cpuLine("baseline, same run: "+k, func(s startSample) float64 { return durMS(s.baselines[k]) },
+			func(s startSample) time.Duration { return s.baseCPU[k] })
 	}
 	var rss []float64
 	for _, smp := range st.samples {
