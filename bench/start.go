@@ -133,7 +133,7 @@ func (s *startRun) mustRun(args ...string) {
 	}
 }
 
-// startSample is one run: skippr's phases (ms since its main began), the bench's clock, skippr's peak RSS.
+// startSample is one run: skippr's phases (ms since its command began, in main), the bench's clock, skippr's peak RSS.
 type startSample struct {
 	phases    map[string]float64 // run_ms … first_row_ms, and "<connection>.<step>_ms"
 	firstRow  time.Duration      // exec → the "first row read" line's time
@@ -286,7 +286,7 @@ func (st *startSeries) print(title string, plugins []string) {
 	}
 	line := func(name string, get func(startSample) float64) { cpuLine(name, get, nil) }
 	phase := func(k string) func(startSample) float64 { return func(s startSample) float64 { return s.phases[k] } }
-	line("skippr: config loaded, plugin host built (`run_ms`, since main began)", phase("run_ms"))
+	line("skippr: config loaded, plugin host built (`run_ms`, since the command began in main)", phase("run_ms"))
 	line("skippr: both plugins started, in parallel (`plugins_ms`)", phase("plugins_ms"))
 	for i, conn := range []string{"src", "out"} {
 		line(fmt.Sprintf("  %s (%s): resolve: lock, verified stamp", conn, plugins[i]), phase(conn+".resolve_ms"))
