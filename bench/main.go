@@ -76,6 +76,9 @@ func main() {
 	flag.BoolVar(&my.stream, "mysql-stream", true, "of the MySQL benchmarks, run the binlog stream ones too (false: only the snapshot and its SELECT baseline)")
 	backlogOnly := flag.Bool("backlog-only", false, "run only the backlog benchmark: a WAL backlog applied to testdest as one range, testdest's peak RSS")
 	backlogRows := flag.Int64("backlog-rows", 28_000_000, "rows of datagen in the backlog benchmark (28M: ≈ 1 GiB of s2 WAL, ≈ 38 bytes a row)")
+	startOnly := flag.Bool("start-only", false, "run only the start benchmark: `skippr sync --once` from the command to the source's first row, by phase, beside exec baselines (needs skippr and the datagen, testdest and postgres plugins)")
+	startRuns := flag.Int("start-runs", 15, "runs of each start benchmark")
+	startPG := flag.Bool("start-postgres", true, "in the start benchmark, an hourly Postgres → testdest job too (needs PostgreSQL's server binaries)")
 	cpuProfile := flag.String("cpuprofile", "", "write the bench process's (the engine side's) CPU profile to this file")
 	flag.Parse()
 	my.codecs, pg.codecs = strings.Split(*walCodecs, ","), strings.Split(*walCodecs, ",")
@@ -93,6 +96,10 @@ func main() {
 		pg.rates = []int{5_000, 20_000}
 	}
 	ctx := context.Background()
+	if *startOnly {
+		startBench(ctx, *binDir, *startRuns, *startPG)
+		return
+	}
 	if *backlogOnly {
 		backlogBench(ctx, *binDir, *backlogRows)
 		return

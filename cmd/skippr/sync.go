@@ -53,7 +53,7 @@ Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 
 				return err
 			}
 			r := &run.Runner{Config: cfg, Home: g.Home, Host: host, Metrics: reg, Logger: g.Log, Redact: g.Redact,
-				Progress: c.Duration("progress-every"), Once: c.Bool("once")}
+				Progress: c.Duration("progress-every"), Once: c.Bool("once"), Started: g.Started}
 			if err := r.All(ctx, pipes, c.Bool("wait-lock")); err != nil || !c.Bool("once") {
 				return err
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/pluginhost"
@@ -44,8 +45,18 @@ type Plugin struct {
 	Spec     Spec
 	Settings []byte // JSON, validated against Spec.SettingsSchema
 
+	// Took is how long its start took, by step (Start and StartAll fill it; zero for Attach).
+	Took StartTimes
+
 	client *client.Client
 	caps   capsCache
+}
+
+// StartTimes is how long a plugin's start took, by step: what `skippr sync` logs as the start's breakdown.
+type StartTimes struct {
+	Resolve time.Duration // find the binary, install it on first use, verify it (pluginhost.Binary.Resolve)
+	Exec    time.Duration // exec it, go-plugin's handshake, the check of which file the process runs
+	Spec    time.Duration // its spec (the first call), the identity and settings checks
 }
 
 // Start starts a connection's plugin and checks it against the connection (see the package doc). The caller
@@ -68,11 +79,15 @@ func StartUnconfigured(ctx context.Context, host Starter, cn *config.Connection)
 }
 
 func start(ctx context.Context, host Starter, cn *config.Connection, withSettings bool) (*Plugin, error) {
-	cl, _, err := host.Start(ctx, pluginhost.Connection{Name: cn.Name, Plugin: cn.Plugin, Constraint: cn.Version, Path: cn.Path})
+	began := time.Now()
+	cl, b, err := host.Start(ctx, pluginhost.Connection{Name: cn.Name, Plugin: cn.Plugin, Constraint: cn.Version, Path: cn.Path})
 	if err != nil {
 		return nil, classify(ErrStart, err)
 	}
 	p := &Plugin{Conn: cn, client: cl}
+	started := time.Now()
+	p.Took.Resolve, p.Took.Exec = b.Resolve, max(started.Sub(began)-b.Resolve, 0)
+	defer func() { p.Took.Spec = time.Since(started) }()
 	if p.Spec, err = spec(ctx, cl); err != nil {
 		cl.Kill()
 		return nil, fmt.Errorf("connection %s: %w", cn.Name, err)

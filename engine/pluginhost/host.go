@@ -47,6 +47,9 @@ type Binary struct {
 	SHA256  []byte // nil for an unverified local override
 	// File is the identity of the verified bytes (zero when unknown); see Start.
 	File registry.FileID
+	// Resolve is how long finding it took: reading the lock, installing on first use, verifying (a stamp's
+	// check once verified, registry/verified.go). Start sets it, for the start's breakdown in the log.
+	Resolve time.Duration
 }
 
 // Host starts plugins.
@@ -85,7 +88,9 @@ func (h *Host) Resolve(ctx context.Context, c Connection) (Binary, error) {
 
 // Start resolves and starts the plugin of a connection.
 func (h *Host) Start(ctx context.Context, c Connection) (*client.Client, Binary, error) {
+	began := time.Now()
 	b, err := h.Resolve(ctx, c)
+	b.Resolve = time.Since(began)
 	if err != nil {
 		return nil, b, err
 	}

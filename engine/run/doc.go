@@ -25,6 +25,14 @@
 // check (Check), and the fleet's view of the pipelines (FleetPipelines, FleetProgress). The CLI parses flags,
 // calls these and prints; it holds no rule of its own.
 //
+// # The start's log
+//
+// Each run of a pipeline logs "pipeline started" with the end of each start phase as milliseconds since the
+// command began (Runner.Started; else since the run began): run_ms, plugins_ms (all plugins, started at once),
+// checks_ms, wal_ms, and each plugin's own steps (plugin.<connection>.resolve_ms, exec_ms, spec_ms); then
+// "first row read" with first_row_ms once the source's first batch arrives (startlog.go). `go run ./bench
+// -start-only` reads them with --log-format json.
+//
 // # Errors
 //
 // Errors a person must act on carry a Code (CodeOf): the CLI maps it to its exit code, and the supervisor

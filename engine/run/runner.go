@@ -31,6 +31,9 @@ type Runner struct {
 	Redact   *redact.Redactor
 	Progress time.Duration // how often to log progress
 	Once     bool          // stop when caught up and applied (sync --once)
+	// Started is when the process began (zero: unknown). The start of each run is logged as milliseconds
+	// since then (startClock); zero logs it since the run's own start.
+	Started time.Time
 }
 
 // Pipeline runs pipeline p under the supervisor until ctx ends, it fails for good or (Once) it is done.
@@ -97,6 +100,8 @@ const hardReleaseWait = 500 * time.Millisecond
 func (s *pipelineRun) runOnce(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
+	clock := newStartClock(s.r.Started)
+	clock.mark(phaseRun)
 	cfg, p := s.r.Config, s.p
 	srcConn, _ := cfg.Connection(p.Source)
 	conns := []*config.Connection{srcConn}
@@ -126,6 +131,7 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 			killNow() // returns once the kill begun at the stop has finished
 		}
 	}()
+	clock.mark(phasePlugins)
 	src := plugins[0]
 	if err := src.Require(connector.KindSource, fmt.Sprintf("%s: pipelines.%s.source", p.Pos, p.Name)); err != nil {
 		return err
@@ -142,7 +148,7 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 		ApplyPaused:       p.Apply.Paused,
 		Once:              s.r.Once,
 		Logger:            s.log,
-		Observer:          s.m,
+		Observer:          &firstRead{Observer: s.m, clock: clock, log: s.log},
 		Resnapshots:       StateOf(s.r.Home, p).Resnapshots(),
 		SourceResnapshots: src.Spec.Offers(protocol.ServiceResnapshot),
 		SourcePlugin:      srcConn.Plugin,
@@ -162,6 +168,7 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 	if err := precheck.Run(ctx, pre); err != nil {
 		return refusedAtStart(err)
 	}
+	clock.mark(phaseChecks)
 	wl, err := OpenWAL(ctx, p, s.log, s.epoch)
 	if err != nil {
 		return err
@@ -193,6 +200,7 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 		return fmt.Errorf("pipeline %s: %w", p.Name, err)
 	}
 	pc.Log = wl
+	clock.mark(phaseWAL)
 	var lastLog time.Time
 	pc.OnStatus = func(st pipeline.Status) {
 		s.m.Status(st)
@@ -202,7 +210,8 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 			logProgress(s.log, st)
 		}
 	}
-	s.log.Info("pipeline started", "source", srcConn.Name, "destinations", p.Destinations, "wal", wl.URL(), "delivery", p.Delivery)
+	s.log.Info("pipeline started", append([]any{"source", srcConn.Name, "destinations", p.Destinations, "wal", wl.URL(), "delivery", p.Delivery},
+		clock.startedAttrs(plugins)...)...)
 	return refusedAtStart(pipeline.Run(ctx, pc))
 }
 

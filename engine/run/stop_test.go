@@ -20,8 +20,6 @@ import (
 	"github.com/skippr-dev/skippr/testkit/s3test"
 )
 
-func TestMain(m *testing.M) { testplugins.Main(m) }
-
 // A hard stop — what a fleet worker does to every pipeline when its etcd lease runs out, usually because its link
 // is cut, and what a second signal does to `skippr sync` — returns within a second even when the WAL's S3 server
 // no longer answers, with every plugin process gone: the plugins are killed at once, and the WAL lease is left
