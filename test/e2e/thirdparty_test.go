@@ -15,26 +15,31 @@ import (
 	"github.com/skippr-dev/skippr/test/harness"
 )
 
-// exampleFile is how plugin-sdk/README.md marks the files of its worked example.
-var exampleFile = regexp.MustCompile("(?s)<!-- example file: (\\S+) -->\n```[a-z]*\n(.*?)\n```\n")
-
-// readmeExample returns the worked example's files as plugin-sdk/README.md shows them.
-func readmeExample(t *testing.T, root string) map[string]string {
+// exampleFiles returns the files plugin-sdk/README.md shows after `<!-- MARKER: NAME -->` lines (the worked
+// examples' files), failing the test when one of want is missing.
+func exampleFiles(t *testing.T, root, marker string, want ...string) map[string]string {
 	t.Helper()
 	readme, err := os.ReadFile(filepath.Join(root, "plugin-sdk", "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	block := regexp.MustCompile("(?s)<!-- " + regexp.QuoteMeta(marker) + ": (\\S+) -->\n```[a-z]*\n(.*?)\n```\n")
 	files := map[string]string{}
-	for _, m := range exampleFile.FindAllStringSubmatch(string(readme), -1) {
+	for _, m := range block.FindAllStringSubmatch(string(readme), -1) {
 		files[m[1]] = m[2] + "\n"
 	}
-	for _, name := range []string{"go.mod", "main.go", "conformance_test.go"} {
+	for _, name := range want {
 		if files[name] == "" {
-			t.Fatalf("plugin-sdk/README.md has no worked example file %s (a block after `<!-- example file: %s -->`)", name, name)
+			t.Fatalf("plugin-sdk/README.md has no example file %s (a block after `<!-- %s: %s -->`)", name, marker, name)
 		}
 	}
 	return files
+}
+
+// readmeExample returns the CSV source's files as plugin-sdk/README.md shows them.
+func readmeExample(t *testing.T, root string) map[string]string {
+	t.Helper()
+	return exampleFiles(t, root, "example file", "go.mod", "main.go", "conformance_test.go")
 }
 
 // requirement returns the version a go.mod requires of a module, "" if none.
