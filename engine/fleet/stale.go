@@ -58,6 +58,7 @@ const (
 func ReadStatusOrLast(ctx context.Context, cli *clientv3.Client, prefix string, pipelines []Pipeline, cachePath string) (*Status, error) {
 	qctx, cancel := context.WithTimeout(ctx, StatusBudget)
 	resp, err := cli.Get(qctx, prefix+"/", clientv3.WithPrefix())
+	timedOut := errors.Is(qctx.Err(), context.DeadlineExceeded)
 	cancel()
 	if err == nil {
 		kvs := kvsOf(resp)
@@ -67,7 +68,7 @@ func ReadStatusOrLast(ctx context.Context, cli *clientv3.Client, prefix string, 
 		}
 		return statusOf(kvs, prefix, pipelines), nil
 	}
-	if !unreachable(err) || ctx.Err() != nil {
+	if !unreachable(err, timedOut) || ctx.Err() != nil {
 		return nil, fmt.Errorf("read fleet %s: %w", prefix, err)
 	}
 	reason := err.Error()
@@ -101,9 +102,11 @@ func ReadStatusOrLast(ctx context.Context, cli *clientv3.Client, prefix string, 
 }
 
 // unreachable tells a read that etcd could not serve (no quorum, no member reachable, out of time) from one it
-// refused (permissions, a bad request): only the first has a last state worth showing.
-func unreachable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
+// refused (permissions, a bad request): only the first has a last state worth showing. Out of time is out of
+// reach whatever code the error carries (timedOut: the read's own budget ran out): a member that got the request
+// but no quorum in time answers with its own "context deadline exceeded" as code Unknown.
+func unreachable(err error, timedOut bool) bool {
+	if timedOut || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	var ee rpctypes.EtcdError

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/testkit/etcdtest"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestStatusWhenEtcdUnreachable: with its quorum, status is etcd's and is cached on this host; with the quorum
@@ -97,5 +100,28 @@ func TestStatusWhenEtcdUnreachable(t *testing.T) {
 	// No cache either: nothing to show, and the error says why.
 	if _, _, err := read("every member down, no cache", filepath.Join(t.TempDir(), "none.json")); err == nil || !strings.Contains(err.Error(), "etcd unreachable") {
 		t.Fatalf("status with nothing known: %v, want an error naming etcd unreachable", err)
+	}
+}
+
+// TestUnreachable: what counts as etcd out of reach (show the last state) and what as a refusal (an error).
+// The Unknown case is CI's: a member got the read but no quorum within the budget, and its answer carried
+// its own deadline as code Unknown; taken for a refusal, `fleet status` failed while etcd recovered.
+func TestUnreachable(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		err      error
+		timedOut bool
+		want     bool
+	}{
+		{"client deadline", context.DeadlineExceeded, true, true},
+		{"unavailable", status.Error(codes.Unavailable, "no leader"), false, true},
+		{"server deadline", status.Error(codes.DeadlineExceeded, "deadline"), false, true},
+		{"member's deadline as Unknown, budget spent", status.Error(codes.Unknown, "context deadline exceeded"), true, true},
+		{"Unknown within the budget", status.Error(codes.Unknown, "something else"), false, false},
+		{"permission denied", rpctypes.ErrPermissionDenied, false, false},
+	} {
+		if got := unreachable(c.err, c.timedOut); got != c.want {
+			t.Errorf("%s: unreachable(%v, %v) = %v, want %v", c.name, c.err, c.timedOut, got, c.want)
+		}
 	}
 }
