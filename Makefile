@@ -164,7 +164,7 @@ quickstart-mysql: quickstart-intro
 quickstart-intro:
 	@if [ ! -x $(BIN)/skippr ]; then \
 		echo "== quickstart: building skippr and its plugins first. With empty Go caches Go downloads the modules and"; \
-		echo "   compiles everything: about 8 minutes on 2 cores (the iceberg and duckdb plugins are most of it)."; \
+		echo "   compiles everything: 10-13 minutes on 2 cores (the iceberg and duckdb plugins are most of it)."; \
 		echo "   Later runs reuse the caches and take well under a minute."; \
 	else echo "== quickstart: rebuilding skippr and its plugins (cached: seconds)"; fi
 
