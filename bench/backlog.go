@@ -37,9 +37,11 @@ type backlogTarget struct {
 // backlogServers are the servers the destinations of one benchmark share, started when first needed.
 type backlogServers struct {
 	tmp string
-	pg  *pgtest.Server
-	s3  *s3test.Server
-	dbs int
+	// icebergMemory is the iceberg plugin's memory_limit setting; "": its default.
+	icebergMemory string
+	pg            *pgtest.Server
+	s3            *s3test.Server
+	dbs           int
 }
 
 func (s *backlogServers) postgres(ctx context.Context) (*pgtest.Server, error) {
@@ -125,11 +127,16 @@ func (s *backlogServers) target(ctx context.Context, name, dir string) (backlogT
 		if err := s.s3.CreateBucket(ctx, bucket); err != nil {
 			return backlogTarget{}, err
 		}
-		return backlogTarget{plugin: "iceberg", cleanup: nothing,
-			note: "S3 warehouse on versitygw (testkit/s3test), SQLite catalog; default memory_limit; RSS excludes versitygw",
-			settings: mustJSON(map[string]any{"catalog": map[string]any{"warehouse": "s3://" + bucket + "/lake", "path": filepath.Join(dir, "catalog.db")},
-				"namespace": "bench", "s3": map[string]any{"endpoint": s.s3.Endpoint, "region": "us-east-1", "path_style": true,
-					"access_key_id": s.s3.AccessKey, "secret_access_key": s.s3.SecretKey}})}, nil
+		settings := map[string]any{"catalog": map[string]any{"warehouse": "s3://" + bucket + "/lake", "path": filepath.Join(dir, "catalog.db")},
+			"namespace": "bench", "s3": map[string]any{"endpoint": s.s3.Endpoint, "region": "us-east-1", "path_style": true,
+				"access_key_id": s.s3.AccessKey, "secret_access_key": s.s3.SecretKey}}
+		limit := "default memory_limit"
+		if s.icebergMemory != "" {
+			settings["memory_limit"] = s.icebergMemory
+			limit = "memory_limit " + s.icebergMemory
+		}
+		return backlogTarget{plugin: "iceberg", cleanup: nothing, settings: mustJSON(settings),
+			note: "S3 warehouse on versitygw (testkit/s3test), SQLite catalog; " + limit + "; RSS excludes versitygw"}, nil
 	case "snowflake":
 		srv, db, err := s.database(ctx, "backlog_sf")
 		if err != nil {
@@ -174,14 +181,14 @@ type backlogResult struct {
 // as one coalesced range (apply max_bytes above the backlog) to each destination of dests in turn, each from
 // its own copy of the filled WAL, and prints each destination plugin's peak RSS: what issue #31 bounds. The
 // WAL is never held back while paused, so the backlog is as large as asked.
-func backlogBench(ctx context.Context, binDir string, rows int64, dests []string) {
+func backlogBench(ctx context.Context, binDir string, rows int64, dests []string, icebergMemory string) {
 	settings := []byte(fmt.Sprintf(`{"seed": 3, "rows": %d, "batch_size": 10000, "update_ratio": 0.2, "delete_ratio": 0.05}`, rows))
 	tmp, err := os.MkdirTemp("", "skippr-bench-backlog-")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(tmp)
-	servers := &backlogServers{tmp: tmp}
+	servers := &backlogServers{tmp: tmp, icebergMemory: icebergMemory}
 	defer servers.close()
 	filled := filepath.Join(tmp, "wal")
 	fill, err := backlogRun(ctx, binDir, filled, settings, "testdest", []byte(fmt.Sprintf(`{"dir": %q}`, filepath.Join(tmp, "fill-out"))), true)

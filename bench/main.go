@@ -76,6 +76,7 @@ func main() {
 	flag.BoolVar(&my.stream, "mysql-stream", true, "of the MySQL benchmarks, run the binlog stream ones too (false: only the snapshot and its SELECT baseline)")
 	backlogOnly := flag.Bool("backlog-only", false, "run only the backlog benchmark: a WAL backlog applied to each -backlog-dest as one range, each destination plugin's peak RSS")
 	backlogDest := flag.String("backlog-dest", strings.Join(backlogDests, ","), "destinations of the backlog benchmark, comma-separated, one at a time; one that cannot run (no plugin binary, no PostgreSQL, no versitygw) gets a row saying why")
+	backlogIcebergMemory := flag.String("backlog-iceberg-memory-limit", "", "the iceberg plugin's memory_limit in the backlog benchmark (e.g. 256MiB; empty: the plugin's default)")
 	backlogRows := flag.Int64("backlog-rows", 28_000_000, "rows of datagen in the backlog benchmark (28M: ≈ 1 GiB of s2 WAL, ≈ 38 bytes a row)")
 	cpuProfile := flag.String("cpuprofile", "", "write the bench process's (the engine side's) CPU profile to this file")
 	flag.Parse()
@@ -99,7 +100,7 @@ func main() {
 		if err != nil {
 			log.Fatalf("-backlog-dest: %v", err)
 		}
-		backlogBench(ctx, *binDir, *backlogRows, dests)
+		backlogBench(ctx, *binDir, *backlogRows, dests, *backlogIcebergMemory)
 		return
 	}
 	if *queryOnly {
