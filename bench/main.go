@@ -74,7 +74,9 @@ func main() {
 	queryWAL := flag.Int64("query-wal-rows", 100_000, "unapplied WAL events for the query benchmark")
 	walCodecs := flag.String("wal-compression", "", "WAL codecs (comma-separated: s2, zstd, none; empty: the WAL's default) the MySQL and Postgres snapshots → WAL run with, each once per repeat, to compare CPU and bytes per row")
 	flag.BoolVar(&my.stream, "mysql-stream", true, "of the MySQL benchmarks, run the binlog stream ones too (false: only the snapshot and its SELECT baseline)")
-	backlogOnly := flag.Bool("backlog-only", false, "run only the backlog benchmark: a WAL backlog applied to testdest as one range, testdest's peak RSS")
+	backlogOnly := flag.Bool("backlog-only", false, "run only the backlog benchmark: a WAL backlog applied to each -backlog-dest as one range, each destination plugin's peak RSS")
+	backlogDest := flag.String("backlog-dest", strings.Join(backlogDests, ","), "destinations of the backlog benchmark, comma-separated, one at a time; one that cannot run (no plugin binary, no PostgreSQL, no versitygw) gets a row saying why")
+	backlogIcebergMemory := flag.String("backlog-iceberg-memory-limit", "", "the iceberg plugin's memory_limit in the backlog benchmark (e.g. 256MiB; empty: the plugin's default)")
 	backlogRows := flag.Int64("backlog-rows", 28_000_000, "rows of datagen in the backlog benchmark (28M: ≈ 1 GiB of s2 WAL, ≈ 38 bytes a row)")
 	startOnly := flag.Bool("start-only", false, "run only the start benchmark: `skippr sync --once` from the command to the source's first row, by phase, beside exec baselines (needs skippr and the datagen, testdest and postgres plugins)")
 	startRuns := flag.Int("start-runs", 15, "runs of each start benchmark")
@@ -101,7 +103,11 @@ func main() {
 		return
 	}
 	if *backlogOnly {
-		backlogBench(ctx, *binDir, *backlogRows)
+		dests, err := parseBacklogDests(*backlogDest)
+		if err != nil {
+			log.Fatalf("-backlog-dest: %v", err)
+		}
+		backlogBench(ctx, *binDir, *backlogRows, dests, *backlogIcebergMemory)
 		return
 	}
 	if *queryOnly {

@@ -46,9 +46,10 @@ type Server struct {
 	// URL is the base address to give the plugin as its endpoint setting.
 	URL     string
 	Project string
-	DB      *pgtest.DB
+	DB      *pgtest.DB // the database Start made; nil after Serve
 	pool    *pgxpool.Pool
 	http    *http.Server
+	stop    func()
 
 	mu       sync.Mutex
 	datasets map[string]*bq.Dataset
@@ -72,6 +73,10 @@ type Server struct {
 // region. Consider using the default stream if you don't need exactly-once semantics." (BigQuery, "Quotas and
 // limits", Storage Write API). The stand-in counts per clock hour and refuses past it.
 const WriteStreamQuota = 10000
+
+// MaxAppendRequest is the largest AppendRows request the stand-in takes: "AppendRows request size: 10 MB"
+// (BigQuery, "Quotas and limits", Storage Write API). Larger ones are refused with ResourceExhausted.
+const MaxAppendRequest = 10_000_000
 
 // MaxTransactionTables: "A transaction can mutate data in at most 100 tables and can perform at most 100,000
 // partition modifications." (BigQuery, "Multi-statement transactions", Limitations.)
@@ -118,19 +123,33 @@ type tableMeta struct {
 func Start(t testing.TB, project string) *Server {
 	t.Helper()
 	db := pgtest.NewDB(t)
-	pool, err := pgxpool.New(context.Background(), db.ConnString())
+	s, err := Serve(context.Background(), project, db.ConnString())
 	if err != nil {
 		t.Fatal(err)
+	}
+	s.DB = db
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Serve runs a stand-in for project on the PostgreSQL database at connString until Close: for programs
+// outside tests (the benchmarks), which have a server of their own.
+func Serve(ctx context.Context, project, connString string) (*Server, error) {
+	pool, err := pgxpool.New(ctx, connString)
+	if err != nil {
+		return nil, fmt.Errorf("stand-in: connect to PostgreSQL: %w", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		pool.Close()
+		return nil, err
 	}
-	s := &Server{URL: "http://" + ln.Addr().String(), Project: project, DB: db, pool: pool,
+	s := &Server{URL: "http://" + ln.Addr().String(), Project: project, pool: pool,
 		datasets: map[string]*bq.Dataset{}, tables: map[string]*tableMeta{}, jobs: map[string]*job{},
 		streams: map[string]*writeStream{}, denied: map[string]bool{}, mutating: map[string]string{}, created: map[int64]int{},
 		streamQuota: WriteStreamQuota}
-	g := grpc.NewServer()
+	// gRPC's default receive limit is 4 MiB; BigQuery takes AppendRows requests up to its documented limit.
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(MaxAppendRequest))
 	storagepb.RegisterBigQueryWriteServer(g, &writeService{s: s})
 	rest := http.HandlerFunc(s.serveREST)
 	s.http = &http.Server{Handler: h2c.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -141,15 +160,18 @@ func Start(t testing.TB, project string) *Server {
 		rest.ServeHTTP(w, r)
 	}), &http2.Server{})}
 	go s.http.Serve(ln)
-	t.Cleanup(func() {
+	s.stop = func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s.http.Shutdown(ctx)
 		g.Stop()
 		pool.Close()
-	})
-	return s
+	}
+	return s, nil
 }
+
+// Close stops the stand-in; the database stays.
+func (s *Server) Close() { s.stop() }
 
 // Deny makes testIamPermissions report these permissions as missing, as for credentials without them.
 func (s *Server) Deny(perms ...string) {

@@ -367,3 +367,29 @@ func applyStats(d *serve.Sessions, req serve.ApplyRequest) (serve.ApplyResult, S
 	}
 	return x.(*session).apply(context.Background(), serve.NewRange(req, nil))
 }
+
+// TestAppendRequestsOverFourMiB: the plugin cuts AppendRows requests at 8 MiB, under BigQuery's 10 MB limit;
+// one entry of ≈ 6 MiB of rows is one such request, which the stand-in must take as BigQuery does (a gRPC
+// server's default 4 MiB receive limit refused it: found by `go run ./bench -backlog-only`).
+func TestAppendRequestsOverFourMiB(t *testing.T) {
+	s := bigquerytest.Start(t, project)
+	raw := settings(s)
+	d := serve.NewSessions(&Destination{})
+	t.Cleanup(func() { d.Close() })
+	const n = 3000
+	note := strings.Repeat("n", 2048)
+	rows := make([]row, n)
+	for i := range rows {
+		rows[i] = row{op: change.OpInsert, id: int64(i + 1), name: fmt.Sprint("r", i), note: note}
+	}
+	b := batch(t, true, rows...)
+	apply(t, d, raw, 1, 1, serve.Item{Stream: "public.orders", Schema: &serve.Stream{Name: "public.orders", Schema: b.Schema()}, Sequence: 1},
+		serve.Item{Stream: "public.orders", Record: b, Sequence: 1})
+	var count, long int
+	if err := s.Pool().QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE length(note) = 2048) FROM analytics.orders`).Scan(&count, &long); err != nil {
+		t.Fatal(err)
+	}
+	if count != n || long != n {
+		t.Fatalf("%d rows, %d with the whole note; want %d", count, long, n)
+	}
+}

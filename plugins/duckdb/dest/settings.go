@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -16,7 +17,16 @@ type Settings struct {
 	Path string `json:"path"`
 	// Schema holds the tables and the state table (default "main"); it is created when missing.
 	Schema string `json:"schema"`
+	// MemoryLimit is DuckDB's memory_limit for the database ("": DuckDB's default, 80% of RAM): what an open
+	// apply transaction holds beyond it goes to DuckDB's temporary directory (the file's path + ".tmp"). There
+	// is no smaller default: the primary keys' ART indexes must fit under it (DuckDB's documentation), and a
+	// 1 GiB backlog applied as one range ran out of memory under 256MiB (BENCHMARKS.md, "A backlog applied as
+	// one range").
+	MemoryLimit string `json:"memory_limit"`
 }
+
+// memoryLimitRE is a size as DuckDB's memory_limit takes it.
+var memoryLimitRE = regexp.MustCompile(`^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$`)
 
 // DefaultSchema is DuckDB's own default schema.
 const DefaultSchema = "main"
@@ -31,7 +41,8 @@ const SettingsSchema = `{
   "required": ["path"],
   "properties": {
     "path": {"type": "string", "minLength": 1, "description": "the .duckdb file (created on first use, with its directory)"},
-    "schema": {"type": "string", "minLength": 1, "default": "main", "description": "schema of the tables and of the _skippr_state table (created when missing)"}
+    "schema": {"type": "string", "minLength": 1, "default": "main", "description": "schema of the tables and of the _skippr_state table (created when missing)"},
+    "memory_limit": {"type": "string", "description": "DuckDB's memory_limit for the database (e.g. 2GiB; default DuckDB's, 80% of RAM); an apply's transaction spills beyond it to the file's .tmp directory, but the primary keys' indexes must fit"}
   }
 }`
 
@@ -59,6 +70,9 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 	s.Path = abs
 	if s.Schema == "" {
 		s.Schema = DefaultSchema
+	}
+	if s.MemoryLimit != "" && !memoryLimitRE.MatchString(s.MemoryLimit) {
+		return s, fmt.Errorf("settings: memory_limit %q is not a size: want a number with B, KB, MB, GB, KiB, MiB or GiB, such as \"256MiB\"", s.MemoryLimit)
 	}
 	return s, nil
 }

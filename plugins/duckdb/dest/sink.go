@@ -79,6 +79,13 @@ func (d *Destination) acquire(ctx context.Context, s Settings) (*sql.DB, error) 
 	if err != nil {
 		return nil, err
 	}
+	// memory_limit is the database instance's; the file's first session sets it.
+	if s.MemoryLimit != "" {
+		if _, err := db.ExecContext(ctx, "SET memory_limit = '"+s.MemoryLimit+"'"); err != nil {
+			db.Close()
+			return nil, fault.ConfigErr(fmt.Errorf("database %s: memory_limit %q: %w", s.Path, s.MemoryLimit, err), "set the connection's memory_limit to a size such as 2GiB")
+		}
+	}
 	if d.dbs == nil {
 		d.dbs = map[string]*openDB{}
 	}
