@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -31,30 +30,13 @@ func TestThirdPartyLakeQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const sdk, arrow = "github.com/skippr-dev/skippr/plugin-sdk", "github.com/apache/arrow-go/v18"
+	const arrow = "github.com/apache/arrow-go/v18"
 	if got, want := requirement(files["go.mod"], arrow), requirement(string(sdkMod), arrow); got != want {
 		t.Fatalf("README lake example go.mod requires arrow-go %q, the SDK's go.mod %q: they must be equal", got, want)
 	}
 
 	work := t.TempDir()
-	mod := filepath.Join(work, "lakedest")
-	if err := os.MkdirAll(mod, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	files["go.mod"] += fmt.Sprintf("\nreplace %s => %s\n", sdk, filepath.Join(root, "plugin-sdk"))
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(mod, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gocmd := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("go", args...)
-		cmd.Dir, cmd.Env = mod, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %s in the README's lake example: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	gocmd := outsideModule(t, root, filepath.Join(work, "lakedest"), files, "the README's lake example")
 	gocmd("mod", "tidy")
 	gocmd("test", "-count=1", "./...")
 	bin := filepath.Join(work, "skippr-plugin-lakedest")

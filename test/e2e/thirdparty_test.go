@@ -72,24 +72,7 @@ func TestThirdPartyPluginFlow(t *testing.T) {
 	}
 
 	work := t.TempDir()
-	mod := filepath.Join(work, "csvsource")
-	if err := os.MkdirAll(mod, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	files["go.mod"] += fmt.Sprintf("\nreplace %s => %s\n", sdk, filepath.Join(root, "plugin-sdk"))
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(mod, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gocmd := func(args ...string) {
-		t.Helper()
-		cmd := exec.Command("go", args...)
-		cmd.Dir, cmd.Env = mod, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %s in the README's worked example: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	gocmd := outsideModule(t, root, filepath.Join(work, "csvsource"), files, "the README's worked example")
 	gocmd("mod", "tidy")
 	gocmd("test", "-count=1", "./...") // the README's conformance test, outside the workspace
 	versions := []string{"1.0.0", "1.1.0", "2.0.0"}
@@ -167,6 +150,31 @@ pipelines:
 		got := table[fmt.Sprintf("%q", id)]
 		if got["id"] != id || got["name"] != fmt.Sprintf("person, %d", i) {
 			t.Fatalf("row %d in testdest: %v", i, got)
+		}
+	}
+}
+
+// outsideModule writes a README example's files into dir as a module of its own, outside this repository's
+// workspace, with the SDK replaced by this checkout (no SDK tag is fetched here), and returns a runner of the go
+// command in it (GOWORK=off) that fails t, naming what, when a command fails.
+func outsideModule(t *testing.T, root, dir string, files map[string]string, what string) func(args ...string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const sdk = "github.com/skippr-dev/skippr/plugin-sdk"
+	files["go.mod"] += fmt.Sprintf("\nreplace %s => %s\n", sdk, filepath.Join(root, "plugin-sdk"))
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("go", args...)
+		cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), what, err, out)
 		}
 	}
 }
