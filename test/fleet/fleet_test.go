@@ -151,7 +151,7 @@ func newFleetEnvOn(t *testing.T, gen, url string, b fleetS3, lake bool, pg *flee
 	if pg != nil {
 		e.MustRun("plugin", "install", "postgres")
 	}
-	f := &fleetEnv{Env: e, url: url, ttl: 3 * time.Second, lakes: lakes, pg: pg,
+	f := &fleetEnv{Env: e, url: url, ttl: fleet.DefaultTTL, lakes: lakes, pg: pg,
 		workers: map[string]*exec.Cmd{}, exited: map[string]chan struct{}{}, logs: map[string]string{}, starts: map[string]int{}}
 	t.Cleanup(func() {
 		for name := range f.workers {
@@ -444,10 +444,10 @@ func unpaced(gen string) string {
 func TestFleet(t *testing.T) {
 	gen := `{ seed: 21, rows: 12000, rows_per_second: 150, batch_size: 50, update_ratio: 0.2, delete_ratio: 0.05 }`
 	f := newFleetEnv(t, gen)
-	// A lease of 3 s (TestFleetChaos's, whose takeover times it measures) is lost on a loaded machine when a
-	// worker's keepalive waits a few seconds for a core: the pipelines then move without a fault and the waits
-	// below see the churn. This test measures nothing by the lease; 15 s keeps every lease held however busy
-	// the machine is, and every fault below still outlasts it (SIGSTOP, the quorum loss) or kills the holder.
+	// A short lease is lost on a loaded machine when a worker's keepalive waits a few seconds for a core: the
+	// pipelines then move without a fault and the waits below see the churn. This test measures nothing by the
+	// lease; 15 s keeps every lease held however busy the machine is, and every fault below still outlasts it
+	// (SIGSTOP, the quorum loss) or kills the holder.
 	f.ttl = 15 * time.Second
 	for _, w := range []string{"w1", "w2", "w3"} {
 		f.start(w)
@@ -617,7 +617,7 @@ func TestFleetRefusals(t *testing.T) {
 	}
 	// Pinned, the local WAL is accepted: the worker starts and joins (then we stop it).
 	e.WriteConfig(harness.PipelineConfig(`{ rows: 10 }`, filepath.Join(e.Dir, "out"), "", "file://"+filepath.Join(e.Dir, "wal"), "    fleet: { pin: solo }\n"))
-	cmd := e.Cmd(context.Background(), "worker", "--fleet", fleetURL, "--name", "solo", "--lease-ttl", "3s")
+	cmd := e.Cmd(context.Background(), "worker", "--fleet", fleetURL, "--name", "solo")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -643,7 +643,7 @@ func TestFleetRefusals(t *testing.T) {
 		t.Fatalf("status table lacks the lag:\n%s", r.Stdout)
 	}
 	// A second worker of the same name is refused while the first lives, naming it.
-	r = e.Run("worker", "--fleet", fleetURL, "--name", "solo", "--lease-ttl", "3s")
+	r = e.Run("worker", "--fleet", fleetURL, "--name", "solo")
 	for _, w := range []string{`a live worker named "solo" is in fleet /refusals`, fmt.Sprintf("pid %d", cmd.Process.Pid), "another --name"} {
 		if r.Code != 2 || !strings.Contains(r.Stderr, w) {
 			t.Fatalf("a second worker solo: exit %d, want 2 and %q in:\n%s", r.Code, w, r.Stderr)
@@ -656,7 +656,7 @@ func TestFleetRefusals(t *testing.T) {
 		r := e.Run("fleet", "status", "--json", "--fleet", fleetURL)
 		return strings.Contains(r.Stdout, `"workers":[]`)
 	})
-	cmd = e.Cmd(context.Background(), "worker", "--fleet", fleetURL, "--name", "solo", "--lease-ttl", "3s")
+	cmd = e.Cmd(context.Background(), "worker", "--fleet", fleetURL, "--name", "solo")
 	out.Reset()
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
