@@ -85,26 +85,35 @@ func start(ctx context.Context, host Starter, cn *config.Connection, withSetting
 		return nil, classify(ErrStart, err)
 	}
 	p := &Plugin{Conn: cn, client: cl}
+	// kill ends a plugin this start gives up on: at once when ctx ended (a hard stop waits for no graceful
+	// exit, see KillAllNow), cleanly otherwise.
+	kill := func() {
+		if ctx.Err() != nil {
+			cl.KillNow()
+			return
+		}
+		cl.Kill()
+	}
 	started := time.Now()
 	p.Took.Resolve, p.Took.Exec = b.Resolve, max(started.Sub(began)-b.Resolve, 0)
 	defer func() { p.Took.Spec = time.Since(started) }()
 	if p.Spec, err = spec(ctx, cl); err != nil {
-		cl.Kill()
+		kill()
 		return nil, fmt.Errorf("connection %s: %w", cn.Name, err)
 	}
 	if p.Spec.Name != cn.Plugin && cn.Path == "" {
-		cl.Kill()
+		kill()
 		return nil, classify(ErrIdentity, fmt.Errorf("connection %s: the binary installed as plugin %s says it is %q", cn.Name, cn.Plugin, p.Spec.Name))
 	}
 	if !withSettings {
 		return p, nil
 	}
 	if err := config.ValidateSettings(cn, p.Spec.SettingsSchema); err != nil {
-		cl.Kill()
+		kill()
 		return nil, classify(ErrSettings, err)
 	}
 	if p.Settings, err = cn.SettingsJSON(); err != nil {
-		cl.Kill()
+		kill()
 		return nil, classify(ErrSettings, fmt.Errorf("connection %s: %w", cn.Name, err))
 	}
 	return p, nil
@@ -114,7 +123,7 @@ func start(ctx context.Context, host Starter, cn *config.Connection, withSetting
 // (and a fleet takeover) waits for the slowest plugin rather than for the sum of them — hashing and starting a
 // 100 MB destination binary takes seconds on a loaded host. Connections of one plugin start one after the
 // other, so that a first start that installs it does not race itself on the lock file. On an error every
-// plugin started is killed and the error of the first connection (in order) that failed is returned;
+// plugin started is killed (at once when ctx ended: a hard stop during the start) and the error of the first connection (in order) that failed is returned;
 // otherwise the caller kills them all.
 func StartAll(ctx context.Context, host Starter, cns []*config.Connection) ([]*Plugin, error) {
 	out := make([]*Plugin, len(cns))
@@ -141,7 +150,11 @@ func StartAll(ctx context.Context, host Starter, cns []*config.Connection) ([]*P
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			KillAll(out)
+			if ctx.Err() != nil {
+				KillAllNow(out) // a hard stop during the start: see KillAllNow
+			} else {
+				KillAll(out)
+			}
 			return nil, err
 		}
 	}

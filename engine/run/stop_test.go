@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,15 +38,23 @@ func TestHardStop(t *testing.T) {
 		name   string
 		epoch  uint64 // a fleet election's (Run), or 0 (`skippr sync`: Pipeline)
 		frozen bool   // S3 stops answering just before the stop
+		// starting: the stop comes while the destination's plugin waits for its handshake (a (re)start,
+		// or a takeover), not while the pipeline runs.
+		starting bool
 	}{
-		{"fleet: S3 unreachable", 7, true},
-		{"sync: S3 unreachable", 0, true},
+		{"fleet: S3 unreachable", 7, true, false},
+		{"sync: S3 unreachable", 0, true, false},
 		// sync releases the lease when S3 answers; a fleet holder leaves it to its successor's higher epoch.
-		{"sync: S3 answering", 0, false},
+		{"sync: S3 answering", 0, false, false},
+		{"fleet: while a plugin starts", 7, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := srv.NewBucket(t)
 			dir := t.TempDir()
+			dest := dest
+			if tc.starting {
+				dest = slowStart(t, dest)
+			}
 			yml := fmt.Sprintf(`connections:
   gen:
     plugin: datagen
@@ -82,9 +91,14 @@ pipelines:
 				p, _ := cfg.Pipeline("p")
 				ended <- r.Pipeline(ctx, p, false, 0)
 			}()
-			// Running for real: entries committed to S3 and applied, the WAL lease held.
+			// Running for real: entries committed to S3 and applied, the WAL lease held. Or, starting: the
+			// source's plugin up and the destination's waiting to say its handshake.
 			for deadline := time.Now().Add(2 * time.Minute); ; {
-				if l, ok := reg.Pipeline("p").Lag(); ok && l.Committed > 2 && l.Applied > 2 {
+				if tc.starting {
+					if ps := pluginProcesses(t); len(ps) == 2 && slices.ContainsFunc(ps, func(p string) bool { return strings.HasSuffix(p, " "+slowComm) }) {
+						break
+					}
+				} else if l, ok := reg.Pipeline("p").Lag(); ok && l.Committed > 2 && l.Applied > 2 {
 					break
 				}
 				select {
@@ -122,7 +136,7 @@ pipelines:
 			if ps := pluginProcesses(t); len(ps) > 0 {
 				t.Fatalf("plugin processes still run after the hard stop: %v", ps)
 			}
-			if tc.frozen {
+			if tc.frozen || tc.starting {
 				return
 			}
 			wl, err := wal.Open(context.Background(), "s3://"+b.Name+"/p", wal.Options{S3: wal.S3Options{Endpoint: srv.Endpoint,
@@ -136,6 +150,22 @@ pipelines:
 			}
 		})
 	}
+}
+
+// slowComm is the process name (/proc/PID/comm, 15 bytes at most) of slowStart's plugin.
+const slowComm = "skippr-plugin-s"
+
+// slowStart returns a plugin that waits 30 s before it becomes bin (same process, exec): a plugin whose
+// handshake line is slow in coming, as a big binary's is on a loaded host. A stop must not wait for it: go-plugin
+// holds its client's lock until the handshake, and a kill through go-plugin waited for that lock.
+func slowStart(t *testing.T, bin string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "skippr-plugin-slowstart")
+	script := fmt.Sprintf("#!/usr/bin/perl\nsleep 30;\nexec {%q} %q or die \"exec: $!\";\n", bin, bin)
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // pluginProcesses lists this process's children that run a plugin binary (skippr-plugin-*), zombies aside.

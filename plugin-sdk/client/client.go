@@ -49,7 +49,9 @@ type Config struct {
 type Client struct {
 	name string
 	pc   *plugin.Client
-	cmd  *exec.Cmd // the plugin's process, for KillNow
+	// killProc SIGKILLs the plugin's process (through os/exec, which knows when it was reaped, so it never
+	// signals another process that reused the pid); a no-op once it has exited.
+	killProc context.CancelFunc
 	// sockDir is the private directory of the plugin's socket, removed with the plugin.
 	sockDir string
 	rpc     pluginv2.PluginClient
@@ -133,9 +135,11 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 	if timeout == 0 {
 		timeout = 60 * time.Second
 	}
-	// Not CommandContext: cancelling ctx (the engine's SIGTERM) would SIGKILL the plugin at once, before
-	// Kill's graceful shutdown reaches it. Every caller defers Kill; ctx only bounds the start below.
-	cmd := exec.Command(cfg.Path)
+	// The process is killed by os/exec when procCtx is cancelled, which happens only when ctx is cancelled
+	// while the start is under way (below) or by KillNow. Not ctx itself: cancelling ctx (the engine's SIGTERM)
+	// after the start would SIGKILL the plugin at once, before Kill's graceful shutdown reaches it.
+	procCtx, killProc := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(procCtx, cfg.Path)
 	// The plugin listens on a Unix socket in a directory only this user can enter (MkdirTemp: 0700), so no
 	// other local user can connect to it. That is what go-plugin's AutoMTLS would guard, at the price of a
 	// TLS layer on every byte of every batch both ways (about 0.05 µs of CPU per row of a MySQL snapshot,
@@ -144,6 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 	sweepSocketDirs(os.TempDir())
 	sockDir, err := os.MkdirTemp("", socketDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
+		killProc()
 		return nil, fmt.Errorf("start plugin: socket directory: %w", err)
 	}
 	cmd.Env = append(append([]string{}, cfg.Env...), plugin.EnvUnixSocketDir+"="+sockDir)
@@ -171,19 +176,23 @@ func Start(ctx context.Context, cfg Config) (*Client, error) {
 			protocol.DialOptions()...),
 	})
 	name := filepath.Base(cfg.Path)
-	started := make(chan struct{})
-	defer close(started)
-	c := &Client{name: name, pc: pc, cmd: cmd, sockDir: sockDir, tail: tail}
-	go func() {
-		select {
-		case <-ctx.Done():
-			pc.Kill()
-		case <-started:
-		}
-	}()
+	c := &Client{name: name, pc: pc, killProc: killProc, sockDir: sockDir, tail: tail}
+	// Not pc.Kill: go-plugin's Client.Start holds the client's lock for the whole start (hashing the binary
+	// for SecureConfig, exec, waiting up to StartTimeout for the handshake line) and Kill takes that lock, so a
+	// kill waited for the start to end. os/exec kills the process without that lock; go-plugin then sees it
+	// exit and returns. Cancelled before the exec, the exec does not happen.
+	stopWatch := context.AfterFunc(ctx, killProc)
 	rpcClient, err := onStartThread(pc.Client) // go-plugin forks the plugin inside Client
+	if !stopWatch() && err == nil {
+		// ctx ended just as the handshake completed: the process is being killed, so this start failed.
+		err = ctx.Err()
+	}
 	if err != nil {
 		c.Kill()
+		if ctx.Err() != nil {
+			// go-plugin's own words would blame the binary ("Failed to read any lines …").
+			return nil, fmt.Errorf("start plugin %s: stopped before its handshake: %w", name, context.Cause(ctx))
+		}
 		return nil, startError(ctx, cfg, name, protos, err, tail)
 	}
 	raw, err := rpcClient.Dispense(protocol.PluginName)
@@ -249,16 +258,14 @@ func (c *Client) StderrTail() string { return c.tail.String() }
 // Kill ends the plugin process (gracefully first, then by force) and removes its socket's directory.
 func (c *Client) Kill() {
 	c.pc.Kill()
+	c.killProc() // the process has exited: this only releases the context
 	os.RemoveAll(c.sockDir)
 }
 
 // KillNow ends the plugin process at once (SIGKILL), without the graceful exit Kill asks for and waits up to
 // 2 s for: for a hard stop, which waits for nothing the plugin has in flight. It then cleans up as Kill does.
 func (c *Client) KillNow() {
-	// os.Process knows when it was reaped, so this never signals another process that reused the pid.
-	if c.cmd != nil && c.cmd.Process != nil {
-		c.cmd.Process.Kill()
-	}
+	c.killProc()
 	c.Kill()
 }
 

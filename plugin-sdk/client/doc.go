@@ -22,7 +22,9 @@
 //
 //   - Call Kill exactly once for every Client Start returned, also after errors: cancelling the context given
 //     to Start bounds only the start, so that a SIGTERM to the engine still lets Kill stop the plugin
-//     gracefully.
+//     gracefully. Cancelled while the start is under way, Start SIGKILLs the process and returns at once
+//     (within milliseconds, not when the handshake or StartTimeout comes) with an error wrapping the
+//     context's, and leaves no process or socket directory behind.
 //   - Treat the returned types as the wire's (package pluginv2): they change with the protocol. The engine maps
 //     them to its own types in one place (engine/connector), and so should any other host.
 //   - Calls may be made from several goroutines; a ReadStream is read by one goroutine.

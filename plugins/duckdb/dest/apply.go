@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
@@ -44,6 +46,10 @@ type applier struct {
 	// tables holds what this apply knows of each destination table's columns (lower-cased name → type),
 	// since DuckDB resolves column names without regard to case.
 	tables map[string]map[string]string
+	// writing is the table being written ("" between tables), written those the range has written: what an
+	// out-of-memory error names.
+	writing string
+	written []string
 }
 
 // row is one change row of a batch.
@@ -62,6 +68,11 @@ func (a *applier) exec(ctx context.Context, q string, args ...any) error {
 // changes are folded per entry (the last change of a key wins) and written as each entry ends, so a coalesced
 // range costs one entry's memory and still commits, or not, as one.
 func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResult, err error) {
+	defer func() {
+		if err != nil && isOutOfMemory(err) {
+			err = a.outOfMemory(err)
+		}
+	}()
 	// Plain BEGIN/COMMIT statements rather than a database/sql Tx: the appender needs the raw connection
 	// inside the transaction, which database/sql does not hand out while a Tx holds it.
 	if err := a.exec(ctx, "BEGIN TRANSACTION"); err != nil {
@@ -161,9 +172,23 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 	return res, nil
 }
 
-// writeStream empties the table if the stream was truncated, brings it up to the stream's schemas, then merges the surviving rows, one staging load
-// and one statement per batch schema.
+// writeStream writes one entry's plan of a stream into its table (writeStreamRows), noting the table for an
+// out-of-memory error.
 func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
+	a.writing = a.tableName(sp.Stream)
+	if !slices.Contains(a.written, a.writing) {
+		a.written = append(a.written, a.writing)
+	}
+	if err := a.writeStreamRows(ctx, sp); err != nil {
+		return err
+	}
+	a.writing = ""
+	return nil
+}
+
+// writeStreamRows empties the table if the stream was truncated, brings it up to the stream's schemas, then
+// merges the surviving rows, one staging load and one statement per batch schema.
+func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 	if sp.Fold.Truncated() {
 		// In the apply's transaction: a reader sees the truncate and the rows after it together.
 		cols, err := a.columns(ctx, sp.Stream)
@@ -412,4 +437,35 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema) err
 		return fmt.Errorf("write into %s: %w", name, err)
 	}
 	return a.noteKeys(ctx, stream, key)
+}
+
+// isOutOfMemory says err is DuckDB's "Out of Memory Error": its buffer manager found no room under
+// memory_limit, nor (for data it may spill) in its temporary directory. The appender reports it as text.
+func isOutOfMemory(err error) bool {
+	var de *duckdb.Error
+	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory {
+		return true
+	}
+	return strings.Contains(err.Error(), "Out of Memory Error")
+}
+
+// outOfMemory makes DuckDB's out-of-memory error a config fault. Not transient: memory_limit bounds DuckDB's
+// own buffers, not what the host has free, so a retry of the same range under the same limit fails the same
+// way and the engine would loop on it; a person must raise the limit (or make room where DuckDB spills). Not
+// data: no value is at fault. DuckDB spills table data beyond the limit to its temporary directory (the
+// plugin leaves temp_directory at DuckDB's default for a file, <path>.tmp), but a primary key's index must fit.
+func (a *applier) outOfMemory(err error) error {
+	limit := "memory_limit " + a.s.MemoryLimit
+	if a.s.MemoryLimit == "" {
+		limit = "memory_limit unset (DuckDB's default, 80% of RAM)"
+	}
+	where := "table " + a.writing
+	if a.writing == "" {
+		where = "committing tables " + strings.Join(a.written, ", ")
+	}
+	tmp := a.s.Path + ".tmp"
+	return fault.ConfigErr(
+		fmt.Errorf("database %s: %s: DuckDB ran out of memory under %s (it spills table data beyond the limit to %s, but a table's primary-key index must fit in memory): %w",
+			a.s.Path, where, limit, tmp, err),
+		fmt.Sprintf("raise the connection's memory_limit (or remove it to use DuckDB's default, 80%% of RAM) so that the primary-key indexes of the tables fit, and keep free disk space for %s; the restarted pipeline applies the same range again", tmp))
 }

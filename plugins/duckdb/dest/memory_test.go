@@ -12,6 +12,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -58,23 +59,7 @@ func TestMemoryLimitIsDuckDBs(t *testing.T) {
 			h := &harness{t: t, d: serve.NewSessions(dest), dest: dest, path: path, settings: raw}
 			t.Cleanup(func() { h.d.Close() })
 			const entries = 10
-			items := func(yield func(serve.Item, error) bool) {
-				for e := 1; e <= entries; e++ {
-					b := change.NewBuilder(memory.DefaultAllocator, userSchema)
-					for i := range tc.rows / entries {
-						b.Field(0).(*array.Int64Builder).Append(int64(e*tc.rows + i))
-						b.Field(1).(*array.StringBuilder).Append(fmt.Sprintf("%s-%d", strings.Repeat("x", 100), i))
-						b.Row(change.OpInsert, "")
-					}
-					rec := b.NewBatch()
-					b.Release()
-					ok := yield(serve.Item{Stream: "public.users", Record: rec, Sequence: uint64(e)}, nil)
-					rec.Release()
-					if !ok {
-						return
-					}
-				}
-			}
+			items := bigRange(tc.rows, entries)
 			req := serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: 1, Sequence: entries}
 			if _, err := h.d.ApplyStream(ctx(t), req, items); err != nil {
 				t.Fatal(err)
@@ -92,4 +77,67 @@ func TestMemoryLimitIsDuckDBs(t *testing.T) {
 			h.wantRows(`SELECT count(*) FROM users`, fmt.Sprint(tc.rows/entries*entries))
 		})
 	}
+}
+
+// bigRange is a range of entries entries inserting rows rows of users in all, each with a 100-byte name.
+func bigRange(rows, entries int) func(yield func(serve.Item, error) bool) {
+	return func(yield func(serve.Item, error) bool) {
+		for e := 1; e <= entries; e++ {
+			b := change.NewBuilder(memory.DefaultAllocator, userSchema)
+			for i := range rows / entries {
+				b.Field(0).(*array.Int64Builder).Append(int64(e*rows + i))
+				b.Field(1).(*array.StringBuilder).Append(fmt.Sprintf("%s-%d", strings.Repeat("x", 100), i))
+				b.Row(change.OpInsert, "")
+			}
+			rec := b.NewBatch()
+			b.Release()
+			ok := yield(serve.Item{Stream: "public.users", Record: rec, Sequence: uint64(e)}, nil)
+			rec.Release()
+			if !ok {
+				return
+			}
+		}
+	}
+}
+
+// TestOutOfMemoryIsConfigFault: a range whose primary-key index outgrows memory_limit (DuckDB spills table data
+// to its temporary directory, not an index) fails with a config fault that names the table, the setting and the
+// fix. Unclassified, the engine retried the same range under the same limit, which fails the same way.
+func TestOutOfMemoryIsConfigFault(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dest.duckdb")
+	raw, _ := json.Marshal(map[string]string{"path": path, "memory_limit": "4MiB"})
+	dest := &Destination{}
+	h := &harness{t: t, d: serve.NewSessions(dest), dest: dest, path: path, settings: raw}
+	t.Cleanup(func() { h.d.Close() })
+	const rows, entries = 1_000_000, 10
+	req := serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: 1, Sequence: entries}
+	_, err := h.d.ApplyStream(ctx(t), req, bigRange(rows, entries))
+	if err == nil {
+		t.Fatal("a 1M-row range applied under memory_limit 4MiB; the test needs a range that exhausts it")
+	}
+	t.Logf("apply: %v (fix: %s)", err, fault.FixOf(err))
+	if c := fault.ClassOf(err); c != fault.Config {
+		t.Fatalf("error class %s, want config: %v", c, err)
+	}
+	for _, want := range []string{"out of memory", "users", "memory_limit 4MiB", path + ".tmp"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if fix := fault.FixOf(err); !strings.Contains(fix, "memory_limit") {
+		t.Errorf("fix %q does not say to raise memory_limit", fix)
+	}
+	// The temporary directory the message names is DuckDB's.
+	dest.mu.Lock()
+	db := dest.dbs[path].db
+	dest.mu.Unlock()
+	var tmp string
+	if err := db.QueryRowContext(ctx(t), "SELECT current_setting('temp_directory')").Scan(&tmp); err != nil {
+		t.Fatal(err)
+	}
+	if tmp != path+".tmp" {
+		t.Errorf("DuckDB's temp_directory is %s, the message names %s.tmp", tmp, path)
+	}
+	// Nothing of the range landed: the apply's transaction rolled back whole.
+	h.wantRows(`SELECT count(*) FROM duckdb_tables() WHERE table_name = 'users'`, "0")
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -70,6 +71,11 @@ func main() {
 		if err := os.WriteFile(f, []byte(fmt.Sprintf("%d %d\n", os.Getpid(), pdeathsig())), 0o644); err != nil {
 			panic(err)
 		}
+	}
+	if d, err := time.ParseDuration(os.Getenv("PROBE_START_DELAY")); err == nil {
+		// A plugin slow to say its handshake line (a big binary on a loaded host), for the tests that cancel a
+		// start half-way.
+		time.Sleep(d)
 	}
 	var versions []int
 	if v := os.Getenv("PROBE_PROTOCOL"); v != "" {
