@@ -149,3 +149,40 @@ func TestPublicationChangedMidStream(t *testing.T) {
 		})
 	}
 }
+
+// TestPublicationRecreatedWhileStopped: a publication dropped and created again while no Read streams, with a
+// change written in between, looks intact to the catalog check; the walsender then fails at that change, and
+// that failure is the same re-snapshot fault (it was a config error whose fix, creating the publication, cannot
+// help: the change is decoded with the catalog as of its position).
+func TestPublicationRecreatedWhileStopped(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	db.Exec(t, `CREATE TABLE a (id int PRIMARY KEY)`)
+	pub := "pub_" + db.Name
+	src := startPlugin(t)
+	set := settings(db, map[string]any{"tables": []string{"a"}, "slot": slot(db), "publication": pub})
+	r := startReading(t, src, set, nil)
+	for position(t, r.mustNext(time.Minute).cp.Position).Phase != source.PhaseStream {
+	}
+	db.Exec(t, `INSERT INTO a VALUES (1)`)
+	var last []byte
+	for last == nil {
+		if c := r.mustNext(time.Minute); c.rows > 0 {
+			last = c.cp.Position
+		}
+	}
+	r.stop()
+	db.Exec(t, `DROP PUBLICATION "`+pub+`"`)
+	db.Exec(t, `INSERT INTO a VALUES (2)`)
+	db.Exec(t, `CREATE PUBLICATION "`+pub+`" FOR TABLE a`)
+	db.Exec(t, `INSERT INTO a VALUES (3)`)
+	r = startReading(t, src, set, last)
+	defer r.stop()
+	err := r.readErr(2 * time.Minute)
+	if fault.ClassOf(err) != fault.Resnapshot || !strings.Contains(err.Error(), pub) || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("got %v (class %v), want a re-snapshot fault naming publication %s", err, fault.ClassOf(err), pub)
+	}
+	if fix := fault.FixOf(err); !strings.Contains(fix, "skippr teardown") {
+		t.Errorf("fix %q does not say how to re-snapshot", fix)
+	}
+}

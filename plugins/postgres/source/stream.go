@@ -326,7 +326,7 @@ func (o *owner) receive(ctx context.Context, msg pgproto3.BackendMessage) error 
 			// DROP PUBLICATION mid-stream: pgoutput fails at the first change decoded past it, and every retry
 			// from the slot meets the same change; a publication created again later does not help, because
 			// the change is decoded with the catalog as of its position (PostgreSQL before 18).
-			return fault.ResnapshotErr(fmt.Errorf("replication slot %s: %s (%s): the publication was dropped while the pipeline streamed, and the server cannot decode the slot's changes past that point",
+			return fault.ResnapshotErr(fmt.Errorf("replication slot %s: %s (%s): the publication was dropped (and perhaps created again) after the slot's position, and the server cannot decode the slot's changes written while it was missing",
 				o.r.cfg.Slot, m.Message, m.Where),
 				"re-snapshot: run `skippr teardown PIPELINE`, then sync the pipeline under a new name and wal.url (a new pipeline creates its publication), so its tables are copied again")
 		}
