@@ -27,10 +27,11 @@ import (
 // version, so a new xmin) and, for each captured table, the pg_publication_rel or pg_publication_namespace row
 // that makes it a member (a table removed and added again has a new row, a new oid). A row version never comes
 // back, so equal rows at two checks mean no change of them committed between the two, even one that was undone.
-// The processor checks after it received a run of messages and before it handles them (processor.run), so every
-// checkpoint it sends at a position E follows a check that began after E arrived: a change that committed before
-// E is in the catalog that check reads (see the README for the one residual window). A difference stops the Read
-// before the run is handled, and nothing after the previous check's position is ever checkpointed.
+// The processor checks after it received runs of messages and before it handles them, whenever they hold a
+// commit or a keepalive (processor.run: only those move the position a checkpoint carries), so every checkpoint it
+// sends at a position E follows a check that began after E arrived: a change that committed before E is in the
+// catalog that check reads (see the README for the one residual window). A difference stops the Read before the
+// runs are handled, and nothing after the previous check's position is ever checkpointed.
 //
 // Why not a marker in the stream: pgoutput sends nothing for an ALTER PUBLICATION, and an event trigger that
 // writes one (pg_logical_emit_message) would need a superuser and an object in the user's database.
