@@ -57,6 +57,12 @@ type item struct {
 
 // stream runs logical replication from pos until ctx ends or something fails.
 func (r *reader) stream(ctx context.Context, pos *Position) error {
+	// The first check judges the publications as they are now (a table dropped from one while no pipeline
+	// streamed is caught here); each later one compares with the one before (pubwatch.go).
+	pub := newPubWatch(r)
+	if err := pub.check(ctx, pos.LSNValue(), pos.LSNValue()); err != nil {
+		return err
+	}
 	conn, err := r.startReplication(ctx, pos.LSNValue())
 	if err != nil {
 		return err
@@ -82,6 +88,7 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 	p := &processor{r: r, rels: map[uint32]*relation{}, pos: pos.LSNValue(), lastCP: pos.LSNValue(), rows: pos.Rows, overlap: pos.OverlapValue(),
 		copied: map[string]pglogrepl.LSN{}}
 	p.rs = newResnapper(p, pos.Resnapshot)
+	p.pub = pub
 	for name, l := range pos.Copied {
 		if _, again := pos.Recopy[name]; !again { // a copy to start over gets a new point
 			p.copied[name], _ = pglogrepl.ParseLSN(l) // DecodePosition checked it
@@ -315,6 +322,14 @@ func (o *owner) receive(ctx context.Context, msg pgproto3.BackendMessage) error 
 			return o.xlogData(ctx, m.Data[1:])
 		}
 	case *pgproto3.ErrorResponse:
+		if m.Code == "42704" && strings.HasPrefix(m.Message, "publication ") {
+			// DROP PUBLICATION mid-stream: pgoutput fails at the first change decoded past it, and every retry
+			// from the slot meets the same change; a publication created again later does not help, because
+			// the change is decoded with the catalog as of its position (PostgreSQL before 18).
+			return fault.ResnapshotErr(fmt.Errorf("replication slot %s: %s (%s): the publication was dropped (and perhaps created again) after the slot's position, and the server cannot decode the slot's changes written while it was missing",
+				o.r.cfg.Slot, m.Message, m.Where),
+				"re-snapshot: run `skippr teardown PIPELINE`, then sync the pipeline under a new name and wal.url (a new pipeline creates its publication), so its tables are copied again")
+		}
 		return fmt.Errorf("replication slot %s: %w", o.r.cfg.Slot, o.r.cfg.Explain(pgconn.ErrorResponseToPgError(m)))
 	case *pgproto3.CopyDone:
 		return fmt.Errorf("replication slot %s: the server ended replication", o.r.cfg.Slot)
@@ -468,6 +483,8 @@ type processor struct {
 	ac     *recopy
 	// rs copies tables again between the transactions it streams (resnapshot.go).
 	rs *resnapper
+	// pub stops the stream when a publication it reads through is altered or dropped (pubwatch.go).
+	pub *pubWatch
 	// ended: the gauges of the copies (re-snapshots, append tables) that ended since the last checkpoint, which
 	// the next one carries once (copyMetrics).
 	ended []serve.Metric
@@ -545,13 +562,58 @@ func (p *processor) run(ctx context.Context, items <-chan []item, ownDone <-chan
 		case <-ownDone:
 			return errOwnerEnded
 		case run := <-items:
-			for _, it := range run {
-				if err := p.handle(ctx, it); err != nil {
+			// Every run already received goes through one publication check before any of it is handled:
+			// a checkpoint is sent only after a check that began once its position had arrived (pubwatch.go).
+			// Under load the queue holds several runs, so the check costs one query per several transactions.
+			runs := [][]item{run}
+		more:
+			for len(runs) < queueLen {
+				select {
+				case run := <-items:
+					runs = append(runs, run)
+				default:
+					break more
+				}
+			}
+			// Only a commit or a keepalive moves the position a checkpoint carries; the row messages of a large
+			// transaction (4 000 runs for a million rows) need no check of their own.
+			if movesPosition(runs) {
+				if err := p.pub.check(ctx, lastPosition(runs), p.lastCP); err != nil {
 					return err
+				}
+			}
+			for _, run := range runs {
+				for _, it := range run {
+					if err := p.handle(ctx, it); err != nil {
+						return err
+					}
 				}
 			}
 		}
 	}
+}
+
+// movesPosition says whether runs hold a commit or a keepalive, the messages that move the stream's position.
+func movesPosition(runs [][]item) bool {
+	for _, run := range runs {
+		for _, it := range run {
+			if _, commit := it.msg.(*pglogrepl.CommitMessage); commit || it.keepalive {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lastPosition is the position of the last message of runs that carries one.
+func lastPosition(runs [][]item) pglogrepl.LSN {
+	var at pglogrepl.LSN
+	for _, run := range runs {
+		for _, it := range run {
+			at = max(at, it.walStart, it.walEnd)
+		}
+	}
+	return at
 }
 
 func (p *processor) setIdle(lsn pglogrepl.LSN, data bool) {
