@@ -122,27 +122,22 @@ func Unwrap(checkpoint []byte) (pos []byte, fps map[string]string, err error) {
 	return e.Position, e.Protect, nil
 }
 
-// Resume checks the rules against those a checkpoint recorded, and returns the source's own position to read
-// from and whether the checkpoint was wrapped (Emitter's last argument). A stream whose rules changed is
-// refused with a config fault naming it and the fix, unless resnapshot names it: a copy of the stream made
-// with the new rules replaces what the old ones wrote, and the log says from which point the new rules apply.
-// A stream the checkpoint does not know is new to the pipeline and takes the rules as they are.
-func (s *Set) Resume(checkpoint []byte, resnapshot []string, log *slog.Logger) (pos []byte, wrapped bool, err error) {
-	pos, fps, err := Unwrap(checkpoint)
-	if err != nil {
-		return nil, false, err
-	}
-	if len(checkpoint) == 0 {
-		return pos, false, nil
+// Resume checks the rules against those a checkpoint recorded, and says whether the checkpoint was wrapped
+// (Emitter's last argument). known is the streams the source's own position covers (what the pipeline carried
+// before it had rules, when the checkpoint is not wrapped). A stream whose rules changed is refused with a config
+// fault naming it and the fix, unless resnapshot names it (a copy the source starts now, not one it resumes):
+// the copy made with the new rules replaces what the old ones wrote, and the log says the new rules apply from
+// it. A stream the checkpoint does not know is new to the pipeline and takes the rules as they are.
+func (s *Set) Resume(checkpoint []byte, known, resnapshot []string, log *slog.Logger) (wrapped bool, err error) {
+	_, fps, err := Unwrap(checkpoint)
+	if err != nil || len(checkpoint) == 0 {
+		return false, err
 	}
 	wrapped = fps != nil
 	if !wrapped {
-		if s == nil {
-			return pos, false, nil
-		}
 		// A pipeline that ran without rules: every stream it had was unprotected.
 		fps = map[string]string{}
-		for n := range s.streams {
+		for _, n := range known {
 			fps[n] = ""
 		}
 	}
@@ -163,8 +158,8 @@ func (s *Set) Resume(checkpoint []byte, resnapshot []string, log *slog.Logger) (
 		changed = append(changed, n)
 	}
 	if len(changed) > 0 {
-		return nil, false, fault.ConfigErr(fmt.Errorf("exclude_columns or hash_columns of table %s changed since the pipeline last ran: rows already sent were protected by the old rules, and mixing both in one destination table would be wrong", strings.Join(changed, ", ")),
+		return false, fault.ConfigErr(fmt.Errorf("exclude_columns or hash_columns of table %s changed since the pipeline last ran: rows already sent were protected by the old rules, and mixing both in one destination table would be wrong", strings.Join(changed, ", ")),
 			fmt.Sprintf("put the old rules back, or re-snapshot the table so it is copied again under the new ones: skippr resnapshot PIPELINE %s", strings.Join(changed, " ")))
 	}
-	return pos, wrapped, nil
+	return wrapped, nil
 }

@@ -275,7 +275,11 @@ func TestEmitterAndResume(t *testing.T) {
 		if strings.Contains(string(cp), salt) {
 			t.Fatalf("checkpoint %s holds the salt", cp)
 		}
-		pos, wrapped, err := set.Resume(cp, nil, log)
+		pos, _, err := Unwrap(cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrapped, err := set.Resume(cp, nil, nil, log)
 		if err != nil || !wrapped {
 			t.Fatalf("resume %s: %v, wrapped %v", cp, err, wrapped)
 		}
@@ -299,10 +303,14 @@ func TestEmitterAndResume(t *testing.T) {
 		{"rules added with a re-snapshot", rules(salt), []byte(`{"v":2}`), []string{"s.t"}, false},
 		{"no rules ever", nil, []byte(`{"v":2}`), nil, false},
 		{"no checkpoint", rules(salt), nil, nil, false},
+		{"table new to the pipeline", func() *Set {
+			set, _ := Compile("table_options", map[string]Table{"s.new": {ExcludeColumns: []string{"x"}}})
+			return set
+		}(), []byte(`{"v":2}`), nil, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := tc.set.Resume(tc.cp, tc.resnapshot, log)
+			_, err := tc.set.Resume(tc.cp, []string{"s.t"}, tc.resnapshot, log)
 			if tc.refused {
 				if err == nil || fault.ClassOf(err) != fault.Config || !strings.Contains(err.Error(), "table s.t changed") || !strings.Contains(fault.FixOf(err), "skippr resnapshot PIPELINE s.t") {
 					t.Fatalf("error %v, want a config fault naming s.t and the re-snapshot", err)
