@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
@@ -13,9 +14,12 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	"github.com/skippr-dev/skippr/internal/testplugins"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
 	"github.com/skippr-dev/skippr/test/harness"
+	"github.com/skippr-dev/skippr/testkit/mysqltest"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
@@ -63,52 +67,31 @@ func grepTree(t *testing.T, dir string, outputs []string, clear ...string) int {
 	return files
 }
 
-// Excluded and hashed columns (issue #32 item 4): the Postgres source removes ssn and replaces email and pin by
-// their HMAC before anything leaves the plugin. Snapshot rows, inserts, updates (new and old email) and deletes
-// pass through a pipeline whose WAL is uncompressed; afterwards no file of the test's whole directory (WAL,
-// testdest's files, the engine's state and logs) and no output of any run holds a clear value or the salt, and
-// the destination's email and pin equal the HMACs computed here. A key column or a missing column is refused at
-// start; changing the salt of a running pipeline is refused with the re-snapshot as the fix, and the re-snapshot
-// applies the new salt to every row.
-func TestProtectedColumnsPostgres(t *testing.T) {
-	src := pgtest.NewDB(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	sc, err := pgx.Connect(ctx, src.Server.ConnString(src.Name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close(context.Background())
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := sc.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	// Every clear value holds CLEARSSN or CLEARMAIL, so one grep finds any of them.
-	exec(`CREATE TABLE people (id int PRIMARY KEY, name text, email text, ssn text, pin int, born timestamptz);
-		INSERT INTO people SELECT i, 'n' || i, 'u' || i || '-CLEARMAIL@example.com', 'CLEARSSN-' || i, 4000 + i, '2000-01-01'::timestamptz + i * interval '1 day'
-		FROM generate_series(1, 50) i;
-		INSERT INTO people VALUES (51, 'nulls', NULL, NULL, NULL, NULL)`)
+// protectSource is one source database of the protected-columns scenario. Its table people has id (the key),
+// name, email (hashed), ssn (excluded), pin (an integer, hashed) and born (a timestamp); every clear value of
+// email and ssn holds CLEARMAIL or CLEARSSN, so one search finds any of them.
+type protectSource struct {
+	stream  string                           // the table's stream name
+	exec    func(sql string)                 // runs SQL on the source
+	conn    func(tableOptions string) string // the YAML settings of connection src
+	rows    func() map[int][2]*string        // id → email, pin (as text) of the source table
+	changes string                           // inserts 52..60, updates (new email and ssn where id % 5 = 0, email NULL for 7), deletes (id % 7 = 3)
+}
 
-	e := harness.NewEnvWith(t, "postgres", "testdest")
+// runProtectScenario (issue #32 item 4): the source removes ssn and replaces email and pin by their HMAC before
+// anything leaves the plugin. Snapshot rows, inserts, updates and deletes pass through a pipeline whose WAL is
+// uncompressed; afterwards no file of the test's whole directory (WAL, testdest's files, the engine's state)
+// and no output of any run holds a clear value or the salt, and the destination's email and pin equal the
+// HMACs computed here. A key column or a missing column is refused at start; changing the salt of a running
+// pipeline is refused with the re-snapshot as the fix, and the re-snapshot applies the new salt to every row.
+func runProtectScenario(t *testing.T, e *harness.Env, src protectSource) {
 	e.ExtraEnv = append(e.ExtraEnv, "EMAIL_SALT="+protectSalt)
-	out := filepath.Join(e.Dir, "out")
+	out, walDir := filepath.Join(e.Dir, "out"), filepath.Join(e.Dir, "wal")
 	paused := ""
 	config := func(rules string) {
-		s := src.Server
 		e.WriteConfig(fmt.Sprintf(`connections:
   src:
-    plugin: postgres
-    version: "~> 0.1"
-    settings:
-      host: %s
-      port: %d
-      user: postgres
-      database: %s
-      sslmode: disable
-      tables: [public.people]
-      table_options: { public.people: %s }
+%s
   out:
     plugin: testdest
     version: ">= 0.1"
@@ -120,7 +103,7 @@ pipelines:
     wal:
       url: file://%s
       compression: none
-%s`, s.Host, s.Port, src.Name, rules, out, filepath.Join(e.Dir, "wal"), paused))
+%s`, src.conn(rules), out, walDir, paused))
 	}
 	const rules = `{ exclude_columns: [ssn], hash_columns: { email: { salt: "${EMAIL_SALT}" }, pin: { salt: "${EMAIL_SALT}" } } }`
 	var outputs []string
@@ -132,16 +115,15 @@ pipelines:
 
 	// Refused at start, naming table and column, before anything is read.
 	config(`{ exclude_columns: [id] }`)
-	e.SyncFails("config", "correct exclude_columns / hash_columns", "table public.people: key column id cannot be excluded")
+	e.SyncFails("config", "correct exclude_columns / hash_columns", "table "+src.stream+": key column id cannot be excluded")
 	config(`{ hash_columns: { mail: { salt: "${EMAIL_SALT}" } } }`)
-	e.SyncFails("config", "correct exclude_columns / hash_columns", "table public.people has no column mail (hashed)")
-	if err := os.RemoveAll(filepath.Join(e.Dir, "wal")); err != nil {
+	e.SyncFails("config", "correct exclude_columns / hash_columns", "table "+src.stream+" has no column mail (hashed)")
+	if err := os.RemoveAll(walDir); err != nil {
 		t.Fatal(err)
 	}
 
 	// Each sync runs first with apply paused, so the WAL still holds the entries when it is searched (applied
 	// ones are reclaimed); the digest of a value the entries carry must be found there, so the search sees data.
-	walDir := filepath.Join(e.Dir, "wal")
 	inWAL := func(digest string) {
 		t.Helper()
 		paused = "    apply: { paused: true }\n"
@@ -164,35 +146,22 @@ pipelines:
 		run("sync", "--once")
 	}
 	inWAL(hmacHex(protectSalt, "u1-CLEARMAIL@example.com"))
-	exec(`INSERT INTO people SELECT i, 'n' || i, 'u' || i || '-CLEARMAIL@example.com', 'CLEARSSN-' || i, 4000 + i, now() FROM generate_series(52, 60) i;
-		UPDATE people SET email = 'new' || id || '-CLEARMAIL@example.com', ssn = 'CLEARSSN-new' || id, name = 'changed' WHERE id % 5 = 0;
-		UPDATE people SET email = NULL WHERE id = 7;
-		DELETE FROM people WHERE id % 7 = 3`)
+	src.exec(src.changes)
 	inWAL(hmacHex(protectSalt, "new5-CLEARMAIL@example.com"))
 	run("status")
 
-	st, err := filedest.Load(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check := func(st filedest.State, salt string) {
+	check := func(salt string) {
 		t.Helper()
-		got := st.Tables["public.people"]
-		rows, err := sc.Query(ctx, `SELECT id, email, pin FROM people ORDER BY id`)
+		st, err := filedest.Load(out)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := 0
-		for rows.Next() {
-			var (
-				id    int
-				email *string
-				pin   *int
-			)
-			if err := rows.Scan(&id, &email, &pin); err != nil {
-				t.Fatal(err)
-			}
-			want++
+		got := st.Tables[src.stream]
+		want := src.rows()
+		if len(got) != len(want) || len(want) < 50 {
+			t.Fatalf("destination has %d rows, source %d", len(got), len(want))
+		}
+		for id, vals := range want {
 			row, ok := got[fmt.Sprint(id)]
 			if !ok {
 				t.Fatalf("row %d is missing downstream", id)
@@ -200,43 +169,161 @@ pipelines:
 			if _, ok := row["ssn"]; ok {
 				t.Fatalf("row %d carries the excluded column ssn: %v", id, row)
 			}
-			for col, v := range map[string]any{"email": email, "pin": pin} {
+			for i, col := range []string{"email", "pin"} {
 				var exp any
-				switch v := v.(type) {
-				case *string:
-					if v != nil {
-						exp = hmacHex(salt, *v)
-					}
-				case *int:
-					if v != nil {
-						exp = hmacHex(salt, fmt.Sprint(*v))
-					}
+				if vals[i] != nil {
+					exp = hmacHex(salt, *vals[i])
 				}
 				if row[col] != exp {
 					t.Fatalf("row %d %s = %v, want %v", id, col, row[col], exp)
 				}
 			}
 		}
-		if rows.Err() != nil {
-			t.Fatal(rows.Err())
-		}
-		if len(got) != want {
-			t.Fatalf("destination has %d rows, source %d", len(got), want)
-		}
 	}
-	check(st, protectSalt)
+	check(protectSalt)
 	files := grepTree(t, e.Dir, outputs, "CLEARMAIL", "CLEARSSN", protectSalt)
-	t.Logf("%d rows hashed as expected; %d files and %d outputs hold no clear value", len(st.Tables["public.people"]), files, len(outputs))
+	t.Logf("rows hashed as expected; %d files and %d outputs hold no clear value", files, len(outputs))
 
 	// Another salt on a running pipeline: refused, the fix is a re-snapshot, which applies it to every row.
 	e.ExtraEnv = append(e.ExtraEnv, "EMAIL_SALT=another-salt")
-	e.SyncFails("config", "put the old rules back, or re-snapshot the table so it is copied again under the new ones: skippr resnapshot PIPELINE public.people", "exclude_columns or hash_columns of table public.people changed")
-	run("resnapshot", "orders", "public.people")
+	e.SyncFails("config", "put the old rules back, or re-snapshot the table so it is copied again under the new ones: skippr resnapshot PIPELINE "+src.stream,
+		"exclude_columns or hash_columns of table "+src.stream+" changed")
+	run("resnapshot", "orders", src.stream)
 	run("sync", "--once")
-	st, err = filedest.Load(out)
+	check("another-salt")
+	grepTree(t, e.Dir, outputs, "CLEARMAIL", "CLEARSSN", protectSalt, "another-salt")
+}
+
+// The scenario with the Postgres source.
+func TestProtectedColumnsPostgres(t *testing.T) {
+	db := pgtest.NewDB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	sc, err := pgx.Connect(ctx, db.Server.ConnString(db.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(st, "another-salt")
-	grepTree(t, e.Dir, outputs, "CLEARMAIL", "CLEARSSN", protectSalt, "another-salt")
+	defer sc.Close(context.Background())
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := sc.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`CREATE TABLE people (id int PRIMARY KEY, name text, email text, ssn text, pin int, born timestamptz);
+		INSERT INTO people SELECT i, 'n' || i, 'u' || i || '-CLEARMAIL@example.com', 'CLEARSSN-' || i, 4000 + i, '2000-01-01'::timestamptz + i * interval '1 day'
+		FROM generate_series(1, 50) i;
+		INSERT INTO people VALUES (51, 'nulls', NULL, NULL, NULL, NULL)`)
+	runProtectScenario(t, harness.NewEnvWith(t, "postgres", "testdest"), protectSource{
+		stream: "public.people",
+		exec:   exec,
+		conn: func(opts string) string {
+			return fmt.Sprintf(`    plugin: postgres
+    version: "~> 0.1"
+    settings:
+      host: %s
+      port: %d
+      user: postgres
+      database: %s
+      sslmode: disable
+      tables: [public.people]
+      table_options: { public.people: %s }`, db.Server.Host, db.Server.Port, db.Name, opts)
+		},
+		rows: func() map[int][2]*string {
+			rows, err := sc.Query(ctx, `SELECT id, email, pin::text FROM people`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[int][2]*string{}
+			for rows.Next() {
+				var (
+					id         int
+					email, pin *string
+				)
+				if err := rows.Scan(&id, &email, &pin); err != nil {
+					t.Fatal(err)
+				}
+				out[id] = [2]*string{email, pin}
+			}
+			if rows.Err() != nil {
+				t.Fatal(rows.Err())
+			}
+			return out
+		},
+		changes: `INSERT INTO people SELECT i, 'n' || i, 'u' || i || '-CLEARMAIL@example.com', 'CLEARSSN-' || i, 4000 + i, now() FROM generate_series(52, 60) i;
+		UPDATE people SET email = 'new' || id || '-CLEARMAIL@example.com', ssn = 'CLEARSSN-new' || id, name = 'changed' WHERE id % 5 = 0;
+		UPDATE people SET email = NULL WHERE id = 7;
+		DELETE FROM people WHERE id % 7 = 3`,
+	})
+}
+
+// The scenario with the MySQL source (MariaDB): the binlog carries full row images, before and after.
+func TestProtectedColumnsMySQL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	srv, err := mysqltest.Start(ctx, mysqltest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Stop() })
+	db, err := sql.Open("mysql", srv.DSN("", "root", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	exec := func(q string) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec(`CREATE DATABASE shop;
+		CREATE TABLE shop.people (id int PRIMARY KEY, name varchar(50), email varchar(100), ssn varchar(40), pin int, born datetime(6));
+		INSERT INTO shop.people SELECT seq, concat('n', seq), concat('u', seq, '-CLEARMAIL@example.com'), concat('CLEARSSN-', seq), 4000 + seq, '2000-01-01' + INTERVAL seq DAY FROM shop.seq_1_to_50;
+		INSERT INTO shop.people VALUES (51, 'nulls', NULL, NULL, NULL, NULL)`)
+	e := harness.NewEnvWith(t, "testdest")
+	e.MustRun("registry", "add", e.Registry, testplugins.Build(t, "mysql"), "--name", "mysql", "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
+	e.MustRun("registry", "sign", e.Registry, "--key", filepath.Join(e.Dir, "keys", "skippr-ed25519.key"))
+	runProtectScenario(t, e, protectSource{
+		stream: "shop.people",
+		exec:   exec,
+		conn: func(opts string) string {
+			return fmt.Sprintf(`    plugin: mysql
+    version: "~> 0.1"
+    settings: { host: %s, port: %d, user: root, database: shop, tables: [people], table_options: { people: %s } }`, srv.Host, srv.Port, opts)
+		},
+		rows: func() map[int][2]*string {
+			rows, err := db.QueryContext(ctx, `SELECT id, email, CAST(pin AS CHAR) FROM shop.people`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			out := map[int][2]*string{}
+			for rows.Next() {
+				var (
+					id         int
+					email, pin sql.NullString
+				)
+				if err := rows.Scan(&id, &email, &pin); err != nil {
+					t.Fatal(err)
+				}
+				var v [2]*string
+				if email.Valid {
+					v[0] = &email.String
+				}
+				if pin.Valid {
+					v[1] = &pin.String
+				}
+				out[id] = v
+			}
+			if rows.Err() != nil {
+				t.Fatal(rows.Err())
+			}
+			return out
+		},
+		changes: `INSERT INTO shop.people SELECT seq, concat('n', seq), concat('u', seq, '-CLEARMAIL@example.com'), concat('CLEARSSN-', seq), 4000 + seq, now() FROM shop.seq_52_to_60;
+		UPDATE shop.people SET email = concat('new', id, '-CLEARMAIL@example.com'), ssn = concat('CLEARSSN-new', id), name = 'changed' WHERE id % 5 = 0;
+		UPDATE shop.people SET email = NULL WHERE id = 7;
+		DELETE FROM shop.people WHERE id % 7 = 3`,
+	})
 }
