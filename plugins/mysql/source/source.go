@@ -20,8 +20,8 @@ import (
 	"vitess.io/vitess/go/mysql"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
-	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/mempool"
+	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/mysql/config"
 )
