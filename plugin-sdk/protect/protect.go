@@ -178,6 +178,13 @@ func (s *Set) Check(stream string, schema *arrow.Schema, key []string) error {
 	return nil
 }
 
+// Hides says whether a column of a stream is excluded or hashed: its values must appear in no message
+// (values.Handler.Hide takes it).
+func (s *Set) Hides(stream, column string) bool {
+	r := s.rule(stream)
+	return r != nil && (r.exclude[column] || r.hash[column] != nil)
+}
+
 func (s *Set) rule(stream string) *rules {
 	if s == nil {
 		return nil

@@ -83,6 +83,9 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		tables: map[string]*table{}, announced: map[string]string{},
 		log: slog.Default().With("slot", cfg.Slot), chunkRead: s.chunkRead}
 	r.values = values.NewHandler(cfg.Policy, r.log)
+	if cfg.Protect != nil {
+		r.values.Hide(cfg.Protect.Hides)
+	}
 	if len(req.Streams) > 0 {
 		// The slot and the publication cover the configured tables; a subset would need its own slot.
 		for _, name := range req.Streams {
