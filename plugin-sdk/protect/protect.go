@@ -7,8 +7,9 @@
 //
 //   - Rules are per stream: ExcludeColumns lists columns to remove, HashColumns maps a column to its salt.
 //     A column is in at most one of them; a salt is never empty. Compile refuses anything else, and Check
-//     refuses, per stream schema, a rule naming a column the stream does not have or a key column (key values
-//     travel in checkpoints and identify rows in destinations: choose other key columns instead).
+//     refuses, per stream schema, a rule naming a key column (key values travel in checkpoints and identify rows
+//     in destinations: choose other key columns instead) or, when a pipeline starts, a column the stream does
+//     not have.
 //   - An excluded column disappears from the stream's Arrow schema and from every batch.
 //   - A hashed column becomes a utf8 column of the same name and nullability holding the lowercase hex of
 //     HMAC-SHA256(salt, canonical(value)): 64 characters, whatever the source type, so every destination can
@@ -151,9 +152,11 @@ func (r *rules) fingerprint() string {
 // Protects says whether the stream has rules.
 func (s *Set) Protects(stream string) bool { return s != nil && s.streams[stream] != nil }
 
-// Check refuses rules that do not fit a stream: a column the schema lacks, or a key column. Call it at start
-// for every stream, before anything is emitted; the error is a config fault naming stream and column.
-func (s *Set) Check(stream string, schema *arrow.Schema, key []string) error {
+// Check refuses rules that do not fit a stream: a key column, or a column the schema lacks unless running (the
+// pipeline has a checkpoint: the column may have been dropped since it started, which leaves the rule nothing to
+// do, and refusing would leave the user only a re-snapshot to get going again). Call it at start for every
+// stream, before anything is emitted; the error is a config fault naming stream and column.
+func (s *Set) Check(stream string, schema *arrow.Schema, key []string, running bool) error {
 	r := s.rule(stream)
 	if r == nil {
 		return nil
@@ -165,7 +168,9 @@ func (s *Set) Check(stream string, schema *arrow.Schema, key []string) error {
 			what = "hashed"
 		}
 		switch {
-		case len(schema.FieldIndices(c)) == 0 || change.Reserved(c) || c == change.MetaColumn:
+		case change.Reserved(c) || c == change.MetaColumn:
+			problems = append(problems, fmt.Sprintf("table %s: %s is skippr's own column, not one of the table's (%s)", stream, c, what))
+		case len(schema.FieldIndices(c)) == 0 && !running:
 			problems = append(problems, fmt.Sprintf("table %s has no column %s (%s)", stream, c, what))
 		case slices.Contains(key, c):
 			problems = append(problems, fmt.Sprintf("table %s: key column %s cannot be %s (key values travel in checkpoints and identify rows downstream); set key_columns to other columns, or protect another column", stream, c, what))

@@ -60,7 +60,8 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 	out := make([]serve.Stream, len(tables))
 	for i, t := range tables {
 		st := t.stream()
-		if err := cfg.Protect.Check(st.Name, st.Schema, st.PrimaryKey); err != nil {
+		// Discover does not know whether the pipeline runs: a missing column is Read's to refuse at a first start.
+		if err := cfg.Protect.Check(st.Name, st.Schema, st.PrimaryKey, true); err != nil {
 			return nil, err
 		}
 		out[i] = cfg.Protect.Stream(st)
@@ -177,7 +178,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	// batch, schema change and checkpoint of the Read (snapshot, binlog, re-snapshot) leaves through protect.
 	for _, t := range r.order {
 		st := t.stream()
-		if err := cfg.Protect.Check(st.Name, st.Schema, st.PrimaryKey); err != nil {
+		if err := cfg.Protect.Check(st.Name, st.Schema, st.PrimaryKey, pos != nil); err != nil {
 			return err
 		}
 	}

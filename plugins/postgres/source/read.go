@@ -106,7 +106,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 				"do what each problem says, then start again; skippr connect runs the same checks")
 		}
 		// A rule naming a column the table lacks, or its key, stops the Read before anything is emitted.
-		if err := cfg.Protect.Check(tn.String(), t.stream(cfg.Policy).Schema, t.Key); err != nil {
+		if err := cfg.Protect.Check(tn.String(), t.stream(cfg.Policy).Schema, t.Key, pos != nil); err != nil {
 			return err
 		}
 		r.tables[tn.String()] = t

@@ -76,7 +76,8 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 				fmt.Sprintf("add a primary key, name the columns that identify a row in table_options: {%s: {key_columns: [...]}} (with REPLICA IDENTITY FULL), or carry its inserts only with table_options: {%s: {mode: append}}", tn, tn))
 		}
 		st := t.stream(cfg.Policy)
-		if err := cfg.Protect.Check(st.Name, st.Schema, t.Key); err != nil {
+		// Discover does not know whether the pipeline runs: a missing column is Read's to refuse at a first start.
+		if err := cfg.Protect.Check(st.Name, st.Schema, t.Key, true); err != nil {
 			return nil, err
 		}
 		out = append(out, cfg.Protect.Stream(st))
