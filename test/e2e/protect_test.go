@@ -107,10 +107,11 @@ pipelines:
 	}
 	const rules = `{ exclude_columns: [ssn], hash_columns: { email: { salt: "${EMAIL_SALT}" }, pin: { salt: "${EMAIL_SALT}" } } }`
 	var outputs []string
-	run := func(args ...string) {
+	run := func(args ...string) string {
 		t.Helper()
 		r := e.MustRun(args...)
 		outputs = append(outputs, r.Stdout, r.Stderr)
+		return r.Stderr
 	}
 
 	// Refused at start, naming table and column, before anything is read.
@@ -189,7 +190,10 @@ pipelines:
 	e.SyncFails("config", "put the old rules back, or re-snapshot the table so it is copied again under the new ones: skippr resnapshot PIPELINE "+src.stream,
 		"exclude_columns or hash_columns of table "+src.stream+" changed")
 	run("resnapshot", "orders", src.stream)
-	run("sync", "--once")
+	if log := run("sync", "--once"); !strings.Contains(log, "exclude_columns/hash_columns changed: the new rules apply from this re-snapshot") ||
+		!strings.Contains(log, "table="+src.stream) {
+		t.Fatalf("the sync that took the new rules did not say so:\n%s", log)
+	}
 	check("another-salt")
 	grepTree(t, e.Dir, outputs, "CLEARMAIL", "CLEARSSN", protectSalt, "another-salt")
 }
@@ -213,7 +217,8 @@ func TestProtectedColumnsPostgres(t *testing.T) {
 	exec(`CREATE TABLE people (id int PRIMARY KEY, name text, email text, ssn text, pin int, born timestamptz);
 		INSERT INTO people SELECT i, 'n' || i, 'u' || i || '-CLEARMAIL@example.com', 'CLEARSSN-' || i, 4000 + i, '2000-01-01'::timestamptz + i * interval '1 day'
 		FROM generate_series(1, 50) i;
-		INSERT INTO people VALUES (51, 'nulls', NULL, NULL, NULL, NULL)`)
+		INSERT INTO people VALUES (51, 'nulls', NULL, NULL, NULL, NULL);
+		ALTER TABLE people REPLICA IDENTITY FULL -- deletes and updates carry the whole old row, clear values too`)
 	runProtectScenario(t, harness.NewEnvWith(t, "postgres", "testdest"), protectSource{
 		stream: "public.people",
 		exec:   exec,
@@ -253,6 +258,7 @@ func TestProtectedColumnsPostgres(t *testing.T) {
 		changes: `INSERT INTO people SELECT i, 'n' || i, 'u' || i || '-CLEARMAIL@example.com', 'CLEARSSN-' || i, 4000 + i, now() FROM generate_series(52, 60) i;
 		UPDATE people SET email = 'new' || id || '-CLEARMAIL@example.com', ssn = 'CLEARSSN-new' || id, name = 'changed' WHERE id % 5 = 0;
 		UPDATE people SET email = NULL WHERE id = 7;
+		UPDATE people SET id = id + 1000 WHERE id IN (2, 4);
 		DELETE FROM people WHERE id % 7 = 3`,
 	})
 }
@@ -324,6 +330,7 @@ func TestProtectedColumnsMySQL(t *testing.T) {
 		changes: `INSERT INTO shop.people SELECT seq, concat('n', seq), concat('u', seq, '-CLEARMAIL@example.com'), concat('CLEARSSN-', seq), 4000 + seq, now() FROM shop.seq_52_to_60;
 		UPDATE shop.people SET email = concat('new', id, '-CLEARMAIL@example.com'), ssn = concat('CLEARSSN-new', id), name = 'changed' WHERE id % 5 = 0;
 		UPDATE shop.people SET email = NULL WHERE id = 7;
+		UPDATE shop.people SET id = id + 1000 WHERE id IN (2, 4);
 		DELETE FROM shop.people WHERE id % 7 = 3`,
 	})
 }
