@@ -295,9 +295,17 @@ func (r *reader) useDefs(defs map[string]TableDef) error {
 		if err != nil {
 			return err
 		}
+		hide(r.cfg, t)
 		r.tables[name], r.order = t, append(r.order, t)
 	}
 	return nil
+}
+
+// hide marks the table's excluded and hashed columns, whose values then appear in no error.
+func hide(cfg config.Settings, t *Table) {
+	for i := range t.Columns {
+		t.Columns[i].Hidden = cfg.Protect.Hides(t.Stream, t.Columns[i].Name)
+	}
 }
 
 func cloneDefs(m map[string]TableDef) map[string]TableDef {
