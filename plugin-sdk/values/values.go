@@ -188,12 +188,17 @@ type Where struct {
 	IsKey bool // the column is part of the key
 }
 
-// Handle decides about a decoder's error. It returns err itself when err is not an *Unrepresentable, a
+// Handle decides about a decoder's error. It returns err itself when err is not an *Unrepresentable (worded
+// without the value for a column Hide names), a
 // fault.DataErr under fail (or for a key column), and nil when the value is to be written as NULL, having
 // recorded the change in row; the caller then appends NULL unless the error says Appended.
 func (h *Handler) Handle(w Where, err error, row *Row) error {
 	var u *Unrepresentable
 	if !errors.As(err, &u) {
+		if h.hidden != nil && h.hidden(w.Table, w.Column) {
+			// A decoder's error may quote the value: keep its class, not its text.
+			return fault.New(fault.ClassOf(err), fmt.Errorf("table %s, column %s: a value does not decode as the column's type (not shown: the column is excluded or hashed)", w.Table, w.Column), fault.FixOf(err))
+		}
 		return err
 	}
 	key := "(no key)"

@@ -53,6 +53,8 @@ func TestHandle(t *testing.T) {
 		{"key column fails under null_and_record", NullAndRecord, Where{Table: "public.t", Column: "id", Key: key, IsKey: true}, nan, fault.Data,
 			"key id=7", nil},
 		{"other errors pass through", NullAndRecord, Where{Table: "public.t", Column: "price"}, errors.New("boom"), fault.Unknown, "boom", nil},
+		{"a hidden column's decode error is not shown", NullAndRecord, Where{Table: "public.t", Column: "secret"}, fmt.Errorf("uuid %q: want 32 hex digits", "CLEAR-9"), fault.Unknown,
+			"table public.t, column secret: a value does not decode", nil},
 		{"a hidden column's value is not shown", Fail, Where{Table: "public.t", Column: "secret", Key: key}, Unrepresentablef("CLEAR-9", "no value"), fault.Data,
 			"table public.t, column secret, key id=7: a value this type cannot hold (not shown", nil},
 	} {
