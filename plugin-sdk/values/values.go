@@ -154,9 +154,18 @@ type Handler struct {
 	every  time.Duration
 	now    func() time.Time
 
+	// hidden says a column's values must not appear in a message (plugin-sdk/protect's excluded and hashed
+	// columns); nil: none.
+	hidden func(table, column string) bool
+
 	mu     sync.Mutex
 	counts map[string]*counter // by "table.column"
 }
+
+// Hide makes the handler leave the values of the columns hidden names out of its errors: a source with
+// protected columns (plugin-sdk/protect, Set.Hides) sets it before reading. The _skippr_meta entries of those
+// columns are protect's to drop.
+func (h *Handler) Hide(hidden func(table, column string) bool) { h.hidden = hidden }
 
 type counter struct {
 	total, unlogged int64
@@ -179,12 +188,17 @@ type Where struct {
 	IsKey bool // the column is part of the key
 }
 
-// Handle decides about a decoder's error. It returns err itself when err is not an *Unrepresentable, a
+// Handle decides about a decoder's error. It returns err itself when err is not an *Unrepresentable (worded
+// without the value for a column Hide names), a
 // fault.DataErr under fail (or for a key column), and nil when the value is to be written as NULL, having
 // recorded the change in row; the caller then appends NULL unless the error says Appended.
 func (h *Handler) Handle(w Where, err error, row *Row) error {
 	var u *Unrepresentable
 	if !errors.As(err, &u) {
+		if h.hidden != nil && h.hidden(w.Table, w.Column) {
+			// A decoder's error may quote the value: keep its class, not its text.
+			return fault.New(fault.ClassOf(err), fmt.Errorf("table %s, column %s: a value does not decode as the column's type (not shown: the column is excluded or hashed)", w.Table, w.Column), fault.FixOf(err))
+		}
 		return err
 	}
 	key := "(no key)"
@@ -192,6 +206,9 @@ func (h *Handler) Handle(w Where, err error, row *Row) error {
 		key = w.Key()
 	}
 	what := fmt.Errorf("table %s, column %s, key %s: %w", w.Table, w.Column, key, u)
+	if h.hidden != nil && h.hidden(w.Table, w.Column) {
+		what = fmt.Errorf("table %s, column %s, key %s: a value this type cannot hold (not shown: the column is excluded or hashed)", w.Table, w.Column, key)
+	}
 	if w.IsKey {
 		return fault.DataErr(what, "a key value cannot be replaced by NULL: change the value in the source, or key the table on columns whose values the destination can hold")
 	}

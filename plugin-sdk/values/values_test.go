@@ -53,12 +53,20 @@ func TestHandle(t *testing.T) {
 		{"key column fails under null_and_record", NullAndRecord, Where{Table: "public.t", Column: "id", Key: key, IsKey: true}, nan, fault.Data,
 			"key id=7", nil},
 		{"other errors pass through", NullAndRecord, Where{Table: "public.t", Column: "price"}, errors.New("boom"), fault.Unknown, "boom", nil},
+		{"a hidden column's decode error is not shown", NullAndRecord, Where{Table: "public.t", Column: "secret"}, fmt.Errorf("uuid %q: want 32 hex digits", "CLEAR-9"), fault.Unknown,
+			"table public.t, column secret: a value does not decode", nil},
+		{"a hidden column's value is not shown", Fail, Where{Table: "public.t", Column: "secret", Key: key}, Unrepresentablef("CLEAR-9", "no value"), fault.Data,
+			"table public.t, column secret, key id=7: a value this type cannot hold (not shown", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
 			h := NewHandler(tc.policy, slog.New(slog.NewTextHandler(&logs, nil)))
+			h.Hide(func(table, column string) bool { return column == "secret" })
 			var row Row
 			err := h.Handle(tc.where, tc.err, &row)
+			if err != nil && tc.where.Column == "secret" && strings.Contains(err.Error(), "CLEAR-9") {
+				t.Fatalf("the error shows a hidden value: %v", err)
+			}
 			if (err == nil) != (tc.msg == "") || (err != nil && !strings.Contains(err.Error(), tc.msg)) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.msg)
 			}

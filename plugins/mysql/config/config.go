@@ -19,6 +19,7 @@ import (
 	"vitess.io/vitess/go/vt/vttls"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -47,6 +48,18 @@ type Settings struct {
 	// WatermarkDatabase holds the table skippr_watermarks that a re-snapshot writes its watermarks to (the
 	// source's resnapshot.go); default: Database, so the binlog filters and grants that cover the tables cover it.
 	WatermarkDatabase string `json:"watermark_database"`
+	// TableOptions are per-table settings, by table name as in Tables (the same key as the Postgres source's).
+	TableOptions map[string]TableOption `json:"table_options"`
+
+	// Protect is the tables' exclude_columns and hash_columns, by stream name (nil: none).
+	Protect *protect.Set `json:"-"`
+}
+
+// TableOption is one table's settings: ExcludeColumns and HashColumns keep sensitive columns out of everything
+// the source emits (plugin-sdk/protect says how).
+type TableOption struct {
+	ExcludeColumns []string                `json:"exclude_columns"`
+	HashColumns    map[string]protect.Hash `json:"hash_columns"`
 }
 
 // ZeroDate is the zero_date setting. Its value null is also YAML's word for nothing: `zero_date: null`
@@ -173,6 +186,19 @@ func Parse(raw json.RawMessage) (Settings, error) {
 	}
 	if s.WatermarkDatabase == "" {
 		s.WatermarkDatabase = s.Database
+	}
+	rules := map[string]protect.Table{}
+	for name, opt := range s.TableOptions {
+		if !seen[name] {
+			problems = append(problems, fmt.Sprintf("table_options names %s, which is not in tables", name))
+			continue
+		}
+		rules[s.Stream(name)] = protect.Table{ExcludeColumns: opt.ExcludeColumns, HashColumns: opt.HashColumns}
+	}
+	if set, err := protect.Compile("table_options", rules); err != nil {
+		problems = append(problems, strings.TrimPrefix(err.Error(), "settings: "))
+	} else {
+		s.Protect = set
 	}
 	if len(problems) > 0 {
 		return s, fault.ConfigErr(fmt.Errorf("settings: %s", strings.Join(problems, "; ")), "correct the settings named in the message")

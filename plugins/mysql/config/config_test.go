@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -43,5 +44,35 @@ func TestZeroDateNull(t *testing.T) {
 	}
 	if enum := sch.Properties["zero_date"].Enum; !slices.Contains(enum, any(nil)) || !slices.Contains(enum, any("null")) {
 		t.Fatalf("the schema's zero_date enum %v does not accept YAML null", enum)
+	}
+}
+
+// TestTableOptions: exclude_columns and hash_columns are compiled by stream name (database.table); a table not in
+// tables and an empty salt are refused, naming table and column.
+func TestTableOptions(t *testing.T) {
+	base := `"host": "h", "user": "u", "database": "d", "tables": ["t", "u"]`
+	for _, tc := range []struct {
+		name, opts, err string
+	}{
+		{"ok", `{"t": {"exclude_columns": ["ssn"], "hash_columns": {"email": {"salt": "s3cret"}}}}`, ""},
+		{"unknown table", `{"x": {"exclude_columns": ["ssn"]}}`, "table_options names x, which is not in tables"},
+		{"empty salt", `{"t": {"hash_columns": {"email": {"salt": ""}}}}`, "table_options.d.t.hash_columns.email.salt is empty"},
+		{"unknown option", `{"t": {"exclude": ["ssn"]}}`, "unknown field"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse(json.RawMessage(`{` + base + `, "table_options": ` + tc.opts + `}`))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Protect.Hides("d.t", "ssn") || !s.Protect.Hides("d.t", "email") || s.Protect.Protects("d.u") {
+				t.Fatalf("rules not compiled by stream name")
+			}
+		})
 	}
 }

@@ -160,6 +160,9 @@ func zeroDate(b array.Builder, col *Column, v []byte, zeroNull bool) error {
 		b.AppendNull()
 		return nil
 	}
+	if col.Hidden {
+		return &valueError{fmt.Sprintf("column %s holds a zero date, which no destination type can hold (set zero_date: null to carry it as null)", col.Name)}
+	}
 	return &valueError{fmt.Sprintf("column %s holds a zero date (binary log bytes %x), which no destination type can hold (set zero_date: null to carry it as null)", col.Name, v)}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/mempool"
+	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/mysql/config"
 )
@@ -58,7 +59,12 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 	}
 	out := make([]serve.Stream, len(tables))
 	for i, t := range tables {
-		out[i] = t.stream()
+		st := t.stream()
+		// Discover does not know whether the pipeline runs: a missing column is Read's to refuse at a first start.
+		if err := cfg.Protect.Check(st.Name, st.Schema, st.PrimaryKey, true); err != nil {
+			return nil, err
+		}
+		out[i] = cfg.Protect.Stream(st)
 	}
 	return out, nil
 }
@@ -78,7 +84,11 @@ func loadTables(conn *mysql.Conn, cfg config.Settings) ([]*Table, error) {
 // Ack releases nothing: the server keeps its binary log by its own retention, not for a reader (see the
 // package doc). The checkpoint is still decoded, so a foreign one is refused.
 func (s *Source) Ack(ctx context.Context, checkpoint []byte) error {
-	_, err := DecodePosition(checkpoint)
+	inner, _, err := protect.Unwrap(checkpoint)
+	if err != nil {
+		return err
+	}
+	_, err = DecodePosition(inner)
 	return err
 }
 
@@ -106,9 +116,29 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	if err != nil {
 		return err
 	}
-	pos, err := DecodePosition(req.Checkpoint)
+	inner, _, err := protect.Unwrap(req.Checkpoint)
 	if err != nil {
 		return fault.ResnapshotErr(err, "start the pipeline from an empty checkpoint (a new snapshot)")
+	}
+	pos, err := DecodePosition(inner)
+	if err != nil {
+		return fault.ResnapshotErr(err, "start the pipeline from an empty checkpoint (a new snapshot)")
+	}
+	wrapped := false
+	if pos != nil {
+		// Only a copy started now is taken under new rules: one in progress began under the old ones.
+		var fresh, known []string
+		for _, n := range req.Resnapshot {
+			if _, ok := pos.Resnapshot[n]; !ok {
+				fresh = append(fresh, n)
+			}
+		}
+		for _, n := range pos.Tables {
+			known = append(known, cfg.Stream(n))
+		}
+		if wrapped, err = cfg.Protect.Resume(req.Checkpoint, known, fresh, slog.Default()); err != nil {
+			return err
+		}
 	}
 	conn, err := cfg.Connect(ctx)
 	if err != nil {
@@ -144,6 +174,19 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	if err := r.useDefs(defs); err != nil {
 		return err
 	}
+	// A rule naming a column a table lacks, or its key, stops the Read before anything is emitted; then every
+	// batch, schema change and checkpoint of the Read (snapshot, binlog, re-snapshot) leaves through protect.
+	for _, t := range r.order {
+		st := t.stream()
+		if err := cfg.Protect.Check(st.Name, st.Schema, st.PrimaryKey, pos != nil); err != nil {
+			return err
+		}
+	}
+	var names []string
+	for _, n := range cfg.Tables {
+		names = append(names, cfg.Stream(n))
+	}
+	r.out = cfg.Protect.Emitter(r.out, r.mem, names, wrapped)
 	if pos != nil {
 		pos.Schemas = cloneDefs(defs)
 	}
@@ -152,7 +195,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		if pos, err = r.currentPosition(conn); err != nil {
 			return err
 		}
-		if err := out.Checkpoint(ctx, serve.Checkpoint{Position: pos.Encode()}); err != nil {
+		if err := r.out.Checkpoint(ctx, serve.Checkpoint{Position: pos.Encode()}); err != nil {
 			return err
 		}
 	case pos == nil:
@@ -252,9 +295,17 @@ func (r *reader) useDefs(defs map[string]TableDef) error {
 		if err != nil {
 			return err
 		}
+		hide(r.cfg, t)
 		r.tables[name], r.order = t, append(r.order, t)
 	}
 	return nil
+}
+
+// hide marks the table's excluded and hashed columns, whose values then appear in no error.
+func hide(cfg config.Settings, t *Table) {
+	for i := range t.Columns {
+		t.Columns[i].Hidden = cfg.Protect.Hides(t.Stream, t.Columns[i].Name)
+	}
 }
 
 func cloneDefs(m map[string]TableDef) map[string]TableDef {

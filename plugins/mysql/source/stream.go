@@ -300,6 +300,7 @@ func (s *streamer) statement(ctx context.Context, db, sql string, next uint64) e
 			return fault.DataErr(fmt.Errorf("after %s (binary log at %s:%d): %w", sql, s.file, next, err),
 				"start the pipeline from an empty checkpoint (a new snapshot of the new schema)")
 		}
+		hide(s.cfg, t)
 		s.tables[name] = t
 		if err := s.out.SchemaChange(ctx, t.stream()); err != nil {
 			return err

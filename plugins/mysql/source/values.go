@@ -230,11 +230,18 @@ func appendValue(b array.Builder, col *Column, v []byte, fromBinlog, zeroNull bo
 
 // notUTF8 is the refusal of a text value that is not UTF-8.
 func notUTF8(col *Column, v []byte) error {
+	if col.Hidden {
+		return &valueError{fmt.Sprintf("column %s holds bytes that are not UTF-8 (not shown: the column is excluded or hashed)", col.Name)}
+	}
 	return &valueError{fmt.Sprintf("column %s holds bytes that are not UTF-8: %q", col.Name, v)}
 }
 
 // badValue is the error of a value that does not parse as its column's kind.
 func badValue(col *Column, v []byte, err error) error {
+	if col.Hidden {
+		// err may quote the value too.
+		return fmt.Errorf("column %s: a value that does not parse as %s (not shown: the column is excluded or hashed)", col.Name, col.DataType)
+	}
 	return fmt.Errorf("column %s: value %q: %w", col.Name, v, err)
 }
 

@@ -2,6 +2,7 @@ package source
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
@@ -83,5 +84,29 @@ func TestReconcile(t *testing.T) {
 		if tc.fresh && p.GTID != "0-1-5" {
 			t.Errorf("%s: gtid %q", tc.name, p.GTID)
 		}
+	}
+}
+
+// TestHiddenColumnErrors: a value error of an excluded or hashed column names the column, never the value.
+func TestHiddenColumnErrors(t *testing.T) {
+	const clear = "CLEAR-\xff-VALUE"
+	for _, tc := range []struct {
+		name string
+		err  func(col *Column) error
+	}{
+		{"not UTF-8", func(col *Column) error { return notUTF8(col, []byte(clear)) }},
+		{"bad value", func(col *Column) error { return badValue(col, []byte(clear), fmt.Errorf("parse %q", clear)) }},
+		{"zero date", func(col *Column) error { return zeroDate(nil, col, []byte(clear), false) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shown := tc.err(&Column{Name: "email", DataType: "varchar"}).Error()
+			if !strings.Contains(shown, "CLEAR") && !strings.Contains(shown, fmt.Sprintf("%x", clear)) {
+				t.Fatalf("an unprotected column's error should name the value: %s", shown)
+			}
+			hidden := tc.err(&Column{Name: "email", DataType: "varchar", Hidden: true}).Error()
+			if strings.Contains(hidden, "CLEAR") || strings.Contains(hidden, fmt.Sprintf("%x", clear)) || !strings.Contains(hidden, "column email") {
+				t.Fatalf("a hidden column's error shows the value or not the column: %s", hidden)
+			}
+		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
@@ -62,6 +63,8 @@ type Settings struct {
 	Options        map[TableName]TableOption `json:"-"`
 	HeartbeatEvery time.Duration             `json:"-"`
 	Policy         values.Policy             `json:"-"`
+	// Protect is the tables' exclude_columns and hash_columns, by stream name (nil: none).
+	Protect *protect.Set `json:"-"`
 
 	// SnapshotWaitTimeout bounds the creation of a replication slot (source/slotwait.go).
 	SnapshotWaitTimeout time.Duration `json:"-"`
@@ -98,6 +101,10 @@ type TableOption struct {
 	// updates and deletes cannot be matched to a row (no key, no REPLICA IDENTITY FULL). The README states
 	// the rule.
 	Mode string `json:"mode"`
+	// ExcludeColumns and HashColumns keep sensitive columns out of everything the source emits
+	// (plugin-sdk/protect says how).
+	ExcludeColumns []string                `json:"exclude_columns"`
+	HashColumns    map[string]protect.Hash `json:"hash_columns"`
 }
 
 // ModeAppend is the table mode that carries inserts (and truncates) only.
@@ -239,6 +246,7 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		s.TableNames = append(s.TableNames, tn)
 	}
 	s.Options = map[TableName]TableOption{}
+	rules := map[string]protect.Table{}
 	for name, opt := range s.TableOptions {
 		tn, err := ParseTableName(name)
 		if err != nil {
@@ -265,6 +273,12 @@ func Parse(raw json.RawMessage) (Settings, error) {
 			cols[c] = true
 		}
 		s.Options[tn] = opt
+		rules[tn.String()] = protect.Table{ExcludeColumns: opt.ExcludeColumns, HashColumns: opt.HashColumns}
+	}
+	if set, err := protect.Compile("table_options", rules); err != nil {
+		problems = append(problems, strings.TrimPrefix(err.Error(), "settings: "))
+	} else {
+		s.Protect = set
 	}
 	if len(problems) > 0 {
 		return s, fmt.Errorf("settings: %s", strings.Join(problems, "; "))

@@ -61,6 +61,8 @@ func TestParse(t *testing.T) {
 		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"mode": "upsert"}}}`, `table_options.t.mode is "upsert"; the only mode is append`},
 		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"mode": "append", "key_columns": ["a"]}}}`, "sets both mode: append and key_columns"},
 		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"keys": ["a"]}}}`, "unknown field"},
+		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"hash_columns": {"email": {"salt": ""}}}}}`, "table_options.public.t.hash_columns.email.salt is empty"},
+		{`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"exclude_columns": ["e"], "hash_columns": {"e": {"salt": "s3cret"}}}}}`, "table_options.public.t: column e is both excluded and hashed"},
 	} {
 		if _, err := Parse([]byte(tc.in)); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.in, err, tc.err)
@@ -72,6 +74,23 @@ func TestParseSnapshotWaitTimeout(t *testing.T) {
 	s, err := Parse([]byte(`{"host": "h", "user": "u", "database": "d", "snapshot_wait_timeout": "90s"}`))
 	if err != nil || s.SnapshotWaitTimeout != 90*time.Second {
 		t.Fatalf("snapshot_wait_timeout 90s: %v, %v", s.SnapshotWaitTimeout, err)
+	}
+}
+
+// Protected columns are compiled by stream name; the salt is kept, never shown in an error.
+func TestParseProtectedColumns(t *testing.T) {
+	s, err := Parse([]byte(`{"host": "h", "user": "u", "database": "d", "tables": ["t", "u"], "table_options": {"t": {"exclude_columns": ["ssn"], "hash_columns": {"email": {"salt": "s3cret"}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Protect.Hides("public.t", "ssn") || !s.Protect.Hides("public.t", "email") || s.Protect.Hides("public.t", "id") || s.Protect.Protects("public.u") {
+		t.Errorf("rules not compiled by stream name: %+v", s.Protect)
+	}
+	if _, err := Parse([]byte(`{"host": "h", "user": "u", "database": "d", "tables": ["t"], "table_options": {"t": {"exclude_columns": ["e"], "hash_columns": {"e": {"salt": "s3cret"}}}}}`)); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error %v: want one without the salt", err)
+	}
+	if s, err := Parse([]byte(`{"host": "h", "user": "u", "database": "d", "tables": ["t"]}`)); err != nil || s.Protect != nil {
+		t.Errorf("no rules: %v, %v", s.Protect, err)
 	}
 }
 

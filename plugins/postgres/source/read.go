@@ -18,6 +18,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/mempool"
+	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
@@ -60,7 +61,11 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	if len(cfg.TableNames) == 0 {
 		return errors.New("settings: tables is empty: list the tables to replicate as schema.table")
 	}
-	pos, err := DecodePosition(req.Checkpoint)
+	inner, _, err := protect.Unwrap(req.Checkpoint)
+	if err != nil {
+		return err
+	}
+	pos, err := DecodePosition(inner)
 	if err != nil {
 		return err
 	}
@@ -78,6 +83,9 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		tables: map[string]*table{}, announced: map[string]string{},
 		log: slog.Default().With("slot", cfg.Slot), chunkRead: s.chunkRead}
 	r.values = values.NewHandler(cfg.Policy, r.log)
+	if cfg.Protect != nil {
+		r.values.Hide(cfg.Protect.Hides)
+	}
 	if len(req.Streams) > 0 {
 		// The slot and the publication cover the configured tables; a subset would need its own slot.
 		for _, name := range req.Streams {
@@ -97,8 +105,27 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 			return fault.ConfigErr(fmt.Errorf("refused at start: %w", p),
 				"do what each problem says, then start again; skippr connect runs the same checks")
 		}
+		// A rule naming a column the table lacks, or its key, stops the Read before anything is emitted.
+		if err := cfg.Protect.Check(tn.String(), t.stream(cfg.Policy).Schema, t.Key, pos != nil); err != nil {
+			return err
+		}
 		r.tables[tn.String()] = t
 	}
+	wrapped := false
+	if pos != nil {
+		// Only a copy started now is taken under new rules: one in progress began under the old ones.
+		var fresh []string
+		for _, n := range req.Resnapshot {
+			if _, ok := pos.Resnapshot[n]; !ok {
+				fresh = append(fresh, n)
+			}
+		}
+		if wrapped, err = cfg.Protect.Resume(req.Checkpoint, pos.Tables, fresh, r.log); err != nil {
+			return err
+		}
+	}
+	// Every batch, schema change and checkpoint of the Read (snapshot, stream, re-snapshot) leaves through it.
+	r.out = cfg.Protect.Emitter(r.out, r.mem, r.tableNames(), wrapped)
 	if pos != nil && pos.Phase == PhaseSnapshot && pos.copiedAll() {
 		// A snapshot whose every table is durable is over, even when its closing checkpoint never became
 		// durable (a `sync --once` that ended on it): streaming starts where that checkpoint would have put it,

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
@@ -74,7 +75,12 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 			return nil, fault.ConfigErr(fmt.Errorf("table %s has no primary key or replica identity index", tn),
 				fmt.Sprintf("add a primary key, name the columns that identify a row in table_options: {%s: {key_columns: [...]}} (with REPLICA IDENTITY FULL), or carry its inserts only with table_options: {%s: {mode: append}}", tn, tn))
 		}
-		out = append(out, t.stream(cfg.Policy))
+		st := t.stream(cfg.Policy)
+		// Discover does not know whether the pipeline runs: a missing column is Read's to refuse at a first start.
+		if err := cfg.Protect.Check(st.Name, st.Schema, t.Key, true); err != nil {
+			return nil, err
+		}
+		out = append(out, cfg.Protect.Stream(st))
 	}
 	return out, nil
 }
@@ -183,7 +189,11 @@ func (s *Source) unregister(slot string, st *slotState) {
 // snapshot checkpoint releases nothing (the slot stays at its consistent point until the snapshot is done).
 // With a Read of the slot running, Ack returns once the server has been sent the new position.
 func (s *Source) Ack(ctx context.Context, checkpoint []byte) error {
-	p, err := DecodePosition(checkpoint)
+	inner, _, err := protect.Unwrap(checkpoint)
+	if err != nil {
+		return err
+	}
+	p, err := DecodePosition(inner)
 	if err != nil {
 		return err
 	}
