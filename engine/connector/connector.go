@@ -123,8 +123,8 @@ func start(ctx context.Context, host Starter, cn *config.Connection, withSetting
 // (and a fleet takeover) waits for the slowest plugin rather than for the sum of them — hashing and starting a
 // 100 MB destination binary takes seconds on a loaded host. Connections of one plugin start one after the
 // other, so that a first start that installs it does not race itself on the lock file. On an error every
-// plugin started is killed (at once when ctx ended: a hard stop during the start) and the error of the first connection (in order) that failed is returned;
-// otherwise the caller kills them all.
+// plugin started is killed (at once when ctx ended: a hard stop during the start) and the error of the first
+// connection (in order) that failed is returned; otherwise the caller kills them all.
 func StartAll(ctx context.Context, host Starter, cns []*config.Connection) ([]*Plugin, error) {
 	out := make([]*Plugin, len(cns))
 	errs := make([]error, len(cns))

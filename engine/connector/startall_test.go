@@ -207,9 +207,10 @@ func TestStartAllHardStop(t *testing.T) {
 			if err == nil {
 				t.Fatal("StartAll succeeded after a hard stop")
 			}
-			// The fleet's bound is 1 s for the whole stop; this is generous for a loaded host.
-			if took > 2*time.Second {
-				t.Fatalf("StartAll returned %s after the hard stop, want well under 1 s", took.Round(time.Millisecond))
+			// Milliseconds when it works; a graceful kill of the frozen plugin never returns. 10 s tells the two
+			// apart on any machine, however loaded (the fleet's 1 s bound is engine/run's TestHardStop's).
+			if took > 10*time.Second {
+				t.Fatalf("StartAll returned %s after the hard stop: it waited for a graceful exit", took.Round(time.Millisecond))
 			}
 			if err := syscall.Kill(s.pid, 0); !errors.Is(err, syscall.ESRCH) {
 				t.Fatalf("plugin %d still exists after StartAll returned (kill 0: %v)", s.pid, err)

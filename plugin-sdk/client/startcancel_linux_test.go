@@ -58,8 +58,10 @@ func TestStartCancelled(t *testing.T) {
 			}
 			t.Logf("Start returned %s after the cancel: %v", took.Round(time.Millisecond), r.err)
 			// Generous for a loaded host: the plugin's handshake comes after 30 s.
-			if took > 2*time.Second {
-				t.Fatalf("Start returned %s after its context was cancelled, want well under 2 s", took.Round(time.Millisecond))
+			// Milliseconds when it works; the handshake's 30 s when the kill waits for the start. 10 s tells the
+			// two apart on any machine, however loaded.
+			if took > 10*time.Second {
+				t.Fatalf("Start returned %s after its context was cancelled: it waited for the handshake", took.Round(time.Millisecond))
 			}
 			if !errors.Is(r.err, context.Canceled) {
 				t.Errorf("error %v does not wrap context.Canceled", r.err)
