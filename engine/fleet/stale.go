@@ -57,8 +57,11 @@ const (
 // error only when it knows none, or when etcd refused the read for a reason other than being unreachable.
 func ReadStatusOrLast(ctx context.Context, cli *clientv3.Client, prefix string, pipelines []Pipeline, cachePath string) (*Status, error) {
 	qctx, cancel := context.WithTimeout(ctx, StatusBudget)
+	deadline, _ := qctx.Deadline()
 	resp, err := cli.Get(qctx, prefix+"/", clientv3.WithPrefix())
-	timedOut := errors.Is(qctx.Err(), context.DeadlineExceeded)
+	// By the clock, not only qctx.Err(): the context's timer is a goroutine of its own, which on a loaded machine
+	// may not have run yet when the member's answer to the same deadline arrives (a CI run: 1.003 s, Err nil).
+	timedOut := errors.Is(qctx.Err(), context.DeadlineExceeded) || !time.Now().Before(deadline)
 	cancel()
 	if err == nil {
 		kvs := kvsOf(resp)
@@ -113,8 +116,16 @@ func unreachable(err error, timedOut bool) bool {
 	if errors.As(err, &ee) {
 		return ee.Code() == codes.Unavailable || ee.Code() == codes.DeadlineExceeded
 	}
-	c := status.Code(err)
-	return c == codes.Unavailable || c == codes.DeadlineExceeded
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	case codes.Unknown:
+		// The member ran out of the deadline the request carried (grpc-timeout, counted from its arrival, so it
+		// can lapse a little before ours does): its own context's error, sent as code Unknown.
+		return st.Message() == context.DeadlineExceeded.Error()
+	}
+	return false
 }
 
 // newestRecord is the time of the newest record the fleet's workers wrote: their heartbeats, holders and
