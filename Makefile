@@ -144,7 +144,7 @@ $(VERSITYGW):
 $(SEAWEEDFS):
 	@mkdir -p $(TOOLS)
 	GOWORK=off GOFLAGS= $(GO) mod download $(SEAWEEDFS_MODULE)
-	cd "$$($(GO) env GOMODCACHE)/$(SEAWEEDFS_MODULE)" && GOWORK=off GOFLAGS= $(GO) build -o $(SEAWEEDFS) ./weed
+	cd "$$($(GO) env GOMODCACHE)/$(SEAWEEDFS_MODULE)" && GOWORK=off GOFLAGS= $(GO) build -ldflags "-s -w" -o $(SEAWEEDFS) ./weed
 
 # The cold first run is mostly Go downloading modules and compiling: say so before it goes quiet. Each
 # quickstart builds (and publishes into the development registry) only the plugins it runs: its source, the

@@ -2,13 +2,14 @@
 # `make test`: every module's tests (`go test ./...` stops at module boundaries, so each module runs on its own).
 #
 # The black-box tests of the binary are three packages by kind (test/e2e, test/chaos, test/fleet), each its own
-# test binary. test/fleet (TestFleetChaos alone is ~13 min for its 20 faults) spends most of its time waiting:
-# for etcd leases to lapse, for elections, for a moved pipeline's first apply. It runs from the start as its own
-# `go test` process beside everything else; it has its own hosts (network namespaces with unique names), Postgres
-# and S3 server, so it shares nothing with the rest. In the root module test/e2e and test/chaos are named first,
-# so `go test` (-p 2: two test binaries at a time) starts them first and they overlap each other and the engine's
-# packages instead of queueing at the end. The chaos tests run at their small default counts (`make chaos`
-# raises them).
+# test binary. First the core and every plugin are built once into a folder every test process uses
+# (internal/testplugins). test/fleet (TestFleetChaos alone is ~10 min) spends most of its time waiting: for etcd
+# leases to lapse, for elections, for a moved pipeline's first apply. It runs from the start as its own `go test`
+# process beside everything else; it has its own hosts (network namespaces with unique names), Postgres and S3
+# server, so it shares nothing with the rest. In the root module test/e2e and test/chaos are named first, so
+# `go test` (-p 2: two test binaries at a time) starts them first and they overlap each other and the engine's
+# packages instead of queueing at the end. The other modules follow, two at a time. The chaos tests run at their
+# small default counts (`make chaos` raises them).
 #
 # Every module runs even after a failure, so one CI run shows every failing module; the exit status is 1 if any
 # failed. Usage: scripts/test.sh MODULE... (the environment passes VERSITYGW, SEAWEEDFS and GOFLAGS through).
@@ -19,30 +20,79 @@ first=(./test/e2e ./test/chaos)
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
+# The core and every plugin named in MODULES, built once for every test process (internal/testplugins reads
+# SKIPPR_TEST_BINARIES): test/e2e, test/chaos, test/fleet and the engine's packages each linked the same ten
+# binaries themselves, minutes of CPU on CI's two cores. Two links at a time: a link is mostly one core.
+bins="$logs/bin"
+mkdir -p "$bins"
+echo "== build the core and the plugins once for the tests"
+{
+	echo "core"
+	for m in "$@"; do case $m in plugins/*) echo "${m#plugins/}" ;; esac; done
+} | GO=$GO BINS=$bins xargs -P 2 -I{} bash -c '
+	if [ {} = core ]; then
+		CGO_ENABLED=0 "$GO" build -tags "${SKIPPR_CORE_TAGS:-}" -o "$BINS/skippr" ./cmd/skippr
+	else
+		cd plugins/{} && "$GO" build -o "$BINS/skippr-plugin-{}" .
+	fi' || { echo "test: FAILED: building the binaries the tests run"; exit 1; }
+export SKIPPR_TEST_BINARIES=$bins
+
 "$GO" test -count=1 -timeout 40m "$background" >"$logs/fleet" 2>&1 &
 fleet=$!
-# deploy/promcheck (Prometheus' PromQL parser over the dashboard and alert rules) is a module outside go.work;
-# with an empty module cache it downloads and compiles Prometheus for ~5 minutes, mostly network, so it runs
-# beside the rest too instead of before it.
-(cd deploy/promcheck && GOWORK=off "$GO" test -count=1 ./...) >"$logs/deploy" 2>&1 &
-deploy=$!
-
 failed=()
-for m in "$@"; do
-	echo "== go test $m"
-	if [ "$m" = . ]; then
-		# The root module's packages with test/fleet left out (it runs above) and the slow ones first.
-		pkgs=$("$GO" list ./... | grep -v -e '/test/fleet$' -e '/test/e2e$' -e '/test/chaos$') || { failed+=("$m"); continue; }
-		# shellcheck disable=SC2086
-		"$GO" test -count=1 -timeout 40m "${first[@]}" $pkgs || failed+=("$m")
+# One module's tests into its own log; the log is printed whole when the module ends, so two modules running
+# side by side do not interleave their output.
+module() {
+	local m=$1 log="$logs/module.${1//\//_}"
+	if [ "$m" = deploy/promcheck ]; then
+		# Prometheus' PromQL parser over the dashboard and alert rules: a module outside go.work.
+		(cd "$m" && GOWORK=off "$GO" test -count=1 ./...)
 	else
-		(cd "$m" && "$GO" test -count=1 -timeout 40m ./...) || failed+=("$m")
+		(cd "$m" && "$GO" test -count=1 -timeout 40m ./...)
+	fi >"$log" 2>&1
+	local rc=$?
+	echo "== go test $m"
+	cat "$log"
+	return $rc
+}
+
+# The root module first and alone beside test/fleet: test/e2e and test/chaos keep both cores busy for most of
+# a run. Then the other modules two at a time: their tests wait on servers more than they compute (a third of
+# CI's CPU sat idle when they ran one by one). deploy/promcheck (with an empty module cache it downloads and
+# compiles Prometheus for minutes) goes with them rather than into the busy root phase.
+rest=(deploy/promcheck)
+for m in "$@"; do
+	if [ "$m" = . ]; then
+		# Its packages with test/fleet left out (it runs beside everything) and the slow ones first; printed as
+		# they end, since nothing runs beside it to interleave with.
+		echo "== go test ."
+		if pkgs=$("$GO" list ./... | grep -v -e '/test/fleet$' -e '/test/e2e$' -e '/test/chaos$'); then
+			# shellcheck disable=SC2086
+			"$GO" test -count=1 -timeout 40m "${first[@]}" $pkgs || failed+=(.)
+		else
+			failed+=(.)
+		fi
+	else
+		rest+=("$m")
 	fi
 done
-
-echo "== go test deploy/promcheck (ran beside the modules above)"
-wait "$deploy" || failed+=(deploy/promcheck)
-cat "$logs/deploy"
+declare -A running=()
+for m in "${rest[@]}"; do
+	while [ ${#running[@]} -ge 2 ]; do
+		wait -n -p done_pid "${!running[@]}"
+		rc=$?
+		[ "$rc" -eq 0 ] || failed+=("${running[$done_pid]}")
+		unset "running[$done_pid]"
+	done
+	module "$m" &
+	running[$!]=$m
+done
+while [ ${#running[@]} -gt 0 ]; do
+	wait -n -p done_pid "${!running[@]}"
+	rc=$?
+	[ "$rc" -eq 0 ] || failed+=("${running[$done_pid]}")
+	unset "running[$done_pid]"
+done
 
 echo "== go test $background (ran beside the modules above)"
 wait "$fleet" || failed+=("$background")

@@ -23,7 +23,7 @@ running, when it starts). The source copies each table in key-ordered chunks bes
 during the copy — rows the source no longer has. A copy interrupted by a crash resumes from its last chunk.
 Asking again for a table already requested changes nothing. ` + "`skippr status`" + ` shows the progress.
 
-Refused (exit 2) for a source that cannot re-snapshot (only the postgres source can, for now), a destination
+Refused (exit 2) for a source that cannot re-snapshot (the postgres and mysql sources can), a destination
 that cannot apply a re-snapshot, or a table the source does not offer.`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},

@@ -1,5 +1,12 @@
 // Package testplugins builds the repository's plugin binaries for tests, once per test process, so tests run
 // real plugin processes built from the same source tree.
+//
+// `make test` (scripts/test.sh) builds the core and every plugin once before any test starts and names the
+// folder in $SKIPPR_TEST_BINARIES; Build and BuildSkippr then use those files instead of linking the same
+// binaries again in every test process (each link of a plugin is seconds of CPU, and CI's test processes run
+// side by side on two cores). Without the variable, as under a bare `go test`, every process builds its own, so
+// a test never runs a binary older than the source it was started from. The shared files are read-only to
+// tests: a test that changes a binary changes its installed copy.
 package testplugins
 
 import (
@@ -60,6 +67,9 @@ func Root(t testing.TB) string {
 // Build returns the path of plugins/<name> built as skippr-plugin-<name>.
 func Build(t testing.TB, name string) string {
 	t.Helper()
+	if p := prebuilt("skippr-plugin-" + name); p != "" {
+		return p
+	}
 	return build(t, name, "skippr-plugin-"+name, filepath.Join("plugins", name), ".", nil)
 }
 
@@ -80,6 +90,9 @@ func BuildWithVars(t testing.TB, name string, vars ...string) string {
 // that ships, and `make check-size` reuses the compiled packages).
 func BuildSkippr(t testing.TB) string {
 	t.Helper()
+	if p := prebuilt("skippr"); p != "" {
+		return p
+	}
 	return build(t, "skippr", "skippr", ".", "./cmd/skippr", []string{"CGO_ENABLED=0"}, "-tags", os.Getenv("SKIPPR_CORE_TAGS"))
 }
 
@@ -90,6 +103,23 @@ func BuildSkipprWithTags(t testing.TB, tags ...string) string {
 	all := strings.Join(append(strings.Fields(os.Getenv("SKIPPR_CORE_TAGS")), tags...), " ")
 	key := "skippr " + strings.Join(tags, " ")
 	return build(t, key, filepath.Join(fmt.Sprintf("t%x", sha256.Sum256([]byte(key)))[:17], "skippr"), ".", "./cmd/skippr", []string{"CGO_ENABLED=0"}, "-tags", all)
+}
+
+// PrebuiltEnv names the folder of binaries scripts/test.sh built before the tests.
+const PrebuiltEnv = "SKIPPR_TEST_BINARIES"
+
+// prebuilt is the binary's path in $SKIPPR_TEST_BINARIES, or "" when the variable is unset or the folder lacks
+// it (a plugin the script did not build is built here as before).
+func prebuilt(binary string) string {
+	d := os.Getenv(PrebuiltEnv)
+	if d == "" {
+		return ""
+	}
+	p := filepath.Join(d, binary)
+	if fi, err := os.Stat(p); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return p
 }
 
 func build(t testing.TB, key, binary, moduleDir, pkg string, env []string, flags ...string) string {
