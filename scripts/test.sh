@@ -51,8 +51,11 @@ module() {
 		(cd "$m" && "$GO" test -count=1 -timeout 40m ./...)
 	fi >"$log" 2>&1
 	local rc=$?
-	echo "== go test $m"
-	cat "$log"
+	{
+		flock 9
+		echo "== go test $m"
+		cat "$log"
+	} 9>"$logs/print.lock"
 	return $rc
 }
 
@@ -76,23 +79,21 @@ for m in "$@"; do
 		rest+=("$m")
 	fi
 done
-declare -A running=()
+declare -A running=() # pid → module
+# reap waits for one running module to end and records it when it failed.
+reap() {
+	local pid rc
+	wait -n -p pid "${!running[@]}"
+	rc=$?
+	[ "$rc" -eq 0 ] || failed+=("${running[$pid]}")
+	unset "running[$pid]"
+}
 for m in "${rest[@]}"; do
-	while [ ${#running[@]} -ge 2 ]; do
-		wait -n -p done_pid "${!running[@]}"
-		rc=$?
-		[ "$rc" -eq 0 ] || failed+=("${running[$done_pid]}")
-		unset "running[$done_pid]"
-	done
+	while [ ${#running[@]} -ge 2 ]; do reap; done
 	module "$m" &
 	running[$!]=$m
 done
-while [ ${#running[@]} -gt 0 ]; do
-	wait -n -p done_pid "${!running[@]}"
-	rc=$?
-	[ "$rc" -eq 0 ] || failed+=("${running[$done_pid]}")
-	unset "running[$done_pid]"
-done
+while [ ${#running[@]} -gt 0 ]; do reap; done
 
 echo "== go test $background (ran beside the modules above)"
 wait "$fleet" || failed+=("$background")
