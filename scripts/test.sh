@@ -26,15 +26,19 @@ trap 'rm -rf "$logs"' EXIT
 bins="$logs/bin"
 mkdir -p "$bins"
 echo "== build the core and the plugins once for the tests"
+build() {
+	if [ "$1" = core ]; then
+		CGO_ENABLED=0 "$GO" build -tags "${SKIPPR_CORE_TAGS:-}" -o "$bins/skippr" ./cmd/skippr
+	else
+		(cd "plugins/$1" && "$GO" build -o "$bins/skippr-plugin-$1" .)
+	fi
+}
+export -f build
+export GO bins logs
 {
 	echo "core"
 	for m in "$@"; do case $m in plugins/*) echo "${m#plugins/}" ;; esac; done
-} | GO=$GO BINS=$bins xargs -P 2 -I{} bash -c '
-	if [ {} = core ]; then
-		CGO_ENABLED=0 "$GO" build -tags "${SKIPPR_CORE_TAGS:-}" -o "$BINS/skippr" ./cmd/skippr
-	else
-		cd plugins/{} && "$GO" build -o "$BINS/skippr-plugin-{}" .
-	fi' || { echo "test: FAILED: building the binaries the tests run"; exit 1; }
+} | xargs -P 2 -I{} bash -c 'build "$1"' _ {} || { echo "test: FAILED: building the binaries the tests run"; exit 1; }
 export SKIPPR_TEST_BINARIES=$bins
 
 "$GO" test -count=1 -timeout 40m "$background" >"$logs/fleet" 2>&1 &
@@ -79,21 +83,12 @@ for m in "$@"; do
 		rest+=("$m")
 	fi
 done
-declare -A running=() # pid → module
-# reap waits for one running module to end and records it when it failed.
-reap() {
-	local pid rc
-	wait -n -p pid "${!running[@]}"
-	rc=$?
-	[ "$rc" -eq 0 ] || failed+=("${running[$pid]}")
-	unset "running[$pid]"
-}
-for m in "${rest[@]}"; do
-	while [ ${#running[@]} -ge 2 ]; do reap; done
-	module "$m" &
-	running[$!]=$m
-done
-while [ ${#running[@]} -gt 0 ]; do reap; done
+# A module that fails is named in $logs/failed (xargs runs each in a shell of its own).
+export -f module
+printf '%s\n' "${rest[@]}" | xargs -P 2 -I{} bash -c 'module "$1" || echo "$1" >>"$logs/failed"' _ {}
+if [ -s "$logs/failed" ]; then
+	while read -r m; do failed+=("$m"); done <"$logs/failed"
+fi
 
 echo "== go test $background (ran beside the modules above)"
 wait "$fleet" || failed+=("$background")
