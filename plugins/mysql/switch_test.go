@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/testkit/mysqltest"
 )
@@ -116,6 +117,32 @@ func checkSwitchFault(t *testing.T, err error, setting string) {
 			t.Errorf("fix %q does not say %q", fix, w)
 		}
 	}
+}
+
+// TestTwoPipelinesSameTables: two pipelines over the same tables, without a server_id in their settings, derive
+// different ids from their names, so both stream on without evicting each other (they used to derive one id and
+// evict each other for ever).
+func TestTwoPipelinesSameTables(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t)
+	db.Exec(t, `CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a VALUES (1, 'x')`)
+	set := settings(db, map[string]any{"tables": []string{"a"}})
+	orders := conformance.StartReadingFor(t, startPlugin(t), "orders", set, nil)
+	so := newState()
+	catchUp(t, orders, so, db)
+	audit := conformance.StartReadingFor(t, startPlugin(t), "audit", set, nil)
+	sa := newState()
+	catchUp(t, audit, sa, db)
+	// Both must go on streaming: a change after the second connected reaches both.
+	for i := 2; i <= 4; i++ {
+		db.Exec(t, fmt.Sprintf(`INSERT INTO a VALUES (%d, 'y')`, i))
+		catchUp(t, orders, so, db)
+		catchUp(t, audit, sa, db)
+	}
+	if n := len(so.rows[db.Name+".a"]); n != 4 {
+		t.Fatalf("pipeline orders holds %d rows, want 4", n)
+	}
+	same(t, so, sa)
 }
 
 // TestSameServerID: two Reads with one server_id (two pipelines over the same tables used to derive the same
