@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
@@ -340,4 +342,51 @@ func columnsText(t *testing.T, db *pgtest.DB, table, cols string) string {
 		t.Fatalf("read %s: %v", table, err)
 	}
 	return strings.Join(out, " ")
+}
+
+// TestApplyNULKeepsSourceMeta: under null_and_record a NUL replaced by the destination is recorded after what the
+// source recorded in the row's _skippr_meta (its own null_and_record), not in place of it.
+func TestApplyNULKeepsSourceMeta(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := pgtest.NewDB(t)
+	dst := startPlugin(t)
+	set := settings(db, map[string]any{"schema": "out", "on_unrepresentable": "null_and_record"})
+	sc := change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "v", Type: arrow.BinaryTypes.String, Nullable: true}, values.Field}, []string{"id"})
+	b := change.NewBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	const fromSource = `{"changes":[{"column":"n","reason":"numeric NaN","value":"NaN"}]}`
+	for _, r := range []struct {
+		id      int64
+		v, meta string
+	}{{1, "a\x00b", fromSource}, {2, "x\x00", ""}, {3, "ok", fromSource}, {4, "ok", ""}} {
+		b.Field(0).(*array.Int64Builder).Append(r.id)
+		b.Field(1).(*array.StringBuilder).Append(r.v)
+		if r.meta == "" {
+			b.Field(2).AppendNull()
+		} else {
+			b.Field(2).(*array.StringBuilder).Append(r.meta)
+		}
+		b.Row(change.OpInsert, "")
+	}
+	rec := b.NewBatch()
+	defer rec.Release()
+	ipc, err := protocol.EncodeRecord(memory.DefaultAllocator, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Apply(ctx, set, "p", 1, []client.ApplyItem{{Batch: &protocol.Batch{Stream: "public.m", SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipc}}}); err != nil {
+		t.Fatal(err)
+	}
+	ours := `{"column":"v","reason":"PostgreSQL text cannot store a NUL character (0x00)","value":"%s"}`
+	want := strings.Join([]string{
+		`1|NULL|{"changes":[{"column":"n","reason":"numeric NaN","value":"NaN"},` + fmt.Sprintf(ours, `a\u0000b`) + `]}`,
+		`2|NULL|{"changes":[` + fmt.Sprintf(ours, `x\u0000`) + `]}`,
+		`3|ok|` + fromSource,
+		`4|ok|NULL`,
+	}, " ")
+	if got := columnsText(t, db, "out.m", "id, v, _skippr_meta"); got != want {
+		t.Errorf("out.m =\n%s\nwant\n%s", got, want)
+	}
 }
