@@ -162,3 +162,21 @@ func TestSameServerID(t *testing.T) {
 		t.Fatalf("evicted by a reader of the same server_id: %v (class %v, fix %q), want a config fault naming server_id", err, fault.ClassOf(err), fault.FixOf(err))
 	}
 }
+
+// TestSameServerIDDerived: two Reads of one pipeline name over the same tables (the same pipeline run on two
+// hosts) derive one server_id; the one evicted stops with a config fault whose fix also offers renaming the
+// pipeline, since the id was derived, not set.
+func TestSameServerIDDerived(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t)
+	db.Exec(t, `CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a VALUES (1, 'x')`)
+	set := settings(db, map[string]any{"tables": []string{"a"}})
+	first := conformance.StartReadingFor(t, startPlugin(t), "orders", set, nil)
+	catchUp(t, first, newState(), db)
+	second := conformance.StartReadingFor(t, startPlugin(t), "orders", set, nil)
+	catchUp(t, second, newState(), db)
+	err := first.Err(time.Minute)
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "derived from the pipeline's name") || !strings.Contains(fault.FixOf(err), "rename this pipeline") {
+		t.Fatalf("evicted by a reader of the same derived server_id: %v (class %v, fix %q), want a config fault offering a rename", err, fault.ClassOf(err), fault.FixOf(err))
+	}
+}
