@@ -203,9 +203,10 @@ func (p *Plugin) Require(k Kind, what string) error {
 // Check asks the plugin to connect with its settings; a failed check is a *client.CheckError.
 func (p *Plugin) Check(ctx context.Context) error { return p.client.Check(ctx, p.Settings) }
 
-// Teardown asks a source to release what it holds on its server; it returns what it released.
-func (p *Plugin) Teardown(ctx context.Context) ([]string, error) {
-	return p.client.Teardown(ctx, p.Settings)
+// Teardown asks a source to release what it holds on its server for the named pipeline; it returns what it
+// released.
+func (p *Plugin) Teardown(ctx context.Context, pipeline string) ([]string, error) {
+	return p.client.TeardownFor(ctx, pipeline, p.Settings)
 }
 
 // LakePlan asks a lake plugin for its tables' snapshots and a pipeline's fences.

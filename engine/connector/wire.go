@@ -91,8 +91,8 @@ func modeOf(m pluginv2.SyncMode) SyncMode {
 }
 
 // Read starts a Read of a source (pipeline.Source).
-func (p *Plugin) Read(ctx context.Context, streams []string, checkpoint []byte, resnapshot []string) (pipeline.Messages, error) {
-	rs, err := p.client.ReadResnapshot(ctx, p.Settings, streams, checkpoint, resnapshot)
+func (p *Plugin) Read(ctx context.Context, pipelineName string, streams []string, checkpoint []byte, resnapshot []string) (pipeline.Messages, error) {
+	rs, err := p.client.ReadFor(ctx, pipelineName, p.Settings, streams, checkpoint, resnapshot)
 	if err != nil {
 		return nil, err
 	}

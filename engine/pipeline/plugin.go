@@ -13,9 +13,10 @@ import (
 // Source is what the runner needs of a source plugin. The plugin holds its connection's settings
 // (*connector.Plugin is one).
 type Source interface {
-	// Read starts reading from checkpoint (nil: the beginning) the streams named (none: all), and asks the
-	// source to copy the streams of resnapshot again while it streams (`skippr resnapshot`).
-	Read(ctx context.Context, streams []string, checkpoint []byte, resnapshot []string) (Messages, error)
+	// Read starts reading, for the named pipeline, from checkpoint (nil: the beginning) the streams named (none:
+	// all), and asks the source to copy the streams of resnapshot again while it streams (`skippr resnapshot`).
+	// The source may derive ids from the pipeline's name (the MySQL source's server_id).
+	Read(ctx context.Context, pipeline string, streams []string, checkpoint []byte, resnapshot []string) (Messages, error)
 	// Ack tells the source that everything through checkpoint is durable in the WAL, so it may release it.
 	Ack(ctx context.Context, checkpoint []byte) error
 }

@@ -93,7 +93,7 @@ func (r *runner) readOnce(ctx context.Context, from []byte, included []resnapsho
 	}
 	readCtx, cancelRead := context.WithCancel(ctx)
 	defer cancelRead()
-	rs, err := cfg.Source.Plugin.Read(readCtx, cfg.Streams, from, streamsOf(included))
+	rs, err := cfg.Source.Plugin.Read(readCtx, cfg.Name, cfg.Streams, from, streamsOf(included))
 	if err != nil {
 		return fmt.Errorf("pipeline %s: source %s: %w", cfg.Name, cfg.Source.Name, err)
 	}

@@ -75,7 +75,7 @@ func Teardown(ctx context.Context, home string, host connector.Starter, cfg *con
 		return nil, err
 	}
 	defer s.Kill()
-	released, err := s.Teardown(ctx)
+	released, err := s.Teardown(ctx, p.Name)
 	if err != nil {
 		return nil, err
 	}

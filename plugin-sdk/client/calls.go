@@ -84,7 +84,13 @@ func (c *Client) LastApplied(ctx context.Context, settings []byte, pipeline stri
 // Teardown asks a source to release its server-side resources for a pipeline. A plugin that has none
 // returns an empty list.
 func (c *Client) Teardown(ctx context.Context, settings []byte) ([]string, error) {
-	r, err := c.rpc.Teardown(ctx, &pluginv2.TeardownRequest{Settings: settings})
+	return c.TeardownFor(ctx, "", settings)
+}
+
+// TeardownFor is Teardown of the named pipeline (TeardownRequest.pipeline), for a source whose server-side
+// state is named after the pipeline that read.
+func (c *Client) TeardownFor(ctx context.Context, pipeline string, settings []byte) ([]string, error) {
+	r, err := c.rpc.Teardown(ctx, &pluginv2.TeardownRequest{Settings: settings, Pipeline: pipeline})
 	if status.Code(err) == codes.Unimplemented {
 		return nil, nil
 	}
@@ -124,7 +130,13 @@ func (c *Client) Read(ctx context.Context, settings []byte, streams []string, ch
 // ReadResnapshot is Read that also asks the source to copy the streams in resnapshot again while it streams
 // (see ReadRequest.resnapshot).
 func (c *Client) ReadResnapshot(ctx context.Context, settings []byte, streams []string, checkpoint []byte, resnapshot []string) (*ReadStream, error) {
-	s, err := c.rpc.Read(ctx, &pluginv2.ReadRequest{Settings: settings, Streams: streams, Checkpoint: checkpoint, Resnapshot: resnapshot})
+	return c.ReadFor(ctx, "", settings, streams, checkpoint, resnapshot)
+}
+
+// ReadFor is ReadResnapshot on behalf of the named pipeline (ReadRequest.pipeline): a source that derives an id
+// its server tells readers apart by (the MySQL binlog client's server_id) derives it from the name too.
+func (c *Client) ReadFor(ctx context.Context, pipeline string, settings []byte, streams []string, checkpoint []byte, resnapshot []string) (*ReadStream, error) {
+	s, err := c.rpc.Read(ctx, &pluginv2.ReadRequest{Settings: settings, Streams: streams, Checkpoint: checkpoint, Resnapshot: resnapshot, Pipeline: pipeline})
 	if err != nil {
 		return nil, c.wrap("read", err)
 	}

@@ -25,8 +25,14 @@ type Reading struct {
 // StartReading starts a Read of every stream from checkpoint from (nil: the beginning).
 func StartReading(t testing.TB, c *client.Client, settings, from []byte) *Reading {
 	t.Helper()
+	return StartReadingFor(t, c, "", settings, from)
+}
+
+// StartReadingFor is StartReading on behalf of the named pipeline (ReadRequest.pipeline).
+func StartReadingFor(t testing.TB, c *client.Client, pipeline string, settings, from []byte) *Reading {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	rs, err := c.Read(ctx, settings, nil, from)
+	rs, err := c.ReadFor(ctx, pipeline, settings, nil, from, nil)
 	if err != nil {
 		cancel()
 		t.Fatalf("read: %v", err)

@@ -122,16 +122,14 @@ func Unwrap(checkpoint []byte) (pos []byte, fps map[string]string, err error) {
 	return e.Position, e.Protect, nil
 }
 
-// Resume checks the rules against those a checkpoint recorded, and says whether the checkpoint was wrapped
-// (Emitter's last argument). known is the streams the source's own position covers (what the pipeline carried
-// before it had rules, when the checkpoint is not wrapped). A stream whose rules changed is refused with a config
-// fault naming it and the fix, unless resnapshot names it (a copy the source starts now, not one it resumes):
-// the copy made with the new rules replaces what the old ones wrote, and the log says the new rules apply from
-// it. A stream the checkpoint does not know is new to the pipeline and takes the rules as they are.
-func (s *Set) Resume(checkpoint []byte, known, resnapshot []string, log *slog.Logger) (wrapped bool, err error) {
+// Changed returns, sorted, the streams whose rules differ from those the checkpoint recorded, and whether the
+// checkpoint was wrapped (Emitter's last argument); known is as for Resume. A source that cannot copy a stream
+// again (a push source: what was posted is gone) decides itself what a change means, where Resume would refuse
+// with a re-snapshot as the fix.
+func (s *Set) Changed(checkpoint []byte, known []string) (changed []string, wrapped bool, err error) {
 	_, fps, err := Unwrap(checkpoint)
 	if err != nil || len(checkpoint) == 0 {
-		return false, err
+		return nil, false, err
 	}
 	wrapped = fps != nil
 	if !wrapped {
@@ -141,16 +139,28 @@ func (s *Set) Resume(checkpoint []byte, known, resnapshot []string, log *slog.Lo
 			fps[n] = ""
 		}
 	}
-	var changed []string
-	names := make([]string, 0, len(fps))
-	for n := range fps {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if fps[n] == s.fingerprint(n) {
-			continue
+	for n, fp := range fps {
+		if fp != s.fingerprint(n) {
+			changed = append(changed, n)
 		}
+	}
+	sort.Strings(changed)
+	return changed, wrapped, nil
+}
+
+// Resume checks the rules against those a checkpoint recorded, and says whether the checkpoint was wrapped
+// (Emitter's last argument). known is the streams the source's own position covers (what the pipeline carried
+// before it had rules, when the checkpoint is not wrapped). A stream whose rules changed is refused with a config
+// fault naming it and the fix, unless resnapshot names it (a copy the source starts now, not one it resumes):
+// the copy made with the new rules replaces what the old ones wrote, and the log says the new rules apply from
+// it. A stream the checkpoint does not know is new to the pipeline and takes the rules as they are.
+func (s *Set) Resume(checkpoint []byte, known, resnapshot []string, log *slog.Logger) (wrapped bool, err error) {
+	differ, wrapped, err := s.Changed(checkpoint, known)
+	if err != nil {
+		return false, err
+	}
+	var changed []string
+	for _, n := range differ {
 		if slices.Contains(resnapshot, n) {
 			log.Warn("exclude_columns/hash_columns changed: the new rules apply from this re-snapshot of the table on; rows the destination has from before are replaced by the copy", "table", n)
 			continue

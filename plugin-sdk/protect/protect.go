@@ -190,6 +190,21 @@ func (s *Set) Hides(stream, column string) bool {
 	return r != nil && (r.exclude[column] || r.hash[column] != nil)
 }
 
+// Excluded lists a stream's excluded columns, sorted: a source that can leave them out before it even looks at
+// their values (the http source, before inferring types) does.
+func (s *Set) Excluded(stream string) []string {
+	r := s.rule(stream)
+	if r == nil {
+		return nil
+	}
+	out := make([]string, 0, len(r.exclude))
+	for c := range r.exclude {
+		out = append(out, c)
+	}
+	sort.Strings(out)
+	return out
+}
+
 func (s *Set) rule(stream string) *rules {
 	if s == nil {
 		return nil

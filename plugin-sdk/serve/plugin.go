@@ -137,6 +137,10 @@ type ReadRequest struct {
 	// is, and carries every stream named here in each checkpoint it emits, so the engine forgets the request once
 	// such a checkpoint is durable. A source that cannot refuses with a config error.
 	Resnapshot []string
+	// Pipeline is the name of the pipeline that reads ("" from an engine older than this field). A source whose
+	// server tells readers apart by an id it derives (the MySQL binlog client's server_id) mixes it in, so two
+	// pipelines over the same tables get different ids; it must keep working when it is "".
+	Pipeline string
 }
 
 // Capabilities tells the engine what a destination honours.
@@ -265,4 +269,11 @@ type StreamingDestination interface {
 // slot, a publication). `skippr teardown` calls it when a pipeline is dropped; it returns what it released.
 type TearingDown interface {
 	Teardown(ctx context.Context, settings json.RawMessage) ([]string, error)
+}
+
+// PipelineTearingDown is TearingDown for a source whose server-side state is named after the pipeline that
+// read (ReadRequest.Pipeline): it is told which pipeline was dropped ("" from an engine older than that field).
+// Serve prefers it to TearingDown.
+type PipelineTearingDown interface {
+	TeardownPipeline(ctx context.Context, settings json.RawMessage, pipeline string) ([]string, error)
 }

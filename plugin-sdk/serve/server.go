@@ -246,7 +246,7 @@ func (s *server) Read(req *pluginv2.ReadRequest, out pluginv2.Plugin_ReadServer)
 	if err != nil {
 		return err
 	}
-	err = src.Read(out.Context(), ReadRequest{Settings: json.RawMessage(req.Settings), Streams: req.Streams, Checkpoint: req.Checkpoint, Resnapshot: req.Resnapshot}, &emitter{s: s, out: out})
+	err = src.Read(out.Context(), ReadRequest{Settings: json.RawMessage(req.Settings), Streams: req.Streams, Checkpoint: req.Checkpoint, Resnapshot: req.Resnapshot, Pipeline: req.Pipeline}, &emitter{s: s, out: out})
 	if err != nil && out.Context().Err() != nil {
 		return status.FromContextError(out.Context().Err()).Err()
 	}
@@ -493,11 +493,15 @@ func (s *server) LastApplied(ctx context.Context, req *pluginv2.LastAppliedReque
 }
 
 func (s *server) Teardown(ctx context.Context, req *pluginv2.TeardownRequest) (*pluginv2.TeardownResponse, error) {
-	td, ok := s.p.(TearingDown)
-	if !ok {
+	var released []string
+	var err error
+	if td, ok := s.p.(PipelineTearingDown); ok {
+		released, err = td.TeardownPipeline(ctx, req.Settings, req.Pipeline)
+	} else if td, ok := s.p.(TearingDown); ok {
+		released, err = td.Teardown(ctx, req.Settings)
+	} else {
 		return nil, status.Errorf(codes.Unimplemented, "plugin %s holds nothing to tear down", s.p.Spec().Name)
 	}
-	released, err := td.Teardown(ctx, req.Settings)
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -31,9 +31,10 @@ func (p *plugin) Spec() serve.Spec {
 
 func (p *plugin) Check(ctx context.Context, raw json.RawMessage) error { return source.Check(ctx, raw) }
 
-// Teardown deletes the pipeline's row of the re-snapshot watermark table; nothing else is held on the server.
-func (p *plugin) Teardown(ctx context.Context, raw json.RawMessage) ([]string, error) {
-	return source.Teardown(ctx, raw)
+// TeardownPipeline deletes the pipeline's row of the re-snapshot watermark table (named by the server_id the
+// pipeline's name derives); nothing else is held on the server.
+func (p *plugin) TeardownPipeline(ctx context.Context, raw json.RawMessage, pipeline string) ([]string, error) {
+	return source.Teardown(ctx, raw, pipeline)
 }
 
 func main() {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/testkit/mysqltest"
 )
@@ -118,6 +119,32 @@ func checkSwitchFault(t *testing.T, err error, setting string) {
 	}
 }
 
+// TestTwoPipelinesSameTables: two pipelines over the same tables, without a server_id in their settings, derive
+// different ids from their names, so both stream on without evicting each other (they used to derive one id and
+// evict each other for ever).
+func TestTwoPipelinesSameTables(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t)
+	db.Exec(t, `CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a VALUES (1, 'x')`)
+	set := settings(db, map[string]any{"tables": []string{"a"}})
+	orders := conformance.StartReadingFor(t, startPlugin(t), "orders", set, nil)
+	so := newState()
+	catchUp(t, orders, so, db)
+	audit := conformance.StartReadingFor(t, startPlugin(t), "audit", set, nil)
+	sa := newState()
+	catchUp(t, audit, sa, db)
+	// Both must go on streaming: a change after the second connected reaches both.
+	for i := 2; i <= 4; i++ {
+		db.Exec(t, fmt.Sprintf(`INSERT INTO a VALUES (%d, 'y')`, i))
+		catchUp(t, orders, so, db)
+		catchUp(t, audit, sa, db)
+	}
+	if n := len(so.rows[db.Name+".a"]); n != 4 {
+		t.Fatalf("pipeline orders holds %d rows, want 4", n)
+	}
+	same(t, so, sa)
+}
+
 // TestSameServerID: two Reads with one server_id (two pipelines over the same tables used to derive the same
 // one) evict each other's binlog dump; the one evicted stops with a config fault naming server_id and the fix,
 // not a transient error that reconnects and evicts the other in turn.
@@ -133,5 +160,23 @@ func TestSameServerID(t *testing.T) {
 	err := first.Err(time.Minute)
 	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "server_id") || !strings.Contains(fault.FixOf(err), "set server_id") {
 		t.Fatalf("evicted by a reader of the same server_id: %v (class %v, fix %q), want a config fault naming server_id", err, fault.ClassOf(err), fault.FixOf(err))
+	}
+}
+
+// TestSameServerIDDerived: two Reads of one pipeline name over the same tables (the same pipeline run on two
+// hosts) derive one server_id; the one evicted stops with a config fault whose fix also offers renaming the
+// pipeline, since the id was derived, not set.
+func TestSameServerIDDerived(t *testing.T) {
+	t.Parallel()
+	db := mysqltest.NewDB(t)
+	db.Exec(t, `CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a VALUES (1, 'x')`)
+	set := settings(db, map[string]any{"tables": []string{"a"}})
+	first := conformance.StartReadingFor(t, startPlugin(t), "orders", set, nil)
+	catchUp(t, first, newState(), db)
+	second := conformance.StartReadingFor(t, startPlugin(t), "orders", set, nil)
+	catchUp(t, second, newState(), db)
+	err := first.Err(time.Minute)
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), "derived from the pipeline's name") || !strings.Contains(fault.FixOf(err), "rename this pipeline") {
+		t.Fatalf("evicted by a reader of the same derived server_id: %v (class %v, fix %q), want a config fault offering a rename", err, fault.ClassOf(err), fault.FixOf(err))
 	}
 }

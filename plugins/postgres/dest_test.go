@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,11 +12,13 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
@@ -255,30 +258,135 @@ func TestApply(t *testing.T) {
 	}
 }
 
-// TestApplyNUL: a text value holding a NUL character (MySQL's VARCHAR can, PostgreSQL's text cannot) is a data
-// fault naming the table, the column and the row's key, not an error COPY repeats at every retry; the apply
-// changes nothing.
+// TestApplyNUL: a text value holding a NUL character (MySQL's VARCHAR can, PostgreSQL's text cannot) follows the
+// destination's on_unrepresentable: fail is a data fault naming the table, the column and the row's key, not an
+// error COPY repeats at every retry, and the apply changes nothing; null_and_record writes NULL and records the
+// value in the row's _skippr_meta (added to the table), after what the source recorded there; a key holding a NUL
+// fails under either policy.
 func TestApplyNUL(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDB(t)
-	dst := startPlugin(t)
-	set := settings(db, map[string]any{"schema": "out"})
+	for _, tc := range []struct {
+		name, policy string
+		keyNUL       bool
+		fails        []string // the fault names these; empty: the apply succeeds
+		want         string   // id|v|_skippr_meta of every row, or id|v when the apply fails
+	}{
+		{name: "fail", policy: "fail", fails: []string{"kv", "column v", "id=7", "NUL", "on_unrepresentable: null_and_record"}, want: "1|a"},
+		{name: "default fails", policy: "", fails: []string{"kv", "column v", "id=7", "NUL"}, want: "1|a"},
+		{name: "null_and_record", policy: "null_and_record",
+			want: `1|a|NULL 2|ok|NULL 7|NULL|{"changes":[{"column":"v","reason":"PostgreSQL text cannot store a NUL character (0x00)","value":"a\u0000b"}]}`},
+		{name: "null_and_record key", policy: "null_and_record", keyNUL: true, fails: []string{"kv", "column id", "NUL", "key value"}, want: "1|a|NULL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			db := pgtest.NewDB(t)
+			dst := startPlugin(t)
+			extra := map[string]any{"schema": "out"}
+			if tc.policy != "" {
+				extra["on_unrepresentable"] = tc.policy
+			}
+			set := settings(db, extra)
+			key := "id"
+			kv := func(rows ...kvRow) client.ApplyItem { return kvBatch(t, "public.kv", false, []string{key}, rows...) }
+			if tc.keyNUL {
+				// v is the key: a NUL in it cannot become NULL.
+				key = "v"
+			}
+			if _, err := dst.Apply(ctx, set, "p", 1, []client.ApplyItem{kv(kvRow{op: change.OpInsert, id: 1, v: "a"})}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := dst.Apply(ctx, set, "p", 2, []client.ApplyItem{kv(kvRow{op: change.OpInsert, id: 2, v: "ok"}, kvRow{op: change.OpInsert, id: 7, v: "a\x00b"})})
+			cols := "id, v"
+			if tc.policy == "null_and_record" {
+				cols += ", _skippr_meta"
+			}
+			if tc.keyNUL {
+				tc.fails = []string{"kv", "column v", "NUL", "key value"}
+			}
+			if len(tc.fails) > 0 {
+				if !errors.Is(err, fault.ErrData) {
+					t.Fatalf("apply of a NUL: %v (class %v), want a data fault", err, fault.ClassOf(err))
+				}
+				for _, w := range tc.fails {
+					if !strings.Contains(err.Error()+" "+fault.FixOf(err), w) {
+						t.Errorf("fault %q (fix %q) does not name %q", err, fault.FixOf(err), w)
+					}
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if got := columnsText(t, db, "out.kv", cols); got != tc.want {
+				t.Errorf("out.kv = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// columnsText is the given columns of every row of table, as a|b|c, rows ordered by the first column and
+// separated by spaces, NULL for NULL.
+func columnsText(t *testing.T, db *pgtest.DB, table, cols string) string {
+	t.Helper()
+	conn := db.Connect(t)
+	parts := strings.Split(cols, ", ")
+	for i, c := range parts {
+		parts[i] = "coalesce(" + c + "::text, 'NULL')"
+	}
+	rows, err := conn.Query(context.Background(), "SELECT concat_ws('|', "+strings.Join(parts, ", ")+") FROM "+table+" ORDER BY 1")
+	if err != nil {
+		t.Fatalf("read %s: %v", table, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("read %s: %v", table, err)
+	}
+	return strings.Join(out, " ")
+}
+
+// TestApplyNULKeepsSourceMeta: under null_and_record a NUL replaced by the destination is recorded after what the
+// source recorded in the row's _skippr_meta (its own null_and_record), not in place of it.
+func TestApplyNULKeepsSourceMeta(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	kv := func(rows ...kvRow) client.ApplyItem { return kvBatch(t, "public.kv", false, []string{"id"}, rows...) }
-	if _, err := dst.Apply(ctx, set, "p", 1, []client.ApplyItem{kv(kvRow{op: change.OpInsert, id: 1, v: "a"})}); err != nil {
+	db := pgtest.NewDB(t)
+	dst := startPlugin(t)
+	set := settings(db, map[string]any{"schema": "out", "on_unrepresentable": "null_and_record"})
+	sc := change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "v", Type: arrow.BinaryTypes.String, Nullable: true}, values.Field}, []string{"id"})
+	b := change.NewBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	const fromSource = `{"changes":[{"column":"n","reason":"numeric NaN","value":"NaN"}]}`
+	for _, r := range []struct {
+		id      int64
+		v, meta string
+	}{{1, "a\x00b", fromSource}, {2, "x\x00", ""}, {3, "ok", fromSource}, {4, "ok", ""}} {
+		b.Field(0).(*array.Int64Builder).Append(r.id)
+		b.Field(1).(*array.StringBuilder).Append(r.v)
+		if r.meta == "" {
+			b.Field(2).AppendNull()
+		} else {
+			b.Field(2).(*array.StringBuilder).Append(r.meta)
+		}
+		b.Row(change.OpInsert, "")
+	}
+	rec := b.NewBatch()
+	defer rec.Release()
+	ipc, err := protocol.EncodeRecord(memory.DefaultAllocator, rec)
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err := dst.Apply(ctx, set, "p", 2, []client.ApplyItem{kv(kvRow{op: change.OpInsert, id: 2, v: "ok"}, kvRow{op: change.OpInsert, id: 7, v: "a\x00b"})})
-	if !errors.Is(err, fault.ErrData) {
-		t.Fatalf("apply of a NUL: %v (class %v), want a data fault", err, fault.ClassOf(err))
+	if _, err := dst.Apply(ctx, set, "p", 1, []client.ApplyItem{{Batch: &protocol.Batch{Stream: "public.m", SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipc}}}); err != nil {
+		t.Fatal(err)
 	}
-	for _, w := range []string{"kv", "column v", "id=7", "NUL"} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("fault %q does not name %q", err, w)
-		}
-	}
-	if got := strings.Join(rowsText(t, db, "out.kv"), " "); got != "(1,a)" {
-		t.Errorf("out.kv = %s after the refused apply, want (1,a)", got)
+	ours := `{"column":"v","reason":"PostgreSQL text cannot store a NUL character (0x00)","value":"%s"}`
+	want := strings.Join([]string{
+		`1|NULL|{"changes":[{"column":"n","reason":"numeric NaN","value":"NaN"},` + fmt.Sprintf(ours, `a\u0000b`) + `]}`,
+		`2|NULL|{"changes":[` + fmt.Sprintf(ours, `x\u0000`) + `]}`,
+		`3|ok|` + fromSource,
+		`4|ok|NULL`,
+	}, " ")
+	if got := columnsText(t, db, "out.m", "id, v, _skippr_meta"); got != want {
+		t.Errorf("out.m =\n%s\nwant\n%s", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,8 +175,17 @@ func (s *session) submit(ctx context.Context, name string, rows []row, received 
 		return nil, unavailable("stream %s is configured but not read by the running pipeline; retry later", name)
 	}
 	seq := s.seq.Add(1)
+	// Excluded fields go before their values are even looked at: no inference, no type conflict, no message.
+	if ex := s.cfg.protect.Excluded(name); len(ex) > 0 {
+		for _, r := range rows {
+			for _, c := range ex {
+				delete(r.value, c)
+			}
+		}
+	}
 	next, batches, rerr := s.prepare(st, rows, seq)
 	if rerr != nil {
+		hideValue(s.cfg, name, rerr)
 		s.flushIdle()
 		return nil, rerr
 	}
@@ -224,6 +234,23 @@ func (s *session) prepare(st *streamState, rows []row, seq uint64) (*streamState
 		batches = append(batches, b)
 	}
 	return next, batches, nil
+}
+
+// hideValue rewords a refusal about a hashed field, whose message may quote the value (a number does):
+// protected values appear in no message, not even in the answer to the client that sent them.
+func hideValue(cfg *settings, stream string, e *requestError) {
+	if e.Field == "" {
+		return
+	}
+	top, _, _ := strings.Cut(strings.TrimPrefix(e.Field, "/"), "/")
+	top = strings.NewReplacer("~1", "/", "~0", "~").Replace(top)
+	if !cfg.protect.Hides(stream, top) {
+		return
+	}
+	e.Msg = fmt.Sprintf("field %s: the value does not fit the column (not shown: the field is hashed)", e.Field)
+	if e.Record != nil {
+		e.Msg = fmt.Sprintf("record %d, %s", *e.Record, e.Msg)
+	}
 }
 
 // unprocessable turns an inference error into a 422 naming the record (offset by the batch's first row).

@@ -10,9 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/infer"
+	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -36,11 +39,17 @@ type settings struct {
 	ackTimeout        time.Duration
 	// creds are the tokens a POST may carry; none means no token is needed.
 	creds []credential
+	// protect is the streams' exclude_columns and hash_columns (nil: none).
+	protect *protect.Set
 }
 
 type streamConfig struct {
 	PrimaryKey pointers `json:"primary_key"`
 	SampleFile string   `json:"sample_file"`
+	// ExcludeColumns and HashColumns keep sensitive top-level fields out of everything the source emits
+	// (plugin-sdk/protect says how).
+	ExcludeColumns []string                `json:"exclude_columns"`
+	HashColumns    map[string]protect.Hash `json:"hash_columns"`
 	// keys are the key column names the pointers designate.
 	keys []string
 }
@@ -119,6 +128,20 @@ func parseSettings(raw json.RawMessage) (_ *settings, err error) {
 		}
 		sc.keys = keys
 		s.Streams[name] = sc
+	}
+	rules := map[string]protect.Table{}
+	for name, sc := range s.Streams {
+		rules[name] = protect.Table{ExcludeColumns: sc.ExcludeColumns, HashColumns: sc.HashColumns}
+	}
+	if s.protect, err = protect.Compile("streams", rules); err != nil {
+		return nil, err
+	}
+	for _, name := range s.streamNames() {
+		// Fields appear with the records, so only the key and skippr's own names can be refused up front
+		// (running: a field no record has yet is not an error).
+		if err := s.protect.Check(name, arrow.NewSchema(nil, nil), s.Streams[name].keys, true); err != nil {
+			return nil, err
+		}
 	}
 	return s, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/infer"
+	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
@@ -110,7 +111,7 @@ func (s *Source) Discover(_ context.Context, raw json.RawMessage) ([]serve.Strea
 	}
 	out := make([]serve.Stream, 0, len(states))
 	for _, name := range cfg.streamNames() {
-		out = append(out, states[name].stream())
+		out = append(out, cfg.protect.Stream(states[name].stream()))
 	}
 	return out, nil
 }
@@ -178,7 +179,11 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	if err != nil {
 		return err
 	}
-	cp, err := parseCheckpoint(req.Checkpoint)
+	inner, _, err := protect.Unwrap(req.Checkpoint)
+	if err != nil {
+		return err
+	}
+	cp, err := parseCheckpoint(inner)
 	if err != nil {
 		return err
 	}
@@ -190,6 +195,17 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	if len(names) == 0 {
 		names = cfg.streamNames()
 	}
+	// What was posted is gone once acknowledged: a push source cannot copy a stream again under new rules, so
+	// new rules apply from the next request on, and the log says so (a refusal's only way out would be to put
+	// the old rules back).
+	changed, wrapped, err := cfg.protect.Changed(req.Checkpoint, names)
+	if err != nil {
+		return err
+	}
+	for _, n := range changed {
+		slog.Warn("exclude_columns/hash_columns changed: the new rules apply from the next request on; rows the destination has from before keep what the old rules made of them (post them again to replace them)", "stream", n)
+	}
+	out = cfg.protect.Emitter(out, memory.DefaultAllocator, names, wrapped)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	sess := &session{ctx: ctx, cancel: cancel, out: out, cfg: cfg, opt: cfg.inferOptions(), seq: &s.seq,
@@ -282,7 +298,11 @@ func (s *Source) current() *session {
 
 // Ack releases the requests whose checkpoints are at or below the acknowledged one: their clients get 200.
 func (s *Source) Ack(_ context.Context, raw []byte) error {
-	cp, err := parseCheckpoint(raw)
+	inner, _, err := protect.Unwrap(raw)
+	if err != nil {
+		return err
+	}
+	cp, err := parseCheckpoint(inner)
 	if err != nil {
 		return err
 	}

@@ -53,6 +53,9 @@ type Settings struct {
 
 	// Protect is the tables' exclude_columns and hash_columns, by stream name (nil: none).
 	Protect *protect.Set `json:"-"`
+	// ServerIDDerived: ServerID was not set but derived (defaultServerID); a collision is then fixed by setting
+	// it or by renaming the pipeline.
+	ServerIDDerived bool `json:"-"`
 }
 
 // TableOption is one table's settings: ExcludeColumns and HashColumns keep sensitive columns out of everything
@@ -103,8 +106,12 @@ const (
 	TLSVerifyIdentity = "verify_identity"
 )
 
-// Parse decodes and validates settings, filling defaults.
-func Parse(raw json.RawMessage) (Settings, error) {
+// Parse decodes and validates settings, filling defaults, for a caller that does not know the pipeline.
+func Parse(raw json.RawMessage) (Settings, error) { return ParseFor(raw, "") }
+
+// ParseFor is Parse for the named pipeline ("" when the engine did not say): an unset server_id is derived from
+// the pipeline's name too.
+func ParseFor(raw json.RawMessage, pipeline string) (Settings, error) {
 	var s Settings
 	if err := serve.DecodeSettings(raw, &s); err != nil {
 		return s, fault.ConfigErr(err, "fix the settings as the message says")
@@ -182,7 +189,7 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		problems = append(problems, fmt.Sprintf("batch_size must be positive, got %d", s.BatchSize))
 	}
 	if s.ServerID == 0 {
-		s.ServerID = s.defaultServerID()
+		s.ServerID, s.ServerIDDerived = s.defaultServerID(pipeline), true
 	}
 	if s.WatermarkDatabase == "" {
 		s.WatermarkDatabase = s.Database
@@ -206,12 +213,18 @@ func Parse(raw json.RawMessage) (Settings, error) {
 	return s, nil
 }
 
-// defaultServerID derives a binlog client id from what the pipeline reads, so two pipelines on one server
-// differ without being told, and a restart reuses its id (the server drops the previous dump thread of the
-// same id, a reconnect does not collide with its own ghost).
-func (s Settings) defaultServerID() uint32 {
+// defaultServerID derives a binlog client id from the pipeline's name and what it reads, so two pipelines on one
+// server differ without being told (also two over the same tables), and a restart reuses its id (the server
+// drops the previous dump thread of the same id, a reconnect does not collide with its own ghost). Without a
+// name (an engine that does not send it) the id is the one derived before names were: the same tables, the same
+// id, as that engine's pipelines had.
+func (s Settings) defaultServerID(pipeline string) uint32 {
 	h := fnv.New32a()
 	fmt.Fprintf(h, "%s:%d/%s/%s", s.Host, s.Port, s.Database, strings.Join(s.Tables, ","))
+	if pipeline != "" {
+		// After the old text, with a separator no table list holds, so "" keeps the old hash exactly.
+		fmt.Fprintf(h, "\x00pipeline=%s", pipeline)
+	}
 	return 1_000_000 + h.Sum32()%1_000_000
 }
 

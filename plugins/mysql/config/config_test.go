@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"testing"
@@ -74,5 +75,45 @@ func TestTableOptions(t *testing.T) {
 				t.Fatalf("rules not compiled by stream name")
 			}
 		})
+	}
+}
+
+// TestServerIDFromPipeline: two pipelines over the same tables derive different server_ids (the same one evicts
+// the other's binlog dump); one pipeline derives the same id at every start; an engine that sends no pipeline
+// name gets the id derived before names were; a server_id in the settings wins over any derivation.
+func TestServerIDFromPipeline(t *testing.T) {
+	base := `{"host": "h", "port": 3306, "user": "u", "database": "d", "tables": ["a", "b"]`
+	id := func(settings, pipeline string) (uint32, bool) {
+		t.Helper()
+		s, err := ParseFor(json.RawMessage(settings), pipeline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.ServerID, s.ServerIDDerived
+	}
+	orders, derived := id(base+`}`, "orders")
+	if !derived {
+		t.Fatal("an unset server_id is not marked as derived")
+	}
+	audit, _ := id(base+`}`, "audit")
+	if orders == audit {
+		t.Fatalf("pipelines orders and audit over the same tables both derive server_id %d", orders)
+	}
+	if again, _ := id(base+`}`, "orders"); again != orders {
+		t.Fatalf("pipeline orders derives %d, then %d: a restart must reuse its id", orders, again)
+	}
+	for _, v := range []uint32{orders, audit} {
+		if v < 1_000_000 || v >= 2_000_000 {
+			t.Fatalf("derived server_id %d outside 1000000..1999999", v)
+		}
+	}
+	// Before pipeline names: FNV-1a 32 of "h:3306/d/a,b", mod 10^6, plus 10^6 — the id those pipelines use.
+	h := fnv.New32a()
+	h.Write([]byte("h:3306/d/a,b"))
+	if old, _ := id(base+`}`, ""); old != 1_000_000+h.Sum32()%1_000_000 {
+		t.Fatalf("without a pipeline name server_id %d, want the old derivation %d", old, 1_000_000+h.Sum32()%1_000_000)
+	}
+	if set, derived := id(base+`, "server_id": 77}`, "orders"); set != 77 || derived {
+		t.Fatalf("server_id 77 in the settings gave %d (derived %v)", set, derived)
 	}
 }

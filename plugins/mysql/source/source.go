@@ -112,7 +112,7 @@ type reader struct {
 
 // Read emits the snapshot (unless the checkpoint is past it or snapshots are off), then binlog changes.
 func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emitter) error {
-	cfg, err := config.Parse(req.Settings)
+	cfg, err := config.ParseFor(req.Settings, req.Pipeline)
 	if err != nil {
 		return err
 	}

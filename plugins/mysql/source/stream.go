@@ -122,8 +122,13 @@ func explainDump(r *reader, pos *Position, err error) error {
 	if errors.As(err, &se) && sameServerID(se) {
 		// Retrying would evict the other reader in turn, and so on for ever: a person must give one of them
 		// another id.
-		return fault.ConfigErr(fmt.Errorf("another binlog reader connected to the server with this pipeline's server_id %d, and the server dropped this one (two pipelines over the same tables derive the same id; a replica may use it too): %w", r.cfg.ServerID, err),
-			"set server_id in this pipeline's source settings to a number no other pipeline, replica or server of this topology uses (1–4294967295)")
+		how := "set in the settings"
+		fix := "set server_id in this pipeline's source settings to a number no other pipeline, replica or server of this topology uses (1–4294967295)"
+		if r.cfg.ServerIDDerived {
+			how = "derived from the pipeline's name, host, database and tables: another pipeline of the same name over the same tables, one started by an engine that does not send pipeline names, or a replica may use it too"
+			fix += ", or rename this pipeline so it derives another id"
+		}
+		return fault.ConfigErr(fmt.Errorf("another binlog reader connected to the server with this pipeline's server_id %d (%s), and the server dropped this one: %w", r.cfg.ServerID, how, err), fix)
 	}
 	if errors.As(err, &se) && se.Number() == sqlerror.ERMasterFatalReadingBinlog {
 		return fault.ResnapshotErr(fmt.Errorf("the server cannot send the binary log from %s:%d (gtid %q): %w", pos.File, pos.Pos, pos.GTID, err),

@@ -17,9 +17,10 @@ import (
 // Teardown deletes this reader's row of the watermark table, the one thing a pipeline leaves on the server: a
 // binary log reader holds nothing there (no slot; the server keeps its binary log by its own retention). The
 // table itself stays, because other pipelines reading the same server may be writing their marks to it at this
-// moment, and dropping it under them would fail their re-snapshot.
-func Teardown(ctx context.Context, raw json.RawMessage) ([]string, error) {
-	cfg, err := config.Parse(raw)
+// moment, and dropping it under them would fail their re-snapshot. The row is the reader's server_id, derived
+// from the pipeline's name as Read derives it ("" when the engine did not say).
+func Teardown(ctx context.Context, raw json.RawMessage, pipeline string) ([]string, error) {
+	cfg, err := config.ParseFor(raw, pipeline)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
@@ -31,6 +32,7 @@ type applier struct {
 	staged map[string]bool // staging tables filled in this transaction
 	hints  map[string]bool // type names the database knows (to_regtype)
 	tables map[string]*tableState
+	nul    *values.Handler // on_unrepresentable for NUL characters in text (stage)
 }
 
 // tableState is what this apply knows of a destination table.
@@ -303,7 +305,7 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 		}
 		a.tables[stream] = ts
 	}
-	fields := change.DataFields(s)
+	fields := a.withMeta(change.DataFields(s))
 	key := change.PrimaryKey(s)
 	if len(ts.columns) == 0 {
 		defs := make([]string, 0, len(fields)+1)
@@ -417,23 +419,36 @@ func (a *applier) stage(ctx context.Context, ts *tableState, s *arrow.Schema, co
 	}
 	a.staged[stage] = true
 	encs := make([]map[arrow.RecordBatch]typemap.Encoder, len(cols))
+	// Under null_and_record, upsert puts _skippr_meta last (withMeta), and it takes the replacements of the
+	// row's other columns: it may not be in the batch (the source records nothing).
+	meta := a.cfg.Policy == values.NullAndRecord && len(cols) > 0 && cols[len(cols)-1] == change.MetaColumn
 	idx := make([]int, len(cols))
 	for j, c := range cols {
 		fi := s.FieldIndices(c)
-		if len(fi) != 1 {
+		switch {
+		case len(fi) == 1:
+			idx[j] = fi[0]
+		case meta && j == len(cols)-1:
+			idx[j] = -1
+		default:
 			return "", fmt.Errorf("column %s is not in the batch", c)
 		}
-		idx[j] = fi[0]
 		encs[j] = map[arrow.RecordBatch]typemap.Encoder{}
 	}
 	var (
-		buf bytes.Buffer
-		tmp []byte
+		buf     bytes.Buffer
+		tmp     []byte
+		changed values.Row
 	)
 	for _, r := range rows {
+		changed.Reset()
 		for j := range cols {
 			if j > 0 {
 				buf.WriteByte('\t')
+			}
+			if meta && j == len(cols)-1 {
+				writeMeta(&buf, r, idx[j], &changed)
+				continue
 			}
 			arr := r.rec.Column(idx[j])
 			if arr.IsNull(r.i) {
@@ -451,7 +466,11 @@ func (a *applier) stage(ctx context.Context, ts *tableState, s *arrow.Schema, co
 			}
 			tmp = enc(tmp[:0], r.i)
 			if bytes.IndexByte(tmp, 0) >= 0 {
-				return "", nulErr(ts, cols[j], r)
+				if err := a.nulValue(ts, cols[j], r, tmp, &changed); err != nil {
+					return "", err
+				}
+				buf.WriteString(`\N`)
+				continue
 			}
 			writeCopyText(&buf, tmp)
 		}
@@ -463,22 +482,71 @@ func (a *applier) stage(ctx context.Context, ts *tableState, s *arrow.Schema, co
 	return stage, nil
 }
 
-// nulErr refuses a value holding a NUL character: PostgreSQL's text types cannot store one (COPY fails with
-// `invalid byte sequence for encoding "UTF8": 0x00`, the same at every retry), while MySQL's VARCHAR and Arrow's
-// utf8 can. Only a text form holds a raw NUL: bytea's is hex.
-func nulErr(ts *tableState, col string, r row) error {
+// nulValue decides about a value holding a NUL character: PostgreSQL's text types cannot store one (COPY fails
+// with `invalid byte sequence for encoding "UTF8": 0x00`, the same at every retry), while MySQL's VARCHAR and
+// Arrow's utf8 can. Only a text form holds a raw NUL: bytea's is hex. The destination's on_unrepresentable
+// decides as the sources' does for values Arrow cannot hold: fail (a data fault naming table, column and key),
+// or null_and_record (nil: the caller writes NULL, and the value is recorded in the row's _skippr_meta). A key
+// column fails under either, since a row without its key cannot be applied.
+func (a *applier) nulValue(ts *tableState, col string, r row, text []byte, changed *values.Row) error {
 	key := make([]string, 0, len(ts.key))
 	for _, k := range ts.key {
 		if fi := r.rec.Schema().FieldIndices(k); len(fi) == 1 {
-			key = append(key, k+"="+r.rec.Column(fi[0]).ValueStr(r.i))
+			// A NUL in a message breaks the log lines and terminals that show it: written as \0.
+			key = append(key, k+"="+strings.ReplaceAll(r.rec.Column(fi[0]).ValueStr(r.i), "\x00", `\0`))
 		}
 	}
 	where := "row " + strings.Join(key, ", ")
 	if len(key) == 0 {
 		where = "a row of a stream without a key"
 	}
-	return fault.DataErr(fmt.Errorf("table %s column %s, %s: the value holds a NUL character (0x00), which PostgreSQL text cannot store", ts.name, col, where),
-		"remove the NUL characters at the source (MySQL: UPDATE … SET col = REPLACE(col, CHAR(0), '')), or send the stream to a destination that keeps them (Iceberg, DuckDB)")
+	isKey := slices.Contains(ts.key, col)
+	if a.cfg.Policy == values.NullAndRecord && !isKey {
+		u := &values.Unrepresentable{Value: string(text), Reason: "PostgreSQL text cannot store a NUL character (0x00)"}
+		return a.nul.Handle(values.Where{Table: ts.name, Column: col, Key: func() string { return strings.Join(key, ", ") }}, u, changed)
+	}
+	fix := "set on_unrepresentable: null_and_record in this destination's settings to write NULL and record the value in the table's _skippr_meta column, or remove the NUL characters at the source (MySQL: UPDATE … SET col = REPLACE(col, CHAR(0), '')), or send the stream to a destination that keeps them (Iceberg, DuckDB)"
+	if isKey {
+		fix = "a key value cannot be replaced by NULL: remove the NUL characters at the source (MySQL: UPDATE … SET col = REPLACE(col, CHAR(0), '')), or send the stream to a destination that keeps them (Iceberg, DuckDB)"
+	}
+	return fault.DataErr(fmt.Errorf("table %s column %s, %s: the value holds a NUL character (0x00), which PostgreSQL text cannot store", ts.name, col, where), fix)
+}
+
+// withMeta adds _skippr_meta to a table's fields under null_and_record, where NUL replacements are recorded,
+// when the stream does not carry it already.
+func (a *applier) withMeta(fields []arrow.Field) []arrow.Field {
+	if a.cfg.Policy != values.NullAndRecord || slices.ContainsFunc(fields, func(f arrow.Field) bool { return f.Name == change.MetaColumn }) {
+		return fields
+	}
+	return values.NullAndRecord.Fields(fields)
+}
+
+// writeMeta writes row r's _skippr_meta (column i of its batch, -1: none) with the replacements of this
+// destination appended to those the source recorded.
+func writeMeta(buf *bytes.Buffer, r row, i int, changed *values.Row) {
+	var from string
+	if i >= 0 {
+		if col, ok := r.rec.Column(i).(*array.String); ok && col.IsValid(r.i) {
+			from = col.Value(r.i)
+		}
+	}
+	switch {
+	case !changed.Changed() && from == "":
+		buf.WriteString(`\N`)
+		return
+	case changed.Changed() && from != "":
+		var have, add values.Meta
+		if json.Unmarshal([]byte(from), &have) == nil && json.Unmarshal([]byte(changed.JSON()), &add) == nil {
+			have.Changes = append(have.Changes, add.Changes...)
+			b, _ := json.Marshal(have)
+			from = string(b)
+		} else {
+			from = changed.JSON()
+		}
+	case changed.Changed():
+		from = changed.JSON()
+	}
+	writeCopyText(buf, []byte(from))
 }
 
 func typesOf(ts *tableState, cols []string) string {
@@ -511,7 +579,12 @@ func writeCopyText(buf *bytes.Buffer, v []byte) {
 func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, rows []row, merge bool) error {
 	var cols []string
 	for _, f := range change.DataFields(s) {
-		cols = append(cols, f.Name)
+		if a.cfg.Policy != values.NullAndRecord || f.Name != change.MetaColumn {
+			cols = append(cols, f.Name)
+		}
+	}
+	if a.cfg.Policy == values.NullAndRecord {
+		cols = append(cols, change.MetaColumn) // last: stage fills it with the row's replacements
 	}
 	stage, err := a.stage(ctx, ts, s, cols, rows)
 	if err != nil {

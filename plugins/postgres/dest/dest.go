@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
 )
 
@@ -34,6 +36,9 @@ func New() *Destination { return &Destination{} }
 type session struct {
 	cfg  config.Settings
 	pool *pgxpool.Pool
+	// nul applies on_unrepresentable to text values holding NUL (stage in apply.go); it lives as long as the
+	// session so its replacements are counted and logged once a minute, not once an apply.
+	nul *values.Handler
 }
 
 // Open parses the settings and connects a pool of up to four connections.
@@ -60,7 +65,7 @@ func (d *Destination) Open(ctx context.Context, raw json.RawMessage) (serve.Sess
 		p.Close()
 		return nil, cfg.Explain(err)
 	}
-	return &session{cfg: cfg, pool: p}, nil
+	return &session{cfg: cfg, pool: p, nul: values.NewHandler(cfg.Policy, slog.Default())}, nil
 }
 
 // Close closes the pool.
@@ -150,6 +155,6 @@ func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult,
 		return serve.ApplyResult{}, x.cfg.Explain(err)
 	}
 	defer conn.Release()
-	a := &applier{cfg: x.cfg, conn: conn.Conn(), staged: map[string]bool{}, hints: map[string]bool{}}
+	a := &applier{cfg: x.cfg, conn: conn.Conn(), staged: map[string]bool{}, hints: map[string]bool{}, nul: x.nul}
 	return a.apply(ctx, r)
 }

@@ -527,7 +527,11 @@ type ReadRequest struct {
 	// Streams to copy again while the stream goes on (`skippr resnapshot`), each bracketed by ResnapshotMarks. A
 	// source keeps a stream it already re-snapshots (per its checkpoint) where it is, and carries every stream named
 	// here in each checkpoint it emits from this Read on, so the engine may forget the request once one is durable.
-	Resnapshot    []string `protobuf:"bytes,4,rep,name=resnapshot,proto3" json:"resnapshot,omitempty"`
+	Resnapshot []string `protobuf:"bytes,4,rep,name=resnapshot,proto3" json:"resnapshot,omitempty"`
+	// The name of the pipeline that reads (empty from an engine before this field): a source that must tell its
+	// readers apart at the server (the MySQL binlog client's server_id) derives that from it, so two pipelines over
+	// the same tables do not collide.
+	Pipeline      string `protobuf:"bytes,5,opt,name=pipeline,proto3" json:"pipeline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,6 +592,13 @@ func (x *ReadRequest) GetResnapshot() []string {
 		return x.Resnapshot
 	}
 	return nil
+}
+
+func (x *ReadRequest) GetPipeline() string {
+	if x != nil {
+		return x.Pipeline
+	}
+	return ""
 }
 
 type Chunk struct {
@@ -1821,6 +1832,7 @@ func (x *LastAppliedResponse) GetStreams() map[string]uint64 {
 type TeardownRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Settings      []byte                 `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	Pipeline      string                 `protobuf:"bytes,2,opt,name=pipeline,proto3" json:"pipeline,omitempty"` // the pipeline dropped, as ReadRequest.pipeline (empty from an engine before this field)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1860,6 +1872,13 @@ func (x *TeardownRequest) GetSettings() []byte {
 		return x.Settings
 	}
 	return nil
+}
+
+func (x *TeardownRequest) GetPipeline() string {
+	if x != nil {
+		return x.Pipeline
+	}
+	return ""
 }
 
 type TeardownResponse struct {
@@ -2272,7 +2291,7 @@ const file_skippr_plugin_v2_plugin_proto_rawDesc = "" +
 	"\x05modes\x18\x04 \x03(\x0e2\x1a.skippr.plugin.v1.SyncModeR\x05modes\x12\x1b\n" +
 	"\tschema_id\x18\x05 \x01(\tR\bschemaId\"F\n" +
 	"\x10DiscoverResponse\x122\n" +
-	"\astreams\x18\x01 \x03(\v2\x18.skippr.plugin.v1.StreamR\astreams\"\x83\x01\n" +
+	"\astreams\x18\x01 \x03(\v2\x18.skippr.plugin.v1.StreamR\astreams\"\x9f\x01\n" +
 	"\vReadRequest\x12\x1a\n" +
 	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x18\n" +
 	"\astreams\x18\x02 \x03(\tR\astreams\x12\x1e\n" +
@@ -2281,7 +2300,8 @@ const file_skippr_plugin_v2_plugin_proto_rawDesc = "" +
 	"checkpoint\x12\x1e\n" +
 	"\n" +
 	"resnapshot\x18\x04 \x03(\tR\n" +
-	"resnapshot\"x\n" +
+	"resnapshot\x12\x1a\n" +
+	"\bpipeline\x18\x05 \x01(\tR\bpipeline\"x\n" +
 	"\x05Chunk\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\x03R\x04rows\x12\x12\n" +
@@ -2377,9 +2397,10 @@ const file_skippr_plugin_v2_plugin_proto_rawDesc = "" +
 	"\astreams\x18\x02 \x03(\v22.skippr.plugin.v1.LastAppliedResponse.StreamsEntryR\astreams\x1a:\n" +
 	"\fStreamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"-\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"I\n" +
 	"\x0fTeardownRequest\x12\x1a\n" +
-	"\bsettings\x18\x01 \x01(\fR\bsettings\".\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\x12\x1a\n" +
+	"\bpipeline\x18\x02 \x01(\tR\bpipeline\".\n" +
 	"\x10TeardownResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x03(\tR\breleased\"\x80\x01\n" +
 	"\x0fLakePlanRequest\x12\x1a\n" +
