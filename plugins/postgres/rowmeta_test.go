@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta/rowmetatest"
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+// TestRowMeta runs the SDK's soft delete and metadata columns check (plugin-sdk/rowmeta/rowmetatest) through
+// the plugin process, for each setting, each cut of the change sequence into ranges, and the replays.
+func TestRowMeta(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	c := startPlugin(t)
+	conn := db.Connect(t)
+	for _, tc := range rowmetatest.Cases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			target := func(t *testing.T, name string) rowmetatest.Target {
+				schema := "rm_" + tc.Name + "_" + name
+				extra := map[string]any{"schema": schema}
+				for k, v := range tc.Settings {
+					extra[k] = v
+				}
+				set := settings(db, extra)
+				table := pgx.Identifier{schema, rowmetatest.Table}.Sanitize()
+				return rowmetatest.Target{
+					Apply: rowmetatest.ClientApply(c, set, "p"),
+					Read: func(ctx context.Context) ([]string, []map[string]any, error) {
+						rows, err := conn.Query(ctx, "SELECT * FROM "+table)
+						if err != nil {
+							return nil, nil, err
+						}
+						defer rows.Close()
+						var cols []string
+						for _, f := range rows.FieldDescriptions() {
+							cols = append(cols, f.Name)
+						}
+						var out []map[string]any
+						for rows.Next() {
+							vals, err := rows.Values()
+							if err != nil {
+								return nil, nil, err
+							}
+							m := map[string]any{}
+							for i, v := range vals {
+								m[cols[i]] = v
+							}
+							out = append(out, m)
+						}
+						return cols, out, rows.Err()
+					},
+				}
+			}
+			rowmetatest.Run(t, tc, target)
+			t.Run("clash", func(t *testing.T) { rowmetatest.CheckClash(t, tc, target(t, "clash")) })
+		})
+	}
+}
+
+// TestRowMetaSettings: a setting the SDK refuses is refused by the plugin's check (what `skippr sync` runs at
+// start), naming it.
+func TestRowMetaSettings(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	c := startPlugin(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		cols any
+		want string
+	}{
+		{[]string{"source_committed_at"}, "source_committed_at is not available"},
+		{[]string{"op", "op"}, `lists "op" twice`},
+	} {
+		err := c.Check(ctx, settings(db, map[string]any{"schema": "out", "metadata_columns": tc.cols}))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("metadata_columns %v: check returned %v, want an error containing %q", tc.cols, err, tc.want)
+		}
+	}
+}
