@@ -1,0 +1,94 @@
+package dest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta/rowmetatest"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+)
+
+// TestRowMeta runs the SDK's soft delete and metadata columns check (plugin-sdk/rowmeta/rowmetatest) for each
+// setting, each cut of the change sequence into ranges, and the replays.
+func TestRowMeta(t *testing.T) {
+	for _, tc := range rowmetatest.Cases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			target := func(t *testing.T, name string) rowmetatest.Target {
+				m := map[string]any{"path": filepath.Join(t.TempDir(), name+".duckdb")}
+				for k, v := range tc.Settings {
+					m[k] = v
+				}
+				raw, err := json.Marshal(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dest := &Destination{}
+				d := serve.NewSessions(dest)
+				t.Cleanup(func() {
+					if err := d.Close(); err != nil {
+						t.Errorf("close: %v", err)
+					}
+				})
+				return rowmetatest.Target{
+					Apply: func(ctx context.Context, first, last uint64, items []serve.Item) (serve.ApplyResult, error) {
+						return d.Apply(ctx, serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: first, Sequence: last, Items: items})
+					},
+					Read: func(ctx context.Context) ([]string, []map[string]any, error) {
+						dest.mu.Lock()
+						o := dest.dbs[m["path"].(string)]
+						dest.mu.Unlock()
+						if o == nil {
+							return nil, nil, errors.New("database not open")
+						}
+						rs, err := o.db.QueryContext(ctx, "SELECT * FROM main."+rowmetatest.Table)
+						if err != nil {
+							return nil, nil, err
+						}
+						defer rs.Close()
+						cols, err := rs.Columns()
+						if err != nil {
+							return nil, nil, err
+						}
+						var out []map[string]any
+						for rs.Next() {
+							vals := make([]any, len(cols))
+							ptrs := make([]any, len(cols))
+							for i := range vals {
+								ptrs[i] = &vals[i]
+							}
+							if err := rs.Scan(ptrs...); err != nil {
+								return nil, nil, err
+							}
+							row := map[string]any{}
+							for i, c := range cols {
+								row[strings.ToLower(c)] = vals[i]
+							}
+							out = append(out, row)
+						}
+						return cols, out, rs.Err()
+					},
+				}
+			}
+			rowmetatest.Run(t, tc, target)
+			t.Run("clash", func(t *testing.T) { rowmetatest.CheckClash(t, tc, target(t, "clash")) })
+		})
+	}
+}
+
+// TestRowMetaSettings: what the SDK refuses, the destination refuses when it parses its settings.
+func TestRowMetaSettings(t *testing.T) {
+	for cols, want := range map[string]string{
+		`["source_committed_at"]`: "source_committed_at is not available",
+		`["op", "op"]`:            `lists "op" twice`,
+		`["when"]`:                `unknown column "when"`,
+	} {
+		_, err := ParseSettings(json.RawMessage(`{"path": "x.duckdb", "metadata_columns": ` + cols + `}`))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("metadata_columns %s: %v, want an error containing %q", cols, err, want)
+		}
+	}
+}
