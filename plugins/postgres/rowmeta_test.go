@@ -58,6 +58,7 @@ func TestRowMeta(t *testing.T) {
 			}
 			rowmetatest.Run(t, tc, target)
 			t.Run("clash", func(t *testing.T) { rowmetatest.CheckClash(t, tc, target(t, "clash")) })
+			t.Run("resnapshot", func(t *testing.T) { rowmetatest.CheckResnapshot(t, tc, target(t, "resnapshot")) })
 		})
 	}
 }

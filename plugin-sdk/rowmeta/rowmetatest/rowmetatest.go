@@ -24,6 +24,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -401,6 +402,8 @@ func ClientApply(c *client.Client, settings []byte, pipeline string) func(ctx co
 			switch {
 			case it.Truncate:
 				out = append(out, client.ApplyItem{Truncate: it.Stream})
+			case it.Resnapshot != serve.ResnapshotNone:
+				out = append(out, client.ApplyItem{Resnapshot: &pluginv2.ResnapshotMark{Stream: it.Stream, End: it.Resnapshot == serve.ResnapshotEnd}})
 			case it.Record != nil:
 				ipc, err := protocol.EncodeRecord(memory.DefaultAllocator, it.Record)
 				if err != nil {
@@ -416,4 +419,63 @@ func ClientApply(c *client.Client, settings []byte, pipeline string) func(ctx co
 		}
 		return serve.ApplyResult{Skipped: r.GetSkipped(), Rows: r.GetRows()}, nil
 	}
+}
+
+// CheckResnapshot: at a re-snapshot's end a soft-deleting destination marks the rows the copy did not send
+// deleted (in the end's entry) instead of removing them, and leaves a row deleted before as it was; without
+// soft_delete it removes them.
+func CheckResnapshot(t *testing.T, c Case, tg Target) {
+	t.Helper()
+	R, D := change.OpRead, change.OpDelete
+	row := func(op change.Op, id int64, v string) Change { return Change{Op: op, ID: id, V: v} }
+	entries := [][]Change{
+		{row(R, 1, "a"), row(R, 2, "b"), row(R, 3, "c"), row(R, 4, "d")},
+		{row(D, 4, ""), row(R, 1, "a")},
+		{row(R, 2, "b2")},
+	}
+	// Entry 2: the delete, the begin, the read; entry 3: the read, the end.
+	var seq []serve.Item
+	for _, e := range []struct {
+		n    uint64
+		mark serve.ResnapshotMark
+		at   int // the mark goes before change at (-1: after the last)
+	}{{1, serve.ResnapshotNone, 0}, {2, serve.ResnapshotBegin, 1}, {3, serve.ResnapshotEnd, -1}} {
+		ch := entries[e.n-1]
+		cut := len(ch)
+		if e.at >= 0 {
+			cut = e.at
+		}
+		before := Items([][]Change{ch[:cut]}, 1, 1)
+		after := Items([][]Change{ch[cut:]}, 1, 1)
+		for _, part := range [][]serve.Item{before, nil, after} {
+			if part == nil && e.mark != serve.ResnapshotNone {
+				seq = append(seq, serve.Item{Stream: Stream, Resnapshot: e.mark, Sequence: e.n})
+			}
+			for _, it := range part {
+				it.Sequence = e.n
+				seq = append(seq, it)
+			}
+		}
+		defer Release(before)
+		defer Release(after)
+	}
+	start := time.Now().Add(-time.Minute)
+	ctx := context.Background()
+	for n := uint64(1); n <= 3; n++ {
+		var entry []serve.Item
+		for _, it := range seq {
+			if it.Sequence == n {
+				entry = append(entry, it)
+			}
+		}
+		if _, err := tg.Apply(ctx, n, n, entry); err != nil {
+			t.Fatalf("apply %d: %v", n, err)
+		}
+	}
+	want := map[int64]Row{1: {V: "a", Op: "snapshot", Position: 2}, 2: {V: "b2", Op: "snapshot", Position: 3}}
+	if c.Options.SoftDelete {
+		want[3] = Row{V: "c", Deleted: true, Op: "delete", Position: 3}
+		want[4] = Row{V: "d", Deleted: true, Op: "delete", Position: 2}
+	}
+	Compare(t, "after the re-snapshot's end", c.Options, tg, want, start)
 }
