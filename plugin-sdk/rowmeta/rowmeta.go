@@ -9,7 +9,8 @@
 //	metadata_columns: [synced_at, op, position]       # default none; any subset, each once
 //
 // The columns, added to every table the destination writes (created with the table, or added to an existing
-// one, where the rows already there hold NULL):
+// one, where the rows already there hold NULL; _skippr_deleted false where the destination can fill it in the
+// apply's transaction, else NULL, which means not deleted: read it with IS TRUE / IS NOT TRUE):
 //
 //	_skippr_deleted              boolean    soft_delete only: true when the row's newest change is a delete
 //	_skippr_synced_at            timestamp  UTC: the time of the destination transaction that wrote the row

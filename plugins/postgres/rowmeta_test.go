@@ -20,18 +20,20 @@ func TestRowMeta(t *testing.T) {
 	conn := db.Connect(t)
 	for _, tc := range rowmetatest.Cases() {
 		t.Run(tc.Name, func(t *testing.T) {
-			target := func(t *testing.T, name string) rowmetatest.Target {
+			// on opens the target of schema rm_<case>_<name> with the case's settings, or without them.
+			on := func(name string, with bool) rowmetatest.Target {
 				schema := "rm_" + tc.Name + "_" + name
 				extra := map[string]any{"schema": schema}
-				for k, v := range tc.Settings {
-					extra[k] = v
+				if with {
+					for k, v := range tc.Settings {
+						extra[k] = v
+					}
 				}
 				set := settings(db, extra)
-				table := pgx.Identifier{schema, rowmetatest.Table}.Sanitize()
 				return rowmetatest.Target{
 					Apply: rowmetatest.ClientApply(c, set, "p"),
-					Read: func(ctx context.Context) ([]string, []map[string]any, error) {
-						rows, err := conn.Query(ctx, "SELECT * FROM "+table)
+					Read: func(ctx context.Context, table string) ([]string, []map[string]any, error) {
+						rows, err := conn.Query(ctx, "SELECT * FROM "+pgx.Identifier{schema, table}.Sanitize())
 						if err != nil {
 							return nil, nil, err
 						}
@@ -56,9 +58,12 @@ func TestRowMeta(t *testing.T) {
 					},
 				}
 			}
+			target := func(t *testing.T, name string) rowmetatest.Target { return on(name, true) }
 			rowmetatest.Run(t, tc, target)
 			t.Run("clash", func(t *testing.T) { rowmetatest.CheckClash(t, tc, target(t, "clash")) })
 			t.Run("resnapshot", func(t *testing.T) { rowmetatest.CheckResnapshot(t, tc, target(t, "resnapshot")) })
+			t.Run("keyless", func(t *testing.T) { rowmetatest.CheckKeyless(t, tc, target(t, "keyless")) })
+			t.Run("turned on", func(t *testing.T) { rowmetatest.CheckTurnedOn(t, tc, on("turned_on", false), on("turned_on", true)) })
 		})
 	}
 }

@@ -93,9 +93,16 @@ type Row struct {
 // Expect computes the table from the change sequence, entry by entry and change by change: what a
 // destination with opt must hold after entries 1..n.
 func Expect(entries [][]Change, n int, opt rowmeta.Options) map[int64]Row {
+	return ExpectTurnedOn(entries, n, 1, opt)
+}
+
+// ExpectTurnedOn is Expect for a destination that applied the entries before from without the settings
+// (deletes removed rows, no metadata: a row last written then has Op "" and Position 0, and is not deleted).
+func ExpectTurnedOn(entries [][]Change, n, from int, opt rowmeta.Options) map[int64]Row {
 	st := map[int64]Row{}
 	for i, e := range entries[:n] {
 		pos := int64(i + 1)
+		on := i+1 >= from
 		for _, ch := range e {
 			switch {
 			case ch.Truncate:
@@ -105,14 +112,16 @@ func Expect(entries [][]Change, n int, opt rowmeta.Options) map[int64]Row {
 				if !ok {
 					continue // nothing held, no values seen: nothing to keep
 				}
-				if !opt.SoftDelete {
+				if !on || !opt.SoftDelete {
 					delete(st, ch.ID)
 					continue
 				}
 				r.Deleted, r.Op, r.Position = true, rowmeta.OpName(ch.Op), pos
 				st[ch.ID] = r
-			default:
+			case on:
 				st[ch.ID] = Row{V: ch.V, Op: rowmeta.OpName(ch.Op), Position: pos}
+			default:
+				st[ch.ID] = Row{V: ch.V}
 			}
 		}
 	}
@@ -128,12 +137,16 @@ var schema = change.Schema([]arrow.Field{
 // delete carries only its key, as a source without REPLICA IDENTITY FULL sends it. The caller releases the
 // records (Release).
 func Items(entries [][]Change, first, last uint64) []serve.Item {
+	return itemsOf(Stream, schema, entries, first, last)
+}
+
+func itemsOf(stream string, schema *arrow.Schema, entries [][]Change, first, last uint64) []serve.Item {
 	var out []serve.Item
 	for seq := first; seq <= last; seq++ {
 		var b *change.Builder
 		emit := func() {
 			if b != nil && b.Len() > 0 {
-				out = append(out, serve.Item{Stream: Stream, Record: b.NewBatch(), Sequence: seq})
+				out = append(out, serve.Item{Stream: stream, Record: b.NewBatch(), Sequence: seq})
 			}
 			if b != nil {
 				b.Release()
@@ -143,7 +156,7 @@ func Items(entries [][]Change, first, last uint64) []serve.Item {
 		for _, ch := range entries[seq-1] {
 			if ch.Truncate {
 				emit()
-				out = append(out, serve.Item{Stream: Stream, Truncate: true, Sequence: seq})
+				out = append(out, serve.Item{Stream: stream, Truncate: true, Sequence: seq})
 				continue
 			}
 			if b == nil {
@@ -175,9 +188,10 @@ func Release(items []serve.Item) {
 type Target struct {
 	// Apply applies entries first..last (items from Items) as one range of one pipeline.
 	Apply func(ctx context.Context, first, last uint64, items []serve.Item) (serve.ApplyResult, error)
-	// Read returns Table's column names and rows, each row by column name with the driver's values (nil for
-	// NULL; integers, strings, booleans and time.Time as the driver gives them).
-	Read func(ctx context.Context) (columns []string, rows []map[string]any, err error)
+	// Read returns a table's column names and rows (Table, or another the check names), each row by column
+	// name with the driver's values (nil for NULL; integers, strings, booleans and time.Time as the driver
+	// gives them).
+	Read func(ctx context.Context, table string) (columns []string, rows []map[string]any, err error)
 }
 
 // Cuts are the ways the sequence is cut into ranges: the last entry of each range.
@@ -257,7 +271,7 @@ func Run(t *testing.T, c Case, newTarget func(t *testing.T, name string) Target)
 // read returns the table's rows as text, sorted, for comparing two reads.
 func read(t *testing.T, ctx context.Context, tg Target) []string {
 	t.Helper()
-	_, rows, err := tg.Read(ctx)
+	_, rows, err := tg.Read(ctx, Table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +295,7 @@ func read(t *testing.T, ctx context.Context, tg Target) []string {
 // keys of want, and each row's values; _skippr_synced_at must lie between start and now.
 func Compare(t *testing.T, what string, opt rowmeta.Options, tg Target, want map[int64]Row, start time.Time) {
 	t.Helper()
-	cols, rows, err := tg.Read(context.Background())
+	cols, rows, err := tg.Read(context.Background(), Table)
 	if err != nil {
 		t.Fatalf("%s: read: %v", what, err)
 	}
@@ -313,22 +327,31 @@ func Compare(t *testing.T, what string, opt rowmeta.Options, tg Target, want map
 		if v := fmt.Sprint(r["v"]); v != w.V {
 			t.Errorf("%s: row %d: v = %q, want %q", what, id, v, w.V)
 		}
+		old := w.Position == 0 // written before the settings were on: metadata NULL
 		if opt.SoftDelete {
-			if d, ok := r[rowmeta.Deleted].(bool); !ok || d != w.Deleted {
+			d, ok := r[rowmeta.Deleted].(bool)
+			if !ok && old && r[rowmeta.Deleted] == nil {
+				d, ok = false, true // a destination that cannot fill the column for rows written before leaves NULL
+			}
+			if !ok || d != w.Deleted {
 				t.Errorf("%s: row %d: %s = %v, want %v", what, id, rowmeta.Deleted, r[rowmeta.Deleted], w.Deleted)
 			}
 		}
-		if opt.Op {
+		if opt.Op && old {
+			if r[rowmeta.Op] != nil {
+				t.Errorf("%s: row %d, written before the setting: %s = %v, want NULL", what, id, rowmeta.Op, r[rowmeta.Op])
+			}
+		} else if opt.Op {
 			if op := fmt.Sprint(r[rowmeta.Op]); op != w.Op {
 				t.Errorf("%s: row %d: %s = %q, want %q", what, id, rowmeta.Op, op, w.Op)
 			}
 		}
-		if opt.Position {
+		if opt.Position && !old {
 			if p, err := toInt(r[rowmeta.Position]); err != nil || p != w.Position {
 				t.Errorf("%s: row %d: %s = %v, want %d", what, id, rowmeta.Position, r[rowmeta.Position], w.Position)
 			}
 		}
-		if opt.SyncedAt {
+		if opt.SyncedAt && !old {
 			ts, ok := r[rowmeta.SyncedAt].(time.Time)
 			if !ok || ts.Before(start) || ts.After(time.Now().Add(time.Minute)) {
 				t.Errorf("%s: row %d: %s = %v, want a time since %v", what, id, rowmeta.SyncedAt, r[rowmeta.SyncedAt], start)
@@ -478,4 +501,83 @@ func CheckResnapshot(t *testing.T, c Case, tg Target) {
 		want[4] = Row{V: "d", Deleted: true, Op: "delete", Position: 2}
 	}
 	Compare(t, "after the re-snapshot's end", c.Options, tg, want, start)
+}
+
+// CheckTurnedOn applies entries 1..3 through plain (the same table without the settings), then 4..11 through
+// with: the destination adds the columns to the existing table, rows written before hold NULL metadata and are
+// not deleted, and the rest is as Expect says.
+func CheckTurnedOn(t *testing.T, c Case, plain, with Target) {
+	t.Helper()
+	entries := Entries()
+	start := time.Now().Add(-time.Minute)
+	for _, r := range []struct {
+		tg          Target
+		first, last uint64
+	}{{plain, 1, 3}, {with, 4, 7}, {with, 8, 11}} {
+		items := Items(entries, r.first, r.last)
+		_, err := r.tg.Apply(context.Background(), r.first, r.last, items)
+		Release(items)
+		if err != nil {
+			t.Fatalf("apply %d..%d: %v", r.first, r.last, err)
+		}
+		if r.first == 1 {
+			continue
+		}
+		Compare(t, fmt.Sprintf("after %d..%d", r.first, r.last), c.Options, r.tg, ExpectTurnedOn(entries, int(r.last), 4, c.Options), start)
+	}
+}
+
+// CheckKeyless: a stream without a key is appended to, each row with its metadata (never deleted).
+func CheckKeyless(t *testing.T, c Case, tg Target) {
+	t.Helper()
+	const stream, table = "public.log", "log"
+	sc := change.Schema(change.DataFields(schema), nil)
+	entries := [][]Change{
+		{{Op: change.OpRead, ID: 1, V: "a"}, {Op: change.OpInsert, ID: 1, V: "a"}},
+		{{Op: change.OpInsert, ID: 2, V: "b"}},
+	}
+	items := itemsOf(stream, sc, entries, 1, 2)
+	defer Release(items)
+	if _, err := tg.Apply(context.Background(), 1, 2, items); err != nil {
+		t.Fatalf("apply 1..2: %v", err)
+	}
+	_, rows, err := tg.Read(context.Background(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		s := fmt.Sprintf("%v %v", r["id"], r["v"])
+		if c.Options.SoftDelete {
+			s += fmt.Sprintf(" deleted=%v", r[rowmeta.Deleted])
+		}
+		if c.Options.Op {
+			s += fmt.Sprintf(" op=%v", r[rowmeta.Op])
+		}
+		if c.Options.Position {
+			s += fmt.Sprintf(" position=%v", r[rowmeta.Position])
+		}
+		got = append(got, s)
+	}
+	slices.Sort(got)
+	var want []string
+	for i, e := range entries {
+		for _, ch := range e {
+			s := fmt.Sprintf("%d %s", ch.ID, ch.V)
+			if c.Options.SoftDelete {
+				s += " deleted=false"
+			}
+			if c.Options.Op {
+				s += " op=" + rowmeta.OpName(ch.Op)
+			}
+			if c.Options.Position {
+				s += fmt.Sprintf(" position=%d", i+1)
+			}
+			want = append(want, s)
+		}
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("table %s:\n got %q\nwant %q", table, got, want)
+	}
 }

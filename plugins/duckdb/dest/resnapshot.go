@@ -130,7 +130,7 @@ func (a *applier) removeUnseen(ctx context.Context, stream, keys string) (int64,
 		for i, c := range cols {
 			sets[i] = ducksql.Ident(c) + " = " + vals[i]
 		}
-		q = "UPDATE " + name + " AS t SET " + strings.Join(sets, ", ") + " WHERE NOT t." + ducksql.Ident(rowmeta.Deleted)
+		q = "UPDATE " + name + " AS t SET " + strings.Join(sets, ", ") + " WHERE t." + ducksql.Ident(rowmeta.Deleted) + " IS NOT TRUE"
 	}
 	if have {
 		key, err := a.keyColumns(ctx, keys)

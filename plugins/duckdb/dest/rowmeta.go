@@ -15,12 +15,18 @@ import (
 // that writes rows sets them from the staged op (the row's newest change) and a.entry, the WAL entry being
 // written: one statement writes rows of one entry.
 
-// metaType is a metadata column's DuckDB type. _skippr_deleted defaults to false, so the rows of a table that
-// had soft_delete turned on later read as live (DuckDB cannot add a NOT NULL column).
-func metaType(k rowmeta.Kind) string {
+// metaType is a metadata column's DuckDB type. A new table's _skippr_deleted defaults to false. One added to an
+// existing table has no default, so the rows already there hold NULL (not deleted: written before soft_delete
+// was on): DuckDB 1.5 fails the commit of a transaction that alters a table after changing its rows ("Attempting
+// to modify table … but another transaction has altered this table"), and filling the column, by a DEFAULT or
+// an UPDATE, changes every row — so would any later ALTER of the same range.
+func metaType(k rowmeta.Kind, create bool) string {
 	switch k {
 	case rowmeta.Bool:
-		return "BOOLEAN DEFAULT false"
+		if create {
+			return "BOOLEAN DEFAULT false"
+		}
+		return "BOOLEAN"
 	case rowmeta.Timestamp:
 		return "TIMESTAMPTZ"
 	case rowmeta.Int64:
@@ -60,23 +66,23 @@ func (a *applier) metaColumns(op string) (cols, vals []string) {
 func (a *applier) metaDefs(cols map[string]string) []string {
 	var defs []string
 	for _, c := range a.s.Meta.Columns() {
-		defs = append(defs, ducksql.Ident(c.Name)+" "+metaType(c.Kind))
-		cols[strings.ToLower(c.Name)] = metaType(c.Kind)
+		defs = append(defs, ducksql.Ident(c.Name)+" "+metaType(c.Kind, true))
+		cols[strings.ToLower(c.Name)] = metaType(c.Kind, true)
 	}
 	return defs
 }
 
 // ensureMeta adds the metadata columns an existing table lacks (a setting turned on later: the rows already
-// there hold NULL, and _skippr_deleted false).
+// there hold NULL, _skippr_deleted too; see metaType).
 func (a *applier) ensureMeta(ctx context.Context, name string, cols map[string]string) error {
 	for _, c := range a.s.Meta.Columns() {
 		if _, ok := cols[strings.ToLower(c.Name)]; ok {
 			continue
 		}
-		if err := a.exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+ducksql.Ident(c.Name)+" "+metaType(c.Kind)); err != nil {
+		if err := a.exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+ducksql.Ident(c.Name)+" "+metaType(c.Kind, false)); err != nil {
 			return fmt.Errorf("add column %s to %s: %w", c.Name, name, err)
 		}
-		cols[strings.ToLower(c.Name)] = metaType(c.Kind)
+		cols[strings.ToLower(c.Name)] = metaType(c.Kind, false)
 	}
 	return nil
 }
