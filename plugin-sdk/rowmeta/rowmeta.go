@@ -44,7 +44,9 @@
 //     values written do not depend on anything but the entry (except _skippr_synced_at, the commit time).
 //
 // A source column with one of these names would be silently overwritten, so CheckSchema refuses it (a config
-// fault naming the stream and column) when a destination first meets the stream's schema.
+// fault naming the stream and column): the engine runs it at start over the source's discovered streams
+// (engine/precheck, reading these two keys from each destination's settings), and a destination runs it again
+// on every schema it meets, for streams that gain the column later.
 //
 // A destination that does not support a setting refuses it: Iceberg, Snowflake and BigQuery have no
 // soft_delete or metadata_columns in their settings schemas, so the engine refuses either key when it loads
