@@ -9,6 +9,9 @@
 // transient failure; one of class data or resnapshot (a slot that lost its WAL) fails the pipeline with that
 // class, since no setting gets past it.
 //
+// A destination that adds columns of its own (soft_delete, metadata_columns: plugin-sdk/rowmeta) is refused,
+// naming table and column, when a source stream already has a column of that name.
+//
 // The type check matches type names (arrow.DataType.Name(), e.g. "decimal256") that a destination lists in
 // its Capabilities.UnsupportedTypes, at any depth of a column's type (a list's element, a struct's fields, a
 // map's keys and items, a dictionary's values). Names, not whole types, because that is what a destination
@@ -18,6 +21,7 @@ package precheck
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -30,6 +34,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 )
 
 // ErrRefused matches every refusal of this package.
@@ -51,6 +56,9 @@ type Destination interface {
 type Endpoint[T any] struct {
 	Name   string
 	Plugin T
+	// Settings are the connection's settings as sent to the plugin (JSON): a destination's soft_delete and
+	// metadata_columns (plugin-sdk/rowmeta) are read from them. Nil: none.
+	Settings []byte
 }
 
 // Config is one pipeline's start.
@@ -86,6 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	limits := make([][]string, len(cfg.Destinations))
+	metas := make([]rowmeta.Options, len(cfg.Destinations))
 	anyLimits := false
 	for i, d := range cfg.Destinations {
 		caps, err := d.Plugin.Capabilities(ctx)
@@ -93,10 +102,11 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("capabilities of destination %s: %w", d.Name, err)
 		}
 		limits[i] = caps.UnsupportedTypes
-		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0
+		metas[i] = rowMeta(d.Settings)
+		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].Any()
 	}
 	if !anyLimits {
-		return nil // no destination limits its types: the source need not describe its streams
+		return nil // no destination limits its types or adds columns: the source need not describe its streams
 	}
 	streams, err := cfg.Source.Plugin.Discover(ctx)
 	if err != nil {
@@ -116,6 +126,11 @@ func Run(ctx context.Context, cfg Config) error {
 		names = append(names, st.Name)
 	}
 	for i, d := range cfg.Destinations {
+		for _, n := range names {
+			if err := metas[i].CheckSchema(n, schemas[n]); err != nil {
+				return &Refusal{Err: fmt.Errorf("pipeline %s: destination %s: %w", cfg.Pipeline, d.Name, err)}
+			}
+		}
 		if len(limits[i]) == 0 {
 			continue
 		}
@@ -132,6 +147,21 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// rowMeta reads the soft_delete and metadata_columns of a destination's settings. The keys belong to the SDK
+// (plugin-sdk/rowmeta): a plugin that does not offer them refuses them by its settings schema before this
+// runs, and one that does checks them in its own Check, so settings this cannot read add nothing here.
+func rowMeta(settings []byte) rowmeta.Options {
+	var s rowmeta.Settings
+	if len(settings) == 0 || json.Unmarshal(settings, &s) != nil {
+		return rowmeta.Options{}
+	}
+	o, err := s.Options()
+	if err != nil {
+		return rowmeta.Options{}
+	}
+	return o
 }
 
 // check runs one plugin's Check: a failed check is a refusal, any other error is returned for a retry.

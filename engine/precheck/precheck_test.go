@@ -1,13 +1,19 @@
 package precheck
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/skippr-dev/skippr/engine/connector"
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
 
 func TestUnsupported(t *testing.T) {
@@ -49,5 +55,58 @@ func TestRefusalClassAndFix(t *testing.T) {
 	err := refuse(fault.Config, "destination lake cannot hold table t, column c: type decimal256(65, 30)", "change the column's type")
 	if !errors.Is(err, ErrRefused) || !errors.Is(err, fault.ErrConfig) || fault.FixOf(err) != "change the column's type" {
 		t.Fatalf("refusal %v: refused %v, config %v, fix %q", err, errors.Is(err, ErrRefused), errors.Is(err, fault.ErrConfig), fault.FixOf(err))
+	}
+}
+
+type fakeSource struct{ streams []connector.Stream }
+
+func (s fakeSource) Check(context.Context) error { return nil }
+func (s fakeSource) Discover(context.Context) ([]connector.Stream, error) {
+	return s.streams, nil
+}
+
+type fakeDest struct{}
+
+func (fakeDest) Check(context.Context) error { return nil }
+func (fakeDest) Capabilities(context.Context) (connector.Capabilities, error) {
+	return connector.Capabilities{}, nil
+}
+
+// TestRowMetaClash: a destination whose soft_delete or metadata_columns add a column a source stream already
+// has is refused at start, naming the pipeline, destination, table and column; other settings pass.
+func TestRowMetaClash(t *testing.T) {
+	sc := change.Schema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "_skippr_synced_at", Type: arrow.BinaryTypes.String, Nullable: true},
+	}, []string{"id"})
+	ipc, err := protocol.EncodeSchema(memory.DefaultAllocator, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := fakeSource{streams: []connector.Stream{{Name: "public.t", ArrowSchema: ipc}}}
+	for _, tc := range []struct {
+		settings string
+		refused  bool
+	}{
+		{`{"path": "x", "metadata_columns": ["synced_at"]}`, true},
+		{`{"path": "x", "metadata_columns": ["op", "position"], "soft_delete": true}`, false},
+		{`{"path": "x"}`, false},
+		{`{"path": "x", "metadata_columns": "not a list"}`, false}, // the plugin's own check refuses it
+	} {
+		err := Run(context.Background(), Config{
+			Pipeline:     "p",
+			Source:       Endpoint[Source]{Name: "src", Plugin: src},
+			Destinations: []Endpoint[Destination]{{Name: "wh", Plugin: fakeDest{}, Settings: []byte(tc.settings)}},
+		})
+		if !tc.refused {
+			if err != nil {
+				t.Errorf("%s: %v", tc.settings, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrRefused) || !errors.Is(err, fault.ErrConfig) || fault.FixOf(err) == "" ||
+			!strings.Contains(err.Error(), "pipeline p: destination wh: table public.t has a column _skippr_synced_at") {
+			t.Errorf("%s: %v, want a config refusal with a fix naming pipeline, destination, table and column", tc.settings, err)
+		}
 	}
 }

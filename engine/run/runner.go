@@ -163,7 +163,7 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d, PluginName: cn.Plugin,
 			Apply: pipeline.ApplyLimits{MaxInterval: a.MaxInterval, MaxBytes: a.MaxBytes, MaxEntries: a.MaxEntries,
 				Unset: pipeline.ApplyKeys{MaxInterval: a.Unset.MaxInterval, MaxBytes: a.Unset.MaxBytes, MaxEntries: a.Unset.MaxEntries}}})
-		pre.Destinations = append(pre.Destinations, precheck.Endpoint[precheck.Destination]{Name: name, Plugin: d})
+		pre.Destinations = append(pre.Destinations, precheck.Endpoint[precheck.Destination]{Name: name, Plugin: d, Settings: d.Settings})
 	}
 	if err := precheck.Run(ctx, pre); err != nil {
 		return refusedAtStart(err)

@@ -191,6 +191,13 @@ type Last struct {
 	// version the destination holds from an earlier apply must go. A destination that upserts by key anyway
 	// can ignore it; one that only appends (a lake) writes a delete for it.
 	Replaces bool
+	// ValBatch and ValRow locate the key's newest row in the fold that carries values (any op but a delete);
+	// HasValues is false when every row of the key since it was first seen (or since the last truncate) was a
+	// delete. A destination that soft-deletes (plugin-sdk/rowmeta) writes these values with the deleted flag
+	// when the newest row is a delete, so an insert and a delete folded together leave the row as it was last
+	// seen, exactly as when they arrive in two applies.
+	ValBatch, ValRow int
+	HasValues        bool
 }
 
 // FoldOptions tune a fold.
@@ -231,7 +238,7 @@ func (f *Fold) Add(key *Key, ops []Op) error {
 				return fault.DataErr(fmt.Errorf("row %d: %s, but the stream has no primary key (%s metadata) to find the row by", i, op, PrimaryKeyMeta),
 					"give the source table a primary key (or replica identity), or replicate only its inserts")
 			}
-			f.last = append(f.last, Last{Batch: bi, Row: i, Op: op})
+			f.last = append(f.last, Last{Batch: bi, Row: i, Op: op, ValBatch: bi, ValRow: i, HasValues: op != OpDelete})
 		}
 		return nil
 	}
@@ -285,6 +292,9 @@ func (f *Fold) Add(key *Key, ops []Op) error {
 func (f *Fold) set(si, batch, row int, op Op) {
 	l := &f.last[si]
 	l.Batch, l.Row, l.Op = batch, row, op
+	if op != OpDelete {
+		l.ValBatch, l.ValRow, l.HasValues = batch, row, true
+	}
 	l.Replaces = l.Replaces || op == OpUpdate || op == OpDelete || f.opt.UpsertInserts
 }
 

@@ -343,3 +343,55 @@ func TestKeyOfMissingColumn(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestFoldValues: per key, the newest row that carries values, which a soft-deleting destination keeps when
+// the newest row is a delete (plugin-sdk/rowmeta).
+func TestFoldValues(t *testing.T) {
+	const (
+		R = OpRead
+		I = OpInsert
+		U = OpUpdate
+		D = OpDelete
+	)
+	k := func(n int) []any { return []any{n} }
+	cases := []struct {
+		name string
+		rows []row
+		want []string // per surviving key: the value row's v, or "-" when it has none
+	}{
+		{name: "insert then delete keeps the insert's values", rows: []row{{I, k(1), "a"}, {D, k(1), ""}}, want: []string{"a"}},
+		{name: "update then delete keeps the update's", rows: []row{{R, k(1), "a"}, {U, k(1), "b"}, {D, k(1), ""}}, want: []string{"b"}},
+		{name: "a key-only delete has none", rows: []row{{D, k(1), ""}}, want: []string{"-"}},
+		{name: "re-insert after a delete is the values", rows: []row{{I, k(1), "a"}, {D, k(1), ""}, {I, k(1), "c"}}, want: []string{"c"}},
+		{name: "two keys", rows: []row{{D, k(2), ""}, {I, k(1), "a"}, {D, k(1), ""}, {D, k(1), ""}}, want: []string{"-", "a"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := build(t, batch{key: []arrow.DataType{i64}, rows: tc.rows})
+			defer rec.Release()
+			ops, err := OpValues(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key, err := KeyOf(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := NewFold(FoldOptions{})
+			if err := f.Add(key, ops); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, l := range f.Last() {
+				if !l.HasValues {
+					got = append(got, "-")
+					continue
+				}
+				got = append(got, rec.Column(1).(*array.String).Value(l.ValRow))
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("values %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -50,6 +50,8 @@ type applier struct {
 	// out-of-memory error names.
 	writing string
 	written []string
+	// entry is the WAL entry whose rows are being written: its number is _skippr_position.
+	entry uint64
 }
 
 // row is one change row of a batch.
@@ -128,6 +130,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 			return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
 		}
 		it := st.Item
+		a.entry = it.Sequence
 		if st.End {
 			if err := flush(); err != nil {
 				return res, err
@@ -207,29 +210,42 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 			return err
 		}
 	}
+	// flip: with soft_delete, key-only deletes, which only mark the row deleted (rowmeta).
 	type group struct {
 		schema *arrow.Schema
+		flip   bool
 		rows   []row
 	}
 	var groups []*group
-	add := func(r row) {
+	add := func(r row, flip bool) {
 		s := r.rec.Schema()
 		for _, g := range groups {
-			if change.SameSchema(g.schema, s) {
+			if g.flip == flip && change.SameSchema(g.schema, s) {
 				g.rows = append(g.rows, r)
 				return
 			}
 		}
-		groups = append(groups, &group{schema: s, rows: []row{r}})
+		groups = append(groups, &group{schema: s, flip: flip, rows: []row{r}})
 	}
+	soft := a.s.Meta.SoftDelete
 	for _, l := range sp.Fold.Last() {
-		add(row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row})
+		r := row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row}
+		switch {
+		case soft && l.Op == change.OpDelete && l.HasValues && sp.Keyed[l.Batch]:
+			// Its insert or update was folded into this entry: keep those values, flagged deleted.
+			r.rec, r.i = sp.Batches[l.ValBatch], l.ValRow
+			add(r, false)
+		case soft && l.Op == change.OpDelete:
+			add(r, true)
+		default:
+			add(r, false)
+		}
 	}
 	for _, g := range groups {
 		if err := a.stage(ctx, g.schema, g.rows); err != nil {
 			return err
 		}
-		if err := a.merge(ctx, sp.Stream, g.schema); err != nil {
+		if err := a.merge(ctx, sp.Stream, g.schema, g.flip); err != nil {
 			return err
 		}
 	}
@@ -275,6 +291,9 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 			return err
 		}
 	}
+	if err := a.s.Meta.CheckSchema(stream, s); err != nil {
+		return err
+	}
 	fields := change.DataFields(s)
 	if cols == nil {
 		if len(fields) == 0 {
@@ -290,6 +309,7 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 			defs = append(defs, ducksql.Ident(f.Name)+" "+t)
 			cols[strings.ToLower(f.Name)] = t
 		}
+		defs = append(defs, a.metaDefs(cols)...)
 		if key := change.PrimaryKey(s); len(key) > 0 {
 			defs = append(defs, "PRIMARY KEY ("+quoteAll(key)+")")
 		}
@@ -311,6 +331,9 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 			return fmt.Errorf("add column %s %s to %s: %w", f.Name, t, name, err)
 		}
 		cols[strings.ToLower(f.Name)] = t
+	}
+	if err := a.ensureMeta(ctx, name, cols); err != nil {
+		return err
 	}
 	a.tables[stream] = cols
 	return nil
@@ -399,8 +422,9 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 }
 
 // merge moves the staged rows into the stream's table: by key (delete, update or insert) when s has a key,
-// else appended.
-func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema) error {
+// else appended. With soft_delete a delete marks the row instead (rowmeta): flip rows (key-only deletes) only
+// mark it, the others write their values with the mark. The metadata columns are set from the staged op.
+func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, flip bool) error {
 	name := a.tableName(stream)
 	var cols []string
 	for _, f := range change.DataFields(s) {
@@ -412,26 +436,41 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema) err
 		vals[i] = "s." + ducksql.Ident(c)
 	}
 	op := "s." + ducksql.Ident(change.OpColumn)
+	metaCols, metaVals := a.metaColumns(op)
+	insCols := quoteAll(append(cols, metaCols...))
+	insVals := strings.Join(append(vals, metaVals...), ", ")
 	var q string
 	if len(key) == 0 {
-		q = "INSERT INTO " + name + " (" + quoteAll(cols) + ") SELECT " + quoteAll(cols) + " FROM temp.main." + stageTable
+		q = "INSERT INTO " + name + " (" + insCols + ") SELECT " + insVals + " FROM temp.main." + stageTable + " AS s"
 	} else {
 		on := make([]string, len(key))
 		for i, k := range key {
 			on[i] = "t." + ducksql.Ident(k) + " = s." + ducksql.Ident(k)
 		}
 		var sets []string
-		for _, c := range cols {
-			if !slices.ContainsFunc(key, func(k string) bool { return strings.EqualFold(k, c) }) {
-				sets = append(sets, ducksql.Ident(c)+" = s."+ducksql.Ident(c))
+		if !flip {
+			for _, c := range cols {
+				if !slices.ContainsFunc(key, func(k string) bool { return strings.EqualFold(k, c) }) {
+					sets = append(sets, ducksql.Ident(c)+" = s."+ducksql.Ident(c))
+				}
 			}
 		}
-		q = "MERGE INTO " + name + " AS t USING temp.main." + stageTable + " AS s ON (" + strings.Join(on, " AND ") + ")" +
-			fmt.Sprintf(" WHEN MATCHED AND %s = %d THEN DELETE", op, change.OpDelete)
-		if len(sets) > 0 {
-			q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
+		for i, c := range metaCols {
+			sets = append(sets, ducksql.Ident(c)+" = "+metaVals[i])
 		}
-		q += fmt.Sprintf(" WHEN NOT MATCHED AND %s <> %d THEN INSERT (%s) VALUES (%s)", op, change.OpDelete, quoteAll(cols), strings.Join(vals, ", "))
+		q = "MERGE INTO " + name + " AS t USING temp.main." + stageTable + " AS s ON (" + strings.Join(on, " AND ") + ")"
+		switch {
+		case flip:
+			q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
+		case a.s.Meta.SoftDelete:
+			q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ") + " WHEN NOT MATCHED THEN INSERT (" + insCols + ") VALUES (" + insVals + ")"
+		default:
+			q += fmt.Sprintf(" WHEN MATCHED AND %s = %d THEN DELETE", op, change.OpDelete)
+			if len(sets) > 0 {
+				q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
+			}
+			q += fmt.Sprintf(" WHEN NOT MATCHED AND %s <> %d THEN INSERT (%s) VALUES (%s)", op, change.OpDelete, insCols, insVals)
+		}
 	}
 	if err := a.exec(ctx, q); err != nil {
 		return fmt.Errorf("write into %s: %w", name, err)

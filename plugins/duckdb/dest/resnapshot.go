@@ -5,9 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
@@ -119,7 +122,16 @@ func (a *applier) removeUnseen(ctx context.Context, stream, keys string) (int64,
 	if err != nil {
 		return 0, err
 	}
-	q := "DELETE FROM " + name
+	q := "DELETE FROM " + name + " AS t"
+	if a.s.Meta.SoftDelete {
+		// The rows the source no longer has are marked deleted, as their deletes would have been (rowmeta).
+		cols, vals := a.metaColumns(strconv.Itoa(int(change.OpDelete)))
+		sets := make([]string, len(cols))
+		for i, c := range cols {
+			sets[i] = ducksql.Ident(c) + " = " + vals[i]
+		}
+		q = "UPDATE " + name + " AS t SET " + strings.Join(sets, ", ") + " WHERE t." + ducksql.Ident(rowmeta.Deleted) + " IS NOT TRUE"
+	}
 	if have {
 		key, err := a.keyColumns(ctx, keys)
 		if err != nil {
@@ -129,7 +141,12 @@ func (a *applier) removeUnseen(ctx context.Context, stream, keys string) (int64,
 		for i, k := range key {
 			on[i] = "k." + ducksql.Ident(k) + " = t." + ducksql.Ident(k)
 		}
-		q += " AS t WHERE NOT EXISTS (SELECT 1 FROM " + a.qualify(keys) + " AS k WHERE " + strings.Join(on, " AND ") + ")"
+		unseen := "NOT EXISTS (SELECT 1 FROM " + a.qualify(keys) + " AS k WHERE " + strings.Join(on, " AND ") + ")"
+		if a.s.Meta.SoftDelete {
+			q += " AND " + unseen
+		} else {
+			q += " WHERE " + unseen
+		}
 	}
 	res, err := a.conn.ExecContext(ctx, q)
 	if err != nil {

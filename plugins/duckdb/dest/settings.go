@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -23,6 +24,10 @@ type Settings struct {
 	// 1 GiB backlog applied as one range ran out of memory under 256MiB (BENCHMARKS.md, "A backlog applied as
 	// one range").
 	MemoryLimit string `json:"memory_limit"`
+	// Settings are soft_delete and metadata_columns (plugin-sdk/rowmeta).
+	rowmeta.Settings
+	// Meta is rowmeta.Settings checked: the columns the destination adds.
+	Meta rowmeta.Options `json:"-"`
 }
 
 // memoryLimitRE is a size as DuckDB's memory_limit takes it.
@@ -42,7 +47,8 @@ const SettingsSchema = `{
   "properties": {
     "path": {"type": "string", "minLength": 1, "description": "the .duckdb file (created on first use, with its directory)"},
     "schema": {"type": "string", "minLength": 1, "default": "main", "description": "schema of the tables and of the _skippr_state table (created when missing)"},
-    "memory_limit": {"type": "string", "description": "DuckDB's memory_limit for the database (e.g. 2GiB; default DuckDB's, 80% of RAM); an apply's transaction spills beyond it to the file's .tmp directory, but the primary keys' indexes must fit"}
+    "memory_limit": {"type": "string", "description": "DuckDB's memory_limit for the database (e.g. 2GiB; default DuckDB's, 80% of RAM); an apply's transaction spills beyond it to the file's .tmp directory, but the primary keys' indexes must fit"},
+    ` + rowmeta.SchemaProperties + `
   }
 }`
 
@@ -74,5 +80,10 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 	if s.MemoryLimit != "" && !memoryLimitRE.MatchString(s.MemoryLimit) {
 		return s, fmt.Errorf("settings: memory_limit %q is not a size: want a number with B, KB, MB, GB, KiB, MiB or GiB, such as \"256MiB\"", s.MemoryLimit)
 	}
+	m, err := s.Settings.Options()
+	if err != nil {
+		return s, err
+	}
+	s.Meta = m
 	return s, nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protect"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/typemap"
@@ -57,6 +58,8 @@ type Settings struct {
 	TableOptions map[string]TableOption `json:"table_options"`
 
 	TargetSchema string `json:"schema"`
+	// Settings are the destination's soft_delete and metadata_columns (plugin-sdk/rowmeta).
+	rowmeta.Settings
 
 	// Parsed forms.
 	TableNames     []TableName               `json:"-"`
@@ -65,6 +68,9 @@ type Settings struct {
 	Policy         values.Policy             `json:"-"`
 	// Protect is the tables' exclude_columns and hash_columns, by stream name (nil: none).
 	Protect *protect.Set `json:"-"`
+
+	// Meta is rowmeta.Settings checked: the columns the destination adds.
+	Meta rowmeta.Options `json:"-"`
 
 	// SnapshotWaitTimeout bounds the creation of a replication slot (source/slotwait.go).
 	SnapshotWaitTimeout time.Duration `json:"-"`
@@ -274,6 +280,11 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		}
 		s.Options[tn] = opt
 		rules[tn.String()] = protect.Table{ExcludeColumns: opt.ExcludeColumns, HashColumns: opt.HashColumns}
+	}
+	if m, err := s.Settings.Options(); err != nil {
+		problems = append(problems, strings.TrimPrefix(err.Error(), "settings: "))
+	} else {
+		s.Meta = m
 	}
 	if set, err := protect.Compile("table_options", rules); err != nil {
 		problems = append(problems, strings.TrimPrefix(err.Error(), "settings: "))

@@ -33,6 +33,8 @@ type applier struct {
 	hints  map[string]bool // type names the database knows (to_regtype)
 	tables map[string]*tableState
 	nul    *values.Handler // on_unrepresentable for NUL characters in text (stage)
+	// entry is the WAL entry whose rows are being written: its number is _skippr_position.
+	entry uint64
 }
 
 // tableState is what this apply knows of a destination table.
@@ -102,6 +104,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 	)
 	defer func() { plans.Release() }()
 	flush := func() error {
+		a.entry = entry
 		for _, sp := range plans.List() {
 			if err := a.writeStream(ctx, sp); err != nil {
 				return fmt.Errorf("apply %d: stream %s: %w", entry, sp.Stream, err)
@@ -191,20 +194,26 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 	if ts == nil {
 		return nil // only schema changes of a stream without rows yet: the table exists now
 	}
-	// Group surviving rows: deletes by key schema, upserts by batch schema (one COPY and merge each).
+	// Group surviving rows: deletes by key schema, upserts by batch schema (one COPY and merge each); with
+	// metadata columns also by op, which they hold as a constant of the statement.
 	type group struct {
 		schema *arrow.Schema
+		op     change.Op
 		rows   []row
 	}
+	meta := a.cfg.Meta
 	var (
 		upserts, deletes []*group
-		find             = func(gs *[]*group, s *arrow.Schema) *group {
+		find             = func(gs *[]*group, s *arrow.Schema, op change.Op) *group {
+			if !meta.Any() {
+				op = change.OpInsert // one statement for every op
+			}
 			for _, g := range *gs {
-				if g.schema == s || (g.schema.Equal(s) && protocol.SchemaID(g.schema) == protocol.SchemaID(s)) {
+				if g.op == op && (g.schema == s || (g.schema.Equal(s) && protocol.SchemaID(g.schema) == protocol.SchemaID(s))) {
 					return g
 				}
 			}
-			g := &group{schema: s}
+			g := &group{schema: s, op: op}
 			*gs = append(*gs, g)
 			return g
 		}
@@ -215,11 +224,16 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 		switch {
 		case !sp.Keyed[l.Batch]:
 			inserts = append(inserts, r)
+		case r.op == change.OpDelete && meta.SoftDelete && l.HasValues:
+			// Its insert or update was folded into this entry: keep those values, flagged deleted.
+			r.rec, r.i = sp.Batches[l.ValBatch], l.ValRow
+			g := find(&upserts, r.rec.Schema(), r.op)
+			g.rows = append(g.rows, r)
 		case r.op == change.OpDelete:
-			g := find(&deletes, r.rec.Schema())
+			g := find(&deletes, r.rec.Schema(), r.op)
 			g.rows = append(g.rows, r)
 		default:
-			g := find(&upserts, r.rec.Schema())
+			g := find(&upserts, r.rec.Schema(), r.op)
 			g.rows = append(g.rows, r)
 		}
 	}
@@ -229,18 +243,18 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 		}
 	}
 	for _, g := range upserts {
-		if err := a.upsert(ctx, ts, g.schema, g.rows, true); err != nil {
+		if err := a.upsert(ctx, ts, g.schema, g.op, g.rows, true); err != nil {
 			return err
 		}
 	}
 	if len(inserts) > 0 {
 		var ins []*group
 		for _, r := range inserts {
-			g := find(&ins, r.rec.Schema())
+			g := find(&ins, r.rec.Schema(), r.op)
 			g.rows = append(g.rows, r)
 		}
 		for _, g := range ins {
-			if err := a.upsert(ctx, ts, g.schema, g.rows, false); err != nil {
+			if err := a.upsert(ctx, ts, g.schema, g.op, g.rows, false); err != nil {
 				return err
 			}
 		}
@@ -305,6 +319,9 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 		}
 		a.tables[stream] = ts
 	}
+	if err := a.cfg.Meta.CheckSchema(stream, s); err != nil {
+		return err
+	}
 	fields := a.withMeta(change.DataFields(s))
 	key := change.PrimaryKey(s)
 	if len(ts.columns) == 0 {
@@ -317,6 +334,7 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 			defs = append(defs, pgx.Identifier{f.Name}.Sanitize()+" "+t)
 			ts.columns[f.Name] = t
 		}
+		defs = append(defs, a.metaDefs(ts)...)
 		if len(key) > 0 {
 			defs = append(defs, "PRIMARY KEY ("+quoteAll(key)+")")
 		}
@@ -328,6 +346,9 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 	}
 	if ts.key == nil {
 		ts.key = key
+	}
+	if err := a.ensureMeta(ctx, ts); err != nil {
+		return err
 	}
 	for _, f := range fields {
 		t, err := a.columnType(ctx, f)
@@ -575,8 +596,9 @@ func writeCopyText(buf *bytes.Buffer, v []byte) {
 	}
 }
 
-// upsert writes rows (all of one batch schema) with one merge; without a key (merge false) it inserts.
-func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, rows []row, merge bool) error {
+// upsert writes rows (all of one batch schema) with one merge; without a key (merge false) it inserts. With
+// metadata columns (rowmeta) op is every row's newest change, and the statement sets them as constants.
+func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, op change.Op, rows []row, merge bool) error {
 	var cols []string
 	for _, f := range change.DataFields(s) {
 		if a.cfg.Policy != values.NullAndRecord || f.Name != change.MetaColumn {
@@ -591,7 +613,8 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, r
 		return err
 	}
 	qcols := quoteAll(cols)
-	sql := "INSERT INTO " + ts.name + " (" + qcols + ") SELECT " + qcols + " FROM " + stage
+	metaCols, metaVals := a.metaValues(op)
+	sql := "INSERT INTO " + ts.name + " (" + qcols + metaCols + ") SELECT " + qcols + metaVals + " FROM " + stage
 	if merge {
 		key := change.PrimaryKey(s)
 		var sets []string
@@ -600,6 +623,10 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, r
 				q := pgx.Identifier{c}.Sanitize()
 				sets = append(sets, q+" = EXCLUDED."+q)
 			}
+		}
+		for _, c := range a.cfg.Meta.Columns() {
+			q := pgx.Identifier{c.Name}.Sanitize()
+			sets = append(sets, q+" = EXCLUDED."+q)
 		}
 		sql += " ON CONFLICT (" + quoteAll(key) + ")"
 		if len(sets) == 0 {
@@ -617,7 +644,7 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, r
 	return nil
 }
 
-// delete removes rows by key.
+// delete removes rows by key, or with soft_delete marks them deleted and keeps their values.
 func (a *applier) delete(ctx context.Context, ts *tableState, s *arrow.Schema, rows []row) error {
 	key := change.PrimaryKey(s)
 	stage, err := a.stage(ctx, ts, s, key, rows)
@@ -629,7 +656,11 @@ func (a *applier) delete(ctx context.Context, ts *tableState, s *arrow.Schema, r
 		q := pgx.Identifier{k}.Sanitize()
 		conds[i] = "t." + q + " = s." + q
 	}
-	if _, err := a.tx.Exec(ctx, "DELETE FROM "+ts.name+" t USING "+stage+" s WHERE "+strings.Join(conds, " AND ")); err != nil {
+	sql := "DELETE FROM " + ts.name + " t USING " + stage + " s WHERE " + strings.Join(conds, " AND ")
+	if a.cfg.Meta.SoftDelete {
+		sql = "UPDATE " + ts.name + " t SET " + a.metaSets(change.OpDelete) + " FROM " + stage + " s WHERE " + strings.Join(conds, " AND ")
+	}
+	if _, err := a.tx.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("delete %d rows from %s: %w", len(rows), ts.name, a.cfg.Explain(err))
 	}
 	return nil

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -61,7 +63,13 @@ func (a *applier) resnapshotMarks(ctx context.Context, pipeline string, marks []
 			if !exists {
 				continue
 			}
-			tag, err := a.tx.Exec(ctx, `DELETE FROM `+name+` WHERE age(xmin) > age($1::text::xid)`, begin)
+			q := `DELETE FROM ` + name + ` WHERE age(xmin) > age($1::text::xid)`
+			if cfg.Meta.SoftDelete {
+				// The rows the source no longer has are marked deleted, as their deletes would have been.
+				a.entry = m.Sequence
+				q = `UPDATE ` + name + ` SET ` + a.metaSets(change.OpDelete) + ` WHERE age(xmin) > age($1::text::xid) AND NOT ` + pgx.Identifier{rowmeta.Deleted}.Sanitize()
+			}
+			tag, err := a.tx.Exec(ctx, q, begin)
 			if err != nil {
 				return fmt.Errorf("re-snapshot of %s ends: remove the rows the source no longer has: %w", m.Stream, cfg.Explain(err))
 			}

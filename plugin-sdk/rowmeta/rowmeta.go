@@ -1,0 +1,210 @@
+// Package rowmeta is what a destination adds to the rows it writes beyond the source's columns: soft deletes
+// and sync metadata columns. The settings are the same for every destination, parsed and checked here once;
+// each destination writes the columns in its own SQL. The user-facing description is the README's "Soft
+// deletes and sync metadata"; this file is the one definition.
+//
+// The settings, on a destination connection:
+//
+//	soft_delete: true                                 # default false
+//	metadata_columns: [synced_at, op, position]       # default none; any subset, each once
+//
+// The columns, added to every table the destination writes (created with the table, or added to an existing
+// one, where the rows already there hold NULL; _skippr_deleted false where the destination can fill it in the
+// apply's transaction, else NULL, which means not deleted: read it with IS TRUE / IS NOT TRUE):
+//
+//	_skippr_deleted              boolean    soft_delete only: true when the row's newest change is a delete
+//	_skippr_synced_at            timestamp  UTC: the time of the destination transaction that wrote the row
+//	                                        (its start, as SQL's now() gives it: every row of one apply alike)
+//	_skippr_op                   text       the row's newest change: insert, update, delete or snapshot
+//	_skippr_position             int64      the WAL entry (serve.Item.Sequence) that carried that change
+//
+// source_committed_at (_skippr_source_committed_at, when the source committed the change) is named here but
+// refused: change batches do not carry a commit time today (the Postgres source reads one from each Commit
+// message and uses it only for its lag; the MySQL source does not keep the binlog event time; the HTTP source
+// does not keep the receive time), so the column could only be NULL. It needs a reserved column in the change
+// protocol (package change) that every source fills.
+//
+// Soft delete semantics, the same in every destination:
+//
+//   - A delete sets _skippr_deleted = true and keeps the row's last values. A key-only delete (the usual
+//     delete, whose non-key columns are null) only flips the flag; when the row's insert or update was folded
+//     into the same apply (change.Last.HasValues), the destination writes those values with the flag, so the
+//     result does not depend on how the engine cut the WAL into applies. A delete of a key the destination
+//     never held and whose values it never saw leaves nothing (there are no values to keep).
+//   - An insert, update or snapshot read of a key sets _skippr_deleted = false: a deleted key inserted again
+//     is live again.
+//   - A TRUNCATE removes the table's rows, soft-deleted ones included, exactly as without soft_delete: it is
+//     not a delete of each row, and a source emits it for a statement that empties the table, which a
+//     warehouse copy of it should show. (Keeping them marked deleted would make the result differ with how
+//     a truncate and the rows before it are grouped into applies.)
+//   - A re-snapshot's end removes nothing: the rows the source no longer has are marked deleted, as their
+//     deletes would have.
+//   - Exactly-once: the columns are written in the apply's transaction with its fence, so a replayed range
+//     is skipped whole or applies only the entries above the fence, exactly as without these settings; the
+//     values written do not depend on anything but the entry (except _skippr_synced_at, the commit time).
+//
+// A source column with one of these names would be silently overwritten, so CheckSchema refuses it (a config
+// fault naming the stream and column): the engine runs it at start over the source's discovered streams
+// (engine/precheck, reading these two keys from each destination's settings), and a destination runs it again
+// on every schema it meets, for streams that gain the column later.
+//
+// A destination that does not support a setting refuses it: Iceberg, Snowflake and BigQuery have no
+// soft_delete or metadata_columns in their settings schemas, so the engine refuses either key when it loads
+// the config, naming the connection and the key.
+package rowmeta
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+)
+
+// The column names a destination adds.
+const (
+	Deleted           = "_skippr_deleted"
+	SyncedAt          = "_skippr_synced_at"
+	SourceCommittedAt = "_skippr_source_committed_at"
+	Op                = "_skippr_op"
+	Position          = "_skippr_position"
+)
+
+// The names metadata_columns takes.
+const (
+	NameSyncedAt          = "synced_at"
+	NameSourceCommittedAt = "source_committed_at"
+	NameOp                = "op"
+	NamePosition          = "position"
+)
+
+// Settings are the keys a destination's settings embed (`json:",inline"` is not Go: embed the struct
+// anonymously so its fields are the settings object's own).
+type Settings struct {
+	// SoftDelete keeps deleted rows, flagged in _skippr_deleted.
+	SoftDelete bool `json:"soft_delete"`
+	// MetadataColumns names the sync metadata columns to add: synced_at, op, position.
+	MetadataColumns []string `json:"metadata_columns"`
+}
+
+// SchemaProperties is the JSON Schema of Settings' two keys, as properties to add to a destination's
+// settings schema (after a comma).
+const SchemaProperties = `"soft_delete": {"type": "boolean", "default": false, "description": "keep deleted rows: a delete sets _skippr_deleted = true and keeps the row's last values; a later insert of the key clears it; a truncate still removes every row"},
+    "metadata_columns": {"type": "array", "uniqueItems": true, "items": {"enum": ["synced_at", "op", "position", "source_committed_at"]}, "description": "columns to add to every table: synced_at (_skippr_synced_at, when the destination wrote the row, UTC), op (_skippr_op: insert, update, delete, snapshot), position (_skippr_position: the WAL entry); source_committed_at is refused: sources do not carry a commit time yet"}`
+
+// Kind is a metadata column's type, which each destination spells in its SQL.
+type Kind int
+
+const (
+	Bool      Kind = iota + 1 // boolean
+	Timestamp                 // a UTC instant (timestamptz, TIMESTAMP WITH TIME ZONE)
+	Text                      // text
+	Int64                     // a 64-bit integer
+)
+
+// Column is one column a destination adds.
+type Column struct {
+	Name string
+	Kind Kind
+}
+
+// Options are Settings checked: what a destination writes. The zero value adds nothing.
+type Options struct {
+	SoftDelete bool
+	SyncedAt   bool
+	Op         bool
+	Position   bool
+}
+
+// Options checks the settings: every metadata column name known, none twice, and none the data lacks.
+// The error is a config fault with the fix.
+func (s Settings) Options() (Options, error) {
+	o := Options{SoftDelete: s.SoftDelete}
+	seen := map[string]bool{}
+	for _, n := range s.MetadataColumns {
+		if seen[n] {
+			return Options{}, fault.ConfigErr(fmt.Errorf("settings: metadata_columns lists %q twice", n), "list each metadata column once")
+		}
+		seen[n] = true
+		switch n {
+		case NameSyncedAt:
+			o.SyncedAt = true
+		case NameOp:
+			o.Op = true
+		case NamePosition:
+			o.Position = true
+		case NameSourceCommittedAt:
+			return Options{}, fault.ConfigErr(
+				fmt.Errorf("settings: metadata_columns: %s is not available: no source carries the time it committed a change in its change batches yet", n),
+				"remove source_committed_at from metadata_columns (synced_at, op and position are available)")
+		default:
+			return Options{}, fault.ConfigErr(fmt.Errorf("settings: metadata_columns: unknown column %q", n),
+				"use synced_at, op or position")
+		}
+	}
+	return o, nil
+}
+
+// Any says the destination adds at least one column.
+func (o Options) Any() bool { return o.SoftDelete || o.SyncedAt || o.Op || o.Position }
+
+// Columns are the columns the destination adds, in this order: deleted, synced_at, op, position.
+func (o Options) Columns() []Column {
+	var out []Column
+	if o.SoftDelete {
+		out = append(out, Column{Deleted, Bool})
+	}
+	if o.SyncedAt {
+		out = append(out, Column{SyncedAt, Timestamp})
+	}
+	if o.Op {
+		out = append(out, Column{Op, Text})
+	}
+	if o.Position {
+		out = append(out, Column{Position, Int64})
+	}
+	return out
+}
+
+// CheckSchema refuses a change schema of stream holding a column the destination adds: the source's values
+// would be overwritten (or, as every _skippr_ column but _skippr_meta is reserved, dropped), silently.
+// _skippr_op is the protocol's own op column in every change batch, so it cannot clash. Names are compared
+// without regard to case, since DuckDB and Snowflake resolve them so.
+func (o Options) CheckSchema(stream string, s *arrow.Schema) error {
+	for _, c := range o.Columns() {
+		if c.Name == Op {
+			continue
+		}
+		for _, f := range s.Fields() {
+			if strings.EqualFold(f.Name, c.Name) {
+				return fault.ConfigErr(
+					fmt.Errorf("table %s has a column %s, which this destination adds itself (soft_delete or metadata_columns)", stream, f.Name),
+					fmt.Sprintf("rename the source column %s, exclude it (exclude_columns), or turn the destination's soft_delete/metadata_columns setting off", f.Name))
+			}
+		}
+	}
+	return nil
+}
+
+// OpName is the _skippr_op text of a row's newest change.
+func OpName(op change.Op) string {
+	switch op {
+	case change.OpRead:
+		return "snapshot"
+	case change.OpInsert:
+		return "insert"
+	case change.OpUpdate:
+		return "update"
+	case change.OpDelete:
+		return "delete"
+	}
+	return op.String()
+}
+
+// Has says whether name is one of the columns the destination adds (compared without regard to case).
+func (o Options) Has(name string) bool {
+	return slices.ContainsFunc(o.Columns(), func(c Column) bool { return strings.EqualFold(c.Name, name) })
+}
