@@ -62,6 +62,9 @@ const (
 	FormatCSV     = "csv"
 	FormatJSON    = "json"
 	FormatParquet = "parquet"
+	// FormatArrow is an Arrow IPC stream (the result's schema, then its record batches as the engine produces
+	// them): what `skippr serve` hands to Flight SQL clients without converting a row.
+	FormatArrow = "arrow"
 )
 
 // Request is the first line of the stream.
