@@ -30,7 +30,9 @@ CORE_TAGS   := arrow_json_stdlib urfave_cli_no_template grpcnotrace
 CORE_MAX_BYTES := 25000000
 # The plugins drop grpc's trace pages too (−0.4 MB each). They stay larger than they could be: go-plugin's
 # plugin side registers a net/rpc server, whose reflect.Type.Method keeps every exported method linked.
-PLUGIN_TAGS := grpcnotrace
+# duckdb_arrow builds duckdb-go's Arrow results, the duckdb plugin's arrow query format that `skippr serve`
+# streams (no other plugin imports duckdb-go); scripts/test.sh and internal/testplugins set it for duckdb too.
+PLUGIN_TAGS := grpcnotrace duckdb_arrow
 export SKIPPR_CORE_TAGS := $(CORE_TAGS)
 
 .PHONY: build check-size check-deploy sdk-release test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean live-snowflake live-bigquery
@@ -129,6 +131,7 @@ live-bigquery:
 # The engine's failpoints build is vetted too (engine/failpoint: files that exist only under that tag).
 lint:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+	cd plugins/duckdb && $(GO) vet -tags duckdb_arrow ./...
 	$(GO) vet -tags "$(CORE_TAGS) failpoints" ./engine/...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

@@ -21,7 +21,7 @@ platforms=${RELEASE_PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 plugins=${PLUGINS:-datagen testdest http postgres iceberg duckdb}
 cgo_plugins=" ${CGO_PLUGINS:-duckdb} "
 core_tags=${CORE_TAGS:?set CORE_TAGS as make release does}
-plugin_tags=${PLUGIN_TAGS-grpcnotrace}
+plugin_tags=${PLUGIN_TAGS-grpcnotrace duckdb_arrow}
 key=${RELEASE_KEY:-$root/.dev/keys/skippr-ed25519.key}
 # Issue #20: the static stripped core stays under 25 MB (the Makefile's CORE_MAX_BYTES); 23.4 MB on linux/amd64
 # when this was set (BENCHMARKS.md, "Binary size").
