@@ -40,6 +40,7 @@ export SKIPPR_CORE_TAGS := $(CORE_TAGS)
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -tags "$(CORE_TAGS)" -ldflags "-X main.version=$(VERSION)" -o $(BIN)/skippr ./cmd/skippr
+	CGO_ENABLED=0 $(GO) build -tags "$(CORE_TAGS)" -ldflags "-X main.version=$(VERSION)" -o $(BIN)/skippr-serve ./cmd/skippr-serve
 	@for p in $(PLUGINS); do echo "$(GO) build plugins/$$p$$(case $$p in iceberg|duckdb) echo '   (the largest: a few minutes when cold)';; esac)"; (cd plugins/$$p && CGO_ENABLED=$$(case " $(CGO_PLUGINS) " in *" $$p "*) echo 1;; *) echo 0;; esac) $(GO) build -tags "$(PLUGIN_TAGS)" -o $(BIN)/skippr-plugin-$$p .) || exit 1; done
 
 # The core built as `make release` builds it (static, stripped), for this platform, and its size checked against

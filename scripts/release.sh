@@ -59,6 +59,8 @@ for pf in $ordered; do
 		echo "release: $out/skippr is $size bytes, over the limit of $max_core_bytes: find what grew with \`go tool nm -size -sort size\` or \`go version -m\`" >&2
 		exit 1
 	fi
+	# The Flight SQL server `skippr serve` runs (cmd/internal/servecli: why it is not in the core), beside it.
+	build "$os" "$arch" "$out/skippr-serve" ./cmd/skippr-serve 0 "$core_tags" " -X main.version=$version"
 	for p in $plugins; do
 		cgo=0
 		if [[ "$cgo_plugins" == *" $p "* ]]; then

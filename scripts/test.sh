@@ -33,7 +33,8 @@ tags_of() {
 }
 build() {
 	if [ "$1" = core ]; then
-		CGO_ENABLED=0 "$GO" build -tags "${SKIPPR_CORE_TAGS:-}" -o "$bins/skippr" ./cmd/skippr
+		CGO_ENABLED=0 "$GO" build -tags "${SKIPPR_CORE_TAGS:-}" -o "$bins/skippr" ./cmd/skippr &&
+			CGO_ENABLED=0 "$GO" build -tags "${SKIPPR_CORE_TAGS:-}" -o "$bins/skippr-serve" ./cmd/skippr-serve
 	else
 		(cd "plugins/$1" && "$GO" build -tags "$(tags_of "plugins/$1")" -o "$bins/skippr-plugin-$1" .)
 	fi

@@ -97,11 +97,15 @@ func BuildWithVars(t testing.TB, name string, vars ...string) string {
 // BuildSkippr returns the path of the skippr command built from cmd/skippr as the release builds it: without cgo
 // and with the Makefile's CORE_TAGS, which `make test` exports as SKIPPR_CORE_TAGS (so the tests run the code
 // that ships, and `make check-size` reuses the compiled packages).
+//
+// The companion skippr-serve (the Flight SQL server `skippr serve` runs, found beside the core) is built into
+// the same folder.
 func BuildSkippr(t testing.TB) string {
 	t.Helper()
-	if p := prebuilt("skippr"); p != "" {
+	if p := prebuilt("skippr"); p != "" && prebuilt("skippr-serve") != "" {
 		return p
 	}
+	build(t, "skippr-serve", "skippr-serve", ".", "./cmd/skippr-serve", []string{"CGO_ENABLED=0"}, "-tags", os.Getenv("SKIPPR_CORE_TAGS"))
 	return build(t, "skippr", "skippr", ".", "./cmd/skippr", []string{"CGO_ENABLED=0"}, "-tags", os.Getenv("SKIPPR_CORE_TAGS"))
 }
 
