@@ -1,0 +1,379 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/flight/flightsql"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/skippr-dev/skippr/test/harness"
+)
+
+// syncBuffer is stderr of a running process, read while it writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+var serveAddrLog = regexp.MustCompile(`msg="serving Flight SQL" addr=(\S+)`)
+
+// flightRows runs sql over Flight SQL (prepared when asked) and returns its rows as JSON objects, as
+// `skippr query --json` prints them, and the result's schema.
+func flightRows(ctx context.Context, cl *flightsql.Client, sql string, prepared bool) ([]any, *arrow.Schema, error) {
+	var info *flight.FlightInfo
+	var err error
+	if prepared {
+		ps, perr := cl.Prepare(ctx, sql)
+		if perr != nil {
+			return nil, nil, perr
+		}
+		defer ps.Close(context.Background())
+		info, err = ps.Execute(ctx)
+	} else {
+		info, err = cl.Execute(ctx, sql)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return readFlight(ctx, cl, info)
+}
+
+func readFlight(ctx context.Context, cl *flightsql.Client, info *flight.FlightInfo) ([]any, *arrow.Schema, error) {
+	rdr, err := cl.DoGet(ctx, info.Endpoint[0].Ticket)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rdr.Release()
+	rows := []any{}
+	for rdr.Next() {
+		rec := rdr.RecordBatch()
+		for i := 0; i < int(rec.NumRows()); i++ {
+			row := map[string]any{}
+			for c := 0; c < int(rec.NumCols()); c++ {
+				row[rec.ColumnName(c)] = rec.Column(c).GetOneForMarshal(i)
+			}
+			rows = append(rows, row)
+		}
+	}
+	if err := rdr.Err(); err != nil {
+		return nil, nil, err
+	}
+	// Through JSON, so that numbers compare as `skippr query --json` decodes them.
+	b, err := json.Marshal(rows)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, nil, err
+	}
+	return out, rdr.Schema(), nil
+}
+
+// cpuTicks is the user+system CPU time of a process, in clock ticks.
+func cpuTicks(t *testing.T, pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("process %d: %v", pid, err)
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s
+}
+
+// TestServeFlightSQL runs datagen → Iceberg with the last rows only in the WAL (apply paused) and queries it
+// through `skippr serve` with the arrow-go Flight SQL client: answers equal `skippr query`'s row by row, for
+// statements and prepared statements, and include the WAL's rows, also rows committed after the server
+// started; the catalog calls list the lake table with its schema; clients without a known token are refused;
+// writes and file access are refused; a statement over the time limit ends with DEADLINE_EXCEEDED; a cancelled
+// statement stops the query engine's work.
+func TestServeFlightSQL(t *testing.T) {
+	e := harness.NewEnvWith(t, "datagen", "iceberg", "duckdb")
+	lakeSettings := fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.Dir, "lake"))
+	config := func(rows int, paused bool) {
+		e.WriteConfig(fmt.Sprintf(`connections:
+  gen:
+    plugin: datagen
+    version: "~> 0.1"
+    settings: { seed: 3, rows: %d, batch_size: 300, update_ratio: 0.2, delete_ratio: 0.1 }
+  lake:
+    plugin: iceberg
+    version: "~> 0.1"
+    settings: %s
+pipelines:
+  orders:
+    source: gen
+    destinations: [lake]
+    apply: { paused: %v }
+    wal:
+      url: file://%s
+      group_commit: { max_bytes: 64KiB, max_delay: 50ms }
+`, rows, lakeSettings, paused, filepath.Join(e.Dir, "wal")))
+	}
+	config(2000, false)
+	e.MustRun("sync", "--once") // the lake holds the first 2000 events
+	config(2600, true)
+	e.MustRun("sync", "--once") // 600 more, only in the WAL
+
+	const nbToken, biToken = "nb-0123456789abcdef0123", "bi-fedcba9876543210fedc"
+	e.ExtraEnv = append(e.ExtraEnv, "NB_TOKEN="+nbToken, "BI_TOKEN="+biToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	const limit = 20 * time.Second
+	serve := e.Cmd(ctx, "--log-level", "debug", "serve", "--addr", "127.0.0.1:0", "--query-timeout", limit.String(),
+		"--token", "notebook=NB_TOKEN", "--token", "bi=BI_TOKEN")
+	stderr := &syncBuffer{}
+	serve.Stderr = stderr
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		serve.Process.Signal(syscall.SIGTERM)
+		serve.Wait()
+	}()
+	var addr string
+	harness.WaitFor(t, 2*time.Minute, func() bool {
+		if serve.ProcessState != nil {
+			t.Fatalf("skippr serve ended:\n%s", stderr.String())
+		}
+		if m := serveAddrLog.FindStringSubmatch(stderr.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	cl, err := flightsql.NewClient(addr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	as := func(ctx context.Context, token string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	nb := as(ctx, nbToken)
+
+	// Answers: the same as skippr query's, row by row, with the WAL's rows in them.
+	queries := []string{
+		`SELECT id, seq, name, amount, ts::VARCHAR AS ts FROM events ORDER BY id`,
+		`SELECT count(*) AS n, sum(seq)::BIGINT AS s, min(name) AS first, max(amount) AS top FROM events`,
+		`SELECT name[1:1] AS letter, count(*) AS n FROM lake.events GROUP BY 1 ORDER BY 1`,
+		`SELECT id, name FROM events WHERE false`,
+	}
+	for _, q := range queries {
+		want := e.QueryJSON(q, false)
+		for _, prepared := range []bool{false, true} {
+			got, _, err := flightRows(nb, cl, q, prepared)
+			if err != nil {
+				t.Fatalf("%s (prepared %v): %v\n%s", q, prepared, err, stderr.String())
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s (prepared %v)\nFlight SQL: %s\nskippr query: %s", q, prepared, harness.Show(got), harness.Show(want))
+			}
+		}
+	}
+	count := func(ctx context.Context) any {
+		t.Helper()
+		got, _, err := flightRows(ctx, cl, `SELECT count(*) AS n FROM events`, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0].(map[string]any)["n"]
+	}
+	if lakeOnly := e.QueryJSON(`SELECT count(*) AS n FROM events`, true)[0].(map[string]any)["n"]; lakeOnly == count(nb) {
+		t.Fatalf("the answer has as many rows as the lake alone (%v): the WAL's rows are missing", lakeOnly)
+	}
+	// Rows committed to the WAL while the server runs are in the next statement.
+	before := count(nb)
+	config(3000, true)
+	e.MustRun("sync", "--once")
+	if after, want := count(nb), e.QueryJSON(`SELECT count(*) AS n FROM events`, false)[0].(map[string]any)["n"]; after != want || after == before {
+		t.Fatalf("after 400 more events in the WAL: Flight SQL counts %v (before: %v), skippr query %v", after, before, want)
+	}
+
+	// The catalog: one table, lake.events, with its Arrow schema; SqlInfo says read-only.
+	info, err := cl.GetTables(nb, &flightsql.GetTablesOpts{IncludeSchema: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdr, err := cl.DoGet(nb, info.Endpoint[0].Ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tables []string
+	for rdr.Next() {
+		rec := rdr.RecordBatch()
+		for i := 0; i < int(rec.NumRows()); i++ {
+			sc, err := flight.DeserializeSchema(rec.Column(4).(*array.Binary).Value(i), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cols []string
+			for _, f := range sc.Fields() {
+				cols = append(cols, f.Name)
+			}
+			tables = append(tables, fmt.Sprintf("%s.%s.%s %s: %s", rec.Column(0).ValueStr(i), rec.Column(1).ValueStr(i),
+				rec.Column(2).ValueStr(i), rec.Column(3).ValueStr(i), strings.Join(cols, ",")))
+		}
+	}
+	if err := rdr.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdr.Release()
+	if want := []string{"memory.lake.events TABLE: id,seq,name,amount,ts"}; !reflect.DeepEqual(tables, want) {
+		t.Fatalf("GetTables: %q, want %q", tables, want)
+	}
+	for name, call := range map[string]func() (*flight.FlightInfo, error){
+		"GetDbSchemas": func() (*flight.FlightInfo, error) { return cl.GetDBSchemas(nb, &flightsql.GetDBSchemasOpts{}) },
+		"GetCatalogs":  func() (*flight.FlightInfo, error) { return cl.GetCatalogs(nb) },
+		"GetSqlInfo": func() (*flight.FlightInfo, error) {
+			return cl.GetSqlInfo(nb, []flightsql.SqlInfo{flightsql.SqlInfoFlightSqlServerName, flightsql.SqlInfoFlightSqlServerReadOnly})
+		},
+	} {
+		info, err := call()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		rdr, err := cl.DoGet(nb, info.Endpoint[0].Ticket)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var got []string
+		for rdr.Next() {
+			rec := rdr.RecordBatch()
+			for i := 0; i < int(rec.NumRows()); i++ {
+				var cells []string
+				for c := 0; c < int(rec.NumCols()); c++ {
+					cells = append(cells, rec.Column(c).ValueStr(i))
+				}
+				got = append(got, strings.Join(cells, " "))
+			}
+		}
+		rdr.Release()
+		want := map[string]string{"GetDbSchemas": "memory lake", "GetCatalogs": "memory", "GetSqlInfo": `0 [0,"skippr"]|3 [1,true]`}[name]
+		if strings.Join(got, "|") != want {
+			t.Fatalf("%s: %q, want %q", name, strings.Join(got, "|"), want)
+		}
+	}
+
+	// Authentication: no token, a wrong one, and a token in the wrong header are refused; the other client's
+	// token works; the log names clients and never holds a token.
+	for name, c := range map[string]context.Context{
+		"no token":    ctx,
+		"wrong token": as(ctx, nbToken+"x"),
+		"a prefix":    as(ctx, nbToken[:10]),
+		"not bearer":  metadata.AppendToOutgoingContext(ctx, "authorization", "Basic "+nbToken),
+	} {
+		if _, err := cl.Execute(c, `SELECT 1`); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("%s: %v, want Unauthenticated", name, err)
+		}
+		if _, err := cl.GetTables(c, &flightsql.GetTablesOpts{}); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("%s, GetTables: %v, want Unauthenticated", name, err)
+		}
+	}
+	if got := count(as(ctx, biToken)); got != count(nb) {
+		t.Fatalf("the second client counts %v", got)
+	}
+
+	// Read-only: updates are refused by the server, SQL that reaches outside by the query engine.
+	if _, err := cl.ExecuteUpdate(nb, `DELETE FROM events`); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("update: %v, want PermissionDenied", err)
+	}
+	secret := filepath.Join(e.Dir, "secret.csv")
+	if err := os.WriteFile(secret, []byte("password\nhunter2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	written := filepath.Join(e.Dir, "written.csv")
+	for _, q := range []string{
+		"COPY (SELECT * FROM events) TO '" + written + "'",
+		"ATTACH '" + filepath.Join(e.Dir, "x.duckdb") + "' AS x",
+		"INSTALL httpfs",
+		"SELECT * FROM read_csv('" + secret + "')",
+		"SELECT * FROM read_text('" + filepath.Join(e.Dir, "skippr.yml") + "')",
+		"SET enable_external_access = true",
+	} {
+		rows, _, err := flightRows(nb, cl, q, false)
+		if err == nil {
+			t.Fatalf("%s: accepted, answered %s", q, harness.Show(rows))
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, f := range []string{written, filepath.Join(e.Dir, "x.duckdb")} {
+		if _, err := os.Stat(f); err == nil {
+			t.Fatalf("%s was written through skippr serve", f)
+		}
+	}
+
+	// A statement over the limit ends with DEADLINE_EXCEEDED naming the limit.
+	const slow = `SELECT sum(hash(range)) AS h FROM range(100000000000000)`
+	start := time.Now()
+	_, _, err = flightRows(nb, cl, slow, false)
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--query-timeout") {
+		t.Fatalf("slow statement: %v after %s, want DEADLINE_EXCEEDED naming --query-timeout", err, time.Since(start))
+	}
+	if d := time.Since(start); d < limit || d > limit+50*time.Second {
+		t.Fatalf("the slow statement ended after %s, limit %s", d, limit)
+	}
+
+	// A client that cancels stops the engine's work: the duckdb plugin's CPU time stops growing.
+	duck := harness.ChildByName(serve.Process.Pid, "duckdb")
+	if duck == 0 {
+		t.Fatalf("no duckdb plugin under skippr serve (pid %d)", serve.Process.Pid)
+	}
+	cctx, stop := context.WithCancel(nb)
+	started := time.Now()
+	failed := make(chan error, 1)
+	go func() { _, _, err := flightRows(cctx, cl, slow, false); failed <- err }()
+	busy := cpuTicks(t, duck)
+	harness.WaitFor(t, 60*time.Second, func() bool { return cpuTicks(t, duck) > busy+50 }) // half a CPU-second into it
+	stop()
+	if err := <-failed; status.Code(err) != codes.Canceled && !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled statement: %v", err)
+	}
+	harness.WaitFor(t, 30*time.Second, func() bool {
+		a := cpuTicks(t, duck)
+		time.Sleep(time.Second)
+		return cpuTicks(t, duck)-a < 20 // under a fifth of a CPU: the query stopped
+	})
+	if d := time.Since(started); d > limit-2*time.Second {
+		t.Fatalf("the cancelled query's work went on for %s, until about the time limit (%s): the cancel did not reach the engine", d, limit)
+	}
+	if got := count(nb); got == nil {
+		t.Fatal("no answer after the cancel")
+	}
+
+	log := stderr.String()
+	for _, tok := range []string{nbToken, biToken} {
+		if strings.Contains(log, tok) {
+			t.Fatalf("the log holds a token:\n%s", log)
+		}
+	}
+	if !strings.Contains(log, "client=notebook") || !strings.Contains(log, "client=bi") {
+		t.Fatalf("the log does not name the clients:\n%s", log)
+	}
+}
