@@ -3,9 +3,17 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -23,6 +31,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight/flightsql"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -96,6 +105,31 @@ func readFlight(ctx context.Context, cl *flightsql.Client, info *flight.FlightIn
 		return nil, nil, err
 	}
 	return out, rdr.Schema(), nil
+}
+
+// writeSelfSigned writes a self-signed certificate for localhost and its key.
+func writeSelfSigned(t *testing.T, certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), DNSNames: []string{"localhost"}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // cpuTicks is the user+system CPU time of a process, in clock ticks.
@@ -369,6 +403,54 @@ pipelines:
 	}
 	if got := count(nb); got == nil {
 		t.Fatal("no answer after the cancel")
+	}
+
+	// TLS (without tokens: allowed on a loopback address): a client trusting the certificate gets the same
+	// answer; one speaking plain gRPC gets none.
+	certFile, keyFile := filepath.Join(e.Dir, "cert.pem"), filepath.Join(e.Dir, "key.pem")
+	writeSelfSigned(t, certFile, keyFile)
+	tlsServe := e.Cmd(ctx, "serve", "--addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile)
+	tlsErr := &syncBuffer{}
+	tlsServe.Stderr = tlsErr
+	if err := tlsServe.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		tlsServe.Process.Signal(syscall.SIGTERM)
+		tlsServe.Wait()
+	}()
+	var tlsAddr string
+	harness.WaitFor(t, 2*time.Minute, func() bool {
+		if tlsServe.ProcessState != nil {
+			t.Fatalf("skippr serve with TLS ended:\n%s", tlsErr.String())
+		}
+		if m := serveAddrLog.FindStringSubmatch(tlsErr.String()); m != nil {
+			tlsAddr = m[1]
+		}
+		return tlsAddr != ""
+	})
+	pemBytes, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemBytes)
+	tlsCl, err := flightsql.NewClient(tlsAddr, nil, nil, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tlsCl.Close()
+	got, _, err := flightRows(ctx, tlsCl, `SELECT count(*) AS n FROM events`, false)
+	if err != nil || got[0].(map[string]any)["n"] != count(nb) {
+		t.Fatalf("over TLS: %s %v\n%s", harness.Show(got), err, tlsErr.String())
+	}
+	plain, err := flightsql.NewClient(tlsAddr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.Execute(ctx, `SELECT 1`); err == nil {
+		t.Fatal("a plain-text client was answered by the TLS server")
 	}
 
 	log := stderr.String()
