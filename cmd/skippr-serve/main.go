@@ -94,7 +94,7 @@ func serve(ctx context.Context, c *cli.Command, rd *redact.Redactor) error {
 		return err
 	}
 	defer q.Close()
-	srv, err := queryserve.New(queryserve.Options{Querier: q, Timeout: c.Duration("query-timeout"),
+	srv, err := queryserve.New(queryserve.Options{Querier: q, Timeout: c.Duration("query-timeout"), MemoryLimit: c.String("query-memory"),
 		MaxConcurrent: int(c.Int("max-concurrent")), Version: version, Log: log})
 	if err != nil {
 		return cmdline.WithCode(cmdline.ExitUsage, fmt.Errorf("serve: %w", err))

@@ -13,7 +13,8 @@
 // ingestion, transactions and Substrait are refused: the server is read-only, and the query engine refuses
 // SQL that would reach outside its own in-memory database (the duckdb plugin's lockDown).
 //
-// Limits: each statement runs under Options.Timeout (DeadlineExceeded naming --query-timeout), at most
+// Limits: each statement runs under Options.Timeout (DeadlineExceeded naming --query-timeout) and within
+// Options.MemoryLimit of the engine's memory (ResourceExhausted naming --query-memory), at most
 // Options.MaxConcurrent run at once (the others wait, as long as their client does), and a client that
 // cancels or goes away cancels the engine's query.
 //
@@ -53,6 +54,8 @@ type Options struct {
 	Querier Querier
 	// Timeout bounds each statement, from its start to its last batch (0: none).
 	Timeout time.Duration
+	// MemoryLimit bounds the query engine's memory per statement (DuckDB's notation, "2GB"; "": its default).
+	MemoryLimit string
 	// MaxConcurrent statements run at once (0: 4); the query engine holds each result's working set in memory.
 	MaxConcurrent int
 	Version       string // reported in GetSqlInfo
@@ -124,7 +127,7 @@ func (s *Server) query(ctx context.Context, sql string) (*arrow.Schema, <-chan f
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		summary, err := s.opts.Querier.Run(qctx, lakequery.Request{SQL: sql, Format: sdk.FormatArrow}, pw)
+		summary, err := s.opts.Querier.Run(qctx, lakequery.Request{SQL: sql, Format: sdk.FormatArrow, MemoryLimit: s.opts.MemoryLimit}, pw)
 		pw.CloseWithError(err) // nil: EOF
 		if err == nil {
 			s.log.Debug("query", "client", clientName(ctx), "summary", summary)
@@ -194,6 +197,8 @@ func (s *Server) status(ctx, qctx context.Context, err error) error {
 		return status.FromContextError(ctx.Err()).Err()
 	case errors.Is(err, sdk.ErrSQL):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, sdk.ErrMemory):
+		return status.Errorf(codes.ResourceExhausted, "the query needed more memory than the server allows a statement (skippr serve --query-memory %s): %v", s.opts.MemoryLimit, err)
 	}
 	if _, ok := status.FromError(err); ok && status.Code(err) != codes.Unknown {
 		return err

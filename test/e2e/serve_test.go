@@ -233,6 +233,28 @@ pipelines:
 			}
 		}
 	}
+	// Clients at once (more than --max-concurrent): each gets the whole answer.
+	want := e.QueryJSON(queries[0], false)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, _, err := flightRows(nb, cl, queries[0], i%2 == 1)
+			if err == nil && !reflect.DeepEqual(got, want) {
+				err = fmt.Errorf("client %d got %d rows, want %d", i, len(got), len(want))
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent clients: %v", err)
+		}
+	}
 	count := func(ctx context.Context) any {
 		t.Helper()
 		got, _, err := flightRows(ctx, cl, `SELECT count(*) AS n FROM events`, false)
@@ -409,7 +431,7 @@ pipelines:
 	// answer; one speaking plain gRPC gets none.
 	certFile, keyFile := filepath.Join(e.Dir, "cert.pem"), filepath.Join(e.Dir, "key.pem")
 	writeSelfSigned(t, certFile, keyFile)
-	tlsServe := e.Cmd(ctx, "serve", "--addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile)
+	tlsServe := e.Cmd(ctx, "serve", "--addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--query-memory", "64MB")
 	tlsErr := &syncBuffer{}
 	tlsServe.Stderr = tlsErr
 	if err := tlsServe.Start(); err != nil {
@@ -443,6 +465,10 @@ pipelines:
 	got, _, err := flightRows(ctx, tlsCl, `SELECT count(*) AS n FROM events`, false)
 	if err != nil || got[0].(map[string]any)["n"] != count(nb) {
 		t.Fatalf("over TLS: %s %v\n%s", harness.Show(got), err, tlsErr.String())
+	}
+	// This server allows a statement 64MB: one that cannot spill past it ends with RESOURCE_EXHAUSTED.
+	if _, _, err := flightRows(ctx, tlsCl, `SELECT len(list(range)) AS n FROM range(40000000)`, false); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--query-memory 64MB") {
+		t.Fatalf("a statement over the memory limit: %v, want RESOURCE_EXHAUSTED naming --query-memory", err)
 	}
 	plain, err := flightsql.NewClient(tlsAddr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

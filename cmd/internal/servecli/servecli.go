@@ -37,7 +37,8 @@ client gets a bearer token from an environment variable: --token analyst=ANALYST
 and the client sends "authorization: Bearer <token>" (the log names the client, never the token).
 --tls-cert and --tls-key serve TLS, re-reading renewed files at the next connection.
 
-Each statement may run for --query-timeout (then DEADLINE_EXCEEDED); at most --max-concurrent run at once.
+Each statement may run for --query-timeout (then DEADLINE_EXCEEDED) and use --query-memory in the query
+engine (what cannot spill beyond it fails with RESOURCE_EXHAUSTED); at most --max-concurrent run at once.
 A client that cancels its call stops its query. SIGINT/SIGTERM lets running calls finish for a few seconds.
 
 The server is the companion binary skippr-serve, shipped beside skippr (it keeps the core small); skippr
@@ -51,6 +52,7 @@ func Flags() []cli.Flag {
 		&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate (chain) to serve TLS with"},
 		&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert"},
 		&cli.DurationFlag{Name: "query-timeout", Value: 60 * time.Second, Usage: "longest a statement may run (0: no limit)"},
+		&cli.StringFlag{Name: "query-memory", Value: "2GB", Usage: "memory the query engine may use per statement (DuckDB's notation: 512MB, 4GB); beyond it, what cannot spill to disk fails the statement"},
 		&cli.IntFlag{Name: "max-concurrent", Value: 4, Usage: "statements running at once; more wait for a free slot"},
 		&cli.StringSliceFlag{Name: "pipeline", Usage: "only these pipelines' lakes (default: every pipeline with an iceberg destination)"},
 		&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},

@@ -79,8 +79,12 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 		// a user's own joins on the build side.
 		"SET disabled_optimizers = 'build_side_probe_side'",
 	}
-	if opt.MemoryLimit != "" {
-		settings = append(settings, "SET memory_limit = "+ducksql.Literal(opt.MemoryLimit))
+	limit := opt.MemoryLimit
+	if req.MemoryLimit != "" {
+		limit = req.MemoryLimit
+	}
+	if limit != "" {
+		settings = append(settings, "SET memory_limit = "+ducksql.Literal(limit))
 	}
 	for _, s := range settings {
 		if _, err := conn.ExecContext(ctx, s); err != nil {
@@ -111,6 +115,12 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 		return "", err
 	}
 	n, err := answer(ctx, conn, req, out, tmp)
+	if err != nil && isOutOfMemory(err) {
+		if limit == "" {
+			limit = "DuckDB's default, 80% of RAM"
+		}
+		return "", fmt.Errorf("%w (memory_limit %s; what could spill went to disk): %v", lakequery.ErrMemory, limit, err)
+	}
 	if err != nil && !rejected(err) {
 		// The SQL was accepted and failed while it ran (a conversion, a value out of range, I/O): the work
 		// failed, which is not the status of bad SQL.
@@ -162,6 +172,15 @@ func lockDown(ctx context.Context, conn *sql.Conn, tables []*table, tmp string) 
 		}
 	}
 	return nil
+}
+
+// isOutOfMemory says err is DuckDB's "Out of Memory Error" (as dest's: the type, or the text some paths give).
+func isOutOfMemory(err error) bool {
+	var de *duckdb.Error
+	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory {
+		return true
+	}
+	return strings.Contains(err.Error(), "Out of Memory Error")
 }
 
 // rejected says whether DuckDB refused the SQL itself (it does not parse, names what does not exist, binds
