@@ -227,7 +227,7 @@ func (s *Server) DoGetStatement(ctx context.Context, tkt flightsql.StatementQuer
 	return s.query(ctx, string(tkt.GetStatementHandle()))
 }
 
-// CreatePreparedStatement keeps nothing: the handle is the SQL. Parameters are not supported yet.
+// CreatePreparedStatement keeps nothing: the handle is the SQL (params.go).
 func (s *Server) CreatePreparedStatement(_ context.Context, req flightsql.ActionCreatePreparedStatementRequest) (flightsql.ActionCreatePreparedStatementResult, error) {
 	if len(req.GetTransactionId()) > 0 {
 		return flightsql.ActionCreatePreparedStatementResult{}, status.Error(codes.InvalidArgument, "skippr serve has no transactions")
@@ -236,7 +236,7 @@ func (s *Server) CreatePreparedStatement(_ context.Context, req flightsql.Action
 		return flightsql.ActionCreatePreparedStatementResult{}, status.Error(codes.InvalidArgument, "empty statement")
 	}
 	isUpdate := false
-	return flightsql.ActionCreatePreparedStatementResult{Handle: []byte(req.GetQuery()), IsUpdate: &isUpdate}, nil
+	return flightsql.ActionCreatePreparedStatementResult{Handle: handle{SQL: req.GetQuery()}.encode(), IsUpdate: &isUpdate}, nil
 }
 
 // ClosePreparedStatement has nothing to free.
@@ -250,14 +250,25 @@ func (s *Server) GetFlightInfoPreparedStatement(_ context.Context, _ flightsql.P
 		FlightDescriptor: desc, TotalRecords: -1, TotalBytes: -1}, nil
 }
 
-// DoGetPreparedStatement runs the prepared statement.
+// DoGetPreparedStatement runs the prepared statement with the parameters its handle holds.
 func (s *Server) DoGetPreparedStatement(ctx context.Context, cmd flightsql.PreparedStatementQuery) (*arrow.Schema, <-chan flight.StreamChunk, error) {
-	return s.query(ctx, string(cmd.GetPreparedStatementHandle()))
+	h, err := decodeHandle(cmd.GetPreparedStatementHandle())
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.query(ctx, h.statement())
 }
 
-// DoPutPreparedStatementQuery would bind parameters.
-func (s *Server) DoPutPreparedStatementQuery(context.Context, flightsql.PreparedStatementQuery, flight.MessageReader, flight.MetadataWriter) ([]byte, error) {
-	return nil, status.Error(codes.Unimplemented, "skippr serve does not bind parameters to prepared statements yet: put the values in the SQL")
+// DoPutPreparedStatementQuery binds parameters: the answer is a new handle holding them.
+func (s *Server) DoPutPreparedStatementQuery(_ context.Context, cmd flightsql.PreparedStatementQuery, rdr flight.MessageReader, _ flight.MetadataWriter) ([]byte, error) {
+	h, err := decodeHandle(cmd.GetPreparedStatementHandle())
+	if err != nil {
+		return nil, err
+	}
+	if h, err = bind(h, rdr); err != nil {
+		return nil, err
+	}
+	return h.encode(), nil
 }
 
 var errReadOnly = status.Error(codes.PermissionDenied, "skippr serve is read-only: it answers queries over the lake and the WAL; changes go through the pipeline's source")

@@ -27,8 +27,10 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/flight/flightsql"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -255,6 +257,78 @@ pipelines:
 			t.Fatalf("concurrent clients: %v", err)
 		}
 	}
+	// Prepared statements with parameters: DuckDB binds them (placeholders ? or $1), every type round trips.
+	ps, err := cl.Prepare(nb, `SELECT id, seq, name FROM events WHERE id BETWEEN ? AND ? AND name LIKE ? ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := func(fields []arrow.Field, build func(b *array.RecordBuilder)) arrow.RecordBatch {
+		b := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema(fields, nil))
+		defer b.Release()
+		build(b)
+		return b.NewRecordBatch()
+	}
+	rec := params([]arrow.Field{{Name: "lo", Type: arrow.PrimitiveTypes.Int64}, {Name: "hi", Type: arrow.PrimitiveTypes.Int64}, {Name: "pat", Type: arrow.BinaryTypes.String}},
+		func(b *array.RecordBuilder) {
+			b.Field(0).(*array.Int64Builder).Append(10)
+			b.Field(1).(*array.Int64Builder).Append(400)
+			b.Field(2).(*array.StringBuilder).Append("%a%")
+		})
+	ps.SetParameters(rec)
+	info, err := ps.Execute(nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := readFlight(nb, cl, info)
+	if want := e.QueryJSON(`SELECT id, seq, name FROM events WHERE id BETWEEN 10 AND 400 AND name LIKE '%a%' ORDER BY id`, false); err != nil || len(got) == 0 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("prepared with parameters: %v\nFlight SQL: %s\nskippr query: %s", err, harness.Show(got), harness.Show(want))
+	}
+	ps.Close(nb)
+	ps, err = cl.Prepare(nb, `SELECT $1 AS b, $2 AS i, $3 AS f, $4 AS s, $5 AS bin, $6 AS d, $7 AS ts, $8 AS dec, $9 AS n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tsType := &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}
+	decType := &arrow.Decimal128Type{Precision: 12, Scale: 2}
+	rec = params([]arrow.Field{{Name: "b", Type: arrow.FixedWidthTypes.Boolean}, {Name: "i", Type: arrow.PrimitiveTypes.Int32},
+		{Name: "f", Type: arrow.PrimitiveTypes.Float64}, {Name: "s", Type: arrow.BinaryTypes.String}, {Name: "bin", Type: arrow.BinaryTypes.Binary},
+		{Name: "d", Type: arrow.FixedWidthTypes.Date32}, {Name: "ts", Type: tsType}, {Name: "dec", Type: decType},
+		{Name: "n", Type: arrow.BinaryTypes.String, Nullable: true}},
+		func(b *array.RecordBuilder) {
+			b.Field(0).(*array.BooleanBuilder).Append(true)
+			b.Field(1).(*array.Int32Builder).Append(-7)
+			b.Field(2).(*array.Float64Builder).Append(0.1)
+			b.Field(3).(*array.StringBuilder).Append("it's \\x; DROP")
+			b.Field(4).(*array.BinaryBuilder).Append([]byte{0, '\'', 0xff})
+			b.Field(5).(*array.Date32Builder).Append(arrow.Date32FromTime(time.Date(1999, 12, 31, 0, 0, 0, 0, time.UTC)))
+			b.Field(6).(*array.TimestampBuilder).Append(arrow.Timestamp(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC).UnixMicro()))
+			b.Field(7).(*array.Decimal128Builder).Append(decimal128.FromI64(-12345))
+			b.Field(8).AppendNull()
+		})
+	ps.SetParameters(rec)
+	info, err = ps.Execute(nb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdr, err := cl.DoGet(nb, info.Endpoint[0].Ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rdr.Next() {
+		t.Fatalf("typed parameters: no row: %v", rdr.Err())
+	}
+	back := rdr.RecordBatch()
+	for c := 0; c < int(rec.NumCols()); c++ {
+		if got, want := back.Column(c).ValueStr(0), rec.Column(c).ValueStr(0); got != want {
+			t.Errorf("parameter %s: %q came back as %q (%s)", rec.ColumnName(c), want, got, back.Column(c).DataType())
+		}
+	}
+	rdr.Release()
+	ps.Close(nb)
+	if t.Failed() {
+		t.FailNow()
+	}
+
 	count := func(ctx context.Context) any {
 		t.Helper()
 		got, _, err := flightRows(ctx, cl, `SELECT count(*) AS n FROM events`, false)
@@ -275,11 +349,11 @@ pipelines:
 	}
 
 	// The catalog: one table, lake.events, with its Arrow schema; SqlInfo says read-only.
-	info, err := cl.GetTables(nb, &flightsql.GetTablesOpts{IncludeSchema: true})
+	info, err = cl.GetTables(nb, &flightsql.GetTablesOpts{IncludeSchema: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdr, err := cl.DoGet(nb, info.Endpoint[0].Ticket)
+	rdr, err = cl.DoGet(nb, info.Endpoint[0].Ticket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +536,7 @@ pipelines:
 		t.Fatal(err)
 	}
 	defer tlsCl.Close()
-	got, _, err := flightRows(ctx, tlsCl, `SELECT count(*) AS n FROM events`, false)
+	got, _, err = flightRows(ctx, tlsCl, `SELECT count(*) AS n FROM events`, false)
 	if err != nil || got[0].(map[string]any)["n"] != count(nb) {
 		t.Fatalf("over TLS: %s %v\n%s", harness.Show(got), err, tlsErr.String())
 	}
