@@ -7,8 +7,9 @@
 // statement sees every WAL entry committed before it started (Run reads the WAL per statement) and one plan
 // of each lake.
 //
-// What the server offers: statements (CommandStatementQuery), prepared statements without parameters (the
-// handle is the SQL itself, so a handle outlives a restart and Close frees nothing), GetCatalogs,
+// What the server offers: statements (CommandStatementQuery), prepared statements with parameters (the
+// handle carries the SQL and the bound values, so a handle outlives a restart and Close frees nothing:
+// params.go), GetCatalogs,
 // GetDbSchemas, GetTables (with each table's Arrow schema when asked), GetTableTypes and GetSqlInfo. Updates,
 // ingestion, transactions and Substrait are refused: the server is read-only, and the query engine refuses
 // SQL that would reach outside its own in-memory database (the duckdb plugin's lockDown).
