@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/urfave/cli/v3"
 
 	"github.com/skippr-dev/skippr/cmd/internal/servecli"
@@ -98,6 +100,46 @@ func serve(ctx context.Context, c *cli.Command, rd *redact.Redactor) error {
 		MaxConcurrent: int(c.Int("max-concurrent")), Version: version, Log: log})
 	if err != nil {
 		return cmdline.WithCode(cmdline.ExitUsage, fmt.Errorf("serve: %w", err))
+	}
+	if c.Bool("mcp-stdio") {
+		log.Info("serving MCP on stdin/stdout")
+		if err := srv.MCPServer().Run(ctx, &mcp.StdioTransport{}); err != nil && ctx.Err() == nil {
+			return cmdline.WithCode(cmdline.ExitFailure, fmt.Errorf("serve: mcp: %w", err))
+		}
+		return nil
+	}
+	if mcpAddr := c.String("mcp-addr"); mcpAddr != "" {
+		if err := queryserve.CheckExposure(mcpAddr, listen); err != nil {
+			return cmdline.WithCode(cmdline.ExitUsage, fmt.Errorf("serve: --mcp-addr: %w", err))
+		}
+		h, err := srv.MCPHandler(listen.Tokens)
+		if err != nil {
+			return cmdline.WithCode(cmdline.ExitUsage, fmt.Errorf("serve: %w", err))
+		}
+		mlis, err := net.Listen("tcp", mcpAddr)
+		if err != nil {
+			return cmdline.WithCode(cmdline.ExitFailure, fmt.Errorf("serve: --mcp-addr: %w", err))
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/mcp", h)
+		hs := &http.Server{Handler: mux, TLSConfig: listen.TLS, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			var err error
+			if listen.TLS != nil {
+				err = hs.ServeTLS(mlis, "", "")
+			} else {
+				err = hs.Serve(mlis)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("MCP server stopped", "err", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			hs.Shutdown(sctx)
+		}()
+		log.Info("serving MCP", "mcp_addr", mlis.Addr().String(), "path", "/mcp")
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {

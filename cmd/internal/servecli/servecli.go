@@ -41,6 +41,9 @@ Each statement may run for --query-timeout (then DEADLINE_EXCEEDED) and use --qu
 engine (what cannot spill beyond it fails with RESOURCE_EXHAUSTED); at most --max-concurrent run at once.
 A client that cancels its call stops its query. SIGINT/SIGTERM lets running calls finish for a few seconds.
 
+For agents, the same tables as Model Context Protocol tools (list_tables, describe_table, query with a row
+limit): --mcp-addr serves them over streamable HTTP beside Flight SQL, --mcp-stdio on stdin/stdout instead.
+
 The server is the companion binary skippr-serve, shipped beside skippr (it keeps the core small); skippr
 serve runs it with these flags.`
 
@@ -54,6 +57,8 @@ func Flags() []cli.Flag {
 		&cli.DurationFlag{Name: "query-timeout", Value: 60 * time.Second, Usage: "longest a statement may run (0: no limit)"},
 		&cli.StringFlag{Name: "query-memory", Value: "2GB", Usage: "memory the query engine may use per statement (DuckDB's notation: 512MB, 4GB); beyond it, what cannot spill to disk fails the statement"},
 		&cli.IntFlag{Name: "max-concurrent", Value: 4, Usage: "statements running at once; more wait for a free slot"},
+		&cli.StringFlag{Name: "mcp-addr", Usage: "also serve the MCP tools (list_tables, describe_table, query) over streamable HTTP on host:port, path /mcp (same tokens and TLS)"},
+		&cli.BoolFlag{Name: "mcp-stdio", Usage: "serve the MCP tools on stdin/stdout for a local agent, instead of Flight SQL"},
 		&cli.StringSliceFlag{Name: "pipeline", Usage: "only these pipelines' lakes (default: every pipeline with an iceberg destination)"},
 		&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 	}
