@@ -20,7 +20,7 @@
 // cancels or goes away cancels the engine's query.
 //
 // Authentication (auth.go): bearer tokens, one per named client, compared in constant time; TLS with
-// certificate reload (tls.go).
+// certificate reload (tls.go). The same statements serve agents as MCP tools (mcp.go).
 package queryserve
 
 import (
