@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,6 +236,22 @@ pipelines:
 			}
 		}
 	}
+	// For the record (no bound: the machine is shared): a point lookup over Flight SQL against a running
+	// server, beside the same lookup through the one-shot skippr query, which starts its plugins each time.
+	const lookup = `SELECT * FROM events WHERE id = 42`
+	var flightTimes []time.Duration
+	for i := 0; i < 7; i++ {
+		start := time.Now()
+		if _, _, err := flightRows(nb, cl, lookup, false); err != nil {
+			t.Fatal(err)
+		}
+		flightTimes = append(flightTimes, time.Since(start))
+	}
+	start := time.Now()
+	e.MustRun("query", "--json", lookup)
+	slices.Sort(flightTimes)
+	t.Logf("point lookup: Flight SQL median %s (of 7), skippr query %s", flightTimes[3].Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+
 	// Clients at once (more than --max-concurrent): each gets the whole answer.
 	want := e.QueryJSON(queries[0], false)
 	var wg sync.WaitGroup
@@ -465,7 +482,7 @@ pipelines:
 
 	// A statement over the limit ends with DEADLINE_EXCEEDED naming the limit.
 	const slow = `SELECT sum(hash(range)) AS h FROM range(100000000000000)`
-	start := time.Now()
+	start = time.Now()
 	_, _, err = flightRows(nb, cl, slow, false)
 	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "--query-timeout") {
 		t.Fatalf("slow statement: %v after %s, want DEADLINE_EXCEEDED naming --query-timeout", err, time.Since(start))
