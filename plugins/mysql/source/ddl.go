@@ -243,6 +243,11 @@ func (h *history) mentionsTable(defaultDB, sql, name string) bool {
 func (h *history) alter(d *TableDef, st *sqlparser.AlterTable, defaultDB string, eff *effect) (string, error) {
 	d.Columns = slices.Clone(d.Columns)
 	d.Key = slices.Clone(d.Key)
+	// A rename marker speaks of the statement that made it: the destination has seen that schema by the time
+	// this one arrives, so a rename here is from the names as they stand now.
+	for i := range d.Columns {
+		d.Columns[i].RenamedFrom = ""
+	}
 	renamed := ""
 	for _, o := range st.AlterOptions {
 		switch o := o.(type) {
@@ -294,7 +299,7 @@ func (h *history) alter(d *TableDef, st *sqlparser.AlterTable, defaultDB string,
 			if i < 0 {
 				return "", fmt.Errorf("RENAME COLUMN %s: no such column", old)
 			}
-			d.Columns[i].Name = nw
+			d.Columns[i].rename(nw)
 			d.renameKey(old, nw)
 		case *sqlparser.AddIndexDefinition:
 			if o.IndexDefinition.Info.Type == sqlparser.IndexTypePrimary {
@@ -339,6 +344,21 @@ func (d *TableDef) index(name string) int {
 	return slices.IndexFunc(d.Columns, func(c ColumnDef) bool { return strings.EqualFold(c.Name, name) })
 }
 
+// rename gives the column a new name, remembering the one it had when the statement began (a column renamed
+// twice by one statement was never seen by the destination under the name between).
+func (c *ColumnDef) rename(nw string) {
+	if c.Name == nw {
+		return
+	}
+	if c.RenamedFrom == "" {
+		c.RenamedFrom = c.Name
+	}
+	c.Name = nw
+	if c.RenamedFrom == nw {
+		c.RenamedFrom = "" // renamed back
+	}
+}
+
 func (d *TableDef) renameKey(old, nw string) {
 	for i, k := range d.Key {
 		if strings.EqualFold(k, old) {
@@ -357,7 +377,10 @@ func (d *TableDef) replace(old string, cd *sqlparser.ColumnDefinition, first boo
 	if err != nil {
 		return err
 	}
-	d.renameKey(d.Columns[i].Name, c.Name)
+	prev := d.Columns[i]
+	prev.rename(c.Name) // CHANGE COLUMN a b …: a rename as well
+	c.RenamedFrom = prev.RenamedFrom
+	d.renameKey(old, c.Name)
 	if pk {
 		d.Key = []string{c.Name}
 	}

@@ -3,6 +3,8 @@ package source
 import (
 	"strings"
 	"testing"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
 )
 
 // TestHistory follows each kind of DDL on a captured table and checks the definitions after it, and what
@@ -30,8 +32,13 @@ func TestHistory(t *testing.T) {
 		{"add column negative default", "d", "ALTER TABLE a ADD COLUMN z decimal(12,2) DEFAULT -1.5", want{cols: "a: id int,v varchar,z decimal=-1.5", key: "id", changed: "a"}},
 		{"drop column", "d", "ALTER TABLE a DROP COLUMN v", want{cols: "a: id int", key: "id", changed: "a"}},
 		{"modify widens", "d", "ALTER TABLE a MODIFY v text", want{cols: "a: id int,v text", key: "id", changed: "a"}},
-		{"change renames key", "d", "ALTER TABLE a CHANGE id id2 bigint unsigned", want{cols: "a: id2 bigint,v varchar", key: "id2", changed: "a"}},
-		{"rename column", "d", "ALTER TABLE a RENAME COLUMN v TO w", want{cols: "a: id int,w varchar", key: "id", changed: "a"}},
+		{"change renames key", "d", "ALTER TABLE a CHANGE id id2 bigint unsigned", want{cols: "a: id2<-id bigint,v varchar", key: "id2", changed: "a"}},
+		{"rename column", "d", "ALTER TABLE a RENAME COLUMN v TO w", want{cols: "a: id int,w<-v varchar", key: "id", changed: "a"}},
+		{"change column renames and moves", "d", "ALTER TABLE a CHANGE COLUMN v w varchar(40) FIRST", want{cols: "a: w<-v varchar,id int", key: "id", changed: "a"}},
+		{"change column keeps its name", "d", "ALTER TABLE a CHANGE COLUMN v v text", want{cols: "a: id int,v text", key: "id", changed: "a"}},
+		{"renamed twice in one statement", "d", "ALTER TABLE a RENAME COLUMN v TO w, RENAME COLUMN w TO x", want{cols: "a: id int,x<-v varchar", key: "id", changed: "a"}},
+		{"renamed and back", "d", "ALTER TABLE a RENAME COLUMN v TO w, CHANGE w v varchar(20)", want{cols: "a: id int,v varchar", key: "id", changed: "a"}},
+		{"renamed, then the old name added", "d", "ALTER TABLE a RENAME COLUMN v TO w, ADD COLUMN v int", want{cols: "a: id int,w<-v varchar,v int", key: "id", changed: "a"}},
 		{"new primary key", "d", "ALTER TABLE a DROP PRIMARY KEY, ADD PRIMARY KEY (id, v)", want{cols: "a: id int,v varchar", key: "id,v", changed: "a"}},
 		{"index only", "d", "ALTER TABLE a ADD INDEX iv (v), ALGORITHM=INPLACE", want{cols: "a: id int,v varchar", key: "id", changed: "a"}},
 		{"another database", "other", "ALTER TABLE a DROP COLUMN v", want{cols: "a: id int,v varchar", key: "id"}},
@@ -86,13 +93,50 @@ func TestHistory(t *testing.T) {
 	}
 }
 
+// TestHistoryRenameMarker: the marker of a rename lives until the table's next ALTER, whose schema change the
+// destination receives after the rename's; and it reaches the Arrow field as change.RenamedFromMeta.
+func TestHistoryRenameMarker(t *testing.T) {
+	h, err := newHistory("d", []string{"a"}, map[string]TableDef{
+		"a": {Columns: []ColumnDef{{Name: "id", DataType: "int", ColumnType: "int(11)"}, {Name: "v", DataType: "varchar", ColumnType: "varchar(20)"}}, Key: []string{"id"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.apply("d", "ALTER TABLE a RENAME COLUMN v TO w"); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := h.defs["a"].build("a", "d.a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := change.RenamedFrom(tb.Schema.Field(1)); got != "v" {
+		t.Fatalf("field %s renamed from %q, want v", tb.Schema.Field(1).Name, got)
+	}
+	if _, err := h.apply("d", "ALTER TABLE a RENAME COLUMN w TO x, ADD COLUMN y int"); err != nil {
+		t.Fatal(err)
+	}
+	if got := describe(h.defs["a"]); got != "id int,x<-w varchar,y int" {
+		t.Fatalf("after a second rename: %s", got)
+	}
+	if _, err := h.apply("d", "ALTER TABLE a ADD COLUMN z int"); err != nil {
+		t.Fatal(err)
+	}
+	if got := describe(h.defs["a"]); got != "id int,x varchar,y int,z int" {
+		t.Fatalf("after an add: %s", got)
+	}
+}
+
 func describe(d TableDef) string {
 	if d.Gone {
 		return "gone"
 	}
 	var parts []string
 	for _, c := range d.Columns {
-		p := c.Name + " " + c.DataType
+		p := c.Name
+		if c.RenamedFrom != "" {
+			p += "<-" + c.RenamedFrom
+		}
+		p += " " + c.DataType
 		if c.Existing != nil {
 			p += "=" + *c.Existing
 		}
