@@ -1,6 +1,7 @@
 package change
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -66,4 +67,43 @@ func Renames(fields []arrow.Field, has func(name string) bool) []Rename {
 		out = append(out, Rename{From: from, To: f.Name})
 	}
 	return out
+}
+
+// RelabelRenamed returns earlier, a schema that came before later, with the columns later renamed under their
+// new names (each marked as renamed from its name in earlier), the primary key metadata following; earlier
+// itself when later renames none of its columns. A destination that writes a batch of the old schema after it
+// renamed the column (both in one apply) writes it through the relabeled schema: same columns, new names.
+func RelabelRenamed(earlier, later *arrow.Schema) *arrow.Schema {
+	renames := Renames(DataFields(later), func(n string) bool { return len(earlier.FieldIndices(n)) > 0 })
+	if len(renames) == 0 {
+		return earlier
+	}
+	fields := slices.Clone(earlier.Fields())
+	to := map[string]string{}
+	for _, r := range renames {
+		to[r.From] = r.To
+	}
+	for i, f := range fields {
+		if n, ok := to[f.Name]; ok {
+			from := f.Name
+			f.Name = n
+			fields[i] = MarkRenamed(f, from)
+		}
+	}
+	md := earlier.Metadata()
+	keys, vals := slices.Clone(md.Keys()), slices.Clone(md.Values())
+	for i, k := range keys {
+		if k != PrimaryKeyMeta || vals[i] == "" {
+			continue
+		}
+		cols := strings.Split(vals[i], ",")
+		for j, c := range cols {
+			if n, ok := to[c]; ok {
+				cols[j] = n
+			}
+		}
+		vals[i] = strings.Join(cols, ",")
+	}
+	nmd := arrow.NewMetadata(keys, vals)
+	return arrow.NewSchema(fields, &nmd)
 }

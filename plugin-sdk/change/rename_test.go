@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
 func TestRenames(t *testing.T) {
@@ -51,5 +53,54 @@ func TestMarkRenamed(t *testing.T) {
 	}
 	if g := MarkRenamed(arrow.Field{Name: "b"}, "b"); RenamedFrom(g) != "" {
 		t.Fatal("a field renamed to its own name is marked")
+	}
+}
+
+// TestPlanFollowsRenames: a plan whose later schema renames a column relabels the schemas and batches before
+// it (the destination renames the column first and then writes the older rows into it), key included.
+func TestPlanFollowsRenames(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	old := Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "v", Type: arrow.BinaryTypes.String, Nullable: true}}, []string{"id"})
+	renamed := Schema([]arrow.Field{MarkRenamed(arrow.Field{Name: "id2", Type: arrow.PrimitiveTypes.Int64}, "id"), MarkRenamed(arrow.Field{Name: "w", Type: arrow.BinaryTypes.String, Nullable: true}, "v")}, []string{"id2"})
+	batch := func(s *arrow.Schema, id int64) arrow.RecordBatch {
+		b := NewBuilder(mem, s)
+		defer b.Release()
+		b.Field(0).(*array.Int64Builder).Append(id)
+		b.Field(1).(*array.StringBuilder).Append("x")
+		b.Row(OpInsert, "")
+		return b.NewBatch()
+	}
+	p := NewPlan("s", FoldOptions{})
+	defer p.Release()
+	for _, rec := range []arrow.RecordBatch{batch(old, 1), batch(old, 2)} {
+		if err := p.Add(rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
+	p.AddSchema(renamed)
+	rec := batch(renamed, 3)
+	if err := p.Add(rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	if len(p.Schemas) != 2 {
+		t.Fatalf("%d schemas", len(p.Schemas))
+	}
+	for i, rec := range p.Batches[:2] {
+		s := rec.Schema()
+		if s != p.Schemas[0] {
+			t.Errorf("batch %d: schema not the plan's relabeled one", i)
+		}
+		if s.Field(0).Name != "id2" || s.Field(1).Name != "w" || RenamedFrom(s.Field(1)) != "v" {
+			t.Errorf("batch %d relabeled to %s", i, s)
+		}
+		if k := PrimaryKey(s); len(k) != 1 || k[0] != "id2" {
+			t.Errorf("batch %d key %v", i, k)
+		}
+	}
+	if RelabelRenamed(renamed, renamed) != renamed {
+		t.Error("a schema that already has the new names is relabeled")
 	}
 }
