@@ -782,6 +782,7 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 	if err != nil {
 		return fmt.Errorf("table %s changed: %w", name, err)
 	}
+	prev := p.rels[m.RelationID]
 	rel := &relation{id: m.RelationID, stream: name, table: fresh, key: fresh.Key}
 	for _, c := range m.Columns {
 		typ, err := r.resolver.Resolve(ctx, r.pool, c.DataType, c.TypeModifier)
@@ -792,8 +793,17 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		// A column added with a default: the rows before it hold the default, which no change carries.
 		if i := slices.IndexFunc(fresh.Columns, func(fc column) bool { return fc.Name == c.Name }); i >= 0 && fresh.Columns[i].TypeOID == c.DataType {
 			col.Missing = fresh.Columns[i].Missing
+			col.Attnum = fresh.Columns[i].Attnum
 		}
 		rel.cols = append(rel.cols, col)
+	}
+	if prev != nil && prev.table != nil {
+		renamedColumns(prev.cols, rel.cols)
+		for _, c := range rel.cols {
+			if c.RenamedFrom != "" {
+				r.log.Info("column renamed", "table", name, "from", c.RenamedFrom, "to", c.Name)
+			}
+		}
 	}
 	for _, k := range rel.key {
 		i := slices.IndexFunc(rel.cols, func(c column) bool { return c.Name == k })
