@@ -93,4 +93,3 @@ func TestRenameColumnWhileStreaming(t *testing.T) {
 		t.Errorf("replica.t has columns %s, want id,b,c", cols)
 	}
 }
-

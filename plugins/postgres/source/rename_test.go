@@ -9,7 +9,9 @@ import (
 // catalog gave them.
 func TestRenamedColumns(t *testing.T) {
 	const int4, text = 23, 25
-	col := func(name string, typ uint32, attnum int16) column { return column{Name: name, TypeOID: typ, Attnum: attnum} }
+	col := func(name string, typ uint32, attnum int16) column {
+		return column{Name: name, TypeOID: typ, Attnum: attnum}
+	}
 	for _, tc := range []struct {
 		name      string
 		prev, cur []column
