@@ -93,3 +93,34 @@ func TestRenameColumnWhileStreaming(t *testing.T) {
 		t.Errorf("replica.t has columns %s, want id,b,c", cols)
 	}
 }
+
+// TestRenameColumnWhileStopped: a RENAME COLUMN made while no Read runs, before the table's next change, is
+// still carried as a rename: the restarted Read's first Relation message is compared with the columns its
+// checkpoint keeps. Without them the first Relation message has nothing to compare with and the destination
+// gains b as a new column, NULL in the rows untouched since.
+func TestRenameColumnWhileStopped(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY, a text); INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 100) g`)
+	srcSet := settings(db, map[string]any{"tables": []string{"t"}, "slot": slot(db)})
+	src := startPlugin(t)
+	p := newPipe(t, src, startPlugin(t), srcSet, settings(db, map[string]any{"schema": "replica"}))
+	p.start()
+	p.catchUp(db, time.Minute)
+	db.Exec(t, `UPDATE t SET a = a || '+' WHERE id <= 3`) // a Relation message in this Read
+	p.catchUp(db, time.Minute)
+	kill(t, src)
+
+	db.Exec(t, `ALTER TABLE t RENAME COLUMN a TO b`)
+	db.Exec(t, `UPDATE t SET b = b || '!' WHERE id = 5`)
+	p.src = startPlugin(t)
+	p.start()
+	p.catchUp(db, time.Minute)
+	sameRows(t, db, "public.t", "replica.t")
+	var cols string
+	db.QueryRow(t, []any{&cols}, `SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
+		WHERE attrelid = 'replica.t'::regclass AND attnum > 0 AND NOT attisdropped`)
+	if cols != "id,b" {
+		t.Errorf("replica.t has columns %s, want id,b", cols)
+	}
+}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -56,7 +55,7 @@ pipelines:
 `, m.Srv.Host, m.Srv.Port, pg.Server.Host, pg.Server.Port, pg.Name, duck, lake, filepath.Join(e.Dir, "wal")))
 	e.MustRun("sync", "--once")
 
-	load := startRenameLoad(t, ctx, m.Src)
+	load := startRenameLoad(t, ctx, func(ctx context.Context, q string) error { _, err := m.Src.ExecContext(ctx, q); return err }, "shop.orders")
 	e.KillSyncAtRandom(2, 500*time.Millisecond, 2000*time.Millisecond)
 	for _, ddl := range []string{
 		"ALTER TABLE shop.orders RENAME COLUMN amount TO price",
@@ -70,6 +69,88 @@ pipelines:
 	t.Logf("%d statements of load, 8 SIGKILLs", statements)
 
 	want := m.Rows("SELECT id, concat(title, '|', coalesce(price, ''), '|', coalesce(n, '')) FROM shop.orders")
+	sameAfterRenames(t, ctx, want, pg, "public.orders", duck, lake, "shop.orders")
+}
+
+// TestPostgresRenameColumn is TestMySQLRenameColumn for a PostgreSQL 15 source: the renames (RENAME COLUMN
+// amount TO price, then name TO title) are read from pgoutput's Relation messages. Without the detection the
+// old rows are NULL under price and title.
+func TestPostgresRenameColumn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	src, pg := pgtest.NewDB(t), pgtest.NewDB(t)
+	sc := pgConn(t, ctx, src)
+	if _, err := sc.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, name text NOT NULL, amount numeric(12,2), n bigint);
+		INSERT INTO orders SELECT i, 'n' || i, i * 1.25, i * 1000 FROM generate_series(1, 60000) i`); err != nil {
+		t.Fatal(err)
+	}
+	e := harness.NewEnvWith(t, "postgres", "duckdb", "iceberg")
+	duck := fmt.Sprintf(`{"path": %q}`, filepath.Join(e.Dir, "dest", "orders.duckdb"))
+	lake := fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"}`, filepath.Join(e.Dir, "lake"))
+	s := src.Server
+	e.WriteConfig(fmt.Sprintf(`connections:
+  src:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[3]s, sslmode: disable, tables: [public.orders], slot: renames, publication: renames, batch_size: 2000 }
+  pg:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[4]s, sslmode: disable }
+  duck:
+    plugin: duckdb
+    version: "~> 0.1"
+    settings: %[5]s
+  lake:
+    plugin: iceberg
+    version: "~> 0.1"
+    settings: %[6]s
+pipelines:
+  orders:
+    source: src
+    destinations: [pg, duck, lake]
+    wal:
+      url: file://%[7]s
+      group_commit: { max_bytes: 64KiB, max_delay: 50ms }
+`, s.Host, s.Port, src.Name, pg.Name, duck, lake, filepath.Join(e.Dir, "wal")))
+	e.MustRun("sync", "--once")
+
+	wc := pgConn(t, ctx, src)
+	load := startRenameLoad(t, ctx, func(ctx context.Context, q string) error { _, err := wc.Exec(ctx, q); return err }, "orders")
+	e.KillSyncAtRandom(2, 500*time.Millisecond, 2000*time.Millisecond)
+	for _, ddl := range []string{
+		"ALTER TABLE orders RENAME COLUMN amount TO price",
+		"ALTER TABLE orders RENAME COLUMN name TO title",
+	} {
+		load.ddl(ddl)
+		e.KillSyncAtRandom(3, 500*time.Millisecond, 2500*time.Millisecond)
+	}
+	statements := load.stop()
+	e.MustRun("sync", "--once")
+	t.Logf("%d statements of load, 8 SIGKILLs", statements)
+
+	rows, err := sc.Query(ctx, `SELECT id::text, concat(title, '|', coalesce(price::text, ''), '|', coalesce(n::text, '')) FROM orders`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for rows.Next() {
+		var id, v string
+		if err := rows.Scan(&id, &v); err != nil {
+			t.Fatal(err)
+		}
+		want[id] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sameAfterRenames(t, ctx, want, pg, "public.orders", duck, lake, "public.orders")
+}
+
+// sameAfterRenames compares the source's rows (id → "title|price|n") with those of the Postgres table, the
+// DuckDB and the lake streams, and checks that no destination has the old columns (amount, name) back.
+func sameAfterRenames(t *testing.T, ctx context.Context, want map[string]string, pg *pgtest.DB, pgTable, duck, lake, stream string) {
+	t.Helper()
 	row := func(title, price, n any) string {
 		p := ""
 		if price != nil {
@@ -89,13 +170,13 @@ pipelines:
 	c := pgConn(t, ctx, pg)
 	var cols string
 	if err := c.QueryRow(ctx, `SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute
-		WHERE attrelid = 'orders'::regclass AND attnum > 0 AND NOT attisdropped`).Scan(&cols); err != nil {
+		WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped`, pgTable).Scan(&cols); err != nil {
 		t.Fatal(err)
 	}
 	if cols != "id,title,price,n" {
 		t.Errorf("postgres: columns %s, want id,title,price,n", cols)
 	}
-	rows, err := c.Query(ctx, `SELECT id::text, title, price::text, n FROM orders`)
+	rows, err := c.Query(ctx, `SELECT id::text, title, price::text, n FROM `+pgTable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +205,8 @@ pipelines:
 	t.Run("postgres", func(t *testing.T) { harness.SameTable(t, want, got) })
 
 	for name, dump := range map[string]map[string]map[string]any{
-		"duckdb":  harness.DumpDuckDB(t, duck, "shop.orders"),
-		"iceberg": harness.ScanLake(t, lake, "shop.orders"),
+		"duckdb":  harness.DumpDuckDB(t, duck, stream),
+		"iceberg": harness.ScanLake(t, lake, stream),
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := map[string]string{}
@@ -140,7 +221,7 @@ pipelines:
 			harness.SameTable(t, want, got)
 		})
 	}
-	t.Logf("%d rows equal in the source, Postgres, DuckDB and Iceberg after two renames", len(want))
+	t.Logf("%d rows equal in the source, Postgres, DuckDB and Iceberg after the renames", len(want))
 }
 
 // renameLoad changes shop.orders (inserts, updates of every column, deletes) in small statements until
@@ -155,7 +236,7 @@ type renameLoad struct {
 	quit  context.CancelFunc
 }
 
-func startRenameLoad(t *testing.T, ctx context.Context, db *sql.DB) *renameLoad {
+func startRenameLoad(t *testing.T, ctx context.Context, exec func(context.Context, string) error, table string) *renameLoad {
 	ctx, cancel := context.WithCancel(ctx)
 	l := &renameLoad{t: t, ddls: make(chan string), errs: make(chan error), done: make(chan struct{}), quit: cancel}
 	names := map[string]string{"amount": "amount", "name": "name"}
@@ -166,9 +247,11 @@ func startRenameLoad(t *testing.T, ctx context.Context, db *sql.DB) *renameLoad 
 		for ctx.Err() == nil {
 			select {
 			case ddl := <-l.ddls:
-				_, err := db.ExecContext(ctx, ddl)
+				err := exec(ctx, ddl)
 				if err == nil {
-					names["amount"] = "price"
+					if strings.Contains(ddl, "price") {
+						names["amount"] = "price"
+					}
 					if strings.Contains(ddl, "title") {
 						names["name"] = "title"
 					}
@@ -181,18 +264,18 @@ func startRenameLoad(t *testing.T, ctx context.Context, db *sql.DB) *renameLoad 
 			var q string
 			switch rng.IntN(5) {
 			case 0:
-				q = fmt.Sprintf("INSERT INTO shop.orders (id, %s, %s, n) VALUES (%d, 'new', 2.5, 7)", names["name"], names["amount"], next)
+				q = fmt.Sprintf("INSERT INTO %s (id, %s, %s, n) VALUES (%d, 'new', 2.5, 7)", table, names["name"], names["amount"], next)
 				next++
 			case 1:
-				q = fmt.Sprintf("UPDATE shop.orders SET %[1]s = %[1]s + 1 WHERE id = %[2]d", names["amount"], id)
+				q = fmt.Sprintf("UPDATE %[3]s SET %[1]s = %[1]s + 1 WHERE id = %[2]d", names["amount"], id, table)
 			case 2:
-				q = fmt.Sprintf("UPDATE shop.orders SET %[1]s = concat(%[1]s, '+') WHERE id = %[2]d", names["name"], id)
+				q = fmt.Sprintf("UPDATE %[3]s SET %[1]s = concat(%[1]s, '+') WHERE id = %[2]d", names["name"], id, table)
 			case 3:
-				q = fmt.Sprintf("UPDATE shop.orders SET n = n + 1 WHERE id = %d", id)
+				q = fmt.Sprintf("UPDATE %s SET n = n + 1 WHERE id = %d", table, id)
 			default:
-				q = fmt.Sprintf("DELETE FROM shop.orders WHERE id = %d", id)
+				q = fmt.Sprintf("DELETE FROM %s WHERE id = %d", table, id)
 			}
-			if _, err := db.ExecContext(ctx, q); err != nil {
+			if err := exec(ctx, q); err != nil {
 				if ctx.Err() == nil {
 					t.Errorf("load: %s: %v", q, err)
 				}
