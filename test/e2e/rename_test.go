@@ -69,7 +69,7 @@ pipelines:
 	t.Logf("%d statements of load, 8 SIGKILLs", statements)
 
 	want := m.Rows("SELECT id, concat(title, '|', coalesce(price, ''), '|', coalesce(n, '')) FROM shop.orders")
-	sameAfterRenames(t, ctx, want, pg, "public.orders", duck, lake, "shop.orders")
+	sameAfterRenames(t, ctx, e, want, pg, "public.orders", duck, lake, "shop.orders")
 }
 
 // TestPostgresRenameColumn is TestMySQLRenameColumn for a PostgreSQL 15 source: the renames (RENAME COLUMN
@@ -144,12 +144,14 @@ pipelines:
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	sameAfterRenames(t, ctx, want, pg, "public.orders", duck, lake, "public.orders")
+	sameAfterRenames(t, ctx, e, want, pg, "public.orders", duck, lake, "public.orders")
 }
 
 // sameAfterRenames compares the source's rows (id → "title|price|n") with those of the Postgres table, the
-// DuckDB and the lake streams, and checks that no destination has the old columns (amount, name) back.
-func sameAfterRenames(t *testing.T, ctx context.Context, want map[string]string, pg *pgtest.DB, pgTable, duck, lake, stream string) {
+// DuckDB and the lake streams, and checks that no destination has the old columns (amount, name) back; and
+// `skippr query --as-of-lake` (DuckDB over the lake's files, columns matched by field id) finds the values of
+// the files written before the renames under the new names.
+func sameAfterRenames(t *testing.T, ctx context.Context, e *harness.Env, want map[string]string, pg *pgtest.DB, pgTable, duck, lake, stream string) {
 	t.Helper()
 	row := func(title, price, n any) string {
 		p := ""
@@ -220,6 +222,16 @@ func sameAfterRenames(t *testing.T, ctx context.Context, want map[string]string,
 			}
 			harness.SameTable(t, want, got)
 		})
+	}
+	prices := 0
+	for _, v := range want {
+		if strings.Split(v, "|")[1] != "" {
+			prices++
+		}
+	}
+	q := harness.Show(e.QueryJSON(`SELECT count(*) AS n, count(price) AS p, count(title) AS t FROM lake."`+stream+`"`, true))
+	if w := fmt.Sprintf(`[{"n":%d,"p":%d,"t":%d}]`, len(want), prices, len(want)); q != w {
+		t.Errorf("skippr query --as-of-lake: %s, want %s", q, w)
 	}
 	t.Logf("%d rows equal in the source, Postgres, DuckDB and Iceberg after the renames", len(want))
 }
