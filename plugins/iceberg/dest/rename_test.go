@@ -68,3 +68,26 @@ func TestRenameColumn(t *testing.T) {
 	e.apply(3, second(opU)...)
 	check("the rename applied twice")
 }
+
+// TestRenameColumnAndAddItsOldName: RENAME COLUMN v TO w, ADD COLUMN v in one statement: v's field is renamed
+// to w (its values kept) and a new v is added, empty for the old rows.
+func TestRenameColumnAndAddItsOldName(t *testing.T) {
+	e := newEnv(t, nil)
+	id := arrow.Field{Name: "id", Type: arrow.PrimitiveTypes.Int64}
+	v1 := change.Schema([]arrow.Field{id, {Name: "v", Type: arrow.BinaryTypes.String, Nullable: true}}, []string{"id"})
+	v2 := change.Schema([]arrow.Field{id, change.MarkRenamed(arrow.Field{Name: "w", Type: arrow.BinaryTypes.String, Nullable: true}, "v"),
+		{Name: "v", Type: arrow.PrimitiveTypes.Int32, Nullable: true}}, []string{"id"})
+	e.apply(1, append([]serve.Item{schemaItem("t", v1)}, items("t", batch(t, v1, r(opI, 1, "a"), r(opI, 2, "b")))...)...)
+	before, _ := e.table("t").Schema().FindFieldByName("v")
+	e.apply(2, schemaItem("t", v2), serve.Item{Stream: "t", Record: batch(t, v2, r(opU, 2, "b2", 7))})
+	sch := e.table("t").Schema()
+	w, _ := sch.FindFieldByName("w")
+	v, _ := sch.FindFieldByName("v")
+	if w.ID != before.ID || v.ID == before.ID {
+		t.Fatalf("schema %s: w must have v's old field id %d, v a new one", sch, before.ID)
+	}
+	got := e.rows("t", "id")
+	if got["1"]["w"] != "a" || got["1"]["v"] != nil || got["2"]["w"] != "b2" || got["2"]["v"] != float64(7) {
+		t.Fatalf("rows %v", got)
+	}
+}
