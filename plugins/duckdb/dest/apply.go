@@ -319,6 +319,16 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 		a.tables[stream] = cols
 		return nil
 	}
+	// Columns the source renamed (change.RenamedFromMeta) are renamed before missing ones are added, so the
+	// rows written before keep their values under the new name; a replay finds the new name and does nothing.
+	has := func(c string) bool { _, ok := cols[strings.ToLower(c)]; return ok }
+	for _, r := range change.Renames(fields, has) {
+		if err := a.exec(ctx, "ALTER TABLE "+name+" RENAME COLUMN "+ducksql.Ident(r.From)+" TO "+ducksql.Ident(r.To)); err != nil {
+			return fmt.Errorf("rename column %s of %s to %s: %w", r.From, name, r.To, err)
+		}
+		cols[strings.ToLower(r.To)] = cols[strings.ToLower(r.From)]
+		delete(cols, strings.ToLower(r.From))
+	}
 	for _, f := range fields {
 		if _, ok := cols[strings.ToLower(f.Name)]; ok {
 			continue

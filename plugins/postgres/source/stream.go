@@ -95,6 +95,10 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 		}
 	}
 	p.recopy = maps.Clone(pos.Recopy)
+	p.lastCols = maps.Clone(pos.Columns)
+	if p.lastCols == nil {
+		p.lastCols = map[string][]RelationColumn{}
+	}
 	if p.recopy == nil {
 		p.recopy = map[string]RecopyProgress{}
 	}
@@ -460,6 +464,7 @@ type relation struct {
 type processor struct {
 	r          *reader
 	rels       map[uint32]*relation
+	lastCols   map[string][]RelationColumn // each captured table's columns at its last Relation message (Position.Columns)
 	inTx       bool
 	commitTime time.Time
 	cur        *relation
@@ -500,6 +505,9 @@ func (p *processor) position() Position {
 	}
 	if len(p.recopy) > 0 {
 		cp.Recopy = maps.Clone(p.recopy)
+	}
+	if len(p.lastCols) > 0 {
+		cp.Columns = maps.Clone(p.lastCols)
 	}
 	for name, l := range p.copied {
 		// Once streaming has passed l, no transaction it sends committed before l.
@@ -782,6 +790,7 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 	if err != nil {
 		return fmt.Errorf("table %s changed: %w", name, err)
 	}
+	prev := p.rels[m.RelationID]
 	rel := &relation{id: m.RelationID, stream: name, table: fresh, key: fresh.Key}
 	for _, c := range m.Columns {
 		typ, err := r.resolver.Resolve(ctx, r.pool, c.DataType, c.TypeModifier)
@@ -792,8 +801,32 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		// A column added with a default: the rows before it hold the default, which no change carries.
 		if i := slices.IndexFunc(fresh.Columns, func(fc column) bool { return fc.Name == c.Name }); i >= 0 && fresh.Columns[i].TypeOID == c.DataType {
 			col.Missing = fresh.Columns[i].Missing
+			col.Attnum = fresh.Columns[i].Attnum
 		}
 		rel.cols = append(rel.cols, col)
+	}
+	var before []column
+	switch {
+	case prev != nil && prev.table != nil:
+		before = prev.cols
+	case prev == nil:
+		// The first Relation message of this Read: compare with the checkpoint's.
+		for _, c := range p.lastCols[name] {
+			before = append(before, column{Name: c.Name, TypeOID: c.TypeOID, Attnum: c.Attnum})
+		}
+	}
+	last := make([]RelationColumn, len(rel.cols))
+	for i, c := range rel.cols {
+		last[i] = RelationColumn{Name: c.Name, TypeOID: c.TypeOID, Attnum: c.Attnum}
+	}
+	p.lastCols[name] = last
+	if before != nil {
+		renamedColumns(before, rel.cols)
+		for _, c := range rel.cols {
+			if c.RenamedFrom != "" {
+				r.log.Info("column renamed", "table", name, "from", c.RenamedFrom, "to", c.Name)
+			}
+		}
 	}
 	for _, k := range rel.key {
 		i := slices.IndexFunc(rel.cols, func(c column) bool { return c.Name == k })
