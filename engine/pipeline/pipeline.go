@@ -256,7 +256,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err == nil || errors.Is(err, errDone) {
 		return nil
 	}
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, errDone) && errors.Is(err, context.Canceled) {
+	// The first error ended the run and is its cause; a read ended by it reports only the cancellation, and not
+	// always as context.Canceled: a plugin's stream cancelled under it comes back as the gRPC status Canceled,
+	// which does not unwrap to it (seen under load: "datagen read: context canceled" hid a corrupt segment).
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, errDone) {
 		return cause
 	}
 	return err
