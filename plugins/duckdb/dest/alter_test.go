@@ -10,6 +10,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 // DuckDB 1.5 refuses to commit a transaction that alters a table after changing its rows ("another transaction
@@ -145,4 +146,50 @@ func TestRangeSplitAtSchemaChangeFailsAfterFirstPart(t *testing.T) {
 	h.wantRows(`SELECT id, name, score FROM users ORDER BY id`, "1|ann2|NULL", "2|bob|NULL")
 	h.wantRows(`SELECT v FROM items ORDER BY v`, "7", "8")
 	h.wantRows(`SELECT sequence, streams FROM _skippr_state`, `3|{"public.users":3,"zzz.items":3}`)
+}
+
+// A column added with a value for the existing rows (values.MetaExistingRows: PostgreSQL's ADD COLUMN …
+// DEFAULT 42, which no change carries) gives the rows already in the table that value, and so the rows of the
+// same entry written in the older shape (inserted before the ADD COLUMN at the source); rows written in the new
+// shape keep their own values, NULL included. A value that does not cast leaves NULL rather than failing.
+func TestAddedColumnFillsExistingRows(t *testing.T) {
+	md := func(v string) arrow.Metadata {
+		return arrow.NewMetadata([]string{values.MetaExistingRows}, []string{v})
+	}
+	grown := change.Schema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
+		{Name: "n", Type: arrow.PrimitiveTypes.Int32, Nullable: true, Metadata: md("42")},
+		{Name: "bad", Type: arrow.PrimitiveTypes.Int32, Nullable: true, Metadata: md("not a number")},
+	}, []string{"id"})
+	row := func(id int64, n *int32) serve.Item {
+		b := change.NewBuilder(memory.DefaultAllocator, grown)
+		defer b.Release()
+		b.Field(0).(*array.Int64Builder).Append(id)
+		b.Field(1).(*array.StringBuilder).Append("new")
+		if n == nil {
+			b.Field(2).AppendNull()
+		} else {
+			b.Field(2).(*array.Int32Builder).Append(*n)
+		}
+		b.Field(3).AppendNull()
+		b.Row(change.OpInsert, "")
+		rec := b.NewBatch()
+		t.Cleanup(rec.Release)
+		return serve.Item{Stream: "public.users", Record: rec}
+	}
+	seven := int32(7)
+	h := newHarness(t, "")
+	h.apply(1, batch(t, userSchema, chg{change.OpInsert, 1, "a"}, chg{change.OpInsert, 2, "b"}))
+	h.apply(2,
+		batch(t, userSchema, chg{change.OpInsert, 3, "c"}, chg{change.OpUpdate, 1, "a2"}),
+		serve.Item{Stream: "public.users", Schema: &serve.Stream{Name: "public.users", Schema: grown, PrimaryKey: []string{"id"}}},
+		row(4, &seven), row(5, nil))
+	h.wantRows(`SELECT id, name, n, bad FROM users ORDER BY id`,
+		"1|a2|42|NULL", "2|b|42|NULL", "3|c|42|NULL", "4|new|7|NULL", "5|new|NULL|NULL")
+	h.wantRows(`SELECT column_name, column_default IS NULL FROM information_schema.columns WHERE table_name = 'users' AND column_name IN ('n', 'bad') ORDER BY 1`,
+		"bad|true", "n|true")
+	// The next entries' rows are of the new shape: an insert without n keeps NULL.
+	h.apply(3, row(6, nil))
+	h.wantRows(`SELECT id, n FROM users WHERE id = 6`, "6|NULL")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
 
@@ -63,6 +64,9 @@ type applier struct {
 	dirty   map[string]bool
 	flushed map[string]bool
 	owner   map[string]string
+	// filled holds, per stream, the columns the entry being written added with a value for the existing rows
+	// (lower-cased name → the value as a DuckDB expression); see addFilled.
+	filled map[string]map[string]string
 }
 
 // row is one change row of a batch.
@@ -118,6 +122,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 	a.dirty = map[string]bool{}
 	a.flushed = map[string]bool{}
 	a.owner = map[string]string{}
+	a.filled = map[string]map[string]string{}
 	// The entry being read, as segments: rows, then the re-snapshot mark that follows them.
 	segs := []*segment{newSegment()}
 	defer func() { releaseSegments(segs) }()
@@ -262,6 +267,9 @@ func (a *applier) writeEntry(ctx context.Context, pipeline string, last, seq uin
 			}
 		}
 	}
+	if err := a.fillExisting(ctx); err != nil {
+		return err
+	}
 	for _, g := range segs {
 		for _, sp := range g.plans.List() {
 			if err := a.writeStream(ctx, sp); err != nil {
@@ -275,6 +283,7 @@ func (a *applier) writeEntry(ctx context.Context, pipeline string, last, seq uin
 		}
 	}
 	a.done = seq
+	clear(a.filled) // only rows of the entry that added a column predate it
 	return nil
 }
 
@@ -409,11 +418,62 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 		return err
 	}
 	for _, st := range stmts {
+		if st.fill != nil {
+			if err := a.addFilled(ctx, stream, st); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := a.exec(ctx, st.q); err != nil {
 			return fmt.Errorf("%s: %w", st.what, err)
 		}
 	}
 	a.tables[stream] = cols
+	return nil
+}
+
+// addFilled adds a column whose existing rows hold, at the source, a value no change carries
+// (values.MetaExistingRows), and notes the value: writeEntry sets it in the rows already there once the entry's
+// DDL is done (not by a DEFAULT dropped at once: DuckDB 1.5.6 then failed the commit of a transaction that also
+// added a plain column and merged rows). A value that does not cast to the column's type is logged and the
+// column left empty: failing would fail the same range at every retry. Rows of the same entry written in the
+// older shape (an insert before the ADD COLUMN at the source) get the value too (merge).
+func (a *applier) addFilled(ctx context.Context, stream string, st ddl) error {
+	if err := a.exec(ctx, st.q); err != nil {
+		return fmt.Errorf("%s: %w", st.what, err)
+	}
+	f := st.fill
+	var ok bool
+	if err := a.conn.QueryRowContext(ctx, "SELECT TRY_CAST(? AS "+f.typ+") IS NOT NULL", f.value).Scan(&ok); err != nil {
+		return fmt.Errorf("%s: %w", st.what, err)
+	}
+	if !ok {
+		a.log.Warn("added a column; its existing rows hold a value at the source that does not cast to the column's type, so they hold NULL here",
+			"table", a.tableName(stream), "column", f.col, "type", f.typ, "value", f.value)
+		return nil
+	}
+	if a.filled[stream] == nil {
+		a.filled[stream] = map[string]string{}
+	}
+	a.filled[stream][strings.ToLower(f.col)] = "CAST(" + ducksql.Literal(f.value) + " AS " + f.typ + ")"
+	a.log.Info("added a column; existing rows hold the value they hold at the source", "table", a.tableName(stream), "column", f.col, "value", f.value)
+	return nil
+}
+
+// fillExisting sets the columns the entry added with a value for existing rows (a.filled) in the rows already
+// in their tables: before the entry's rows, after all its DDL (an UPDATE before an ALTER of the same table
+// fails the commit; the table counts as written from here on).
+func (a *applier) fillExisting(ctx context.Context) error {
+	for _, stream := range slices.Sorted(maps.Keys(a.filled)) {
+		var sets []string
+		for _, c := range slices.Sorted(maps.Keys(a.filled[stream])) {
+			sets = append(sets, ducksql.Ident(c)+" = "+a.filled[stream][c])
+		}
+		if err := a.exec(ctx, "UPDATE "+a.tableName(stream)+" SET "+strings.Join(sets, ", ")); err != nil {
+			return fmt.Errorf("stream %s: give the existing rows of %s the values of the columns added: %w", stream, a.tableName(stream), err)
+		}
+		a.dirty[stream] = true
+	}
 	return nil
 }
 
@@ -431,8 +491,15 @@ func (a *applier) knownColumns(ctx context.Context, stream string) (map[string]s
 	return cols, nil
 }
 
-// ddl is one statement that brings a table to a schema, and what it does, for its error.
-type ddl struct{ q, what string }
+// ddl is one statement that brings a table to a schema, and what it does, for its error. fill: an ADD COLUMN
+// whose existing rows get a value (addFilled).
+type ddl struct {
+	q, what string
+	fill    *fill
+}
+
+// fill is a column added with the value its existing rows hold at the source (text, the column's type).
+type fill struct{ col, typ, value string }
 
 // tableDDL returns the statements that bring the stream's table, whose columns are cols (nil: no table), up to
 // s, and the columns it has after them (a new map). Every statement that changes a table's shape is made here,
@@ -461,7 +528,7 @@ func (a *applier) tableDDL(stream string, cols map[string]string, s *arrow.Schem
 		if key := change.PrimaryKey(s); len(key) > 0 {
 			defs = append(defs, "PRIMARY KEY ("+quoteAll(key)+")")
 		}
-		return []ddl{{"CREATE TABLE " + name + " (" + strings.Join(defs, ", ") + ")", "create table " + name}}, cols, nil
+		return []ddl{{q: "CREATE TABLE " + name + " (" + strings.Join(defs, ", ") + ")", what: "create table " + name}}, cols, nil
 	}
 	cols = maps.Clone(cols)
 	var stmts []ddl
@@ -473,8 +540,12 @@ func (a *applier) tableDDL(stream string, cols map[string]string, s *arrow.Schem
 		if err != nil {
 			return nil, nil, fmt.Errorf("column %s: %w", f.Name, err)
 		}
-		stmts = append(stmts, ddl{"ALTER TABLE " + name + " ADD COLUMN " + ducksql.Ident(f.Name) + " " + t,
-			fmt.Sprintf("add column %s %s to %s", f.Name, t, name)})
+		st := ddl{q: "ALTER TABLE " + name + " ADD COLUMN " + ducksql.Ident(f.Name) + " " + t,
+			what: fmt.Sprintf("add column %s %s to %s", f.Name, t, name)}
+		if v, ok := f.Metadata.GetValue(values.MetaExistingRows); ok {
+			st.fill = &fill{col: f.Name, typ: t, value: v}
+		}
+		stmts = append(stmts, st)
 		cols[strings.ToLower(f.Name)] = t
 	}
 	stmts = append(stmts, a.metaDDL(name, cols)...)
@@ -579,8 +650,16 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 	}
 	op := "s." + ducksql.Ident(change.OpColumn)
 	metaCols, metaVals := a.metaColumns(op)
-	insCols := quoteAll(append(cols, metaCols...))
-	insVals := strings.Join(append(vals, metaVals...), ", ")
+	// A row of this entry without a column the entry added with a value for existing rows predates the ADD
+	// COLUMN at the source: it holds that value there.
+	var fillCols, fillVals []string
+	for _, c := range slices.Sorted(maps.Keys(a.filled[stream])) {
+		if !slices.ContainsFunc(cols, func(x string) bool { return strings.EqualFold(x, c) }) {
+			fillCols, fillVals = append(fillCols, c), append(fillVals, a.filled[stream][c])
+		}
+	}
+	insCols := quoteAll(slices.Concat(cols, metaCols, fillCols))
+	insVals := strings.Join(slices.Concat(vals, metaVals, fillVals), ", ")
 	var q string
 	if len(key) == 0 {
 		q = "INSERT INTO " + name + " (" + insCols + ") SELECT " + insVals + " FROM temp.main." + stageTable + " AS s"

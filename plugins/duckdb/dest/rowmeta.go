@@ -79,8 +79,8 @@ func (a *applier) metaDDL(name string, cols map[string]string) []ddl {
 		if _, ok := cols[strings.ToLower(c.Name)]; ok {
 			continue
 		}
-		stmts = append(stmts, ddl{"ALTER TABLE " + name + " ADD COLUMN " + ducksql.Ident(c.Name) + " " + metaType(c.Kind, false),
-			fmt.Sprintf("add column %s to %s", c.Name, name)})
+		stmts = append(stmts, ddl{q: "ALTER TABLE " + name + " ADD COLUMN " + ducksql.Ident(c.Name) + " " + metaType(c.Kind, false),
+			what: fmt.Sprintf("add column %s to %s", c.Name, name)})
 		cols[strings.ToLower(c.Name)] = metaType(c.Kind, false)
 	}
 	return stmts
