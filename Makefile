@@ -30,7 +30,9 @@ CORE_TAGS   := arrow_json_stdlib urfave_cli_no_template grpcnotrace
 CORE_MAX_BYTES := 25000000
 # The plugins drop grpc's trace pages too (−0.4 MB each). They stay larger than they could be: go-plugin's
 # plugin side registers a net/rpc server, whose reflect.Type.Method keeps every exported method linked.
-PLUGIN_TAGS := grpcnotrace
+# duckdb_arrow builds duckdb-go's Arrow results, the duckdb plugin's arrow query format that `skippr serve`
+# streams (no other plugin imports duckdb-go); scripts/test.sh and internal/testplugins set it for duckdb too.
+PLUGIN_TAGS := grpcnotrace duckdb_arrow
 export SKIPPR_CORE_TAGS := $(CORE_TAGS)
 
 .PHONY: build check-size check-deploy sdk-release test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean live-snowflake live-bigquery
@@ -38,6 +40,7 @@ export SKIPPR_CORE_TAGS := $(CORE_TAGS)
 build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -tags "$(CORE_TAGS)" -ldflags "-X main.version=$(VERSION)" -o $(BIN)/skippr ./cmd/skippr
+	CGO_ENABLED=0 $(GO) build -tags "$(CORE_TAGS)" -ldflags "-X main.version=$(VERSION)" -o $(BIN)/skippr-serve ./cmd/skippr-serve
 	@for p in $(PLUGINS); do echo "$(GO) build plugins/$$p$$(case $$p in iceberg|duckdb) echo '   (the largest: a few minutes when cold)';; esac)"; (cd plugins/$$p && CGO_ENABLED=$$(case " $(CGO_PLUGINS) " in *" $$p "*) echo 1;; *) echo 0;; esac) $(GO) build -tags "$(PLUGIN_TAGS)" -o $(BIN)/skippr-plugin-$$p .) || exit 1; done
 
 # The core built as `make release` builds it (static, stripped), for this platform, and its size checked against
@@ -129,6 +132,7 @@ live-bigquery:
 # The engine's failpoints build is vetted too (engine/failpoint: files that exist only under that tag).
 lint:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+	cd plugins/duckdb && $(GO) vet -tags duckdb_arrow ./...
 	$(GO) vet -tags "$(CORE_TAGS) failpoints" ./engine/...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 

@@ -152,3 +152,5 @@ echo
 echo "Done. Nothing is left running (the throwaway Postgres is stopped); everything is under $qs:"
 echo "  skippr.yml (the config), wal/ (skippr's WAL), lake/ (Iceberg: catalog.db + Parquet files), home/ (installed plugins)."
 echo "Try: cd $qs && SKIPPR_HOME=$qs/home $skippr query     (an interactive prompt over the lake)"
+echo " or: cd $qs && SKIPPR_HOME=$qs/home $skippr serve     (the same over Arrow Flight SQL on 127.0.0.1:31337 for notebooks"
+echo "     and BI tools; README.md, \"Serving it\")"

@@ -21,7 +21,7 @@ platforms=${RELEASE_PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
 plugins=${PLUGINS:-datagen testdest http postgres iceberg duckdb}
 cgo_plugins=" ${CGO_PLUGINS:-duckdb} "
 core_tags=${CORE_TAGS:?set CORE_TAGS as make release does}
-plugin_tags=${PLUGIN_TAGS-grpcnotrace}
+plugin_tags=${PLUGIN_TAGS-grpcnotrace duckdb_arrow}
 key=${RELEASE_KEY:-$root/.dev/keys/skippr-ed25519.key}
 # Issue #20: the static stripped core stays under 25 MB (the Makefile's CORE_MAX_BYTES); 23.4 MB on linux/amd64
 # when this was set (BENCHMARKS.md, "Binary size").
@@ -59,6 +59,8 @@ for pf in $ordered; do
 		echo "release: $out/skippr is $size bytes, over the limit of $max_core_bytes: find what grew with \`go tool nm -size -sort size\` or \`go version -m\`" >&2
 		exit 1
 	fi
+	# The Flight SQL server `skippr serve` runs (cmd/internal/servecli: why it is not in the core), beside it.
+	build "$os" "$arch" "$out/skippr-serve" ./cmd/skippr-serve 0 "$core_tags" " -X main.version=$version"
 	for p in $plugins; do
 		cgo=0
 		if [[ "$cgo_plugins" == *" $p "* ]]; then

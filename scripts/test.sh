@@ -26,14 +26,20 @@ trap 'rm -rf "$logs"' EXIT
 bins="$logs/bin"
 mkdir -p "$bins"
 echo "== build the core and the plugins once for the tests"
+# tags_of is a module's build tags for its binary and its tests: the duckdb plugin's arrow query format needs
+# duckdb-go's Arrow results (the Makefile's PLUGIN_TAGS, internal/testplugins).
+tags_of() {
+	case $1 in plugins/duckdb) echo duckdb_arrow ;; esac
+}
 build() {
 	if [ "$1" = core ]; then
-		CGO_ENABLED=0 "$GO" build -tags "${SKIPPR_CORE_TAGS:-}" -o "$bins/skippr" ./cmd/skippr
+		CGO_ENABLED=0 "$GO" build -tags "${SKIPPR_CORE_TAGS:-}" -o "$bins/skippr" ./cmd/skippr &&
+			CGO_ENABLED=0 "$GO" build -tags "${SKIPPR_CORE_TAGS:-}" -o "$bins/skippr-serve" ./cmd/skippr-serve
 	else
-		(cd "plugins/$1" && "$GO" build -o "$bins/skippr-plugin-$1" .)
+		(cd "plugins/$1" && "$GO" build -tags "$(tags_of "plugins/$1")" -o "$bins/skippr-plugin-$1" .)
 	fi
 }
-export -f build
+export -f build tags_of
 export GO bins logs
 {
 	echo "core"
@@ -52,7 +58,7 @@ module() {
 		# Prometheus' PromQL parser over the dashboard and alert rules: a module outside go.work.
 		(cd "$m" && GOWORK=off "$GO" test -count=1 ./...)
 	else
-		(cd "$m" && "$GO" test -count=1 -timeout 40m ./...)
+		(cd "$m" && "$GO" test -count=1 -timeout 40m -tags "$(tags_of "$m")" ./...)
 	fi >"$log" 2>&1
 	local rc=$?
 	{
@@ -84,7 +90,7 @@ for m in "$@"; do
 	fi
 done
 # A module that fails is named in $logs/failed (xargs runs each in a shell of its own).
-export -f module
+export -f module tags_of
 printf '%s\n' "${rest[@]}" | xargs -P 2 -I{} bash -c 'module "$1" || echo "$1" >>"$logs/failed"' _ {}
 if [ -s "$logs/failed" ]; then
 	while read -r m; do failed+=("$m"); done <"$logs/failed"

@@ -25,6 +25,7 @@ func commands(g *globals) []*cli.Command {
 		resnapshotCommand(g),
 		lakeCommand(g),
 		queryCommand(g),
+		serveCommand(g),
 		workerCommand(g),
 		fleetCommand(g),
 	}

@@ -171,6 +171,8 @@ type Request struct {
 	SQL      string
 	Format   string // sdk.Format…
 	AsOfLake bool   // the lake alone, without the WAL's unapplied rows
+	// MemoryLimit bounds the query engine's memory for this statement (sdk.Request.MemoryLimit).
+	MemoryLimit string
 }
 
 // Run answers one statement, writing the result to out; it returns the engine's summary (rows, time). An error
@@ -193,7 +195,7 @@ func (q *Querier) Run(ctx context.Context, req Request, out io.Writer) (string, 
 			}
 		}
 	}
-	sreq := sdk.Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake}
+	sreq := sdk.Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake, MemoryLimit: req.MemoryLimit}
 	for i, l := range q.lakes {
 		fetch := filepath.Join(tmp, fmt.Sprintf("lake-%d", i))
 		if err := os.MkdirAll(fetch, 0o700); err != nil {

@@ -70,7 +70,16 @@ func Build(t testing.TB, name string) string {
 	if p := prebuilt("skippr-plugin-" + name); p != "" {
 		return p
 	}
-	return build(t, name, "skippr-plugin-"+name, filepath.Join("plugins", name), ".", nil)
+	return build(t, name, "skippr-plugin-"+name, filepath.Join("plugins", name), ".", nil, "-tags", pluginTags(name))
+}
+
+// pluginTags are the build tags of plugins/<name> (the Makefile's PLUGIN_TAGS that matter): duckdb's arrow
+// query format, which `skippr serve` uses, needs duckdb-go's Arrow results.
+func pluginTags(name string) string {
+	if name == "duckdb" {
+		return "duckdb_arrow"
+	}
+	return ""
 }
 
 // BuildWithVars returns plugins/<name> built with -ldflags "-X <var>" for each var ("main.version=0.0.9"), as
@@ -82,17 +91,21 @@ func BuildWithVars(t testing.TB, name string, vars ...string) string {
 		flags = append(flags, "-X", v)
 	}
 	key := name + " " + strings.Join(vars, " ")
-	return build(t, key, filepath.Join(fmt.Sprintf("v%x", sha256.Sum256([]byte(key)))[:17], "skippr-plugin-"+name), filepath.Join("plugins", name), ".", nil, "-ldflags", strings.Join(flags, " "))
+	return build(t, key, filepath.Join(fmt.Sprintf("v%x", sha256.Sum256([]byte(key)))[:17], "skippr-plugin-"+name), filepath.Join("plugins", name), ".", nil, "-tags", pluginTags(name), "-ldflags", strings.Join(flags, " "))
 }
 
 // BuildSkippr returns the path of the skippr command built from cmd/skippr as the release builds it: without cgo
 // and with the Makefile's CORE_TAGS, which `make test` exports as SKIPPR_CORE_TAGS (so the tests run the code
 // that ships, and `make check-size` reuses the compiled packages).
+//
+// The companion skippr-serve (the Flight SQL server `skippr serve` runs, found beside the core) is built into
+// the same folder.
 func BuildSkippr(t testing.TB) string {
 	t.Helper()
-	if p := prebuilt("skippr"); p != "" {
+	if p := prebuilt("skippr"); p != "" && prebuilt("skippr-serve") != "" {
 		return p
 	}
+	build(t, "skippr-serve", "skippr-serve", ".", "./cmd/skippr-serve", []string{"CGO_ENABLED=0"}, "-tags", os.Getenv("SKIPPR_CORE_TAGS"))
 	return build(t, "skippr", "skippr", ".", "./cmd/skippr", []string{"CGO_ENABLED=0"}, "-tags", os.Getenv("SKIPPR_CORE_TAGS"))
 }
 

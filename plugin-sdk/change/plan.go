@@ -1,7 +1,10 @@
 package change
 
 import (
+	"slices"
+
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 )
 
 // Plan is one stream's changes of an apply, or of one WAL entry of a range, as a destination writes them: its
@@ -24,14 +27,46 @@ func NewPlan(stream string, opt FoldOptions) *Plan {
 	return &Plan{Stream: stream, Fold: NewFold(opt)}
 }
 
-// AddSchema records s unless the plan holds the same schema already.
+// AddSchema records s unless the plan holds the same schema already. When s renames columns
+// (RenamedFromMeta), the schemas and batches before it are relabeled to the new names (RelabelRenamed), so
+// the rows written before the rename land in the renamed column, which by then has no other name.
 func (p *Plan) AddSchema(s *arrow.Schema) {
 	for _, x := range p.Schemas {
 		if SameSchema(x, s) {
 			return
 		}
 	}
+	p.FollowRenames(s)
 	p.Schemas = append(p.Schemas, s)
+}
+
+// FollowRenames relabels what the plan holds to the names s, a schema that comes after it, gives renamed
+// columns. AddSchema calls it; a destination that writes a plan out before it adds s (to write the rows
+// before a schema change first) calls it before that write, so the rows go into the renamed column.
+func (p *Plan) FollowRenames(s *arrow.Schema) {
+	if !slices.ContainsFunc(s.Fields(), func(f arrow.Field) bool { return RenamedFrom(f) != "" }) {
+		return
+	}
+	done := map[*arrow.Schema]*arrow.Schema{}
+	relabel := func(x *arrow.Schema) *arrow.Schema {
+		if y, ok := done[x]; ok {
+			return y
+		}
+		y := RelabelRenamed(x, s)
+		done[x] = y
+		return y
+	}
+	for i, x := range p.Schemas {
+		p.Schemas[i] = relabel(x)
+	}
+	for i, rec := range p.Batches {
+		y := relabel(rec.Schema())
+		if y == rec.Schema() {
+			continue
+		}
+		p.Batches[i] = array.NewRecordBatch(y, rec.Columns(), rec.NumRows())
+		rec.Release()
+	}
 }
 
 // SameSchema: x and y have equal fields and equal metadata (the key, the source's types), so one table shape

@@ -32,6 +32,10 @@ import (
 // crosses the plugin boundary as INVALID_ARGUMENT.
 var ErrSQL = errors.New("query failed")
 
+// ErrMemory marks a query that needed more memory than its Request.MemoryLimit (or the engine's default)
+// allows and could not spill. It crosses the plugin boundary as RESOURCE_EXHAUSTED.
+var ErrMemory = errors.New("query ran out of memory")
+
 // Services a plugin may offer beside its role (SpecResponse.services).
 const (
 	ServicePlan    = "lake.plan"
@@ -62,6 +66,9 @@ const (
 	FormatCSV     = "csv"
 	FormatJSON    = "json"
 	FormatParquet = "parquet"
+	// FormatArrow is an Arrow IPC stream (the result's schema, then its record batches as the engine produces
+	// them): what `skippr serve` hands to Flight SQL clients without converting a row.
+	FormatArrow = "arrow"
 )
 
 // Request is the first line of the stream.
@@ -70,6 +77,9 @@ type Request struct {
 	Format string `json:"format"`
 	// AsOfLake ignores the WAL entries: the answer of the lake alone.
 	AsOfLake bool `json:"as_of_lake,omitempty"`
+	// MemoryLimit bounds the query engine's memory for this query, in DuckDB's notation ("512MB", "2GB");
+	// empty: the engine's default. Past it the engine spills what it can and fails the rest with ErrMemory.
+	MemoryLimit string `json:"memory_limit,omitempty"`
 	// Lakes are the plans of the lake destinations, one per (pipeline, destination).
 	Lakes []Lake `json:"lakes"`
 }

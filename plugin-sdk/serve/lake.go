@@ -124,6 +124,9 @@ func (s *server) Query(stream pluginv2.Plugin_QueryServer) error {
 	if errors.Is(err, lakequery.ErrSQL) {
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
+	if errors.Is(err, lakequery.ErrMemory) {
+		return status.Error(codes.ResourceExhausted, err.Error())
+	}
 	if err != nil {
 		return toStatus(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,15 +130,20 @@ func dataFields(sc *arrow.Schema) []arrow.Field {
 	return out
 }
 
-// reshape gives the stream's rows a new schema.
+// reshape gives the stream's rows a new schema, as a destination does: added columns filled, renamed ones
+// (change.RenamedFromMeta) keeping their values.
 func (s *state) reshape(stream string, sc *arrow.Schema) {
 	var cols []string
 	fill := map[string]string{}
+	from := map[string]string{} // renamed columns: new name -> old
 	for _, f := range dataFields(sc) {
 		cols = append(cols, f.Name)
 		fill[f.Name] = "NULL"
 		if v, ok := f.Metadata.GetValue(values.MetaExistingRows); ok {
 			fill[f.Name] = v
+		}
+		if old := change.RenamedFrom(f); old != "" {
+			from[f.Name] = old
 		}
 	}
 	s.cols[stream] = cols
@@ -145,6 +151,11 @@ func (s *state) reshape(stream string, sc *arrow.Schema) {
 		nr := map[string]string{}
 		for _, c := range cols {
 			v, ok := row[c]
+			if old, renamed := from[c]; renamed && !ok {
+				v, ok = row[old] // a destination renames the column: the row keeps its value
+			} else if slices.Contains(slices.Collect(maps.Values(from)), c) {
+				ok = false // a new column under a name just renamed away
+			}
 			if !ok {
 				v = fill[c]
 			}

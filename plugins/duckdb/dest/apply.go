@@ -532,6 +532,15 @@ func (a *applier) tableDDL(stream string, cols map[string]string, s *arrow.Schem
 	}
 	cols = maps.Clone(cols)
 	var stmts []ddl
+	// Columns the source renamed (change.RenamedFromMeta) are renamed before missing ones are added, so the
+	// rows written before keep their values under the new name; a replay finds the new name and does nothing.
+	has := func(c string) bool { _, ok := cols[strings.ToLower(c)]; return ok }
+	for _, r := range change.Renames(fields, has) {
+		stmts = append(stmts, ddl{q: "ALTER TABLE " + name + " RENAME COLUMN " + ducksql.Ident(r.From) + " TO " + ducksql.Ident(r.To),
+			what: fmt.Sprintf("rename column %s of %s to %s", r.From, name, r.To)})
+		cols[strings.ToLower(r.To)] = cols[strings.ToLower(r.From)]
+		delete(cols, strings.ToLower(r.From))
+	}
 	for _, f := range fields {
 		if _, ok := cols[strings.ToLower(f.Name)]; ok {
 			continue

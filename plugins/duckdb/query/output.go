@@ -32,8 +32,10 @@ func answer(ctx context.Context, conn *sql.Conn, req lakequery.Request, w io.Wri
 		return copyOut(ctx, conn, exactColumns(ctx, conn, q, req.Format), req.Format, w, tmp)
 	case lakequery.FormatParquet:
 		return copyOut(ctx, conn, q, req.Format, w, tmp)
+	case lakequery.FormatArrow:
+		return arrowOut(ctx, conn, q, w)
 	}
-	return 0, fmt.Errorf("format %q is not table, csv, json or parquet", req.Format)
+	return 0, fmt.Errorf("format %q is not table, csv, json, parquet or arrow", req.Format)
 }
 
 // copyOut lets DuckDB write the result in a file format, then streams the file: DuckDB's Parquet writer

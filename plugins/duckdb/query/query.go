@@ -79,8 +79,12 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 		// a user's own joins on the build side.
 		"SET disabled_optimizers = 'build_side_probe_side'",
 	}
-	if opt.MemoryLimit != "" {
-		settings = append(settings, "SET memory_limit = "+ducksql.Literal(opt.MemoryLimit))
+	limit := opt.MemoryLimit
+	if req.MemoryLimit != "" {
+		limit = req.MemoryLimit
+	}
+	if limit != "" {
+		settings = append(settings, "SET memory_limit = "+ducksql.Literal(limit))
 	}
 	for _, s := range settings {
 		if _, err := conn.ExecContext(ctx, s); err != nil {
@@ -107,7 +111,16 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 			return "", fmt.Errorf("search path %s: %w", path, err)
 		}
 	}
+	if err := lockDown(ctx, conn, tables, tmp); err != nil {
+		return "", err
+	}
 	n, err := answer(ctx, conn, req, out, tmp)
+	if err != nil && isOutOfMemory(err) {
+		if limit == "" {
+			limit = "DuckDB's default, 80% of RAM"
+		}
+		return "", fmt.Errorf("%w (memory_limit %s; what could spill went to disk): %v", lakequery.ErrMemory, limit, err)
+	}
 	if err != nil && !rejected(err) {
 		// The SQL was accepted and failed while it ran (a conversion, a value out of range, I/O): the work
 		// failed, which is not the status of bad SQL.
@@ -125,6 +138,49 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 		return "", fmt.Errorf("%w: %s", lakequery.ErrSQL, msg)
 	}
 	return fmt.Sprintf("(%d %s, %s)", n, plural(n, "row"), time.Since(start).Round(100*time.Microsecond)), nil
+}
+
+// lockDown makes the user's SQL read-only towards everything outside this query's own in-memory database:
+// DuckDB's external access is switched off (no COPY … TO, ATTACH of a file, INSTALL or LOAD, read_csv or
+// read_text of an arbitrary file, glob, network access), except for the files the views read (the plans'
+// data and delete files, by exact path) and the query's temp directory (where csv, json and parquet results
+// are written and DuckDB spills). lock_configuration then keeps a statement from switching any of it back on.
+// The SQL may still create tables and views: they live in memory and die with the query.
+func lockDown(ctx context.Context, conn *sql.Conn, tables []*table, tmp string) error {
+	var paths []string
+	for _, t := range tables {
+		for _, f := range t.plan.Files {
+			paths = append(paths, ducksql.Literal(f.Path))
+			for _, p := range f.PositionDeletes {
+				paths = append(paths, ducksql.Literal(p))
+			}
+			for _, e := range f.EqualityDeletes {
+				paths = append(paths, ducksql.Literal(e.Path))
+			}
+		}
+	}
+	for _, s := range []string{
+		"SET allowed_directories = [" + ducksql.Literal(tmp+string(filepath.Separator)) + "]",
+		"SET allowed_paths = [" + strings.Join(paths, ", ") + "]",
+		"SET enable_external_access = false",
+		"SET autoinstall_known_extensions = false",
+		"SET autoload_known_extensions = false",
+		"SET lock_configuration = true",
+	} {
+		if _, err := conn.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("read-only query: %s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// isOutOfMemory says err is DuckDB's "Out of Memory Error" (as dest's: the type, or the text some paths give).
+func isOutOfMemory(err error) bool {
+	var de *duckdb.Error
+	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory {
+		return true
+	}
+	return strings.Contains(err.Error(), "Out of Memory Error")
 }
 
 // rejected says whether DuckDB refused the SQL itself (it does not parse, names what does not exist, binds

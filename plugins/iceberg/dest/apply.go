@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -386,6 +387,7 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 			b.Release()
 		}
 	}()
+	renames := newLaterRenames(items)
 	for i, it := range items {
 		if it.Resnapshot != serve.ResnapshotNone {
 			continue // marks are for resnap.feed
@@ -394,7 +396,7 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 			if it.Schema.Schema == nil {
 				return nil, fmt.Errorf("stream %s: schema change without a schema", it.Stream)
 			}
-			if err := a.evolve(it.Schema.Schema); err != nil {
+			if err := a.evolve(renames.of(i, it.Schema.Schema)); err != nil {
 				return nil, err
 			}
 			continue
@@ -405,6 +407,11 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 			return nil, fmt.Errorf("stream %s item %d: %w", it.Stream, i, err)
 		}
 		st := change.StripReserved(rec)
+		if rs := renames.of(i, st.Schema()); rs != st.Schema() {
+			relabeled := array.NewRecordBatch(rs, st.Columns(), st.NumRows())
+			st.Release()
+			st = relabeled
+		}
 		stripped = append(stripped, st)
 		if err := a.evolve(st.Schema()); err != nil {
 			return nil, err

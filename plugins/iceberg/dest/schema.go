@@ -111,6 +111,7 @@ type schemaChange struct {
 	kind     changeKind
 	path     []string
 	typ      iceberg.Type // added column's type, or the promoted type
+	name     string       // a renamed column's new name
 	old      iceberg.Type // for promotions, to report
 	optional bool
 }
@@ -121,6 +122,7 @@ const (
 	addColumn changeKind = iota + 1
 	promoteColumn
 	makeOptional
+	renameColumn
 )
 
 func (c schemaChange) String() string {
@@ -130,6 +132,8 @@ func (c schemaChange) String() string {
 		return "add " + p + " " + c.typ.String()
 	case promoteColumn:
 		return "widen " + p + " " + c.old.String() + " -> " + c.typ.String()
+	case renameColumn:
+		return "rename " + p + " -> " + c.name
 	default:
 		return "make " + p + " optional"
 	}
@@ -160,7 +164,23 @@ func planEvolution(tableName string, cur *iceberg.Schema, incoming *arrow.Schema
 	for _, k := range key {
 		p.key[k] = true
 	}
-	p.fields(nil, cur.Fields(), in.Fields())
+	// Columns the source renamed (change.RenamedFromMeta) are renamed by field id, first: the data files
+	// written before keep their values, which read under the new name. The table's own columns decide, so a
+	// replay that finds the new name renames nothing.
+	fields := slices.Clone(cur.Fields())
+	has := func(n string) bool {
+		return slices.ContainsFunc(fields, func(f iceberg.NestedField) bool { return f.Name == n })
+	}
+	for _, r := range change.Renames(change.DataFields(incoming), has) {
+		if p.key[r.From] {
+			return nil, fault.DataErr(fmt.Errorf("table %s: primary key column %s is renamed to %s at the source; this plugin does not rename identifier fields", tableName, r.From, r.To),
+				schemaFix)
+		}
+		i := slices.IndexFunc(fields, func(f iceberg.NestedField) bool { return f.Name == r.From })
+		fields[i].Name = r.To
+		p.out = append(p.out, schemaChange{kind: renameColumn, path: []string{r.From}, name: r.To})
+	}
+	p.fields(nil, fields, in.Fields())
 	return p.out, p.err
 }
 
@@ -301,6 +321,10 @@ func stageEvolution(us *table.UpdateSchema, changes []schemaChange) {
 			us.UpdateColumn(c.path, table.ColumnUpdate{FieldType: iceberg.Optional[iceberg.Type]{Valid: true, Val: c.typ}})
 		case makeOptional:
 			us.UpdateColumn(c.path, table.ColumnUpdate{Required: iceberg.Optional[bool]{Valid: true, Val: false}})
+		case renameColumn:
+			// A copy: iceberg-go v0.7.0 appends the new name to path[:len(path)-1], overwriting the caller's
+			// last element, and the same changes are staged twice (evolve's throwaway update, then the real one).
+			us.RenameColumn(slices.Clone(c.path), c.name)
 		}
 	}
 }

@@ -35,6 +35,8 @@ type Column struct {
 	field *querypb.Field
 	// existing is ColumnDef.Existing.
 	existing *string
+	// renamedFrom is ColumnDef.RenamedFrom.
+	renamedFrom string
 	// Hidden: the column is excluded or hashed (table_options), so its values appear in no error message.
 	Hidden bool
 }

@@ -19,6 +19,9 @@ type history struct {
 	db     string              // the configured database
 	names  []string            // the captured table names, in settings order
 	defs   map[string]TableDef // by captured name
+	// copying says whether a captured table is being copied while streaming (a table just added to tables):
+	// a table renamed into its name then brings no rows the pipeline misses, the copy reads them. Nil: none.
+	copying func(name string) bool
 }
 
 // effect is what one statement did to the captured tables.
@@ -26,6 +29,9 @@ type effect struct {
 	emptied []string // tables whose rows are gone, in statement order (TRUNCATE, DROP, renamed away, replaced)
 	changed []string // tables with a new definition (altered, created), in statement order
 	notes   []string // what a destination may not reproduce, for the log
+	// renamedAway are captured tables renamed to a name the pipeline does not capture, as "table → new name":
+	// the stream stops there (the destination's table is not emptied) until the user says what to do.
+	renamedAway []string
 }
 
 func (e *effect) none() bool { return len(e.emptied) == 0 && len(e.changed) == 0 }
@@ -52,6 +58,8 @@ func newHistory(db string, names []string, defs map[string]TableDef) (*history, 
 }
 
 func (h *history) captured(name string) bool { return slices.Contains(h.names, name) }
+
+func (h *history) isCopying(name string) bool { return h.copying != nil && h.copying(name) }
 
 // ours resolves a statement's table name: the captured table it names, "" for any other table. defaultDB is
 // the database the statement ran in (the query event's).
@@ -101,7 +109,7 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 		if name == "" {
 			// Renaming an uncaptured table into a captured name brings rows the pipeline never saw.
 			for _, o := range st.AlterOptions {
-				if r, ok := o.(*sqlparser.RenameTableName); ok && h.ours(r.Table, defaultDB) != "" {
+				if r, ok := o.(*sqlparser.RenameTableName); ok && h.ours(r.Table, defaultDB) != "" && !h.isCopying(h.ours(r.Table, defaultDB)) {
 					return eff, fmt.Errorf("table %s is renamed to captured table %s, whose rows the pipeline never read", sqlparser.String(st.Table), r.Table.Name.String())
 				}
 			}
@@ -121,6 +129,7 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 			if h.captured(to) {
 				return eff, fmt.Errorf("captured table %s is renamed to captured table %s, which would then hold rows of another stream", name, to)
 			}
+			eff.renamedAway = append(eff.renamedAway, name+" → "+to)
 			return eff, nil
 		}
 		h.defs[name] = d
@@ -185,6 +194,7 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 	case *sqlparser.RenameTable:
 		// Pairs run in order, so a swap through a third name works; that name is held here for the statement.
 		scratch := map[string]TableDef{}
+		away := map[string]string{} // captured table → where it went, unless it comes back
 		key := func(tn sqlparser.TableName) string {
 			db := tn.Qualifier.String()
 			if db == "" {
@@ -208,9 +218,19 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 				if known {
 					scratch[key(p.ToTable)] = d
 				}
+				if from != "" {
+					away[from] = sqlparser.String(p.ToTable)
+				}
 				continue
 			}
 			if !known || d.Gone {
+				if h.isCopying(to) {
+					// Its copy, running while the stream goes on, reads the rows; the definition is the one the
+					// copy started with.
+					eff.emptied = slices.DeleteFunc(eff.emptied, func(n string) bool { return n == to })
+					delete(away, to)
+					continue
+				}
 				return eff, fmt.Errorf("table %s is renamed to captured table %s, whose rows the pipeline never read", sqlparser.String(p.FromTable), to)
 			}
 			if from != "" {
@@ -220,6 +240,12 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 			h.defs[to] = d
 			eff.emptied = slices.DeleteFunc(eff.emptied, func(n string) bool { return n == to })
 			eff.change(to)
+			delete(away, to)
+		}
+		for _, name := range eff.emptied {
+			if n, ok := away[name]; ok {
+				eff.renamedAway = append(eff.renamedAway, name+" → "+n)
+			}
 		}
 	}
 	return eff, nil
@@ -243,6 +269,11 @@ func (h *history) mentionsTable(defaultDB, sql, name string) bool {
 func (h *history) alter(d *TableDef, st *sqlparser.AlterTable, defaultDB string, eff *effect) (string, error) {
 	d.Columns = slices.Clone(d.Columns)
 	d.Key = slices.Clone(d.Key)
+	// A rename marker speaks of the statement that made it: the destination has seen that schema by the time
+	// this one arrives, so a rename here is from the names as they stand now.
+	for i := range d.Columns {
+		d.Columns[i].RenamedFrom = ""
+	}
 	renamed := ""
 	for _, o := range st.AlterOptions {
 		switch o := o.(type) {
@@ -294,7 +325,7 @@ func (h *history) alter(d *TableDef, st *sqlparser.AlterTable, defaultDB string,
 			if i < 0 {
 				return "", fmt.Errorf("RENAME COLUMN %s: no such column", old)
 			}
-			d.Columns[i].Name = nw
+			d.Columns[i].rename(nw)
 			d.renameKey(old, nw)
 		case *sqlparser.AddIndexDefinition:
 			if o.IndexDefinition.Info.Type == sqlparser.IndexTypePrimary {
@@ -339,6 +370,21 @@ func (d *TableDef) index(name string) int {
 	return slices.IndexFunc(d.Columns, func(c ColumnDef) bool { return strings.EqualFold(c.Name, name) })
 }
 
+// rename gives the column a new name, remembering the one it had when the statement began (a column renamed
+// twice by one statement was never seen by the destination under the name between).
+func (c *ColumnDef) rename(nw string) {
+	if c.Name == nw {
+		return
+	}
+	if c.RenamedFrom == "" {
+		c.RenamedFrom = c.Name
+	}
+	c.Name = nw
+	if c.RenamedFrom == nw {
+		c.RenamedFrom = "" // renamed back
+	}
+}
+
 func (d *TableDef) renameKey(old, nw string) {
 	for i, k := range d.Key {
 		if strings.EqualFold(k, old) {
@@ -357,7 +403,10 @@ func (d *TableDef) replace(old string, cd *sqlparser.ColumnDefinition, first boo
 	if err != nil {
 		return err
 	}
-	d.renameKey(d.Columns[i].Name, c.Name)
+	prev := d.Columns[i]
+	prev.rename(c.Name) // CHANGE COLUMN a b …: a rename as well
+	c.RenamedFrom = prev.RenamedFrom
+	d.renameKey(old, c.Name)
 	if pk {
 		d.Key = []string{c.Name}
 	}

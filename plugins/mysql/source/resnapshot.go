@@ -451,14 +451,14 @@ func (r *reader) addResnapshots(pos *Position, requested []string) error {
 	return nil
 }
 
-// addedTables takes the tables the settings list beyond a stream checkpoint's (all of its tables still listed)
-// into the position, each to be copied while streaming: the binary log from the checkpoint on carries their
-// changes, and the re-snapshot their rows. It reports whether it did.
+// addedTables takes the tables the settings list beyond a stream checkpoint's into the position, each to be
+// copied while streaming: the binary log from the checkpoint on carries their changes, and the re-snapshot
+// their rows. Tables the settings no longer list are dropped from it. It reports whether the set changed.
 func (r *reader) addedTables(pos *Position) bool {
-	var added []string
+	var added, removed []string
 	for _, name := range pos.Tables {
 		if !slices.Contains(r.cfg.Tables, name) {
-			return false
+			removed = append(removed, name)
 		}
 	}
 	for _, name := range r.cfg.Tables {
@@ -466,10 +466,21 @@ func (r *reader) addedTables(pos *Position) bool {
 			added = append(added, name)
 		}
 	}
-	if len(added) == 0 {
+	if len(added) == 0 && len(removed) == 0 {
 		return false
 	}
 	pos.Tables = slices.Clone(r.cfg.Tables)
+	// A table removed is no longer read (its definition leaves the checkpoint with startDefs); its
+	// destination table keeps the rows it has. This is one way out of a RENAME TABLE to an uncaptured name.
+	for _, name := range removed {
+		delete(pos.Resnapshot, r.cfg.Stream(name))
+	}
+	if len(removed) > 0 {
+		r.log.Info("tables removed from the pipeline: no longer read; their destination tables keep their rows", "tables", strings.Join(removed, ", "))
+	}
+	if len(added) == 0 {
+		return true
+	}
 	var streams []string
 	for _, name := range added {
 		streams = append(streams, r.cfg.Stream(name))

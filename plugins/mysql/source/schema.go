@@ -33,6 +33,10 @@ type ColumnDef struct {
 	// Existing is the value rows that existed before an ADD COLUMN hold without any change saying so (its
 	// DEFAULT, or the implicit default of a NOT NULL column), in text form; nil when they hold NULL.
 	Existing *string `json:"x,omitempty"`
+	// RenamedFrom is the column's name before the ALTER TABLE that last changed the table, when that statement
+	// renamed it (RENAME COLUMN, CHANGE COLUMN): announced as change.RenamedFromMeta so destinations rename
+	// instead of adding a column. The next ALTER of the table clears it (its schema change comes after).
+	RenamedFrom string `json:"rf,omitempty"`
 }
 
 // build makes the table the streamer decodes rows with from its definition.
@@ -40,7 +44,7 @@ func (d TableDef) build(name, stream string) (*Table, error) {
 	t := &Table{Name: name, Stream: stream}
 	var problems []string
 	for _, cd := range d.Columns {
-		col := Column{Name: cd.Name, DataType: cd.DataType, ColumnType: cd.ColumnType, Precision: cd.Precision, Scale: cd.Scale, existing: cd.Existing}
+		col := Column{Name: cd.Name, DataType: cd.DataType, ColumnType: cd.ColumnType, Precision: cd.Precision, Scale: cd.Scale, existing: cd.Existing, renamedFrom: cd.RenamedFrom}
 		if err := col.classify(strings.ToLower(cd.Charset)); err != nil {
 			problems = append(problems, err.Error())
 			continue
@@ -72,7 +76,7 @@ func (d TableDef) build(name, stream string) (*Table, error) {
 		if col.existing != nil {
 			keys, vals = append(keys, values.MetaExistingRows), append(vals, *col.existing)
 		}
-		fields[i] = arrow.Field{Name: col.Name, Type: col.Kind.Arrow(col), Nullable: true, Metadata: arrow.NewMetadata(keys, vals)}
+		fields[i] = change.MarkRenamed(arrow.Field{Name: col.Name, Type: col.Kind.Arrow(col), Nullable: true, Metadata: arrow.NewMetadata(keys, vals)}, col.renamedFrom)
 	}
 	t.Schema = change.Schema(fields, t.keyNames())
 	t.def = d

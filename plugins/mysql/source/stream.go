@@ -69,6 +69,7 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 	}
 	s := &streamer{reader: r, conn: conn, maps: map[uint64]*mysql.TableMap{}, file: pos.File, cur: *pos, lastCP: time.Now()}
 	s.rs = newResnapper(s, pos.Resnapshot)
+	r.hist.copying = func(name string) bool { _, ok := s.rs.c.Progress()[r.cfg.Stream(name)]; return ok }
 	s.cur.Table, s.cur.Progress, s.cur.Rows = "", nil, 0
 	defer s.rs.close()
 	if err := s.start(); err != nil {
@@ -284,6 +285,19 @@ func (s *streamer) statement(ctx context.Context, db, sql string, next uint64) e
 	}
 	for _, n := range eff.notes {
 		s.log.Warn("schema change: "+n, "statement", sql)
+	}
+	if len(eff.renamedAway) > 0 {
+		// Not a truncate: the rows live on under the new name. Nothing after this statement is emitted, and
+		// the checkpoint stays before it, so the choice the user makes applies from exactly here.
+		var streams, gone, kept []string
+		for _, r := range eff.renamedAway {
+			from, to, _ := strings.Cut(r, " → ")
+			streams, gone, kept = append(streams, s.cfg.Stream(from)), append(gone, from), append(kept, to)
+		}
+		return fault.ConfigErr(fmt.Errorf("the binary log at %s:%d renames captured table %s to %s, which the pipeline does not capture (%s); the destination's table keeps its rows",
+			s.file, next, strings.Join(streams, ", "), strings.Join(kept, ", "), sql),
+			fmt.Sprintf("either capture the new name: replace %s by %s in tables (a table added to a streaming pipeline is copied while it streams); or stop capturing it: remove %s from tables (the destination's table keeps the rows it has)",
+				strings.Join(gone, ", "), strings.Join(kept, ", "), strings.Join(gone, ", ")))
 	}
 	if eff.none() {
 		return s.commit(ctx, next)

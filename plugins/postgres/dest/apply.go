@@ -129,7 +129,10 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 		if it.Schema != nil {
 			// Rows before a schema change are written before it: a column added with a value for existing
 			// rows must find them in the table (they share an entry when a group commit gathered both).
+			// A rename in the new schema is made with those rows (the plan takes the new names), so they go
+			// into the renamed column whether or not the table has been renamed already (a replay).
 			if sp := plans.Lookup(it.Stream); sp != nil && len(sp.Batches) > 0 {
+				sp.FollowRenames(it.Schema.Schema)
 				if err := flush(); err != nil {
 					return serve.ApplyResult{}, err
 				}
@@ -350,6 +353,9 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 	if err := a.ensureMeta(ctx, ts); err != nil {
 		return err
 	}
+	if err := a.renameColumns(ctx, ts, fields); err != nil {
+		return err
+	}
 	for _, f := range fields {
 		t, err := a.columnType(ctx, f)
 		if err != nil {
@@ -384,6 +390,28 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 			continue
 		}
 		ts.columns[f.Name] = t
+	}
+	return nil
+}
+
+// renameColumns renames the columns the source renamed (change.RenamedFromMeta) before missing ones are
+// added, so rows written before the rename keep their values under the new name. The table's own columns
+// decide: a replay finds the new name there already and renames nothing. PostgreSQL renames the column in
+// the primary key and indexes too.
+func (a *applier) renameColumns(ctx context.Context, ts *tableState, fields []arrow.Field) error {
+	has := func(c string) bool { _, ok := ts.columns[c]; return ok }
+	for _, r := range change.Renames(fields, has) {
+		if _, err := a.tx.Exec(ctx, "ALTER TABLE "+ts.name+" RENAME COLUMN "+pgx.Identifier{r.From}.Sanitize()+" TO "+pgx.Identifier{r.To}.Sanitize()); err != nil {
+			return fmt.Errorf("rename column %s of %s to %s: %w", r.From, ts.name, r.To, a.cfg.Explain(err))
+		}
+		ts.columns[r.To] = ts.columns[r.From]
+		delete(ts.columns, r.From)
+		for i, k := range ts.key {
+			if k == r.From {
+				ts.key[i] = r.To
+			}
+		}
+		slog.Info("renamed a column as the source did", "table", ts.name, "from", r.From, "to", r.To)
 	}
 	return nil
 }

@@ -30,6 +30,12 @@ type column struct {
 	// COLUMN … DEFAULT x), in text form; nil when there is none.
 	Missing *string
 	NotNull bool
+	// Attnum is the column's number in pg_attribute, 0 when unknown (a column of a Relation message that the
+	// catalog, read later, no longer has under that name).
+	Attnum int16
+	// RenamedFrom is the column's name at the table's previous Relation message when it has been renamed
+	// since (renamedColumns), announced as change.RenamedFromMeta.
+	RenamedFrom string
 }
 
 // table is what the catalog says about a configured table.
@@ -79,7 +85,7 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 	}
 	rows, err := q.Query(ctx, `
 		SELECT a.attname, a.atttypid, a.atttypmod, a.attgenerated <> '', a.attstorage IN ('x', 'e') AND ty.typlen = -1,
-		       CASE WHEN a.atthasmissing THEN a.attmissingval::text END, a.attnotnull
+		       CASE WHEN a.atthasmissing THEN a.attmissingval::text END, a.attnotnull, a.attnum
 		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 		ORDER BY a.attnum`, t.OID)
@@ -92,7 +98,7 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 			gen     bool
 			missing *string
 		)
-		if err := rows.Scan(&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable, &missing, &c.NotNull); err != nil {
+		if err := rows.Scan(&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable, &missing, &c.NotNull, &c.Attnum); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("table %s: read columns: %w", name, err)
 		}
@@ -253,6 +259,7 @@ func schema(cols []column, key []string, policy values.Policy) *arrow.Schema {
 			md := fields[i].Metadata
 			fields[i].Metadata = arrow.NewMetadata(append(md.Keys(), values.MetaExistingRows), append(md.Values(), *c.Missing))
 		}
+		fields[i] = change.MarkRenamed(fields[i], c.RenamedFrom)
 	}
 	return change.Schema(policy.Fields(fields), key)
 }
@@ -272,4 +279,30 @@ func (t *table) toastable() []string {
 		}
 	}
 	return out
+}
+
+// renamedColumns marks the columns of cur, a table's columns at a Relation message, that a RENAME COLUMN gave a
+// new name since prev, its columns at the previous one. pgoutput sends the columns in attnum order but not
+// their attnums, so a rename is read from positions: the same number of columns, and at one position a column
+// of the same type under a name prev did not have while prev's name is gone (a swap of two names is not a
+// rename here). Where the catalog gave both columns an attnum they must agree: a dropped last column and an
+// added one of the same type differ there. When the catalog had moved on (neither name in it when read), the
+// positions alone decide; plugins/postgres/README.md states the limit.
+func renamedColumns(prev, cur []column) {
+	if len(prev) != len(cur) {
+		return
+	}
+	has := func(cols []column, name string) bool {
+		return slices.ContainsFunc(cols, func(c column) bool { return c.Name == name })
+	}
+	for i := range cur {
+		p, c := prev[i], &cur[i]
+		if p.Name == c.Name || p.TypeOID != c.TypeOID || has(prev, c.Name) || has(cur, p.Name) {
+			continue
+		}
+		if p.Attnum != 0 && c.Attnum != 0 && p.Attnum != c.Attnum {
+			continue
+		}
+		c.RenamedFrom = p.Name
+	}
 }

@@ -52,6 +52,17 @@ type Position struct {
 	// Recopy holds the tables in mode: append to be copied while streaming (added to the tables, or asked to be
 	// re-snapshotted), by stream name; exact.go.
 	Recopy map[string]RecopyProgress `json:"recopy,omitempty"`
+	// Columns holds, by stream name, each table's columns at the last Relation message streamed: the first
+	// Relation message of a restarted Read is compared with them (renamedColumns), so a RENAME COLUMN made while
+	// no Read ran is still carried as a rename. Absent in checkpoints of earlier versions.
+	Columns map[string][]RelationColumn `json:"columns,omitempty"`
+}
+
+// RelationColumn is one column of a Relation message as a checkpoint keeps it.
+type RelationColumn struct {
+	Name    string `json:"n"`
+	TypeOID uint32 `json:"t"`
+	Attnum  int16  `json:"a,omitempty"`
 }
 
 // RecopyProgress is a table in mode: append being copied while streaming.

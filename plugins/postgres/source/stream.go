@@ -96,6 +96,10 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 		}
 	}
 	p.recopy = maps.Clone(pos.Recopy)
+	p.lastCols = maps.Clone(pos.Columns)
+	if p.lastCols == nil {
+		p.lastCols = map[string][]RelationColumn{}
+	}
 	if p.recopy == nil {
 		p.recopy = map[string]RecopyProgress{}
 	}
@@ -461,6 +465,7 @@ type relation struct {
 type processor struct {
 	r          *reader
 	rels       map[uint32]*relation
+	lastCols   map[string][]RelationColumn // each captured table's columns at its last Relation message (Position.Columns)
 	inTx       bool
 	xid        uint32 // the current transaction's
 	commitTime time.Time
@@ -502,6 +507,9 @@ func (p *processor) position() Position {
 	}
 	if len(p.recopy) > 0 {
 		cp.Recopy = maps.Clone(p.recopy)
+	}
+	if len(p.lastCols) > 0 {
+		cp.Columns = maps.Clone(p.lastCols)
 	}
 	for name, l := range p.copied {
 		// Once streaming has passed l, no transaction it sends committed before l.
@@ -789,6 +797,7 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 	if err != nil {
 		return fmt.Errorf("table %s changed: %w", name, err)
 	}
+	prev := p.rels[m.RelationID]
 	rel := &relation{id: m.RelationID, stream: name, table: fresh, key: fresh.Key}
 	// The catalog is as of now, the message as of its change: a column whose type differs was retyped since,
 	// which (but for binary-coercible changes) rewrote the table and cleared every attmissingval.
@@ -796,7 +805,16 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		i := slices.IndexFunc(fresh.Columns, func(fc column) bool { return fc.Name == c.Name })
 		return i >= 0 && fresh.Columns[i].TypeOID != c.DataType
 	})
-	prev := p.rels[m.RelationID]
+	var before []column
+	switch {
+	case prev != nil && prev.table != nil:
+		before = prev.cols
+	case prev == nil:
+		// The first Relation message of this Read: compare with the checkpoint's.
+		for _, c := range p.lastCols[name] {
+			before = append(before, column{Name: c.Name, TypeOID: c.TypeOID, Attnum: c.Attnum})
+		}
+	}
 	for _, c := range m.Columns {
 		typ, err := r.resolver.Resolve(ctx, r.pool, c.DataType, c.TypeModifier)
 		if err != nil {
@@ -806,8 +824,9 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		// A column added with a default: the rows before it hold the default, which no change carries.
 		if i := slices.IndexFunc(fresh.Columns, func(fc column) bool { return fc.Name == c.Name }); i >= 0 && fresh.Columns[i].TypeOID == c.DataType {
 			col.Missing = fresh.Columns[i].Missing
+			col.Attnum = fresh.Columns[i].Attnum
 		}
-		isNew := prev == nil || prev.table == nil || !slices.ContainsFunc(prev.cols, func(pc column) bool { return pc.Name == c.Name })
+		isNew := before == nil || !slices.ContainsFunc(before, func(pc column) bool { return pc.Name == c.Name })
 		if col.Missing == nil && retyped && isNew {
 			if col.Missing, err = defaultAfterRewrite(ctx, r.pool, r.log.With("table", name), fresh.OID, c.Name, c.DataType, c.TypeModifier); err != nil {
 				return fmt.Errorf("table %s column %s: %w", name, c.Name, err)
@@ -818,6 +837,19 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 			}
 		}
 		rel.cols = append(rel.cols, col)
+	}
+	last := make([]RelationColumn, len(rel.cols))
+	for i, c := range rel.cols {
+		last[i] = RelationColumn{Name: c.Name, TypeOID: c.TypeOID, Attnum: c.Attnum}
+	}
+	p.lastCols[name] = last
+	if before != nil {
+		renamedColumns(before, rel.cols)
+		for _, c := range rel.cols {
+			if c.RenamedFrom != "" {
+				r.log.Info("column renamed", "table", name, "from", c.RenamedFrom, "to", c.Name)
+			}
+		}
 	}
 	for _, k := range rel.key {
 		i := slices.IndexFunc(rel.cols, func(c column) bool { return c.Name == k })
