@@ -191,6 +191,42 @@ func TestAddColumnWithDefault(t *testing.T) {
 	}
 }
 
+// TestAddColumnWithDefaultThenRewrite (#28): ADD COLUMN … DEFAULT 42, then an insert, an update, a DROP COLUMN
+// and an ALTER COLUMN … TYPE, all committed before the source decodes the first of them (here: while it is
+// stopped). The type change rewrites the table, which drops the catalog's record of the value the old rows got
+// (attmissingval), so the source reads the column's constant default instead: the rows untouched since hold
+// 42 in the destination as at the source.
+func TestAddColumnWithDefaultThenRewrite(t *testing.T) {
+	t.Parallel()
+	for _, retyped := range []string{"added", "a"} {
+		t.Run("retype-"+retyped, func(t *testing.T) {
+			t.Parallel()
+			db := pgtest.NewDB(t)
+			db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY, a int, b text); INSERT INTO t SELECT g, g, 'b' || g FROM generate_series(1, 4) g`)
+			src, dst := startPlugin(t), startPlugin(t)
+			p := newPipe(t, src, dst, settings(db, map[string]any{"tables": []string{"t"}, "slot": slot(db)}), settings(db, map[string]any{"schema": "replica"}))
+			p.start()
+			p.catchUp(db, time.Minute)
+			p.r.stop()
+			for _, q := range []string{
+				`ALTER TABLE t ADD COLUMN added int DEFAULT 42`,
+				`INSERT INTO t VALUES (5, 5, 'b5', 7)`,
+				`UPDATE t SET a = 10 WHERE id = 1`,
+				`ALTER TABLE t DROP COLUMN b`,
+				`ALTER TABLE t ALTER COLUMN ` + retyped + ` TYPE bigint`,
+			} {
+				db.Exec(t, q)
+			}
+			p.start()
+			p.catchUp(db, time.Minute)
+			sameRows(t, db, "(SELECT id, a, added FROM public.t)", "(SELECT id, a, added FROM replica.t)")
+			if got := strings.Join(rowsText(t, db, "(SELECT id, added FROM replica.t)"), " "); got != "(1,42) (2,42) (3,42) (4,42) (5,7)" {
+				t.Errorf("replica.t (id, added): %s", got)
+			}
+		})
+	}
+}
+
 // TestTruncate: a TRUNCATE empties the destination's table in order with the rows around it (truncate:
 // propagate, the default, here with rows before and after it in one transaction), stops the Read with an
 // error naming the fix, or is skipped with truncate: ignore.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
 
@@ -52,6 +54,19 @@ type applier struct {
 	written []string
 	// entry is the WAL entry whose rows are being written: its number is _skippr_position.
 	entry uint64
+	// state is the pipeline's state row as this apply last committed (or read) it; done the last entry
+	// written into the transaction; inTx says a transaction is open.
+	state serve.Applied
+	done  uint64
+	inTx  bool
+	// dirty holds the streams whose tables the open transaction has written rows of (or deleted rows from);
+	// flushed the streams the range has written; owner, per lower-cased table, the stream writing it.
+	dirty   map[string]bool
+	flushed map[string]bool
+	owner   map[string]string
+	// filled holds, per stream, the columns the entry being written added with a value for the existing rows
+	// (lower-cased name → the value as a DuckDB expression); see addFilled.
+	filled map[string]map[string]string
 }
 
 // row is one change row of a batch.
@@ -66,9 +81,10 @@ func (a *applier) exec(ctx context.Context, q string, args ...any) error {
 	return err
 }
 
-// apply runs one transaction: the entries of the request after the pipeline's fence, then the new fence. The
-// changes are folded per entry (the last change of a key wins) and written as each entry ends, so a coalesced
-// range costs one entry's memory and still commits, or not, as one.
+// apply runs the entries of the request after the pipeline's fence, then records the new fence, in one
+// transaction unless an entry changes the shape of a table the transaction has written rows of already (see
+// writeEntry). The changes are folded per entry (the last change of a key wins) and written as each entry ends,
+// so a coalesced range costs one entry's memory.
 func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResult, err error) {
 	defer func() {
 		if err != nil && isOutOfMemory(err) {
@@ -80,9 +96,9 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 	if err := a.exec(ctx, "BEGIN TRANSACTION"); err != nil {
 		return res, fmt.Errorf("database %s: begin: %w", a.s.Path, err)
 	}
-	committed := false
+	a.inTx = true
 	defer func() {
-		if !committed {
+		if a.inTx {
 			// A failed statement may have aborted the transaction already; the rollback's error adds nothing.
 			_ = a.exec(context.WithoutCancel(ctx), "ROLLBACK")
 		}
@@ -94,6 +110,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 	if err != nil {
 		return res, err
 	}
+	a.state = state
 	fence := state.Sequence
 	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
@@ -101,30 +118,15 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 	if err := a.loadResnapshots(ctx, req.Pipeline); err != nil {
 		return res, fmt.Errorf("database %s: %w", a.s.Path, err)
 	}
-	var (
-		// The plans of one entry (per key the last change, streams in first-seen order so that statements
-		// are deterministic), written when it ends.
-		plans  = change.NewPlans(change.FoldOptions{})
-		tables = map[string]string{} // lower-cased table → the stream writing it, across the whole range
-	)
-	defer func() { plans.Release() }()
 	a.tables = map[string]map[string]string{}
-	flush := func() error {
-		for _, sp := range plans.List() {
-			t := strings.ToLower(TableName(sp.Stream))
-			if other, ok := tables[t]; ok && other != sp.Stream {
-				return fmt.Errorf("streams %s and %s both map to table %s", other, sp.Stream, TableName(sp.Stream))
-			}
-			tables[t] = sp.Stream
-		}
-		for _, sp := range plans.List() {
-			if err := a.writeStream(ctx, sp); err != nil {
-				return fmt.Errorf("stream %s: %w", sp.Stream, err)
-			}
-		}
-		plans.Release()
-		return nil
-	}
+	a.dirty = map[string]bool{}
+	a.flushed = map[string]bool{}
+	a.owner = map[string]string{}
+	a.filled = map[string]map[string]string{}
+	// The entry being read, as segments: rows, then the re-snapshot mark that follows them.
+	segs := []*segment{newSegment()}
+	defer func() { releaseSegments(segs) }()
+	var entryStreams []string
 	for st, err := range req.Entries(fence) {
 		if err != nil {
 			return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
@@ -132,25 +134,31 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 		it := st.Item
 		a.entry = it.Sequence
 		if st.End {
-			if err := flush(); err != nil {
+			if err := a.writeEntry(ctx, req.Pipeline, req.Sequence, it.Sequence, segs); err != nil {
 				return res, err
 			}
+			for _, s := range entryStreams {
+				a.flushed[s] = true
+			}
+			entryStreams = entryStreams[:0]
+			releaseSegments(segs)
+			segs = []*segment{newSegment()}
 			continue
 		}
-		state.Streams[it.Stream] = req.Sequence
+		if !slices.Contains(entryStreams, it.Stream) {
+			entryStreams = append(entryStreams, it.Stream)
+		}
+		plans := segs[len(segs)-1].plans
 		switch {
 		case it.Schema != nil:
 			plans.Get(it.Stream).AddSchema(it.Schema.Schema)
 		case it.Truncate:
 			plans.Get(it.Stream).Fold.Truncate()
 		case it.Resnapshot != serve.ResnapshotNone:
-			// The rows before the mark are written first: only those after a begin count as received.
-			if err := flush(); err != nil {
-				return res, err
-			}
-			if err := a.resnapshotMark(ctx, req.Pipeline, req.Sequence, it); err != nil {
-				return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
-			}
+			// The rows before the mark are written before it: only those after a begin count as received.
+			mark := serve.Item{Sequence: it.Sequence, Stream: it.Stream, Resnapshot: it.Resnapshot}
+			segs[len(segs)-1].mark = &mark
+			segs = append(segs, newSegment())
 		case it.Record != nil:
 			if err := plans.Get(it.Stream).Add(it.Record); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
@@ -160,19 +168,142 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 			return res, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
 		}
 	}
-	streams, err := json.Marshal(state.Streams)
-	if err != nil {
+	if err := a.commit(ctx, req.Pipeline, req.Sequence); err != nil {
 		return res, err
 	}
+	return res, nil
+}
+
+// segment is part of one WAL entry: the plans of its rows and, unless it is the entry's last, the re-snapshot
+// mark that follows them.
+type segment struct {
+	plans *change.Plans
+	mark  *serve.Item
+}
+
+func newSegment() *segment { return &segment{plans: change.NewPlans(change.FoldOptions{})} }
+
+func releaseSegments(segs []*segment) {
+	for _, g := range segs {
+		g.plans.Release()
+	}
+}
+
+// commit records seq as the pipeline's fence, and as the last sequence of every stream the range has written
+// so far, and commits the transaction.
+func (a *applier) commit(ctx context.Context, pipeline string, seq uint64) error {
+	for s := range a.flushed {
+		a.state.Streams[s] = seq
+	}
+	streams, err := json.Marshal(a.state.Streams)
+	if err != nil {
+		return err
+	}
 	if err := a.exec(ctx, "INSERT OR REPLACE INTO "+stateName(a.s)+" (pipeline, sequence, streams) VALUES (?, ?, ?)",
-		req.Pipeline, req.Sequence, string(streams)); err != nil {
-		return res, fmt.Errorf("database %s: record sequence %d: %w", a.s.Path, req.Sequence, err)
+		pipeline, seq, string(streams)); err != nil {
+		return fmt.Errorf("database %s: record sequence %d: %w", a.s.Path, seq, err)
 	}
 	if err := a.exec(ctx, "COMMIT"); err != nil {
-		return res, fmt.Errorf("database %s: commit sequence %d: %w", a.s.Path, req.Sequence, err)
+		return fmt.Errorf("database %s: commit sequence %d: %w", a.s.Path, seq, err)
 	}
-	committed = true
-	return res, nil
+	a.inTx = false
+	a.state.Sequence = seq
+	return nil
+}
+
+// writeEntry writes one entry of the range (number seq; last is the range's last): the DDL of all its
+// streams first, so that no statement of the entry alters a table after rows of it were written, then its
+// segments' rows and marks in order. An entry's rows of an older shape meet the grown table, as rows of a
+// later entry do (the destination only adds columns).
+//
+// DuckDB 1.5 refuses to commit a transaction that alters a table after changing its rows ("Attempting to
+// modify table … but another transaction has altered this table"), and would refuse it on every retry. So when
+// the entry must alter a table an earlier entry of this transaction wrote, the transaction is committed first
+// with the earlier entries' fence, and the entry starts a new one. Each commit carries its own fence, so after
+// a crash between the two the engine's replay of the range skips the committed entries (Range.Entries) and
+// applies the rest once.
+func (a *applier) writeEntry(ctx context.Context, pipeline string, last, seq uint64, segs []*segment) error {
+	for _, g := range segs {
+		for _, sp := range g.plans.List() {
+			t := strings.ToLower(TableName(sp.Stream))
+			if other, ok := a.owner[t]; ok && other != sp.Stream {
+				return fmt.Errorf("streams %s and %s both map to table %s", other, sp.Stream, TableName(sp.Stream))
+			}
+			a.owner[t] = sp.Stream
+		}
+	}
+	split := false
+	for _, g := range segs {
+		for _, sp := range g.plans.List() {
+			if !a.dirty[sp.Stream] || len(sp.Schemas) == 0 {
+				continue
+			}
+			alters, err := a.alters(ctx, sp.Stream, sp.Schemas)
+			if err != nil {
+				return err
+			}
+			split = split || alters
+		}
+	}
+	if split && a.state.Sequence < a.done {
+		// a.dirty is empty after a commit, and within one entry every alter precedes every write: after
+		// this commit no alter of the entry follows a write in its transaction.
+		if err := a.commit(ctx, pipeline, a.done); err != nil {
+			return err
+		}
+		a.log.Debug("range split before a schema change", "range_end", last, "committed", a.done, "entry", seq)
+		if err := a.exec(ctx, "BEGIN TRANSACTION"); err != nil {
+			return fmt.Errorf("database %s: begin: %w", a.s.Path, err)
+		}
+		a.inTx = true
+		a.dirty = map[string]bool{}
+	}
+	for _, g := range segs {
+		for _, sp := range g.plans.List() {
+			for _, s := range sp.Schemas {
+				if err := a.ensureTable(ctx, sp.Stream, s); err != nil {
+					return fmt.Errorf("stream %s: %w", sp.Stream, err)
+				}
+			}
+		}
+	}
+	if err := a.fillExisting(ctx); err != nil {
+		return err
+	}
+	for _, g := range segs {
+		for _, sp := range g.plans.List() {
+			if err := a.writeStream(ctx, sp); err != nil {
+				return fmt.Errorf("stream %s: %w", sp.Stream, err)
+			}
+		}
+		if g.mark != nil {
+			if err := a.resnapshotMark(ctx, pipeline, last, *g.mark); err != nil {
+				return fmt.Errorf("apply %d: %w", last, err)
+			}
+		}
+	}
+	a.done = seq
+	clear(a.filled) // only rows of the entry that added a column predate it
+	return nil
+}
+
+// alters says whether bringing the stream's existing table up to schemas takes a statement (see tableDDL).
+func (a *applier) alters(ctx context.Context, stream string, schemas []*arrow.Schema) (bool, error) {
+	cols, err := a.knownColumns(ctx, stream)
+	if err != nil || cols == nil {
+		return false, err // no table: created, not altered
+	}
+	for _, s := range schemas {
+		stmts, next, err := a.tableDDL(stream, cols, s)
+		if err != nil {
+			return false, err
+		}
+		if len(stmts) > 0 {
+			return true, nil
+		}
+		cols = next
+	}
+	return false, nil
 }
 
 // writeStream writes one entry's plan of a stream into its table (writeStreamRows), noting the table for an
@@ -189,9 +320,9 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 	return nil
 }
 
-// writeStreamRows empties the table if the stream was truncated, brings it up to the stream's schemas, then
-// merges the surviving rows, one staging load and one statement per batch schema.
+// writeStreamRows empties the table if the stream was truncated, then merges the surviving rows, one staging load and one statement per batch schema.
 func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
+	a.dirty[sp.Stream] = true
 	if sp.Fold.Truncated() {
 		// In the apply's transaction: a reader sees the truncate and the rows after it together.
 		cols, err := a.columns(ctx, sp.Stream)
@@ -204,12 +335,7 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 			}
 		}
 	}
-	// All DDL of the table comes before its rows, so the rows meet the grown table.
-	for _, s := range sp.Schemas {
-		if err := a.ensureTable(ctx, sp.Stream, s); err != nil {
-			return err
-		}
-	}
+	// The table is up to the entry's schemas already (writeEntry).
 	// flip: with soft_delete, key-only deletes, which only mark the row deleted (rowmeta).
 	type group struct {
 		schema *arrow.Schema
@@ -283,28 +409,117 @@ func (a *applier) columns(ctx context.Context, stream string) (map[string]string
 // ensureTable creates the stream's table from s, or adds the columns of s it lacks. A column whose type
 // differs keeps its type: values are cast on the way in, and a cast that fails fails the apply.
 func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schema) error {
-	name := a.tableName(stream)
-	cols, ok := a.tables[stream]
-	if !ok {
-		var err error
-		if cols, err = a.columns(ctx, stream); err != nil {
-			return err
+	cols, err := a.knownColumns(ctx, stream)
+	if err != nil {
+		return err
+	}
+	stmts, cols, err := a.tableDDL(stream, cols, s)
+	if err != nil {
+		return err
+	}
+	for _, st := range stmts {
+		if st.fill != nil {
+			if err := a.addFilled(ctx, stream, st); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := a.exec(ctx, st.q); err != nil {
+			return fmt.Errorf("%s: %w", st.what, err)
 		}
 	}
+	a.tables[stream] = cols
+	return nil
+}
+
+// addFilled adds a column whose existing rows hold, at the source, a value no change carries
+// (values.MetaExistingRows), and notes the value: writeEntry sets it in the rows already there once the entry's
+// DDL is done (not by a DEFAULT dropped at once: DuckDB 1.5.6 then failed the commit of a transaction that also
+// added a plain column and merged rows). A value that does not cast to the column's type is logged and the
+// column left empty: failing would fail the same range at every retry. Rows of the same entry written in the
+// older shape (an insert before the ADD COLUMN at the source) get the value too (merge).
+func (a *applier) addFilled(ctx context.Context, stream string, st ddl) error {
+	if err := a.exec(ctx, st.q); err != nil {
+		return fmt.Errorf("%s: %w", st.what, err)
+	}
+	f := st.fill
+	var ok bool
+	if err := a.conn.QueryRowContext(ctx, "SELECT TRY_CAST(? AS "+f.typ+") IS NOT NULL", f.value).Scan(&ok); err != nil {
+		return fmt.Errorf("%s: %w", st.what, err)
+	}
+	if !ok {
+		a.log.Warn("added a column; its existing rows hold a value at the source that does not cast to the column's type, so they hold NULL here",
+			"table", a.tableName(stream), "column", f.col, "type", f.typ, "value", f.value)
+		return nil
+	}
+	if a.filled[stream] == nil {
+		a.filled[stream] = map[string]string{}
+	}
+	a.filled[stream][strings.ToLower(f.col)] = "CAST(" + ducksql.Literal(f.value) + " AS " + f.typ + ")"
+	a.log.Info("added a column; existing rows hold the value they hold at the source", "table", a.tableName(stream), "column", f.col, "value", f.value)
+	return nil
+}
+
+// fillExisting sets the columns the entry added with a value for existing rows (a.filled) in the rows already
+// in their tables: before the entry's rows, after all its DDL (an UPDATE before an ALTER of the same table
+// fails the commit; the table counts as written from here on).
+func (a *applier) fillExisting(ctx context.Context) error {
+	for _, stream := range slices.Sorted(maps.Keys(a.filled)) {
+		var sets []string
+		for _, c := range slices.Sorted(maps.Keys(a.filled[stream])) {
+			sets = append(sets, ducksql.Ident(c)+" = "+a.filled[stream][c])
+		}
+		if err := a.exec(ctx, "UPDATE "+a.tableName(stream)+" SET "+strings.Join(sets, ", ")); err != nil {
+			return fmt.Errorf("stream %s: give the existing rows of %s the values of the columns added: %w", stream, a.tableName(stream), err)
+		}
+		a.dirty[stream] = true
+	}
+	return nil
+}
+
+// knownColumns returns the stream's table's columns as this apply knows them, reading them on first use (nil:
+// no table). The map is the apply's own: tableDDL does not change it.
+func (a *applier) knownColumns(ctx context.Context, stream string) (map[string]string, error) {
+	if cols, ok := a.tables[stream]; ok {
+		return cols, nil
+	}
+	cols, err := a.columns(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	a.tables[stream] = cols
+	return cols, nil
+}
+
+// ddl is one statement that brings a table to a schema, and what it does, for its error. fill: an ADD COLUMN
+// whose existing rows get a value (addFilled).
+type ddl struct {
+	q, what string
+	fill    *fill
+}
+
+// fill is a column added with the value its existing rows hold at the source (text, the column's type).
+type fill struct{ col, typ, value string }
+
+// tableDDL returns the statements that bring the stream's table, whose columns are cols (nil: no table), up to
+// s, and the columns it has after them (a new map). Every statement that changes a table's shape is made here,
+// so that alters can tell ahead of time whether an entry alters a table (writeEntry).
+func (a *applier) tableDDL(stream string, cols map[string]string, s *arrow.Schema) ([]ddl, map[string]string, error) {
+	name := a.tableName(stream)
 	if err := a.s.Meta.CheckSchema(stream, s); err != nil {
-		return err
+		return nil, nil, err
 	}
 	fields := change.DataFields(s)
 	if cols == nil {
 		if len(fields) == 0 {
-			return fmt.Errorf("schema of %s has no data columns", stream)
+			return nil, nil, fmt.Errorf("schema of %s has no data columns", stream)
 		}
 		cols = map[string]string{}
 		defs := make([]string, 0, len(fields)+1)
 		for _, f := range fields {
 			t, err := ducksql.Type(f.Type)
 			if err != nil {
-				return fmt.Errorf("column %s: %w", f.Name, err)
+				return nil, nil, fmt.Errorf("column %s: %w", f.Name, err)
 			}
 			defs = append(defs, ducksql.Ident(f.Name)+" "+t)
 			cols[strings.ToLower(f.Name)] = t
@@ -313,19 +528,16 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 		if key := change.PrimaryKey(s); len(key) > 0 {
 			defs = append(defs, "PRIMARY KEY ("+quoteAll(key)+")")
 		}
-		if err := a.exec(ctx, "CREATE TABLE "+name+" ("+strings.Join(defs, ", ")+")"); err != nil {
-			return fmt.Errorf("create table %s: %w", name, err)
-		}
-		a.tables[stream] = cols
-		return nil
+		return []ddl{{q: "CREATE TABLE " + name + " (" + strings.Join(defs, ", ") + ")", what: "create table " + name}}, cols, nil
 	}
+	cols = maps.Clone(cols)
+	var stmts []ddl
 	// Columns the source renamed (change.RenamedFromMeta) are renamed before missing ones are added, so the
 	// rows written before keep their values under the new name; a replay finds the new name and does nothing.
 	has := func(c string) bool { _, ok := cols[strings.ToLower(c)]; return ok }
 	for _, r := range change.Renames(fields, has) {
-		if err := a.exec(ctx, "ALTER TABLE "+name+" RENAME COLUMN "+ducksql.Ident(r.From)+" TO "+ducksql.Ident(r.To)); err != nil {
-			return fmt.Errorf("rename column %s of %s to %s: %w", r.From, name, r.To, err)
-		}
+		stmts = append(stmts, ddl{q: "ALTER TABLE " + name + " RENAME COLUMN " + ducksql.Ident(r.From) + " TO " + ducksql.Ident(r.To),
+			what: fmt.Sprintf("rename column %s of %s to %s", r.From, name, r.To)})
 		cols[strings.ToLower(r.To)] = cols[strings.ToLower(r.From)]
 		delete(cols, strings.ToLower(r.From))
 	}
@@ -335,18 +547,18 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 		}
 		t, err := ducksql.Type(f.Type)
 		if err != nil {
-			return fmt.Errorf("column %s: %w", f.Name, err)
+			return nil, nil, fmt.Errorf("column %s: %w", f.Name, err)
 		}
-		if err := a.exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+ducksql.Ident(f.Name)+" "+t); err != nil {
-			return fmt.Errorf("add column %s %s to %s: %w", f.Name, t, name, err)
+		st := ddl{q: "ALTER TABLE " + name + " ADD COLUMN " + ducksql.Ident(f.Name) + " " + t,
+			what: fmt.Sprintf("add column %s %s to %s", f.Name, t, name)}
+		if v, ok := f.Metadata.GetValue(values.MetaExistingRows); ok {
+			st.fill = &fill{col: f.Name, typ: t, value: v}
 		}
+		stmts = append(stmts, st)
 		cols[strings.ToLower(f.Name)] = t
 	}
-	if err := a.ensureMeta(ctx, name, cols); err != nil {
-		return err
-	}
-	a.tables[stream] = cols
-	return nil
+	stmts = append(stmts, a.metaDDL(name, cols)...)
+	return stmts, cols, nil
 }
 
 func quoteAll(names []string) string {
@@ -447,8 +659,16 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 	}
 	op := "s." + ducksql.Ident(change.OpColumn)
 	metaCols, metaVals := a.metaColumns(op)
-	insCols := quoteAll(append(cols, metaCols...))
-	insVals := strings.Join(append(vals, metaVals...), ", ")
+	// A row of this entry without a column the entry added with a value for existing rows predates the ADD
+	// COLUMN at the source: it holds that value there.
+	var fillCols, fillVals []string
+	for _, c := range slices.Sorted(maps.Keys(a.filled[stream])) {
+		if !slices.ContainsFunc(cols, func(x string) bool { return strings.EqualFold(x, c) }) {
+			fillCols, fillVals = append(fillCols, c), append(fillVals, a.filled[stream][c])
+		}
+	}
+	insCols := quoteAll(slices.Concat(cols, metaCols, fillCols))
+	insVals := strings.Join(slices.Concat(vals, metaVals, fillVals), ", ")
 	var q string
 	if len(key) == 0 {
 		q = "INSERT INTO " + name + " (" + insCols + ") SELECT " + insVals + " FROM temp.main." + stageTable + " AS s"

@@ -118,6 +118,7 @@ func (a *applier) removeUnseen(ctx context.Context, stream, keys string) (int64,
 		return 0, err
 	}
 	name := a.tableName(stream)
+	a.dirty[stream] = true
 	have, err := tableExists(ctx, a.conn, a.s.Schema, keys)
 	if err != nil {
 		return 0, err

@@ -1,7 +1,6 @@
 package dest
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,7 +18,7 @@ import (
 // existing table has no default, so the rows already there hold NULL (not deleted: written before soft_delete
 // was on): DuckDB 1.5 fails the commit of a transaction that alters a table after changing its rows ("Attempting
 // to modify table … but another transaction has altered this table"), and filling the column, by a DEFAULT or
-// an UPDATE, changes every row — so would any later ALTER of the same range.
+// an UPDATE, changes every row — so would any later ALTER of the same entry (writeEntry splits a range only between entries).
 func metaType(k rowmeta.Kind, create bool) string {
 	switch k {
 	case rowmeta.Bool:
@@ -72,17 +71,17 @@ func (a *applier) metaDefs(cols map[string]string) []string {
 	return defs
 }
 
-// ensureMeta adds the metadata columns an existing table lacks (a setting turned on later: the rows already
-// there hold NULL, _skippr_deleted too; see metaType).
-func (a *applier) ensureMeta(ctx context.Context, name string, cols map[string]string) error {
+// metaDDL returns the statements that add the metadata columns an existing table lacks (a setting turned on
+// later: the rows already there hold NULL, _skippr_deleted too; see metaType), and notes them in cols.
+func (a *applier) metaDDL(name string, cols map[string]string) []ddl {
+	var stmts []ddl
 	for _, c := range a.s.Meta.Columns() {
 		if _, ok := cols[strings.ToLower(c.Name)]; ok {
 			continue
 		}
-		if err := a.exec(ctx, "ALTER TABLE "+name+" ADD COLUMN "+ducksql.Ident(c.Name)+" "+metaType(c.Kind, false)); err != nil {
-			return fmt.Errorf("add column %s to %s: %w", c.Name, name, err)
-		}
+		stmts = append(stmts, ddl{q: "ALTER TABLE " + name + " ADD COLUMN " + ducksql.Ident(c.Name) + " " + metaType(c.Kind, false),
+			what: fmt.Sprintf("add column %s to %s", c.Name, name)})
 		cols[strings.ToLower(c.Name)] = metaType(c.Kind, false)
 	}
-	return nil
+	return stmts
 }

@@ -3,7 +3,9 @@
 // key wins, loads the survivors with the appender into a temporary staging table and merges them into the
 // table (MERGE INTO: update, insert or delete by key; a table without a key only appends), and records the
 // sequence number in <schema>._skippr_state in the same transaction. A sequence number at or below the
-// recorded one is skipped, so delivery is exactly-once.
+// recorded one is skipped, so delivery is exactly-once. A coalesced range is committed in parts when an entry
+// alters a table an earlier entry of the transaction wrote (DuckDB refuses that commit; apply.go, writeEntry),
+// each part with its own fence.
 //
 // DuckDB lets one process at a time open a file for writing, so the destination keeps one database and one
 // connection per file for the life of the plugin process, and Close releases the file.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -466,6 +467,7 @@ type processor struct {
 	rels       map[uint32]*relation
 	lastCols   map[string][]RelationColumn // each captured table's columns at its last Relation message (Position.Columns)
 	inTx       bool
+	xid        uint32 // the current transaction's
 	commitTime time.Time
 	cur        *relation
 	b          *change.Builder
@@ -655,7 +657,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 	}
 	switch m := it.msg.(type) {
 	case *pglogrepl.BeginMessage:
-		p.inTx, p.commitTime = true, m.CommitTime
+		p.inTx, p.commitTime, p.xid = true, m.CommitTime, m.Xid
 		p.upsert = m.FinalLSN < p.overlap
 		p.finalLSN = m.FinalLSN
 	case *pglogrepl.CommitMessage:
@@ -784,6 +786,11 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		p.rels[m.RelationID] = &relation{id: m.RelationID, stream: name}
 		return nil
 	}
+	if p.inTx {
+		if err := waitVisible(ctx, r.pool, p.xid); err != nil {
+			return fmt.Errorf("table %s changed: %w", name, err)
+		}
+	}
 	// The key comes from the catalog (a Relation message flags replica identity columns, which for REPLICA
 	// IDENTITY FULL are all of them).
 	fresh, err := loadConfigured(ctx, r.pool, r.resolver, r.cfg, t.Name)
@@ -792,6 +799,22 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 	}
 	prev := p.rels[m.RelationID]
 	rel := &relation{id: m.RelationID, stream: name, table: fresh, key: fresh.Key}
+	// The catalog is as of now, the message as of its change: a column whose type differs was retyped since,
+	// which (but for binary-coercible changes) rewrote the table and cleared every attmissingval.
+	retyped := slices.ContainsFunc(m.Columns, func(c *pglogrepl.RelationMessageColumn) bool {
+		i := slices.IndexFunc(fresh.Columns, func(fc column) bool { return fc.Name == c.Name })
+		return i >= 0 && fresh.Columns[i].TypeOID != c.DataType
+	})
+	var before []column
+	switch {
+	case prev != nil && prev.table != nil:
+		before = prev.cols
+	case prev == nil:
+		// The first Relation message of this Read: compare with the checkpoint's.
+		for _, c := range p.lastCols[name] {
+			before = append(before, column{Name: c.Name, TypeOID: c.TypeOID, Attnum: c.Attnum})
+		}
+	}
 	for _, c := range m.Columns {
 		typ, err := r.resolver.Resolve(ctx, r.pool, c.DataType, c.TypeModifier)
 		if err != nil {
@@ -803,17 +826,17 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 			col.Missing = fresh.Columns[i].Missing
 			col.Attnum = fresh.Columns[i].Attnum
 		}
-		rel.cols = append(rel.cols, col)
-	}
-	var before []column
-	switch {
-	case prev != nil && prev.table != nil:
-		before = prev.cols
-	case prev == nil:
-		// The first Relation message of this Read: compare with the checkpoint's.
-		for _, c := range p.lastCols[name] {
-			before = append(before, column{Name: c.Name, TypeOID: c.TypeOID, Attnum: c.Attnum})
+		isNew := before == nil || !slices.ContainsFunc(before, func(pc column) bool { return pc.Name == c.Name })
+		if col.Missing == nil && retyped && isNew {
+			if col.Missing, err = defaultAfterRewrite(ctx, r.pool, r.log.With("table", name), fresh.OID, c.Name, c.DataType, c.TypeModifier); err != nil {
+				return fmt.Errorf("table %s column %s: %w", name, c.Name, err)
+			}
+			if col.Missing != nil {
+				r.log.Info("column added with a default before a rewrite of its table: the rows before it are taken to hold its current constant default",
+					"table", name, "column", c.Name, "value", *col.Missing)
+			}
 		}
+		rel.cols = append(rel.cols, col)
 	}
 	last := make([]RelationColumn, len(rel.cols))
 	for i, c := range rel.cols {
@@ -839,6 +862,80 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 	r.tables[name] = fresh
 	p.rels[m.RelationID] = rel
 	return nil
+}
+
+// visibleWait bounds waitVisible: a transaction's commit becomes visible microseconds after its commit record.
+const visibleWait = 10 * time.Second
+
+// waitVisible waits until transaction xid, whose changes are being decoded, is visible to a new snapshot.
+// PostgreSQL writes a commit record before it makes the transaction visible, so the walsender can send a
+// transaction that a catalog read on another connection does not see yet: an ADD COLUMN … DEFAULT and an
+// INSERT in one transaction were read as a table without the column. (xid is 32 bits; the epoch is the current
+// one unless xid is above the current counter's low bits.)
+func waitVisible(ctx context.Context, q querier, xid uint32) error {
+	deadline := time.Now().Add(visibleWait)
+	for {
+		var ok bool
+		if err := q.QueryRow(ctx, `WITH s AS (SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax)
+			SELECT pg_visible_in_snapshot(((((xmax >> 32) - CASE WHEN $1::bigint > (xmax & 4294967295) THEN 1 ELSE 0 END) << 32) | $1::bigint)::text::xid8,
+				pg_current_snapshot()) FROM s`, int64(xid)).Scan(&ok); err != nil {
+			return fmt.Errorf("wait for transaction %d to be visible: %w", xid, err)
+		}
+		if ok || time.Now().After(deadline) {
+			return nil // past the bound: read what the catalog has, as before
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// defaultAfterRewrite is the value the rows that existed before a column was added hold, when the table was
+// rewritten since (an ALTER COLUMN … TYPE) and the catalog no longer records it (attmissingval): the column's
+// default as the catalog has it now, if that is a constant, in the text form of the column's type as the
+// change stream has it (typ, typmod). nil when the column has no default, or one that is not a constant (the
+// rows hold values computed one by one, or the server's now(): nothing the source can read back; logged).
+//
+// The catalog is as of now, not as of the ADD COLUMN: a default changed since (SET DEFAULT, DROP DEFAULT), or set
+// only after a column added without one, is what this reads. Only a column new to the stream in a relation
+// that predates a type change of the table asks (processor.relation).
+func defaultAfterRewrite(ctx context.Context, q querier, log *slog.Logger, rel uint32, name string, typ uint32, typmod int32) (*string, error) {
+	var (
+		isConst     bool
+		expr, tname string
+	)
+	// A default holds no column and no subquery (PostgreSQL refuses them): it is a constant when its tree holds
+	// only constants, casts and immutable functions.
+	err := q.QueryRow(ctx, `WITH d AS (
+			SELECT d.adbin::text AS bin, pg_get_expr(d.adbin, d.adrelid) AS expr
+			FROM pg_attribute a JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+			WHERE a.attrelid = $1 AND a.attname = $2 AND NOT a.attisdropped)
+		SELECT NOT EXISTS (SELECT 1 FROM regexp_matches(bin, '\{([A-Z_]+)', 'g') m
+				WHERE m[1] NOT IN ('CONST', 'FUNCEXPR', 'OPEXPR', 'RELABELTYPE', 'COERCEVIAIO'))
+			AND NOT EXISTS (SELECT 1 FROM regexp_matches(bin, ':(?:funcid|opfuncid) ([0-9]+)', 'g') m
+				JOIN pg_proc p ON p.oid = m[1]::oid WHERE p.provolatile <> 'i'),
+			expr, format_type($3, $4)
+		FROM d`, rel, name, typ, typmod).Scan(&isConst, &expr, &tname)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read its default: %w", err)
+	case !isConst:
+		log.Warn("column added with a default that is not a constant, and its table rewritten since: the destination's rows from before it get NULL",
+			"column", name, "default", expr)
+		return nil, nil
+	}
+	// A constant: evaluating it reads nothing and changes nothing.
+	var v *string
+	if err := q.QueryRow(ctx, "SELECT CAST(("+expr+") AS "+tname+")::text").Scan(&v); err != nil {
+		log.Warn("column added with a default that does not fit the type it was added with: the destination's rows from before it get NULL",
+			"column", name, "default", expr, "type", tname, "error", err)
+		return nil, nil
+	}
+	return v, nil
 }
 
 // tupleValues returns a tuple's values in text form (nil for NULL). Unchanged TOAST values come from old
