@@ -162,13 +162,13 @@ func (s *Set) Resume(checkpoint []byte, known, resnapshot []string, log *slog.Lo
 	var changed []string
 	for _, n := range differ {
 		if slices.Contains(resnapshot, n) {
-			log.Warn("exclude_columns/hash_columns changed: the new rules apply from this re-snapshot of the table on; rows the destination has from before are replaced by the copy", "table", n)
+			log.Warn("exclude_columns/hash_columns/where changed: the new rules apply from this re-snapshot of the table on; rows the destination has from before are replaced by the copy", "table", n)
 			continue
 		}
 		changed = append(changed, n)
 	}
 	if len(changed) > 0 {
-		return false, fault.ConfigErr(fmt.Errorf("exclude_columns or hash_columns of table %s changed since the pipeline last ran: rows already sent were protected by the old rules, and mixing both in one destination table would be wrong", strings.Join(changed, ", ")),
+		return false, fault.ConfigErr(fmt.Errorf("exclude_columns, hash_columns or where of table %s changed since the pipeline last ran: rows already sent were protected or chosen by the old rules, and mixing both in one destination table would be wrong", strings.Join(changed, ", ")),
 			fmt.Sprintf("put the old rules back, or re-snapshot the table so it is copied again under the new ones: skippr resnapshot PIPELINE %s", strings.Join(changed, " ")))
 	}
 	return wrapped, nil

@@ -25,7 +25,8 @@
 //   - A salt appears in no error, log line or checkpoint; a checkpoint records only a fingerprint of each
 //     stream's rules (Wrap, Resume), so a pipeline whose rules changed is refused until the stream is copied
 //     again (re-snapshot): mixing hashes of two salts, or rows with and without a column, in one destination
-//     table would be silently wrong.
+//     table would be silently wrong. A stream's row filter (Table.Where, applied by the source) is part of the
+//     fingerprint for the same reason: the destination holds the rows the old filter chose.
 package protect
 
 import (
@@ -60,6 +61,10 @@ const Algorithm = "hmac-sha256-hex"
 type Table struct {
 	ExcludeColumns []string        `json:"exclude_columns"`
 	HashColumns    map[string]Hash `json:"hash_columns"`
+	// Where is the stream's row filter (table_options.<table>.where), which the source applies itself. It
+	// changes nothing here but the fingerprint: rows already sent were chosen by the filter a checkpoint
+	// recorded, so a changed filter is refused like changed rules until the stream is copied again.
+	Where string `json:"where"`
 }
 
 // Hash is one hashed column's settings. Salt comes from the environment (${EMAIL_SALT}) so it is not in the
@@ -69,7 +74,9 @@ type Hash struct {
 }
 
 // Empty says the table protects nothing.
-func (t Table) Empty() bool { return len(t.ExcludeColumns) == 0 && len(t.HashColumns) == 0 }
+func (t Table) Empty() bool {
+	return len(t.ExcludeColumns) == 0 && len(t.HashColumns) == 0 && strings.TrimSpace(t.Where) == ""
+}
 
 // Set is the compiled rules of a source's streams. A nil *Set protects nothing.
 type Set struct {
@@ -79,8 +86,12 @@ type Set struct {
 type rules struct {
 	exclude map[string]bool
 	hash    map[string][]byte // column → salt
+	where   string            // the row filter, trimmed; only in the fingerprint
 	fp      string
 }
+
+// columnless says the rules protect no column (a row filter only): batches and schemas pass unchanged.
+func (r *rules) columnless() bool { return len(r.exclude) == 0 && len(r.hash) == 0 }
 
 // Compile checks the rules of each stream (by stream name) and returns them ready to apply; nil when no stream
 // has any. setting names the settings key in errors, e.g. "table_options".
@@ -97,7 +108,7 @@ func Compile(setting string, tables map[string]Table) (*Set, error) {
 		if t.Empty() {
 			continue
 		}
-		r := &rules{exclude: map[string]bool{}, hash: map[string][]byte{}}
+		r := &rules{exclude: map[string]bool{}, hash: map[string][]byte{}, where: strings.TrimSpace(t.Where)}
 		for _, c := range t.ExcludeColumns {
 			if c == "" {
 				problems = append(problems, fmt.Sprintf("%s.%s.exclude_columns has an empty column name", setting, name))
@@ -143,6 +154,10 @@ func (r *rules) fingerprint() string {
 		m := hmac.New(sha256.New, salt)
 		m.Write([]byte("skippr.protect.fingerprint"))
 		parts = append(parts, "h:"+c+":"+hex.EncodeToString(m.Sum(nil)))
+	}
+	if r.where != "" {
+		// Only when set, so the fingerprints of rules without a filter stay what checkpoints hold.
+		parts = append(parts, "w:"+r.where)
 	}
 	sort.Strings(parts)
 	sum := sha256.Sum256([]byte(strings.Join(parts, "\n")))
@@ -227,7 +242,7 @@ func (r *rules) columns() []string {
 // Schema returns the schema the stream has downstream: excluded fields removed, hashed ones utf8.
 func (s *Set) Schema(stream string, schema *arrow.Schema) *arrow.Schema {
 	r := s.rule(stream)
-	if r == nil {
+	if r == nil || r.columnless() {
 		return schema
 	}
 	fields := make([]arrow.Field, 0, schema.NumFields())
@@ -249,7 +264,7 @@ func (s *Set) Schema(stream string, schema *arrow.Schema) *arrow.Schema {
 // stream has no rules, retained once more).
 func (s *Set) Record(mem memory.Allocator, stream string, rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 	r := s.rule(stream)
-	if r == nil {
+	if r == nil || r.columnless() {
 		rec.Retain()
 		return rec, nil
 	}

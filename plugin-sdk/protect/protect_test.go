@@ -335,3 +335,57 @@ func TestEmitterAndResume(t *testing.T) {
 		t.Fatal("a damaged envelope was accepted")
 	}
 }
+
+// TestWhereFingerprint: a row filter is part of a stream's fingerprint (a changed filter is refused like
+// changed rules), and rules without one keep the fingerprint checkpoints already hold.
+func TestWhereFingerprint(t *testing.T) {
+	cp := func(tables map[string]Table) []byte {
+		set, err := Compile("table_options", tables)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := wrap(map[string]string{"s.t": set.fingerprint("s.t")}, []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name     string
+		old, now Table
+		changed  bool
+	}{
+		{name: "same filter", old: Table{Where: "region = 'eu'"}, now: Table{Where: " region = 'eu' "}},
+		{name: "other filter", old: Table{Where: "region = 'eu'"}, now: Table{Where: "region = 'us'"}, changed: true},
+		{name: "filter added", old: Table{ExcludeColumns: []string{"a"}}, now: Table{ExcludeColumns: []string{"a"}, Where: "a > 1"}, changed: true},
+		{name: "filter removed", old: Table{Where: "a > 1"}, now: Table{}, changed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now, err := Compile("table_options", map[string]Table{"s.t": tc.now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			changed, _, err := now.Changed(cp(map[string]Table{"s.t": tc.old}), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(changed) > 0; got != tc.changed {
+				t.Errorf("changed %v, want %v", changed, tc.changed)
+			}
+		})
+	}
+	// A filter alone protects no column: batches and schemas pass as they are.
+	set, _ := Compile("table_options", map[string]Table{"s.t": {Where: "a > 1"}})
+	if !set.Protects("s.t") {
+		t.Error("a stream with only a filter has no fingerprint")
+	}
+	sc := arrow.NewSchema([]arrow.Field{{Name: "a", Type: arrow.PrimitiveTypes.Int64}}, nil)
+	if got := set.Schema("s.t", sc); got != sc {
+		t.Errorf("schema of a stream with only a filter changed: %s", got)
+	}
+	// Rules without a filter keep their fingerprint (checkpoints of running pipelines hold it).
+	r := &rules{exclude: map[string]bool{"a": true}, hash: map[string][]byte{}}
+	if old, _ := Compile("table_options", map[string]Table{"s.t": {ExcludeColumns: []string{"a"}}}); old.fingerprint("s.t") != r.fingerprint() {
+		t.Error("the fingerprint of rules without a filter changed")
+	}
+}

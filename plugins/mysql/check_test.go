@@ -35,6 +35,12 @@ func TestCheck(t *testing.T) {
 		{"no primary key", as(good, "nokey"), []string{"has no primary key", "ADD PRIMARY KEY"}},
 		{"unknown table", as(good, "missing"), []string{"does not exist", "check the tables setting"}},
 		{"bad setting", settings(db, map[string]any{"tables": []string{"a"}, "zero_date": "zero"}), []string{`zero_date "zero" is not one of error, null`}},
+		{"row filter", settings(db, map[string]any{"tables": []string{"a"}, "user": good.Name, "password": good.Password,
+			"table_options": map[string]any{"a": map[string]any{"where": "nope = 1"}}}),
+			[]string{"table_options.a.where (nope = 1) cannot be a row filter", "Unknown column 'nope'"}},
+		{"volatile row filter", settings(db, map[string]any{"tables": []string{"a"}, "user": good.Name, "password": good.Password,
+			"table_options": map[string]any{"a": map[string]any{"where": "id < RAND()"}}}),
+			[]string{"RAND is not allowed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

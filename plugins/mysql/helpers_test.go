@@ -20,6 +20,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
+	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/mysql/source"
@@ -67,6 +68,10 @@ func startReading(t testing.TB, c *client.Client, set []byte, from []byte) *conf
 
 func position(t testing.TB, b []byte) *source.Position {
 	t.Helper()
+	b, _, err := protect.Unwrap(b) // a pipeline with rules (or a row filter) wraps its positions
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, err := source.DecodePosition(b)
 	if err != nil {
 		t.Fatal(err)

@@ -31,7 +31,8 @@ func TestCheck(t *testing.T) {
 		CREATE PUBLICATION haskeyless_append FOR TABLE nokey;
 		CREATE PUBLICATION fullkeyless FOR TABLE good, nokey;
 		CREATE PUBLICATION fullkeyless_append FOR TABLE nokey WITH (publish = 'insert, truncate');
-		CREATE PUBLICATION okappend FOR TABLE good; CREATE PUBLICATION okappend_append FOR TABLE nokey WITH (publish = 'insert, truncate')`)
+		CREATE PUBLICATION okappend FOR TABLE good; CREATE PUBLICATION okappend_append FOR TABLE nokey WITH (publish = 'insert, truncate');
+		CREATE PUBLICATION filtered FOR TABLE good WHERE (id > 10)`)
 	as := func(r pgtest.Role, extra map[string]any) []byte {
 		extra["user"], extra["password"] = r.Name, r.Password
 		extra["slot"] = slot(db)
@@ -73,6 +74,14 @@ func TestCheck(t *testing.T) {
 		{"publication without TRUNCATE under truncate: propagate", settings(db, map[string]any{"tables": []string{"good"}, "slot": slot(db), "publication": "notrunc"}),
 			[]string{`publication "notrunc" does not publish TRUNCATE`, "truncate: ignore"}},
 		{"publication without TRUNCATE under truncate: ignore", settings(db, map[string]any{"tables": []string{"good"}, "slot": slot(db), "publication": "notrunc", "truncate": "ignore"}), nil},
+		{"row filter outside the replica identity", settings(db, map[string]any{"tables": []string{"good"}, "slot": slot(db), "publication": "p_" + db.Name,
+			"table_options": map[string]any{"good": map[string]any{"where": "n > 0"}}}),
+			[]string{"table_options.public.good.where (n > 0) cannot be a row filter", "not part of the replica identity"}},
+		{"row filter the publication lacks", settings(db, map[string]any{"tables": []string{"good"}, "slot": slot(db), "publication": "okappend",
+			"table_options": map[string]any{"good": map[string]any{"where": "id > 10"}}}),
+			[]string{`publication "okappend" publishes every row of public.good`, `ADD TABLE "public"."good" WHERE (id > 10)`}},
+		{"row filter the publication has", settings(db, map[string]any{"tables": []string{"good"}, "slot": slot(db), "publication": "filtered",
+			"table_options": map[string]any{"good": map[string]any{"where": "id > 10"}}}), nil},
 		{"bad settings", settings(db, map[string]any{"tables": []string{"good"}, "batch_size": -1, "truncate": "drop"}),
 			[]string{"batch_size must be positive", `truncate "drop"`}},
 		{"destination without the right to create", as(plain, map[string]any{"schema": "nope"}),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
+	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugins/postgres/source"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
@@ -170,6 +171,10 @@ func (p *pipe) catchUp(db *pgtest.DB, timeout time.Duration) {
 // position decodes a checkpoint.
 func position(t testing.TB, b []byte) *source.Position {
 	t.Helper()
+	b, _, err := protect.Unwrap(b) // a pipeline with rules (or a row filter) wraps its positions
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, err := source.DecodePosition(b)
 	if err != nil {
 		t.Fatal(err)

@@ -188,9 +188,9 @@ pipelines:
 	// Another salt on a running pipeline: refused, the fix is a re-snapshot, which applies it to every row.
 	e.ExtraEnv = append(e.ExtraEnv, "EMAIL_SALT=another-salt")
 	e.SyncFails("config", "put the old rules back, or re-snapshot the table so it is copied again under the new ones: skippr resnapshot PIPELINE "+src.stream,
-		"exclude_columns or hash_columns of table "+src.stream+" changed")
+		"exclude_columns, hash_columns or where of table "+src.stream+" changed")
 	run("resnapshot", "orders", src.stream)
-	if log := run("sync", "--once"); !strings.Contains(log, "exclude_columns/hash_columns changed: the new rules apply from this re-snapshot") ||
+	if log := run("sync", "--once"); !strings.Contains(log, "exclude_columns/hash_columns/where changed: the new rules apply from this re-snapshot") ||
 		!strings.Contains(log, "table="+src.stream) {
 		t.Fatalf("the sync that took the new rules did not say so:\n%s", log)
 	}

@@ -63,7 +63,13 @@ type Settings struct {
 type TableOption struct {
 	ExcludeColumns []string                `json:"exclude_columns"`
 	HashColumns    map[string]protect.Hash `json:"hash_columns"`
+	// Where is a row filter, an SQL boolean expression over the table's columns: the snapshot's SELECT has it
+	// and the plugin evaluates it on every binlog row image (source/rowfilter.go).
+	Where string `json:"where"`
 }
+
+// Where is table name's row filter, "" for none.
+func (s Settings) Where(name string) string { return strings.TrimSpace(s.TableOptions[name].Where) }
 
 // ZeroDate is the zero_date setting. Its value null is also YAML's word for nothing: `zero_date: null`
 // unquoted reaches the plugin as JSON null, which means that value here (an absent key stays the default).
@@ -200,7 +206,7 @@ func ParseFor(raw json.RawMessage, pipeline string) (Settings, error) {
 			problems = append(problems, fmt.Sprintf("table_options names %s, which is not in tables", name))
 			continue
 		}
-		rules[s.Stream(name)] = protect.Table{ExcludeColumns: opt.ExcludeColumns, HashColumns: opt.HashColumns}
+		rules[s.Stream(name)] = protect.Table{ExcludeColumns: opt.ExcludeColumns, HashColumns: opt.HashColumns, Where: opt.Where}
 	}
 	if set, err := protect.Compile("table_options", rules); err != nil {
 		problems = append(problems, strings.TrimPrefix(err.Error(), "settings: "))

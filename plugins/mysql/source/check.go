@@ -81,9 +81,18 @@ func Check(ctx context.Context, raw json.RawMessage) error {
 			"set snapshot_locking: minimal (GRANT RELOAD for the instant of opening the snapshot), or snapshot: false to stream without a snapshot")
 	}
 	for _, name := range cfg.Tables {
-		if _, err := loadTable(conn, cfg, name); err != nil {
+		t, err := loadTable(conn, cfg, name)
+		if err != nil {
 			fail(err.Error(), fault.FixOf(err))
 			continue
+		}
+		// The row filter, as Read checks it at start (rowfilter.go).
+		r := &reader{cfg: cfg, flavor: flavorMySQL}
+		if mariadb {
+			r.flavor = flavorMariaDB
+		}
+		if err := r.checkFilter(conn, t); err != nil {
+			fail(err.Error(), fault.FixOf(err))
 		}
 		q := "SELECT 1 FROM " + config.QuoteIdent(cfg.Database) + "." + config.QuoteIdent(name) + " LIMIT 0"
 		if _, err := conn.ExecuteFetch(q, 1, false); err != nil {

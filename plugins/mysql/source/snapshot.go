@@ -448,12 +448,20 @@ func (r *reader) selectInKeyOrder(t *Table, from []string) (string, error) {
 		keys[i] = config.QuoteIdent(t.Columns[k].Name)
 	}
 	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + config.QuoteIdent(r.cfg.Database) + "." + config.QuoteIdent(t.Name)
+	var conds []string
 	if from != nil {
 		cond, err := afterKey(t, from)
 		if err != nil {
 			return "", err
 		}
-		q += " WHERE " + cond
+		conds = append(conds, "("+cond+")")
+	}
+	if where := r.cfg.Where(t.Name); where != "" {
+		// The row filter (rowfilter.go): the server evaluates it on the snapshot's rows.
+		conds = append(conds, "("+where+")")
+	}
+	if len(conds) > 0 {
+		q += " WHERE " + strings.Join(conds, " AND ")
 	}
 	return q + " ORDER BY " + strings.Join(keys, ", "), nil
 }

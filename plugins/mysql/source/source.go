@@ -108,6 +108,8 @@ type reader struct {
 	mem memory.Allocator
 	// chunkRead is Source.chunkRead.
 	chunkRead func(ctx context.Context, stream string, keys []string)
+	// filters are the compiled row filters (rowfilter.go), by table definition: a DDL builds a new *Table.
+	filters map[*Table]*rowFilter
 }
 
 // Read emits the snapshot (unless the checkpoint is past it or snapshots are off), then binlog changes.
@@ -179,6 +181,12 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	for _, t := range r.order {
 		st := t.stream()
 		if err := cfg.Protect.Check(st.Name, st.Schema, st.PrimaryKey, pos != nil); err != nil {
+			return err
+		}
+	}
+	// A row filter the server or the evaluator cannot apply stops the Read before anything is read.
+	for _, t := range r.order {
+		if err := r.checkFilter(conn, t); err != nil {
 			return err
 		}
 	}

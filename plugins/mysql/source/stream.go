@@ -427,6 +427,11 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 			if err != nil {
 				return err
 			}
+			if in, err := s.keep(ctx, t, tm, after); err != nil {
+				return err
+			} else if !in {
+				continue
+			}
 			if err := s.add(ctx, t, tm, after, insertOp, where); err != nil {
 				return err
 			}
@@ -434,6 +439,11 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 			before, err := s.decode(0, t, tm, &rows.IdentifyColumns, &row.NullIdentifyColumns, row.Identify)
 			if err != nil {
 				return err
+			}
+			if in, err := s.keep(ctx, t, tm, before); err != nil {
+				return err
+			} else if !in {
+				continue
 			}
 			if err := s.add(ctx, t, tm, before, change.OpDelete, where); err != nil {
 				return err
@@ -446,6 +456,29 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 			after, err := s.decode(1, t, tm, &rows.DataColumns, &row.NullColumns, row.Data)
 			if err != nil {
 				return err
+			}
+			// The row filter (rowfilter.go): a row moving out is a delete, one moving in an insert.
+			wasIn, err := s.keep(ctx, t, tm, before)
+			if err != nil {
+				return err
+			}
+			isIn, err := s.keep(ctx, t, tm, after)
+			if err != nil {
+				return err
+			}
+			switch {
+			case !wasIn && !isIn:
+				continue
+			case wasIn && !isIn:
+				if err := s.add(ctx, t, tm, before, change.OpDelete, where); err != nil {
+					return err
+				}
+				continue
+			case !wasIn && isIn:
+				if err := s.add(ctx, t, tm, after, insertOp, where); err != nil {
+					return err
+				}
+				continue
 			}
 			if keyChanged(t, before, after) {
 				// A new key is a new row: the old one goes, the new one comes.

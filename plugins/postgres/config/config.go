@@ -111,6 +111,10 @@ type TableOption struct {
 	// (plugin-sdk/protect says how).
 	ExcludeColumns []string                `json:"exclude_columns"`
 	HashColumns    map[string]protect.Hash `json:"hash_columns"`
+	// Where is a row filter, an SQL boolean expression over the table's columns: the snapshot copies the rows
+	// it holds for and the publication publishes only their changes (PostgreSQL's row filters; the README says
+	// how an update that moves a row in or out of it arrives).
+	Where string `json:"where"`
 }
 
 // ModeAppend is the table mode that carries inserts (and truncates) only.
@@ -278,8 +282,9 @@ func Parse(raw json.RawMessage) (Settings, error) {
 			}
 			cols[c] = true
 		}
+		opt.Where = strings.TrimSpace(opt.Where)
 		s.Options[tn] = opt
-		rules[tn.String()] = protect.Table{ExcludeColumns: opt.ExcludeColumns, HashColumns: opt.HashColumns}
+		rules[tn.String()] = protect.Table{ExcludeColumns: opt.ExcludeColumns, HashColumns: opt.HashColumns, Where: opt.Where}
 	}
 	if m, err := s.Settings.Options(); err != nil {
 		problems = append(problems, strings.TrimPrefix(err.Error(), "settings: "))

@@ -56,7 +56,10 @@ type table struct {
 	// ExplicitKey: Key comes from the table's key_columns setting, not from the catalog.
 	ExplicitKey bool
 	// Append: the table is in mode: append (inserts only, through the append publication).
-	Append    bool
+	Append bool
+	// Filter is the table's row filter (table_options where), "" for none: the snapshot's WHERE and the
+	// publication's (rowfilter.go).
+	Filter    string
 	CanSelect bool
 	Owned     bool
 	Estimate  int64 // pg_class.reltuples over the leaves, 0 when never analysed
@@ -214,6 +217,7 @@ func loadConfigured(ctx context.Context, q querier, r *typemap.Resolver, cfg con
 	}
 	opt := cfg.Options[name]
 	t.Append = opt.Mode == config.ModeAppend
+	t.Filter = opt.Where
 	if len(opt.KeyColumns) > 0 {
 		// The old row carries every column under REPLICA IDENTITY FULL, else only the identity's.
 		t.IdentityIsKey = t.ReplicaIdentity == "f" || slices.Equal(opt.KeyColumns, t.Key)

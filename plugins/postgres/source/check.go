@@ -73,6 +73,11 @@ func Check(ctx context.Context, cfg config.Settings) error {
 	}
 
 	problems = append(problems, publicationProblems(ctx, conn, cfg, tables, true)...)
+	fp, err := filterProblems(ctx, conn, cfg, tables)
+	if err != nil {
+		return err
+	}
+	problems = append(problems, fp...)
 	var slot slotCheck
 	p, err := slotProblems(ctx, conn, cfg, &slot)
 	if err != nil {
@@ -238,9 +243,9 @@ func onePublicationProblems(ctx context.Context, conn typemap.Querier, cfg confi
 			continue
 		}
 		var attnames []string
-		var rowFilter *string
-		err := conn.QueryRow(ctx, `SELECT attnames, rowfilter FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`,
-			cfg.Publication, t.Name.Schema, t.Name.Name).Scan(&attnames, &rowFilter)
+		// The row filter is compared with table_options where by filterProblems.
+		err := conn.QueryRow(ctx, `SELECT attnames FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3`,
+			cfg.Publication, t.Name.Schema, t.Name.Name).Scan(&attnames)
 		if errors.Is(err, pgx.ErrNoRows) && added && ours {
 			continue
 		}
@@ -257,9 +262,6 @@ func onePublicationProblems(ctx context.Context, conn typemap.Querier, cfg confi
 			add("publication %q publishes only some columns of %s (%s), but the snapshot copies all of them: drop the column list (ALTER PUBLICATION %s SET TABLE ...)",
 				cfg.Publication, t.Name, strings.Join(attnames, ", "), pgx.Identifier{cfg.Publication}.Sanitize())
 		}
-		if rowFilter != nil {
-			slog.Warn("the publication filters rows; the snapshot copies every row", "publication", cfg.Publication, "table", t.Name.String(), "filter", *rowFilter)
-		}
 	}
 	return out
 }
@@ -269,7 +271,7 @@ func onePublicationProblems(ctx context.Context, conn typemap.Querier, cfg confi
 func createPublicationSQL(name string, tables []*table, appendOnly bool) string {
 	names := make([]string, len(tables))
 	for i, t := range tables {
-		names[i] = t.Name.Quoted()
+		names[i] = t.Name.Quoted() + t.publicationFilter()
 	}
 	with := "publish_via_partition_root = true"
 	if appendOnly {

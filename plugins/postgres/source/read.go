@@ -124,6 +124,17 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 			return err
 		}
 	}
+	// A filter the server cannot apply, or one the publication does not have, stops the Read before anything
+	// is read: the copy and the stream would disagree on which rows the destination holds.
+	loaded := make([]*table, 0, len(r.tables))
+	for _, tn := range cfg.TableNames {
+		loaded = append(loaded, r.tables[tn.String()])
+	}
+	if p, err := filterProblems(ctx, pool, cfg, loaded); err != nil {
+		return err
+	} else if len(p) > 0 {
+		return fault.ConfigErr(fmt.Errorf("refused at start: %w", p), "do what each problem says, then start again; skippr connect runs the same checks")
+	}
 	// Every batch, schema change and checkpoint of the Read (snapshot, stream, re-snapshot) leaves through it.
 	r.out = cfg.Protect.Emitter(r.out, r.mem, r.tableNames(), wrapped)
 	if pos != nil && pos.Phase == PhaseSnapshot && pos.copiedAll() {

@@ -289,7 +289,7 @@ func (r *reader) publish(ctx context.Context, names []string) error {
 					"sync the table in a pipeline of its own (a new pipeline creates its append publication with its slot)")
 			}
 		}
-		_, err := r.pool.Exec(ctx, `ALTER PUBLICATION `+pgx.Identifier{pub}.Sanitize()+` ADD TABLE `+t.Name.Quoted())
+		_, err := r.pool.Exec(ctx, `ALTER PUBLICATION `+pgx.Identifier{pub}.Sanitize()+` ADD TABLE `+t.Name.Quoted()+t.publicationFilter())
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42710" {
 			continue // already a member

@@ -314,9 +314,15 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 	if t.Kind == "r" {
 		from = "ONLY " + from // publications publish inheritance children as tables of their own
 	}
-	first := fmt.Sprintf("SELECT %s FROM %s ORDER BY %s", strings.Join(cols, ", "), from, strings.Join(keys, ", "))
-	after := fmt.Sprintf("SELECT %s FROM %s WHERE (%s) > (%s) ORDER BY %s", strings.Join(cols, ", "), from,
-		strings.Join(keys, ", "), strings.Join(params, ", "), strings.Join(keys, ", "))
+	// The row filter is the publication's too (rowfilter.go): the copy holds exactly the rows whose changes
+	// the stream carries.
+	where, and := "", ""
+	if t.Filter != "" {
+		where, and = " WHERE ("+t.Filter+")", " AND ("+t.Filter+")"
+	}
+	first := fmt.Sprintf("SELECT %s FROM %s%s ORDER BY %s", strings.Join(cols, ", "), from, where, strings.Join(keys, ", "))
+	after := fmt.Sprintf("SELECT %s FROM %s WHERE (%s) > (%s)%s ORDER BY %s", strings.Join(cols, ", "), from,
+		strings.Join(keys, ", "), strings.Join(params, ", "), and, strings.Join(keys, ", "))
 	batch := r.cfg.BatchSize
 	var rowKeys []string
 	if limit > 0 {
