@@ -173,6 +173,11 @@ func checkStreamSchema(st *pluginv2.Stream, sc *arrow.Schema) error {
 	} else if len(idx) == 1 && sc.Field(idx[0]).Type.ID() != arrow.STRING {
 		errs = append(errs, fmt.Errorf("column %s is %s, want utf8 (change.PosField)", change.PosColumn, sc.Field(idx[0]).Type))
 	}
+	if idx := sc.FieldIndices(change.CommittedColumn); len(idx) > 1 {
+		errs = append(errs, fmt.Errorf("schema has %d %s columns, want at most one", len(idx), change.CommittedColumn))
+	} else if len(idx) == 1 && !arrow.TypeEqual(sc.Field(idx[0]).Type, change.CommittedField.Type) {
+		errs = append(errs, fmt.Errorf("column %s is %s, want %s (change.CommittedField)", change.CommittedColumn, sc.Field(idx[0]).Type, change.CommittedField.Type))
+	}
 	if meta := change.PrimaryKey(sc); !slices.Equal(meta, st.PrimaryKey) {
 		errs = append(errs, fmt.Errorf("Stream.PrimaryKey is %q but the schema's %s metadata says %q: declare the same key in both (change.Schema(fields, key) and Stream{PrimaryKey: key})",
 			st.PrimaryKey, change.PrimaryKeyMeta, meta))

@@ -11,8 +11,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
@@ -59,6 +61,9 @@ type row struct {
 	op  change.Op
 	rec arrow.RecordBatch
 	i   int
+	// committed is the change's source commit time (zero: unknown), kept apart from rec, which may be the
+	// batch of the values a soft delete keeps rather than the delete's own.
+	committed time.Time
 }
 
 func (a *applier) exec(ctx context.Context, q string, args ...any) error {
@@ -228,8 +233,16 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 		groups = append(groups, &group{schema: s, flip: flip, rows: []row{r}})
 	}
 	soft := a.s.Meta.SoftDelete
+	times := make([]*array.Timestamp, len(sp.Batches))
+	for i, b := range sp.Batches {
+		var err error
+		if times[i], err = change.Committed(b); err != nil {
+			return fmt.Errorf("%s: %w", sp.Stream, err)
+		}
+	}
 	for _, l := range sp.Fold.Last() {
 		r := row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row}
+		r.committed, _ = change.CommittedAt(times[l.Batch], l.Row)
 		switch {
 		case soft && l.Op == change.OpDelete && l.HasValues && sp.Keyed[l.Batch]:
 			// Its insert or update was folded into this entry: keep those values, flagged deleted.
@@ -373,7 +386,7 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 		idx = append(idx, i)
 	}
 	// The row number finds a staged row again: rowids inside a transaction are not row numbers.
-	defs = append(defs, ducksql.Ident(change.OpColumn)+" TINYINT", ducksql.Ident(stageRow)+" BIGINT")
+	defs = append(defs, ducksql.Ident(change.OpColumn)+" TINYINT", ducksql.Ident(change.CommittedColumn)+" TIMESTAMPTZ", ducksql.Ident(stageRow)+" BIGINT")
 	if err := a.exec(ctx, "CREATE OR REPLACE TEMP TABLE "+stageTable+" ("+strings.Join(defs, ", ")+")"); err != nil {
 		return fmt.Errorf("create staging table: %w", err)
 	}
@@ -387,7 +400,7 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 		if err != nil {
 			return fmt.Errorf("staging: appender: %w", err)
 		}
-		vals := make([]driver.Value, len(idx)+2)
+		vals := make([]driver.Value, len(idx)+3)
 		for n, r := range rows {
 			if err := ctx.Err(); err != nil {
 				app.Close()
@@ -409,7 +422,11 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 				vals[j] = v
 			}
 			vals[len(idx)] = int8(r.op)
-			vals[len(idx)+1] = int64(n)
+			vals[len(idx)+1] = nil
+			if !r.committed.IsZero() {
+				vals[len(idx)+1] = r.committed
+			}
+			vals[len(idx)+2] = int64(n)
 			if err := app.AppendRow(vals...); err != nil {
 				app.Close()
 				return fmt.Errorf("staging: row %d: %w", r.i, err)
@@ -446,7 +463,7 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 		vals[i] = "s." + ducksql.Ident(c)
 	}
 	op := "s." + ducksql.Ident(change.OpColumn)
-	metaCols, metaVals := a.metaColumns(op)
+	metaCols, metaVals := a.metaColumns(op, "s."+ducksql.Ident(change.CommittedColumn))
 	insCols := quoteAll(append(cols, metaCols...))
 	insVals := strings.Join(append(vals, metaVals...), ", ")
 	var q string
