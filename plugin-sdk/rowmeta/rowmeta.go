@@ -23,7 +23,6 @@
 //	_skippr_op                   text       the row's newest change: insert, update, delete or snapshot
 //	_skippr_position             int64      the WAL entry (serve.Item.Sequence) that carried that change
 //
-//
 // Soft delete semantics, the same in every destination:
 //
 //   - A delete sets _skippr_deleted = true and keeps the row's last values. A key-only delete (the usual
