@@ -54,6 +54,9 @@ type applier struct {
 	written []string
 	// entry is the WAL entry whose rows are being written: its number is _skippr_position.
 	entry uint64
+	// histSeq numbers each stream's changes of entry histEntry in its history table (history.go).
+	histEntry uint64
+	histSeq   map[string]int64
 }
 
 // row is one change row of a batch.
@@ -114,6 +117,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 	)
 	defer func() { plans.Release() }()
 	a.tables = map[string]map[string]string{}
+	a.histSeq = nil // numbered afresh: a retried apply writes its entries again from seq 0
 	flush := func() error {
 		for _, sp := range plans.List() {
 			t := strings.ToLower(TableName(sp.Stream))
@@ -215,6 +219,11 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 			return err
 		}
 	}
+	if a.s.History && len(sp.Batches) > 0 {
+		if err := a.writeHistory(ctx, sp); err != nil {
+			return err
+		}
+	}
 	// flip: with soft_delete, key-only deletes, which only mark the row deleted (rowmeta).
 	type group struct {
 		schema *arrow.Schema
@@ -271,12 +280,17 @@ func (a *applier) tableName(stream string) string {
 
 // columns reads a table's columns (nil when it does not exist), keyed by lower-cased name.
 func (a *applier) columns(ctx context.Context, stream string) (map[string]string, error) {
+	return a.columnsOf(ctx, TableName(stream))
+}
+
+// columnsOf reads the columns of table (unquoted, in the settings' schema) as columns does.
+func (a *applier) columnsOf(ctx context.Context, table string) (map[string]string, error) {
 	rows, err := a.conn.QueryContext(ctx, `SELECT column_name, data_type FROM duckdb_columns()
 		WHERE database_name = current_database() AND lower(schema_name) = lower(?) AND lower(table_name) = lower(?)
 		ORDER BY column_index`,
-		a.s.Schema, TableName(stream))
+		a.s.Schema, table)
 	if err != nil {
-		return nil, fmt.Errorf("read columns of %s: %w", a.tableName(stream), err)
+		return nil, fmt.Errorf("read columns of %s: %w", ducksql.Ident(a.s.Schema)+"."+ducksql.Ident(table), err)
 	}
 	defer rows.Close()
 	var cols map[string]string

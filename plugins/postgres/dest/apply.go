@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,9 @@ type applier struct {
 	nul    *values.Handler // on_unrepresentable for NUL characters in text (stage)
 	// entry is the WAL entry whose rows are being written: its number is _skippr_position.
 	entry uint64
+	// histSeq numbers each stream's changes of entry histEntry in its history table (history.go).
+	histEntry uint64
+	histSeq   map[string]int64
 }
 
 // tableState is what this apply knows of a destination table.
@@ -54,6 +58,8 @@ type row struct {
 	// committed is the change's source commit time (zero: unknown), kept apart from rec, which may be the
 	// batch of the values a soft delete keeps rather than the delete's own.
 	committed time.Time
+	// seq is the change's place in its entry, for the history table (history.go).
+	seq int64
 }
 
 // apply runs one transaction: the entries of the request after the pipeline's fence, then the new fence. The
@@ -68,6 +74,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 	defer tx.Rollback(context.Background())
 	a.tx = tx
 	a.tables = map[string]*tableState{}
+	a.histSeq = nil // numbered afresh: a retried apply writes its entries again from seq 0
 	schema := pgx.Identifier{cfg.TargetSchema}.Sanitize()
 	state := stateTable(cfg)
 	// CREATE ... IF NOT EXISTS checks the privilege to create before it looks: create only what is missing,
@@ -201,6 +208,11 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 	ts := a.tables[sp.Stream]
 	if ts == nil {
 		return nil // only schema changes of a stream without rows yet: the table exists now
+	}
+	if a.cfg.History {
+		if err := a.writeHistory(ctx, sp, ts); err != nil {
+			return err
+		}
 	}
 	// Group surviving rows: deletes by key schema, upserts by batch schema (one COPY and merge each); with
 	// metadata columns also by op, which they hold as a constant of the statement.
@@ -484,13 +496,14 @@ func (a *applier) stage(ctx context.Context, ts *tableState, s *arrow.Schema, co
 	// Under null_and_record, upsert puts _skippr_meta last (withMeta), and it takes the replacements of the
 	// row's other columns: it may not be in the batch (the source records nothing).
 	meta := a.cfg.Policy == values.NullAndRecord && len(cols) > 0 && cols[len(cols)-1] == change.MetaColumn
-	// The commit-time metadata column (rowmeta) is not in the batch: it takes the row's committed.
-	committed := slices.Index(cols, rowmeta.SourceCommittedAt)
+	// The commit-time metadata column (rowmeta) is not in the batch: it takes the row's committed; the history
+	// table's op and seq (history.go) take the row's op name and seq.
+	committed, hop, hseq := slices.Index(cols, rowmeta.SourceCommittedAt), slices.Index(cols, histOp), slices.Index(cols, histSeq)
 	idx := make([]int, len(cols))
 	for j, c := range cols {
 		fi := s.FieldIndices(c)
 		switch {
-		case j == committed:
+		case j == committed || j == hop || j == hseq:
 			idx[j] = -1
 		case len(fi) == 1:
 			idx[j] = fi[0]
@@ -514,6 +527,14 @@ func (a *applier) stage(ctx context.Context, ts *tableState, s *arrow.Schema, co
 			}
 			if meta && j == len(cols)-1 {
 				writeMeta(&buf, r, idx[j], &changed)
+				continue
+			}
+			if j == hop {
+				buf.WriteString(rowmeta.OpName(r.op))
+				continue
+			}
+			if j == hseq {
+				buf.WriteString(strconv.FormatInt(r.seq, 10))
 				continue
 			}
 			if j == committed {

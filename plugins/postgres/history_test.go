@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta/rowmetatest"
+	"github.com/skippr-dev/skippr/testkit/pgtest"
+)
+
+// historyWant is the history table the change sequence's entries 1..n give: every change (a truncate is not
+// one) as "position seq op id v committed", in order.
+func historyWant(entries [][]rowmetatest.Change, n int) []string {
+	var out []string
+	for e := range n {
+		seq := 0
+		for j, ch := range entries[e] {
+			if ch.Truncate {
+				continue
+			}
+			v := ch.V
+			if ch.Op == change.OpDelete {
+				v = "<nil>"
+			}
+			at := "<nil>"
+			if t := rowmetatest.CommitTime(uint64(e+1), j, ch.Op); !t.IsZero() {
+				at = t.UTC().Format(time.RFC3339Nano)
+			}
+			out = append(out, fmt.Sprintf("%d %d %s %d %s %s", e+1, seq, rowmeta.OpName(ch.Op), ch.ID, v, at))
+			seq++
+		}
+	}
+	return out
+}
+
+// TestHistory: with history: true every change lands in items_history once, in order, whatever the cut of
+// the sequence into ranges; every range replayed and ranges overlapping the fence append nothing; the mirror
+// is what it is without history (rowmetatest's state).
+func TestHistory(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	c := startPlugin(t)
+	conn := db.Connect(t)
+	entries := rowmetatest.Entries()
+	readHistory := func(t *testing.T, schema string) []string {
+		t.Helper()
+		rows, err := conn.Query(context.Background(), "SELECT _skippr_position, _skippr_seq, _skippr_op, id, v, _skippr_source_committed_at FROM "+
+			pgx.Identifier{schema, rowmetatest.Table + "_history"}.Sanitize()+" ORDER BY 1, 2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var (
+				pos, seq int64
+				op       string
+				id       int64
+				v        *string
+				at       *time.Time
+			)
+			if err := rows.Scan(&pos, &seq, &op, &id, &v, &at); err != nil {
+				t.Fatal(err)
+			}
+			vs, ats := "<nil>", "<nil>"
+			if v != nil {
+				vs = *v
+			}
+			if at != nil {
+				ats = at.UTC().Format(time.RFC3339Nano)
+			}
+			out = append(out, fmt.Sprintf("%d %d %s %d %s %s", pos, seq, op, id, vs, ats))
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	cuts := maps.Clone(rowmetatest.Cuts)
+	for _, name := range slices.Sorted(maps.Keys(cuts)) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			schema := "hist_" + strings.ReplaceAll(name, " ", "_")
+			apply := rowmetatest.ClientApply(c, settings(db, map[string]any{"schema": schema, "history": true}), "p")
+			run := func(first, last uint64, wantSkipped bool) {
+				t.Helper()
+				items := rowmetatest.Items(entries, first, last)
+				defer rowmetatest.Release(items)
+				res, err := apply(ctx, first, last, items)
+				if err != nil {
+					t.Fatalf("apply %d..%d: %v", first, last, err)
+				}
+				if res.Skipped != wantSkipped {
+					t.Fatalf("apply %d..%d: skipped %v, want %v", first, last, res.Skipped, wantSkipped)
+				}
+			}
+			first := uint64(1)
+			for _, last := range cuts[name] {
+				run(first, last, false)
+				if got, want := readHistory(t, schema), historyWant(entries, int(last)); !slices.Equal(got, want) {
+					t.Fatalf("after %d..%d the history is\n%s\nwant\n%s", first, last, strings.Join(got, "\n"), strings.Join(want, "\n"))
+				}
+				first = last + 1
+			}
+			first = 1
+			for _, last := range cuts[name] {
+				run(first, last, true)
+				first = last + 1
+			}
+			run(6, 11, true)
+			if got, want := readHistory(t, schema), historyWant(entries, 11); !slices.Equal(got, want) {
+				t.Fatalf("after the replays the history is\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		})
+	}
+	// A range overlapping the fence appends only the entries above it.
+	t.Run("overlap", func(t *testing.T) {
+		ctx := context.Background()
+		apply := rowmetatest.ClientApply(c, settings(db, map[string]any{"schema": "hist_overlap", "history": true}), "p")
+		for _, r := range [][2]uint64{{1, 6}, {4, 9}, {2, 11}} {
+			items := rowmetatest.Items(entries, r[0], r[1])
+			_, err := apply(ctx, r[0], r[1], items)
+			rowmetatest.Release(items)
+			if err != nil {
+				t.Fatalf("apply %d..%d: %v", r[0], r[1], err)
+			}
+			if got, want := readHistory(t, "hist_overlap"), historyWant(entries, int(r[1])); !slices.Equal(got, want) {
+				t.Fatalf("after %d..%d the history is\n%s\nwant\n%s", r[0], r[1], strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+		}
+	})
+}
