@@ -140,3 +140,68 @@ func TestHistory(t *testing.T) {
 		}
 	})
 }
+
+// TestHistoryKilledMidApply: the plugin is killed (SIGKILL) while a range is being written, its transaction
+// open with history rows in it; a new plugin process applies the range again, and the history holds every
+// change exactly once (nothing of the killed attempt survives), and a further replay appends nothing.
+func TestHistoryKilledMidApply(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	set := settings(db, map[string]any{"schema": "hist_kill", "history": true})
+	// 40 entries of 2,000 changes: long enough that the kill lands inside the transaction.
+	const nEntries, perEntry = 40, 2000
+	entries := make([][]rowmetatest.Change, nEntries)
+	for e := range entries {
+		for j := range perEntry {
+			op := change.OpInsert
+			if e > 0 {
+				op = change.OpUpdate
+			}
+			entries[e] = append(entries[e], rowmetatest.Change{Op: op, ID: int64(j), V: fmt.Sprintf("e%d", e)})
+		}
+	}
+	items := rowmetatest.Items(entries, 1, nEntries)
+	defer rowmetatest.Release(items)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	c := startPlugin(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := rowmetatest.ClientApply(c, set, "p")(ctx, 1, nEntries, items)
+		done <- err
+	}()
+	// Wait for the apply's transaction to have written something (it has a transaction id), then kill.
+	var writing bool
+	for !writing {
+		db.QueryRow(t, []any{&writing}, `SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()`)
+		select {
+		case err := <-done:
+			t.Fatalf("the apply ended (%v) before the test saw its transaction: make the range longer", err)
+		default:
+		}
+	}
+	kill(t, c)
+	if err := <-done; err == nil {
+		t.Fatal("the apply of the killed plugin succeeded")
+	}
+
+	c2 := startPlugin(t)
+	apply := rowmetatest.ClientApply(c2, set, "p")
+	if res, err := apply(ctx, 1, nEntries, items); err != nil || res.Skipped {
+		t.Fatalf("apply after the kill: %+v, %v", res, err)
+	}
+	if res, err := apply(ctx, 1, nEntries, items); err != nil || !res.Skipped {
+		t.Fatalf("replay: %+v, %v; want skipped", res, err)
+	}
+	var n, keys, perKey int64
+	db.QueryRow(t, []any{&n, &keys, &perKey}, `SELECT count(*), count(DISTINCT id), max(c) FROM (SELECT id, count(*) OVER (PARTITION BY id) AS c FROM hist_kill.items_history) x`)
+	if n != nEntries*perEntry || keys != perEntry || perKey != nEntries {
+		t.Fatalf("history holds %d rows of %d keys, at most %d per key; want %d rows, %d keys, %d each", n, keys, perKey, nEntries*perEntry, perEntry, nEntries)
+	}
+	var dup int64
+	db.QueryRow(t, []any{&dup}, `SELECT count(*) FROM (SELECT id, _skippr_position FROM hist_kill.items_history GROUP BY 1, 2 HAVING count(*) > 1) x`)
+	if dup != 0 {
+		t.Fatalf("%d (key, position) pairs appear twice in the history", dup)
+	}
+}
