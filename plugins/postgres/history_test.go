@@ -9,9 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
+	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta/rowmetatest"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
@@ -203,5 +209,71 @@ func TestHistoryKilledMidApply(t *testing.T) {
 	db.QueryRow(t, []any{&dup}, `SELECT count(*) FROM (SELECT id, _skippr_position FROM hist_kill.items_history GROUP BY 1, 2 HAVING count(*) > 1) x`)
 	if dup != 0 {
 		t.Fatalf("%d (key, position) pairs appear twice in the history", dup)
+	}
+}
+
+// TestHistorySchemaChangeInEntry: a column added inside an entry (the rows before it are written first, the
+// entry's changes then go on in a second write): the history numbers the entry's changes on without a gap or
+// a clash, and gains the column, NULL in the rows before it.
+func TestHistorySchemaChangeInEntry(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t)
+	c := startPlugin(t)
+	set := settings(db, map[string]any{"schema": "hist_ddl", "history": true})
+	a := change.TimedSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "v", Type: arrow.BinaryTypes.String, Nullable: true}}, []string{"id"})
+	b := change.TimedSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "v", Type: arrow.BinaryTypes.String, Nullable: true}, {Name: "w", Type: arrow.PrimitiveTypes.Int64, Nullable: true}}, []string{"id"})
+	batch := func(sc *arrow.Schema, ids ...int64) client.ApplyItem {
+		bl := change.NewBuilder(memory.DefaultAllocator, sc)
+		defer bl.Release()
+		for _, id := range ids {
+			bl.Field(0).(*array.Int64Builder).Append(id)
+			bl.Field(1).(*array.StringBuilder).Append(fmt.Sprint("v", id))
+			if sc.NumFields() > 5 {
+				bl.Field(2).(*array.Int64Builder).Append(id * 10)
+			}
+			bl.RowAt(change.OpInsert, "", time.Unix(id, 0))
+		}
+		rec := bl.NewBatch()
+		defer rec.Release()
+		ipc, err := protocol.EncodeRecord(memory.DefaultAllocator, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return client.ApplyItem{Batch: &protocol.Batch{Stream: "public.items", SchemaID: protocol.SchemaID(sc), Rows: rec.NumRows(), IPC: ipc}}
+	}
+	enc, err := protocol.EncodeSchema(memory.DefaultAllocator, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := []client.ApplyItem{
+		batch(a, 1, 2),
+		{Schema: &pluginv2.Stream{Name: "public.items", ArrowSchema: enc, PrimaryKey: []string{"id"}, SchemaId: protocol.SchemaID(b)}},
+		batch(b, 3, 4),
+	}
+	if _, err := c.Apply(context.Background(), set, "p", 1, items); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	rows, err := db.Connect(t).Query(context.Background(), `SELECT _skippr_seq, id, w FROM hist_ddl.items_history ORDER BY _skippr_position, _skippr_seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var seq, id int64
+		var w *int64
+		if err := rows.Scan(&seq, &id, &w); err != nil {
+			t.Fatal(err)
+		}
+		ws := "NULL"
+		if w != nil {
+			ws = fmt.Sprint(*w)
+		}
+		got = append(got, fmt.Sprintf("%d:%d:%s", seq, id, ws))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"0:1:NULL", "1:2:NULL", "2:3:30", "3:4:40"}; !slices.Equal(got, want) {
+		t.Fatalf("history (seq:id:w) %v, want %v", got, want)
 	}
 }
