@@ -1,11 +1,13 @@
-// Package change defines how a change row travels: an ordinary Arrow record batch of one stream with two
-// reserved columns, and the stream's primary key in the schema's metadata. plugin-sdk/README.md is the
+// Package change defines how a change row travels: an ordinary Arrow record batch of one stream with its
+// reserved columns (the op, and optionally the source position and commit time), and the stream's primary key
+// in the schema's metadata. plugin-sdk/README.md is the
 // user-facing description; this file is the one definition.
 package change
 
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -48,6 +50,14 @@ const (
 	// PosColumn is the optional, nullable utf8 column holding each row's source position (an LSN, a binlog
 	// position, a row counter), for lineage and debugging; ordering comes from the batch order, not from it.
 	PosColumn = "_skippr_pos"
+	// CommittedColumn is the optional, nullable timestamp column (microseconds, UTC) holding when the source
+	// committed each row's change: the commit of its transaction as the source database records it, at the
+	// source's precision (Postgres: microseconds, from the Commit message; MySQL/MariaDB: seconds, from the
+	// binlog event header; HTTP: when the request was received). Null where there is no such time: a row read
+	// by a snapshot is not a change and carries null. A batch without the column (written before it existed,
+	// or by a source that does not fill it) means null for every row. Destinations write it only where the
+	// user asks for it (rowmeta's source_committed_at); it is never a user column.
+	CommittedColumn = "_skippr_committed_at"
 	// PrimaryKeyMeta is the schema metadata key listing the primary key columns, comma separated.
 	PrimaryKeyMeta = "skippr.primary_key"
 	// ReservedPrefix marks columns that belong to the protocol, not to the user's data.
@@ -67,11 +77,21 @@ func Reserved(name string) bool {
 var (
 	OpField  = arrow.Field{Name: OpColumn, Type: arrow.PrimitiveTypes.Int8}
 	PosField = arrow.Field{Name: PosColumn, Type: arrow.BinaryTypes.String, Nullable: true}
+	// CommittedField is the commit-time column as sources should declare it.
+	CommittedField = arrow.Field{Name: CommittedColumn, Type: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}, Nullable: true}
 )
 
 // Schema builds a change schema: the data fields, then the reserved columns, with the primary key recorded.
 func Schema(fields []arrow.Field, primaryKey []string) *arrow.Schema {
 	all := append(append([]arrow.Field{}, fields...), OpField, PosField)
+	md := arrow.NewMetadata([]string{PrimaryKeyMeta}, []string{strings.Join(primaryKey, ",")})
+	return arrow.NewSchema(all, &md)
+}
+
+// TimedSchema is Schema with the commit-time column last, for a source that knows when its changes were
+// committed (Builder.RowAt fills it).
+func TimedSchema(fields []arrow.Field, primaryKey []string) *arrow.Schema {
+	all := append(append([]arrow.Field{}, fields...), OpField, PosField, CommittedField)
 	md := arrow.NewMetadata([]string{PrimaryKeyMeta}, []string{strings.Join(primaryKey, ",")})
 	return arrow.NewSchema(all, &md)
 }
@@ -122,6 +142,29 @@ func Ops(rec arrow.RecordBatch) (*array.Int8, error) {
 	return col, nil
 }
 
+// Committed returns the commit-time column of a change batch, nil when the batch has none (every row's time
+// is then unknown). A column of another type is the source's bug, refused.
+func Committed(rec arrow.RecordBatch) (*array.Timestamp, error) {
+	idx := rec.Schema().FieldIndices(CommittedColumn)
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	col, ok := rec.Column(idx[0]).(*array.Timestamp)
+	if !ok || !arrow.TypeEqual(col.DataType(), CommittedField.Type) {
+		return nil, fault.DataErr(fmt.Errorf("change batch column %s is %s, want %s", CommittedColumn, rec.Column(idx[0]).DataType(), CommittedField.Type),
+			"the source must declare "+CommittedColumn+" as change.CommittedField")
+	}
+	return col, nil
+}
+
+// CommittedAt is row i's commit time from col (as Committed returns it), false when unknown.
+func CommittedAt(col *array.Timestamp, i int) (time.Time, bool) {
+	if col == nil || col.IsNull(i) {
+		return time.Time{}, false
+	}
+	return time.UnixMicro(int64(col.Value(i))).UTC(), true
+}
+
 // StripReserved returns the batch without the reserved columns. The caller releases the result.
 func StripReserved(rec arrow.RecordBatch) arrow.RecordBatch {
 	var (
@@ -141,30 +184,52 @@ func StripReserved(rec arrow.RecordBatch) arrow.RecordBatch {
 
 // Builder accumulates change rows of one schema. Append the data columns through Field, then call Row.
 type Builder struct {
-	b      *array.RecordBuilder
-	op     *array.Int8Builder
-	pos    *array.StringBuilder
-	nData  int
-	schema *arrow.Schema
+	b         *array.RecordBuilder
+	op        *array.Int8Builder
+	pos       *array.StringBuilder
+	committed *array.TimestampBuilder // nil: the schema has no commit-time column
+	schema    *arrow.Schema
 }
 
-// NewBuilder makes a builder for a schema made by Schema.
+// NewBuilder makes a builder for a schema made by Schema (or one whose data fields are followed by OpField,
+// PosField and optionally CommittedField).
 func NewBuilder(mem memory.Allocator, s *arrow.Schema) *Builder {
 	b := array.NewRecordBuilder(mem, s)
-	n := len(s.Fields())
-	return &Builder{b: b, op: b.Field(n - 2).(*array.Int8Builder), pos: b.Field(n - 1).(*array.StringBuilder), nData: n - 2, schema: s}
+	out := &Builder{b: b, schema: s}
+	for i, f := range s.Fields() {
+		switch f.Name {
+		case OpColumn:
+			out.op = b.Field(i).(*array.Int8Builder)
+		case PosColumn:
+			out.pos = b.Field(i).(*array.StringBuilder)
+		case CommittedColumn:
+			out.committed = b.Field(i).(*array.TimestampBuilder)
+		}
+	}
+	return out
 }
 
 // Field returns the builder of data column i.
 func (b *Builder) Field(i int) array.Builder { return b.b.Field(i) }
 
-// Row records the op and position of the row whose data columns were just appended.
-func (b *Builder) Row(op Op, pos string) {
+// Row records the op and position of the row whose data columns were just appended; its commit time is
+// unknown (null).
+func (b *Builder) Row(op Op, pos string) { b.RowAt(op, pos, time.Time{}) }
+
+// RowAt is Row with the time the source committed the change (the zero time: unknown).
+func (b *Builder) RowAt(op Op, pos string, committed time.Time) {
 	b.op.Append(int8(op))
 	if pos == "" {
 		b.pos.AppendNull()
 	} else {
 		b.pos.Append(pos)
+	}
+	if b.committed != nil {
+		if committed.IsZero() {
+			b.committed.AppendNull()
+		} else {
+			b.committed.Append(arrow.Timestamp(committed.UnixMicro()))
+		}
 	}
 }
 

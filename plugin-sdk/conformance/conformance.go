@@ -173,6 +173,11 @@ func checkStreamSchema(st *pluginv2.Stream, sc *arrow.Schema) error {
 	} else if len(idx) == 1 && sc.Field(idx[0]).Type.ID() != arrow.STRING {
 		errs = append(errs, fmt.Errorf("column %s is %s, want utf8 (change.PosField)", change.PosColumn, sc.Field(idx[0]).Type))
 	}
+	if idx := sc.FieldIndices(change.CommittedColumn); len(idx) > 1 {
+		errs = append(errs, fmt.Errorf("schema has %d %s columns, want at most one", len(idx), change.CommittedColumn))
+	} else if len(idx) == 1 && !arrow.TypeEqual(sc.Field(idx[0]).Type, change.CommittedField.Type) {
+		errs = append(errs, fmt.Errorf("column %s is %s, want %s (change.CommittedField)", change.CommittedColumn, sc.Field(idx[0]).Type, change.CommittedField.Type))
+	}
 	if meta := change.PrimaryKey(sc); !slices.Equal(meta, st.PrimaryKey) {
 		errs = append(errs, fmt.Errorf("Stream.PrimaryKey is %q but the schema's %s metadata says %q: declare the same key in both (change.Schema(fields, key) and Stream{PrimaryKey: key})",
 			st.PrimaryKey, change.PrimaryKeyMeta, meta))
@@ -571,9 +576,13 @@ func sampleBatch(t *testing.T, ops []change.Op, ids []int64) (*pluginv2.Stream, 
 	return sampleBatchOf(t, "conformance", ops, ids)
 }
 
+// committedAt is the source commit time the sample batches carry (change.CommittedColumn), so that every
+// destination meets the reserved column and must not write it as a user column or fail on it.
+var committedAt = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+
 // sampleBatchOf builds a change batch of a stream with columns id (key) and name ("name-<id>-<op>").
 func sampleBatchOf(t *testing.T, stream string, ops []change.Op, ids []int64) (*pluginv2.Stream, protocol.Batch) {
-	sc := change.Schema([]arrow.Field{
+	sc := change.TimedSchema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
 	}, []string{"id"})
@@ -586,7 +595,7 @@ func sampleBatchOf(t *testing.T, stream string, ops []change.Op, ids []int64) (*
 		} else {
 			b.Field(1).(*array.StringBuilder).Append(fmt.Sprintf("name-%d-%s", ids[i], op))
 		}
-		b.Row(op, "")
+		b.RowAt(op, "", committedAt)
 	}
 	rec := b.NewBatch()
 	defer rec.Release()
@@ -605,7 +614,7 @@ func sampleBatchOf(t *testing.T, stream string, ops []change.Op, ids []int64) (*
 // wideBatch is sampleBatchOf with a third column, extra ("extra-<id>"), added after the others.
 func wideBatch(t *testing.T, stream string, ops []change.Op, ids []int64) (*pluginv2.Stream, protocol.Batch) {
 	t.Helper()
-	sc := change.Schema([]arrow.Field{
+	sc := change.TimedSchema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
 		{Name: "extra", Type: arrow.BinaryTypes.String, Nullable: true},
@@ -616,7 +625,7 @@ func wideBatch(t *testing.T, stream string, ops []change.Op, ids []int64) (*plug
 		b.Field(0).(*array.Int64Builder).Append(ids[i])
 		b.Field(1).(*array.StringBuilder).Append(fmt.Sprintf("name-%d-%s", ids[i], op))
 		b.Field(2).(*array.StringBuilder).Append(fmt.Sprintf("extra-%d", ids[i]))
-		b.Row(op, "")
+		b.RowAt(op, "", committedAt)
 	}
 	rec := b.NewBatch()
 	defer rec.Release()

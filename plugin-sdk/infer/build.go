@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -15,11 +16,13 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 )
 
-// Row is one record to build: its op, its source position (for _skippr_pos; "" is null) and its values.
+// Row is one record to build: its op, its source position (for _skippr_pos; "" is null), when the source
+// committed it (for _skippr_committed_at; the zero time is null) and its values.
 type Row struct {
-	Op    change.Op
-	Pos   string
-	Value map[string]any
+	Op        change.Op
+	Pos       string
+	Committed time.Time
+	Value     map[string]any
 }
 
 // Build makes a change batch of schema (a change.Schema whose data fields follow this package's type mapping)
@@ -29,10 +32,14 @@ type Row struct {
 // row and the field; evolve the schema with Evolve first. The caller releases the batch.
 func Build(mem memory.Allocator, schema *arrow.Schema, rows []Row, opt Options) (arrow.RecordBatch, error) {
 	all := schema.Fields()
-	if n := len(all); n < 2 || all[n-2].Name != change.OpColumn || all[n-1].Name != change.PosColumn {
-		return nil, fmt.Errorf("build: schema is not a change schema (its last columns must be %s and %s)", change.OpColumn, change.PosColumn)
+	n := len(all)
+	if n > 0 && all[n-1].Name == change.CommittedColumn {
+		n--
 	}
-	data := all[:len(all)-2]
+	if n < 2 || all[n-2].Name != change.OpColumn || all[n-1].Name != change.PosColumn {
+		return nil, fmt.Errorf("build: schema is not a change schema (its last columns must be %s, %s and optionally %s)", change.OpColumn, change.PosColumn, change.CommittedColumn)
+	}
+	data := all[:n-2]
 	fields, err := fromArrowFields(data, nil)
 	if err != nil {
 		return nil, fmt.Errorf("build: %w", err)
@@ -52,7 +59,7 @@ func Build(mem memory.Allocator, schema *arrow.Schema, rows []Row, opt Options) 
 				return nil, err
 			}
 		}
-		b.Row(r.Op, r.Pos)
+		b.RowAt(r.Op, r.Pos, r.Committed)
 	}
 	return b.NewBatch(), nil
 }

@@ -5,8 +5,8 @@
 //
 // The settings, on a destination connection:
 //
-//	soft_delete: true                                 # default false
-//	metadata_columns: [synced_at, op, position]       # default none; any subset, each once
+//	soft_delete: true                                                 # default false
+//	metadata_columns: [synced_at, source_committed_at, op, position]  # default none; any subset, each once
 //
 // The columns, added to every table the destination writes (created with the table, or added to an existing
 // one, where the rows already there hold NULL; _skippr_deleted false where the destination can fill it in the
@@ -15,14 +15,13 @@
 //	_skippr_deleted              boolean    soft_delete only: true when the row's newest change is a delete
 //	_skippr_synced_at            timestamp  UTC: the time of the destination transaction that wrote the row
 //	                                        (its start, as SQL's now() gives it: every row of one apply alike)
+//	_skippr_source_committed_at  timestamp  UTC: when the source committed the row's newest change: the change
+//	                                        protocol's _skippr_committed_at (package change), at the source's
+//	                                        precision (Postgres µs, MySQL/MariaDB seconds, HTTP the receive
+//	                                        time); NULL for a snapshot row and for a change whose batch has no
+//	                                        commit time (a WAL entry from before sources filled it)
 //	_skippr_op                   text       the row's newest change: insert, update, delete or snapshot
 //	_skippr_position             int64      the WAL entry (serve.Item.Sequence) that carried that change
-//
-// source_committed_at (_skippr_source_committed_at, when the source committed the change) is named here but
-// refused: change batches do not carry a commit time today (the Postgres source reads one from each Commit
-// message and uses it only for its lag; the MySQL source does not keep the binlog event time; the HTTP source
-// does not keep the receive time), so the column could only be NULL. It needs a reserved column in the change
-// protocol (package change) that every source fills.
 //
 // Soft delete semantics, the same in every destination:
 //
@@ -86,14 +85,14 @@ const (
 type Settings struct {
 	// SoftDelete keeps deleted rows, flagged in _skippr_deleted.
 	SoftDelete bool `json:"soft_delete"`
-	// MetadataColumns names the sync metadata columns to add: synced_at, op, position.
+	// MetadataColumns names the sync metadata columns to add: synced_at, source_committed_at, op, position.
 	MetadataColumns []string `json:"metadata_columns"`
 }
 
 // SchemaProperties is the JSON Schema of Settings' two keys, as properties to add to a destination's
 // settings schema (after a comma).
 const SchemaProperties = `"soft_delete": {"type": "boolean", "default": false, "description": "keep deleted rows: a delete sets _skippr_deleted = true and keeps the row's last values; a later insert of the key clears it; a truncate still removes every row"},
-    "metadata_columns": {"type": "array", "uniqueItems": true, "items": {"enum": ["synced_at", "op", "position", "source_committed_at"]}, "description": "columns to add to every table: synced_at (_skippr_synced_at, when the destination wrote the row, UTC), op (_skippr_op: insert, update, delete, snapshot), position (_skippr_position: the WAL entry); source_committed_at is refused: sources do not carry a commit time yet"}`
+    "metadata_columns": {"type": "array", "uniqueItems": true, "items": {"enum": ["synced_at", "op", "position", "source_committed_at"]}, "description": "columns to add to every table: synced_at (_skippr_synced_at, when the destination wrote the row, UTC), source_committed_at (_skippr_source_committed_at, when the source committed the row's newest change, UTC; NULL for snapshot rows), op (_skippr_op: insert, update, delete, snapshot), position (_skippr_position: the WAL entry)"}`
 
 // Kind is a metadata column's type, which each destination spells in its SQL.
 type Kind int
@@ -113,10 +112,11 @@ type Column struct {
 
 // Options are Settings checked: what a destination writes. The zero value adds nothing.
 type Options struct {
-	SoftDelete bool
-	SyncedAt   bool
-	Op         bool
-	Position   bool
+	SoftDelete        bool
+	SyncedAt          bool
+	SourceCommittedAt bool
+	Op                bool
+	Position          bool
 }
 
 // Options checks the settings: every metadata column name known, none twice, and none the data lacks.
@@ -137,21 +137,22 @@ func (s Settings) Options() (Options, error) {
 		case NamePosition:
 			o.Position = true
 		case NameSourceCommittedAt:
-			return Options{}, fault.ConfigErr(
-				fmt.Errorf("settings: metadata_columns: %s is not available: no source carries the time it committed a change in its change batches yet", n),
-				"remove source_committed_at from metadata_columns (synced_at, op and position are available)")
+			o.SourceCommittedAt = true
 		default:
 			return Options{}, fault.ConfigErr(fmt.Errorf("settings: metadata_columns: unknown column %q", n),
-				"use synced_at, op or position")
+				"use synced_at, source_committed_at, op or position")
 		}
 	}
 	return o, nil
 }
 
 // Any says the destination adds at least one column.
-func (o Options) Any() bool { return o.SoftDelete || o.SyncedAt || o.Op || o.Position }
+func (o Options) Any() bool {
+	return o.SoftDelete || o.SyncedAt || o.SourceCommittedAt || o.Op || o.Position
+}
 
-// Columns are the columns the destination adds, in this order: deleted, synced_at, op, position.
+// Columns are the columns the destination adds, in this order: deleted, synced_at, source_committed_at, op,
+// position.
 func (o Options) Columns() []Column {
 	var out []Column
 	if o.SoftDelete {
@@ -159,6 +160,9 @@ func (o Options) Columns() []Column {
 	}
 	if o.SyncedAt {
 		out = append(out, Column{SyncedAt, Timestamp})
+	}
+	if o.SourceCommittedAt {
+		out = append(out, Column{SourceCommittedAt, Timestamp})
 	}
 	if o.Op {
 		out = append(out, Column{Op, Text})

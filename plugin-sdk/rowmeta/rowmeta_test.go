@@ -25,13 +25,13 @@ func TestOptions(t *testing.T) {
 		{name: "soft delete", in: Settings{SoftDelete: true}, want: []Column{{Deleted, Bool}}},
 		{
 			name: "every column, in a fixed order whatever the list's",
-			in:   Settings{SoftDelete: true, MetadataColumns: []string{"position", "op", "synced_at"}},
-			want: []Column{{Deleted, Bool}, {SyncedAt, Timestamp}, {Op, Text}, {Position, Int64}},
+			in:   Settings{SoftDelete: true, MetadataColumns: []string{"position", "op", "source_committed_at", "synced_at"}},
+			want: []Column{{Deleted, Bool}, {SyncedAt, Timestamp}, {SourceCommittedAt, Timestamp}, {Op, Text}, {Position, Int64}},
 		},
 		{name: "op alone", in: Settings{MetadataColumns: []string{"op"}}, want: []Column{{Op, Text}}},
 		{name: "twice", in: Settings{MetadataColumns: []string{"op", "op"}}, err: `lists "op" twice`},
 		{name: "unknown", in: Settings{MetadataColumns: []string{"synced"}}, err: `unknown column "synced"`},
-		{name: "source commit time is not carried", in: Settings{MetadataColumns: []string{"source_committed_at"}}, err: "source_committed_at is not available"},
+		{name: "source commit time", in: Settings{MetadataColumns: []string{"source_committed_at"}}, want: []Column{{SourceCommittedAt, Timestamp}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -79,7 +79,7 @@ func TestRowMetaSettings(t *testing.T) {
 		cols any
 		want string
 	}{
-		{[]string{"source_committed_at"}, "source_committed_at is not available"},
+		{[]string{"when"}, `unknown column "when"`},
 		{[]string{"op", "op"}, `lists "op" twice`},
 	} {
 		err := c.Check(ctx, settings(db, map[string]any{"schema": "out", "metadata_columns": tc.cols}))

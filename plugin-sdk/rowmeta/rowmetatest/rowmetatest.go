@@ -51,6 +51,11 @@ func Cases() []Case {
 		{Name: "soft_delete", Settings: map[string]any{"soft_delete": true}, Options: rowmeta.Options{SoftDelete: true}},
 		{Name: "metadata_columns", Settings: map[string]any{"metadata_columns": all}, Options: rowmeta.Options{SyncedAt: true, Op: true, Position: true}},
 		{Name: "both", Settings: map[string]any{"soft_delete": true, "metadata_columns": all}, Options: rowmeta.Options{SoftDelete: true, SyncedAt: true, Op: true, Position: true}},
+		{
+			Name:     "source_committed_at",
+			Settings: map[string]any{"soft_delete": true, "metadata_columns": []any{"source_committed_at", "position"}},
+			Options:  rowmeta.Options{SoftDelete: true, SourceCommittedAt: true, Position: true},
+		},
 	}
 }
 
@@ -82,12 +87,24 @@ func Entries() [][]Change {
 	}
 }
 
-// Row is what a destination should hold for one key. Position and Op are those of the newest change.
+// Row is what a destination should hold for one key. Position, Op and Committed are those of the newest
+// change (Committed zero: NULL).
 type Row struct {
-	V        string
-	Deleted  bool
-	Op       string
-	Position int64
+	V         string
+	Deleted   bool
+	Op        string
+	Position  int64
+	Committed time.Time
+}
+
+// CommitTime is the source commit time the test's change j of entry seq carries (_skippr_committed_at):
+// distinct per change, with microseconds, so a destination that writes another change's time, or truncates,
+// is seen. A snapshot read carries none.
+func CommitTime(seq uint64, j int, op change.Op) time.Time {
+	if op == change.OpRead {
+		return time.Time{}
+	}
+	return time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC).Add(time.Duration(seq)*time.Second + time.Duration(j)*time.Millisecond + 7*time.Microsecond)
 }
 
 // Expect computes the table from the change sequence, entry by entry and change by change: what a
@@ -103,7 +120,8 @@ func ExpectTurnedOn(entries [][]Change, n, from int, opt rowmeta.Options) map[in
 	for i, e := range entries[:n] {
 		pos := int64(i + 1)
 		on := i+1 >= from
-		for _, ch := range e {
+		for j, ch := range e {
+			at := CommitTime(uint64(pos), j, ch.Op)
 			switch {
 			case ch.Truncate:
 				clear(st)
@@ -116,10 +134,10 @@ func ExpectTurnedOn(entries [][]Change, n, from int, opt rowmeta.Options) map[in
 					delete(st, ch.ID)
 					continue
 				}
-				r.Deleted, r.Op, r.Position = true, rowmeta.OpName(ch.Op), pos
+				r.Deleted, r.Op, r.Position, r.Committed = true, rowmeta.OpName(ch.Op), pos, at
 				st[ch.ID] = r
 			case on:
-				st[ch.ID] = Row{V: ch.V, Op: rowmeta.OpName(ch.Op), Position: pos}
+				st[ch.ID] = Row{V: ch.V, Op: rowmeta.OpName(ch.Op), Position: pos, Committed: at}
 			default:
 				st[ch.ID] = Row{V: ch.V}
 			}
@@ -128,7 +146,7 @@ func ExpectTurnedOn(entries [][]Change, n, from int, opt rowmeta.Options) map[in
 	return st
 }
 
-var schema = change.Schema([]arrow.Field{
+var schema = change.TimedSchema([]arrow.Field{
 	{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 	{Name: "v", Type: arrow.BinaryTypes.String, Nullable: true},
 }, []string{"id"})
@@ -153,7 +171,7 @@ func itemsOf(stream string, schema *arrow.Schema, entries [][]Change, first, las
 			}
 			b = nil
 		}
-		for _, ch := range entries[seq-1] {
+		for j, ch := range entries[seq-1] {
 			if ch.Truncate {
 				emit()
 				out = append(out, serve.Item{Stream: stream, Truncate: true, Sequence: seq})
@@ -168,7 +186,7 @@ func itemsOf(stream string, schema *arrow.Schema, entries [][]Change, first, las
 			} else {
 				b.Field(1).(*array.StringBuilder).Append(ch.V)
 			}
-			b.Row(ch.Op, "")
+			b.RowAt(ch.Op, "", CommitTime(seq, j, ch.Op))
 		}
 		emit()
 	}
@@ -351,6 +369,15 @@ func Compare(t *testing.T, what string, opt rowmeta.Options, tg Target, want map
 				t.Errorf("%s: row %d: %s = %v, want %d", what, id, rowmeta.Position, r[rowmeta.Position], w.Position)
 			}
 		}
+		if opt.SourceCommittedAt && !old {
+			ts, ok := r[rowmeta.SourceCommittedAt].(time.Time)
+			switch {
+			case w.Committed.IsZero() && r[rowmeta.SourceCommittedAt] != nil:
+				t.Errorf("%s: row %d: %s = %v, want NULL", what, id, rowmeta.SourceCommittedAt, r[rowmeta.SourceCommittedAt])
+			case !w.Committed.IsZero() && (!ok || !ts.Equal(w.Committed)):
+				t.Errorf("%s: row %d: %s = %v, want %v", what, id, rowmeta.SourceCommittedAt, r[rowmeta.SourceCommittedAt], w.Committed)
+			}
+		}
 		if opt.SyncedAt && !old {
 			ts, ok := r[rowmeta.SyncedAt].(time.Time)
 			if !ok || ts.Before(start) || ts.After(time.Now().Add(time.Minute)) {
@@ -498,7 +525,7 @@ func CheckResnapshot(t *testing.T, c Case, tg Target) {
 	want := map[int64]Row{1: {V: "a", Op: "snapshot", Position: 2}, 2: {V: "b2", Op: "snapshot", Position: 3}}
 	if c.Options.SoftDelete {
 		want[3] = Row{V: "c", Deleted: true, Op: "delete", Position: 3}
-		want[4] = Row{V: "d", Deleted: true, Op: "delete", Position: 2}
+		want[4] = Row{V: "d", Deleted: true, Op: "delete", Position: 2, Committed: CommitTime(1, 0, D)} // Items of its part alone
 	}
 	Compare(t, "after the re-snapshot's end", c.Options, tg, want, start)
 }

@@ -39,7 +39,7 @@ func newGenerator(s settings, mem memory.Allocator) *generator {
 				arrow.Field{Name: "zip", Type: arrow.PrimitiveTypes.Int32, Nullable: true})},
 			arrow.Field{Name: "tags", Nullable: true, Type: arrow.ListOf(arrow.BinaryTypes.String)})
 	}
-	sc := change.Schema(fields, []string{"id"})
+	sc := change.TimedSchema(fields, []string{"id"})
 	return &generator{s: s, schema: sc, b: change.NewBuilder(mem, sc)}
 }
 
@@ -80,6 +80,7 @@ func (g *generator) batch(from, n int64) arrow.RecordBatch {
 		ids.Append(id)
 		seqs.Append(i)
 		pos := strconv.FormatInt(i, 10)
+		at := epoch.Add(time.Duration(i) * time.Millisecond) // the commit time of event i: deterministic, like its values
 		if op == change.OpDelete {
 			names.AppendNull()
 			amounts.AppendNull()
@@ -88,7 +89,7 @@ func (g *generator) batch(from, n int64) arrow.RecordBatch {
 				g.b.Field(5).AppendNull()
 				g.b.Field(6).AppendNull()
 			}
-			g.b.Row(op, pos)
+			g.b.RowAt(op, pos, at)
 			continue
 		}
 		names.Append(words[h%uint64(len(words))] + "-" + strconv.FormatUint(h>>40, 36))
@@ -106,7 +107,7 @@ func (g *generator) batch(from, n int64) arrow.RecordBatch {
 				vb.Append(words[(h>>(16+t*4))%uint64(len(words))])
 			}
 		}
-		g.b.Row(op, pos)
+		g.b.RowAt(op, pos, at)
 	}
 	return g.b.NewBatch()
 }

@@ -12,8 +12,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
@@ -67,6 +69,9 @@ type applier struct {
 	// filled holds, per stream, the columns the entry being written added with a value for the existing rows
 	// (lower-cased name → the value as a DuckDB expression); see addFilled.
 	filled map[string]map[string]string
+	// histSeq numbers each stream's changes of entry histEntry in its history table (history.go).
+	histEntry uint64
+	histSeq   map[string]int64
 }
 
 // row is one change row of a batch.
@@ -74,6 +79,9 @@ type row struct {
 	op  change.Op
 	rec arrow.RecordBatch
 	i   int
+	// committed is the change's source commit time (zero: unknown), kept apart from rec, which may be the
+	// batch of the values a soft delete keeps rather than the delete's own.
+	committed time.Time
 }
 
 func (a *applier) exec(ctx context.Context, q string, args ...any) error {
@@ -127,6 +135,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 	segs := []*segment{newSegment()}
 	defer func() { releaseSegments(segs) }()
 	var entryStreams []string
+	a.histSeq = nil // numbered afresh: a retried apply writes its entries again from seq 0
 	for st, err := range req.Entries(fence) {
 		if err != nil {
 			return res, fmt.Errorf("apply %d: %w", req.Sequence, err)
@@ -336,6 +345,11 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 		}
 	}
 	// The table is up to the entry's schemas already (writeEntry).
+	if a.s.History && len(sp.Batches) > 0 {
+		if err := a.writeHistory(ctx, sp); err != nil {
+			return err
+		}
+	}
 	// flip: with soft_delete, key-only deletes, which only mark the row deleted (rowmeta).
 	type group struct {
 		schema *arrow.Schema
@@ -354,8 +368,16 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 		groups = append(groups, &group{schema: s, flip: flip, rows: []row{r}})
 	}
 	soft := a.s.Meta.SoftDelete
+	times := make([]*array.Timestamp, len(sp.Batches))
+	for i, b := range sp.Batches {
+		var err error
+		if times[i], err = change.Committed(b); err != nil {
+			return fmt.Errorf("%s: %w", sp.Stream, err)
+		}
+	}
 	for _, l := range sp.Fold.Last() {
 		r := row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row}
+		r.committed, _ = change.CommittedAt(times[l.Batch], l.Row)
 		switch {
 		case soft && l.Op == change.OpDelete && l.HasValues && sp.Keyed[l.Batch]:
 			// Its insert or update was folded into this entry: keep those values, flagged deleted.
@@ -384,12 +406,17 @@ func (a *applier) tableName(stream string) string {
 
 // columns reads a table's columns (nil when it does not exist), keyed by lower-cased name.
 func (a *applier) columns(ctx context.Context, stream string) (map[string]string, error) {
+	return a.columnsOf(ctx, TableName(stream))
+}
+
+// columnsOf reads the columns of table (unquoted, in the settings' schema) as columns does.
+func (a *applier) columnsOf(ctx context.Context, table string) (map[string]string, error) {
 	rows, err := a.conn.QueryContext(ctx, `SELECT column_name, data_type FROM duckdb_columns()
 		WHERE database_name = current_database() AND lower(schema_name) = lower(?) AND lower(table_name) = lower(?)
 		ORDER BY column_index`,
-		a.s.Schema, TableName(stream))
+		a.s.Schema, table)
 	if err != nil {
-		return nil, fmt.Errorf("read columns of %s: %w", a.tableName(stream), err)
+		return nil, fmt.Errorf("read columns of %s: %w", ducksql.Ident(a.s.Schema)+"."+ducksql.Ident(table), err)
 	}
 	defer rows.Close()
 	var cols map[string]string
@@ -585,7 +612,7 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 		idx = append(idx, i)
 	}
 	// The row number finds a staged row again: rowids inside a transaction are not row numbers.
-	defs = append(defs, ducksql.Ident(change.OpColumn)+" TINYINT", ducksql.Ident(stageRow)+" BIGINT")
+	defs = append(defs, ducksql.Ident(change.OpColumn)+" TINYINT", ducksql.Ident(change.CommittedColumn)+" TIMESTAMPTZ", ducksql.Ident(stageRow)+" BIGINT")
 	if err := a.exec(ctx, "CREATE OR REPLACE TEMP TABLE "+stageTable+" ("+strings.Join(defs, ", ")+")"); err != nil {
 		return fmt.Errorf("create staging table: %w", err)
 	}
@@ -599,7 +626,7 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 		if err != nil {
 			return fmt.Errorf("staging: appender: %w", err)
 		}
-		vals := make([]driver.Value, len(idx)+2)
+		vals := make([]driver.Value, len(idx)+3)
 		for n, r := range rows {
 			if err := ctx.Err(); err != nil {
 				app.Close()
@@ -621,7 +648,11 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 				vals[j] = v
 			}
 			vals[len(idx)] = int8(r.op)
-			vals[len(idx)+1] = int64(n)
+			vals[len(idx)+1] = nil
+			if !r.committed.IsZero() {
+				vals[len(idx)+1] = r.committed
+			}
+			vals[len(idx)+2] = int64(n)
 			if err := app.AppendRow(vals...); err != nil {
 				app.Close()
 				return fmt.Errorf("staging: row %d: %w", r.i, err)
@@ -658,7 +689,7 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 		vals[i] = "s." + ducksql.Ident(c)
 	}
 	op := "s." + ducksql.Ident(change.OpColumn)
-	metaCols, metaVals := a.metaColumns(op)
+	metaCols, metaVals := a.metaColumns(op, "s."+ducksql.Ident(change.CommittedColumn))
 	// A row of this entry without a column the entry added with a value for existing rows predates the ADD
 	// COLUMN at the source: it holds that value there.
 	var fillCols, fillVals []string

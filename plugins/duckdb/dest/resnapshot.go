@@ -126,7 +126,7 @@ func (a *applier) removeUnseen(ctx context.Context, stream, keys string) (int64,
 	q := "DELETE FROM " + name + " AS t"
 	if a.s.Meta.SoftDelete {
 		// The rows the source no longer has are marked deleted, as their deletes would have been (rowmeta).
-		cols, vals := a.metaColumns(strconv.Itoa(int(change.OpDelete)))
+		cols, vals := a.metaColumns(strconv.Itoa(int(change.OpDelete)), "NULL") // no source change: no commit time
 		sets := make([]string, len(cols))
 		for i, c := range cols {
 			sets[i] = ducksql.Ident(c) + " = " + vals[i]

@@ -35,8 +35,9 @@ func metaType(k rowmeta.Kind, create bool) string {
 }
 
 // metaColumns returns the metadata columns' names and their values as expressions of op, the expression of
-// the row's newest change (the staged op, or a constant).
-func (a *applier) metaColumns(op string) (cols, vals []string) {
+// the row's newest change (the staged op, or a constant), and committed, that of its source commit time (the
+// staged one, or NULL).
+func (a *applier) metaColumns(op, committed string) (cols, vals []string) {
 	for _, c := range a.s.Meta.Columns() {
 		var v string
 		switch c.Name {
@@ -44,6 +45,8 @@ func (a *applier) metaColumns(op string) (cols, vals []string) {
 			v = fmt.Sprintf("(%s = %d)", op, change.OpDelete)
 		case rowmeta.SyncedAt:
 			v = "now()" // the transaction's start: every row of one apply alike
+		case rowmeta.SourceCommittedAt:
+			v = committed
 		case rowmeta.Op:
 			var whens []string
 			for _, o := range []change.Op{change.OpRead, change.OpInsert, change.OpUpdate, change.OpDelete} {

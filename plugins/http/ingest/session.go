@@ -45,7 +45,7 @@ func (st *streamState) stream() serve.Stream {
 // newState makes a state for fields, with the key columns present and required.
 func newState(name string, keys []string, fields []arrow.Field, initial []byte) (*streamState, error) {
 	fields = withKeys(fields, keys)
-	sc := change.Schema(fields, keys)
+	sc := change.TimedSchema(fields, keys)
 	enc, err := protocol.EncodeSchema(memory.DefaultAllocator, sc)
 	if err != nil {
 		return nil, fmt.Errorf("stream %s: %w", name, err)
@@ -183,7 +183,7 @@ func (s *session) submit(ctx context.Context, name string, rows []row, received 
 			}
 		}
 	}
-	next, batches, rerr := s.prepare(st, rows, seq)
+	next, batches, rerr := s.prepare(st, rows, seq, received)
 	if rerr != nil {
 		hideValue(s.cfg, name, rerr)
 		s.flushIdle()
@@ -202,8 +202,9 @@ func (s *session) submit(ctx context.Context, name string, rows []row, received 
 	return j, nil
 }
 
-// prepare evolves the stream's schema by rows and builds their batches, touching no state.
-func (s *session) prepare(st *streamState, rows []row, seq uint64) (*streamState, []arrow.RecordBatch, *requestError) {
+// prepare evolves the stream's schema by rows and builds their batches, touching no state. Every row's commit
+// time (_skippr_committed_at) is received, when the request arrived: the moment the source accepted it.
+func (s *session) prepare(st *streamState, rows []row, seq uint64, received time.Time) (*streamState, []arrow.RecordBatch, *requestError) {
 	values := make([]map[string]any, len(rows))
 	for i, r := range rows {
 		values[i] = r.value
@@ -222,7 +223,7 @@ func (s *session) prepare(st *streamState, rows []row, seq uint64) (*streamState
 		end := min(off+s.cfg.MaxBatchRows, len(rows))
 		irows := make([]infer.Row, 0, end-off)
 		for i := off; i < end; i++ {
-			irows = append(irows, infer.Row{Op: rows[i].op, Pos: strconv.FormatUint(seq, 10) + ":" + strconv.Itoa(i), Value: rows[i].value})
+			irows = append(irows, infer.Row{Op: rows[i].op, Pos: strconv.FormatUint(seq, 10) + ":" + strconv.Itoa(i), Committed: received, Value: rows[i].value})
 		}
 		b, err := infer.Build(s.mem, next.schema, irows, s.opt)
 		if err != nil {

@@ -33,6 +33,7 @@ import (
 // After appendRow returns an error the batch holds a partial row: Release it.
 type rowBatch struct {
 	schema   *arrow.Schema
+	mem      memory.Allocator
 	zeroNull bool
 	cols     []batchColumn
 
@@ -89,7 +90,7 @@ func (r *reader) newBatch(t *Table) *rowBatch {
 }
 
 func newRowBatch(mem memory.Allocator, t *Table, zeroNull bool) *rowBatch {
-	rb := &rowBatch{schema: t.Schema, zeroNull: zeroNull, cols: make([]batchColumn, len(t.Columns))}
+	rb := &rowBatch{mem: mem, schema: t.Schema, zeroNull: zeroNull, cols: make([]batchColumn, len(t.Columns))}
 	for i := range t.Columns {
 		col := &t.Columns[i]
 		dt := t.Schema.Field(i).Type
@@ -323,6 +324,10 @@ func (rb *rowBatch) NewRecordBatch() arrow.RecordBatch {
 	}
 	rb.where.AppendNulls(rb.nullWheres)
 	cols = append(cols, rb.op.finish(rb.n), rb.where.NewArray())
+	if rb.schema.NumFields() > len(cols) {
+		// _skippr_committed_at: a row read by a snapshot is not a change and has no commit time (change).
+		cols = append(cols, array.MakeArrayOfNull(rb.mem, change.CommittedField.Type, rb.n))
+	}
 	rec := array.NewRecordBatch(rb.schema, cols, int64(rb.n))
 	for _, a := range cols {
 		a.Release()

@@ -178,6 +178,7 @@ func refAppend(rb *array.RecordBuilder, t *Table, row [][]byte, op change.Op, wh
 	} else {
 		rb.Field(len(t.Columns) + 1).(*array.StringBuilder).Append(where)
 	}
+	rb.Field(len(t.Columns) + 2).AppendNull() // _skippr_committed_at: a snapshot row has no commit time
 	return nil
 }
 

@@ -78,7 +78,7 @@ func (d TableDef) build(name, stream string) (*Table, error) {
 		}
 		fields[i] = change.MarkRenamed(arrow.Field{Name: col.Name, Type: col.Kind.Arrow(col), Nullable: true, Metadata: arrow.NewMetadata(keys, vals)}, col.renamedFrom)
 	}
-	t.Schema = change.Schema(fields, t.keyNames())
+	t.Schema = change.TimedSchema(fields, t.keyNames())
 	t.def = d
 	return t, nil
 }

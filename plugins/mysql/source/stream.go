@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"vitess.io/vitess/go/mysql"
 	"vitess.io/vitess/go/mysql/binlog"
@@ -415,6 +416,9 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 	if s.txn != nil {
 		where = s.txn.String()
 	}
+	// The event header's time: when the statement began on the server, in seconds (the binlog has no finer
+	// time, and a transaction's rows come before its commit event).
+	at := time.Unix(int64(ev.Timestamp()), 0).UTC()
 	insertOp := change.OpInsert
 	if s.cur.OverlapFile != "" && before(s.file, ev.NextPosition(), s.cur.OverlapFile, s.cur.OverlapPos) {
 		insertOp = change.OpUpdate
@@ -432,7 +436,7 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 			} else if !in {
 				continue
 			}
-			if err := s.add(ctx, t, tm, after, insertOp, where); err != nil {
+			if err := s.add(ctx, t, tm, after, insertOp, where, at); err != nil {
 				return err
 			}
 		case ev.IsDeleteRows():
@@ -445,7 +449,7 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 			} else if !in {
 				continue
 			}
-			if err := s.add(ctx, t, tm, before, change.OpDelete, where); err != nil {
+			if err := s.add(ctx, t, tm, before, change.OpDelete, where, at); err != nil {
 				return err
 			}
 		default:
@@ -470,27 +474,27 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 			case !wasIn && !isIn:
 				continue
 			case wasIn && !isIn:
-				if err := s.add(ctx, t, tm, before, change.OpDelete, where); err != nil {
+				if err := s.add(ctx, t, tm, before, change.OpDelete, where, at); err != nil {
 					return err
 				}
 				continue
 			case !wasIn && isIn:
-				if err := s.add(ctx, t, tm, after, insertOp, where); err != nil {
+				if err := s.add(ctx, t, tm, after, insertOp, where, at); err != nil {
 					return err
 				}
 				continue
 			}
 			if keyChanged(t, before, after) {
 				// A new key is a new row: the old one goes, the new one comes.
-				if err := s.add(ctx, t, tm, before, change.OpDelete, where); err != nil {
+				if err := s.add(ctx, t, tm, before, change.OpDelete, where, at); err != nil {
 					return err
 				}
-				if err := s.add(ctx, t, tm, after, insertOp, where); err != nil {
+				if err := s.add(ctx, t, tm, after, insertOp, where, at); err != nil {
 					return err
 				}
 				continue
 			}
-			if err := s.add(ctx, t, tm, after, change.OpUpdate, where); err != nil {
+			if err := s.add(ctx, t, tm, after, change.OpUpdate, where, at); err != nil {
 				return err
 			}
 		}
@@ -540,7 +544,7 @@ func (s *streamer) decode(img int, t *Table, tm *mysql.TableMap, cols, nulls *my
 }
 
 // add appends one change row, flushing first when it belongs to another table or the batch is full.
-func (s *streamer) add(ctx context.Context, t *Table, tm *mysql.TableMap, row []cell, op change.Op, where string) error {
+func (s *streamer) add(ctx context.Context, t *Table, tm *mysql.TableMap, row []cell, op change.Op, where string, at time.Time) error {
 	if s.table != t {
 		if err := s.flush(ctx); err != nil {
 			return err
@@ -562,6 +566,7 @@ func (s *streamer) add(ctx context.Context, t *Table, tm *mysql.TableMap, row []
 	}
 	s.rb.Field(len(t.Columns)).(*array.Int8Builder).Append(int8(op))
 	s.rb.Field(len(t.Columns) + 1).(*array.StringBuilder).Append(where)
+	s.rb.Field(len(t.Columns) + 2).(*array.TimestampBuilder).Append(arrow.Timestamp(at.UnixMicro()))
 	s.n++
 	if s.n >= s.cfg.BatchSize {
 		return s.flush(ctx)

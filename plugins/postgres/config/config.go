@@ -60,6 +60,8 @@ type Settings struct {
 	TargetSchema string `json:"schema"`
 	// Settings are the destination's soft_delete and metadata_columns (plugin-sdk/rowmeta).
 	rowmeta.Settings
+	// History (destination) appends every change to <table>_history beside the mirrored table (dest/history.go).
+	History bool `json:"history"`
 
 	// Parsed forms.
 	TableNames     []TableName               `json:"-"`

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -18,6 +20,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
@@ -35,6 +38,9 @@ type applier struct {
 	nul    *values.Handler // on_unrepresentable for NUL characters in text (stage)
 	// entry is the WAL entry whose rows are being written: its number is _skippr_position.
 	entry uint64
+	// histSeq numbers each stream's changes of entry histEntry in its history table (history.go).
+	histEntry uint64
+	histSeq   map[string]int64
 }
 
 // tableState is what this apply knows of a destination table.
@@ -49,6 +55,11 @@ type row struct {
 	op  change.Op
 	rec arrow.RecordBatch
 	i   int
+	// committed is the change's source commit time (zero: unknown), kept apart from rec, which may be the
+	// batch of the values a soft delete keeps rather than the delete's own.
+	committed time.Time
+	// seq is the change's place in its entry, for the history table (history.go).
+	seq int64
 }
 
 // apply runs one transaction: the entries of the request after the pipeline's fence, then the new fence. The
@@ -63,6 +74,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 	defer tx.Rollback(context.Background())
 	a.tx = tx
 	a.tables = map[string]*tableState{}
+	a.histSeq = nil // numbered afresh: a retried apply writes its entries again from seq 0
 	schema := pgx.Identifier{cfg.TargetSchema}.Sanitize()
 	state := stateTable(cfg)
 	// CREATE ... IF NOT EXISTS checks the privilege to create before it looks: create only what is missing,
@@ -197,6 +209,11 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 	if ts == nil {
 		return nil // only schema changes of a stream without rows yet: the table exists now
 	}
+	if a.cfg.History {
+		if err := a.writeHistory(ctx, sp, ts); err != nil {
+			return err
+		}
+	}
 	// Group surviving rows: deletes by key schema, upserts by batch schema (one COPY and merge each); with
 	// metadata columns also by op, which they hold as a constant of the statement.
 	type group struct {
@@ -221,9 +238,17 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 			return g
 		}
 	)
+	times := make([]*array.Timestamp, len(sp.Batches))
+	for i, b := range sp.Batches {
+		var err error
+		if times[i], err = change.Committed(b); err != nil {
+			return fmt.Errorf("%s: %w", sp.Stream, err)
+		}
+	}
 	var inserts []row // rows of a stream without a key: appended as they come
 	for _, l := range sp.Fold.Last() {
 		r := row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row}
+		r.committed, _ = change.CommittedAt(times[l.Batch], l.Row)
 		switch {
 		case !sp.Keyed[l.Batch]:
 			inserts = append(inserts, r)
@@ -471,10 +496,15 @@ func (a *applier) stage(ctx context.Context, ts *tableState, s *arrow.Schema, co
 	// Under null_and_record, upsert puts _skippr_meta last (withMeta), and it takes the replacements of the
 	// row's other columns: it may not be in the batch (the source records nothing).
 	meta := a.cfg.Policy == values.NullAndRecord && len(cols) > 0 && cols[len(cols)-1] == change.MetaColumn
+	// The commit-time metadata column (rowmeta) is not in the batch: it takes the row's committed; the history
+	// table's op and seq (history.go) take the row's op name and seq.
+	committed, hop, hseq := slices.Index(cols, rowmeta.SourceCommittedAt), slices.Index(cols, histOp), slices.Index(cols, histSeq)
 	idx := make([]int, len(cols))
 	for j, c := range cols {
 		fi := s.FieldIndices(c)
 		switch {
+		case j == committed || j == hop || j == hseq:
+			idx[j] = -1
 		case len(fi) == 1:
 			idx[j] = fi[0]
 		case meta && j == len(cols)-1:
@@ -497,6 +527,22 @@ func (a *applier) stage(ctx context.Context, ts *tableState, s *arrow.Schema, co
 			}
 			if meta && j == len(cols)-1 {
 				writeMeta(&buf, r, idx[j], &changed)
+				continue
+			}
+			if j == hop {
+				buf.WriteString(rowmeta.OpName(r.op))
+				continue
+			}
+			if j == hseq {
+				buf.WriteString(strconv.FormatInt(r.seq, 10))
+				continue
+			}
+			if j == committed {
+				if r.committed.IsZero() {
+					buf.WriteString(`\N`)
+				} else {
+					buf.WriteString(r.committed.UTC().Format("2006-01-02 15:04:05.999999Z07:00"))
+				}
 				continue
 			}
 			arr := r.rec.Column(idx[j])
@@ -633,6 +679,9 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, o
 			cols = append(cols, f.Name)
 		}
 	}
+	if a.cfg.Meta.SourceCommittedAt {
+		cols = append(cols, rowmeta.SourceCommittedAt) // stage fills it with the row's commit time
+	}
 	if a.cfg.Policy == values.NullAndRecord {
 		cols = append(cols, change.MetaColumn) // last: stage fills it with the row's replacements
 	}
@@ -652,7 +701,7 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, o
 				sets = append(sets, q+" = EXCLUDED."+q)
 			}
 		}
-		for _, c := range a.cfg.Meta.Columns() {
+		for _, c := range a.constMeta() {
 			q := pgx.Identifier{c.Name}.Sanitize()
 			sets = append(sets, q+" = EXCLUDED."+q)
 		}
@@ -675,7 +724,11 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, o
 // delete removes rows by key, or with soft_delete marks them deleted and keeps their values.
 func (a *applier) delete(ctx context.Context, ts *tableState, s *arrow.Schema, rows []row) error {
 	key := change.PrimaryKey(s)
-	stage, err := a.stage(ctx, ts, s, key, rows)
+	staged := key
+	if a.cfg.Meta.SoftDelete && a.cfg.Meta.SourceCommittedAt {
+		staged = append(slices.Clone(key), rowmeta.SourceCommittedAt)
+	}
+	stage, err := a.stage(ctx, ts, s, staged, rows)
 	if err != nil {
 		return err
 	}
@@ -686,7 +739,7 @@ func (a *applier) delete(ctx context.Context, ts *tableState, s *arrow.Schema, r
 	}
 	sql := "DELETE FROM " + ts.name + " t USING " + stage + " s WHERE " + strings.Join(conds, " AND ")
 	if a.cfg.Meta.SoftDelete {
-		sql = "UPDATE " + ts.name + " t SET " + a.metaSets(change.OpDelete) + " FROM " + stage + " s WHERE " + strings.Join(conds, " AND ")
+		sql = "UPDATE " + ts.name + " t SET " + a.metaSets(change.OpDelete, "s."+pgx.Identifier{rowmeta.SourceCommittedAt}.Sanitize()) + " FROM " + stage + " s WHERE " + strings.Join(conds, " AND ")
 	}
 	if _, err := a.tx.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("delete %d rows from %s: %w", len(rows), ts.name, a.cfg.Explain(err))

@@ -67,7 +67,7 @@ func (a *applier) resnapshotMarks(ctx context.Context, pipeline string, marks []
 			if cfg.Meta.SoftDelete {
 				// The rows the source no longer has are marked deleted, as their deletes would have been.
 				a.entry = m.Sequence
-				q = `UPDATE ` + name + ` SET ` + a.metaSets(change.OpDelete) + ` WHERE age(xmin) > age($1::text::xid) AND NOT ` + pgx.Identifier{rowmeta.Deleted}.Sanitize()
+				q = `UPDATE ` + name + ` SET ` + a.metaSets(change.OpDelete, "NULL") + ` WHERE age(xmin) > age($1::text::xid) AND NOT ` + pgx.Identifier{rowmeta.Deleted}.Sanitize()
 			}
 			tag, err := a.tx.Exec(ctx, q, begin)
 			if err != nil {

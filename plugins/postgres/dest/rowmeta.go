@@ -13,7 +13,8 @@ import (
 )
 
 // The columns soft_delete and metadata_columns add (plugin-sdk/rowmeta has the semantics): every statement
-// that writes a row sets them as constants, since one statement writes rows of one op of one WAL entry.
+// that writes a row sets them as constants, since one statement writes rows of one op of one WAL entry; all but
+// _skippr_source_committed_at, which differs by row and is staged with the row's values (stage).
 
 // metaType is a metadata column's PostgreSQL type. _skippr_deleted is NOT NULL DEFAULT false, so the rows of
 // a table that had it turned on later read as live.
@@ -44,20 +45,36 @@ func (a *applier) metaValue(c rowmeta.Column, op change.Op) string {
 	return "NULL"
 }
 
+// constMeta are the metadata columns a statement sets as constants: all but the staged commit time.
+func (a *applier) constMeta() []rowmeta.Column {
+	var out []rowmeta.Column
+	for _, c := range a.cfg.Meta.Columns() {
+		if c.Name != rowmeta.SourceCommittedAt {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // metaValues returns, for an INSERT, ", col, ..." and ", value, ..." of the metadata columns ("" for none).
 func (a *applier) metaValues(op change.Op) (cols, vals string) {
-	for _, c := range a.cfg.Meta.Columns() {
+	for _, c := range a.constMeta() {
 		cols += ", " + pgx.Identifier{c.Name}.Sanitize()
 		vals += ", " + a.metaValue(c, op)
 	}
 	return cols, vals
 }
 
-// metaSets returns "col = value, ..." of the metadata columns, for an UPDATE.
-func (a *applier) metaSets(op change.Op) string {
+// metaSets returns "col = value, ..." of the metadata columns, for an UPDATE; committed is the expression of
+// the commit time (the staged column, or NULL where no source change is written).
+func (a *applier) metaSets(op change.Op, committed string) string {
 	var sets []string
 	for _, c := range a.cfg.Meta.Columns() {
-		sets = append(sets, pgx.Identifier{c.Name}.Sanitize()+" = "+a.metaValue(c, op))
+		v := a.metaValue(c, op)
+		if c.Name == rowmeta.SourceCommittedAt {
+			v = committed
+		}
+		sets = append(sets, pgx.Identifier{c.Name}.Sanitize()+" = "+v)
 	}
 	return strings.Join(sets, ", ")
 }

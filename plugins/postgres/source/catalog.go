@@ -265,7 +265,7 @@ func schema(cols []column, key []string, policy values.Policy) *arrow.Schema {
 		}
 		fields[i] = change.MarkRenamed(fields[i], c.RenamedFrom)
 	}
-	return change.Schema(policy.Fields(fields), key)
+	return change.TimedSchema(policy.Fields(fields), key)
 }
 
 // stream is the table as a serve.Stream.

@@ -1090,7 +1090,7 @@ func (p *processor) appendRow(ctx context.Context, rel *relation, op change.Op, 
 		}
 	}
 	appendMeta(p.b, len(rel.cols), p.r.cfg.Policy, &p.row)
-	p.b.Row(op, lsnText(lsn))
+	p.b.RowAt(op, lsnText(lsn), p.commitTime) // the transaction's commit time, from its Begin message
 	p.rs.saw(rel, vals)
 	p.rows++
 	if p.b.Len() >= p.r.cfg.BatchSize {
