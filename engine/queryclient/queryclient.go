@@ -153,7 +153,11 @@ func (c *Client) callErr(err error, wrote bool) error {
 	msg := s.Message()
 	switch s.Code() {
 	case codes.InvalidArgument:
-		return fmt.Errorf("%w: %s", sdk.ErrSQL, strings.TrimPrefix(msg, sdk.ErrSQL.Error()+": "))
+		if sql, ok := strings.CutPrefix(msg, sdk.ErrSQL.Error()+": "); ok {
+			return fmt.Errorf("%w: %s", sdk.ErrSQL, sql)
+		}
+		// Flight SQL's own answer to an action it does not know: a server of another release.
+		return fmt.Errorf("query server %s refused the request (%s): is it skippr serve of the same release?", c.addr, msg)
 	case codes.ResourceExhausted:
 		return fmt.Errorf("%w: %s", sdk.ErrMemory, msg)
 	case codes.Unavailable:

@@ -28,6 +28,7 @@ func TestCallErr(t *testing.T) {
 		message string
 	}{
 		{"bad SQL", status.Error(codes.InvalidArgument, "query failed: Binder Error: column nope"), false, sdk.ErrSQL, "query failed: Binder Error: column nope"},
+		{"older server", status.Error(codes.InvalidArgument, "the defined request is invalid."), false, nil, "same release"},
 		{"memory", status.Error(codes.ResourceExhausted, "too big"), false, sdk.ErrMemory, "too big"},
 		{"unreachable", status.Error(codes.Unavailable, "connection refused"), false, ErrUnreachable, "connection refused"},
 		{"gone midway", status.Error(codes.Unavailable, "reset"), true, nil, "Unavailable: reset"},
@@ -38,8 +39,8 @@ func TestCallErr(t *testing.T) {
 			if tc.is != nil && !errors.Is(err, tc.is) {
 				t.Fatalf("%v is not %v", err, tc.is)
 			}
-			if tc.is == nil && errors.Is(err, ErrUnreachable) {
-				t.Fatalf("%v is ErrUnreachable", err)
+			if tc.is == nil && (errors.Is(err, ErrUnreachable) || errors.Is(err, sdk.ErrSQL)) {
+				t.Fatalf("%v is ErrUnreachable or ErrSQL", err)
 			}
 			if !strings.Contains(err.Error(), tc.message) {
 				t.Fatalf("%q does not contain %q", err, tc.message)
