@@ -72,6 +72,13 @@ func main() {
 	queryOnly := flag.Bool("query-only", false, "run only the skippr query benchmark")
 	queryRows := flag.Int64("query-rows", 10_000_000, "rows of the lake table for the query benchmark")
 	queryWAL := flag.Int64("query-wal-rows", 100_000, "unapplied WAL events for the query benchmark")
+	serveOnly := flag.Bool("serve-only", false, "run only the skippr serve benchmark (needs skippr, skippr-serve, and the datagen, iceberg and duckdb plugins)")
+	var so serveOptions
+	flag.Int64Var(&so.rows, "serve-rows", 2_000_000, "rows of the lake table for the serve benchmark (issue #30 asks for 10M; 2M builds in about a minute on a quiet 2-core machine)")
+	flag.Int64Var(&so.walRows, "serve-wal-rows", 100_000, "unapplied WAL events for the serve benchmark")
+	flag.IntVar(&so.runs, "serve-runs", 200, "point lookups for the serve benchmark's p50/p99")
+	flag.IntVar(&so.clients, "serve-clients", 16, "concurrent Flight SQL clients of the serve benchmark's throughput run")
+	flag.DurationVar(&so.duration, "serve-duration", 15*time.Second, "duration of the serve benchmark's throughput run")
 	walCodecs := flag.String("wal-compression", "", "WAL codecs (comma-separated: s2, zstd, none; empty: the WAL's default) the MySQL and Postgres snapshots → WAL run with, each once per repeat, to compare CPU and bytes per row")
 	flag.BoolVar(&my.stream, "mysql-stream", true, "of the MySQL benchmarks, run the binlog stream ones too (false: only the snapshot and its SELECT baseline)")
 	backlogOnly := flag.Bool("backlog-only", false, "run only the backlog benchmark: a WAL backlog applied to each -backlog-dest as one range, each destination plugin's peak RSS")
@@ -108,6 +115,10 @@ func main() {
 			log.Fatalf("-backlog-dest: %v", err)
 		}
 		backlogBench(ctx, *binDir, *backlogRows, dests, *backlogIcebergMemory)
+		return
+	}
+	if *serveOnly {
+		serveBench(ctx, *binDir, so)
 		return
 	}
 	if *queryOnly {

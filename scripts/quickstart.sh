@@ -3,7 +3,8 @@
 # set) gets a sample schema with nested JSON; `skippr sync` installs the plugins from a local signed registry on
 # first use, snapshots the tables into an embedded Iceberg lake (SQLite catalog + local Parquet files), then
 # streams inserts, updates and deletes through its WAL; `skippr query` answers SQL over the lake plus the rows
-# that just arrived. Run it with `make quickstart`. Nothing is left running.
+# that just arrived; `skippr serve` answers the same over Arrow Flight SQL. Run it with `make quickstart`.
+# Nothing is left running.
 #
 # Your own Postgres instead of the throwaway one: set PGHOST, PGPORT, PGUSER, PGDATABASE (and PGPASSWORD);
 # it needs wal_level=logical and a user with REPLICATION. The quickstart creates tables qs_customers and
@@ -21,6 +22,7 @@ step() { printf '\n== %s\n' "$*"; }
 pgbin=""
 cleanup() {
 	if [ -n "${sync_pid:-}" ] && kill -0 "$sync_pid" 2>/dev/null; then kill -TERM "$sync_pid"; wait "$sync_pid" || true; fi
+	if [ -n "${serve_pid:-}" ] && kill -0 "$serve_pid" 2>/dev/null; then kill -TERM "$serve_pid"; wait "$serve_pid" || true; fi
 	if [ -n "${pgdata:-}" ]; then
 		[ -f "$pgdata/postmaster.pid" ] && as_pg "$pgbin/pg_ctl" -D "$pgdata" stop -m fast >/dev/null || true
 		rm -rf "$pgdata"
@@ -145,6 +147,23 @@ config false
 step "skippr query --as-of-lake   (the lake now has them)"
 "$skippr" query --as-of-lake "$q"
 
+step "skippr serve   (the same answers as a long-running Arrow Flight SQL server: plugins start once)"
+"$skippr" serve --addr 127.0.0.1:0 2>"$qs/serve.log" &
+serve_pid=$!
+addr=""
+for _ in $(seq 1 600); do
+	addr=$(sed -nE 's/.*msg="serving Flight SQL" addr=([^ ]+).*/\1/p' "$qs/serve.log" | head -1)
+	[ -n "$addr" ] && break
+	kill -0 "$serve_pid" 2>/dev/null || { cat "$qs/serve.log" >&2; exit 1; }
+	sleep 0.1
+done
+[ -n "$addr" ] || { echo "quickstart: skippr serve did not start within a minute:" >&2; cat "$qs/serve.log" >&2; exit 1; }
+echo "serving Flight SQL on grpc://$addr (log: $qs/serve.log)"
+step "skippr query --server $addr   (the statement goes to the server over Flight; no plugin starts)"
+"$skippr" query --server "$addr" "$q"
+echo "A notebook connects the same way: adbc_driver_flightsql.dbapi.connect(\"grpc://$addr\") (README.md, \"Serving it\")."
+kill -TERM "$serve_pid"; wait "$serve_pid" || true; serve_pid=""
+
 step "skippr teardown shop   (drops the replication slot so Postgres does not keep WAL for it)"
 "$skippr" teardown shop
 
@@ -153,4 +172,4 @@ echo "Done. Nothing is left running (the throwaway Postgres is stopped); everyth
 echo "  skippr.yml (the config), wal/ (skippr's WAL), lake/ (Iceberg: catalog.db + Parquet files), home/ (installed plugins)."
 echo "Try: cd $qs && SKIPPR_HOME=$qs/home $skippr query     (an interactive prompt over the lake)"
 echo " or: cd $qs && SKIPPR_HOME=$qs/home $skippr serve     (the same over Arrow Flight SQL on 127.0.0.1:31337 for notebooks"
-echo "     and BI tools; README.md, \"Serving it\")"
+echo "     and BI tools; then skippr query --server 127.0.0.1:31337 answers through it; README.md, \"Serving it\")"

@@ -29,6 +29,10 @@ import (
 	"github.com/skippr-dev/skippr/engine/wal"
 )
 
+// walCacheBytes of each pipeline's decoded WAL entries are kept between statements (lakequery.Options);
+// entries beyond are read again by each statement.
+const walCacheBytes = 256 << 20
+
 // version is set at build time with -ldflags "-X main.version=…", as the core's.
 var version = "0.1.0-dev"
 
@@ -188,6 +192,8 @@ func openQuerier(ctx context.Context, c *cli.Command, rd *redact.Redactor, log *
 		Pipelines: pipes,
 		Host:      host,
 		OpenWAL:   func(ctx context.Context, p *config.Pipeline) (*wal.Log, error) { return run.OpenWAL(ctx, p, log, 0) },
+		// Statements follow the WAL's tail: up to this much of its decoded entries stays in memory.
+		WALCacheBytes: walCacheBytes,
 	})
 	switch {
 	case errors.Is(err, lakequery.ErrNoLake):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/lakequery"
+	"github.com/skippr-dev/skippr/engine/queryclient"
 	"github.com/skippr-dev/skippr/engine/run"
 	"github.com/skippr-dev/skippr/engine/wal"
 	sdklakequery "github.com/skippr-dev/skippr/plugin-sdk/lakequery"
@@ -30,6 +32,12 @@ namespace.table (bare names resolve too); an unknown name lists the known ones.
 Without SQL, reads statements from a prompt with history (end each with ';') when stdin is a terminal,
 otherwise reads one statement from stdin. Read-only: takes no WAL lease, never blocks a running sync.
 
+With a running skippr serve named by --server or the config's query: {server: ADDR} (its token in
+query.server_token or $SKIPPR_QUERY_TOKEN), the statement goes to that server, which answers it with its
+plugins already running (milliseconds instead of starting the plugins); the output is the same. When the
+server cannot be reached, a warning goes to stderr and the plugins start as without it. --no-server, or
+--pipeline, always starts the plugins.
+
 The row count and time go to stderr. Exit status: 0 ok, 1 failure, 2 bad SQL or usage (DuckDB's message on
 stderr), 3 plugin not found, 4 verification failed.`,
 		Flags: []cli.Flag{
@@ -38,6 +46,8 @@ stderr), 3 plugin not found, 4 verification failed.`,
 			&cli.BoolFlag{Name: "as-of-lake", Usage: "answer from the lake alone, without the WAL's unapplied rows"},
 			&cli.StringSliceFlag{Name: "pipeline", Usage: "only these pipelines' lakes (default: every pipeline with an iceberg destination)"},
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
+			&cli.StringFlag{Name: "server", Sources: cli.EnvVars("SKIPPR_QUERY_SERVER"), Usage: "ask the skippr serve at this address (host:port, grpc+tls://host:port) instead of starting the plugins (default: the config's query.server)"},
+			&cli.BoolFlag{Name: "no-server", Usage: "start the plugins even when a server is named"},
 		},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			format := c.String("format")
@@ -47,12 +57,46 @@ stderr), 3 plugin not found, 4 verification failed.`,
 			if !slices.Contains([]string{sdklakequery.FormatTable, sdklakequery.FormatCSV, sdklakequery.FormatJSON, sdklakequery.FormatParquet}, format) {
 				return withCode(exitUsage, fmt.Errorf("query: --format %q is not table, csv, json or parquet", format))
 			}
-			q, err := openQuerier(ctx, c, g)
+			cfg, err := loadConfig(g)
 			if err != nil {
 				return err
 			}
-			defer q.Close()
-			con := &lakequery.Console{Querier: q, Request: lakequery.Request{Format: format, AsOfLake: c.Bool("as-of-lake")},
+			var runner lakequery.Runner
+			if addr := queryServer(c, cfg); addr != "" {
+				token := cfg.Query.ServerToken
+				if t := os.Getenv("SKIPPR_QUERY_TOKEN"); t != "" {
+					token = t
+					g.Redact.Add(map[string]string{"SKIPPR_QUERY_TOKEN": t})
+				}
+				cl, err := queryclient.Dial(addr, token)
+				if err != nil {
+					return withCode(exitUsage, err)
+				}
+				defer cl.Close()
+				var local *lakequery.Querier
+				defer func() {
+					if local != nil {
+						local.Close()
+					}
+				}()
+				runner = &queryclient.Fallback{Server: cl,
+					Open: func(ctx context.Context) (lakequery.Runner, error) {
+						q, err := openQuerier(ctx, c, g, cfg)
+						local = q
+						return q, err
+					},
+					Warn: func(err error) {
+						fmt.Fprintf(c.Root().ErrWriter, "skippr query: %v; starting the plugins instead\n", err)
+					}}
+			} else {
+				q, err := openQuerier(ctx, c, g, cfg)
+				if err != nil {
+					return err
+				}
+				defer q.Close()
+				runner = q
+			}
+			con := &lakequery.Console{Querier: runner, Request: lakequery.Request{Format: format, AsOfLake: c.Bool("as-of-lake")},
 				In: c.Root().Reader, Out: c.Root().Writer, Err: c.Root().ErrWriter, History: filepath.Join(g.Home, "query_history")}
 			if c.Args().Len() > 0 {
 				err = con.Answer(ctx, strings.Join(c.Args().Slice(), " "))
@@ -67,13 +111,24 @@ stderr), 3 plugin not found, 4 verification failed.`,
 	}
 }
 
-// openQuerier starts the plugins of the lakes of the pipelines named with --pipeline (default: all).
-func openQuerier(ctx context.Context, c *cli.Command, g *globals) (*lakequery.Querier, error) {
-	cfg, err := loadConfig(g)
-	if err != nil {
-		return nil, err
+// queryServer is the address of the skippr serve that answers, or "" to start the plugins: --server, else
+// the config's query.server, unless --no-server or --pipeline (a server answers for the pipelines it serves).
+func queryServer(c *cli.Command, cfg *config.Config) string {
+	if c.Bool("no-server") || len(c.StringSlice("pipeline")) > 0 {
+		return ""
 	}
-	var pipes []*config.Pipeline
+	if s := c.String("server"); s != "" {
+		return s
+	}
+	return cfg.Query.Server
+}
+
+// openQuerier starts the plugins of the lakes of the pipelines named with --pipeline (default: all).
+func openQuerier(ctx context.Context, c *cli.Command, g *globals, cfg *config.Config) (*lakequery.Querier, error) {
+	var (
+		pipes []*config.Pipeline
+		err   error
+	)
 	if names := c.StringSlice("pipeline"); len(names) > 0 {
 		if pipes, err = run.Select(cfg, names); err != nil {
 			return nil, err

@@ -52,12 +52,18 @@ type MetricsConfig struct {
 	Pos  Pos
 }
 
-// QueryConfig is the top-level `query:` key: which connection's plugin answers `skippr query`.
+// QueryConfig is the top-level `query:` key: which connection's plugin answers `skippr query`, or which
+// running `skippr serve` does.
 type QueryConfig struct {
 	// Connection names the connection whose plugin is the query engine (it must offer the query.engine
 	// service); "" lets `skippr query` take the first connection of plugin duckdb, or duckdb itself.
 	Connection string
-	Pos        Pos
+	// Server is the address of a running `skippr serve` that answers `skippr query` instead of plugins it
+	// would start (host:port, grpc://host:port or grpc+tls://host:port); "" starts the plugins.
+	Server string
+	// ServerToken is the bearer token sent to Server (usually "${ENV_VAR}"; a secret, redacted in logs).
+	ServerToken string
+	Pos         Pos
 }
 
 // Connection returns the connection with the given name.

@@ -45,10 +45,14 @@
 //
 // # query
 //
-// A mapping with one key, connection (required): the connection whose plugin answers `skippr query`
-// (any plugin offering the query.engine service, a third party's too). It must name a connection of
-// the file; its settings are not used. Without it, `skippr query` takes the first connection whose
-// plugin is duckdb (pinning its version or path), else the duckdb plugin itself.
+// A mapping with keys connection, server and server_token, all optional. connection: the connection
+// whose plugin answers `skippr query` (any plugin offering the query.engine service, a third party's
+// too). It must name a connection of the file; its settings are not used. Without it, `skippr query`
+// takes the first connection whose plugin is duckdb (pinning its version or path), else the duckdb
+// plugin itself. server: the address of a running `skippr serve` (host:port, grpc://host:port or
+// grpc+tls://host:port) that answers `skippr query` instead of the plugins it would start (an
+// unreachable one: it starts them, with a warning); server_token: the bearer token sent to it
+// (usually ${ENV_VAR}), allowed only with server.
 //
 // # registries
 //

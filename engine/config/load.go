@@ -111,18 +111,37 @@ func (l *loader) metrics(m *MetricsConfig, e entry) {
 	}
 }
 
-// query reads `query: {connection: NAME}`, which must name a connection of the file; that its plugin offers
-// query.engine is checked when `skippr query` starts it.
+// query reads `query: {connection: NAME, server: ADDR, server_token: TOKEN}`. connection must name a
+// connection of the file; that its plugin offers query.engine is checked when `skippr query` starts it.
+// server is host:port, optionally behind grpc:// or grpc+tls://; that it answers is checked when
+// `skippr query` calls it.
 func (l *loader) query(q *QueryConfig, e entry, cfg *Config, connsOK bool) {
 	q.Pos = e.pos
-	o := l.object(e.val, e.path, e.pos, "connection")
+	o := l.object(e.val, e.path, e.pos, "connection", "server", "server_token")
 	if !o.ok {
 		return
 	}
-	if name, s, ce, ok := o.needStr("connection"); ok {
-		q.Connection = name
-		if connsOK {
-			l.checkConnection(cfg, name, s, ce)
+	if _, ok := o.get("connection"); ok {
+		if name, s, ce, ok := o.needStr("connection"); ok {
+			q.Connection = name
+			if connsOK {
+				l.checkConnection(cfg, name, s, ce)
+			}
+		}
+	}
+	if _, ok := o.get("server"); ok {
+		if addr, _, se, ok := o.needStr("server"); ok {
+			hostPort := strings.TrimPrefix(strings.TrimPrefix(addr, "grpc+tls://"), "grpc://")
+			if _, _, err := net.SplitHostPort(hostPort); err != nil {
+				l.errorf(se.pos, se.path, "%q is not host:port, grpc://host:port or grpc+tls://host:port (for example 127.0.0.1:31337, where skippr serve listens): %v", addr, err)
+			} else {
+				q.Server = addr
+			}
+		}
+	}
+	if tok, _, te, ok := o.str("server_token"); ok {
+		if q.ServerToken = tok; tok != "" && q.Server == "" {
+			l.errorf(te.pos, te.path, "is set but query.server is not: the token is for the server skippr query talks to")
 		}
 	}
 }

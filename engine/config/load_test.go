@@ -931,6 +931,10 @@ func TestLoadQuery(t *testing.T) {
 		{"unknown", "query: { connection: mien }\n", "", `query.connection: unknown connection "mien"; did you mean "mine"?`},
 		{"empty", "query: { connection: \"\" }\n", "", "query.connection: must not be empty"},
 		{"unknown key", "query: { engine: mine }\n", "", "query.engine: unknown key"},
+		{"server", "query: { server: 127.0.0.1:31337 }\n", "", ""},
+		{"server and connection", "query: { connection: mine, server: grpc+tls://q.example:443, server_token: abc }\n", "mine", ""},
+		{"server not host:port", "query: { server: localhost }\n", "", `query.server: "localhost" is not host:port`},
+		{"token without server", "query: { server_token: abc }\n", "", "query.server_token: is set but query.server is not"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := Load(writeConfig(t, conns+tc.query), nil)

@@ -41,12 +41,16 @@ type Options struct {
 	Host      connector.Starter
 	// OpenWAL opens a pipeline's log for reading; the querier takes no lease and never blocks a sync.
 	OpenWAL func(ctx context.Context, p *config.Pipeline) (*wal.Log, error)
+	// WALCacheBytes of decoded WAL entries are kept between statements (walTail), per pipeline; 0 keeps
+	// none, as the one-shot `skippr query` wants. Commit records already seen are never listed again.
+	WALCacheBytes int64
 }
 
 // Querier answers queries over one config's lakes. Its plugins run until Close.
 type Querier struct {
 	opts    Options
 	lakes   []lake
+	tails   map[string]*walTail // by pipeline
 	engine  *connector.Plugin
 	running []*connector.Plugin
 }
@@ -62,7 +66,7 @@ type lake struct {
 // query engine.
 func Open(ctx context.Context, opts Options) (*Querier, error) {
 	// The plugins started before an error are killed here: the caller gets no Querier to close.
-	q := &Querier{opts: opts}
+	q := &Querier{opts: opts, tails: map[string]*walTail{}}
 	if err := q.open(ctx); err != nil {
 		q.Close()
 		return nil, err
@@ -95,6 +99,9 @@ func (q *Querier) open(ctx context.Context) error {
 				continue
 			}
 			q.lakes = append(q.lakes, lake{p: p, conn: cn.Name, plugin: c})
+			if q.tails[p.Name] == nil {
+				q.tails[p.Name] = newWALTail(opts.WALCacheBytes)
+			}
 		}
 	}
 	if len(q.lakes) == 0 {
@@ -217,42 +224,16 @@ type walEntries struct {
 	streams []string
 }
 
-// readWAL reads a pipeline's committed entries without taking its lease. An entry reclaimed while being read
-// was applied by every destination, so the plan (made after) holds it: it is skipped.
+// readWAL reads a pipeline's committed entries without taking its lease, through the pipeline's walTail. An
+// entry reclaimed while being read was applied by every destination, so the plan (made after) holds it: it
+// is skipped.
 func (q *Querier) readWAL(ctx context.Context, p *config.Pipeline) (walEntries, error) {
-	var out walEntries
 	l, err := q.opts.OpenWAL(ctx, p)
 	if err != nil {
-		return out, err
+		return walEntries{}, err
 	}
 	defer l.Close()
-	h, err := l.Head(ctx)
-	if err != nil {
-		return out, fmt.Errorf("pipeline %s: %w", p.Name, err)
-	}
-	recs, err := l.Entries(ctx, h.ReclaimedThrough)
-	if err != nil {
-		return out, fmt.Errorf("pipeline %s: %w", p.Name, err)
-	}
-	seen := map[string]bool{}
-	for _, rec := range recs {
-		frames, err := l.ReadSegment(ctx, rec)
-		if err != nil {
-			if h2, herr := l.Head(ctx); herr == nil && h2.ReclaimedThrough >= rec.Seq {
-				continue
-			}
-			return out, fmt.Errorf("pipeline %s: %w", p.Name, err)
-		}
-		for _, f := range frames {
-			if !seen[f.Stream] {
-				seen[f.Stream] = true
-				out.streams = append(out.streams, f.Stream)
-			}
-		}
-		out.seqs = append(out.seqs, rec.Seq)
-		out.frames = append(out.frames, frames)
-	}
-	return out, nil
+	return q.tails[p.Name].read(ctx, l, p.Name)
 }
 
 // writeStream writes the query stream: the request, then every lake's pipeline's WAL entries in order.

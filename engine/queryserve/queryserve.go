@@ -4,8 +4,8 @@
 // One lakequery.Querier serves every client for the server's life, so the lake and query engine plugins start
 // once. Each statement is one Querier.Run in the engine's arrow format: the query engine's record batches
 // come as an Arrow IPC stream and go to the client as Flight data as they arrive; no row is converted. A
-// statement sees every WAL entry committed before it started (Run reads the WAL per statement) and one plan
-// of each lake.
+// statement sees every WAL entry committed before it started (Run lists the WAL per statement, following
+// its tail: lakequery.Options.WALCacheBytes) and one plan of each lake.
 //
 // What the server offers: statements (CommandStatementQuery), prepared statements with parameters (the
 // handle carries the SQL and the bound values, so a handle outlives a restart and Close frees nothing:

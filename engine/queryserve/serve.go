@@ -52,7 +52,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener, l Listen, grace ti
 		opts = append(opts, grpc.Creds(credentials.NewTLS(l.TLS)))
 	}
 	g := grpc.NewServer(opts...)
-	flight.RegisterFlightServiceServer(g, flightsql.NewFlightServerWithAllocator(s, s.mem))
+	flight.RegisterFlightServiceServer(g, actions{FlightServer: flightsql.NewFlightServerWithAllocator(s, s.mem), s: s})
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	select {
