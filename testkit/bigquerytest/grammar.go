@@ -17,6 +17,7 @@ import (
 //	             | "INSERT" "INTO" table "(" idents ")" "SELECT" idents "FROM" table
 //	             | "MERGE" [ "INTO" ] table [ "AS" ] alias "USING" source [ "AS" ] alias "ON" cond { when }
 //	             | "SELECT" idents "FROM" table "WHERE" ident "=" param
+//	             | "ALTER" "TABLE" table "RENAME" "COLUMN" ident "TO" ident   -- DDL: ALTER TABLE RENAME COLUMN
 //	scalar_sel  := "SELECT" "COALESCE" "(" "MAX" "(" ident ")" "," int ")" "FROM" table "WHERE" cond
 //	source      := table | "(" "SELECT" item { "," item } "FROM" "UNNEST" "(" param ")" [ "AS" ] alias ")"
 //	item        := param "AS" ident | ident
@@ -167,6 +168,7 @@ const (
 	KindInsert  Kind = "INSERT"
 	KindMerge   Kind = "MERGE"
 	KindSelect  Kind = "SELECT"
+	KindRename  Kind = "ALTER_TABLE"
 	paramPrefix      = "\x00param:"
 )
 
@@ -417,6 +419,9 @@ func (p *parser) statement() (Statement, error) {
 	case "COMMIT":
 		p.st.Kind = KindCommit
 		err = p.kw("COMMIT", "TRANSACTION")
+	case "ALTER":
+		p.st.Kind = KindRename
+		err = p.rename()
 	case "DELETE":
 		p.st.Kind = KindDelete
 		err = p.del()
@@ -541,6 +546,34 @@ func (p *parser) assert() error {
 		return err
 	}
 	return p.punct(")")
+}
+
+// rename reads ALTER TABLE t RENAME COLUMN a TO b; Columns holds a and b.
+func (p *parser) rename() error {
+	if err := p.kw("ALTER", "TABLE"); err != nil {
+		return err
+	}
+	if err := p.table(); err != nil {
+		return err
+	}
+	if err := p.kw("RENAME", "COLUMN"); err != nil {
+		return err
+	}
+	from, err := p.ident()
+	if err != nil {
+		return err
+	}
+	p.emit(pgIdent(from))
+	if err := p.kw("TO"); err != nil {
+		return err
+	}
+	to, err := p.ident()
+	if err != nil {
+		return err
+	}
+	p.emit(pgIdent(to))
+	p.st.Columns = []string{from, to}
+	return nil
 }
 
 func (p *parser) del() error {

@@ -24,6 +24,8 @@ func TestGrammarRefuses(t *testing.T) {
 		"insert count":          "MERGE `p`.`d`.`t` T USING `p`.`d`.`s` S ON T.a = S.c0 WHEN NOT MATCHED THEN INSERT (a, b) VALUES (S.c0)",
 		"update in not matched": "MERGE `p`.`d`.`t` T USING `p`.`d`.`s` S ON T.a = S.c0 WHEN NOT MATCHED THEN UPDATE SET a = S.c0",
 		"create table":          "CREATE TABLE `p`.`d`.`t` (a INT64)",
+		"rename without column": "ALTER TABLE `p`.`d`.`t` RENAME `a` TO `b`",
+		"alter add column":      "ALTER TABLE `p`.`d`.`t` ADD COLUMN `a` INT64",
 		"unclosed string":       "SELECT a FROM `p`.`d`.`t` WHERE a = 'x",
 		"semicolon only":        ";",
 		"qualify other window":  "MERGE `p`.`d`.`t` T USING (SELECT * FROM `p`.`d`.`s` WHERE TRUE QUALIFY RANK() OVER (PARTITION BY c0 ORDER BY o DESC) = 1) S ON T.a = S.c0 WHEN MATCHED THEN DELETE",
@@ -38,7 +40,8 @@ func TestGrammarRefuses(t *testing.T) {
 // TestGrammarTranslates: accepted statements become the PostgreSQL the executor runs.
 func TestGrammarTranslates(t *testing.T) {
 	for sql, want := range map[string]string{
-		"DELETE FROM `p`.`d`.`t` WHERE TRUE": `DELETE FROM "d"."t" WHERE TRUE`,
+		"DELETE FROM `p`.`d`.`t` WHERE TRUE":                            `DELETE FROM "d"."t" WHERE TRUE`,
+		"ALTER TABLE `p`.`d`.`t` RENAME COLUMN `qty` TO `order amount`": `ALTER TABLE "d"."t" RENAME COLUMN "qty" TO "order amount"`,
 		"MERGE `p`.`d`.`t` AS T USING `p`.`d`.`s` AS S ON T.`id` = S.c0 WHEN MATCHED AND S._skippr_op = 3 THEN DELETE WHEN NOT MATCHED BY TARGET AND S._skippr_op <> 3 THEN INSERT (`id`) VALUES (S.c0)": `MERGE INTO "d"."t" AS "T" USING "d"."s" AS "S" ON "T"."id" = "S"."c0" WHEN MATCHED AND "S"."_skippr_op" = 3 THEN DELETE WHEN NOT MATCHED AND "S"."_skippr_op" <> 3 THEN INSERT ("id") VALUES ( "S"."c0" )`,
 		"MERGE `p`.`d`.`t` AS T USING (SELECT * FROM `p`.`d`.`s` WHERE TRUE QUALIFY ROW_NUMBER() OVER (PARTITION BY c0, c1 ORDER BY _skippr_ord DESC) = 1) AS S ON T.a = S.c0 WHEN MATCHED THEN DELETE":  `MERGE INTO "d"."t" AS "T" USING (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "c0", "c1" ORDER BY "_skippr_ord" DESC) AS "_skippr_rn" FROM "d"."s") AS "_skippr_q" WHERE "_skippr_rn" = 1) AS "S" ON "T"."a" = "S"."c0" WHEN MATCHED THEN DELETE`,
 		"SELECT stream, last_sequence FROM `p`.`d`.`_skippr_state` WHERE pipeline = @pipeline":                                                                                                           "SELECT \"stream\", \"last_sequence\" FROM \"d\".\"_skippr_state\" WHERE \"pipeline\" = \x00param:pipeline\x00",

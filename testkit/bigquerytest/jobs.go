@@ -178,6 +178,14 @@ func (s *Server) run(ctx context.Context, script string, params []*bq.QueryParam
 			if ok == nil || !*ok {
 				return nil, nil, kind, fmt.Errorf("%s", st.Message)
 			}
+		case KindRename:
+			if tx != nil {
+				// "Statements supported in transactions": DDL on a permanent table is not among them.
+				return nil, nil, kind, fmt.Errorf("statement %d: ALTER TABLE is not supported inside a transaction", n+1)
+			}
+			if err := s.renameColumn(ctx, conn.Conn(), st); err != nil {
+				return nil, nil, kind, fmt.Errorf("statement %d: %w", n+1, err)
+			}
 		case KindSelect:
 			if schema, rows, err = s.selectRows(query, st, sql, args); err != nil {
 				return nil, nil, kind, fmt.Errorf("statement %d: %w", n+1, err)

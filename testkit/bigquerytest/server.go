@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/bigquery/storage/apiv1/storagepb"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/h2c"
@@ -519,6 +520,53 @@ func (s *Server) patchTable(ctx context.Context, dataset, table string, t *bq.Ta
 	m.etag++
 	m.t.Etag = fmt.Sprint(m.etag)
 	return m.t, nil
+}
+
+// renameColumn runs ALTER TABLE t RENAME COLUMN a TO b and renames the column in the table's schema. BigQuery
+// refuses to rename some columns (DDL reference, ALTER TABLE RENAME COLUMN statement, Limitations); the
+// stand-in refuses the ones the plugin's tables can have: a clustering column and a primary key column.
+func (s *Server) renameColumn(ctx context.Context, conn *pgx.Conn, st Statement) error {
+	t, from, to := st.Tables[0], st.Columns[0], st.Columns[1]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.tables[t.Dataset+"."+t.Table]
+	if !ok {
+		return errf(404, "notFound", "Not found: Table %s:%s.%s", s.Project, t.Dataset, t.Table)
+	}
+	var col *bq.TableFieldSchema
+	for _, f := range m.cols {
+		if strings.EqualFold(f.Name, from) {
+			col = f
+		}
+		if strings.EqualFold(f.Name, to) {
+			return errf(400, "invalid", "Column already exists: %s", f.Name)
+		}
+	}
+	if col == nil {
+		return errf(400, "invalid", "Column not found: %s", from)
+	}
+	var keyed []string
+	if m.t.Clustering != nil {
+		keyed = append(keyed, m.t.Clustering.Fields...)
+	}
+	if c := m.t.TableConstraints; c != nil && c.PrimaryKey != nil {
+		keyed = append(keyed, c.PrimaryKey.Columns...)
+	}
+	for _, k := range keyed {
+		if strings.EqualFold(k, from) {
+			return errf(400, "invalid", "Cannot rename column %s: it is a clustering or primary key column", col.Name)
+		}
+	}
+	if err := checkColumnName(to); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, "ALTER TABLE "+pgIdent(t.Dataset)+"."+pgIdent(t.Table)+" RENAME COLUMN "+pgIdent(col.Name)+" TO "+pgIdent(to)); err != nil {
+		return err
+	}
+	col.Name = to
+	m.etag++
+	m.t.Etag = fmt.Sprint(m.etag)
+	return nil
 }
 
 func (s *Server) deleteTable(ctx context.Context, dataset, table string) error {

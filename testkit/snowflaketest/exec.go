@@ -276,6 +276,14 @@ func (s *Server) ddl(ctx context.Context, x *session, toks []token) (*result, er
 				}
 			}
 		}
+	case toks[at+5].text == "RENAME": // ALTER TABLE … RENAME COLUMN "A" TO "B": the catalog's row follows, in place.
+		if _, err := x.conn.Exec(ctx, q); err != nil {
+			return nil, err
+		}
+		if err := s.metaExec(ctx, `UPDATE _standin.columns SET column_name = $4 WHERE schema_name = $1 AND table_name = $2 AND column_name = $3`,
+			schema, table, toks[at+7].text, toks[at+9].text); err != nil {
+			return nil, err
+		}
 	default: // ALTER TABLE … ADD COLUMN "C" T | ALTER COLUMN "C" SET DATA TYPE T
 		if _, err := x.conn.Exec(ctx, q); err != nil {
 			return nil, err

@@ -61,6 +61,8 @@ var Rules = []Rule{
 		`CREATE OR REPLACE TEMPORARY TABLE `+qname+` \(`+coldef+`(?:, `+coldef+`)*\)`),
 	rule("add column", "sql-reference/sql/alter-table-column (ADD COLUMN col_name col_type)",
 		`ALTER TABLE `+qname+` ADD COLUMN `+ident+` `+typ),
+	rule("rename column", "sql-reference/sql/alter-table (RENAME COLUMN col_name TO new_col_name)",
+		`ALTER TABLE `+qname+` RENAME COLUMN `+ident+` TO `+ident),
 	rule("widen number", "sql-reference/sql/alter-table-column (ALTER COLUMN … SET DATA TYPE; precision only)",
 		`ALTER TABLE `+qname+` ALTER COLUMN `+ident+` SET DATA TYPE NUMBER\([0-9]+,[0-9]+\)`),
 	rule("columns", "sql-reference/info-schema/columns",

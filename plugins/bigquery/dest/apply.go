@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -164,6 +166,14 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 		case it.Schema != nil:
 			if err := a.ensureTable(ctx, ss.table, it.Schema.Schema); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
+			}
+			// Rows read before a rename, not staged yet (this entry) or staged under the former name (earlier
+			// entries; their MERGEs run at the end, after the rename committed): they go into the renamed column.
+			if p := a.entry.Lookup(ss.stream); p != nil {
+				p.FollowRenames(it.Schema.Schema)
+			}
+			for _, sg := range ss.segs {
+				sg.followRenames(it.Schema.Schema)
 			}
 		case it.Truncate:
 			a.entry.Get(ss.stream).Fold.Truncate()
@@ -372,6 +382,13 @@ func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema)
 		c.tables[name] = schema
 		return nil
 	}
+	target, renamed, err := a.renameColumns(ctx, name, target, s)
+	if err != nil {
+		return err
+	}
+	if renamed {
+		etag = "" // the rename changed the table's etag: the patch below reads it again
+	}
 	var added bigquery.Schema
 	for _, f := range fields {
 		want := rows.Column(f.Name, f)
@@ -411,6 +428,56 @@ func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema)
 	}
 	c.tables[name] = md.Schema
 	return nil
+}
+
+// renameColumns renames the columns the source renamed (change.Renames) before missing ones are added, so
+// rows written before the rename keep their values under the new name: ALTER TABLE … RENAME COLUMN, a DDL
+// statement that commits at once. The table's columns decide (matched case-insensitively, as BigQuery
+// matches column names), so a replay renames nothing. A key column is refused: the plugin clusters the table
+// by its key and declares it the primary key, and BigQuery renames neither a clustering nor a key column.
+func (a *applier) renameColumns(ctx context.Context, name string, target bigquery.Schema, s *arrow.Schema) (bigquery.Schema, bool, error) {
+	c := a.c
+	find := func(n string) int {
+		return slices.IndexFunc(target, func(f *bigquery.FieldSchema) bool { return strings.EqualFold(f.Name, n) })
+	}
+	renames := change.Renames(change.DataFields(s), func(n string) bool { return find(n) >= 0 })
+	for _, r := range renames {
+		i := find(r.From)
+		if slices.ContainsFunc(change.PrimaryKey(s), func(k string) bool { return strings.EqualFold(k, r.To) }) {
+			return nil, false, fault.DataErr(fmt.Errorf("table %s: the source renamed key column %s to %s, and BigQuery cannot rename a clustering or primary key column", c.table(name), target[i].Name, r.To),
+				fmt.Sprintf("recreate the table in BigQuery with the column renamed (CREATE TABLE … CLUSTER BY … AS SELECT … %s AS %s …) and restart, or resnapshot the table", target[i].Name, r.To))
+		}
+		if err := rows.CheckName(r.To); err != nil {
+			return nil, false, fault.DataErr(fmt.Errorf("table %s column %s: %w", c.table(name), r.To, err), fmt.Sprintf("rename column %s of the source table to a name BigQuery takes, or leave table %s out of the pipeline", r.To, name))
+		}
+		_, err := c.query(ctx, gsql.RenameColumn(c.table(name), target[i].Name, r.To), nil)
+		a.st.RoundTrips += 2
+		if err != nil {
+			return nil, false, fmt.Errorf("rename column %s of %s to %s: %w", target[i].Name, c.table(name), r.To, err)
+		}
+		renamed := *target[i]
+		renamed.Name = r.To
+		target = slices.Clone(target)
+		target[i] = &renamed
+		c.tables[name] = target
+		slog.Info("renamed a column as the source did", "table", c.table(name).String(), "from", r.From, "to", r.To)
+	}
+	return target, len(renames) > 0, nil
+}
+
+// followRenames points the segment's MERGE at the columns a later schema s renamed: its rows were staged
+// before the rename, under the former names.
+func (sg *segment) followRenames(s *arrow.Schema) {
+	has := func(n string) bool {
+		return slices.ContainsFunc(sg.cols, func(c string) bool { return strings.EqualFold(c, n) })
+	}
+	for _, r := range change.Renames(change.DataFields(s), has) {
+		for i, c := range sg.cols {
+			if strings.EqualFold(c, r.From) {
+				sg.cols[i] = r.To
+			}
+		}
+	}
 }
 
 func names(s bigquery.Schema) string {

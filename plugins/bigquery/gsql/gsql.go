@@ -121,6 +121,11 @@ func Append(target, stage Table, cols []string, stageCol func(int) string) strin
 		target, strings.Join(names, ", "), strings.Join(vals, ", "), stage, OrdColumn, OrdColumn)
 }
 
+// RenameColumn renames a column of target, as the source did (DDL, "ALTER TABLE RENAME COLUMN statement").
+func RenameColumn(target Table, from, to string) string {
+	return fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", target, Ident(from), Ident(to))
+}
+
 // Truncate empties target (BigQuery's DELETE needs a WHERE clause).
 func Truncate(target Table) string { return fmt.Sprintf("DELETE FROM %s WHERE TRUE", target) }
 

@@ -26,6 +26,7 @@ func statements() map[string]string {
 		"merge_key_only": Merge(target, stage, []string{"id"}, []int{0}, stageCol),
 		"append":         Append(target, stage, cols, stageCol),
 		"truncate":       Truncate(target),
+		"rename column":  RenameColumn(target, "qty", "order amount"),
 		"assert_fence":   AssertFence(state),
 		"set_state":      SetState(state),
 		"read_state":     ReadState(state),

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -130,6 +131,12 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 					return fmt.Errorf("stream %s: %w", sp.Stream, err)
 				}
 			}
+			// Rows of earlier chunks staged under a column's former name: their merges write the renamed column.
+			// The rename above committed at once (DDL), before any of the merges, which run in the transaction
+			// after the last chunk; so does a replay, whose earlier chunks find the column renamed already.
+			for _, s := range sp.Schemas {
+				followRenames(chunks, sp.table, s)
+			}
 			if err := x.prepareLoads(ctx, req, sp, dir, &nstage); err != nil {
 				return fmt.Errorf("stream %s: %w", sp.Stream, err)
 			}
@@ -203,7 +210,7 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 				}
 				key = key[:0]
 				for _, k := range change.PrimaryKey(l.schema) {
-					key = append(key, sfsql.Name(k))
+					key = append(key, l.target(sfsql.Name(k)))
 				}
 				q := sfsql.Append(sp.table, l.stage, l.cols)
 				if len(key) > 0 {
@@ -361,6 +368,43 @@ func (x *conn) prepareLoads(ctx context.Context, req *serve.Range, sp *streamPla
 	return nil
 }
 
+// followRenames points the merges of the earlier chunks' loads into table t at the columns a later schema s
+// renamed (change.RelabelRenamed across chunks; within a chunk change.Plan relabels the batches itself).
+func followRenames(chunks [][]*streamPlan, t sfsql.Table, s *arrow.Schema) {
+	for _, plans := range chunks {
+		for _, sp := range plans {
+			if sp.table != t {
+				continue
+			}
+			for _, l := range sp.loads {
+				has := func(n string) bool {
+					return slices.ContainsFunc(l.cols, func(c sfsql.Column) bool { return c.Name == sfsql.Name(n) })
+				}
+				for _, r := range change.Renames(change.DataFields(s), has) {
+					for i, c := range l.cols {
+						if c.Name == sfsql.Name(r.From) {
+							if c.Staged == "" {
+								l.cols[i].Staged = c.Name
+							}
+							l.cols[i].Name = sfsql.Name(r.To)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// target is the target column of a load's column staged as n: n, or its new name after a rename.
+func (l *load) target(n string) string {
+	for _, c := range l.cols {
+		if c.Staged == n {
+			return c.Name
+		}
+	}
+	return n
+}
+
 // stageColumns are the Snowflake columns of a batch schema's data fields.
 func stageColumns(s *arrow.Schema) ([]sfsql.Column, error) {
 	var cols []sfsql.Column
@@ -450,6 +494,20 @@ func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema) 
 		if have == nil {
 			return fmt.Errorf("table %s was created but INFORMATION_SCHEMA lists no columns", t)
 		}
+	}
+	// Renames first (change.Renames), so rows written before the source renamed a column keep their values
+	// under the new name; the table's own columns decide, so a replay renames nothing. Snowflake matches
+	// names as sfsql.Name folds them.
+	has := func(n string) bool { _, ok := have[sfsql.Name(n)]; return ok }
+	for _, r := range change.Renames(change.DataFields(s), has) {
+		from, to := sfsql.Name(r.From), sfsql.Name(r.To)
+		if err := x.exec(ctx, sfsql.RenameColumn(t, from, to)); err != nil {
+			delete(x.d.tables, t.String())
+			return explain(x.s, fmt.Sprintf("rename column %s of %s to %s", from, t, to), err)
+		}
+		have[to] = have[from]
+		delete(have, from)
+		x.d.log().Info("renamed a column as the source did", "table", t.String(), "from", from, "to", to)
 	}
 	for _, c := range want {
 		h, ok := have[c.Name]

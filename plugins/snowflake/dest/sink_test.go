@@ -787,3 +787,91 @@ func TestLivePrefixReachesTheTable(t *testing.T) {
 		}
 	}
 }
+
+// renameItems: rows 1..n under qty, then a schema whose amount was qty (change.MarkRenamed), then rows n+1..2n.
+func renameItems(st string, n int) (s1, s2 *arrow.Schema, recs []arrow.RecordBatch) {
+	s1 = change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "qty", Type: arrow.PrimitiveTypes.Int64, Nullable: true}}, []string{"id"})
+	s2 = change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		change.MarkRenamed(arrow.Field{Name: "amount", Type: arrow.PrimitiveTypes.Int64, Nullable: true}, "qty")}, []string{"id"})
+	for i := 1; i <= 2*n; i++ {
+		s := s1
+		if i > n {
+			s = s2
+		}
+		b := change.NewBuilder(mem, s)
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		b.Field(1).(*array.Int64Builder).Append(int64(10 * i))
+		b.Row(change.OpInsert, "")
+		recs = append(recs, b.NewBatch())
+		b.Release()
+	}
+	return s1, s2, recs
+}
+
+// checkRenamed: every row holds its value under AMOUNT, and no QTY column is left.
+func checkRenamed(t *testing.T, got map[string]map[string]any, n int) {
+	t.Helper()
+	if len(got) != n {
+		t.Fatalf("%d rows, want %d: %v", len(got), n, got)
+	}
+	for id := 1; id <= n; id++ {
+		r := got[fmt.Sprint(id)]
+		if fmt.Sprint(r["AMOUNT"]) != fmt.Sprint(10*id) {
+			t.Errorf("id %d: AMOUNT %v, want %d (row %v)", id, r["AMOUNT"], 10*id, r)
+		}
+		if _, ok := r["QTY"]; ok {
+			t.Errorf("id %d: column QTY still there: %v", id, r)
+		}
+	}
+}
+
+// TestRenamedColumn: rows, a schema whose column the source renamed, more rows; the table's column is renamed
+// (rows written before keep their values under the new name), and a replay of the range changes nothing.
+func TestRenamedColumn(t *testing.T) {
+	tg := newTarget(t, nil)
+	st := tg.stream("items")
+	s1, s2, recs := renameItems(st, 1)
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
+	tg.apply(1, 1, serve.Item{Stream: st, Schema: &serve.Stream{Name: st, Schema: s1}, Sequence: 1}, item(st, 1, recs[0]))
+	second := []serve.Item{{Stream: st, Schema: &serve.Stream{Name: st, Schema: s2}, Sequence: 2}, item(st, 2, recs[1])}
+	tg.apply(2, 2, second...)
+	checkRenamed(t, tg.rows(TableName(st)), 2)
+	if res := tg.apply(2, 2, second...); !res.Skipped {
+		t.Fatalf("replay of 2 applied: %+v", res)
+	}
+	checkRenamed(t, tg.rows(TableName(st)), 2)
+}
+
+// TestRenameInALaterChunk: one apply folded in chunks (each DDL commits at once in Snowflake) whose rows of
+// the first chunks were staged under the column's former name before a later chunk renamed it: the merges,
+// all run after the last chunk, write them into the renamed column.
+func TestRenameInALaterChunk(t *testing.T) {
+	tg := newTarget(t, nil)
+	st := tg.stream("items")
+	const n = 4
+	s1, s2, recs := renameItems(st, n)
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
+	tg.dest.FoldBudget = 1 // every batch is a chunk
+	items := []serve.Item{{Stream: st, Schema: &serve.Stream{Name: st, Schema: s1}, Sequence: 1}}
+	for i, r := range recs {
+		seq := uint64(i + 1)
+		if i == n {
+			items = append(items, serve.Item{Stream: st, Schema: &serve.Stream{Name: st, Schema: s2}, Sequence: seq})
+		}
+		items = append(items, item(st, seq, r))
+	}
+	puts := tg.dest.stats.Puts
+	tg.apply(1, uint64(2*n), items...)
+	if p := tg.dest.stats.Puts - puts; p < 2*n {
+		t.Fatalf("%d files put, want one a batch: the range was not split", p)
+	}
+	checkRenamed(t, tg.rows(TableName(st)), 2*n)
+}

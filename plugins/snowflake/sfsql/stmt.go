@@ -53,16 +53,28 @@ func (t Table) Stage() string {
 type Column struct {
 	Name string
 	Type Type
+	// Staged is the staging table's name for the column when it differs from Name, the target's: rows staged
+	// under a column's former name before a later part of the same apply renamed it.
+	Staged string
+}
+
+// staged is the column's name in a staging table.
+func (c Column) staged() string {
+	if c.Staged != "" {
+		return c.Staged
+	}
+	return c.Name
 }
 
 func columnDefs(cols []Column, stage bool) []string {
 	defs := make([]string, len(cols))
 	for i, c := range cols {
 		t := c.Type.DDL()
+		n := c.Name
 		if stage {
-			t = c.Type.StageDDL()
+			t, n = c.Type.StageDDL(), c.staged()
 		}
-		defs[i] = Ident(c.Name) + " " + t
+		defs[i] = Ident(n) + " " + t
 	}
 	return defs
 }
@@ -88,6 +100,11 @@ func CreateTable(t Table, cols []Column, key []string) string {
 // AddColumn adds a column a grown schema brings.
 func AddColumn(t Table, c Column) string {
 	return "ALTER TABLE " + t.String() + " ADD COLUMN " + Ident(c.Name) + " " + c.Type.DDL()
+}
+
+// RenameColumn renames a column, as the source did.
+func RenameColumn(t Table, from, to string) string {
+	return "ALTER TABLE " + t.String() + " RENAME COLUMN " + Ident(from) + " TO " + Ident(to)
 }
 
 // AlterType widens a NUMBER column's precision.
@@ -155,7 +172,7 @@ func Copy(stage, t Table, file string) string {
 
 // value is a staged column as the target takes it.
 func value(c Column) string {
-	v := "s." + Ident(c.Name)
+	v := "s." + Ident(c.staged())
 	switch c.Type.Base {
 	case "VARIANT":
 		return "PARSE_JSON(" + v + ")"
@@ -171,7 +188,13 @@ func value(c Column) string {
 func Merge(t, stage Table, cols []Column, key []string, opDelete int) string {
 	on := make([]string, len(key))
 	for i, k := range key {
-		on[i] = "t." + Ident(k) + " = s." + Ident(k)
+		sk := k
+		for _, c := range cols {
+			if c.Name == k {
+				sk = c.staged()
+			}
+		}
+		on[i] = "t." + Ident(k) + " = s." + Ident(sk)
 	}
 	var sets, names, vals []string
 	for _, c := range cols {
