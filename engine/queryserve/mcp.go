@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/skippr-dev/skippr/engine/lakequery"
 )
 
 // MCP: the same tables for agents, as Model Context Protocol tools over the same statements (and so the same
@@ -28,6 +31,49 @@ type Column struct {
 type TableInfo struct {
 	Name    string   `json:"name" jsonschema:"schema.table, as SQL names it"`
 	Columns []Column `json:"columns,omitempty"`
+	// Freshness is set by list_tables when the querier reports it (*lakequery.Querier does).
+	Freshness *Freshness `json:"freshness,omitempty"`
+}
+
+// Freshness is how current a table's answers are: the lake's snapshot, and the WAL's rows not applied to it
+// yet (which the answers include, unless as_of_lake).
+type Freshness struct {
+	LakeSnapshotID   int64  `json:"lake_snapshot_id,omitempty"`
+	LakeSnapshotTime string `json:"lake_snapshot_time,omitempty" jsonschema:"when the lake's current snapshot was committed (RFC 3339); absent: no snapshot yet"`
+	WALEntries       int    `json:"wal_entries" jsonschema:"committed write-ahead log entries with rows of this table not yet applied to the lake"`
+	WALRows          int64  `json:"wal_rows" jsonschema:"rows in those entries"`
+	WALOldestCommit  string `json:"wal_oldest_commit_time,omitempty" jsonschema:"commit time of the oldest of those entries (RFC 3339): the lake lags by at least this much"`
+}
+
+// freshnessReporter is a Querier that reports each table's freshness.
+type freshnessReporter interface {
+	Freshness(ctx context.Context) ([]lakequery.TableFreshness, error)
+}
+
+// freshness is each table's freshness by schema.table; nil when the querier does not report it.
+func (s *Server) freshness(ctx context.Context) (map[string]*Freshness, error) {
+	fr, ok := s.opts.Querier.(freshnessReporter)
+	if !ok {
+		return nil, nil
+	}
+	ts, err := fr.Freshness(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("table freshness: %w", err)
+	}
+	stamp := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	out := map[string]*Freshness{}
+	for _, t := range ts {
+		if out[t.Name] == nil { // the first lake of a name is the one the engine reads
+			out[t.Name] = &Freshness{LakeSnapshotID: t.SnapshotID, LakeSnapshotTime: stamp(t.SnapshotTime),
+				WALEntries: t.WALEntries, WALRows: t.WALRows, WALOldestCommit: stamp(t.WALOldest)}
+		}
+	}
+	return out, nil
 }
 
 type listTablesIn struct{}
@@ -41,8 +87,9 @@ type describeIn struct {
 }
 
 type queryIn struct {
-	SQL     string `json:"sql" jsonschema:"one read-only statement in DuckDB's SQL dialect"`
-	MaxRows int    `json:"max_rows,omitempty" jsonschema:"rows to return at most (default 100, at most 10000)"`
+	SQL      string `json:"sql" jsonschema:"one read-only statement in DuckDB's SQL dialect"`
+	MaxRows  int    `json:"max_rows,omitempty" jsonschema:"rows to return at most (default 100, at most 10000)"`
+	AsOfLake bool   `json:"as_of_lake,omitempty" jsonschema:"answer from the lake alone, without the rows still in the write-ahead log"`
 }
 
 type queryOut struct {
@@ -56,9 +103,14 @@ func (s *Server) MCPServer() *mcp.Server {
 	m := mcp.NewServer(&mcp.Implementation{Name: "skippr", Version: s.opts.Version}, nil)
 	readOnly := &mcp.ToolAnnotations{ReadOnlyHint: true}
 	mcp.AddTool(m, &mcp.Tool{Name: "list_tables", Annotations: readOnly,
-		Description: "List the tables of the lake (Iceberg, merged with the rows still in skippr's write-ahead log) with their columns."},
+		Description: "List the tables of the lake (Iceberg, merged with the rows still in skippr's write-ahead log) with their columns " +
+			"and freshness: the lake snapshot's commit time and the write-ahead log's entries and rows not yet applied to the lake."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, _ listTablesIn) (*mcp.CallToolResult, listTablesOut, error) {
 			ts, err := s.tables(ctx, nil, nil, nil)
+			if err != nil {
+				return nil, listTablesOut{}, err
+			}
+			fresh, err := s.freshness(ctx)
 			if err != nil {
 				return nil, listTablesOut{}, err
 			}
@@ -68,6 +120,7 @@ func (s *Server) MCPServer() *mcp.Server {
 				if err != nil {
 					return nil, listTablesOut{}, err
 				}
+				info.Freshness = fresh[info.Name]
 				out.Tables = append(out.Tables, info)
 			}
 			return nil, out, nil
@@ -91,9 +144,9 @@ func (s *Server) MCPServer() *mcp.Server {
 		})
 	mcp.AddTool(m, &mcp.Tool{Name: "query", Annotations: readOnly,
 		Description: "Run one read-only SQL statement (DuckDB dialect) over the lake plus the rows still in the write-ahead log; " +
-			"returns at most max_rows rows as JSON objects. The server's time and memory limits apply."},
+			"returns at most max_rows rows as JSON objects; as_of_lake answers from the lake alone. The server's time and memory limits apply."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in queryIn) (*mcp.CallToolResult, queryOut, error) {
-			out, err := s.rows(ctx, in.SQL, in.MaxRows)
+			out, err := s.rows(ctx, withDirective(in.SQL, in.AsOfLake), in.MaxRows)
 			return nil, out, err
 		})
 	return m

@@ -14,6 +14,9 @@
 // ingestion, transactions and Substrait are refused: the server is read-only, and the query engine refuses
 // SQL that would reach outside its own in-memory database (the duckdb plugin's lockDown).
 //
+// A statement that starts with the comment `/* skippr: as_of_lake */` is answered from the lake alone, as
+// `skippr query --as-of-lake` (directive.go).
+//
 // Limits: each statement runs under Options.Timeout (DeadlineExceeded naming --query-timeout) and within
 // Options.MemoryLimit of the engine's memory (ResourceExhausted naming --query-memory), at most
 // Options.MaxConcurrent run at once (the others wait, as long as their client does), and a client that
@@ -107,8 +110,10 @@ func New(opts Options) (*Server, error) {
 var errTimeout = errors.New("query timeout")
 
 // query runs sql and returns the result's schema and its batches as they come. The statement's context ends
-// with ctx (the client's call) or at the timeout; the engine's query stops with it.
+// with ctx (the client's call) or at the timeout; the engine's query stops with it. A leading
+// `/* skippr: as_of_lake */` answers from the lake alone (directive.go).
 func (s *Server) query(ctx context.Context, sql string) (*arrow.Schema, <-chan flight.StreamChunk, error) {
+	sql, asOfLake := directive(sql)
 	if strings.TrimSpace(sql) == "" {
 		return nil, nil, status.Error(codes.InvalidArgument, "empty statement")
 	}
@@ -128,7 +133,7 @@ func (s *Server) query(ctx context.Context, sql string) (*arrow.Schema, <-chan f
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		summary, err := s.opts.Querier.Run(qctx, lakequery.Request{SQL: sql, Format: sdk.FormatArrow, MemoryLimit: s.opts.MemoryLimit}, pw)
+		summary, err := s.opts.Querier.Run(qctx, lakequery.Request{SQL: sql, Format: sdk.FormatArrow, AsOfLake: asOfLake, MemoryLimit: s.opts.MemoryLimit}, pw)
 		pw.CloseWithError(err) // nil: EOF
 		if err == nil {
 			s.log.Debug("query", "client", clientName(ctx), "summary", summary)

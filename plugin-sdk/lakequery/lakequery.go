@@ -104,6 +104,9 @@ type TablePlan struct {
 	Table      string `json:"table"`
 	Exists     bool   `json:"exists"`
 	SnapshotID int64  `json:"snapshot_id,omitempty"`
+	// SnapshotTimeMs is when the current snapshot was committed, in Unix milliseconds (0: no snapshot, or
+	// a plugin that does not say). `skippr serve` reports it as the table's lake freshness.
+	SnapshotTimeMs int64 `json:"snapshot_time_ms,omitempty"`
 	// Fence is the last WAL sequence number of the asked pipeline the table holds (0: none). Entries at or
 	// below it are in the lake already.
 	Fence uint64 `json:"fence"`

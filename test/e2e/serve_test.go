@@ -150,7 +150,7 @@ func cpuTicks(t *testing.T, pid int) int64 {
 // TestServeFlightSQL runs datagen → Iceberg with the last rows only in the WAL (apply paused) and queries it
 // through `skippr serve` with the arrow-go Flight SQL client: answers equal `skippr query`'s row by row, for
 // statements and prepared statements, and include the WAL's rows, also rows committed after the server
-// started; the catalog calls list the lake table with its schema; clients without a known token are refused;
+// started (and leave them out with the as-of-lake comment, as skippr query --as-of-lake); the catalog calls list the lake table with its schema; clients without a known token are refused;
 // writes and file access are refused; a statement over the time limit ends with DEADLINE_EXCEEDED; a cancelled
 // statement stops the query engine's work.
 func TestServeFlightSQL(t *testing.T) {
@@ -356,6 +356,17 @@ pipelines:
 	}
 	if lakeOnly := e.QueryJSON(`SELECT count(*) AS n FROM events`, true)[0].(map[string]any)["n"]; lakeOnly == count(nb) {
 		t.Fatalf("the answer has as many rows as the lake alone (%v): the WAL's rows are missing", lakeOnly)
+	}
+	// The as-of-lake comment: the lake alone, as skippr query --as-of-lake answers, plain and prepared.
+	lakeWant := e.QueryJSON(queries[0], true)
+	if reflect.DeepEqual(lakeWant, e.QueryJSON(queries[0], false)) {
+		t.Fatal("the lake alone answers as the lake with the WAL: the test has no unapplied rows")
+	}
+	for _, prepared := range []bool{false, true} {
+		got, _, err := flightRows(nb, cl, "/* skippr: as_of_lake */\n"+queries[0], prepared)
+		if err != nil || !reflect.DeepEqual(got, lakeWant) {
+			t.Fatalf("as-of-lake (prepared %v): %v: %d rows, skippr query --as-of-lake %d", prepared, err, len(got), len(lakeWant))
+		}
 	}
 	// Rows committed to the WAL while the server runs are in the next statement.
 	before := count(nb)

@@ -124,7 +124,7 @@ func planTable(ctx context.Context, cat catalog.Catalog, ident []string, tp *lak
 	if snap == nil {
 		return nil
 	}
-	tp.SnapshotID = snap.SnapshotID
+	tp.SnapshotID, tp.SnapshotTimeMs = snap.SnapshotID, snap.TimestampMs
 	tasks, err := tbl.Scan().PlanFiles(ctx)
 	if err != nil {
 		return fmt.Errorf("plan table %s: %w", tp.Name, err)
