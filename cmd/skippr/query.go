@@ -61,41 +61,22 @@ stderr), 3 plugin not found, 4 verification failed.`,
 			if err != nil {
 				return err
 			}
-			var runner lakequery.Runner
-			if addr := queryServer(c, cfg); addr != "" {
-				token := cfg.Query.ServerToken
-				if t := os.Getenv("SKIPPR_QUERY_TOKEN"); t != "" {
-					token = t
-					g.Redact.Add(map[string]string{"SKIPPR_QUERY_TOKEN": t})
-				}
-				cl, err := queryclient.Dial(addr, token)
-				if err != nil {
-					return withCode(exitUsage, err)
-				}
-				defer cl.Close()
-				var local *lakequery.Querier
-				defer func() {
-					if local != nil {
-						local.Close()
-					}
-				}()
-				runner = &queryclient.Fallback{Server: cl,
-					Open: func(ctx context.Context) (lakequery.Runner, error) {
-						q, err := openQuerier(ctx, c, g, cfg)
-						local = q
-						return q, err
-					},
-					Warn: func(err error) {
-						fmt.Fprintf(c.Root().ErrWriter, "skippr query: %v; starting the plugins instead\n", err)
-					}}
-			} else {
-				q, err := openQuerier(ctx, c, g, cfg)
-				if err != nil {
-					return err
-				}
-				defer q.Close()
-				runner = q
+			token := cfg.Query.ServerToken
+			if t := os.Getenv("SKIPPR_QUERY_TOKEN"); t != "" {
+				token = t
+				g.Redact.Add(map[string]string{"SKIPPR_QUERY_TOKEN": t})
 			}
+			runner, release, err := queryclient.Open(ctx, queryServer(c, cfg), token,
+				func(ctx context.Context) (*lakequery.Querier, error) { return openQuerier(ctx, c, g, cfg) },
+				func(err error) {
+					fmt.Fprintf(c.Root().ErrWriter, "skippr query: %v; starting the plugins instead\n", err)
+				})
+			if errors.Is(err, queryclient.ErrAddress) {
+				return withCode(exitUsage, err)
+			} else if err != nil {
+				return err
+			}
+			defer release()
 			con := &lakequery.Console{Querier: runner, Request: lakequery.Request{Format: format, AsOfLake: c.Bool("as-of-lake")},
 				In: c.Root().Reader, Out: c.Root().Writer, Err: c.Root().ErrWriter, History: filepath.Join(g.Home, "query_history")}
 			if c.Args().Len() > 0 {

@@ -245,3 +245,35 @@ func (f *Fallback) Run(ctx context.Context, req lakequery.Request, out io.Writer
 	}
 	return f.local.Run(ctx, req, out)
 }
+
+// ErrAddress: the named server's address cannot be used (a usage error, not an outage).
+var ErrAddress = errors.New("bad query server address")
+
+// Open returns what answers `skippr query`'s statements, and how to release it: with no server address, the
+// plugins local opens; otherwise the server at addr (token as its bearer token), falling back to local when
+// the server cannot be reached (Fallback, warn told why).
+func Open(ctx context.Context, addr, token string, local func(context.Context) (*lakequery.Querier, error), warn func(error)) (lakequery.Runner, func(), error) {
+	if addr == "" {
+		q, err := local(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return q, q.Close, nil
+	}
+	cl, err := Dial(addr, token)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrAddress, err)
+	}
+	var q *lakequery.Querier
+	f := &Fallback{Server: cl, Warn: warn, Open: func(ctx context.Context) (lakequery.Runner, error) {
+		var err error
+		q, err = local(ctx)
+		return q, err
+	}}
+	return f, func() {
+		if q != nil {
+			q.Close()
+		}
+		cl.Close()
+	}, nil
+}

@@ -10,7 +10,12 @@
 package servecli
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v3"
@@ -88,4 +93,29 @@ func Args(c *cli.Command) []string {
 		}
 	}
 	return out
+}
+
+// Exec replaces this process with the companion (found beside this executable, else in PATH), running it with
+// args and env; it returns only when that fails.
+func Exec(args, env []string) error {
+	bin, err := companion()
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("serve: run %s: %w", bin, syscall.Exec(bin, append([]string{bin}, args...), env))
+}
+
+// companion finds skippr-serve beside this executable, else in PATH.
+func companion() (string, error) {
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), Companion)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(Companion)
+	if errors.Is(err, exec.ErrNotFound) {
+		return "", fmt.Errorf("serve: the Flight SQL server is the companion binary %s, which is neither beside this skippr nor in PATH: install it from the same release archive (make build puts it in bin/)", Companion)
+	}
+	return p, err
 }
