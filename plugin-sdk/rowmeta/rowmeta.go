@@ -7,6 +7,14 @@
 //
 //	soft_delete: true                                                 # default false
 //	metadata_columns: [synced_at, source_committed_at, op, position]  # default none; any subset, each once
+//	history: true                                                     # default false: <table>_history too
+//	table_options:                                                    # per stream, overriding the three above
+//	  public.orders: { soft_delete: false, history: true, metadata_columns: [op] }
+//
+// A table_options key is a stream's name as the source emits it (the destination's own table name may differ,
+// as Iceberg's tables mapping allows). An override replaces the connection's value for that stream only;
+// metadata_columns is replaced whole, not merged. A key that names no stream of the pipeline is not an error
+// the destination can see (it learns streams as they come); the engine's start check warns about it.
 //
 // The columns, added to every table the destination writes (created with the table, or added to an existing
 // one, where the rows already there hold NULL; _skippr_deleted false where the destination can fill it in the
@@ -54,6 +62,7 @@ package rowmeta
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -87,12 +96,39 @@ type Settings struct {
 	SoftDelete bool `json:"soft_delete"`
 	// MetadataColumns names the sync metadata columns to add: synced_at, source_committed_at, op, position.
 	MetadataColumns []string `json:"metadata_columns"`
+	// History appends every change to <table>_history beside the mirrored table.
+	History bool `json:"history"`
+	// TableOptions overrides the settings above per stream.
+	TableOptions map[string]TableSettings `json:"table_options"`
 }
 
-// SchemaProperties is the JSON Schema of Settings' two keys, as properties to add to a destination's
-// settings schema (after a comma).
-const SchemaProperties = `"soft_delete": {"type": "boolean", "default": false, "description": "keep deleted rows: a delete sets _skippr_deleted = true and keeps the row's last values; a later insert of the key clears it; a truncate still removes every row"},
-    "metadata_columns": {"type": "array", "uniqueItems": true, "items": {"enum": ["synced_at", "op", "position", "source_committed_at"]}, "description": "columns to add to every table: synced_at (_skippr_synced_at, when the destination wrote the row, UTC), source_committed_at (_skippr_source_committed_at, when the source committed the row's newest change, UTC; NULL for snapshot rows), op (_skippr_op: insert, update, delete, snapshot), position (_skippr_position: the WAL entry)"}`
+// TableSettings are one stream's overrides: a nil field keeps the connection's value.
+type TableSettings struct {
+	SoftDelete      *bool     `json:"soft_delete,omitempty"`
+	MetadataColumns *[]string `json:"metadata_columns,omitempty"`
+	History         *bool     `json:"history,omitempty"`
+}
+
+// The JSON Schema of each key, shared by SchemaProperties and the per-stream overrides.
+const (
+	softDeleteSchema      = `{"type": "boolean", "default": false, "description": "keep deleted rows: a delete sets _skippr_deleted = true and keeps the row's last values; a later insert of the key clears it; a truncate still removes every row"}`
+	metadataColumnsSchema = `{"type": "array", "uniqueItems": true, "items": {"enum": ["synced_at", "op", "position", "source_committed_at"]}, "description": "columns to add to every table: synced_at (_skippr_synced_at, when the destination wrote the row, UTC), source_committed_at (_skippr_source_committed_at, when the source committed the row's newest change, UTC; NULL for snapshot rows), op (_skippr_op: insert, update, delete, snapshot), position (_skippr_position: the WAL entry)"}`
+	historySchema         = `{"type": "boolean", "default": false, "description": "append every change, in order, to <table>_history beside each mirrored table (the values, _skippr_op, _skippr_source_committed_at, _skippr_position, _skippr_seq), exactly once"}`
+)
+
+// SchemaProperties is the JSON Schema of Settings' keys, as properties to add to a destination's settings
+// schema (after a comma). A plugin with a table_options of its own (the Postgres plugin's, shared with its
+// source role) uses SchemaPropertiesConnection and adds TableSchemaProperties to its own.
+const SchemaProperties = SchemaPropertiesConnection + `,
+    "table_options": {"type": "object", "description": "per stream (its name as the source emits it): soft_delete, metadata_columns and history overriding the connection's", "additionalProperties": {"type": "object", "additionalProperties": false, "properties": {` + TableSchemaProperties + `}}}`
+
+// SchemaPropertiesConnection is SchemaProperties without table_options.
+const SchemaPropertiesConnection = `"soft_delete": ` + softDeleteSchema + `,
+    "metadata_columns": ` + metadataColumnsSchema + `,
+    "history": ` + historySchema
+
+// TableSchemaProperties are the properties of one stream's overrides.
+const TableSchemaProperties = `"soft_delete": ` + softDeleteSchema + `, "metadata_columns": ` + metadataColumnsSchema + `, "history": ` + historySchema
 
 // Kind is a metadata column's type, which each destination spells in its SQL.
 type Kind int
@@ -117,14 +153,75 @@ type Options struct {
 	SourceCommittedAt bool
 	Op                bool
 	Position          bool
+	// History is not a column of the mirrored table (Any and Columns leave it out): the destination keeps
+	// <table>_history too.
+	History bool
 }
 
-// Options checks the settings: every metadata column name known, none twice, and none the data lacks.
-// The error is a config fault with the fix.
+// Options checks the connection's settings, without its per-stream overrides: every metadata column name
+// known, none twice. The error is a config fault with the fix. Check checks the overrides too.
 func (s Settings) Options() (Options, error) {
-	o := Options{SoftDelete: s.SoftDelete}
+	o, err := options(s.SoftDelete, s.MetadataColumns)
+	o.History = s.History
+	return o, err
+}
+
+// For is the options of one stream: the connection's, with the stream's table_options over them.
+func (s Settings) For(stream string) (Options, error) {
+	t, ok := s.TableOptions[stream]
+	if !ok {
+		return s.Options()
+	}
+	soft, cols, hist := s.SoftDelete, s.MetadataColumns, s.History
+	if t.SoftDelete != nil {
+		soft = *t.SoftDelete
+	}
+	if t.MetadataColumns != nil {
+		cols = *t.MetadataColumns
+	}
+	if t.History != nil {
+		hist = *t.History
+	}
+	o, err := options(soft, cols)
+	if err != nil {
+		return Options{}, fault.ConfigErr(fmt.Errorf("table_options.%s: %w", stream, err), fault.FixOf(err))
+	}
+	o.History = hist
+	return o, nil
+}
+
+// Check checks the connection's settings and every stream's overrides, so a destination refuses a bad
+// override at start rather than when the stream first arrives.
+func (s Settings) Check() error {
+	if _, err := s.Options(); err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.TableOptions)) {
+		if _, err := s.For(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AnyStream says whether some stream gets a column or a history table: the connection's settings or any
+// override. A destination that needs no setup without them can skip it when this is false.
+func (s Settings) AnyStream() bool {
+	if o, _ := s.Options(); o.Any() || o.History {
+		return true
+	}
+	for name := range s.TableOptions {
+		if o, _ := s.For(name); o.Any() || o.History {
+			return true
+		}
+	}
+	return false
+}
+
+func options(softDelete bool, metadataColumns []string) (Options, error) {
+	o := Options{SoftDelete: softDelete}
 	seen := map[string]bool{}
-	for _, n := range s.MetadataColumns {
+	for _, n := range metadataColumns {
 		if seen[n] {
 			return Options{}, fault.ConfigErr(fmt.Errorf("settings: metadata_columns lists %q twice", n), "list each metadata column once")
 		}

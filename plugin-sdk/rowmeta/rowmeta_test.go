@@ -130,3 +130,83 @@ func TestSchemaProperties(t *testing.T) {
 		}
 	}
 }
+
+func TestForStream(t *testing.T) {
+	no, yes := false, true
+	ops := []string{"op"}
+	bad := []string{"nope"}
+	base := Settings{SoftDelete: true, MetadataColumns: []string{"synced_at"}, TableOptions: map[string]TableSettings{
+		"public.audit":  {SoftDelete: &no, History: &yes},
+		"public.orders": {MetadataColumns: &ops},
+	}}
+	cases := []struct {
+		name, stream string
+		in           Settings
+		want         Options
+		err          string
+	}{
+		{name: "no override: the connection's", stream: "public.items", in: base, want: Options{SoftDelete: true, SyncedAt: true}},
+		{name: "booleans overridden, columns kept", stream: "public.audit", in: base, want: Options{SyncedAt: true, History: true}},
+		{name: "columns replaced whole", stream: "public.orders", in: base, want: Options{SoftDelete: true, Op: true}},
+		{name: "connection history", stream: "x", in: Settings{History: true}, want: Options{History: true}},
+		{name: "bad override names the stream", stream: "t", in: Settings{TableOptions: map[string]TableSettings{"t": {MetadataColumns: &bad}}}, err: `table_options.t: settings: metadata_columns: unknown column "nope"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := tc.in.For(tc.stream)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, fault.ErrConfig) || fault.FixOf(err) == "" {
+					t.Fatalf("For = %v, want a config fault with a fix containing %q", err, tc.err)
+				}
+				if tc.in.Check() == nil {
+					t.Fatal("Check passed settings For refuses")
+				}
+				return
+			}
+			if err != nil || o != tc.want {
+				t.Fatalf("For(%s) = %+v, %v; want %+v", tc.stream, o, err, tc.want)
+			}
+			if err := tc.in.Check(); err != nil {
+				t.Fatalf("Check: %v", err)
+			}
+		})
+	}
+	if !(Settings{TableOptions: map[string]TableSettings{"t": {History: &yes}}}).AnyStream() || (Settings{}).AnyStream() {
+		t.Fatal("AnyStream does not see an override")
+	}
+}
+
+// The overrides' JSON: the key names users write, and a schema that takes them and refuses an unknown key.
+func TestTableOptionsJSON(t *testing.T) {
+	var s Settings
+	if err := json.Unmarshal([]byte(`{"soft_delete": true, "table_options": {"a.b": {"soft_delete": false, "history": true, "metadata_columns": ["op"]}}}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	o, err := s.For("a.b")
+	if err != nil || o != (Options{History: true, Op: true}) {
+		t.Fatalf("For = %+v, %v", o, err)
+	}
+	schema := `{"type": "object", "additionalProperties": false, "properties": {` + SchemaProperties + `}}`
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("s.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("s.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, ok := range map[string]bool{
+		`{"history": true, "table_options": {"t": {"soft_delete": true}}}`: true,
+		`{"table_options": {"t": {"where": "x"}}}`:                         false,
+		`{"table_options": {"t": {"history": "yes"}}}`:                     false,
+	} {
+		v, _ := jsonschema.UnmarshalJSON(strings.NewReader(in))
+		if err := sch.Validate(v); (err == nil) != ok {
+			t.Errorf("%s: valid = %v, want %v (%v)", in, err == nil, ok, err)
+		}
+	}
+}

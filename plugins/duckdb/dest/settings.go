@@ -24,10 +24,8 @@ type Settings struct {
 	// 1 GiB backlog applied as one range ran out of memory under 256MiB (BENCHMARKS.md, "A backlog applied as
 	// one range").
 	MemoryLimit string `json:"memory_limit"`
-	// Settings are soft_delete and metadata_columns (plugin-sdk/rowmeta).
+	// Settings are soft_delete, metadata_columns and history (plugin-sdk/rowmeta; history.go).
 	rowmeta.Settings
-	// History appends every change to <table>_history beside the mirrored table (history.go).
-	History bool `json:"history"`
 	// Meta is rowmeta.Settings checked: the columns the destination adds.
 	Meta rowmeta.Options `json:"-"`
 }
@@ -50,8 +48,7 @@ const SettingsSchema = `{
     "path": {"type": "string", "minLength": 1, "description": "the .duckdb file (created on first use, with its directory)"},
     "schema": {"type": "string", "minLength": 1, "default": "main", "description": "schema of the tables and of the _skippr_state table (created when missing)"},
     "memory_limit": {"type": "string", "description": "DuckDB's memory_limit for the database (e.g. 2GiB; default DuckDB's, 80% of RAM); an apply's transaction spills beyond it to the file's .tmp directory, but the primary keys' indexes must fit"},
-    "history": {"type": "boolean", "default": false, "description": "append every change, in order, to <table>_history beside each mirrored table (the values, _skippr_op, _skippr_source_committed_at, _skippr_position, _skippr_seq), exactly once"},
-    ` + rowmeta.SchemaProperties + `
+    ` + rowmeta.SchemaPropertiesConnection + `
   }
 }`
 
