@@ -13,18 +13,10 @@ import (
 
 func connectCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "connect",
-		Usage:     "add a connection to the config and check it: install its plugin, validate its settings, test it for real",
-		ArgsUsage: "CONNECTION",
-		Description: `With --plugin, adds connections.CONNECTION to the config file (creating it if needed; comments are
-kept), e.g.
-
-    skippr connect pg --plugin postgres --version "~> 0.1" --set host=127.0.0.1 --set 'password=${PG_PASSWORD}'
-
-Then, or without --plugin for a connection the config already declares, it runs the plugin's Check: it
-installs the plugin if needed, validates the settings against the plugin's JSON Schema (errors name file,
-line and key) and asks the plugin to connect, so a wrong password or a missing privilege shows up before a
-sync starts; a failed check exits 2, like a config error. Keep secrets as ${ENV} references: the config file is meant for git.`,
+		Name:        "connect",
+		Usage:       "add a connection to the config and check it: install its plugin, validate its settings, test it for real",
+		ArgsUsage:   "CONNECTION",
+		Description: helpText("connect"),
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 			&cli.StringFlag{Name: "plugin", Usage: "add the connection with this plugin"},

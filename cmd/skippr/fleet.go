@@ -50,15 +50,10 @@ func etcdClient(c *cli.Command) (*clientv3.Client, fleet.Target, error) {
 func workerCommand(g *globals) *cli.Command {
 	host, _ := os.Hostname()
 	return &cli.Command{
-		Name:      "worker",
-		Usage:     "run as one worker of a fleet: the pipelines of the config are spread over every live worker (etcd)",
-		ArgsUsage: "[PIPELINE...]",
-		Description: `Joins the fleet named by --fleet and runs the pipelines it is elected for, each on exactly one worker
-at a time, at most ⌈pipelines/workers⌉ per worker. Every worker reads the same config file. A worker that dies
-loses its etcd lease; its pipelines restart on the others after --lease-ttl, resuming from their WAL on S3.
-SIGTERM (or ` + "`skippr fleet drain NAME`" + `) hands this worker's pipelines over after their in-flight commits.
-A pipeline whose WAL is on local disk is refused unless pinned to one worker (pipelines.NAME.fleet.pin).
-See docs/fleet.md.`,
+		Name:        "worker",
+		Usage:       "run as one worker of a fleet: the pipelines of the config are spread over every live worker (etcd)",
+		ArgsUsage:   "[PIPELINE...]",
+		Description: helpText("worker"),
 		Flags: append(etcdFlags(),
 			&cli.StringFlag{Name: "name", Value: host, Sources: cli.EnvVars("SKIPPR_WORKER_NAME"), Usage: "this worker's name, unique in the fleet (pins refer to it)"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: fleet.DefaultTTL, Usage: "etcd lease: how long a dead worker's pipelines wait before moving (whole seconds)"},

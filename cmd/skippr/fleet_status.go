@@ -17,16 +17,10 @@ func fleetCommand(g *globals) *cli.Command {
 		Usage: "look at and steer a fleet of workers (skippr worker)",
 		Commands: []*cli.Command{
 			{
-				Name:  "status",
-				Usage: "show the fleet's workers (pipelines held, version, draining) and pipelines (holder, epoch, since, lag, last error)",
-				Description: `Reads the fleet from etcd; the pipelines are the config's. A pipeline with no holder is being
-handed over or waits for a worker (a pinned worker that is not alive). Exits 1 when a pipeline has no holder.
-LAG is the holder's WAL entries not yet applied by every destination and the age of the oldest of them, as the
-holder last published them: every third of its lease TTL, so up to that old (AS OF).
-When etcd does not answer within a second (no quorum, unreachable), it prints the last state it knows, marked
-STALE with the time etcd was last known to work, and exits 1: a member's own copy if one answers, else this
-host's last answered status (kept under $SKIPPR_HOME/fleet).`,
-				Flags: append(etcdFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
+				Name:        "status",
+				Usage:       "show the fleet's workers (pipelines held, version, draining) and pipelines (holder, epoch, since, lag, last error)",
+				Description: helpText("fleet-status"),
+				Flags:       append(etcdFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
 				Action: func(ctx context.Context, c *cli.Command) error {
 					_, pipes, err := configuredPipelines(c, g)
 					if err != nil {

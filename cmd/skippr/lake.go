@@ -17,15 +17,10 @@ func lakeCommand(g *globals) *cli.Command {
 		Name:  "lake",
 		Usage: "maintain Iceberg tables written by skippr",
 		Commands: []*cli.Command{{
-			Name:      "compact",
-			Usage:     "rewrite a table's small files, fold its deletes into data files and expire old snapshots",
-			ArgsUsage: "TABLE",
-			Description: `Runs the iceberg plugin's maintenance on the table of stream TABLE: small data files and every file that
-equality deletes apply to are rewritten with the deletes applied, delete files nothing needs are removed,
-snapshots older than --expire-older-than (keeping --retain-last) are expired and orphan files older than
---orphans-older-than are deleted. skippr's exactly-once fences (table properties) are untouched. The core
-binary does not link Iceberg: this calls the lake.compact service of the connection's plugin (iceberg, or
-any lake plugin offering it), started and verified like at every sync.`,
+			Name:        "compact",
+			Usage:       "rewrite a table's small files, fold its deletes into data files and expire old snapshots",
+			ArgsUsage:   "TABLE",
+			Description: helpText("lake-compact"),
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "connection", Usage: "the lake connection (needed when several offer compaction)"},
 				&cli.StringFlag{Name: "expire-older-than", Value: "24h", Usage: "expire snapshots older than this"},

@@ -44,20 +44,11 @@ func registryFlags() []cli.Flag {
 
 func pluginInstallCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "install",
-		Usage:     "install a plugin and pin it in skippr.lock",
-		ArgsUsage: "NAME[@CONSTRAINT]",
-		Description: `Resolves CONSTRAINT (default: any) to the newest version that is not yanked, speaks a protocol this
-engine speaks and has a build for this platform; downloads, verifies and installs it. Yanked versions are
-used only when the constraint pins them exactly. Constraints: 1.2.3, ~> 1.2, ">= 1, < 2".
-
-When the config or skippr.lock exists, the choice is recorded in skippr.lock, replacing any previous pin:
-this is how a pinned plugin is upgraded.
-
-  skippr plugin install postgres
-  skippr plugin install 'postgres@~> 1.2'
-  skippr plugin install echo@1.0.0 --registry https://example.com/reg --key example.pub`,
-		Flags: registryFlags(),
+		Name:        "install",
+		Usage:       "install a plugin and pin it in skippr.lock",
+		ArgsUsage:   "NAME[@CONSTRAINT]",
+		Description: helpText("plugin-install"),
+		Flags:       registryFlags(),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			args, err := cmdline.Args(c, 1)
 			if err != nil {
@@ -87,12 +78,11 @@ this is how a pinned plugin is upgraded.
 
 func pluginListCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "list",
-		Usage:     "list installed plugins",
-		ArgsUsage: " ",
-		Description: `Lists the plugins under $SKIPPR_HOME/plugins with the sha256 of each binary as it is on disk now, and
-whether skippr.lock pins that version.`,
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
+		Name:        "list",
+		Usage:       "list installed plugins",
+		ArgsUsage:   " ",
+		Description: helpText("plugin-list"),
+		Flags:       []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			list, err := registry.ListInstalled(g.Home)
 			if err != nil {
@@ -117,11 +107,10 @@ whether skippr.lock pins that version.`,
 
 func pluginRemoveCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "remove",
-		Usage:     "remove installed plugin versions",
-		ArgsUsage: "NAME[@VERSION]",
-		Description: `Removes one installed version, or every installed version of NAME. skippr.lock is not changed: a
-pinned version is installed again by the next sync (unless --offline).`,
+		Name:        "remove",
+		Usage:       "remove installed plugin versions",
+		ArgsUsage:   "NAME[@VERSION]",
+		Description: helpText("plugin-remove"),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			args, err := cmdline.Args(c, 1)
 			if err != nil {

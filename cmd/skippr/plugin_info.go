@@ -14,14 +14,11 @@ import (
 
 func pluginInfoCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "info",
-		Usage:     "show a plugin's versions in the registry and its settings",
-		ArgsUsage: "NAME",
-		Description: `Shows, from the first registry that lists NAME, every version with its protocol versions, kind,
-platforms and yank reason, after verifying the index signature; then the settings schema of the newest
-version this engine runs, which the plugin itself reports (downloaded and verified into the plugin cache if
-need be; skippr.lock is not changed).`,
-		Flags: append(registryFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
+		Name:        "info",
+		Usage:       "show a plugin's versions in the registry and its settings",
+		ArgsUsage:   "NAME",
+		Description: helpText("plugin-info"),
+		Flags:       append(registryFlags(), &cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			args := c.Args().Slice()
 			if len(args) != 1 {
@@ -49,17 +46,11 @@ need be; skippr.lock is not changed).`,
 
 func pluginMirrorCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "mirror",
-		Usage:     "copy the pinned plugins and the signed index into a folder, for air-gapped machines",
-		ArgsUsage: "DIR",
-		Description: `Copies, for every version pinned in skippr.lock, the binaries of all platforms, plus the registry's
-signed index.json and index.json.sig verbatim, into DIR. DIR is then a file:// registry. On the target machine:
-
-  skippr registry trust file:///path/to/DIR --key REGISTRY.pub
-  skippr sync --offline   # after a first sync installed the plugins from the mirror
-
-With plugins from several registries each gets a subfolder of DIR.`,
-		Flags: registryFlags(),
+		Name:        "mirror",
+		Usage:       "copy the pinned plugins and the signed index into a folder, for air-gapped machines",
+		ArgsUsage:   "DIR",
+		Description: helpText("plugin-mirror"),
+		Flags:       registryFlags(),
 		Action: func(ctx context.Context, c *cli.Command) error {
 			args := c.Args().Slice()
 			if len(args) != 1 {

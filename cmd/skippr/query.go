@@ -21,25 +21,10 @@ import (
 
 func queryCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "query",
-		Usage:     "SQL over the lake tables plus the rows still in the WAL",
-		ArgsUsage: "[SQL]",
-		Description: `Answers SQL (DuckDB's dialect) over the tables of the pipelines' Iceberg destinations, merged with the
-entries committed to each pipeline's WAL but not applied yet: for each primary key the newest version wins
-and a delete removes the row, so a row is visible the moment its WAL commit record exists. Tables are named
-namespace.table (bare names resolve too); an unknown name lists the known ones.
-
-Without SQL, reads statements from a prompt with history (end each with ';') when stdin is a terminal,
-otherwise reads one statement from stdin. Read-only: takes no WAL lease, never blocks a running sync.
-
-With a running skippr serve named by --server or the config's query: {server: ADDR} (its token in
-query.server_token or $SKIPPR_QUERY_TOKEN), the statement goes to that server, which answers it with its
-plugins already running (milliseconds instead of starting the plugins); the output is the same. When the
-server cannot be reached, a warning goes to stderr and the plugins start as without it. --no-server, or
---pipeline, always starts the plugins.
-
-The row count and time go to stderr. Exit status: 0 ok, 1 failure, 2 bad SQL or usage (DuckDB's message on
-stderr), 3 plugin not found, 4 verification failed.`,
+		Name:        "query",
+		Usage:       "SQL over the lake tables plus the rows still in the WAL",
+		ArgsUsage:   "[SQL]",
+		Description: helpText("query"),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: sdklakequery.FormatTable, Usage: "table, csv, json (one object per line) or parquet"},
 			&cli.BoolFlag{Name: "json", Usage: "same as --format json"},

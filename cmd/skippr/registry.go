@@ -14,18 +14,9 @@ import (
 // registryCommand is `skippr registry`: publish plugins into a registry folder and trust registries.
 func registryCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:  "registry",
-		Usage: "publish plugins into a registry folder, and trust registries",
-		Description: `A registry is a folder of static files: index.json, its signature index.json.sig and the plugin
-binaries. Serve it from any web server or bucket, or use it as file:///path. Publishing:
-
-  skippr registry keygen --out keys/
-  skippr registry add reg/ ./skippr-plugin-echo --name echo --version 1.0.0 --os linux --arch amd64
-  skippr registry sign reg/ --key keys/skippr-ed25519.key
-
-Using it (once per machine, or list it under registries: in the config):
-
-  skippr registry trust https://example.com/reg --key skippr-ed25519.pub`,
+		Name:        "registry",
+		Usage:       "publish plugins into a registry folder, and trust registries",
+		Description: helpText("registry"),
 		Commands: []*cli.Command{
 			registryKeygenCommand(),
 			registryAddCommand(),
@@ -60,14 +51,10 @@ DIR/` + registry.PublicKeyFile + ` (publish it: users trust your registry with i
 
 func registryAddCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "add",
-		Usage:     "add a plugin binary to a registry folder",
-		ArgsUsage: "DIR ARTIFACT",
-		Description: `Copies ARTIFACT to DIR/<name>/<version>/<os>_<arch>/skippr-plugin-<name>, records its size and sha256
-in DIR/index.json and deletes DIR/index.json.sig (sign again afterwards). For a binary of this machine's platform
-the protocol versions and kind are read by running ARTIFACT --skippr-plugin-info, and name and version must
-match; for another platform give --protocol and --kind. A published version's bytes never change: adding
-different bytes for an existing version and platform fails.`,
+		Name:        "add",
+		Usage:       "add a plugin binary to a registry folder",
+		ArgsUsage:   "DIR ARTIFACT",
+		Description: helpText("registry-add"),
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "name", Usage: "plugin name (required)"},
 			&cli.StringFlag{Name: "version", Usage: "plugin version, semver (required)"},
@@ -102,13 +89,11 @@ different bytes for an existing version and platform fails.`,
 
 func registrySignCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "sign",
-		Usage:     "sign a registry folder's index.json",
-		ArgsUsage: "DIR",
-		Description: `Writes DIR/index.json.sig, an ed25519 signature over the exact bytes of DIR/index.json. Signatures by
-other keys already in the file are kept, so signing with an old and a new key rotates keys without breaking
-users who trust only one of them.`,
-		Flags: []cli.Flag{&cli.StringFlag{Name: "key", Usage: "private key file from `skippr registry keygen` (required)"}},
+		Name:        "sign",
+		Usage:       "sign a registry folder's index.json",
+		ArgsUsage:   "DIR",
+		Description: helpText("registry-sign"),
+		Flags:       []cli.Flag{&cli.StringFlag{Name: "key", Usage: "private key file from `skippr registry keygen` (required)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			args, err := cmdline.Args(c, 1, "key")
 			if err != nil {
@@ -126,13 +111,11 @@ users who trust only one of them.`,
 
 func registryTrustCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "trust",
-		Usage:     "trust a registry and its signing key",
-		ArgsUsage: "URL",
-		Description: `Records URL with the public key(s) in $SKIPPR_HOME/trust.json. Plugins are then installed from it
-when its index is signed by one of its keys. Registries are consulted in the order they were first trusted.
-URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoint=URL&path_style=true&anonymous=true].`,
-		Flags: []cli.Flag{&cli.StringSliceFlag{Name: "key", Usage: "public key file (required, repeatable)"}},
+		Name:        "trust",
+		Usage:       "trust a registry and its signing key",
+		ArgsUsage:   "URL",
+		Description: helpText("registry-trust"),
+		Flags:       []cli.Flag{&cli.StringSliceFlag{Name: "key", Usage: "public key file (required, repeatable)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			args, err := cmdline.Args(c, 1, "key")
 			if err != nil {
@@ -154,12 +137,11 @@ URL: file:///abs/dir, http(s)://host/path or s3://bucket/prefix[?region=R&endpoi
 
 func registryYankCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "yank",
-		Usage:     "withdraw a published version",
-		ArgsUsage: "DIR NAME VERSION",
-		Description: `Marks VERSION as yanked with a reason users will see. New installs skip it unless they pin it exactly;
-lock files that pin it still install it, with a warning. The binaries stay. Sign the index again afterwards.`,
-		Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why the version was withdrawn (required)"}},
+		Name:        "yank",
+		Usage:       "withdraw a published version",
+		ArgsUsage:   "DIR NAME VERSION",
+		Description: helpText("registry-yank"),
+		Flags:       []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why the version was withdrawn (required)"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			args, err := cmdline.Args(c, 3, "reason")
 			if err != nil {

@@ -13,18 +13,10 @@ import (
 
 func resnapshotCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "resnapshot",
-		Usage:     "copy tables of a pipeline again while its stream goes on",
-		ArgsUsage: "PIPELINE TABLE...",
-		Description: `Records a request to copy the named tables (streams) of the pipeline again, without a new slot and
-without stopping the other tables: a running ` + "`skippr sync`" + ` picks it up within a second (one that is not
-running, when it starts). The source copies each table in key-ordered chunks beside the changes it streams
-(the watermark method), and each destination removes at the end the rows of the table it did not receive
-during the copy — rows the source no longer has. A copy interrupted by a crash resumes from its last chunk.
-Asking again for a table already requested changes nothing. ` + "`skippr status`" + ` shows the progress.
-
-Refused (exit 2) for a source that cannot re-snapshot (the postgres and mysql sources can), a destination
-that cannot apply a re-snapshot, or a table the source does not offer.`,
+		Name:        "resnapshot",
+		Usage:       "copy tables of a pipeline again while its stream goes on",
+		ArgsUsage:   "PIPELINE TABLE...",
+		Description: helpText("resnapshot"),
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"},

@@ -13,13 +13,11 @@ import (
 
 func statusCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "status",
-		Usage:     "show each pipeline's WAL depth, committed and applied points, source progress and lag",
-		ArgsUsage: "[PIPELINE...]",
-		Description: `A pipeline that stopped for good shows as failed, with the reason, its class (config, data,
-resnapshot), the time, the WAL entry when the fault is in the log, and the fix; one that retries shows as
-retrying with the attempt and the last error. Exits 1 when any pipeline shown has failed.`,
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
+		Name:        "status",
+		Usage:       "show each pipeline's WAL depth, committed and applied points, source progress and lag",
+		ArgsUsage:   "[PIPELINE...]",
+		Description: helpText("status"),
+		Flags:       []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"}},
 		Action: func(ctx context.Context, c *cli.Command) error {
 			_, pipes, err := configuredPipelines(c, g)
 			if err != nil {

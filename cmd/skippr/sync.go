@@ -15,19 +15,10 @@ import (
 
 func syncCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "sync",
-		Usage:     "run pipelines: read sources into the WAL, apply it to destinations",
-		ArgsUsage: "[PIPELINE...]",
-		Description: `Runs the named pipelines (all of them by default) until interrupted. Plugins pinned in skippr.lock
-are installed on first use. A failed run (a plugin crash, a network error) is retried with backoff from
-the last durable point, shown by ` + "`skippr status`" + ` as retrying; with --once, 5 attempts in a row without
-progress end the run. Errors that a retry cannot fix (wrong settings or credentials, a value the destination
-cannot hold, a source that lost its position, a refused delivery guarantee, a WAL held by another writer, a
-corrupt WAL) stop the pipeline at once in state failed, with the reason and the fix. sync exits when every
-pipeline it runs has stopped.
-
-Exit codes: 0 done, 1 failure, 2 bad config or arguments, 3 plugin not found, 4 verification failed,
-5 the WAL is held by another writer.`,
+		Name:        "sync",
+		Usage:       "run pipelines: read sources into the WAL, apply it to destinations",
+		ArgsUsage:   "[PIPELINE...]",
+		Description: helpText("sync"),
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "once", Usage: "stop when the sources are caught up and every destination has applied everything, then print a summary (rows per stream, time, rows/s; JSON with --log-format json)"},
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry: refuse to start a plugin that is not installed"},

@@ -12,14 +12,10 @@ import (
 
 func teardownCommand(g *globals) *cli.Command {
 	return &cli.Command{
-		Name:      "teardown",
-		Usage:     "release what a pipeline's source holds on its server (a replication slot, a publication)",
-		ArgsUsage: "PIPELINE",
-		Description: `Asks the pipeline's source plugin to release its server-side resources — for Postgres, the replication
-slot and the publication skippr created — so a pipeline you are removing does not keep the database's WAL
-forever. Run it before you delete the pipeline from the config; a later sync of the same pipeline starts
-over with a new snapshot. The WAL itself is left where it is (delete its directory or prefix yourself).
-Refuses while the pipeline's sync is running on this host.`,
+		Name:        "teardown",
+		Usage:       "release what a pipeline's source holds on its server (a replication slot, a publication)",
+		ArgsUsage:   "PIPELINE",
+		Description: helpText("teardown"),
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON for scripts"},
