@@ -83,17 +83,19 @@ func serve(ctx context.Context, c *cli.Command, rd *redact.Redactor) error {
 		rd.Add(map[string]string{env: secret})
 		listen.Tokens = append(listen.Tokens, queryserve.Token{Client: client, Secret: secret})
 	}
+	switch cert, key, ca := c.String("tls-cert"), c.String("tls-key"), c.String("tls-client-ca"); {
+	case (cert == "") != (key == ""):
+		return cmdline.WithCode(cmdline.ExitUsage, errors.New("serve: --tls-cert and --tls-key go together"))
+	case ca != "" && cert == "":
+		return cmdline.WithCode(cmdline.ExitUsage, errors.New("serve: --tls-client-ca needs --tls-cert and --tls-key (client certificates are checked in the TLS handshake)"))
+	case cert != "":
+		if listen.TLS, err = queryserve.ServerTLS(cert, key, ca, log); err != nil {
+			return cmdline.WithCode(cmdline.ExitUsage, fmt.Errorf("serve: %w", err))
+		}
+	}
 	addr := c.String("addr")
 	if err := queryserve.CheckExposure(addr, listen); err != nil {
 		return cmdline.WithCode(cmdline.ExitUsage, fmt.Errorf("serve: %w", err))
-	}
-	switch cert, key := c.String("tls-cert"), c.String("tls-key"); {
-	case (cert == "") != (key == ""):
-		return cmdline.WithCode(cmdline.ExitUsage, errors.New("serve: --tls-cert and --tls-key go together"))
-	case cert != "":
-		if listen.TLS, err = queryserve.ServerTLS(cert, key, log); err != nil {
-			return cmdline.WithCode(cmdline.ExitUsage, fmt.Errorf("serve: %w", err))
-		}
 	}
 	q, err := openQuerier(ctx, c, rd, log)
 	if err != nil {
@@ -154,7 +156,7 @@ func serve(ctx context.Context, c *cli.Command, rd *redact.Redactor) error {
 		scheme = "grpc+tls"
 	}
 	log.Info("serving Flight SQL", "addr", lis.Addr().String(), "uri", scheme+"://"+lis.Addr().String(),
-		"clients", len(listen.Tokens), "query_timeout", c.Duration("query-timeout"))
+		"clients", len(listen.Tokens), "client_certificates", queryserve.RequiresClientCerts(listen.TLS), "query_timeout", c.Duration("query-timeout"))
 	if err := srv.Serve(ctx, lis, listen, 5*time.Second); err != nil {
 		return cmdline.WithCode(cmdline.ExitFailure, fmt.Errorf("serve: %w", err))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,7 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -61,9 +64,17 @@ func clientName(ctx context.Context) string {
 
 var errUnauthenticated = status.Error(codes.Unauthenticated, "skippr serve: a bearer token is required (header authorization: Bearer <token>) and this one is missing or not known")
 
-// check returns ctx carrying the client's name, or Unauthenticated.
+// check returns ctx carrying the client's name, or Unauthenticated. Without tokens the name is the client
+// certificate's, under mutual TLS (the handshake verified it), else none.
 func (a *auth) check(ctx context.Context, method string) (context.Context, error) {
 	if len(a.tokens) == 0 {
+		if p, ok := peer.FromContext(ctx); ok {
+			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+				if n := certName(ti.State); n != "" {
+					return context.WithValue(ctx, clientKey{}, n), nil
+				}
+			}
+		}
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -73,6 +84,14 @@ func (a *auth) check(ctx context.Context, method string) (context.Context, error
 		return ctx, errUnauthenticated
 	}
 	return context.WithValue(ctx, clientKey{}, client), nil
+}
+
+// certName is the common name of a verified client certificate ("" without one).
+func certName(st tls.ConnectionState) string {
+	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return ""
+	}
+	return "cert:" + st.VerifiedChains[0][0].Subject.CommonName
 }
 
 // verify returns the client whose token the authorization header values carry ("Bearer <token>").

@@ -224,6 +224,9 @@ func (s *Server) MCPHandler(tokens []Token) (http.Handler, error) {
 			http.Error(w, "skippr serve: a bearer token is required (Authorization: Bearer <token>) and this one is missing or not known", http.StatusUnauthorized)
 			return
 		}
+		if client == "" && r.TLS != nil {
+			client = certName(*r.TLS)
+		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey{}, client)))
 	}), nil
 }

@@ -22,10 +22,10 @@ type Listen struct {
 	TLS *tls.Config
 }
 
-// CheckExposure refuses to serve without tokens on an address other hosts can reach: anyone who can connect
-// could read every table.
+// CheckExposure refuses to serve without tokens or client certificates on an address other hosts can reach:
+// anyone who can connect could read every table.
 func CheckExposure(addr string, l Listen) error {
-	if len(l.Tokens) > 0 {
+	if len(l.Tokens) > 0 || RequiresClientCerts(l.TLS) {
 		return nil
 	}
 	host, _, err := net.SplitHostPort(addr)
@@ -38,7 +38,7 @@ func CheckExposure(addr string, l Listen) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("address %s is reachable from other hosts and no client token is set: give each client a token (--token NAME=ENV_VAR), or listen on 127.0.0.1", addr)
+	return fmt.Errorf("address %s is reachable from other hosts and no client token is set: give each client a token (--token NAME=ENV_VAR) or a certificate (--tls-client-ca), or listen on 127.0.0.1", addr)
 }
 
 // Serve answers Flight SQL on lis until ctx ends, then lets running calls finish for up to grace and stops.

@@ -135,6 +135,45 @@ func writeSelfSigned(t *testing.T, certFile, keyFile string) {
 	}
 }
 
+// writeClientCert writes a CA (caFile) and a client certificate for cn that it signed (certFile, keyFile):
+// what --tls-client-ca trusts and what a client presents.
+func writeClientCert(t *testing.T, dir, cn string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(10), Subject: pkix.Name{CommonName: "clients CA"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(11), Subject: pkix.Name{CommonName: cn},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caTmpl, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile, certFile, keyFile = filepath.Join(dir, "clients-ca.pem"), filepath.Join(dir, cn+".pem"), filepath.Join(dir, cn+".key")
+	for f, b := range map[string]*pem.Block{caFile: {Type: "CERTIFICATE", Bytes: caDER}, certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "EC PRIVATE KEY", Bytes: kb}} {
+		if err := os.WriteFile(f, pem.EncodeToMemory(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return caFile, certFile, keyFile
+}
+
 // cpuTicks is the user+system CPU time of a process, in clock ticks.
 func cpuTicks(t *testing.T, pid int) int64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -529,11 +568,12 @@ pipelines:
 		t.Fatal("no answer after the cancel")
 	}
 
-	// TLS (without tokens: allowed on a loopback address): a client trusting the certificate gets the same
-	// answer; one speaking plain gRPC gets none.
+	// Mutual TLS (without tokens): a client trusting the server's certificate and presenting one the client CA
+	// signed gets the same answer; one without a client certificate, or speaking plain gRPC, gets none.
 	certFile, keyFile := filepath.Join(e.Dir, "cert.pem"), filepath.Join(e.Dir, "key.pem")
 	writeSelfSigned(t, certFile, keyFile)
-	tlsServe := e.Cmd(ctx, "serve", "--addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--query-memory", "64MB")
+	clientCA, clientCert, clientKey := writeClientCert(t, e.Dir, "notebook")
+	tlsServe := e.Cmd(ctx, "serve", "--addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", clientCA, "--query-memory", "64MB")
 	tlsErr := &syncBuffer{}
 	tlsServe.Stderr = tlsErr
 	if err := tlsServe.Start(); err != nil {
@@ -559,11 +599,23 @@ pipelines:
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pemBytes)
-	tlsCl, err := flightsql.NewClient(tlsAddr, nil, nil, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"})))
+	pair, err := tls.LoadX509KeyPair(clientCert, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCl, err := flightsql.NewClient(tlsAddr, nil, nil, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost", Certificates: []tls.Certificate{pair}})))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tlsCl.Close()
+	noCert, err := flightsql.NewClient(tlsAddr, nil, nil, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, ServerName: "localhost"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer noCert.Close()
+	if _, err := noCert.Execute(ctx, `SELECT 1`); err == nil {
+		t.Fatal("a TLS client without a client certificate was answered by the mutual-TLS server")
+	}
 	got, _, err = flightRows(ctx, tlsCl, `SELECT count(*) AS n FROM events`, false)
 	if err != nil || got[0].(map[string]any)["n"] != count(nb) {
 		t.Fatalf("over TLS: %s %v\n%s", harness.Show(got), err, tlsErr.String())

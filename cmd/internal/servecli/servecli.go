@@ -40,7 +40,9 @@ extensions or reads files or URLs the lake does not name.
 Listens on 127.0.0.1:31337 unless --addr says otherwise; an address other hosts can reach needs tokens. Each
 client gets a bearer token from an environment variable: --token analyst=ANALYST_TOKEN reads $ANALYST_TOKEN,
 and the client sends "authorization: Bearer <token>" (the log names the client, never the token).
---tls-cert and --tls-key serve TLS, re-reading renewed files at the next connection.
+--tls-cert and --tls-key serve TLS, re-reading renewed files at the next connection; --tls-client-ca makes
+it mutual: each client presents a certificate one of those CAs signed (enough on its own for another host's
+address; the log names the client by its certificate's common name).
 
 Each statement may run for --query-timeout (then DEADLINE_EXCEEDED) and use --query-memory in the query
 engine (what cannot spill beyond it fails with RESOURCE_EXHAUSTED); at most --max-concurrent run at once.
@@ -59,6 +61,7 @@ func Flags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "token", Usage: "CLIENT=ENV_VAR: the client named CLIENT authenticates with the bearer token in $ENV_VAR (repeat for each client)"},
 		&cli.StringFlag{Name: "tls-cert", Usage: "PEM certificate (chain) to serve TLS with"},
 		&cli.StringFlag{Name: "tls-key", Usage: "PEM private key of --tls-cert"},
+		&cli.StringFlag{Name: "tls-client-ca", Usage: "PEM CA certificate(s): every client must present a certificate one of them signed (mutual TLS; re-read when the file changes)"},
 		&cli.DurationFlag{Name: "query-timeout", Value: 60 * time.Second, Usage: "longest a statement may run (0: no limit)"},
 		&cli.StringFlag{Name: "query-memory", Value: "2GB", Usage: "memory the query engine may use per statement (DuckDB's notation: 512MB, 4GB); beyond it, what cannot spill to disk fails the statement"},
 		&cli.IntFlag{Name: "max-concurrent", Value: 4, Usage: "statements running at once; more wait for a free slot"},
