@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"syscall"
 	"testing"
 	"time"
 
@@ -160,27 +159,13 @@ pipelines:
 	t.Run("http", func(t *testing.T) {
 		const token = "mcp-0123456789abcdef0123"
 		e.ExtraEnv = append(e.ExtraEnv, "AGENT_TOKEN="+token)
-		serve := e.Cmd(ctx, "serve", "--addr", "127.0.0.1:0", "--mcp-addr", "127.0.0.1:0", "--token", "agent=AGENT_TOKEN")
-		stderr := &syncBuffer{}
-		serve.Stderr = stderr
-		if err := serve.Start(); err != nil {
-			t.Fatal(err)
+		stderr := startServe(t, ctx, e, "--mcp-addr", "127.0.0.1:0", "--token", "agent=AGENT_TOKEN").Stderr
+		// The MCP listener is up before the Flight SQL one, whose line startServe waited for.
+		m := regexp.MustCompile(`msg="serving MCP" mcp_addr=(\S+)`).FindStringSubmatch(stderr.String())
+		if m == nil {
+			t.Fatalf("no MCP address in the log:\n%s", stderr.String())
 		}
-		defer func() {
-			serve.Process.Signal(syscall.SIGTERM)
-			serve.Wait()
-		}()
-		addrLog := regexp.MustCompile(`msg="serving MCP" mcp_addr=(\S+)`)
-		var addr string
-		harness.WaitFor(t, 2*time.Minute, func() bool {
-			if serve.ProcessState != nil {
-				t.Fatalf("skippr serve ended:\n%s", stderr.String())
-			}
-			if m := addrLog.FindStringSubmatch(stderr.String()); m != nil {
-				addr = m[1]
-			}
-			return addr != ""
-		})
+		addr := m[1]
 		endpoint := "http://" + addr + "/mcp"
 		cl := mcp.NewClient(&mcp.Implementation{Name: "skippr-test"}, nil)
 		if s, err := cl.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1}, nil); err == nil {

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,31 +49,8 @@ pipelines:
 	e.ExtraEnv = append(e.ExtraEnv, "NB_TOKEN="+token)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	serve := e.Cmd(ctx, "serve", "--addr", "127.0.0.1:0", "--token", "notebook=NB_TOKEN")
-	stderr := &syncBuffer{}
-	serve.Stderr = stderr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			serve.Process.Signal(syscall.SIGTERM)
-			serve.Wait()
-		}
-	}
-	defer stop()
-	var addr string
-	harness.WaitFor(t, 2*time.Minute, func() bool {
-		if serve.ProcessState != nil {
-			t.Fatalf("skippr serve ended:\n%s", stderr.String())
-		}
-		if m := serveAddrLog.FindStringSubmatch(stderr.String()); m != nil {
-			addr = m[1]
-		}
-		return addr != ""
-	})
+	srv := startServe(t, ctx, e, "--token", "notebook=NB_TOKEN")
+	addr, stop := srv.Addr, srv.Stop
 	viaServer := []string{"query", "--server", addr}
 	e.ExtraEnv = append(e.ExtraEnv, "SKIPPR_QUERY_TOKEN="+token)
 

@@ -22,7 +22,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -225,27 +224,9 @@ pipelines:
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	const limit = 20 * time.Second
-	serve := e.Cmd(ctx, "--log-level", "debug", "serve", "--addr", "127.0.0.1:0", "--query-timeout", limit.String(),
+	serve := startServe(t, ctx, e, "--log-level", "debug", "--query-timeout", limit.String(),
 		"--token", "notebook=NB_TOKEN", "--token", "bi=BI_TOKEN")
-	stderr := &syncBuffer{}
-	serve.Stderr = stderr
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		serve.Process.Signal(syscall.SIGTERM)
-		serve.Wait()
-	}()
-	var addr string
-	harness.WaitFor(t, 2*time.Minute, func() bool {
-		if serve.ProcessState != nil {
-			t.Fatalf("skippr serve ended:\n%s", stderr.String())
-		}
-		if m := serveAddrLog.FindStringSubmatch(stderr.String()); m != nil {
-			addr = m[1]
-		}
-		return addr != ""
-	})
+	addr, stderr := serve.Addr, serve.Stderr
 	cl, err := flightsql.NewClient(addr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -274,6 +255,32 @@ pipelines:
 				t.Fatalf("%s (prepared %v)\nFlight SQL: %s\nskippr query: %s", q, prepared, harness.Show(got), harness.Show(want))
 			}
 		}
+	}
+	// The same answers through the ADBC Flight SQL driver behind database/sql, with a bound parameter too.
+	adbc, err := adbcDB(addr, nbToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adbc.Close()
+	for _, q := range queries {
+		got, err := adbcRows(ctx, adbc, q)
+		if err != nil {
+			t.Fatalf("ADBC: %s: %v\n%s", q, err, stderr.String())
+		}
+		if want := e.QueryJSON(q, false); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s\nADBC: %s\nskippr query: %s", q, harness.Show(got), harness.Show(want))
+		}
+	}
+	got, err := adbcRows(ctx, adbc, `SELECT id, name FROM events WHERE id < ? ORDER BY id`, int64(40))
+	if want := e.QueryJSON(`SELECT id, name FROM events WHERE id < 40 ORDER BY id`, false); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ADBC with a parameter: %v\n%s\nskippr query: %s", err, harness.Show(got), harness.Show(want))
+	}
+	if bad, err := adbcDB(addr, "not-a-known-token-at-all"); err != nil {
+		t.Fatal(err)
+	} else if _, err := adbcRows(ctx, bad, `SELECT 1`); err == nil {
+		t.Fatal("ADBC with an unknown token was answered")
+	} else {
+		bad.Close()
 	}
 	// For the record (no bound: the machine is shared): a point lookup over Flight SQL against a running
 	// server, beside the same lookup through the one-shot skippr query, which starts its plugins each time.
@@ -335,7 +342,7 @@ pipelines:
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := readFlight(nb, cl, info)
+	got, _, err = readFlight(nb, cl, info)
 	if want := e.QueryJSON(`SELECT id, seq, name FROM events WHERE id BETWEEN 10 AND 400 AND name LIKE '%a%' ORDER BY id`, false); err != nil || len(got) == 0 || !reflect.DeepEqual(got, want) {
 		t.Fatalf("prepared with parameters: %v\nFlight SQL: %s\nskippr query: %s", err, harness.Show(got), harness.Show(want))
 	}
@@ -542,9 +549,9 @@ pipelines:
 	}
 
 	// A client that cancels stops the engine's work: the duckdb plugin's CPU time stops growing.
-	duck := harness.ChildByName(serve.Process.Pid, "duckdb")
+	duck := harness.ChildByName(serve.Cmd.Process.Pid, "duckdb")
 	if duck == 0 {
-		t.Fatalf("no duckdb plugin under skippr serve (pid %d)", serve.Process.Pid)
+		t.Fatalf("no duckdb plugin under skippr serve (pid %d)", serve.Cmd.Process.Pid)
 	}
 	cctx, stop := context.WithCancel(nb)
 	started := time.Now()
@@ -573,26 +580,8 @@ pipelines:
 	certFile, keyFile := filepath.Join(e.Dir, "cert.pem"), filepath.Join(e.Dir, "key.pem")
 	writeSelfSigned(t, certFile, keyFile)
 	clientCA, clientCert, clientKey := writeClientCert(t, e.Dir, "notebook")
-	tlsServe := e.Cmd(ctx, "serve", "--addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", clientCA, "--query-memory", "64MB")
-	tlsErr := &syncBuffer{}
-	tlsServe.Stderr = tlsErr
-	if err := tlsServe.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		tlsServe.Process.Signal(syscall.SIGTERM)
-		tlsServe.Wait()
-	}()
-	var tlsAddr string
-	harness.WaitFor(t, 2*time.Minute, func() bool {
-		if tlsServe.ProcessState != nil {
-			t.Fatalf("skippr serve with TLS ended:\n%s", tlsErr.String())
-		}
-		if m := serveAddrLog.FindStringSubmatch(tlsErr.String()); m != nil {
-			tlsAddr = m[1]
-		}
-		return tlsAddr != ""
-	})
+	tlsServe := startServe(t, ctx, e, "--tls-cert", certFile, "--tls-key", keyFile, "--tls-client-ca", clientCA, "--query-memory", "64MB")
+	tlsAddr, tlsErr := tlsServe.Addr, tlsServe.Stderr
 	pemBytes, err := os.ReadFile(certFile)
 	if err != nil {
 		t.Fatal(err)

@@ -140,6 +140,9 @@ pipelines:
 	want = expectedMatrix(ctx, t, pg)
 	compareMatrix(t, "skippr query --format json (lake + WAL)", readerJSON, kinds, want, queryRows("json"))
 	compareMatrix(t, "skippr query --format csv (lake + WAL)", readerCSV, kinds, want, queryRows("csv"))
+	// And through skippr serve's Flight SQL: the Arrow batches the query engine made, as a client gets them.
+	srv := startServe(t, ctx, e)
+	compareMatrix(t, "skippr serve, Flight SQL (lake + WAL)", readerScan, kinds, want, flightMatrixRows(t, ctx, srv.Addr, `SELECT * FROM lake."public.types" ORDER BY id`))
 
 	// The values Arrow cannot hold: NULL (the 2-D array, NaN, the timestamp) or the elements without their
 	// bounds, and the record of each in _skippr_meta.
