@@ -20,6 +20,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,6 +71,9 @@ type Server struct {
 	dbSeq   atomic.Int64
 	roleSeq atomic.Int64
 	netns   Netns
+	bin     string
+	cred    *syscall.Credential
+	opts    Options
 }
 
 // binDir finds the directory holding initdb and postgres.
@@ -201,6 +205,11 @@ func start(ctx context.Context, bin string, cred *syscall.Credential, dir string
 	if err != nil {
 		return nil, err
 	}
+	return startOn(ctx, bin, cred, dir, port, opts)
+}
+
+// startOn starts the server of dir's data directory on port.
+func startOn(ctx context.Context, bin string, cred *syscall.Credential, dir string, port int, opts Options) (*Server, error) {
 	host := "127.0.0.1"
 	if opts.Netns != nil {
 		host = opts.Netns.Addr()
@@ -251,7 +260,7 @@ func start(ctx context.Context, bin string, cred *syscall.Credential, dir string
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Host: host, Port: port, Dir: dir, proc: p, netns: opts.Netns}
+	s := &Server{Host: host, Port: port, Dir: dir, proc: p, netns: opts.Netns, bin: bin, cred: cred, opts: opts}
 	ready := func(ctx context.Context) error {
 		c, err := pgx.Connect(ctx, s.LocalConnString("postgres"))
 		if err == nil {
@@ -267,6 +276,28 @@ func start(ctx context.Context, bin string, cred *syscall.Credential, dir string
 
 // Log returns the server log so far.
 func (s *Server) Log() string { return s.proc.Log() }
+
+// Restart shuts the server down (fast shutdown) and starts it again on the same data directory and port with
+// settings over the ones it was started with — what an operator's configuration change and restart does. When
+// the server does not come up, the error holds the end of its log, and the server stays down until a later
+// Restart succeeds. The server log is started afresh.
+func (s *Server) Restart(ctx context.Context, settings map[string]string) error {
+	if err := s.proc.Stop(syscall.SIGINT, 20*time.Second); err != nil {
+		return fmt.Errorf("stop postgres: %w", err)
+	}
+	opts := s.opts
+	opts.Settings = maps.Clone(s.opts.Settings)
+	if opts.Settings == nil {
+		opts.Settings = map[string]string{}
+	}
+	maps.Copy(opts.Settings, settings)
+	n, err := startOn(ctx, s.bin, s.cred, s.Dir, s.Port, opts)
+	if err != nil {
+		return fmt.Errorf("restart postgres: %w", err) // with the end of its log
+	}
+	s.proc, s.opts = n.proc, opts
+	return nil
+}
 
 // Stop shuts the server down (fast shutdown, then kill after 20 s) and removes its directory.
 func (s *Server) Stop() error {
