@@ -13,6 +13,7 @@ import (
 	sf "github.com/snowflakedb/gosnowflake"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -35,6 +36,10 @@ type Settings struct {
 	Host     string `json:"host"`
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol"`
+
+	// Soft deletes, sync metadata columns and history tables (plugin-sdk/rowmeta; rowmeta.go, history.go),
+	// decided per stream with For.
+	rowmeta.Settings
 }
 
 // DefaultSchema is Snowflake's default schema of a database.
@@ -59,7 +64,8 @@ const SettingsSchema = `{
     "schema": {"type": "string", "default": "PUBLIC"},
     "host": {"type": "string", "description": "override the account's host (private link, test stand-in)"},
     "port": {"type": "integer"},
-    "protocol": {"type": "string", "enum": ["http", "https"]}
+    "protocol": {"type": "string", "enum": ["http", "https"]},
+    ` + rowmeta.SchemaProperties + `
   }
 }`
 
@@ -91,6 +97,10 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 	}
 	if s.Schema == "" {
 		s.Schema = DefaultSchema
+	}
+	// Every stream's overrides are checked now, not when the stream first arrives.
+	if err := s.Settings.Check(); err != nil {
+		return s, err
 	}
 	return s, nil
 }

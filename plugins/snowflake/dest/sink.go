@@ -56,6 +56,9 @@ type Destination struct {
 	// fenceRead, when set (tests), is called after an apply read the pipeline's fence and before its
 	// transaction: the window in which a paused writer is overtaken by another.
 	fenceRead func(pipeline string, fence uint64)
+	// beforeCommit, when set (tests), is called in the apply's transaction after its last statement but the
+	// COMMIT: where a process killed mid-apply leaves the transaction open.
+	beforeCommit func(pipeline string)
 }
 
 // DefaultFoldBudget: an apply holds at most this many bytes of Arrow batches at once (plus the batch being
