@@ -295,9 +295,6 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			}
 		}
 	}
-	if x.d.beforeCommit != nil {
-		x.d.beforeCommit(req.Pipeline)
-	}
 	var args []any
 	args = append(args, req.Pipeline, "", strconv.FormatUint(req.Sequence, 10))
 	for _, stream := range order {
@@ -315,6 +312,9 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 	if n, err := merged.RowsAffected(); err != nil || n != int64(nstate) {
 		return res, fmt.Errorf("pipeline %s: the state row of %s no longer holds sequence %d, read before this apply of %d–%d: another process applied the pipeline meanwhile; rolled back (%d of %d state rows merged, %v), the next attempt reads the state again",
 			req.Pipeline, sfsql.StateTable, fence, req.FirstSequence, req.Sequence, n, nstate, err)
+	}
+	if x.d.beforeCommit != nil {
+		x.d.beforeCommit(req.Pipeline)
 	}
 	if err := x.exec(ctx, "COMMIT"); err != nil {
 		return res, explain(x.s, fmt.Sprintf("commit sequence %d", req.Sequence), err)

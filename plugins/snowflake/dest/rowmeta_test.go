@@ -233,9 +233,10 @@ func TestHistory(t *testing.T) {
 	})
 }
 
-// TestHistoryAcrossChunks: a range folded in many chunks (a fold budget of one byte: every batch is a chunk)
-// appends each change once, in order, with its entry's position and its place in the entry, and the table
-// holds what one fold of the range would.
+// TestHistoryAcrossChunks: a range folded in many chunks (a fold budget of one byte: every batch is a chunk,
+// and every change is sent as a batch of its own, so an entry spans chunks) appends each change once, in
+// order, with its entry's position and its place in the entry, and the table holds what one fold of the
+// range would.
 func TestHistoryAcrossChunks(t *testing.T) {
 	c := rowmetatest.HistoryCases()[1]
 	tg := newTarget(t, nil)
@@ -244,14 +245,14 @@ func TestHistoryAcrossChunks(t *testing.T) {
 	entries := rowmetatest.Entries()
 	start := time.Now().Add(-time.Minute)
 	for _, r := range [][2]uint64{{1, 7}, {8, 11}} {
-		items := rowmetatest.Items(entries, r[0], r[1])
+		items := oneRowBatches(rowmetatest.Items(entries, r[0], r[1]))
 		puts := tg.dest.stats.Puts
 		_, err := rt.Apply(tctx(t), r[0], r[1], items)
 		rowmetatest.Release(items)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := tg.dest.stats.Puts - puts; p < int64(r[1]-r[0]+1) {
+		if p := tg.dest.stats.Puts - puts; p < int64(2*(r[1]-r[0]+1)) {
 			t.Fatalf("apply %d..%d: %d files put: the range was not split into chunks", r[0], r[1], p)
 		}
 		got, err := rowmetatest.ReadHistory(tctx(t), rt)
@@ -263,6 +264,24 @@ func TestHistoryAcrossChunks(t *testing.T) {
 		}
 		rowmetatest.Compare(t, fmt.Sprintf("after %d..%d", r[0], r[1]), c.Options, rt, rowmetatest.Expect(entries, int(r[1]), c.Options), start)
 	}
+}
+
+// oneRowBatches splits the items' batches into batches of one row each, releasing the originals.
+func oneRowBatches(items []serve.Item) []serve.Item {
+	var out []serve.Item
+	for _, it := range items {
+		if it.Record == nil {
+			out = append(out, it)
+			continue
+		}
+		for i := range it.Record.NumRows() {
+			one := it
+			one.Record = it.Record.NewSlice(i, i+1)
+			out = append(out, one)
+		}
+		it.Record.Release()
+	}
+	return out
 }
 
 // TestKilledApplyIsReplayedOnce: a process killed inside its apply transaction, after the MERGE, the history
