@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta/rowmetatest"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -352,6 +353,35 @@ func TestRowmetaSettingsRefused(t *testing.T) {
 	} {
 		if _, err := ParseSettings(json.RawMessage(c.raw)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error naming %s", c.raw, err, c.want)
+		}
+	}
+}
+
+// TestSettingsSchemaTakesRowmeta: the settings schema the engine validates a connection with takes the rowmeta
+// keys, per connection and per stream, and still refuses an unknown key or metadata column.
+func TestSettingsSchemaTakesRowmeta(t *testing.T) {
+	sch, err := conformance.CompileSchema((&Destination{}).Spec().SettingsSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := `"account":"a","user":"u","warehouse":"w","database":"d","password":"p"`
+	for _, c := range []struct {
+		raw string
+		ok  bool
+	}{
+		{`{` + base + `,"soft_delete":true,"metadata_columns":["synced_at","source_committed_at","op","position"],"history":true}`, true},
+		{`{` + base + `,"table_options":{"public.orders":{"history":true,"soft_delete":false,"metadata_columns":["op"]}}}`, true},
+		{`{` + base + `,"metadata_columns":["nope"]}`, false},
+		{`{` + base + `,"table_options":{"public.orders":{"bogus":true}}}`, false},
+	} {
+		d := json.NewDecoder(strings.NewReader(c.raw))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+		if err := sch.Validate(v); (err == nil) != c.ok {
+			t.Errorf("%s: validation %v, want ok %v", c.raw, err, c.ok)
 		}
 	}
 }
