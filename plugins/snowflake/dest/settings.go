@@ -107,15 +107,17 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 
 // Config is the driver's configuration for s.
 func (s Settings) Config() (*sf.Config, error) {
-	utc := "UTC"
+	utc, auto := "UTC", "AUTO"
 	cfg := &sf.Config{
 		Account: s.Account, User: s.User, Database: s.Database, Schema: s.Schema,
 		Warehouse: s.Warehouse, Role: s.Role,
 		Host: s.Host, Port: s.Port, Protocol: s.Protocol,
 		Application:      "skippr",
 		DisableTelemetry: true,
-		// Timestamps without a zone are read and written as UTC whatever the account's default.
-		Params:         map[string]*string{"TIMEZONE": &utc},
+		// Timestamps without a zone are read and written as UTC whatever the account's default; a timestamp
+		// constant (_SKIPPR_SYNCED_AT, sfsql.TimestampLiteral) is read by AUTO detection whatever the account's
+		// TIMESTAMP_INPUT_FORMAT.
+		Params:         map[string]*string{"TIMEZONE": &utc, "TIMESTAMP_INPUT_FORMAT": &auto},
 		LoginTimeout:   60 * time.Second,
 		RequestTimeout: 0,
 	}
