@@ -3,6 +3,7 @@ package dest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/conformance"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta/rowmetatest"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -383,5 +385,20 @@ func TestSettingsSchemaTakesRowmeta(t *testing.T) {
 		if err := sch.Validate(v); (err == nil) != c.ok {
 			t.Errorf("%s: validation %v, want ok %v", c.raw, err, c.ok)
 		}
+	}
+}
+
+// TestHistoryTableNameClash: a stream whose table is another stream's history table is refused with a config
+// error naming both streams, instead of mixing changes into the history or rows into the mirror.
+func TestHistoryTableNameClash(t *testing.T) {
+	tg := newTarget(t, nil)
+	rt := tg.rowmetaTarget(map[string]any{"history": true})
+	items := rowmetatest.Items(rowmetatest.Entries(), 1, 1)
+	defer rowmetatest.Release(items)
+	other := items[0]
+	other.Stream = rowmetatest.Stream + "_history"
+	_, err := rt.Apply(tctx(t), 1, 1, append(items, other))
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), rowmetatest.Stream) || !strings.Contains(err.Error(), other.Stream) {
+		t.Fatalf("streams %s (with history) and %s: %v, want a config error naming both", rowmetatest.Stream, other.Stream, err)
 	}
 }
