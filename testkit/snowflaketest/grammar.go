@@ -21,14 +21,18 @@ const (
 	qname = ident + `\.` + ident + `\.` + ident
 	// Data types (…/sql-reference/intro-summary-data-types): NUMBER(p,s) with p 1..38 and s 0..p, VARCHAR,
 	// FLOAT, BINARY, BOOLEAN, DATE, TIME(9), TIMESTAMP_NTZ(9), TIMESTAMP_TZ(9), VARIANT, OBJECT, ARRAY.
-	typ    = `(?:NUMBER\((?:[1-9]|[12][0-9]|3[0-8]),(?:[0-9]|[12][0-9]|3[0-7])\)|VARCHAR|FLOAT|BINARY|BOOLEAN|DATE|TIME\(9\)|TIMESTAMP_NTZ\(9\)|TIMESTAMP_TZ\(9\)|VARIANT|OBJECT|ARRAY)`
-	coldef = ident + ` ` + typ + `(?: NOT NULL)?`
+	typ = `(?:NUMBER\((?:[1-9]|[12][0-9]|3[0-8]),(?:[0-9]|[12][0-9]|3[0-7])\)|VARCHAR|FLOAT|BINARY|BOOLEAN|DATE|TIME\(9\)|TIMESTAMP_NTZ\(9\)|TIMESTAMP_TZ\(9\)|VARIANT|OBJECT|ARRAY)`
+	// DEFAULT FALSE: the soft-delete flag's (sql-reference/sql/create-table and alter-table, "DEFAULT expr").
+	coldef = ident + ` ` + typ + `(?: NOT NULL)?(?: DEFAULT FALSE)?`
 	idents = ident + `(?:, ` + ident + `)*`
 	// A table stage: "@[namespace.]%table_name[/path]" (…/sql-reference/sql/put, "internalStage").
 	stage = `@` + ident + `\.` + ident + `\.%` + ident + `/skippr/`
 	// A staged column as MERGE or INSERT takes it: itself, or JSON text parsed (…/functions/parse_json,
 	// …/functions/to_object, …/functions/to_array).
-	sval   = `(?:s\.` + ident + `|PARSE_JSON\(s\.` + ident + `\)|TO_OBJECT\(PARSE_JSON\(s\.` + ident + `\)\)|TO_ARRAY\(PARSE_JSON\(s\.` + ident + `\)\))`
+	// A metadata column's value may also be the apply's time as a TIMESTAMP_TZ constant
+	// (…/functions/cast; the string in a form AUTO detection reads, …/date-time-input-output).
+	sval = `(?:s\.` + ident + `|PARSE_JSON\(s\.` + ident + `\)|TO_OBJECT\(PARSE_JSON\(s\.` + ident + `\)\)|TO_ARRAY\(PARSE_JSON\(s\.` + ident + `\)\)` +
+		`|CAST\('[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6} \+00:00' AS TIMESTAMP_TZ\(9\)\))`
 	svals  = sval + `(?:, ` + sval + `)*`
 	sets   = ident + ` = ` + sval + `(?:, ` + ident + ` = ` + sval + `)*`
 	stateS = `SELECT CAST\(\? AS VARCHAR\) AS "PIPELINE", CAST\(\? AS VARCHAR\) AS "STREAM", CAST\(\? AS NUMBER\(20,0\)\) AS "LAST_SEQUENCE"`
@@ -60,7 +64,7 @@ var Rules = []Rule{
 	rule("create staging table", "sql-reference/sql/create-table (OR REPLACE, TEMPORARY)",
 		`CREATE OR REPLACE TEMPORARY TABLE `+qname+` \(`+coldef+`(?:, `+coldef+`)*\)`),
 	rule("add column", "sql-reference/sql/alter-table-column (ADD COLUMN col_name col_type)",
-		`ALTER TABLE `+qname+` ADD COLUMN `+ident+` `+typ),
+		`ALTER TABLE `+qname+` ADD COLUMN `+coldef),
 	rule("rename column", "sql-reference/sql/alter-table (RENAME COLUMN col_name TO new_col_name)",
 		`ALTER TABLE `+qname+` RENAME COLUMN `+ident+` TO `+ident),
 	rule("widen number", "sql-reference/sql/alter-table-column (ALTER COLUMN … SET DATA TYPE; precision only)",
@@ -78,6 +82,11 @@ var Rules = []Rule{
 		`MERGE INTO `+qname+` AS t USING `+qname+` AS s ON t\.`+ident+` = s\.`+ident+`(?: AND t\.`+ident+` = s\.`+ident+`)*`+
 			` WHEN MATCHED AND s\."_SKIPPR_OP" = [0-9] THEN DELETE(?: WHEN MATCHED THEN UPDATE SET `+sets+`)?`+
 			` WHEN NOT MATCHED AND s\."_SKIPPR_OP" <> [0-9] THEN INSERT \(`+idents+`\) VALUES \(`+svals+`\)`),
+	rule("soft-delete merge", "sql-reference/sql/merge (matchedClause WHEN MATCHED AND case_predicate THEN UPDATE SET, twice: the first that matches applies; notMatchedClause WHEN NOT MATCHED AND case_predicate THEN INSERT); a BOOLEAN column is a predicate (sql-reference/operators-logical)",
+		`MERGE INTO `+qname+` AS t USING `+qname+` AS s ON t\.`+ident+` = s\.`+ident+`(?: AND t\.`+ident+` = s\.`+ident+`)*`+
+			` WHEN MATCHED AND s\."_SKIPPR_KEY_ONLY" THEN UPDATE SET `+sets+
+			` WHEN MATCHED THEN UPDATE SET `+sets+
+			` WHEN NOT MATCHED AND NOT s\."_SKIPPR_KEY_ONLY" THEN INSERT \(`+idents+`\) VALUES \(`+svals+`\)`),
 	rule("append", "sql-reference/sql/insert (INSERT INTO … (cols) SELECT)",
 		`INSERT INTO `+qname+` \(`+idents+`\) SELECT `+svals+` FROM `+qname+` AS s`),
 	rule("state", "sql-reference/sql/merge (source a subquery of SELECT … UNION ALL; matchedClause WHEN MATCHED AND case_predicate; CAST: sql-reference/functions/cast)",

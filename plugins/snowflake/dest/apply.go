@@ -12,12 +12,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/util"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/snowflake/sfsql"
 )
@@ -38,6 +41,21 @@ type streamPlan struct {
 	table     sfsql.Table
 	loads     []*load
 	truncated bool // the stream was truncated before the loads' rows
+	// opts are the stream's soft_delete, metadata_columns and history (Settings.For); with History, hist are
+	// the loads of every change into histTable (history.go).
+	opts      rowmeta.Options
+	hist      []*load
+	histTable sfsql.Table
+}
+
+// track is what an apply keeps of a stream's batches beside its plan: the WAL entry of each batch of the
+// current chunk, and where each batch's changes start among the stream's changes of that entry (a history
+// row's _SKIPPR_SEQ), counted across chunks.
+type track struct {
+	pos   []uint64 // by batch number of the chunk's plan
+	seq0  []int64
+	entry uint64 // the entry next counts in
+	next  int64
 }
 
 // load is one Parquet file of a stream: the surviving rows of the batches of one schema.
@@ -47,6 +65,8 @@ type load struct {
 	file   string // local path; its base name is the staged file's name
 	stage  sfsql.Table
 	rows   int64
+	into   sfsql.Table // the table whose stage the file is put to and which the load goes into
+	extras []extra     // staged beyond the data and the op
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
@@ -109,26 +129,47 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 		seen   = map[string]string{} // table → the stream writing it, across the range
 		order  []string              // streams touched, in first-seen order
 		nstage int
+		tracks = map[string]*track{}
 	)
 	defer func() { folded.Release() }()
 	flush := func() error {
 		var plans []*streamPlan
 		for _, p := range folded.List() {
-			sp := &streamPlan{Plan: p, Stream: p.Stream, table: x.table(TableName(p.Stream))}
-			if other, ok := seen[sp.table.Name]; ok && other != sp.Stream {
-				return fault.ConfigErr(fmt.Errorf("streams %s and %s both map to table %s", other, sp.Stream, sp.table),
-					"replicate only one of the two tables into this database and schema, or send them to separate destinations")
+			opts, err := x.s.For(p.Stream)
+			if err != nil {
+				return err
 			}
-			if _, ok := seen[sp.table.Name]; !ok {
+			sp := &streamPlan{Plan: p, Stream: p.Stream, table: x.table(TableName(p.Stream)), opts: opts}
+			tables := []sfsql.Table{sp.table}
+			if opts.History {
+				sp.histTable = historyTable(sp.table)
+				tables = append(tables, sp.histTable)
+			}
+			for _, t := range tables {
+				if other, ok := seen[t.Name]; ok && other != sp.Stream {
+					return fault.ConfigErr(fmt.Errorf("streams %s and %s both map to table %s", other, sp.Stream, t),
+						"replicate only one of the two tables into this database and schema, or send them to separate destinations")
+				}
+				seen[t.Name] = sp.Stream
+			}
+			if !slices.Contains(order, sp.Stream) {
 				order = append(order, sp.Stream)
 			}
-			seen[sp.table.Name] = sp.Stream
 			plans = append(plans, sp)
 		}
 		for _, sp := range plans {
 			for _, s := range sp.Schemas {
-				if err := x.ensureTable(ctx, sp.table, s); err != nil {
+				// A source column named as one the plugin adds would be overwritten: refused, naming it.
+				if err := sp.opts.CheckSchema(sp.Stream, s); err != nil {
+					return err
+				}
+				if err := x.ensureTable(ctx, sp.table, s, metaColumns(sp.opts), false); err != nil {
 					return fmt.Errorf("stream %s: %w", sp.Stream, err)
+				}
+				if sp.opts.History {
+					if err := x.ensureTable(ctx, sp.histTable, s, historyColumns(), true); err != nil {
+						return fmt.Errorf("stream %s: %w", sp.Stream, err)
+					}
 				}
 			}
 			// Rows of earlier chunks staged under a column's former name: their merges write the renamed column.
@@ -137,13 +178,16 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			for _, s := range sp.Schemas {
 				followRenames(chunks, sp.table, s)
 			}
-			if err := x.prepareLoads(ctx, req, sp, dir, &nstage); err != nil {
+			if err := x.prepareLoads(ctx, req, sp, tracks[sp.Stream], dir, &nstage); err != nil {
 				return fmt.Errorf("stream %s: %w", sp.Stream, err)
 			}
 			sp.truncated = sp.Fold.Truncated()
 			sp.Plan = nil // what the transaction needs is in the loads; the batches go back below
 		}
 		folded.Release()
+		for _, tr := range tracks {
+			tr.pos, tr.seq0 = tr.pos[:0], tr.seq0[:0]
+		}
 		held = 0
 		if len(plans) > 0 {
 			chunks = append(chunks, plans)
@@ -169,6 +213,17 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			if err := folded.Get(it.Stream).Add(it.Record); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
 			}
+			tr := tracks[it.Stream]
+			if tr == nil {
+				tr = &track{}
+				tracks[it.Stream] = tr
+			}
+			if tr.entry != it.Sequence {
+				tr.entry, tr.next = it.Sequence, 0
+			}
+			tr.pos = append(tr.pos, it.Sequence)
+			tr.seq0 = append(tr.seq0, tr.next)
+			tr.next += it.Record.NumRows()
 			res.Rows += it.Record.NumRows()
 			held += int64(util.TotalRecordSize(it.Record))
 			if held >= budget {
@@ -184,6 +239,9 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 		return res, err
 	}
 
+	// _SKIPPR_SYNCED_AT: the apply's one time for every row it writes, taken as its transaction begins (the
+	// plugin's clock, UTC; Snowflake's CURRENT_TIMESTAMP would differ from statement to statement).
+	synced := sfsql.TimestampLiteral(time.Now())
 	// Plain statements on the session rather than a database/sql Tx: the transaction carries a name, by which
 	// a later process finds it if this one dies inside it (abortOrphans).
 	if err := x.exec(ctx, sfsql.Begin(TxName(req.Pipeline))); err != nil {
@@ -196,6 +254,12 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 		}
 	}()
 	txexec := func(q string, args ...any) error { return x.exec(ctx, q, args...) }
+	copyIn := func(l *load) error {
+		if err := txexec(sfsql.Copy(l.stage, l.into, filepath.Base(l.file))); err != nil {
+			return explain(x.s, fmt.Sprintf("copy %s into %s (the staging table of %s)", filepath.Base(l.file), l.stage, l.into), err)
+		}
+		return nil
+	}
 	for _, plans := range chunks {
 		for _, sp := range plans {
 			if sp.truncated {
@@ -203,21 +267,30 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 					return res, explain(x.s, "truncate "+sp.table.String(), err)
 				}
 			}
+			meta := mirrorMeta(sp.opts, synced)
 			key := make([]string, 0)
 			for _, l := range sp.loads {
-				if err := txexec(sfsql.Copy(l.stage, sp.table, filepath.Base(l.file))); err != nil {
-					return res, explain(x.s, fmt.Sprintf("copy %s into %s (the staging table of %s)", filepath.Base(l.file), l.stage, sp.table), err)
+				if err := copyIn(l); err != nil {
+					return res, err
 				}
 				key = key[:0]
 				for _, k := range change.PrimaryKey(l.schema) {
 					key = append(key, l.target(sfsql.Name(k)))
 				}
-				q := sfsql.Append(sp.table, l.stage, l.cols)
+				q := sfsql.Append(sp.table, l.stage, l.cols, meta)
 				if len(key) > 0 {
-					q = sfsql.Merge(sp.table, l.stage, l.cols, key, int(change.OpDelete))
+					q = sfsql.Merge(sp.table, l.stage, l.cols, key, int(change.OpDelete), meta)
 				}
 				if err := txexec(q); err != nil {
 					return res, explain(x.s, "merge into "+sp.table.String(), err)
+				}
+			}
+			for _, l := range sp.hist {
+				if err := copyIn(l); err != nil {
+					return res, err
+				}
+				if err := txexec(sfsql.Append(sp.histTable, l.stage, l.cols, historyMeta())); err != nil {
+					return res, explain(x.s, "append to "+sp.histTable.String(), err)
 				}
 			}
 		}
@@ -239,6 +312,9 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 	if n, err := merged.RowsAffected(); err != nil || n != int64(nstate) {
 		return res, fmt.Errorf("pipeline %s: the state row of %s no longer holds sequence %d, read before this apply of %d–%d: another process applied the pipeline meanwhile; rolled back (%d of %d state rows merged, %v), the next attempt reads the state again",
 			req.Pipeline, sfsql.StateTable, fence, req.FirstSequence, req.Sequence, n, nstate, err)
+	}
+	if x.d.beforeCommit != nil {
+		x.d.beforeCommit(req.Pipeline)
 	}
 	if err := x.exec(ctx, "COMMIT"); err != nil {
 		return res, explain(x.s, fmt.Sprintf("commit sequence %d", req.Sequence), err)
@@ -310,16 +386,29 @@ func (x *conn) abortOrphans(ctx context.Context, pipeline string) error {
 }
 
 // prepareLoads writes the stream's surviving rows as Parquet files (one per batch schema), PUTs each to the
-// table stage and makes its staging table.
-func (x *conn) prepareLoads(ctx context.Context, req *serve.Range, sp *streamPlan, dir string, nstage *int) error {
+// table stage and makes its staging table; with history, the same for every change of the chunk, into the
+// history table. tr holds the WAL entry of each of the plan's batches.
+func (x *conn) prepareLoads(ctx context.Context, req *serve.Range, sp *streamPlan, tr *track, dir string, nstage *int) error {
+	committed := make([]*array.Timestamp, len(sp.Batches))
+	for i, rec := range sp.Batches {
+		c, err := change.Committed(rec)
+		if err != nil {
+			return err
+		}
+		committed[i] = c
+	}
+	meta := func(batch, row int) (uint64, time.Time) {
+		at, _ := change.CommittedAt(committed[batch], row)
+		return tr.pos[batch], at
+	}
 	type group struct {
 		schema *arrow.Schema
 		picks  map[int][]pick // by batch number
 		order  []int
 	}
 	var groups []*group
-	for _, l := range sp.Fold.Last() {
-		rec := sp.Batches[l.Batch]
+	add := func(batch int, p pick) {
+		rec := sp.Batches[batch]
 		var g *group
 		for _, c := range groups {
 			if change.SameSchema(c.schema, rec.Schema()) {
@@ -330,40 +419,90 @@ func (x *conn) prepareLoads(ctx context.Context, req *serve.Range, sp *streamPla
 			g = &group{schema: rec.Schema(), picks: map[int][]pick{}}
 			groups = append(groups, g)
 		}
-		if _, ok := g.picks[l.Batch]; !ok {
-			g.order = append(g.order, l.Batch)
+		if _, ok := g.picks[batch]; !ok {
+			g.order = append(g.order, batch)
 		}
-		g.picks[l.Batch] = append(g.picks[l.Batch], pick{row: l.Row, op: l.Op})
+		g.picks[batch] = append(g.picks[batch], p)
 	}
-	for _, g := range groups {
+	for _, l := range sp.Fold.Last() {
+		p := pick{row: l.Row, op: l.Op}
+		p.pos, p.committed = meta(l.Batch, l.Row)
+		vb := l.Batch
+		if l.Op == change.OpDelete && sp.opts.SoftDelete {
+			// The row's last values, when the range held them, go with the flag; else only the flag.
+			if l.HasValues {
+				vb, p.row = l.ValBatch, l.ValRow
+			} else {
+				p.keyOnly = true
+			}
+		}
+		add(vb, p)
+	}
+	write := func(g *group, into sfsql.Table, extras []extra) (*load, error) {
 		cols, err := stageColumns(g.schema)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		*nstage++
 		// The stage number keeps the names of an apply's files apart across its chunks (PUT overwrites).
 		name := unsafeName.ReplaceAllString(fmt.Sprintf("%s__%s__%d__%d.parquet", req.Pipeline, sp.Stream, req.Sequence, *nstage), "_")
-		l := &load{schema: g.schema, cols: cols, file: filepath.Join(dir, name)}
+		l := &load{schema: g.schema, cols: cols, file: filepath.Join(dir, name), into: into, extras: extras}
 		l.stage = x.table(fmt.Sprintf("_SKIPPR_STAGE_%d", *nstage))
 		var parts []part
 		for _, bi := range g.order {
 			parts = append(parts, part{rec: sp.Batches[bi], picks: g.picks[bi]})
 		}
-		n, size, err := writeParquet(ctx, l.file, g.schema, cols, parts)
+		n, size, err := writeParquet(ctx, l.file, g.schema, cols, parts, extras)
 		if err != nil {
-			return fmt.Errorf("write %s: %w", name, err)
+			return nil, fmt.Errorf("write %s: %w", name, err)
 		}
 		l.rows = n
 		x.d.stats.Puts++
 		x.d.stats.BytesPut += size
 		x.d.stats.RowsPut += n
-		if err := x.exec(ctx, sfsql.Put(l.file, sp.table)); err != nil {
-			return explain(x.s, "put "+name+" to "+sp.table.Stage(), err)
+		if err := x.exec(ctx, sfsql.Put(l.file, into)); err != nil {
+			return nil, explain(x.s, "put "+name+" to "+into.Stage(), err)
 		}
-		if err := x.exec(ctx, sfsql.CreateStaging(l.stage, cols)); err != nil {
-			return explain(x.s, "create staging table "+l.stage.String(), err)
+		if err := x.exec(ctx, sfsql.CreateStaging(l.stage, cols, extraColumns(extras))); err != nil {
+			return nil, explain(x.s, "create staging table "+l.stage.String(), err)
+		}
+		return l, nil
+	}
+	for _, g := range groups {
+		l, err := write(g, sp.table, mirrorExtras(sp.opts))
+		if err != nil {
+			return err
 		}
 		sp.loads = append(sp.loads, l)
+	}
+	if !sp.opts.History {
+		return nil
+	}
+	// Every change, not the fold's survivors: one load per run of batches of one schema.
+	groups = nil
+	var cur *group
+	for bi, rec := range sp.Batches {
+		ops, err := change.OpValues(rec)
+		if err != nil {
+			return err
+		}
+		if cur == nil || !change.SameSchema(cur.schema, rec.Schema()) {
+			cur = &group{schema: rec.Schema(), picks: map[int][]pick{}}
+			groups = append(groups, cur)
+		}
+		cur.order = append(cur.order, bi)
+		for i, op := range ops {
+			p := pick{row: i, op: op, seq: tr.seq0[bi] + int64(i)}
+			p.pos, p.committed = meta(bi, i)
+			cur.picks[bi] = append(cur.picks[bi], p)
+		}
+	}
+	for _, g := range groups {
+		l, err := write(g, sp.histTable, historyExtras)
+		if err != nil {
+			return err
+		}
+		sp.hist = append(sp.hist, l)
 	}
 	return nil
 }
@@ -376,7 +515,7 @@ func followRenames(chunks [][]*streamPlan, t sfsql.Table, s *arrow.Schema) {
 			if sp.table != t {
 				continue
 			}
-			for _, l := range sp.loads {
+			for _, l := range append(slices.Clip(sp.loads), sp.hist...) {
 				has := func(n string) bool {
 					return slices.ContainsFunc(l.cols, func(c sfsql.Column) bool { return c.Name == sfsql.Name(n) })
 				}
@@ -464,9 +603,11 @@ func (x *conn) remember(t sfsql.Table, cols map[string]sfsql.Type) {
 	x.d.tables[t.String()] = cols
 }
 
-// ensureTable creates the table from s, adds the columns of s it lacks and widens a NUMBER's precision;
-// a column whose type cannot take the new one stops the apply with both types named.
-func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema) error {
+// ensureTable creates the table from s and own (the columns the plugin adds after the data columns: the
+// metadata columns, or a history table's), adds the columns of s and own it lacks and widens a NUMBER's
+// precision; a column whose type cannot take the new one stops the apply with both types named. A history
+// table is keyed by (position, seq), not by the stream's key.
+func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema, own []sfsql.Column, history bool) error {
 	want, err := stageColumns(s)
 	if err != nil {
 		return err
@@ -483,7 +624,10 @@ func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema) 
 		for _, k := range change.PrimaryKey(s) {
 			key = append(key, sfsql.Name(k))
 		}
-		if err := x.exec(ctx, sfsql.CreateTable(t, want, key)); err != nil {
+		if history {
+			key = historyKey
+		}
+		if err := x.exec(ctx, sfsql.CreateTable(t, append(slices.Clip(want), own...), key)); err != nil {
 			return explain(x.s, "create table "+t.String(), err)
 		}
 		// Read back rather than assume: a table created concurrently by someone else keeps its own columns.
@@ -533,6 +677,20 @@ func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema) 
 			}
 			have[c.Name] = *alter
 		}
+	}
+	// The columns the plugin adds: a setting turned on for a table that exists (the rows there hold NULL, or
+	// FALSE for _SKIPPR_DELETED, its default). A source column of the same name was refused before
+	// (rowmeta.Options.CheckSchema).
+	for _, c := range own {
+		if _, ok := have[c.Name]; ok {
+			continue
+		}
+		if err := x.exec(ctx, sfsql.AddColumn(t, c)); err != nil {
+			delete(x.d.tables, t.String())
+			return explain(x.s, fmt.Sprintf("add column %s %s to %s", c.Name, c.Type, t), err)
+		}
+		have[c.Name] = c.Type
+		x.d.log().Info("added column", "table", t.String(), "column", c.Name, "type", c.Type.DDL())
 	}
 	return nil
 }

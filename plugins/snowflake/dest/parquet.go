@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -20,14 +21,22 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 	"github.com/skippr-dev/skippr/plugins/snowflake/sfsql"
 )
 
-// pick is a surviving row of a batch and its op.
+// pick is a surviving row of a batch and its op, with what the extra staged columns (extra) hold for it.
 type pick struct {
 	row int
 	op  change.Op
+	// keyOnly: a delete whose row's values the apply never saw (soft_delete writes only the flag).
+	keyOnly bool
+	// pos is the WAL entry of the row's newest change, committed its source commit time (zero: unknown), seq
+	// its place among the stream's changes of that entry (history only).
+	pos       uint64
+	committed time.Time
+	seq       int64
 }
 
 // part is the picked rows of one batch.
@@ -36,16 +45,94 @@ type part struct {
 	picks []pick
 }
 
+// extra is a staged column beyond the data and the op: a value of each picked row that the metadata columns
+// (rowmeta) or a history table take.
+type extra int
+
+const (
+	extraDeleted   extra = iota // the soft-delete flag: the op is a delete
+	extraKeyOnly                // pick.keyOnly
+	extraCommitted              // pick.committed, NULL when unknown
+	extraOpName                 // the op's _skippr_op text
+	extraPosition               // pick.pos
+	extraSeq                    // pick.seq
+)
+
+// column is the extra's column in the staging table.
+func (e extra) column() sfsql.Column {
+	switch e {
+	case extraDeleted:
+		return sfsql.Column{Name: sfsql.DeletedColumn, Type: sfsql.Type{Base: "BOOLEAN"}}
+	case extraKeyOnly:
+		return sfsql.Column{Name: sfsql.KeyOnlyColumn, Type: sfsql.Type{Base: "BOOLEAN"}}
+	case extraCommitted:
+		return sfsql.Column{Name: sfsql.SourceCommittedAtColumn, Type: sfsql.Type{Base: "TIMESTAMP_TZ"}}
+	case extraOpName:
+		return sfsql.Column{Name: sfsql.OpNameColumn, Type: sfsql.Type{Base: "TEXT"}}
+	case extraPosition:
+		return sfsql.Column{Name: sfsql.PositionColumn, Type: sfsql.Type{Base: "NUMBER", Precision: 20, Scale: 0}}
+	}
+	return sfsql.Column{Name: sfsql.SeqColumn, Type: sfsql.Type{Base: "NUMBER", Precision: 10, Scale: 0}}
+}
+
+func extraColumns(extras []extra) []sfsql.Column {
+	out := make([]sfsql.Column, len(extras))
+	for i, e := range extras {
+		out[i] = e.column()
+	}
+	return out
+}
+
+// field is the extra's Parquet column.
+func (e extra) field() arrow.Field {
+	t := map[extra]arrow.DataType{
+		extraDeleted: arrow.FixedWidthTypes.Boolean, extraKeyOnly: arrow.FixedWidthTypes.Boolean,
+		extraCommitted: &arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"},
+		extraOpName:    arrow.BinaryTypes.String, extraPosition: arrow.PrimitiveTypes.Int64, extraSeq: arrow.PrimitiveTypes.Int64,
+	}[e]
+	return arrow.Field{Name: e.column().Name, Type: t, Nullable: e == extraCommitted}
+}
+
+// values builds the extra's column of picks.
+func (e extra) values(mem memory.Allocator, picks []pick) arrow.Array {
+	b := array.NewBuilder(mem, e.field().Type)
+	defer b.Release()
+	for _, p := range picks {
+		switch e {
+		case extraDeleted:
+			b.(*array.BooleanBuilder).Append(p.op == change.OpDelete)
+		case extraKeyOnly:
+			b.(*array.BooleanBuilder).Append(p.keyOnly)
+		case extraCommitted:
+			if p.committed.IsZero() {
+				b.AppendNull()
+			} else {
+				b.(*array.TimestampBuilder).Append(arrow.Timestamp(p.committed.UnixMicro()))
+			}
+		case extraOpName:
+			b.(*array.StringBuilder).Append(rowmeta.OpName(p.op))
+		case extraPosition:
+			b.(*array.Int64Builder).Append(int64(p.pos))
+		case extraSeq:
+			b.(*array.Int64Builder).Append(p.seq)
+		}
+	}
+	return b.NewArray()
+}
+
 // StageSchema is the Arrow schema of the Parquet file of a batch schema's data columns: the Snowflake column
 // names, each type as Snowflake loads it (nested values as JSON text, unsigned integers signed or decimal),
-// and the op.
-func StageSchema(cols []sfsql.Column, src *arrow.Schema) *arrow.Schema {
+// the op, and the extras.
+func StageSchema(cols []sfsql.Column, src *arrow.Schema, extras ...extra) *arrow.Schema {
 	data := change.DataFields(src)
-	fields := make([]arrow.Field, 0, len(cols)+1)
+	fields := make([]arrow.Field, 0, len(cols)+1+len(extras))
 	for i, c := range cols {
 		fields = append(fields, arrow.Field{Name: c.Name, Type: stageType(data[i].Type, c.Type), Nullable: true})
 	}
 	fields = append(fields, arrow.Field{Name: sfsql.OpColumn, Type: arrow.PrimitiveTypes.Int8})
+	for _, e := range extras {
+		fields = append(fields, e.field())
+	}
 	return arrow.NewSchema(fields, nil)
 }
 
@@ -71,7 +158,7 @@ func stageType(dt arrow.DataType, t sfsql.Type) arrow.DataType {
 }
 
 // StageRecord converts the picked rows of a batch into a record of StageSchema. The caller releases it.
-func StageRecord(ctx context.Context, mem memory.Allocator, schema *arrow.Schema, cols []sfsql.Column, p part) (arrow.RecordBatch, error) {
+func StageRecord(ctx context.Context, mem memory.Allocator, schema *arrow.Schema, cols []sfsql.Column, p part, extras ...extra) (arrow.RecordBatch, error) {
 	ib := array.NewInt64Builder(mem)
 	ob := array.NewInt8Builder(mem)
 	for _, pk := range p.picks {
@@ -112,6 +199,9 @@ func StageRecord(ctx context.Context, mem memory.Allocator, schema *arrow.Schema
 	}
 	ops.Retain()
 	arrays = append(arrays, ops)
+	for _, e := range extras {
+		arrays = append(arrays, e.values(mem, p.picks))
+	}
 	rec := array.NewRecordBatch(schema, arrays, int64(len(p.picks)))
 	return rec, nil
 }
@@ -262,14 +352,14 @@ func WriterProperties() (*parquet.WriterProperties, pqarrow.ArrowWriterPropertie
 }
 
 // writeParquet writes the parts as one Parquet file at path; it returns the rows and bytes written.
-func writeParquet(ctx context.Context, path string, src *arrow.Schema, cols []sfsql.Column, parts []part) (int64, int64, error) {
+func writeParquet(ctx context.Context, path string, src *arrow.Schema, cols []sfsql.Column, parts []part, extras []extra) (int64, int64, error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer f.Close()
 	cw := &countingWriter{w: f}
-	n, err := EncodeParquet(ctx, cw, src, cols, parts)
+	n, err := EncodeParquet(ctx, cw, src, cols, parts, extras...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -280,9 +370,9 @@ func writeParquet(ctx context.Context, path string, src *arrow.Schema, cols []sf
 }
 
 // EncodeParquet writes the picked rows of parts (batches of schema src) to w as Parquet; it returns the rows.
-func EncodeParquet(ctx context.Context, w io.Writer, src *arrow.Schema, cols []sfsql.Column, parts []part) (int64, error) {
+func EncodeParquet(ctx context.Context, w io.Writer, src *arrow.Schema, cols []sfsql.Column, parts []part, extras ...extra) (int64, error) {
 	mem := memory.DefaultAllocator
-	schema := StageSchema(cols, src)
+	schema := StageSchema(cols, src, extras...)
 	props, aprops := WriterProperties()
 	fw, err := pqarrow.NewFileWriter(schema, w, props, aprops)
 	if err != nil {
@@ -290,7 +380,7 @@ func EncodeParquet(ctx context.Context, w io.Writer, src *arrow.Schema, cols []s
 	}
 	var n int64
 	for _, p := range parts {
-		rec, err := StageRecord(ctx, mem, schema, cols, p)
+		rec, err := StageRecord(ctx, mem, schema, cols, p, extras...)
 		if err != nil {
 			fw.Close()
 			return 0, err

@@ -13,6 +13,7 @@ import (
 	sf "github.com/snowflakedb/gosnowflake"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -35,6 +36,10 @@ type Settings struct {
 	Host     string `json:"host"`
 	Port     int    `json:"port"`
 	Protocol string `json:"protocol"`
+
+	// Soft deletes, sync metadata columns and history tables (plugin-sdk/rowmeta; rowmeta.go, history.go),
+	// decided per stream with For.
+	rowmeta.Settings
 }
 
 // DefaultSchema is Snowflake's default schema of a database.
@@ -59,7 +64,8 @@ const SettingsSchema = `{
     "schema": {"type": "string", "default": "PUBLIC"},
     "host": {"type": "string", "description": "override the account's host (private link, test stand-in)"},
     "port": {"type": "integer"},
-    "protocol": {"type": "string", "enum": ["http", "https"]}
+    "protocol": {"type": "string", "enum": ["http", "https"]},
+    ` + rowmeta.SchemaProperties + `
   }
 }`
 
@@ -92,20 +98,26 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 	if s.Schema == "" {
 		s.Schema = DefaultSchema
 	}
+	// Every stream's overrides are checked now, not when the stream first arrives.
+	if err := s.Settings.Check(); err != nil {
+		return s, err
+	}
 	return s, nil
 }
 
 // Config is the driver's configuration for s.
 func (s Settings) Config() (*sf.Config, error) {
-	utc := "UTC"
+	utc, auto := "UTC", "AUTO"
 	cfg := &sf.Config{
 		Account: s.Account, User: s.User, Database: s.Database, Schema: s.Schema,
 		Warehouse: s.Warehouse, Role: s.Role,
 		Host: s.Host, Port: s.Port, Protocol: s.Protocol,
 		Application:      "skippr",
 		DisableTelemetry: true,
-		// Timestamps without a zone are read and written as UTC whatever the account's default.
-		Params:         map[string]*string{"TIMEZONE": &utc},
+		// Timestamps without a zone are read and written as UTC whatever the account's default; a timestamp
+		// constant (_SKIPPR_SYNCED_AT, sfsql.TimestampLiteral) is read by AUTO detection whatever the account's
+		// TIMESTAMP_INPUT_FORMAT.
+		Params:         map[string]*string{"TIMEZONE": &utc, "TIMESTAMP_INPUT_FORMAT": &auto},
 		LoginTimeout:   60 * time.Second,
 		RequestTimeout: 0,
 	}

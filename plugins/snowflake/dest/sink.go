@@ -11,6 +11,11 @@
 //     update, insert; a stream without a key appends), MERGE the rows (pipeline, stream, last_sequence) of
 //     _SKIPPR_STATE, COMMIT.
 //
+// With soft_delete, metadata_columns or history (per stream, plugin-sdk/rowmeta: rowmeta.go, history.go) the
+// same steps carry more: the added columns are created or added in step 1, each row's metadata values are
+// staged in its Parquet file, the MERGE writes them (a delete flags the row instead of removing it), and a
+// stream with history has its changes appended to <TABLE>_HISTORY in step 2's transaction.
+//
 // The state row commits with the data, so LastApplied reads exactly what the table holds; an apply at or below
 // it is skipped and, of a range that is partly held, only the items past it are written. Every statement is
 // built in package sfsql.
@@ -56,6 +61,9 @@ type Destination struct {
 	// fenceRead, when set (tests), is called after an apply read the pipeline's fence and before its
 	// transaction: the window in which a paused writer is overtaken by another.
 	fenceRead func(pipeline string, fence uint64)
+	// beforeCommit, when set (tests), is called in the apply's transaction after its last statement but the
+	// COMMIT: where a process killed mid-apply leaves the transaction open.
+	beforeCommit func(pipeline string)
 }
 
 // DefaultFoldBudget: an apply holds at most this many bytes of Arrow batches at once (plus the batch being

@@ -128,8 +128,11 @@ func (tg *target) dropLive() {
 	defer cancel()
 	db := tg.db()
 	for _, st := range tg.streams {
-		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+Table(tg.s, st).String()); err != nil {
-			tg.t.Errorf("cleanup: drop the table of %s: %v", st, err)
+		t := (&conn{s: tg.s}).table(TableName(st))
+		for _, t := range []sfsql.Table{t, historyTable(t)} { // the history table, when the test made one
+			if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+t.String()); err != nil {
+				tg.t.Errorf("cleanup: drop the table %s of %s: %v", t, st, err)
+			}
 		}
 	}
 	state := Table(tg.s, sfsql.StateTable).String()
@@ -485,23 +488,39 @@ func TestOutOfRangeTimesAreDataErrors(t *testing.T) {
 }
 
 // TestStatementsPerApply: one apply of one stream costs a fixed number of requests; the figures in
-// BENCHMARKS.md come from here.
+// BENCHMARKS.md and the README's cost of each rowmeta setting come from here. Soft deletes and metadata
+// columns ride in the same statements (more staged columns); history adds a PUT, a staging table, a COPY and
+// an INSERT.
 func TestStatementsPerApply(t *testing.T) {
-	tg := newTarget(t, nil)
-	s := ordersSchema()
-	st := tg.stream("orders")
-	r := orders(s, order{op: change.OpInsert, id: 1, name: "a", color: "c", atUnix: 1})
-	defer r.Release()
-	tg.apply(1, 1, item(st, 1, r)) // creates the table
-	before := tg.dest.Stats()
-	tg.apply(2, 2, item(st, 2, r))
-	after := tg.dest.Stats()
-	// read state, PUT, staging table, BEGIN, COPY, MERGE, state MERGE, COMMIT
-	if n := after.Statements - before.Statements; n != 8 {
-		t.Fatalf("a steady-state apply of one stream sent %d statements, want 8", n)
+	all := []string{"synced_at", "source_committed_at", "op", "position"}
+	for _, c := range []struct {
+		name string
+		edit func(*Settings)
+		want int64
+	}{
+		// read state, PUT, staging table, BEGIN, COPY, MERGE, state MERGE, COMMIT
+		{"plain", nil, 8},
+		{"soft_delete and metadata_columns", func(s *Settings) { s.SoftDelete, s.MetadataColumns = true, all }, 8},
+		// + PUT, staging table, COPY, INSERT of the history
+		{"history", func(s *Settings) { s.History = true }, 12},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tg := newTarget(t, c.edit)
+			s := ordersSchema()
+			st := tg.stream("orders")
+			r := orders(s, order{op: change.OpInsert, id: 1, name: "a", color: "c", atUnix: 1})
+			defer r.Release()
+			tg.apply(1, 1, item(st, 1, r)) // creates the table
+			before := tg.dest.Stats()
+			tg.apply(2, 2, item(st, 2, r))
+			after := tg.dest.Stats()
+			if n := after.Statements - before.Statements; n != c.want {
+				t.Fatalf("a steady-state apply of one stream sent %d statements, want %d", n, c.want)
+			}
+			t.Logf("steady-state apply, one stream: %d statements, %d bytes put for %d row(s)", after.Statements-before.Statements,
+				after.BytesPut-before.BytesPut, after.RowsPut-before.RowsPut)
+		})
 	}
-	t.Logf("steady-state apply, one stream: %d statements, %d bytes put for %d row(s)", after.Statements-before.Statements,
-		after.BytesPut-before.BytesPut, after.RowsPut-before.RowsPut)
 }
 
 func keyPair(t *testing.T) (*rsa.PrivateKey, string) {

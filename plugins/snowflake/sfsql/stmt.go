@@ -56,6 +56,9 @@ type Column struct {
 	// Staged is the staging table's name for the column when it differs from Name, the target's: rows staged
 	// under a column's former name before a later part of the same apply renamed it.
 	Staged string
+	// DefaultFalse gives a BOOLEAN column DEFAULT FALSE (the soft-delete flag: an ADD COLUMN fills the rows
+	// already there with it).
+	DefaultFalse bool
 }
 
 // staged is the column's name in a staging table.
@@ -75,6 +78,9 @@ func columnDefs(cols []Column, stage bool) []string {
 			t, n = c.Type.StageDDL(), c.staged()
 		}
 		defs[i] = Ident(n) + " " + t
+		if c.DefaultFalse && !stage {
+			defs[i] += " DEFAULT FALSE"
+		}
 	}
 	return defs
 }
@@ -99,7 +105,7 @@ func CreateTable(t Table, cols []Column, key []string) string {
 
 // AddColumn adds a column a grown schema brings.
 func AddColumn(t Table, c Column) string {
-	return "ALTER TABLE " + t.String() + " ADD COLUMN " + Ident(c.Name) + " " + c.Type.DDL()
+	return "ALTER TABLE " + t.String() + " ADD COLUMN " + columnDefs([]Column{c}, false)[0]
 }
 
 // RenameColumn renames a column, as the source did.
@@ -154,9 +160,10 @@ func Put(localPath string, t Table) string {
 }
 
 // CreateStaging makes the session's temporary staging table of one load: the data columns (nested ones as
-// JSON text) and the op.
-func CreateStaging(stage Table, cols []Column) string {
+// JSON text), the op, and extra: what the load's rows carry for the metadata columns (Meta).
+func CreateStaging(stage Table, cols []Column, extra []Column) string {
 	defs := append(columnDefs(cols, true), Ident(OpColumn)+" NUMBER(3,0)")
+	defs = append(defs, columnDefs(extra, true)...)
 	return "CREATE OR REPLACE TEMPORARY TABLE " + stage.String() + " (" + strings.Join(defs, ", ") + ")"
 }
 
@@ -184,8 +191,9 @@ func value(c Column) string {
 	return v
 }
 
-// Merge applies the staged rows by key: a delete removes, any other op updates or inserts.
-func Merge(t, stage Table, cols []Column, key []string, opDelete int) string {
+// Merge applies the staged rows by key: a delete removes, any other op updates or inserts; meta adds the
+// columns soft_delete and metadata_columns write (Meta).
+func Merge(t, stage Table, cols []Column, key []string, opDelete int, meta Meta) string {
 	on := make([]string, len(key))
 	for i, k := range key {
 		sk := k
@@ -208,22 +216,42 @@ func Merge(t, stage Table, cols []Column, key []string, opDelete int) string {
 			sets = append(sets, Ident(c.Name)+" = "+value(c))
 		}
 	}
+	var msets []string
+	for _, m := range meta.Sets {
+		names = append(names, Ident(m.Column))
+		vals = append(vals, m.Value)
+		msets = append(msets, Ident(m.Column)+" = "+m.Value)
+	}
+	sets = append(sets, msets...)
+	q := "MERGE INTO " + t.String() + " AS t USING " + stage.String() + " AS s ON " + strings.Join(on, " AND ")
+	insert := fmt.Sprintf(" THEN INSERT (%s) VALUES (%s)", strings.Join(names, ", "), strings.Join(vals, ", "))
+	if meta.SoftDelete {
+		// A delete whose row's values the apply never saw (key-only) flips the flag and the metadata of the
+		// row the table holds, or leaves nothing; any other row, a delete carrying the row's last values
+		// included, writes its values.
+		keyOnly := "s." + Ident(KeyOnlyColumn)
+		return q + " WHEN MATCHED AND " + keyOnly + " THEN UPDATE SET " + strings.Join(msets, ", ") +
+			" WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ") +
+			" WHEN NOT MATCHED AND NOT " + keyOnly + insert
+	}
 	op := "s." + Ident(OpColumn)
-	q := "MERGE INTO " + t.String() + " AS t USING " + stage.String() + " AS s ON " + strings.Join(on, " AND ") +
-		fmt.Sprintf(" WHEN MATCHED AND %s = %d THEN DELETE", op, opDelete)
+	q += fmt.Sprintf(" WHEN MATCHED AND %s = %d THEN DELETE", op, opDelete)
 	if len(sets) > 0 {
 		q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
 	}
-	return q + fmt.Sprintf(" WHEN NOT MATCHED AND %s <> %d THEN INSERT (%s) VALUES (%s)", op, opDelete,
-		strings.Join(names, ", "), strings.Join(vals, ", "))
+	return q + fmt.Sprintf(" WHEN NOT MATCHED AND %s <> %d", op, opDelete) + insert
 }
 
-// Append inserts the staged rows of a stream without a key.
-func Append(t, stage Table, cols []Column) string {
+// Append inserts the staged rows of a stream without a key, with meta's columns (a history table's too).
+func Append(t, stage Table, cols []Column, meta Meta) string {
 	var names, vals []string
 	for _, c := range cols {
 		names = append(names, Ident(c.Name))
 		vals = append(vals, value(c))
+	}
+	for _, m := range meta.Sets {
+		names = append(names, Ident(m.Column))
+		vals = append(vals, m.Value)
 	}
 	return "INSERT INTO " + t.String() + " (" + strings.Join(names, ", ") + ") SELECT " + strings.Join(vals, ", ") +
 		" FROM " + stage.String() + " AS s"

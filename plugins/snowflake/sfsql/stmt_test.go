@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -43,6 +44,13 @@ func statements(t *testing.T) []string {
 	tbl := Table{Database: "ANALYTICS", Schema: "RAW", Name: Name("orders")}
 	odd := Table{Database: "ANALYTICS", Schema: "RAW", Name: Name("Order Lines")}
 	stage := Table{Database: "ANALYTICS", Schema: "RAW", Name: "_SKIPPR_STAGE_1"}
+	boolean, ts := Type{Base: "BOOLEAN"}, Type{Base: "TIMESTAMP_TZ"}
+	metaCols := []Column{{Name: DeletedColumn, Type: boolean, DefaultFalse: true}, {Name: SyncedAtColumn, Type: ts},
+		{Name: SourceCommittedAtColumn, Type: ts}, {Name: OpColumn, Type: Type{Base: "TEXT"}}, {Name: PositionColumn, Type: Type{Base: "NUMBER", Precision: 20}}}
+	metaStaged := []Column{{Name: DeletedColumn, Type: boolean}, {Name: KeyOnlyColumn, Type: boolean}, {Name: OpNameColumn, Type: Type{Base: "TEXT"}},
+		{Name: SourceCommittedAtColumn, Type: ts}, {Name: PositionColumn, Type: Type{Base: "NUMBER", Precision: 20}}, {Name: SeqColumn, Type: Type{Base: "NUMBER", Precision: 10}}}
+	meta := Meta{Sets: []Set{{DeletedColumn, Staged(DeletedColumn)}, {SyncedAtColumn, TimestampLiteral(time.Date(2026, 12, 7, 1, 2, 3, 456789000, time.FixedZone("x", 3600)))},
+		{SourceCommittedAtColumn, Staged(SourceCommittedAtColumn)}, {OpColumn, Staged(OpNameColumn)}, {PositionColumn, Staged(PositionColumn)}}}
 	return []string{
 		Begin("SKIPPR_0123456789ABCDEF"), "COMMIT", "ROLLBACK", "SELECT CURRENT_ROLE()", "SELECT CURRENT_SESSION()",
 		"SHOW TRANSACTIONS", AbortTransaction("1712345678901000000"),
@@ -60,13 +68,23 @@ func statements(t *testing.T) []string {
 		Put("/tmp/skippr-snowflake-1/p__public.orders__7__0.parquet", tbl),
 		Put("/tmp/skippr-snowflake-1/skippr_check.txt", Table{"ANALYTICS", "RAW", StateTable}),
 		RemoveFile(Table{"ANALYTICS", "RAW", StateTable}, "skippr_check.txt"),
-		CreateStaging(stage, cols),
+		CreateStaging(stage, cols, nil),
+		CreateStaging(stage, cols[:1], metaStaged),
+		CreateTable(tbl, append(cols[:2:2], metaCols...), []string{"ID"}),
+		CreateTable(Table{"ANALYTICS", "RAW", "ORDERS" + HistorySuffix}, append(cols[:2:2], Column{Name: OpColumn, Type: Type{Base: "TEXT"}}, metaStaged[3], metaStaged[4], metaStaged[5]), []string{PositionColumn, SeqColumn}),
+		AddColumn(tbl, metaCols[0]),
+		AddColumn(tbl, metaCols[1]),
 		Copy(stage, tbl, "p__public.orders__7__0.parquet"),
-		Merge(tbl, stage, cols, []string{"ID"}, 3),
-		Merge(odd, stage, cols[:2], []string{"ID", cols[1].Name}, 3),
-		Merge(odd, stage, cols[:1], []string{"ID"}, 3),
-		Merge(tbl, stage, []Column{{Name: "ID", Type: cols[0].Type}, {Name: "AMOUNT", Type: cols[1].Type, Staged: "QTY"}}, []string{"ID"}, 3),
-		Append(odd, stage, cols),
+		Merge(tbl, stage, cols, []string{"ID"}, 3, Meta{}),
+		Merge(odd, stage, cols[:2], []string{"ID", cols[1].Name}, 3, Meta{}),
+		Merge(odd, stage, cols[:1], []string{"ID"}, 3, Meta{}),
+		Merge(tbl, stage, []Column{{Name: "ID", Type: cols[0].Type}, {Name: "AMOUNT", Type: cols[1].Type, Staged: "QTY"}}, []string{"ID"}, 3, Meta{}),
+		Merge(tbl, stage, cols, []string{"ID"}, 3, meta),
+		Merge(tbl, stage, cols[:1], []string{"ID"}, 3, meta),
+		Merge(tbl, stage, cols, []string{"ID"}, 3, Meta{SoftDelete: true, Sets: meta.Sets}),
+		Merge(odd, stage, cols[:1], []string{"ID"}, 3, Meta{SoftDelete: true, Sets: meta.Sets[:1]}),
+		Append(odd, stage, cols, Meta{}),
+		Append(tbl, stage, cols, meta),
 		UpsertState("ANALYTICS", "RAW", 1),
 		UpsertState("ANALYTICS", "RAW", 3),
 		DeleteAll(tbl),
