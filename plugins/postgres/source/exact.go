@@ -47,7 +47,7 @@ import (
 func (r *reader) appendUnfinished(pos *Position) bool {
 	return slices.ContainsFunc(pos.Tables, func(name string) bool {
 		t := r.tables[name]
-		return t != nil && t.Append && !pos.Progress[name].Done
+		return t != nil && t.exact() && !pos.Progress[name].Done
 	})
 }
 
@@ -57,7 +57,7 @@ func (r *reader) appendUnfinished(pos *Position) bool {
 func (r *reader) recopyAppend(ctx context.Context, pos *Position) (pgx.Tx, error) {
 	var names []string
 	for _, name := range pos.Tables {
-		if t := r.tables[name]; t != nil && t.Append && !pos.Progress[name].Done {
+		if t := r.tables[name]; t != nil && t.exact() && !pos.Progress[name].Done {
 			names = append(names, name)
 		}
 	}
@@ -82,7 +82,7 @@ func (r *reader) recopyAppend(ctx context.Context, pos *Position) (pgx.Tx, error
 	}
 	for _, name := range pos.Tables {
 		t := r.tables[name]
-		if t == nil || !t.Append || pos.Progress[name].Done {
+		if t == nil || !t.exact() || pos.Progress[name].Done {
 			continue
 		}
 		if prog, started := pos.Progress[name]; started {
