@@ -190,7 +190,9 @@ type segment struct {
 	mark  *serve.Item
 }
 
-func newSegment() *segment { return &segment{plans: change.NewPlans(change.FoldOptions{FullRow: true})} }
+func newSegment() *segment {
+	return &segment{plans: change.NewPlans(change.FoldOptions{FullRow: true})}
+}
 
 func releaseSegments(segs []*segment) {
 	for _, g := range segs {

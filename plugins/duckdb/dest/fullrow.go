@@ -8,8 +8,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
-	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
 
 // Streams matched by full row (change.FullRow): keyless tables whose deletes carry the whole old row.

@@ -45,7 +45,7 @@ func bag(t *testing.T, seq uint64, op change.Op, pairs ...string) serve.Item {
 }
 
 // TestApplyFullRow: a keyless stream matched by full row keeps the multiset of rows right: a delete removes
-// exactly one equal row (NULL equal to NULL, NULL not equal to ''), an update (a delete and an insert) changes
+// exactly one equal row (NULL equal to NULL, NULL not equal to ”), an update (a delete and an insert) changes
 // one of several identical rows, rows inserted by an earlier entry of the same range are found, a replay is
 // skipped, a truncate empties the table, and a delete that finds no equal row fails the apply as a data
 // fault, changing nothing.
