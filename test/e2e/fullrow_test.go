@@ -16,7 +16,7 @@ import (
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
-// A keyless table holding identical rows and NULLs, in mode: full_row (REPLICA IDENTITY FULL): refused at start
+// A keyless table of 200,000 rows holding identical rows and NULLs, in mode: full_row (REPLICA IDENTITY FULL): refused at start
 // without REPLICA IDENTITY FULL, and refused naming the lake when an Iceberg destination is in the pipeline.
 // Then, into a Postgres and a DuckDB destination, its snapshot and a write load of inserts of duplicates,
 // updates and deletes of one of several identical rows, updates of many rows and a truncate, while sync is
@@ -34,7 +34,7 @@ func TestKeylessTableFullRow(t *testing.T) {
 		}
 	}
 	exec(sc, `CREATE TABLE bag (a int, b text, n numeric);
-		INSERT INTO bag SELECT i % 50, 'v' || (i % 7), NULLIF(i % 4, 0) * 1.5 FROM generate_series(1, 20000) i;
+		INSERT INTO bag SELECT i % 50, 'v' || (i % 7), NULLIF(i % 4, 0) * 1.5 FROM generate_series(1, 200000) i;
 		INSERT INTO bag VALUES (NULL, NULL, NULL), (NULL, NULL, NULL), (1, '', NULL)`)
 
 	e := harness.NewEnvWith(t, "postgres", "duckdb", "iceberg")
@@ -132,7 +132,7 @@ pipelines:
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	e.KillSyncAtRandom(4, time.Second, 5*time.Second)
+	e.KillSyncAtRandom(4, time.Second, 6*time.Second)
 	close(load)
 	wg.Wait()
 	if t.Failed() {
