@@ -13,7 +13,7 @@
 // naming table and column, when a source stream already has a column of that name.
 //
 // A stream matched by full row (change.FullRow: a keyless table whose deletes carry the whole old row) is refused
-// for every destination whose capabilities lack full_row, all such destinations named at once: one that cannot
+// for every destination whose capabilities lack full_row or whose soft_delete is on, all such destinations named at once: one that cannot
 // find the one row a delete means would lose or multiply rows.
 //
 // The type check matches type names (arrow.DataType.Name(), e.g. "decimal256") that a destination lists in
@@ -109,8 +109,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		limits[i] = caps.UnsupportedTypes
 		metas[i] = rowMeta(d.Settings)
-		fullRow[i] = caps.FullRow
-		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].Any() || !caps.FullRow
+		// soft_delete has no meaning yet for one of several identical rows: the destinations refuse it.
+		fullRow[i] = caps.FullRow && !metas[i].SoftDelete
+		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].Any() || !fullRow[i]
 	}
 	if !anyLimits {
 		return nil // no destination limits its types or adds columns: the source need not describe its streams
@@ -179,7 +180,7 @@ func fullRowRefusal(cfg Config, names []string, schemas map[string]*arrow.Schema
 	return refuse(fault.Config,
 		fmt.Sprintf("pipeline %s: table %s is keyless and matched by full row (mode: full_row), which destination %s cannot apply (a delete must remove exactly one row equal to the old row)",
 			cfg.Pipeline, strings.Join(tables, ", "), strings.Join(dests, ", ")),
-		fmt.Sprintf("send the table to a destination that applies full_row streams (postgres, duckdb) in a pipeline of its own, or in the source's table_options set mode: append (inserts only) or key_columns instead of mode: full_row, or give the table a primary key (destination %s)", strings.Join(dests, ", ")))
+		fmt.Sprintf("send the table to a destination that applies full_row streams (postgres, duckdb, without soft_delete) in a pipeline of its own, or in the source's table_options set mode: append (inserts only) or key_columns instead of mode: full_row, or give the table a primary key (destination %s)", strings.Join(dests, ", ")))
 }
 
 // rowMeta reads the soft_delete and metadata_columns of a destination's settings. The keys belong to the SDK
