@@ -8,14 +8,16 @@ import (
 )
 
 // TestFullRowPipeline: a keyless table under REPLICA IDENTITY FULL in mode: full_row, holding identical rows
-// and NULLs, is copied, then followed through updates and deletes of one of several identical rows, of all
-// of them, of rows with NULLs, a TOASTed value left unchanged, and a truncate: the destination holds the same
-// multiset of rows as the source after each step.
+// and NULLs, is copied, then followed through updates and deletes of one of several identical rows, of all of
+// them, of rows with NULLs and json values (a type without equality), a TOASTed value left unchanged, and a
+// truncate: the destination holds the same multiset of rows as the source after each step.
 func TestFullRowPipeline(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
-	db.Exec(t, `CREATE TABLE bag (a int, b text, c jsonb); ALTER TABLE bag REPLICA IDENTITY FULL;
-		INSERT INTO bag VALUES (1, 'x', '{"k": 1}'), (1, 'x', '{"k": 1}'), (1, 'x', '{"k": 1}'), (2, NULL, NULL), (2, NULL, NULL), (NULL, NULL, NULL), (3, '', 'null')`)
+	// d is json, which has no equality operator: rows are still matched.
+	db.Exec(t, `CREATE TABLE bag (a int, b text, c jsonb, d json); ALTER TABLE bag REPLICA IDENTITY FULL;
+		INSERT INTO bag VALUES (1, 'x', '{"k": 1}', '{"k":  1}'), (1, 'x', '{"k": 1}', '{"k":  1}'), (1, 'x', '{"k": 1}', '{"k":  1}'),
+			(2, NULL, NULL, NULL), (2, NULL, NULL, NULL), (NULL, NULL, NULL, NULL), (3, '', 'null', '[]')`)
 	src, dst := startPlugin(t), startPlugin(t)
 	p := newPipe(t, src, dst,
 		settings(db, map[string]any{"tables": []string{"bag"}, "slot": slot(db), "table_options": map[string]any{"bag": map[string]any{"mode": "full_row"}}}),
@@ -23,6 +25,11 @@ func TestFullRowPipeline(t *testing.T) {
 	p.start()
 	p.catchUp(db, time.Minute)
 	sameRows(t, db, "public.bag", "replica.bag")
+	var dType string
+	db.QueryRow(t, []any{&dType}, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'replica.bag'::regclass AND attname = 'd'`)
+	if dType != "json" {
+		t.Fatalf("replica.bag.d is %s, want json (a type without equality)", dType)
+	}
 	one := func(where string) string { return `(SELECT ctid FROM bag WHERE ` + where + ` LIMIT 1)` }
 	for _, step := range []string{
 		`UPDATE bag SET b = 'y' WHERE ctid = ` + one(`a = 1`),
