@@ -12,6 +12,10 @@
 // A destination that adds columns of its own (soft_delete, metadata_columns: plugin-sdk/rowmeta) is refused,
 // naming table and column, when a source stream already has a column of that name.
 //
+// A stream matched by full row (change.FullRow: a keyless table whose deletes carry the whole old row) is refused
+// for every destination whose capabilities lack full_row or whose soft_delete is on, all such destinations named at once: one that cannot
+// find the one row a delete means would lose or multiply rows.
+//
 // The type check matches type names (arrow.DataType.Name(), e.g. "decimal256") that a destination lists in
 // its Capabilities.UnsupportedTypes, at any depth of a column's type (a list's element, a struct's fields, a
 // map's keys and items, a dictionary's values). Names, not whole types, because that is what a destination
@@ -31,6 +35,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/skippr-dev/skippr/engine/connector"
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
@@ -95,6 +100,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	limits := make([][]string, len(cfg.Destinations))
 	metas := make([]rowmeta.Options, len(cfg.Destinations))
+	fullRow := make([]bool, len(cfg.Destinations))
 	anyLimits := false
 	for i, d := range cfg.Destinations {
 		caps, err := d.Plugin.Capabilities(ctx)
@@ -103,7 +109,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		limits[i] = caps.UnsupportedTypes
 		metas[i] = rowMeta(d.Settings)
-		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].Any()
+		// soft_delete has no meaning yet for one of several identical rows: the destinations refuse it.
+		fullRow[i] = caps.FullRow && !metas[i].SoftDelete
+		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].Any() || !fullRow[i]
 	}
 	if !anyLimits {
 		return nil // no destination limits its types or adds columns: the source need not describe its streams
@@ -124,6 +132,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		schemas[st.Name] = sc
 		names = append(names, st.Name)
+	}
+	if err := fullRowRefusal(cfg, names, schemas, fullRow); err != nil {
+		return err
 	}
 	for i, d := range cfg.Destinations {
 		for _, n := range names {
@@ -147,6 +158,29 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// fullRowRefusal refuses the pipeline when a stream is matched by full row and a destination does not apply
+// such streams (can[i] false), naming the tables and every destination that cannot.
+func fullRowRefusal(cfg Config, names []string, schemas map[string]*arrow.Schema, can []bool) error {
+	var tables, dests []string
+	for _, n := range names {
+		if change.FullRow(schemas[n]) {
+			tables = append(tables, n)
+		}
+	}
+	for i, d := range cfg.Destinations {
+		if !can[i] {
+			dests = append(dests, d.Name)
+		}
+	}
+	if len(tables) == 0 || len(dests) == 0 {
+		return nil
+	}
+	return refuse(fault.Config,
+		fmt.Sprintf("pipeline %s: table %s is keyless and matched by full row (mode: full_row), which destination %s cannot apply (a delete must remove exactly one row equal to the old row)",
+			cfg.Pipeline, strings.Join(tables, ", "), strings.Join(dests, ", ")),
+		fmt.Sprintf("send the table to a destination that applies full_row streams (postgres, duckdb, without soft_delete) in a pipeline of its own, or in the source's table_options set mode: append (inserts only) or key_columns instead of mode: full_row, or give the table a primary key (destination %s)", strings.Join(dests, ", ")))
 }
 
 // rowMeta reads the soft_delete and metadata_columns of a destination's settings. The keys belong to the SDK

@@ -110,3 +110,60 @@ func TestRowMetaClash(t *testing.T) {
 		}
 	}
 }
+
+type capsDest struct{ caps connector.Capabilities }
+
+func (capsDest) Check(context.Context) error { return nil }
+func (d capsDest) Capabilities(context.Context) (connector.Capabilities, error) {
+	return d.caps, nil
+}
+
+// TestFullRowRefused: a stream matched by full row is refused at start when a destination cannot apply it,
+// naming the table and each such destination; destinations that can, or keyed streams, pass.
+func TestFullRowRefused(t *testing.T) {
+	fields := []arrow.Field{{Name: "a", Type: arrow.PrimitiveTypes.Int64, Nullable: true}}
+	encode := func(sc *arrow.Schema) []byte {
+		ipc, err := protocol.EncodeSchema(memory.DefaultAllocator, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ipc
+	}
+	full := connector.Stream{Name: "public.bag", ArrowSchema: encode(change.WithFullRow(change.Schema(fields, nil)))}
+	keyed := connector.Stream{Name: "public.k", ArrowSchema: encode(change.Schema(fields, []string{"a"}))}
+	can, cannot := capsDest{connector.Capabilities{FullRow: true}}, capsDest{}
+	for _, tc := range []struct {
+		name    string
+		streams []connector.Stream
+		dests   []Endpoint[Destination]
+		only    []string
+		refused string // "" not refused, else what the message must hold
+	}{
+		{"full row into destinations that apply it", []connector.Stream{full, keyed},
+			[]Endpoint[Destination]{{Name: "pg", Plugin: can}, {Name: "duck", Plugin: can}}, nil, ""},
+		{"full row into a lake", []connector.Stream{full, keyed},
+			[]Endpoint[Destination]{{Name: "pg", Plugin: can}, {Name: "lake", Plugin: cannot}, {Name: "wh", Plugin: cannot}}, nil,
+			"table public.bag is keyless and matched by full row (mode: full_row), which destination lake, wh cannot apply"},
+		{"full row into a destination with soft_delete", []connector.Stream{full},
+			[]Endpoint[Destination]{{Name: "pg", Plugin: can}, {Name: "soft", Plugin: can, Settings: []byte(`{"soft_delete": true}`)}}, nil,
+			"which destination soft cannot apply"},
+		{"keyed only into a lake", []connector.Stream{keyed}, []Endpoint[Destination]{{Name: "lake", Plugin: cannot}}, nil, ""},
+		{"the full row table left out of the pipeline", []connector.Stream{full, keyed},
+			[]Endpoint[Destination]{{Name: "lake", Plugin: cannot}}, []string{"public.k"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Run(context.Background(), Config{Pipeline: "p", Source: Endpoint[Source]{Name: "src", Plugin: fakeSource{streams: tc.streams}},
+				Destinations: tc.dests, Streams: tc.only})
+			if tc.refused == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrRefused) || !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), tc.refused) ||
+				!strings.Contains(fault.FixOf(err), "mode: append") {
+				t.Fatalf("err = %v (fix %q), want a config refusal holding %q", err, fault.FixOf(err), tc.refused)
+			}
+		})
+	}
+}

@@ -60,6 +60,17 @@ const (
 	CommittedColumn = "_skippr_committed_at"
 	// PrimaryKeyMeta is the schema metadata key listing the primary key columns, comma separated.
 	PrimaryKeyMeta = "skippr.primary_key"
+	// MatchMeta is the schema metadata key saying how the stream's deletes find their row. Absent: by the
+	// primary key (PrimaryKeyMeta), or, without one, the stream has inserts only. MatchFullRow: the stream has
+	// no key (a keyless table with full row images: PostgreSQL REPLICA IDENTITY FULL, MySQL binlog_row_image
+	// FULL); a delete carries the whole old row in every data column and removes exactly one row equal to it
+	// in every column, NULL equal to NULL, so that a table holding identical rows keeps the right number of
+	// each; an update travels as that delete followed by an insert of the new row (OpUpdate is refused).
+	// Such a stream is folded in order without per-key collapse (Fold.AddFullRow), and only a destination
+	// whose capabilities say full_row receives one: the engine refuses the pipeline at start otherwise.
+	MatchMeta = "skippr.match"
+	// MatchFullRow is MatchMeta's value for a stream matched by full row.
+	MatchFullRow = "full_row"
 	// ReservedPrefix marks columns that belong to the protocol, not to the user's data.
 	ReservedPrefix = "_skippr_"
 	// MetaColumn is the one column with the reserved prefix that is data: the nullable utf8 JSON a source adds
@@ -103,6 +114,27 @@ func PrimaryKey(s *arrow.Schema) []string {
 		return nil
 	}
 	return strings.Split(v, ",")
+}
+
+// FullRow says the stream's deletes match whole rows (MatchMeta is MatchFullRow).
+func FullRow(s *arrow.Schema) bool {
+	v, ok := s.Metadata().GetValue(MatchMeta)
+	return ok && v == MatchFullRow
+}
+
+// WithFullRow returns s marked as matched by full row (MatchMeta), for a source's keyless table with full row
+// images. s should have no primary key.
+func WithFullRow(s *arrow.Schema) *arrow.Schema {
+	md := s.Metadata()
+	keys, vals := md.Keys(), md.Values()
+	if i := md.FindKey(MatchMeta); i >= 0 {
+		vals = append([]string{}, vals...)
+		vals[i] = MatchFullRow
+	} else {
+		keys, vals = append(append([]string{}, keys...), MatchMeta), append(append([]string{}, vals...), MatchFullRow)
+	}
+	nmd := arrow.NewMetadata(keys, vals)
+	return arrow.NewSchema(s.Fields(), &nmd)
 }
 
 // DataFields returns the schema's fields without the reserved columns.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -198,6 +199,8 @@ type Last struct {
 	// seen, exactly as when they arrive in two applies.
 	ValBatch, ValRow int
 	HasValues        bool
+	// gone: a later delete of an equal row cancelled this insert (full row matching); Last leaves it out.
+	gone bool
 }
 
 // FoldOptions tune a fold.
@@ -208,6 +211,9 @@ type FoldOptions struct {
 	// UpsertInserts treats inserts and reads as upserts (Replaces is set for every key): for a destination
 	// that may already hold the key, as after a re-snapshot.
 	UpsertInserts bool
+	// FullRow: the destination applies streams matched by full row (AddFullRow); without it such a stream
+	// is refused.
+	FullRow bool
 }
 
 // Fold collapses the change rows of one stream, batch by batch, to the newest row of each key.
@@ -220,6 +226,12 @@ type Fold struct {
 	batches   int
 	rows      int64
 	truncated bool
+	// Full row matching (fullrow.go): each batch's rows, the kept inserts by encoding, how many entries of
+	// last the index has seen, and how many entries a delete cancelled.
+	images  []*Image
+	byImg   map[string][]int
+	indexed int
+	gone    int
 }
 
 // NewFold starts an empty fold.
@@ -304,6 +316,7 @@ func (f *Fold) Truncate() {
 	f.truncated = true
 	f.last = f.last[:0]
 	f.byInt, f.byEnc = nil, nil
+	f.byImg, f.indexed, f.gone = nil, 0, 0
 }
 
 // Truncated says a truncate was folded: the destination empties the table first.
@@ -317,4 +330,11 @@ func (f *Fold) Batches() int { return f.batches }
 
 // Last returns the surviving row of each key in the order keys were first seen (since the last truncate),
 // deletes included; for a stream without a key, every row in order.
-func (f *Fold) Last() []Last { return f.last }
+// For a stream matched by full row, the kept inserts and deletes in order (fullrow.go).
+func (f *Fold) Last() []Last {
+	if f.gone > 0 {
+		f.last = slices.DeleteFunc(f.last, func(l Last) bool { return l.gone })
+		f.byImg, f.indexed, f.gone = nil, 0, 0
+	}
+	return f.last
+}

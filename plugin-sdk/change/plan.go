@@ -1,10 +1,13 @@
 package change
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 )
 
 // Plan is one stream's changes of an apply, or of one WAL entry of a range, as a destination writes them: its
@@ -87,7 +90,16 @@ func (p *Plan) Add(rec arrow.RecordBatch) error {
 	if err != nil {
 		return err
 	}
-	if err := p.Fold.Add(key, ops); err != nil {
+	if FullRow(rec.Schema()) {
+		if key.Len() > 0 {
+			return fault.DataErr(fmt.Errorf("the batch is matched by full row (%s %s) but declares a primary key", MatchMeta, MatchFullRow),
+				"the source must send a stream matched by full row without "+PrimaryKeyMeta)
+		}
+		err = p.Fold.AddFullRow(ImageOf(rec), ops)
+	} else {
+		err = p.Fold.Add(key, ops)
+	}
+	if err != nil {
 		return err
 	}
 	p.AddSchema(rec.Schema())

@@ -160,6 +160,10 @@ type Capabilities struct {
 	// same commit, every row of the stream it did not receive since the begin mark, however many applies lie
 	// between the two. The engine refuses a `skippr resnapshot` request unless every destination has it.
 	Resnapshot bool
+	// FullRow: the destination applies streams matched by full row (change.FullRow: keyless tables with full
+	// row images) in order, each delete removing exactly one row equal to its image. The engine refuses at
+	// start a pipeline that sends such a stream to a destination without it.
+	FullRow bool
 	// ApplyDefaults proposes apply limits for a connection that leaves them out of its `apply:`; the engine
 	// logs each one it takes. Zero fields propose nothing. Only a destination with Coalesce gets ranges, so
 	// only its proposals matter.

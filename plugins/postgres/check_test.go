@@ -21,6 +21,7 @@ func TestCheck(t *testing.T) {
 	reader := db.Server.CreateRole(t, "REPLICATION")
 	db.Exec(t, `CREATE TABLE good (id int PRIMARY KEY, n int);
 		CREATE TABLE nokey (a int);
+		CREATE TABLE bag (a int, b text); ALTER TABLE bag REPLICA IDENTITY FULL;
 		CREATE TABLE toasty (id int PRIMARY KEY, body text);
 		CREATE TABLE nothing (id int PRIMARY KEY); ALTER TABLE nothing REPLICA IDENTITY NOTHING;
 		ALTER TABLE good OWNER TO `+owner.Name+`;
@@ -61,6 +62,14 @@ func TestCheck(t *testing.T) {
 		{"no primary key, mode: append, also in the main publication", settings(db, map[string]any{"tables": []string{"good", "nokey"}, "slot": slot(db), "publication": "fullkeyless",
 			"table_options": map[string]any{"nokey": map[string]any{"mode": "append"}}}),
 			[]string{`table public.nokey is in mode: append, but publication "fullkeyless" publishes its updates and deletes`, `ALTER PUBLICATION "fullkeyless" DROP TABLE "public"."nokey"`}},
+		{"no primary key, mode: full_row", settings(db, map[string]any{"tables": []string{"good", "bag"}, "slot": slot(db),
+			"table_options": map[string]any{"bag": map[string]any{"mode": "full_row"}}}), nil},
+		{"mode: full_row without REPLICA IDENTITY FULL", settings(db, map[string]any{"tables": []string{"nokey"}, "slot": slot(db),
+			"table_options": map[string]any{"nokey": map[string]any{"mode": "full_row"}}}),
+			[]string{"table public.nokey is in mode: full_row", `ALTER TABLE "public"."nokey" REPLICA IDENTITY FULL`}},
+		{"mode: full_row on a table with a primary key", settings(db, map[string]any{"tables": []string{"good"}, "slot": slot(db),
+			"table_options": map[string]any{"good": map[string]any{"mode": "full_row"}}}),
+			[]string{"table public.good is in mode: full_row but has a primary key (id)"}},
 		{"TOAST without REPLICA IDENTITY FULL", settings(db, map[string]any{"tables": []string{"toasty"}, "slot": slot(db), "unchanged_toast": "require_full"}),
 			[]string{"body (text)", "REPLICA IDENTITY FULL", "unchanged_toast: fetch"}},
 		{"TOAST with fetch", settings(db, map[string]any{"tables": []string{"toasty"}, "slot": slot(db), "unchanged_toast": "fetch"}), nil},

@@ -190,7 +190,9 @@ type segment struct {
 	mark  *serve.Item
 }
 
-func newSegment() *segment { return &segment{plans: change.NewPlans(change.FoldOptions{})} }
+func newSegment() *segment {
+	return &segment{plans: change.NewPlans(change.FoldOptions{FullRow: true})}
+}
 
 func releaseSegments(segs []*segment) {
 	for _, g := range segs {
@@ -375,10 +377,13 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 			return fmt.Errorf("%s: %w", sp.Stream, err)
 		}
 	}
+	var fullDeletes []row // deletes of a stream matched by full row (fullrow.go), before the inserts
 	for _, l := range sp.Fold.Last() {
 		r := row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row}
 		r.committed, _ = change.CommittedAt(times[l.Batch], l.Row)
 		switch {
+		case l.Op == change.OpDelete && change.FullRow(r.rec.Schema()):
+			fullDeletes = append(fullDeletes, r)
 		case soft && l.Op == change.OpDelete && l.HasValues && sp.Keyed[l.Batch]:
 			// Its insert or update was folded into this entry: keep those values, flagged deleted.
 			r.rec, r.i = sp.Batches[l.ValBatch], l.ValRow
@@ -388,6 +393,9 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 		default:
 			add(r, false)
 		}
+	}
+	if err := a.deleteFullRows(ctx, sp.Stream, fullDeletes); err != nil {
+		return err
 	}
 	for _, g := range groups {
 		if err := a.stage(ctx, g.schema, g.rows); err != nil {

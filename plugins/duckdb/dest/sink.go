@@ -231,12 +231,12 @@ func (d *Destination) Check(ctx context.Context, raw json.RawMessage) error {
 }
 
 // Capabilities: exactly-once (the state row commits with the data), deletes, added columns, truncates,
-// coalesced ranges and re-snapshots (resnapshot.go).
+// coalesced ranges, re-snapshots (resnapshot.go) and streams matched by full row (fullrow.go).
 func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serve.Capabilities, error) {
 	if _, err := ParseSettings(raw); err != nil {
 		return serve.Capabilities{}, err
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true, Resnapshot: true}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true, Resnapshot: true, FullRow: true}, nil
 }
 
 // stateName is the state table's qualified name.

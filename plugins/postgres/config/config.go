@@ -105,9 +105,10 @@ type TableOption struct {
 	// columns must be NOT NULL and, together, unique (the destination holds one row per key), and updates and
 	// deletes can carry them only under REPLICA IDENTITY FULL, unless they are the replica identity index.
 	KeyColumns []string `json:"key_columns"`
-	// Mode is "" (follow inserts, updates and deletes) or ModeAppend: carry inserts only, for a table whose
-	// updates and deletes cannot be matched to a row (no key, no REPLICA IDENTITY FULL). The README states
-	// the rule.
+	// Mode is "" (follow inserts, updates and deletes by key), ModeAppend: carry inserts only, for a table
+	// whose updates and deletes cannot be matched to a row (no key, no REPLICA IDENTITY FULL), or ModeFullRow:
+	// follow updates and deletes of a keyless table by its whole old row (REPLICA IDENTITY FULL). The README
+	// states the rule.
 	Mode string `json:"mode"`
 	// ExcludeColumns and HashColumns keep sensitive columns out of everything the source emits
 	// (plugin-sdk/protect says how).
@@ -121,6 +122,10 @@ type TableOption struct {
 
 // ModeAppend is the table mode that carries inserts (and truncates) only.
 const ModeAppend = "append"
+
+// ModeFullRow is the table mode of a keyless table under REPLICA IDENTITY FULL: its stream has no key and is
+// matched by full row (change.MatchFullRow), an update carried as a delete of the old row and an insert.
+const ModeFullRow = "full_row"
 
 // AppendPublication is the publication that holds the tables in mode: append. It publishes inserts and
 // truncates only: PostgreSQL refuses UPDATE and DELETE on a table without a replica identity as soon as a
@@ -270,12 +275,15 @@ func Parse(raw json.RawMessage) (Settings, error) {
 			continue
 		}
 		switch opt.Mode {
-		case "", ModeAppend:
+		case "", ModeAppend, ModeFullRow:
 		default:
-			problems = append(problems, fmt.Sprintf("table_options.%s.mode is %q; the only mode is %s (inserts only)", name, opt.Mode, ModeAppend))
+			problems = append(problems, fmt.Sprintf("table_options.%s.mode is %q; the modes are %s (inserts only) and %s (updates and deletes matched by the whole row)", name, opt.Mode, ModeAppend, ModeFullRow))
 		}
 		if opt.Mode == ModeAppend && len(opt.KeyColumns) > 0 {
 			problems = append(problems, fmt.Sprintf("table_options.%s sets both mode: append and key_columns: key_columns follow updates and deletes, mode: append carries inserts only; choose one", name))
+		}
+		if opt.Mode == ModeFullRow && len(opt.KeyColumns) > 0 {
+			problems = append(problems, fmt.Sprintf("table_options.%s sets both mode: full_row and key_columns: key_columns match rows by those columns, mode: full_row by the whole row; choose one", name))
 		}
 		cols := map[string]bool{}
 		for _, c := range opt.KeyColumns {

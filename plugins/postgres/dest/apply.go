@@ -108,7 +108,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 	var (
 		// The plans of one entry (per key the last change, streams in first-seen order so that statements
 		// are deterministic), written when it ends.
-		plans   = change.NewPlans(change.FoldOptions{})
+		plans   = change.NewPlans(change.FoldOptions{FullRow: true})
 		touched = map[string]uint64{}
 		rows    int64
 		entry   uint64       // the entry whose items the plans hold
@@ -245,11 +245,13 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 			return fmt.Errorf("%s: %w", sp.Stream, err)
 		}
 	}
-	var inserts []row // rows of a stream without a key: appended as they come
+	var inserts, fullDeletes []row // rows of a stream without a key: appended as they come; full row deletes (fullrow.go)
 	for _, l := range sp.Fold.Last() {
 		r := row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row}
 		r.committed, _ = change.CommittedAt(times[l.Batch], l.Row)
 		switch {
+		case r.op == change.OpDelete && change.FullRow(r.rec.Schema()):
+			fullDeletes = append(fullDeletes, r)
 		case !sp.Keyed[l.Batch]:
 			inserts = append(inserts, r)
 		case r.op == change.OpDelete && meta.SoftDelete && l.HasValues:
@@ -269,6 +271,9 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 		if err := a.delete(ctx, ts, g.schema, g.rows); err != nil {
 			return err
 		}
+	}
+	if err := a.deleteFullRows(ctx, ts, fullDeletes); err != nil {
+		return err
 	}
 	for _, g := range upserts {
 		if err := a.upsert(ctx, ts, g.schema, g.op, g.rows, true); err != nil {

@@ -57,6 +57,9 @@ type table struct {
 	ExplicitKey bool
 	// Append: the table is in mode: append (inserts only, through the append publication).
 	Append bool
+	// FullRow: the table is in mode: full_row (no key, REPLICA IDENTITY FULL): its stream is matched by full
+	// row (change.MatchFullRow), an update sent as a delete of the old row and an insert of the new one.
+	FullRow bool
 	// Filter is the table's row filter (table_options where), "" for none: the snapshot's WHERE and the
 	// publication's (rowfilter.go).
 	Filter    string
@@ -217,6 +220,7 @@ func loadConfigured(ctx context.Context, q querier, r *typemap.Resolver, cfg con
 	}
 	opt := cfg.Options[name]
 	t.Append = opt.Mode == config.ModeAppend
+	t.FullRow = opt.Mode == config.ModeFullRow
 	t.Filter = opt.Where
 	if len(opt.KeyColumns) > 0 {
 		// The old row carries every column under REPLICA IDENTITY FULL, else only the identity's.
@@ -225,6 +229,10 @@ func loadConfigured(ctx context.Context, q querier, r *typemap.Resolver, cfg con
 	}
 	return t, nil
 }
+
+// exact says the table has no key to tell a copy's rows from the stream's, so its copies are exact (exact.go):
+// mode: append and mode: full_row.
+func (t *table) exact() bool { return t.Append || t.FullRow }
 
 // keyColumnProblems says what is wrong with a table's key_columns: a column it does not have, or one that
 // may hold NULL (a row without its key cannot be applied).
@@ -255,7 +263,8 @@ type querier interface {
 // schema builds the change schema of columns with key; the snapshot and the stream both use it, so an
 // unchanged table never looks like a schema change. The policy adds _skippr_meta after the columns (at index
 // len(cols)) when it records replaced values, whatever the data holds.
-func schema(cols []column, key []string, policy values.Policy) *arrow.Schema {
+// fullRow marks the schema as matched by full row (mode: full_row), which then has no key.
+func schema(cols []column, key []string, policy values.Policy, fullRow bool) *arrow.Schema {
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {
 		fields[i] = typemap.Field(c.Name, c.Type)
@@ -265,12 +274,15 @@ func schema(cols []column, key []string, policy values.Policy) *arrow.Schema {
 		}
 		fields[i] = change.MarkRenamed(fields[i], c.RenamedFrom)
 	}
+	if fullRow {
+		return change.WithFullRow(change.TimedSchema(policy.Fields(fields), nil))
+	}
 	return change.TimedSchema(policy.Fields(fields), key)
 }
 
 // stream is the table as a serve.Stream.
 func (t *table) stream(policy values.Policy) serve.Stream {
-	return serve.Stream{Name: t.Name.String(), Schema: schema(t.Columns, t.Key, policy), PrimaryKey: t.Key,
+	return serve.Stream{Name: t.Name.String(), Schema: schema(t.Columns, t.Key, policy, t.FullRow), PrimaryKey: t.Key,
 		Modes: []serve.SyncMode{serve.ModeSnapshot, serve.ModeCDC}}
 }
 

@@ -115,6 +115,10 @@ func tableProblems(cfg config.Settings, t *table) Problems {
 	switch {
 	case t.Append:
 		// Inserts only: no key or replica identity is needed, since no update or delete is followed.
+	case t.FullRow && t.HasPrimaryKey:
+		add("table %s is in mode: full_row but has a primary key (%s), which matches its rows: remove mode: full_row from table_options.%s", t.Name, strings.Join(t.Key, ", "), t.Name)
+	case t.FullRow:
+		// Matched by the whole old row: REPLICA IDENTITY FULL, checked below.
 	case len(t.Key) == 0:
 		add("table %s has no primary key, so changes cannot be matched to rows: add one (ALTER TABLE %s ADD PRIMARY KEY (...)), make a unique index on NOT NULL columns its replica identity (ALTER TABLE %s REPLICA IDENTITY USING INDEX ...), name the columns that identify a row in table_options: {%s: {key_columns: [...]}} and run ALTER TABLE %s REPLICA IDENTITY FULL, or carry its inserts only with table_options: {%s: {mode: append}} (updates and deletes are then not carried)", t.Name, t.Name.Quoted(), t.Name.Quoted(), t.Name, t.Name.Quoted(), t.Name)
 	case t.ExplicitKey && !t.IdentityIsKey:
@@ -124,6 +128,12 @@ func tableProblems(cfg config.Settings, t *table) Problems {
 	}
 	switch {
 	case t.Append:
+	case t.FullRow && t.ReplicaIdentity != "f":
+		what := "ALTER TABLE " + t.Name.Quoted() + " REPLICA IDENTITY FULL"
+		if t.Kind == "p" {
+			what += " on each partition"
+		}
+		add("table %s is in mode: full_row, whose updates and deletes carry the whole old row only under REPLICA IDENTITY FULL: run %s", t.Name, what)
 	case t.ReplicaIdentity == "n":
 		add("table %s has REPLICA IDENTITY NOTHING, so deletes and key updates carry no key: run ALTER TABLE %s REPLICA IDENTITY DEFAULT", t.Name, t.Name.Quoted())
 	case t.ReplicaIdentity == "mixed":

@@ -19,7 +19,7 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
-// Exact copies of tables in mode: append.
+// Exact copies of tables in mode: append and mode: full_row (tables without a key).
 //
 // A table without a key cannot converge the way keyed tables do when a copy is resumed under a fresh snapshot:
 // a row that both the copy and the stream carry is two rows in the destination, and nothing tells them apart.
@@ -43,11 +43,11 @@ import (
 // interrupted append table is copied again from its first row; keyed tables still resume from their last key
 // (under the same imported snapshot, which bounds their overlap exactly).
 
-// appendUnfinished says a table in mode: append is still to be copied.
+// appendUnfinished says a table in mode: append or full_row is still to be copied.
 func (r *reader) appendUnfinished(pos *Position) bool {
 	return slices.ContainsFunc(pos.Tables, func(name string) bool {
 		t := r.tables[name]
-		return t != nil && t.Append && !pos.Progress[name].Done
+		return t != nil && t.exact() && !pos.Progress[name].Done
 	})
 }
 
@@ -57,7 +57,7 @@ func (r *reader) appendUnfinished(pos *Position) bool {
 func (r *reader) recopyAppend(ctx context.Context, pos *Position) (pgx.Tx, error) {
 	var names []string
 	for _, name := range pos.Tables {
-		if t := r.tables[name]; t != nil && t.Append && !pos.Progress[name].Done {
+		if t := r.tables[name]; t != nil && t.exact() && !pos.Progress[name].Done {
 			names = append(names, name)
 		}
 	}
@@ -82,7 +82,7 @@ func (r *reader) recopyAppend(ctx context.Context, pos *Position) (pgx.Tx, error
 	}
 	for _, name := range pos.Tables {
 		t := r.tables[name]
-		if t == nil || !t.Append || pos.Progress[name].Done {
+		if t == nil || !t.exact() || pos.Progress[name].Done {
 			continue
 		}
 		if prog, started := pos.Progress[name]; started {
@@ -93,7 +93,7 @@ func (r *reader) recopyAppend(ctx context.Context, pos *Position) (pgx.Tx, error
 			}
 			pos.Rows -= prog.Rows
 			delete(pos.Progress, name)
-			r.log.Info("append table: copying it again from its first row under an exact snapshot", "table", name, "rows_dropped", prog.Rows, "snapshot_lsn", c.String())
+			r.log.Info("table without a key: copying it again from its first row under an exact snapshot", "table", name, "rows_dropped", prog.Rows, "snapshot_lsn", c.String())
 		}
 		pos.Copied[name] = c.String()
 	}

@@ -231,7 +231,7 @@ func (r *reader) addResnapshots(ctx context.Context, pos *Position, requested []
 		pos.Tables = r.tableNames()
 	}
 	for _, name := range append(added, requested...) {
-		if r.tables[name].Append {
+		if r.tables[name].exact() {
 			// No key to tell the copy's rows from the stream's: an exact copy instead (exact.go), after a truncate
 			// when the destinations hold rows of the table already.
 			if pos.Recopy == nil {

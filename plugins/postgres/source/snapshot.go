@@ -331,7 +331,7 @@ func (r *reader) queryChunks(ctx context.Context, tx pgx.Tx, t *table, startKey 
 		batch = limit
 		rowKeys = make([]string, 0, limit)
 	}
-	sc := schema(t.Columns, t.Key, r.cfg.Policy)
+	sc := schema(t.Columns, t.Key, r.cfg.Policy, t.FullRow)
 	b := change.NewBuilder(r.mem, sc)
 	defer b.Release()
 	// Key columns come back as text: the checkpoint records the last key in text, the form a resumed copy

@@ -71,7 +71,7 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 		if err != nil {
 			return nil, err
 		}
-		if len(t.Key) == 0 && !t.Append {
+		if len(t.Key) == 0 && !t.exact() {
 			return nil, fault.ConfigErr(fmt.Errorf("table %s has no primary key or replica identity index", tn),
 				fmt.Sprintf("add a primary key, name the columns that identify a row in table_options: {%s: {key_columns: [...]}} (with REPLICA IDENTITY FULL), or carry its inserts only with table_options: {%s: {mode: append}}", tn, tn))
 		}

@@ -696,7 +696,7 @@ func (p *processor) handle(ctx context.Context, it item) error {
 			return fmt.Errorf("insert into %s at %s: %w", rel.stream, it.walStart, err)
 		}
 		op := change.OpInsert
-		if p.upsert && !rel.table.Append { // a stream without a key has no upsert: mode: append keeps inserts (README)
+		if p.upsert && !rel.table.exact() { // a stream without a key has no upsert: mode: append and full_row keep inserts (README)
 			op = change.OpUpdate
 		}
 		return p.appendRow(ctx, rel, op, vals, it.walStart)
@@ -705,11 +705,17 @@ func (p *processor) handle(ctx context.Context, it item) error {
 		if err != nil || rel.table == nil {
 			return err
 		}
+		if rel.table.FullRow {
+			return p.fullRowUpdate(ctx, rel, m, it.walStart)
+		}
 		return p.update(ctx, rel, m, it.walStart)
 	case *pglogrepl.DeleteMessage:
 		rel, err := p.rel(m.RelationID)
 		if err != nil || rel.table == nil {
 			return err
+		}
+		if rel.table.FullRow {
+			return p.fullRowDelete(ctx, rel, m, it.walStart)
 		}
 		if m.OldTuple == nil {
 			return fmt.Errorf("delete from %s at %s carries no key (REPLICA IDENTITY NOTHING?): run ALTER TABLE %s REPLICA IDENTITY DEFAULT", rel.stream, it.walStart, rel.table.Name.Quoted())
@@ -858,7 +864,7 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		}
 		rel.keyIdx = append(rel.keyIdx, i)
 	}
-	rel.schema = schema(rel.cols, rel.key, r.cfg.Policy)
+	rel.schema = schema(rel.cols, rel.key, r.cfg.Policy, fresh.FullRow)
 	r.tables[name] = fresh
 	p.rels[m.RelationID] = rel
 	return nil

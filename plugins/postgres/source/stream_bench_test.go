@@ -44,7 +44,7 @@ func BenchmarkStreamTransaction(b *testing.B) {
 		{Name: "flag", Type: &typemap.Type{Name: "boolean", Kind: typemap.KindBool}},
 	}
 	rel := &relation{id: 16384, stream: "public.strm", table: &table{}, cols: cols, key: []string{"id"}, keyIdx: []int{0}}
-	rel.schema = schema(cols, rel.key, values.Fail)
+	rel.schema = schema(cols, rel.key, values.Fail, false)
 	out := &discard{}
 	r := &reader{cfg: config.Settings{Slot: "bench", BatchSize: config.DefaultBatchSize, Policy: values.Fail}, st: newSlotState(), out: out,
 		mem: mempool.New(), tables: map[string]*table{}, announced: map[string]string{}}

@@ -1252,6 +1252,10 @@ type CapabilitiesResponse struct {
 	// The apply limits the destination proposes for a connection whose `apply:` leaves them out (a warehouse
 	// proposes a long max_interval, since each commit costs compute). Unset means no proposal.
 	ApplyDefaults *ApplyDefaults `protobuf:"bytes,9,opt,name=apply_defaults,json=applyDefaults,proto3" json:"apply_defaults,omitempty"`
+	// Applies streams whose schema says change.MatchMeta = full_row (keyless tables with full row images): each
+	// delete removes exactly one row equal to its image in every column, NULL matching NULL. The engine refuses
+	// at start a pipeline that sends such a stream to a destination without it.
+	FullRow       bool `protobuf:"varint,10,opt,name=full_row,json=fullRow,proto3" json:"full_row,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1347,6 +1351,13 @@ func (x *CapabilitiesResponse) GetApplyDefaults() *ApplyDefaults {
 		return x.ApplyDefaults
 	}
 	return nil
+}
+
+func (x *CapabilitiesResponse) GetFullRow() bool {
+	if x != nil {
+		return x.FullRow
+	}
+	return false
 }
 
 // ApplyDefaults: a destination's proposed apply limits; 0 is no proposal for that limit, which then takes the
@@ -2350,7 +2361,7 @@ const file_skippr_plugin_v2_plugin_proto_rawDesc = "" +
 	"checkpoint\"\r\n" +
 	"\vAckResponse\"1\n" +
 	"\x13CapabilitiesRequest\x12\x1a\n" +
-	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xf7\x02\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\"\x92\x03\n" +
 	"\x14CapabilitiesResponse\x12!\n" +
 	"\fexactly_once\x18\x01 \x01(\bR\vexactlyOnce\x12\x18\n" +
 	"\adeletes\x18\x02 \x01(\bR\adeletes\x12)\n" +
@@ -2362,7 +2373,9 @@ const file_skippr_plugin_v2_plugin_proto_rawDesc = "" +
 	"resnapshot\x18\a \x01(\bR\n" +
 	"resnapshot\x12+\n" +
 	"\x11unsupported_types\x18\b \x03(\tR\x10unsupportedTypes\x12F\n" +
-	"\x0eapply_defaults\x18\t \x01(\v2\x1f.skippr.plugin.v1.ApplyDefaultsR\rapplyDefaults\"u\n" +
+	"\x0eapply_defaults\x18\t \x01(\v2\x1f.skippr.plugin.v1.ApplyDefaultsR\rapplyDefaults\x12\x19\n" +
+	"\bfull_row\x18\n" +
+	" \x01(\bR\afullRow\"u\n" +
 	"\rApplyDefaults\x12&\n" +
 	"\x0fmax_interval_ms\x18\x01 \x01(\x03R\rmaxIntervalMs\x12\x1b\n" +
 	"\tmax_bytes\x18\x02 \x01(\x03R\bmaxBytes\x12\x1f\n" +
