@@ -10,7 +10,11 @@
 // class, since no setting gets past it.
 //
 // A destination that adds columns of its own (soft_delete, metadata_columns: plugin-sdk/rowmeta) is refused,
-// naming table and column, when a source stream already has a column of that name.
+// naming table and column, when a source stream already has a column of that name; each stream is checked
+// with its own options (the connection's, with its table_options over them). A table_options key that names
+// no stream the source discovers is refused too, naming the key and the streams there are: a misspelt key
+// would otherwise silently leave the stream at the connection's settings. (When the destination connection
+// serves other pipelines too, the key may name one of their streams: it is logged instead.)
 //
 // The type check matches type names (arrow.DataType.Name(), e.g. "decimal256") that a destination lists in
 // its Capabilities.UnsupportedTypes, at any depth of a column's type (a list's element, a struct's fields, a
@@ -24,6 +28,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
@@ -56,9 +62,12 @@ type Destination interface {
 type Endpoint[T any] struct {
 	Name   string
 	Plugin T
-	// Settings are the connection's settings as sent to the plugin (JSON): a destination's soft_delete and
-	// metadata_columns (plugin-sdk/rowmeta) are read from them. Nil: none.
+	// Settings are the connection's settings as sent to the plugin (JSON): a destination's soft_delete,
+	// metadata_columns and table_options (plugin-sdk/rowmeta) are read from them. Nil: none.
 	Settings []byte
+	// Shared says the connection is a destination of other pipelines too, whose sources may have the
+	// streams its table_options name.
+	Shared bool
 }
 
 // Config is one pipeline's start.
@@ -67,6 +76,8 @@ type Config struct {
 	Source       Endpoint[Source]
 	Destinations []Endpoint[Destination]
 	Streams      []string // the pipeline's streams; empty: all the source discovers
+	// Logger gets what is worth a look but no refusal (nil: slog.Default()).
+	Logger *slog.Logger
 }
 
 // Refusal is a pipeline refused at start. It matches ErrRefused and its class's sentinel; fault.FixOf gives
@@ -94,7 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	limits := make([][]string, len(cfg.Destinations))
-	metas := make([]rowmeta.Options, len(cfg.Destinations))
+	metas := make([]rowmeta.Settings, len(cfg.Destinations))
 	anyLimits := false
 	for i, d := range cfg.Destinations {
 		caps, err := d.Plugin.Capabilities(ctx)
@@ -103,18 +114,19 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		limits[i] = caps.UnsupportedTypes
 		metas[i] = rowMeta(d.Settings)
-		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].Any()
+		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].AnyStream() || len(metas[i].TableOptions) > 0
 	}
 	if !anyLimits {
-		return nil // no destination limits its types or adds columns: the source need not describe its streams
+		return nil // no destination limits its types, adds columns or names streams: the source need not describe its streams
 	}
 	streams, err := cfg.Source.Plugin.Discover(ctx)
 	if err != nil {
 		return fmt.Errorf("discover source %s: %w", cfg.Source.Name, err)
 	}
 	schemas := map[string]*arrow.Schema{}
-	var names []string
+	var names, discovered []string
 	for _, st := range streams {
+		discovered = append(discovered, st.Name)
 		if len(cfg.Streams) > 0 && !slices.Contains(cfg.Streams, st.Name) {
 			continue
 		}
@@ -125,9 +137,20 @@ func Run(ctx context.Context, cfg Config) error {
 		schemas[st.Name] = sc
 		names = append(names, st.Name)
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	for i, d := range cfg.Destinations {
+		if err := tableOptionKeys(cfg, d, metas[i], discovered, log); err != nil {
+			return err
+		}
 		for _, n := range names {
-			if err := metas[i].CheckSchema(n, schemas[n]); err != nil {
+			o, err := metas[i].For(n)
+			if err == nil {
+				err = o.CheckSchema(n, schemas[n])
+			}
+			if err != nil {
 				return &Refusal{Err: fmt.Errorf("pipeline %s: destination %s: %w", cfg.Pipeline, d.Name, err)}
 			}
 		}
@@ -149,19 +172,47 @@ func Run(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// rowMeta reads the soft_delete and metadata_columns of a destination's settings. The keys belong to the SDK
-// (plugin-sdk/rowmeta): a plugin that does not offer them refuses them by its settings schema before this
-// runs, and one that does checks them in its own Check, so settings this cannot read add nothing here.
-func rowMeta(settings []byte) rowmeta.Options {
+// rowMeta reads the soft_delete, metadata_columns, history and table_options of a destination's settings.
+// The keys belong to the SDK (plugin-sdk/rowmeta): a plugin that does not offer them refuses them by its
+// settings schema before this runs, and one that does checks them in its own Check, so settings this cannot
+// read add nothing here.
+func rowMeta(settings []byte) rowmeta.Settings {
 	var s rowmeta.Settings
 	if len(settings) == 0 || json.Unmarshal(settings, &s) != nil {
-		return rowmeta.Options{}
+		return rowmeta.Settings{}
 	}
-	o, err := s.Options()
-	if err != nil {
-		return rowmeta.Options{}
+	if s.Check() != nil {
+		return rowmeta.Settings{}
 	}
-	return o
+	return s
+}
+
+// tableOptionKeys refuses a table_options key of destination d that names none of the streams the source
+// discovered (only logs it when d serves other pipelines too).
+func tableOptionKeys(cfg Config, d Endpoint[Destination], s rowmeta.Settings, discovered []string, log *slog.Logger) error {
+	for _, key := range slices.Sorted(maps.Keys(s.TableOptions)) {
+		if slices.Contains(discovered, key) {
+			continue
+		}
+		if d.Shared {
+			log.Warn("a table_options key names no stream of this pipeline's source; it may be another pipeline's",
+				"pipeline", cfg.Pipeline, "destination", d.Name, "key", key, "streams", strings.Join(discovered, ", "))
+			continue
+		}
+		have := slices.Sorted(slices.Values(discovered))
+		const show = 20
+		list := strings.Join(have[:min(len(have), show)], ", ")
+		if len(have) > show {
+			list += fmt.Sprintf(" and %d more", len(have)-show)
+		}
+		if list == "" {
+			list = "none"
+		}
+		return refuse(fault.Config,
+			fmt.Sprintf("pipeline %s: destination %s: table_options names %s, which is no stream of source %s (its streams: %s)", cfg.Pipeline, d.Name, key, cfg.Source.Name, list),
+			fmt.Sprintf("spell the key as the source names the stream (one of those listed), or remove table_options.%s from connection %s", key, d.Name))
+	}
+	return nil
 }
 
 // check runs one plugin's Check: a failed check is a refusal, any other error is returned for a retry.
