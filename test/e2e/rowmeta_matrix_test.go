@@ -44,9 +44,11 @@ type matrixRun struct {
 var matrixDests = []matrixDest{
 	{plugin: "postgres", settings: pgMatrixSettings, read: pgMatrixRead},
 	{plugin: "duckdb", settings: duckMatrixSettings, read: duckMatrixRead},
-	// {plugin: "iceberg", settings: lakeMatrixSettings, read: lakeMatrixRead},         // once Iceberg has history and table_options
-	// {plugin: "snowflake", settings: snowflakeMatrixSettings, read: snowflakeMatrixRead}, // testkit/snowflaketest
-	// {plugin: "bigquery", settings: bigqueryMatrixSettings, read: bigqueryMatrixRead},    // testkit/bigquerytest
+	// {plugin: "iceberg", settings: lakeMatrixSettings, read: lakeMatrixRead}, // once Iceberg has every setting of matrixOptions
+	// Snowflake and BigQuery: settings pointing at the testkit/snowflaketest and testkit/bigquerytest stand-ins,
+	// and a read of their tables, once they have every setting of matrixOptions.
+	// {plugin: "snowflake", settings: snowflakeMatrixSettings, read: snowflakeMatrixRead},
+	// {plugin: "bigquery", settings: bigqueryMatrixSettings, read: bigqueryMatrixRead},
 }
 
 func pgMatrixSettings(m *matrixRun, conn, opt string) string {
@@ -78,6 +80,22 @@ func duckMatrixRead(t *testing.T, _ *matrixRun, _, settings, table string) []map
 	t.Helper()
 	n := 0
 	rows := harness.PluginRows(t, "duckdb", "dump", settings, "public."+table, "the DuckDB table", func([]byte, map[string]any) string {
+		n++
+		return strconv.Itoa(n)
+	})
+	return slices.Collect(maps.Values(rows))
+}
+
+func lakeMatrixSettings(m *matrixRun, conn, opt string) string {
+	return fmt.Sprintf(`{"catalog": {"warehouse": %q}, "namespace": "lake"%s}`, filepath.Join(m.e.Dir, "lake_"+conn), withComma(opt))
+}
+
+// lakeMatrixRead scans a lake table (deletes applied) with the iceberg plugin binary; a history table is
+// read as the stream public.<table>_history.
+func lakeMatrixRead(t *testing.T, _ *matrixRun, _, settings, table string) []map[string]any {
+	t.Helper()
+	n := 0
+	rows := harness.PluginRows(t, "iceberg", "scan", settings, "public."+table, "the lake table", func([]byte, map[string]any) string {
 		n++
 		return strconv.Itoa(n)
 	})
@@ -402,7 +420,13 @@ func TestRowMetaMatrix(t *testing.T) {
 		}
 	}
 
-	e := harness.NewEnvWith(t, "postgres", "duckdb")
+	plugins := []string{"postgres"}
+	for _, d := range matrixDests {
+		if !slices.Contains(plugins, d.plugin) {
+			plugins = append(plugins, d.plugin)
+		}
+	}
+	e := harness.NewEnvWith(t, plugins...)
 	m := &matrixRun{e: e, dst: dst, pg: dst.Connect(t)}
 	s := src.Server
 	var conns, names []string
