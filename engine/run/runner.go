@@ -165,7 +165,7 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 			Apply: pipeline.ApplyLimits{MaxInterval: a.MaxInterval, MaxBytes: a.MaxBytes, MaxEntries: a.MaxEntries,
 				Unset: pipeline.ApplyKeys{MaxInterval: a.Unset.MaxInterval, MaxBytes: a.Unset.MaxBytes, MaxEntries: a.Unset.MaxEntries}}})
 		pre.Destinations = append(pre.Destinations, precheck.Endpoint[precheck.Destination]{Name: name, Plugin: d, Settings: d.Settings,
-			Shared: slices.ContainsFunc(cfg.Pipelines, func(q *config.Pipeline) bool { return q != p && slices.Contains(q.Destinations, name) })})
+			Shared: slices.ContainsFunc(cfg.Pipelines, func(q *config.Pipeline) bool { return q.Name != p.Name && slices.Contains(q.Destinations, name) })})
 	}
 	if err := precheck.Run(ctx, pre); err != nil {
 		return refusedAtStart(err)
