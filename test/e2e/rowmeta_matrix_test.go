@@ -545,4 +545,41 @@ pipelines:
 `, s.Host, s.Port, src.Name, dst.Name, wal))
 	e.SyncRefused("spell the key as the source names the stream", "destination out", "table_options names public.itemz, which is no stream of source src (its streams: public.items)")
 	e.NoWAL(wal)
+
+	// A destination connection that two pipelines write to may name either's streams: each pipeline's start
+	// only logs the key its own source lacks, and both run.
+	src.Exec(t, `CREATE TABLE other (id int PRIMARY KEY, v text); INSERT INTO items VALUES (1, 'a'); INSERT INTO other VALUES (2, 'b')`)
+	e.WriteConfig(fmt.Sprintf(`connections:
+  src:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[3]s, sslmode: disable, tables: [public.items], slot: typo, publication: typo }
+  src2:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[3]s, sslmode: disable, tables: [public.other], slot: typo2, publication: typo2 }
+  out:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[4]s, sslmode: disable, schema: out, table_options: { public.items: { history: true }, public.other: { soft_delete: true } } }
+pipelines:
+  orders:
+    source: src
+    destinations: [out]
+    wal:
+      url: file://%[5]s
+  others:
+    source: src2
+    destinations: [out]
+    wal:
+      url: file://%[6]s
+`, s.Host, s.Port, src.Name, dst.Name, wal, wal+"2"))
+	r := e.MustRun("sync", "--once")
+	if !strings.Contains(r.Stderr, "may be another pipeline's") {
+		t.Errorf("sync --once did not log the other pipeline's key:\n%s", r.Stderr)
+	}
+	var n int
+	if err := dst.Connect(t).QueryRow(context.Background(), `SELECT (SELECT count(*) FROM out.items_history) + (SELECT count(*) FROM out.other)`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("out holds %d rows (%v), want items_history's and other's", n, err)
+	}
 }
