@@ -10,7 +10,11 @@
 // class, since no setting gets past it.
 //
 // A destination that adds columns of its own (soft_delete, metadata_columns: plugin-sdk/rowmeta) is refused,
-// naming table and column, when a source stream already has a column of that name.
+// naming table and column, when a source stream already has a column of that name; each stream is checked
+// with its own options (the connection's, with its table_options over them). A table_options key that names
+// no stream the source discovers is refused too, naming the key and the streams there are: a misspelt key
+// would otherwise silently leave the stream at the connection's settings. (When the destination connection
+// serves other pipelines too, the key may name one of their streams: it is logged instead.)
 //
 // A stream matched by full row (change.FullRow: a keyless table whose deletes carry the whole old row) is refused
 // for every destination whose capabilities lack full_row or whose soft_delete is on, all such destinations named at once: one that cannot
@@ -28,6 +32,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
@@ -61,9 +67,12 @@ type Destination interface {
 type Endpoint[T any] struct {
 	Name   string
 	Plugin T
-	// Settings are the connection's settings as sent to the plugin (JSON): a destination's soft_delete and
-	// metadata_columns (plugin-sdk/rowmeta) are read from them. Nil: none.
+	// Settings are the connection's settings as sent to the plugin (JSON): a destination's soft_delete,
+	// metadata_columns and table_options (plugin-sdk/rowmeta) are read from them. Nil: none.
 	Settings []byte
+	// Shared says the connection is a destination of other pipelines too, whose sources may have the
+	// streams its table_options name.
+	Shared bool
 }
 
 // Config is one pipeline's start.
@@ -72,6 +81,8 @@ type Config struct {
 	Source       Endpoint[Source]
 	Destinations []Endpoint[Destination]
 	Streams      []string // the pipeline's streams; empty: all the source discovers
+	// Logger gets what is worth a look but no refusal (nil: slog.Default()).
+	Logger *slog.Logger
 }
 
 // Refusal is a pipeline refused at start. It matches ErrRefused and its class's sentinel; fault.FixOf gives
@@ -99,7 +110,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	limits := make([][]string, len(cfg.Destinations))
-	metas := make([]rowmeta.Options, len(cfg.Destinations))
+	metas := make([]rowmeta.Settings, len(cfg.Destinations))
 	fullRow := make([]bool, len(cfg.Destinations))
 	anyLimits := false
 	for i, d := range cfg.Destinations {
@@ -109,20 +120,20 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		limits[i] = caps.UnsupportedTypes
 		metas[i] = rowMeta(d.Settings)
-		// soft_delete has no meaning yet for one of several identical rows: the destinations refuse it.
-		fullRow[i] = caps.FullRow && !metas[i].SoftDelete
-		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].Any() || !fullRow[i]
+		fullRow[i] = caps.FullRow
+		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].AnyStream() || len(metas[i].TableOptions) > 0 || !fullRow[i]
 	}
 	if !anyLimits {
-		return nil // no destination limits its types or adds columns: the source need not describe its streams
+		return nil // no destination limits its types, adds columns or names streams: the source need not describe its streams
 	}
 	streams, err := cfg.Source.Plugin.Discover(ctx)
 	if err != nil {
 		return fmt.Errorf("discover source %s: %w", cfg.Source.Name, err)
 	}
 	schemas := map[string]*arrow.Schema{}
-	var names []string
+	var names, discovered []string
 	for _, st := range streams {
+		discovered = append(discovered, st.Name)
 		if len(cfg.Streams) > 0 && !slices.Contains(cfg.Streams, st.Name) {
 			continue
 		}
@@ -133,12 +144,23 @@ func Run(ctx context.Context, cfg Config) error {
 		schemas[st.Name] = sc
 		names = append(names, st.Name)
 	}
-	if err := fullRowRefusal(cfg, names, schemas, fullRow); err != nil {
+	if err := fullRowRefusal(cfg, names, schemas, fullRow, metas); err != nil {
 		return err
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	for i, d := range cfg.Destinations {
+		if err := tableOptionKeys(cfg, d, metas[i], discovered, log); err != nil {
+			return err
+		}
 		for _, n := range names {
-			if err := metas[i].CheckSchema(n, schemas[n]); err != nil {
+			o, err := metas[i].For(n)
+			if err == nil {
+				err = o.CheckSchema(n, schemas[n])
+			}
+			if err != nil {
 				return &Refusal{Err: fmt.Errorf("pipeline %s: destination %s: %w", cfg.Pipeline, d.Name, err)}
 			}
 		}
@@ -161,17 +183,20 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // fullRowRefusal refuses the pipeline when a stream is matched by full row and a destination does not apply
-// such streams (can[i] false), naming the tables and every destination that cannot.
-func fullRowRefusal(cfg Config, names []string, schemas map[string]*arrow.Schema, can []bool) error {
+// such streams (can[i] false) or keeps soft-deleted rows for it (soft_delete has no meaning yet for one of
+// several identical rows), naming the tables and every destination that cannot.
+func fullRowRefusal(cfg Config, names []string, schemas map[string]*arrow.Schema, can []bool, metas []rowmeta.Settings) error {
 	var tables, dests []string
 	for _, n := range names {
-		if change.FullRow(schemas[n]) {
-			tables = append(tables, n)
+		if !change.FullRow(schemas[n]) {
+			continue
 		}
-	}
-	for i, d := range cfg.Destinations {
-		if !can[i] {
-			dests = append(dests, d.Name)
+		tables = append(tables, n)
+		for i, d := range cfg.Destinations {
+			o, _ := metas[i].For(n)
+			if (!can[i] || o.SoftDelete) && !slices.Contains(dests, d.Name) {
+				dests = append(dests, d.Name)
+			}
 		}
 	}
 	if len(tables) == 0 || len(dests) == 0 {
@@ -183,19 +208,47 @@ func fullRowRefusal(cfg Config, names []string, schemas map[string]*arrow.Schema
 		fmt.Sprintf("send the table to a destination that applies full_row streams (postgres, duckdb, without soft_delete) in a pipeline of its own, or in the source's table_options set mode: append (inserts only) or key_columns instead of mode: full_row, or give the table a primary key (destination %s)", strings.Join(dests, ", ")))
 }
 
-// rowMeta reads the soft_delete and metadata_columns of a destination's settings. The keys belong to the SDK
-// (plugin-sdk/rowmeta): a plugin that does not offer them refuses them by its settings schema before this
-// runs, and one that does checks them in its own Check, so settings this cannot read add nothing here.
-func rowMeta(settings []byte) rowmeta.Options {
+// rowMeta reads the soft_delete, metadata_columns, history and table_options of a destination's settings.
+// The keys belong to the SDK (plugin-sdk/rowmeta): a plugin that does not offer them refuses them by its
+// settings schema before this runs, and one that does checks them in its own Check, so settings this cannot
+// read add nothing here.
+func rowMeta(settings []byte) rowmeta.Settings {
 	var s rowmeta.Settings
 	if len(settings) == 0 || json.Unmarshal(settings, &s) != nil {
-		return rowmeta.Options{}
+		return rowmeta.Settings{}
 	}
-	o, err := s.Options()
-	if err != nil {
-		return rowmeta.Options{}
+	if s.Check() != nil {
+		return rowmeta.Settings{}
 	}
-	return o
+	return s
+}
+
+// tableOptionKeys refuses a table_options key of destination d that names none of the streams the source
+// discovered (only logs it when d serves other pipelines too).
+func tableOptionKeys(cfg Config, d Endpoint[Destination], s rowmeta.Settings, discovered []string, log *slog.Logger) error {
+	for _, key := range slices.Sorted(maps.Keys(s.TableOptions)) {
+		if slices.Contains(discovered, key) {
+			continue
+		}
+		if d.Shared {
+			log.Warn("a table_options key names no stream of this pipeline's source; it may be another pipeline's",
+				"pipeline", cfg.Pipeline, "destination", d.Name, "key", key, "streams", strings.Join(discovered, ", "))
+			continue
+		}
+		have := slices.Sorted(slices.Values(discovered))
+		const show = 20
+		list := strings.Join(have[:min(len(have), show)], ", ")
+		if len(have) > show {
+			list += fmt.Sprintf(" and %d more", len(have)-show)
+		}
+		if list == "" {
+			list = "none"
+		}
+		return refuse(fault.Config,
+			fmt.Sprintf("pipeline %s: destination %s: table_options names %s, which is no stream of source %s (its streams: %s)", cfg.Pipeline, d.Name, key, cfg.Source.Name, list),
+			fmt.Sprintf("spell the key as the source names the stream (one of those listed), or remove table_options.%s from connection %s", key, d.Name))
+	}
+	return nil
 }
 
 // check runs one plugin's Check: a failed check is a refusal, any other error is returned for a retry.

@@ -167,3 +167,53 @@ func TestFullRowRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestRowMetaPerStream: the clash check takes each stream's own options (table_options over the connection's),
+// and a table_options key naming no stream the source discovers is refused at start, naming the key and the
+// streams there are — unless the destination serves other pipelines too, whose streams it may name.
+func TestRowMetaPerStream(t *testing.T) {
+	clash := change.Schema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "_skippr_deleted", Type: arrow.FixedWidthTypes.Boolean, Nullable: true},
+	}, []string{"id"})
+	plain := change.Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, []string{"id"})
+	var streams []connector.Stream
+	for name, sc := range map[string]*arrow.Schema{"public.flags": clash, "public.orders": plain} {
+		ipc, err := protocol.EncodeSchema(memory.DefaultAllocator, sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, connector.Stream{Name: name, ArrowSchema: ipc})
+	}
+	src := fakeSource{streams: streams}
+	for _, tc := range []struct {
+		settings string
+		shared   bool
+		want     string // "": not refused
+	}{
+		// public.flags has _skippr_deleted: soft delete on for it alone is a clash, off for it alone is not.
+		{settings: `{"soft_delete": true}`, want: "table public.flags has a column _skippr_deleted"},
+		{settings: `{"soft_delete": true, "table_options": {"public.flags": {"soft_delete": false}}}`},
+		{settings: `{"table_options": {"public.flags": {"soft_delete": true}}}`, want: "table public.flags has a column _skippr_deleted"},
+		{settings: `{"table_options": {"public.orders": {"soft_delete": true}}}`},
+		// A key naming no stream.
+		{settings: `{"table_options": {"public.order": {"history": true}}}`, want: "table_options names public.order, which is no stream of source src (its streams: public.flags, public.orders)"},
+		{settings: `{"table_options": {"public.order": {"history": true}}}`, shared: true},
+	} {
+		err := Run(context.Background(), Config{
+			Pipeline:     "p",
+			Source:       Endpoint[Source]{Name: "src", Plugin: src},
+			Destinations: []Endpoint[Destination]{{Name: "wh", Plugin: fakeDest{}, Settings: []byte(tc.settings), Shared: tc.shared}},
+		})
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s (shared %v): %v", tc.settings, tc.shared, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrRefused) || !errors.Is(err, fault.ErrConfig) || fault.FixOf(err) == "" ||
+			!strings.Contains(err.Error(), "pipeline p: destination wh: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a config refusal with a fix containing %q", tc.settings, err, tc.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -153,7 +154,7 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 		SourceResnapshots: src.Spec.Offers(protocol.ServiceResnapshot),
 		SourcePlugin:      srcConn.Plugin,
 	}
-	pre := precheck.Config{Pipeline: p.Name, Streams: p.Streams, Source: precheck.Endpoint[precheck.Source]{Name: srcConn.Name, Plugin: src}}
+	pre := precheck.Config{Pipeline: p.Name, Streams: p.Streams, Source: precheck.Endpoint[precheck.Source]{Name: srcConn.Name, Plugin: src}, Logger: s.log}
 	for k, name := range p.Destinations {
 		d, cn := plugins[k+1], conns[k+1]
 		if err := d.Require(connector.KindDestination, fmt.Sprintf("%s: pipelines.%s.destinations", p.Pos, p.Name)); err != nil {
@@ -163,7 +164,8 @@ func (s *pipelineRun) runOnce(parent context.Context) error {
 		pc.Destinations = append(pc.Destinations, pipeline.Endpoint[pipeline.Destination]{Name: name, Plugin: d, PluginName: cn.Plugin,
 			Apply: pipeline.ApplyLimits{MaxInterval: a.MaxInterval, MaxBytes: a.MaxBytes, MaxEntries: a.MaxEntries,
 				Unset: pipeline.ApplyKeys{MaxInterval: a.Unset.MaxInterval, MaxBytes: a.Unset.MaxBytes, MaxEntries: a.Unset.MaxEntries}}})
-		pre.Destinations = append(pre.Destinations, precheck.Endpoint[precheck.Destination]{Name: name, Plugin: d, Settings: d.Settings})
+		pre.Destinations = append(pre.Destinations, precheck.Endpoint[precheck.Destination]{Name: name, Plugin: d, Settings: d.Settings,
+			Shared: slices.ContainsFunc(cfg.Pipelines, func(q *config.Pipeline) bool { return q.Name != p.Name && slices.Contains(q.Destinations, name) })})
 	}
 	if err := precheck.Run(ctx, pre); err != nil {
 		return refusedAtStart(err)

@@ -14,7 +14,8 @@
 // A table_options key is a stream's name as the source emits it (the destination's own table name may differ,
 // as Iceberg's tables mapping allows). An override replaces the connection's value for that stream only;
 // metadata_columns is replaced whole, not merged. A key that names no stream of the pipeline is not an error
-// the destination can see (it learns streams as they come); the engine's start check warns about it.
+// the destination can see (it learns streams as they come); the engine's start check (engine/precheck) refuses
+// it, naming the streams the source has, or logs it when the destination connection serves other pipelines.
 //
 // The columns, added to every table the destination writes (created with the table, or added to an existing
 // one, where the rows already there hold NULL; _skippr_deleted false where the destination can fill it in the

@@ -36,22 +36,27 @@ func (p *plugin) Spec() serve.Spec {
 // Check checks the source role when tables are set, the destination role when they are not or when a
 // schema is set explicitly.
 func (p *plugin) Check(ctx context.Context, raw json.RawMessage) error {
-	cfg, err := config.Parse(raw)
-	if err != nil {
-		return err
-	}
+	// The role is decided before parsing, since each role's parse refuses the other role's table_options
+	// keys (a destination's are keyed by stream names that need not be in tables).
 	var probe struct {
-		Schema *string `json:"schema"`
+		Tables []string `json:"tables"`
+		Schema *string  `json:"schema"`
 	}
 	_ = json.Unmarshal(raw, &probe)
 	var errs []error
-	if len(cfg.TableNames) > 0 {
-		if err := source.Check(ctx, cfg); err != nil {
+	if len(probe.Tables) > 0 {
+		if cfg, err := config.ParseSource(raw); err != nil {
+			errs = append(errs, err)
+		} else if err := source.Check(ctx, cfg); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(cfg.TableNames) == 0 || probe.Schema != nil {
-		if err := dest.Check(ctx, cfg); err != nil {
+	if len(probe.Tables) == 0 || probe.Schema != nil {
+		if cfg, err := config.ParseDestination(raw); err != nil {
+			if len(errs) == 0 || errs[0].Error() != err.Error() { // the same fault of both roles, once
+				errs = append(errs, err)
+			}
+		} else if err := dest.Check(ctx, cfg); err != nil {
 			errs = append(errs, err)
 		}
 	}

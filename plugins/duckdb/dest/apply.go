@@ -347,7 +347,7 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 		}
 	}
 	// The table is up to the entry's schemas already (writeEntry).
-	if a.s.History && len(sp.Batches) > 0 {
+	if a.s.Meta(sp.Stream).History && len(sp.Batches) > 0 {
 		if err := a.writeHistory(ctx, sp); err != nil {
 			return err
 		}
@@ -369,7 +369,7 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 		}
 		groups = append(groups, &group{schema: s, flip: flip, rows: []row{r}})
 	}
-	soft := a.s.Meta.SoftDelete
+	soft := a.s.Meta(sp.Stream).SoftDelete
 	times := make([]*array.Timestamp, len(sp.Batches))
 	for i, b := range sp.Batches {
 		var err error
@@ -541,7 +541,7 @@ type fill struct{ col, typ, value string }
 // so that alters can tell ahead of time whether an entry alters a table (writeEntry).
 func (a *applier) tableDDL(stream string, cols map[string]string, s *arrow.Schema) ([]ddl, map[string]string, error) {
 	name := a.tableName(stream)
-	if err := a.s.Meta.CheckSchema(stream, s); err != nil {
+	if err := a.s.Meta(stream).CheckSchema(stream, s); err != nil {
 		return nil, nil, err
 	}
 	fields := change.DataFields(s)
@@ -559,7 +559,7 @@ func (a *applier) tableDDL(stream string, cols map[string]string, s *arrow.Schem
 			defs = append(defs, ducksql.Ident(f.Name)+" "+t)
 			cols[strings.ToLower(f.Name)] = t
 		}
-		defs = append(defs, a.metaDefs(cols)...)
+		defs = append(defs, a.metaDefs(stream, cols)...)
 		if key := change.PrimaryKey(s); len(key) > 0 {
 			defs = append(defs, "PRIMARY KEY ("+quoteAll(key)+")")
 		}
@@ -592,7 +592,7 @@ func (a *applier) tableDDL(stream string, cols map[string]string, s *arrow.Schem
 		stmts = append(stmts, st)
 		cols[strings.ToLower(f.Name)] = t
 	}
-	stmts = append(stmts, a.metaDDL(name, cols)...)
+	stmts = append(stmts, a.metaDDL(stream, name, cols)...)
 	return stmts, cols, nil
 }
 
@@ -697,7 +697,7 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 		vals[i] = "s." + ducksql.Ident(c)
 	}
 	op := "s." + ducksql.Ident(change.OpColumn)
-	metaCols, metaVals := a.metaColumns(op, "s."+ducksql.Ident(change.CommittedColumn))
+	metaCols, metaVals := a.metaColumns(stream, op, "s."+ducksql.Ident(change.CommittedColumn))
 	// A row of this entry without a column the entry added with a value for existing rows predates the ADD
 	// COLUMN at the source: it holds that value there.
 	var fillCols, fillVals []string
@@ -731,7 +731,7 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 		switch {
 		case flip:
 			q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
-		case a.s.Meta.SoftDelete:
+		case a.s.Meta(stream).SoftDelete:
 			q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ") + " WHEN NOT MATCHED THEN INSERT (" + insCols + ") VALUES (" + insVals + ")"
 		default:
 			q += fmt.Sprintf(" WHEN MATCHED AND %s = %d THEN DELETE", op, change.OpDelete)

@@ -27,7 +27,7 @@ func (a *applier) deleteFullRows(ctx context.Context, stream string, rows []row)
 		return nil
 	}
 	name := a.tableName(stream)
-	if a.s.Meta.SoftDelete {
+	if a.s.Meta(stream).SoftDelete {
 		return fault.ConfigErr(fmt.Errorf("table %s: soft_delete is not applied to a keyless table matched by full row (mode: full_row)", name),
 			"turn soft_delete off for this destination, or give the source table a key (key_columns) so deleted rows can be flagged")
 	}

@@ -123,10 +123,11 @@ func (a *applier) removeUnseen(ctx context.Context, stream, keys string) (int64,
 	if err != nil {
 		return 0, err
 	}
+	soft := a.s.Meta(stream).SoftDelete
 	q := "DELETE FROM " + name + " AS t"
-	if a.s.Meta.SoftDelete {
+	if soft {
 		// The rows the source no longer has are marked deleted, as their deletes would have been (rowmeta).
-		cols, vals := a.metaColumns(strconv.Itoa(int(change.OpDelete)), "NULL") // no source change: no commit time
+		cols, vals := a.metaColumns(stream, strconv.Itoa(int(change.OpDelete)), "NULL") // no source change: no commit time
 		sets := make([]string, len(cols))
 		for i, c := range cols {
 			sets[i] = ducksql.Ident(c) + " = " + vals[i]
@@ -143,7 +144,7 @@ func (a *applier) removeUnseen(ctx context.Context, stream, keys string) (int64,
 			on[i] = "k." + ducksql.Ident(k) + " = t." + ducksql.Ident(k)
 		}
 		unseen := "NOT EXISTS (SELECT 1 FROM " + a.qualify(keys) + " AS k WHERE " + strings.Join(on, " AND ") + ")"
-		if a.s.Meta.SoftDelete {
+		if soft {
 			q += " AND " + unseen
 		} else {
 			q += " WHERE " + unseen

@@ -37,8 +37,8 @@ func metaType(k rowmeta.Kind, create bool) string {
 // metaColumns returns the metadata columns' names and their values as expressions of op, the expression of
 // the row's newest change (the staged op, or a constant), and committed, that of its source commit time (the
 // staged one, or NULL).
-func (a *applier) metaColumns(op, committed string) (cols, vals []string) {
-	for _, c := range a.s.Meta.Columns() {
+func (a *applier) metaColumns(stream, op, committed string) (cols, vals []string) {
+	for _, c := range a.s.Meta(stream).Columns() {
 		var v string
 		switch c.Name {
 		case rowmeta.Deleted:
@@ -65,9 +65,9 @@ func (a *applier) metaColumns(op, committed string) (cols, vals []string) {
 }
 
 // metaDefs are the column definitions of a new table; it notes them in cols.
-func (a *applier) metaDefs(cols map[string]string) []string {
+func (a *applier) metaDefs(stream string, cols map[string]string) []string {
 	var defs []string
-	for _, c := range a.s.Meta.Columns() {
+	for _, c := range a.s.Meta(stream).Columns() {
 		defs = append(defs, ducksql.Ident(c.Name)+" "+metaType(c.Kind, true))
 		cols[strings.ToLower(c.Name)] = metaType(c.Kind, true)
 	}
@@ -76,9 +76,9 @@ func (a *applier) metaDefs(cols map[string]string) []string {
 
 // metaDDL returns the statements that add the metadata columns an existing table lacks (a setting turned on
 // later: the rows already there hold NULL, _skippr_deleted too; see metaType), and notes them in cols.
-func (a *applier) metaDDL(name string, cols map[string]string) []ddl {
+func (a *applier) metaDDL(stream, name string, cols map[string]string) []ddl {
 	var stmts []ddl
-	for _, c := range a.s.Meta.Columns() {
+	for _, c := range a.s.Meta(stream).Columns() {
 		if _, ok := cols[strings.ToLower(c.Name)]; ok {
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,6 +63,43 @@ func TestRowMeta(t *testing.T) {
 	}
 }
 
+// TestRowMetaOverride runs the SDK's per-table override check (rowmetatest.CheckOverride): a table_options
+// entry changes soft_delete, metadata_columns and history for its stream only, the other stream in the same
+// pipeline keeping the connection's; the stream's own options decide a clash and a re-snapshot's end.
+func TestRowMetaOverride(t *testing.T) {
+	for _, tc := range rowmetatest.OverrideCases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			target := func(t *testing.T, name string) rowmetatest.Target {
+				path := filepath.Join(t.TempDir(), name+".duckdb")
+				dest := &Destination{}
+				d := serve.NewSessions(dest)
+				t.Cleanup(func() {
+					if err := d.Close(); err != nil {
+						t.Errorf("close: %v", err)
+					}
+				})
+				m := map[string]any{"path": path}
+				maps.Copy(m, tc.Settings)
+				raw, err := json.Marshal(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return rowmetatest.Target{
+					Apply: func(ctx context.Context, first, last uint64, items []serve.Item) (serve.ApplyResult, error) {
+						return d.Apply(ctx, serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: first, Sequence: last, Items: items})
+					},
+					Read: func(ctx context.Context, table string) ([]string, []map[string]any, error) {
+						return readTable(ctx, dest, path, table)
+					},
+				}
+			}
+			rowmetatest.CheckOverride(t, tc, target)
+			t.Run("clash", func(t *testing.T) { rowmetatest.CheckClash(t, tc.Case, target(t, "clash")) })
+			t.Run("resnapshot", func(t *testing.T) { rowmetatest.CheckResnapshot(t, tc.Case, target(t, "resnapshot")) })
+		})
+	}
+}
+
 // readTable reads a table of the destination's open file.
 func readTable(ctx context.Context, dest *Destination, path, table string) ([]string, []map[string]any, error) {
 	dest.mu.Lock()
@@ -107,6 +145,11 @@ func TestRowMetaSettings(t *testing.T) {
 		_, err := ParseSettings(json.RawMessage(`{"path": "x.duckdb", "metadata_columns": ` + cols + `}`))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("metadata_columns %s: %v, want an error containing %q", cols, err, want)
+		}
+		// The same in a stream's override, naming the stream.
+		_, err = ParseSettings(json.RawMessage(`{"path": "x.duckdb", "table_options": {"shop.orders": {"metadata_columns": ` + cols + `}}}`))
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "table_options.shop.orders") {
+			t.Errorf("table_options.shop.orders.metadata_columns %s: %v, want an error naming the stream containing %q", cols, err, want)
 		}
 	}
 }

@@ -24,10 +24,17 @@ type Settings struct {
 	// 1 GiB backlog applied as one range ran out of memory under 256MiB (BENCHMARKS.md, "A backlog applied as
 	// one range").
 	MemoryLimit string `json:"memory_limit"`
-	// Settings are soft_delete, metadata_columns and history (plugin-sdk/rowmeta; history.go).
+	// Settings are soft_delete, metadata_columns, history and their per-stream table_options
+	// (plugin-sdk/rowmeta; history.go): every decision is the stream's, through Meta.
 	rowmeta.Settings
-	// Meta is rowmeta.Settings checked: the columns the destination adds.
-	Meta rowmeta.Options `json:"-"`
+}
+
+// Meta is what soft_delete, metadata_columns and history are for stream: the connection's settings with the
+// stream's table_options over them. ParseSettings checked every override (rowmeta.Settings.Check), so the
+// error For could return cannot happen for settings it returned.
+func (s Settings) Meta(stream string) rowmeta.Options {
+	o, _ := s.Settings.For(stream)
+	return o
 }
 
 // memoryLimitRE is a size as DuckDB's memory_limit takes it.
@@ -48,7 +55,7 @@ const SettingsSchema = `{
     "path": {"type": "string", "minLength": 1, "description": "the .duckdb file (created on first use, with its directory)"},
     "schema": {"type": "string", "minLength": 1, "default": "main", "description": "schema of the tables and of the _skippr_state table (created when missing)"},
     "memory_limit": {"type": "string", "description": "DuckDB's memory_limit for the database (e.g. 2GiB; default DuckDB's, 80% of RAM); an apply's transaction spills beyond it to the file's .tmp directory, but the primary keys' indexes must fit"},
-    ` + rowmeta.SchemaPropertiesConnection + `
+    ` + rowmeta.SchemaProperties + `
   }
 }`
 
@@ -80,10 +87,8 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 	if s.MemoryLimit != "" && !memoryLimitRE.MatchString(s.MemoryLimit) {
 		return s, fmt.Errorf("settings: memory_limit %q is not a size: want a number with B, KB, MB, GB, KiB, MiB or GiB, such as \"256MiB\"", s.MemoryLimit)
 	}
-	m, err := s.Settings.Options()
-	if err != nil {
+	if err := s.Settings.Check(); err != nil {
 		return s, err
 	}
-	s.Meta = m
 	return s, nil
 }

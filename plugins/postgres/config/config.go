@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -58,10 +60,10 @@ type Settings struct {
 	TableOptions map[string]TableOption `json:"table_options"`
 
 	TargetSchema string `json:"schema"`
-	// Settings are the destination's soft_delete and metadata_columns (plugin-sdk/rowmeta).
+	// Settings are the destination's soft_delete, metadata_columns and history (plugin-sdk/rowmeta); its
+	// table_options are filled from TableOptions (which shadows them in JSON: one key serves both roles), so
+	// For(stream) gives each stream's options.
 	rowmeta.Settings
-	// History (destination) appends every change to <table>_history beside the mirrored table (dest/history.go).
-	History bool `json:"history"`
 
 	// Parsed forms.
 	TableNames     []TableName               `json:"-"`
@@ -70,9 +72,6 @@ type Settings struct {
 	Policy         values.Policy             `json:"-"`
 	// Protect is the tables' exclude_columns and hash_columns, by stream name (nil: none).
 	Protect *protect.Set `json:"-"`
-
-	// Meta is rowmeta.Settings checked: the columns the destination adds.
-	Meta rowmeta.Options `json:"-"`
 
 	// SnapshotWaitTimeout bounds the creation of a replication slot (source/slotwait.go).
 	SnapshotWaitTimeout time.Duration `json:"-"`
@@ -99,7 +98,9 @@ const (
 // own, short enough that a forgotten session is a failed pipeline within the hour, not a silent stall.
 const DefaultSnapshotWait = 30 * time.Minute
 
-// TableOption is one table's settings.
+// TableOption is one table's settings: a source's (key_columns, mode, exclude_columns, hash_columns, where)
+// for a table named in tables, or a destination's (soft_delete, metadata_columns, history) for a stream, by
+// its name as the source emits it. ParseSource and ParseDestination refuse the other role's keys.
 type TableOption struct {
 	// KeyColumns key a table that has no primary key (or replace the one it has) for the destinations: the
 	// columns must be NOT NULL and, together, unique (the destination holds one row per key), and updates and
@@ -118,7 +119,60 @@ type TableOption struct {
 	// it holds for and the publication publishes only their changes (PostgreSQL's row filters; the README says
 	// how an update that moves a row in or out of it arrives).
 	Where string `json:"where"`
+
+	// The destination's overrides of the connection's soft_delete, metadata_columns and history for this
+	// stream (rowmeta.TableSettings; nil keeps the connection's).
+	SoftDelete      *bool     `json:"soft_delete,omitempty"`
+	MetadataColumns *[]string `json:"metadata_columns,omitempty"`
+	History         *bool     `json:"history,omitempty"`
 }
+
+// sourceKeys are the source keys the option sets.
+func (o TableOption) sourceKeys() []string {
+	var keys []string
+	if o.KeyColumns != nil {
+		keys = append(keys, "key_columns")
+	}
+	if o.Mode != "" {
+		keys = append(keys, "mode")
+	}
+	if o.ExcludeColumns != nil {
+		keys = append(keys, "exclude_columns")
+	}
+	if o.HashColumns != nil {
+		keys = append(keys, "hash_columns")
+	}
+	if o.Where != "" {
+		keys = append(keys, "where")
+	}
+	return keys
+}
+
+// destKeys are the destination keys the option sets.
+func (o TableOption) destKeys() []string {
+	var keys []string
+	if o.SoftDelete != nil {
+		keys = append(keys, "soft_delete")
+	}
+	if o.MetadataColumns != nil {
+		keys = append(keys, "metadata_columns")
+	}
+	if o.History != nil {
+		keys = append(keys, "history")
+	}
+	return keys
+}
+
+// Role is the side of a pipeline the settings serve, which decides the table_options keys they may hold.
+type Role int
+
+// Roles. RoleEither is a caller that serves both or does not know (Teardown; Check runs each role's
+// parse for the roles it checks).
+const (
+	RoleEither Role = iota
+	RoleSource
+	RoleDestination
+)
 
 // ModeAppend is the table mode that carries inserts (and truncates) only.
 const ModeAppend = "append"
@@ -146,8 +200,17 @@ func (t TableName) Quoted() string { return pgx.Identifier{t.Schema, t.Name}.San
 
 var slotName = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
-// Parse decodes and validates settings, filling defaults.
-func Parse(raw json.RawMessage) (Settings, error) {
+// ParseSource is Parse for the source role: table_options holding a destination's key is refused.
+func ParseSource(raw json.RawMessage) (Settings, error) { return parse(raw, RoleSource) }
+
+// ParseDestination is Parse for the destination role: table_options holding a source's key is refused.
+func ParseDestination(raw json.RawMessage) (Settings, error) { return parse(raw, RoleDestination) }
+
+// Parse decodes and validates settings, filling defaults, for either role: a table_options entry with a
+// source key is a source table's (named in tables), one with only destination keys a destination's stream.
+func Parse(raw json.RawMessage) (Settings, error) { return parse(raw, RoleEither) }
+
+func parse(raw json.RawMessage, role Role) (Settings, error) {
 	var s Settings
 	if err := serve.DecodeSettings(raw, &s); err != nil {
 		return s, err
@@ -264,7 +327,25 @@ func Parse(raw json.RawMessage) (Settings, error) {
 	}
 	s.Options = map[TableName]TableOption{}
 	rules := map[string]protect.Table{}
-	for name, opt := range s.TableOptions {
+	var wrongRole []string // a key of the other role's table_options: a config fault naming it and the fix
+	s.Settings.TableOptions = map[string]rowmeta.TableSettings{}
+	for _, name := range slices.Sorted(maps.Keys(s.TableOptions)) {
+		opt := s.TableOptions[name]
+		src, dst := opt.sourceKeys(), opt.destKeys()
+		switch {
+		case role == RoleDestination && len(src) > 0:
+			wrongRole = append(wrongRole, fmt.Sprintf("table_options.%s.%s is a source setting, but this connection is the pipeline's destination", name, src[0]))
+		case role == RoleSource && len(dst) > 0:
+			wrongRole = append(wrongRole, fmt.Sprintf("table_options.%s.%s is a destination setting, but this connection is the pipeline's source", name, dst[0]))
+		}
+		if len(dst) > 0 {
+			// A destination's table_options are keyed by the stream's name, whatever source emits it: not
+			// parsed as a table of this database, nor required to be in tables.
+			s.Settings.TableOptions[name] = rowmeta.TableSettings{SoftDelete: opt.SoftDelete, MetadataColumns: opt.MetadataColumns, History: opt.History}
+		}
+		if role == RoleDestination || (len(dst) > 0 && len(src) == 0) {
+			continue
+		}
 		tn, err := ParseTableName(name)
 		if err != nil {
 			problems = append(problems, "table_options: "+err.Error())
@@ -296,15 +377,17 @@ func Parse(raw json.RawMessage) (Settings, error) {
 		s.Options[tn] = opt
 		rules[tn.String()] = protect.Table{ExcludeColumns: opt.ExcludeColumns, HashColumns: opt.HashColumns, Where: opt.Where}
 	}
-	if m, err := s.Settings.Options(); err != nil {
+	if err := s.Settings.Check(); err != nil {
 		problems = append(problems, strings.TrimPrefix(err.Error(), "settings: "))
-	} else {
-		s.Meta = m
 	}
 	if set, err := protect.Compile("table_options", rules); err != nil {
 		problems = append(problems, strings.TrimPrefix(err.Error(), "settings: "))
 	} else {
 		s.Protect = set
+	}
+	if len(wrongRole) > 0 {
+		fix := "move the source's table_options keys (key_columns, mode, exclude_columns, hash_columns, where) to the source connection and soft_delete, metadata_columns and history to the destination connection (a connection serving both roles needs one connection entry per role)"
+		return s, fault.ConfigErr(fmt.Errorf("settings: %s", strings.Join(append(wrongRole, problems...), "; ")), fix)
 	}
 	if len(problems) > 0 {
 		return s, fmt.Errorf("settings: %s", strings.Join(problems, "; "))

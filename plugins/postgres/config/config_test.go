@@ -1,10 +1,13 @@
 package config
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
@@ -105,5 +108,48 @@ func TestParseTableOptions(t *testing.T) {
 	}
 	if _, ok := s.Options[TableName{"app", "log"}]; !ok {
 		t.Errorf("app.log options missing: %+v", s.Options)
+	}
+}
+
+// TestParseRoles: table_options of a destination are per stream (soft_delete, metadata_columns, history, not
+// required to be in tables) and become rowmeta's overrides; each role refuses the other role's keys with a
+// config fault naming the key, and the source keeps its own rules.
+func TestParseRoles(t *testing.T) {
+	const conn = `"host": "h", "user": "u", "database": "d"`
+	s, err := ParseDestination([]byte(`{` + conn + `, "soft_delete": true, "table_options": {"shop.orders": {"soft_delete": false, "history": true, "metadata_columns": ["op"]}, "a.b": {}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, err := s.Settings.For("shop.orders"); err != nil || o != (rowmeta.Options{Op: true, History: true}) {
+		t.Errorf("shop.orders: %+v, %v; want op and history, no soft delete", o, err)
+	}
+	if o, err := s.Settings.For("shop.other"); err != nil || o != (rowmeta.Options{SoftDelete: true}) {
+		t.Errorf("shop.other: %+v, %v; want the connection's soft delete", o, err)
+	}
+	for _, tc := range []struct {
+		role     Role
+		in, want string
+	}{
+		{RoleDestination, `"table_options": {"public.t": {"where": "a > 1"}}`, "table_options.public.t.where is a source setting"},
+		{RoleDestination, `"table_options": {"public.t": {"key_columns": ["a"], "history": true}}`, "table_options.public.t.key_columns is a source setting"},
+		{RoleDestination, `"table_options": {"public.t": {"exclude_columns": ["a"]}}`, "table_options.public.t.exclude_columns is a source setting"},
+		{RoleDestination, `"table_options": {"public.t": {"hash_columns": {"a": {"salt": "x"}}}}`, "table_options.public.t.hash_columns is a source setting"},
+		{RoleDestination, `"table_options": {"public.t": {"mode": "append"}}`, "table_options.public.t.mode is a source setting"},
+		{RoleSource, `"tables": ["t"], "table_options": {"t": {"soft_delete": true}}`, "table_options.t.soft_delete is a destination setting"},
+		{RoleSource, `"tables": ["t"], "table_options": {"t": {"where": "a > 1", "metadata_columns": ["op"]}}`, "table_options.t.metadata_columns is a destination setting"},
+		{RoleSource, `"tables": ["t"], "table_options": {"t": {"history": false}}`, "table_options.t.history is a destination setting"},
+	} {
+		_, err := parse([]byte(`{`+conn+`, `+tc.in+`}`), tc.role)
+		if err == nil || !errors.Is(err, fault.ErrConfig) || !strings.Contains(err.Error(), tc.want) || fault.FixOf(err) == "" {
+			t.Errorf("%s: got %v, want a config fault with a fix containing %q", tc.in, err, tc.want)
+		}
+	}
+	// A bad override is refused at parse, naming the stream.
+	if _, err := ParseDestination([]byte(`{` + conn + `, "table_options": {"x.y": {"metadata_columns": ["when"]}}}`)); err == nil || !strings.Contains(err.Error(), `table_options.x.y`) {
+		t.Errorf("unknown metadata column in an override: %v", err)
+	}
+	// Either role (Teardown): a source entry still must name a table of tables; a destination entry need not.
+	if _, err := Parse([]byte(`{` + conn + `, "tables": ["t"], "table_options": {"t": {"where": "a > 1"}, "other.stream": {"history": true}}}`)); err != nil {
+		t.Errorf("either role: %v", err)
 	}
 }

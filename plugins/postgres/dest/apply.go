@@ -48,6 +48,9 @@ type tableState struct {
 	name    string // quoted, schema-qualified
 	columns map[string]string
 	key     []string
+	// meta is what soft_delete, metadata_columns and history are for the table's stream: the connection's
+	// settings with the stream's table_options over them (rowmeta.Settings.For).
+	meta rowmeta.Options
 }
 
 // row is the last change of a key within an apply.
@@ -209,7 +212,7 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 	if ts == nil {
 		return nil // only schema changes of a stream without rows yet: the table exists now
 	}
-	if a.cfg.History {
+	if ts.meta.History {
 		if err := a.writeHistory(ctx, sp, ts); err != nil {
 			return err
 		}
@@ -221,7 +224,7 @@ func (a *applier) writeStream(ctx context.Context, sp *change.Plan) error {
 		op     change.Op
 		rows   []row
 	}
-	meta := a.cfg.Meta
+	meta := ts.meta
 	var (
 		upserts, deletes []*group
 		find             = func(gs *[]*group, s *arrow.Schema, op change.Op) *group {
@@ -331,7 +334,11 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 	name := pgx.Identifier{a.cfg.TargetSchema, TableName(stream)}.Sanitize()
 	ts := a.tables[stream]
 	if ts == nil {
-		ts = &tableState{name: name, columns: map[string]string{}}
+		meta, err := a.cfg.Settings.For(stream)
+		if err != nil {
+			return err
+		}
+		ts = &tableState{name: name, columns: map[string]string{}, meta: meta}
 		rows, err := a.tx.Query(ctx, `
 			SELECT a.attname, format_type(a.atttypid, a.atttypmod)
 			FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`, name)
@@ -352,7 +359,7 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 		}
 		a.tables[stream] = ts
 	}
-	if err := a.cfg.Meta.CheckSchema(stream, s); err != nil {
+	if err := ts.meta.CheckSchema(stream, s); err != nil {
 		return err
 	}
 	fields := a.withMeta(change.DataFields(s))
@@ -684,7 +691,7 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, o
 			cols = append(cols, f.Name)
 		}
 	}
-	if a.cfg.Meta.SourceCommittedAt {
+	if ts.meta.SourceCommittedAt {
 		cols = append(cols, rowmeta.SourceCommittedAt) // stage fills it with the row's commit time
 	}
 	if a.cfg.Policy == values.NullAndRecord {
@@ -695,7 +702,7 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, o
 		return err
 	}
 	qcols := quoteAll(cols)
-	metaCols, metaVals := a.metaValues(op)
+	metaCols, metaVals := a.metaValues(ts.meta, op)
 	sql := "INSERT INTO " + ts.name + " (" + qcols + metaCols + ") SELECT " + qcols + metaVals + " FROM " + stage
 	if merge {
 		key := change.PrimaryKey(s)
@@ -706,7 +713,7 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, o
 				sets = append(sets, q+" = EXCLUDED."+q)
 			}
 		}
-		for _, c := range a.constMeta() {
+		for _, c := range constMeta(ts.meta) {
 			q := pgx.Identifier{c.Name}.Sanitize()
 			sets = append(sets, q+" = EXCLUDED."+q)
 		}
@@ -730,7 +737,7 @@ func (a *applier) upsert(ctx context.Context, ts *tableState, s *arrow.Schema, o
 func (a *applier) delete(ctx context.Context, ts *tableState, s *arrow.Schema, rows []row) error {
 	key := change.PrimaryKey(s)
 	staged := key
-	if a.cfg.Meta.SoftDelete && a.cfg.Meta.SourceCommittedAt {
+	if ts.meta.SoftDelete && ts.meta.SourceCommittedAt {
 		staged = append(slices.Clone(key), rowmeta.SourceCommittedAt)
 	}
 	stage, err := a.stage(ctx, ts, s, staged, rows)
@@ -743,8 +750,8 @@ func (a *applier) delete(ctx context.Context, ts *tableState, s *arrow.Schema, r
 		conds[i] = "t." + q + " = s." + q
 	}
 	sql := "DELETE FROM " + ts.name + " t USING " + stage + " s WHERE " + strings.Join(conds, " AND ")
-	if a.cfg.Meta.SoftDelete {
-		sql = "UPDATE " + ts.name + " t SET " + a.metaSets(change.OpDelete, "s."+pgx.Identifier{rowmeta.SourceCommittedAt}.Sanitize()) + " FROM " + stage + " s WHERE " + strings.Join(conds, " AND ")
+	if ts.meta.SoftDelete {
+		sql = "UPDATE " + ts.name + " t SET " + a.metaSets(ts.meta, change.OpDelete, "s."+pgx.Identifier{rowmeta.SourceCommittedAt}.Sanitize()) + " FROM " + stage + " s WHERE " + strings.Join(conds, " AND ")
 	}
 	if _, err := a.tx.Exec(ctx, sql); err != nil {
 		return fmt.Errorf("delete %d rows from %s: %w", len(rows), ts.name, a.cfg.Explain(err))

@@ -43,7 +43,7 @@ type session struct {
 
 // Open parses the settings and connects a pool of up to four connections.
 func (d *Destination) Open(ctx context.Context, raw json.RawMessage) (serve.Session, error) {
-	cfg, err := config.Parse(raw)
+	cfg, err := config.ParseDestination(raw)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (x *session) Close() error {
 
 // Capabilities: exactly-once (the state row commits with the data), deletes, and added columns.
 func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serve.Capabilities, error) {
-	if _, err := config.Parse(raw); err != nil {
+	if _, err := config.ParseDestination(raw); err != nil {
 		return serve.Capabilities{}, err
 	}
 	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true, Resnapshot: true, FullRow: true}, nil

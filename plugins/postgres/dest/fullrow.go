@@ -34,7 +34,7 @@ func (a *applier) deleteFullRows(ctx context.Context, ts *tableState, rows []row
 	if len(rows) == 0 {
 		return nil
 	}
-	if a.cfg.Meta.SoftDelete {
+	if ts.meta.SoftDelete {
 		return fault.ConfigErr(fmt.Errorf("table %s: soft_delete is not applied to a keyless table matched by full row (mode: full_row)", ts.name),
 			"turn soft_delete off for this destination, or give the source table a key (key_columns) so deleted rows can be flagged")
 	}

@@ -63,11 +63,15 @@ func (a *applier) resnapshotMarks(ctx context.Context, pipeline string, marks []
 			if !exists {
 				continue
 			}
+			meta, err := cfg.Settings.For(m.Stream)
+			if err != nil {
+				return err
+			}
 			q := `DELETE FROM ` + name + ` WHERE age(xmin) > age($1::text::xid)`
-			if cfg.Meta.SoftDelete {
+			if meta.SoftDelete {
 				// The rows the source no longer has are marked deleted, as their deletes would have been.
 				a.entry = m.Sequence
-				q = `UPDATE ` + name + ` SET ` + a.metaSets(change.OpDelete, "NULL") + ` WHERE age(xmin) > age($1::text::xid) AND NOT ` + pgx.Identifier{rowmeta.Deleted}.Sanitize()
+				q = `UPDATE ` + name + ` SET ` + a.metaSets(meta, change.OpDelete, "NULL") + ` WHERE age(xmin) > age($1::text::xid) AND NOT ` + pgx.Identifier{rowmeta.Deleted}.Sanitize()
 			}
 			tag, err := a.tx.Exec(ctx, q, begin)
 			if err != nil {

@@ -45,10 +45,11 @@ func (a *applier) metaValue(c rowmeta.Column, op change.Op) string {
 	return "NULL"
 }
 
-// constMeta are the metadata columns a statement sets as constants: all but the staged commit time.
-func (a *applier) constMeta() []rowmeta.Column {
+// constMeta are the metadata columns of a stream with options m that a statement sets as constants: all but
+// the staged commit time.
+func constMeta(m rowmeta.Options) []rowmeta.Column {
 	var out []rowmeta.Column
-	for _, c := range a.cfg.Meta.Columns() {
+	for _, c := range m.Columns() {
 		if c.Name != rowmeta.SourceCommittedAt {
 			out = append(out, c)
 		}
@@ -56,20 +57,22 @@ func (a *applier) constMeta() []rowmeta.Column {
 	return out
 }
 
-// metaValues returns, for an INSERT, ", col, ..." and ", value, ..." of the metadata columns ("" for none).
-func (a *applier) metaValues(op change.Op) (cols, vals string) {
-	for _, c := range a.constMeta() {
+// metaValues returns, for an INSERT, ", col, ..." and ", value, ..." of the metadata columns of a stream with
+// options m ("" for none).
+func (a *applier) metaValues(m rowmeta.Options, op change.Op) (cols, vals string) {
+	for _, c := range constMeta(m) {
 		cols += ", " + pgx.Identifier{c.Name}.Sanitize()
 		vals += ", " + a.metaValue(c, op)
 	}
 	return cols, vals
 }
 
-// metaSets returns "col = value, ..." of the metadata columns, for an UPDATE; committed is the expression of
-// the commit time (the staged column, or NULL where no source change is written).
-func (a *applier) metaSets(op change.Op, committed string) string {
+// metaSets returns "col = value, ..." of the metadata columns of a stream with options m, for an UPDATE;
+// committed is the expression of the commit time (the staged column, or NULL where no source change is
+// written).
+func (a *applier) metaSets(m rowmeta.Options, op change.Op, committed string) string {
 	var sets []string
-	for _, c := range a.cfg.Meta.Columns() {
+	for _, c := range m.Columns() {
 		v := a.metaValue(c, op)
 		if c.Name == rowmeta.SourceCommittedAt {
 			v = committed
@@ -82,7 +85,7 @@ func (a *applier) metaSets(op change.Op, committed string) string {
 // metaDefs are the column definitions of a new table.
 func (a *applier) metaDefs(ts *tableState) []string {
 	var defs []string
-	for _, c := range a.cfg.Meta.Columns() {
+	for _, c := range ts.meta.Columns() {
 		defs = append(defs, pgx.Identifier{c.Name}.Sanitize()+" "+metaType(c.Kind))
 		ts.columns[c.Name] = metaType(c.Kind)
 	}
@@ -92,7 +95,7 @@ func (a *applier) metaDefs(ts *tableState) []string {
 // ensureMeta adds the metadata columns an existing table lacks (a setting turned on later: the rows already
 // there hold NULL, and _skippr_deleted false).
 func (a *applier) ensureMeta(ctx context.Context, ts *tableState) error {
-	for _, c := range a.cfg.Meta.Columns() {
+	for _, c := range ts.meta.Columns() {
 		if _, ok := ts.columns[c.Name]; ok {
 			continue
 		}

@@ -54,7 +54,7 @@ type reader struct {
 
 // Read emits the snapshot (when the position is in it, or there is none) and then streams changes.
 func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emitter) error {
-	cfg, err := config.Parse(req.Settings)
+	cfg, err := config.ParseSource(req.Settings)
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ var _ serve.Resnapshotter = (*Source)(nil)
 
 // Discover describes the configured tables as streams.
 func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Stream, error) {
-	cfg, err := config.Parse(raw)
+	cfg, err := config.ParseSource(raw)
 	if err != nil {
 		return nil, err
 	}
