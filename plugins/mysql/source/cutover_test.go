@@ -1,9 +1,16 @@
 package source
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+	"github.com/skippr-dev/skippr/plugin-sdk/values"
+	"github.com/skippr-dev/skippr/testkit/mysqltest"
 )
 
 // The statements the tools write to the binary log, as their source and logs show them (gh-ost
@@ -160,5 +167,79 @@ func TestCutoverEffect(t *testing.T) {
 	}
 	if got := describe(h2.defs["t"]); got != "id int,n int=5" {
 		t.Fatalf("t is %q after the cut-over", got)
+	}
+}
+
+// schemas records the schema changes a Read emits, beside what truncates keeps.
+type schemas struct {
+	*truncates
+	got []serve.Stream
+}
+
+func (s *schemas) SchemaChange(_ context.Context, st serve.Stream) error {
+	s.got = append(s.got, st)
+	return nil
+}
+
+// TestCutoverAcrossRestart: against MariaDB, gh-ost's shadow is created and altered while one Read streams,
+// and the cut-over comes after a restart from that Read's checkpoint: the checkpoint holds the shadow's
+// definition, so the next Read follows the cut-over — no truncate, the rows before it kept, a schema change
+// adding n with the value the old rows hold (5), and the changes after it decoded with the new columns.
+// Without the shadows in the checkpoint the restarted Read refuses the RENAME.
+func TestCutoverAcrossRestart(t *testing.T) {
+	db := mysqltest.NewDB(t)
+	db.Exec(t, `CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL); INSERT INTO t SELECT seq, seq FROM seq_1_to_50`)
+	raw, _ := json.Marshal(map[string]any{"host": db.Server.Host, "port": db.Server.Port, "user": "root", "database": db.Name, "tables": []string{"t"}})
+	ts := db.Name + ".t"
+	s := New()
+	out := newFolded()
+	readUntil(t, s, serve.ReadRequest{Settings: raw}, out, func() bool { return out.idle })
+	db.Exec(t, "create /* gh-ost */ table `_t_gho` like `t`")
+	db.Exec(t, "alter /* gh-ost */ table `_t_gho` add column n int not null default 5")
+	db.Exec(t, "insert /* gh-ost */ ignore into `_t_gho` (`id`, `v`) (select `id`, `v` from `t` force index (`PRIMARY`) where ((`id` >= 1)) and ((`id` <= 50)) lock in share mode)")
+	out.idle = false
+	readUntil(t, s, serve.ReadRequest{Settings: raw, Checkpoint: out.last}, out, func() bool { return out.idle })
+	if !strings.Contains(string(out.last), `"shadows":{"_t_gho":`) {
+		t.Fatalf("checkpoint %s holds no shadow", out.last)
+	}
+
+	db.Exec(t, "UPDATE t SET v = 100 WHERE id = 1; UPDATE _t_gho SET v = 100 WHERE id = 1") // gh-ost's replay
+	db.Exec(t, "rename /* gh-ost */ table `t` to `_t_del`, `_t_gho` to `t`")
+	db.Exec(t, "UPDATE t SET v = 7, n = 6 WHERE id = 2; DELETE FROM t WHERE id = 3; drop /* gh-ost */ table if exists `_t_del`")
+	sc := &schemas{truncates: &truncates{folded: out}}
+	out.idle = false
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- s.Read(ctx, serve.ReadRequest{Settings: raw, Checkpoint: out.last}, sc) }()
+	for done := false; !done; {
+		select {
+		case err := <-errc:
+			t.Fatalf("read ended: %v", err)
+		case <-ctx.Done():
+			t.Fatal("timed out")
+		case <-out.changed:
+			out.mu.Lock()
+			done = out.idle && out.rows[ts][2] == 7
+			out.mu.Unlock()
+		}
+	}
+	cancel()
+	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if sc.n != 0 {
+		t.Errorf("%d truncates", sc.n)
+	}
+	if len(out.rows[ts]) != 49 || out.rows[ts][1] != 100 || out.rows[ts][50] != 50 {
+		t.Errorf("t holds %d rows, 1 → %d, 50 → %d; want 49, 100, 50", len(out.rows[ts]), out.rows[ts][1], out.rows[ts][50])
+	}
+	if len(sc.got) != 1 || sc.got[0].Schema.NumFields() < 3 {
+		t.Fatalf("schema changes %v, want one with id, v, n", sc.got)
+	}
+	if f := sc.got[0].Schema.Field(2); f.Name != "n" {
+		t.Errorf("third column %s, want n", f.Name)
+	} else if x, _ := f.Metadata.GetValue(values.MetaExistingRows); x != "5" {
+		t.Errorf("n's existing rows value %q, want 5", x)
 	}
 }
