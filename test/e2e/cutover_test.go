@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -11,10 +12,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/skippr-dev/skippr/test/harness"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
@@ -54,10 +57,13 @@ func TestMySQLOnlineSchemaChange(t *testing.T) {
 }
 
 // Issue #28 item 7: `skippr sync` is SIGKILLed again and again while the destinations apply an ADD COLUMN …
-// DEFAULT to a table of 120,000 rows (Postgres fills the old rows with the default; the lake adds the column,
-// NULL in its old rows), and then while a gh-ost migration copies the table and cuts over, under a write load.
-// Every row is compared after: none lost, none doubled (ScanLake fails on a key held twice, Postgres has a
-// primary key), every value the source's.
+// DEFAULT to a table of 120,000 rows, and then while a gh-ost migration copies the table and cuts over under a
+// write load. Postgres gives the old rows the default with ADD COLUMN … DEFAULT (a catalog change since
+// PostgreSQL 11, no rewrite); the lake adds the column, NULL in its old rows (Iceberg v2 has no
+// initial-default). The cut-over's MODIFY amount makes Postgres rewrite the table (ALTER COLUMN … TYPE); a run
+// seen running either statement (pg_stat_activity) is killed at once, the others at random. Every row is
+// compared after: none lost, none doubled (ScanLake fails on a key held twice, Postgres has a primary key),
+// every value the source's.
 func TestMySQLCutoverKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -65,7 +71,11 @@ func TestMySQLCutoverKilled(t *testing.T) {
 	if _, err := o.src.ExecContext(ctx, "ALTER TABLE shop.orders ADD COLUMN flag int NOT NULL DEFAULT 9"); err != nil {
 		t.Fatal(err)
 	}
-	o.e.KillSyncAtRandom(4, 300*time.Millisecond, 2500*time.Millisecond)
+	pgc := pgConn(t, ctx, o.pg)
+	caughtAdd, caughtType := 0, 0
+	for range 4 {
+		caughtAdd += o.killSync(pgc, `%ADD COLUMN IF NOT EXISTS "flag"%`, 300*time.Millisecond, 2500*time.Millisecond)
+	}
 
 	load := o.startLoad()
 	done := make(chan struct{})
@@ -73,18 +83,19 @@ func TestMySQLCutoverKilled(t *testing.T) {
 		defer close(done)
 		o.ghost(load, "add column note varchar(20) not null default 'none', modify amount decimal(14,2)")
 	}()
-	kills := 4
-	for running := true; running; {
-		o.e.KillSyncAtRandom(1, 300*time.Millisecond, 2000*time.Millisecond)
+	// The cut-over's MODIFY amount makes Postgres rewrite the table (ALTER COLUMN … TYPE): a run that is seen
+	// doing it is killed right then.
+	kills, after := 4, 0
+	for after < 3 {
+		caughtType += o.killSync(pgc, `%ALTER COLUMN "amount" TYPE%`, 300*time.Millisecond, 2000*time.Millisecond)
 		kills++
 		select {
 		case <-done:
-			running = false
+			after++
 		default:
 		}
 	}
-	o.e.KillSyncAtRandom(2, 300*time.Millisecond, 2000*time.Millisecond)
-	t.Logf("%d statements of load, %d SIGKILLs", load.stop(), kills+2)
+	t.Logf("%d statements of load, %d SIGKILLs, %d of them while Postgres added flag, %d while it rewrote amount's type", load.stop(), kills, caughtAdd, caughtType)
 	if t.Failed() {
 		return
 	}
@@ -107,6 +118,42 @@ func TestMySQLCutoverKilled(t *testing.T) {
 			t.Fatalf("lake: row %s has flag %v", id, f)
 		}
 	}
+}
+
+// killSync starts `skippr sync` and SIGKILLs it after a random time in [lo, hi), or as soon as the Postgres
+// destination is seen running a statement like pattern (then it returns 1).
+func (o *osc) killSync(pgc *pgx.Conn, pattern string, lo, hi time.Duration) int {
+	t := o.t
+	t.Helper()
+	ctx, cancel := context.WithCancel(o.ctx)
+	defer cancel()
+	cmd := o.e.Cmd(ctx, "sync", "--wait-lock")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(lo + rand.N(hi-lo))
+	seen := 0
+	for time.Now().Before(deadline) && seen == 0 {
+		select {
+		case <-exited:
+			t.Fatalf("sync exited by itself (%d) before it was killed:\n%s", cmd.ProcessState.ExitCode(), stderr.String())
+		default:
+		}
+		var n int
+		if err := pgc.QueryRow(o.ctx, `SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE $1`, pattern).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			seen = 1
+		}
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+	return seen
 }
 
 // osc is a MariaDB shop.orders captured into Postgres and an Iceberg lake, snapshotted.

@@ -153,6 +153,20 @@ func (h *history) dropShadow(tn sqlparser.TableName, defaultDB string, eff *effe
 	}
 }
 
+// forgetUnreadable forgets the shadows a statement the parser cannot read may change: a cut-over from one is
+// then refused, not followed with columns that may be wrong.
+func (h *history) forgetUnreadable(defaultDB, sql string, eff *effect) {
+	if !mentionsRe.MatchString(sql) {
+		return
+	}
+	for name := range h.shadows {
+		if h.mentionsTable(defaultDB, sql, name) {
+			delete(h.shadows, name)
+			eff.shadowed = true
+		}
+	}
+}
+
 // keepShadows takes the shadow tables as a RENAME TABLE statement left them (scratch, by database.name).
 func (h *history) keepShadows(scratch map[string]held, eff *effect) {
 	next := map[string]TableDef{}

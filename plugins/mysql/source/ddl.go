@@ -111,6 +111,7 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 	}
 	st, err := h.parser.ParseStrictDDL(sql)
 	if err != nil {
+		h.forgetUnreadable(defaultDB, sql, &eff)
 		if mentionsRe.MatchString(sql) && h.mentions(defaultDB, sql) {
 			return eff, fmt.Errorf("%w: %v", errUnreadable, err)
 		}
