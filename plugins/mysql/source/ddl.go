@@ -22,6 +22,9 @@ type history struct {
 	// copying says whether a captured table is being copied while streaming (a table just added to tables):
 	// a table renamed into its name then brings no rows the pipeline misses, the copy reads them. Nil: none.
 	copying func(name string) bool
+	// shadows are the definitions of online schema change tools' shadow tables of captured tables (cutover.go),
+	// by name in the configured database: the table a cut-over renames into the captured name.
+	shadows map[string]TableDef
 }
 
 // effect is what one statement did to the captured tables.
@@ -29,6 +32,9 @@ type effect struct {
 	emptied []string // tables whose rows are gone, in statement order (TRUNCATE, DROP, renamed away, replaced)
 	changed []string // tables with a new definition (altered, created), in statement order
 	notes   []string // what a destination may not reproduce, for the log
+	// shadowed: the statement changed the shadow tables' definitions (history.shadows), which the checkpoint
+	// keeps.
+	shadowed bool
 	// renamedAway are captured tables renamed to a name the pipeline does not capture, as "table → new name":
 	// the stream stops there (the destination's table is not emptied) until the user says what to do.
 	renamedAway []string
@@ -79,6 +85,10 @@ var (
 	// mentionsRe finds statements that may change a table: a statement the parser cannot read is refused
 	// only when it is one of these and names a captured table.
 	mentionsRe = regexp.MustCompile(`(?is)^\s*(?:/\*.*?\*/\s*)*(ALTER|CREATE|DROP|RENAME|TRUNCATE)\b`)
+	// triggerRe finds CREATE/DROP TRIGGER, which the parser cannot read: a trigger changes no table's columns,
+	// and the rows it writes are rows events of their own (pt-online-schema-change's triggers on a captured
+	// table write its shadow).
+	triggerRe = regexp.MustCompile(`(?is)^\s*(?:/\*.*?\*/\s*)*(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?:DEFINER\s*=.*?\s+)?TRIGGER|DROP\s+TRIGGER)\s`)
 )
 
 // errUnreadable marks a statement the parser could not read that names a captured table.
@@ -96,8 +106,12 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 		sql = sql[:m[3]] + "CREATE " + sql[m[4]:]
 		replace = true
 	}
+	if triggerRe.MatchString(sql) {
+		return eff, nil
+	}
 	st, err := h.parser.ParseStrictDDL(sql)
 	if err != nil {
+		h.forgetUnreadable(defaultDB, sql, &eff)
 		if mentionsRe.MatchString(sql) && h.mentions(defaultDB, sql) {
 			return eff, fmt.Errorf("%w: %v", errUnreadable, err)
 		}
@@ -107,6 +121,7 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 	case *sqlparser.AlterTable:
 		name := h.ours(st.Table, defaultDB)
 		if name == "" {
+			h.alterShadow(st, defaultDB, &eff)
 			// Renaming an uncaptured table into a captured name brings rows the pipeline never saw.
 			for _, o := range st.AlterOptions {
 				if r, ok := o.(*sqlparser.RenameTableName); ok && h.ours(r.Table, defaultDB) != "" && !h.isCopying(h.ours(r.Table, defaultDB)) {
@@ -118,6 +133,12 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 		d, ok := h.defs[name]
 		if !ok || d.Gone {
 			return eff, fmt.Errorf("table %s is altered, but the pipeline's schema history has no such table at this point", name)
+		}
+		// A rename marker speaks of the statement that made it: the destination has seen that schema by the
+		// time this one arrives, so a rename here is from the names as they stand now.
+		d.Columns = slices.Clone(d.Columns)
+		for i := range d.Columns {
+			d.Columns[i].RenamedFrom = ""
 		}
 		to, err := h.alter(&d, st, defaultDB, &eff)
 		if err != nil {
@@ -137,6 +158,9 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 	case *sqlparser.CreateTable:
 		name := h.ours(st.Table, defaultDB)
 		if name == "" || st.Temp {
+			if !st.Temp {
+				h.createShadow(st, defaultDB, replace, &eff)
+			}
 			return eff, nil
 		}
 		if d, ok := h.defs[name]; ok && !d.Gone && !replace {
@@ -153,10 +177,7 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 			if like == "" || !ok || src.Gone {
 				return eff, fmt.Errorf("table %s is created LIKE %s, a table the pipeline does not capture (its columns are unknown here)", name, sqlparser.String(st.OptLike.LikeTable))
 			}
-			d = TableDef{Columns: slices.Clone(src.Columns), Key: slices.Clone(src.Key)}
-			for i := range d.Columns {
-				d.Columns[i].Existing = nil
-			}
+			d = likeDef(src)
 		case st.Select != nil:
 			return eff, fmt.Errorf("table %s is created from a SELECT, whose columns the statement does not spell out", name)
 		default:
@@ -179,6 +200,7 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 				h.defs[name] = TableDef{Gone: true}
 				eff.empty(name)
 			}
+			h.dropShadow(tn, defaultDB, &eff)
 		}
 	case *sqlparser.DropDatabase:
 		if st.DBName.String() == h.db {
@@ -186,14 +208,20 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 				h.defs[name] = TableDef{Gone: true}
 				eff.empty(name)
 			}
+			eff.shadowed = len(h.shadows) > 0
+			h.shadows = nil
 		}
 	case *sqlparser.TruncateTable:
 		if name := h.ours(st.Table, defaultDB); name != "" {
 			eff.empty(name)
 		}
 	case *sqlparser.RenameTable:
-		// Pairs run in order, so a swap through a third name works; that name is held here for the statement.
-		scratch := map[string]TableDef{}
+		// Pairs run in order, so a swap through a third name works; that name is held here for the statement,
+		// as are the shadow tables (cutover.go) a cut-over swaps in.
+		scratch := map[string]held{}
+		for n, d := range h.shadows {
+			scratch[h.db+"."+n] = held{def: d, shadow: n}
+		}
 		away := map[string]string{} // captured table → where it went, unless it comes back
 		key := func(tn sqlparser.TableName) string {
 			db := tn.Qualifier.String()
@@ -204,26 +232,27 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 		}
 		for _, p := range st.TablePairs {
 			from, to := h.ours(p.FromTable, defaultDB), h.ours(p.ToTable, defaultDB)
-			var d TableDef
+			var in held
 			var known bool
 			if from != "" {
-				d, known = h.defs[from]
+				in.def, known = h.defs[from]
+				in.was = from
 				h.defs[from] = TableDef{Gone: true}
 				eff.empty(from)
 			} else {
-				d, known = scratch[key(p.FromTable)]
+				in, known = scratch[key(p.FromTable)]
 				delete(scratch, key(p.FromTable))
 			}
 			if to == "" {
 				if known {
-					scratch[key(p.ToTable)] = d
+					scratch[key(p.ToTable)] = in
 				}
 				if from != "" {
 					away[from] = sqlparser.String(p.ToTable)
 				}
 				continue
 			}
-			if !known || d.Gone {
+			if !known || in.def.Gone {
 				if h.isCopying(to) {
 					// Its copy, running while the stream goes on, reads the rows; the definition is the one the
 					// copy started with.
@@ -231,13 +260,22 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 					delete(away, to)
 					continue
 				}
-				return eff, fmt.Errorf("table %s is renamed to captured table %s, whose rows the pipeline never read", sqlparser.String(p.FromTable), to)
+				return eff, fmt.Errorf("table %s is renamed to captured table %s, whose rows the pipeline never read%s", sqlparser.String(p.FromTable), to, cutoverHint(to))
 			}
-			if from != "" {
-				return eff, fmt.Errorf("captured table %s is renamed to captured table %s, which would then hold rows of another stream", from, to)
+			if in.was != "" && in.was != to {
+				return eff, fmt.Errorf("captured table %s is renamed to captured table %s, which would then hold rows of another stream", in.was, to)
 			}
-			// A captured table renamed away and back within the statement keeps its rows and stream.
-			h.defs[to] = d
+			if in.was == "" {
+				// A shadow table comes in: the cut-over of an online schema change, when the same statement moved
+				// the captured table away; any other table's rows are not known to be the captured table's.
+				if _, moved := away[to]; !moved || !shadowOf(in.shadow, to) {
+					return eff, fmt.Errorf("table %s is renamed to captured table %s, whose rows the pipeline never read%s", sqlparser.String(p.FromTable), to, cutoverHint(to))
+				}
+				eff.notes = append(eff.notes, fmt.Sprintf("table %s is replaced by %s (an online schema change's cut-over): its rows are taken to be the same, the columns change as the tool's ALTER said", to, in.shadow))
+			}
+			// A captured table renamed away and back within the statement keeps its rows and stream; one replaced
+			// by its shadow keeps them too, with the shadow's columns.
+			h.defs[to] = in.def
 			eff.emptied = slices.DeleteFunc(eff.emptied, func(n string) bool { return n == to })
 			eff.change(to)
 			delete(away, to)
@@ -247,6 +285,7 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 				eff.renamedAway = append(eff.renamedAway, name+" → "+n)
 			}
 		}
+		h.keepShadows(scratch, &eff)
 	}
 	return eff, nil
 }
@@ -269,11 +308,6 @@ func (h *history) mentionsTable(defaultDB, sql, name string) bool {
 func (h *history) alter(d *TableDef, st *sqlparser.AlterTable, defaultDB string, eff *effect) (string, error) {
 	d.Columns = slices.Clone(d.Columns)
 	d.Key = slices.Clone(d.Key)
-	// A rename marker speaks of the statement that made it: the destination has seen that schema by the time
-	// this one arrives, so a rename here is from the names as they stand now.
-	for i := range d.Columns {
-		d.Columns[i].RenamedFrom = ""
-	}
 	renamed := ""
 	for _, o := range st.AlterOptions {
 		switch o := o.(type) {

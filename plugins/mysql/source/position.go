@@ -44,6 +44,9 @@ type Position struct {
 	// with them, not with the server's newest ones. Absent in checkpoints of earlier versions: then the
 	// server's catalog at the restart is taken.
 	Schemas map[string]TableDef `json:"schemas,omitempty"`
+	// Shadows are the definitions of online schema change tools' shadow tables at File/Pos (cutover.go): a
+	// cut-over after a restart still knows the columns the captured table gets. Stream phase only.
+	Shadows map[string]TableDef `json:"shadows,omitempty"`
 	// Resnapshot holds the tables being copied again while streaming (resnapshot.go), by stream name; a
 	// request that arrives during the snapshot phase waits here for the stream phase.
 	Resnapshot map[string]ResnapshotProgress `json:"resnapshot,omitempty"`
@@ -72,7 +75,7 @@ func (p *Position) copiedAll() bool {
 // streamPhase is the position at which streaming follows a finished snapshot.
 func (p *Position) streamPhase() *Position {
 	return &Position{V: positionVersion, Phase: PhaseStream, Flavor: p.Flavor, File: p.File, Pos: p.Pos, GTID: p.GTID,
-		Tables: p.Tables, OverlapFile: p.OverlapFile, OverlapPos: p.OverlapPos, Schemas: p.Schemas, Resnapshot: p.Resnapshot}
+		Tables: p.Tables, OverlapFile: p.OverlapFile, OverlapPos: p.OverlapPos, Schemas: p.Schemas, Shadows: p.Shadows, Resnapshot: p.Resnapshot}
 }
 
 // Encode is the checkpoint bytes: deterministic, so a replayed read reaches byte-identical checkpoints.

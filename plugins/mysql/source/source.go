@@ -176,6 +176,9 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	if err := r.useDefs(defs); err != nil {
 		return err
 	}
+	if pos != nil && pos.Phase == PhaseStream {
+		r.hist.shadows = cloneDefs(pos.Shadows)
+	}
 	// A rule naming a column a table lacks, or its key, stops the Read before anything is emitted; then every
 	// batch, schema change and checkpoint of the Read (snapshot, binlog, re-snapshot) leaves through protect.
 	for _, t := range r.order {

@@ -287,6 +287,9 @@ func (s *streamer) statement(ctx context.Context, db, sql string, next uint64) e
 	for _, n := range eff.notes {
 		s.log.Warn("schema change: "+n, "statement", sql)
 	}
+	if eff.shadowed {
+		s.cur.Shadows = cloneDefs(s.hist.shadows)
+	}
 	if len(eff.renamedAway) > 0 {
 		// Not a truncate: the rows live on under the new name. Nothing after this statement is emitted, and
 		// the checkpoint stays before it, so the choice the user makes applies from exactly here.
