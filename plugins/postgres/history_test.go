@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,133 +17,56 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
-	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta/rowmetatest"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
-// historyWant is the history table the change sequence's entries 1..n give: every change (a truncate is not
-// one) as "position seq op id v committed", in order.
-func historyWant(entries [][]rowmetatest.Change, n int) []string {
-	var out []string
-	for e := range n {
-		seq := 0
-		for j, ch := range entries[e] {
-			if ch.Truncate {
-				continue
-			}
-			v := ch.V
-			if ch.Op == change.OpDelete {
-				v = "<nil>"
-			}
-			at := "<nil>"
-			if t := rowmetatest.CommitTime(uint64(e+1), j, ch.Op); !t.IsZero() {
-				at = t.UTC().Format(time.RFC3339Nano)
-			}
-			out = append(out, fmt.Sprintf("%d %d %s %d %s %s", e+1, seq, rowmeta.OpName(ch.Op), ch.ID, v, at))
-			seq++
-		}
-	}
-	return out
-}
-
-// TestHistory: with history: true every change lands in items_history once, in order, whatever the cut of
-// the sequence into ranges; every range replayed and ranges overlapping the fence append nothing; the mirror
-// is what it is without history (rowmetatest's state).
+// TestHistory runs the SDK's history check (rowmetatest.CheckHistory) through the plugin process: with
+// history: true every change lands in items_history once, in order, whatever the cut of the sequence into
+// ranges; replays and ranges overlapping the fence append nothing; the mirror is as rowmetatest expects.
 func TestHistory(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewDB(t)
 	c := startPlugin(t)
 	conn := db.Connect(t)
-	entries := rowmetatest.Entries()
-	readHistory := func(t *testing.T, schema string) []string {
-		t.Helper()
-		rows, err := conn.Query(context.Background(), "SELECT _skippr_position, _skippr_seq, _skippr_op, id, v, _skippr_source_committed_at FROM "+
-			pgx.Identifier{schema, rowmetatest.Table + "_history"}.Sanitize()+" ORDER BY 1, 2")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		var out []string
-		for rows.Next() {
-			var (
-				pos, seq int64
-				op       string
-				id       int64
-				v        *string
-				at       *time.Time
-			)
-			if err := rows.Scan(&pos, &seq, &op, &id, &v, &at); err != nil {
-				t.Fatal(err)
-			}
-			vs, ats := "<nil>", "<nil>"
-			if v != nil {
-				vs = *v
-			}
-			if at != nil {
-				ats = at.UTC().Format(time.RFC3339Nano)
-			}
-			out = append(out, fmt.Sprintf("%d %d %s %d %s %s", pos, seq, op, id, vs, ats))
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	cuts := maps.Clone(rowmetatest.Cuts)
-	for _, name := range slices.Sorted(maps.Keys(cuts)) {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			schema := "hist_" + strings.ReplaceAll(name, " ", "_")
-			apply := rowmetatest.ClientApply(c, settings(db, map[string]any{"schema": schema, "history": true}), "p")
-			run := func(first, last uint64, wantSkipped bool) {
-				t.Helper()
-				items := rowmetatest.Items(entries, first, last)
-				defer rowmetatest.Release(items)
-				res, err := apply(ctx, first, last, items)
-				if err != nil {
-					t.Fatalf("apply %d..%d: %v", first, last, err)
-				}
-				if res.Skipped != wantSkipped {
-					t.Fatalf("apply %d..%d: skipped %v, want %v", first, last, res.Skipped, wantSkipped)
-				}
-			}
-			first := uint64(1)
-			for _, last := range cuts[name] {
-				run(first, last, false)
-				if got, want := readHistory(t, schema), historyWant(entries, int(last)); !slices.Equal(got, want) {
-					t.Fatalf("after %d..%d the history is\n%s\nwant\n%s", first, last, strings.Join(got, "\n"), strings.Join(want, "\n"))
-				}
-				first = last + 1
-			}
-			first = 1
-			for _, last := range cuts[name] {
-				run(first, last, true)
-				first = last + 1
-			}
-			run(6, 11, true)
-			if got, want := readHistory(t, schema), historyWant(entries, 11); !slices.Equal(got, want) {
-				t.Fatalf("after the replays the history is\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-			}
+	for _, tc := range rowmetatest.HistoryCases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			rowmetatest.CheckHistory(t, tc, func(t *testing.T, name string) rowmetatest.Target {
+				schema := "hist_" + tc.Name + "_" + name
+				extra := map[string]any{"schema": schema}
+				maps.Copy(extra, tc.Settings)
+				return rowmetatest.Target{Apply: rowmetatest.ClientApply(c, settings(db, extra), "p"), Read: readSchemaTable(conn, schema)}
+			})
 		})
 	}
-	// A range overlapping the fence appends only the entries above it.
-	t.Run("overlap", func(t *testing.T) {
-		ctx := context.Background()
-		apply := rowmetatest.ClientApply(c, settings(db, map[string]any{"schema": "hist_overlap", "history": true}), "p")
-		for _, r := range [][2]uint64{{1, 6}, {4, 9}, {2, 11}} {
-			items := rowmetatest.Items(entries, r[0], r[1])
-			_, err := apply(ctx, r[0], r[1], items)
-			rowmetatest.Release(items)
-			if err != nil {
-				t.Fatalf("apply %d..%d: %v", r[0], r[1], err)
-			}
-			if got, want := readHistory(t, "hist_overlap"), historyWant(entries, int(r[1])); !slices.Equal(got, want) {
-				t.Fatalf("after %d..%d the history is\n%s\nwant\n%s", r[0], r[1], strings.Join(got, "\n"), strings.Join(want, "\n"))
-			}
+}
+
+// readSchemaTable is a rowmetatest.Target's Read of the tables of schema.
+func readSchemaTable(conn *pgx.Conn, schema string) func(ctx context.Context, table string) ([]string, []map[string]any, error) {
+	return func(ctx context.Context, table string) ([]string, []map[string]any, error) {
+		rows, err := conn.Query(ctx, "SELECT * FROM "+pgx.Identifier{schema, table}.Sanitize())
+		if err != nil {
+			return nil, nil, err
 		}
-	})
+		defer rows.Close()
+		var cols []string
+		for _, f := range rows.FieldDescriptions() {
+			cols = append(cols, f.Name)
+		}
+		var out []map[string]any
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				return nil, nil, err
+			}
+			m := map[string]any{}
+			for i, v := range vals {
+				m[cols[i]] = v
+			}
+			out = append(out, m)
+		}
+		return cols, out, rows.Err()
+	}
 }
 
 // TestHistoryKilledMidApply: the plugin is killed (SIGKILL) while a range is being written, its transaction
