@@ -190,7 +190,7 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 			if p := a.entry.Lookup(ss.stream); p != nil {
 				p.FollowRenames(it.Schema.Schema)
 			}
-			for _, sg := range ss.segs {
+			for _, sg := range append(ss.segs, ss.hsegs...) {
 				sg.followRenames(it.Schema.Schema)
 			}
 		case it.Truncate:

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/jackc/pgx/v5"
 
@@ -226,5 +228,60 @@ func TestRangeOf150TablesWithHistory(t *testing.T) {
 	}
 	if commits < 4 {
 		t.Errorf("%d transactions; 300 tables need at least 4 of at most 99 (the first attempt's 2 included)", commits)
+	}
+}
+
+// TestHistoryFollowsRenames: a column the source renamed is renamed in the history table too, and changes
+// staged under the former name before the rename (earlier entries of the range, or earlier in the entry)
+// land in the renamed column.
+func TestHistoryFollowsRenames(t *testing.T) {
+	const st = "public.items"
+	schemaOf := func(b arrow.RecordBatch, seq uint64) serve.Item {
+		return serve.Item{Stream: st, Schema: &serve.Stream{Name: st, Schema: b.Schema()}, Sequence: seq}
+	}
+	rec := func(b arrow.RecordBatch, seq uint64) serve.Item {
+		return serve.Item{Stream: st, Record: b, Sequence: seq}
+	}
+	for _, tc := range []struct {
+		name   string
+		ranges [][]serve.Item
+	}{
+		{"across applies", [][]serve.Item{
+			{schemaOf(renameBatch(false, 1), 1), rec(renameBatch(false, 1), 1)},
+			{schemaOf(renameBatch(true, 2), 2), rec(renameBatch(true, 2), 2)},
+		}},
+		{"across entries of one apply", [][]serve.Item{{
+			schemaOf(renameBatch(false, 1), 1), rec(renameBatch(false, 1), 1),
+			schemaOf(renameBatch(true, 2), 2), rec(renameBatch(true, 2), 2),
+		}}},
+		{"within one entry", [][]serve.Item{{
+			schemaOf(renameBatch(false, 1), 1), rec(renameBatch(false, 1), 1),
+			schemaOf(renameBatch(true, 2), 1), rec(renameBatch(true, 2), 1),
+		}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := bigquerytest.Start(t, project)
+			raw := json.RawMessage(fmt.Sprintf(`{"project": %q, "dataset": "analytics", "endpoint": %q, "history": true}`, s.Project, s.URL))
+			d := serve.NewSessions(&Destination{})
+			t.Cleanup(func() { d.Close() })
+			for _, r := range tc.ranges {
+				apply(t, d, raw, r[0].Sequence, r[len(r)-1].Sequence, r...)
+			}
+			cols, rows, err := readStandIn(context.Background(), s, "analytics", "items_history")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(cols, ",") != "id,amount,_skippr_op,_skippr_source_committed_at,_skippr_position,_skippr_seq" {
+				t.Fatalf("items_history has columns %v", cols)
+			}
+			var got []string
+			for _, r := range rows {
+				got = append(got, fmt.Sprintf("%v=%v", r["id"], r["amount"]))
+			}
+			slices.Sort(got)
+			if want := []string{"1=10", "2=20"}; !slices.Equal(got, want) {
+				t.Fatalf("items_history holds %v, want %v", got, want)
+			}
+		})
 	}
 }
