@@ -226,6 +226,9 @@ func TestRangeOf150TablesWithHistory(t *testing.T) {
 			}
 		}
 	}
+	if n := s.WriteStreamsCreated(); n != 0 {
+		t.Errorf("%d CreateWriteStream calls; the history's staging must use the default stream too (quota: 10,000 an hour)", n)
+	}
 	if commits < 4 {
 		t.Errorf("%d transactions; 300 tables need at least 4 of at most 99 (the first attempt's 2 included)", commits)
 	}
