@@ -18,6 +18,7 @@ import (
 //	             | "MERGE" [ "INTO" ] table [ "AS" ] alias "USING" source [ "AS" ] alias "ON" cond { when }
 //	             | "SELECT" idents "FROM" table "WHERE" ident "=" param
 //	             | "ALTER" "TABLE" table "RENAME" "COLUMN" ident "TO" ident   -- DDL: ALTER TABLE RENAME COLUMN
+//	             | "DECLARE" ident "TIMESTAMP" "DEFAULT" "CURRENT_TIMESTAMP" "(" ")"   -- procedural: DECLARE, first
 //	scalar_sel  := "SELECT" "COALESCE" "(" "MAX" "(" ident ")" "," int ")" "FROM" table "WHERE" cond
 //	source      := table | latest | "(" "SELECT" item { "," item } "FROM" "UNNEST" "(" param ")" [ "AS" ] alias ")"
 //	item        := param "AS" ident | ident
@@ -27,7 +28,7 @@ import (
 //	comparison  := expr ( "=" | "<>" | "!=" ) expr
 //	latest      := "(" "SELECT" "*" "FROM" table "WHERE" ( "TRUE" | ident ) "QUALIFY" "ROW_NUMBER" "(" ")" "OVER"
 //	               "(" "PARTITION" "BY" idents "ORDER" "BY" ident "DESC" ")" "=" "1" ")"
-//	expr        := column | param | int | string | "TRUE" | "FALSE" | "CURRENT_TIMESTAMP" "(" ")"
+//	expr        := column | param | int | string | "TRUE" | "FALSE" | "CURRENT_TIMESTAMP" "(" ")" | variable
 //	column      := [ alias "." ] ident
 //	table       := ident "." ident "." ident                            -- project.dataset.table
 //	ident       := quoted (`…`, with \` and \\ escapes) | unquoted (letters, digits, _, not a reserved keyword)
@@ -171,6 +172,8 @@ const (
 	KindMerge   Kind = "MERGE"
 	KindSelect  Kind = "SELECT"
 	KindRename  Kind = "ALTER_TABLE"
+	KindDeclare Kind = "DECLARE"
+	varPrefix        = "$var:" // a parameter placeholder naming a script variable rather than a query parameter
 	paramPrefix      = "\x00param:"
 )
 
@@ -195,12 +198,17 @@ func Parse(script string) ([]Statement, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &parser{toks: toks}
+	p := &parser{toks: toks, vars: map[string]bool{}}
 	var out []Statement
 	for p.peek().kind != tEOF {
 		st, err := p.statement()
 		if err != nil {
 			return nil, err
+		}
+		if st.Kind == KindDeclare && len(out) > 0 && out[len(out)-1].Kind != KindDeclare {
+			// "DECLARE … must be at the start of a script or block, before any other statement" (procedural
+			// language, DECLARE).
+			return nil, fmt.Errorf("Syntax error: Variable declarations are allowed only at the start of a block or script")
 		}
 		out = append(out, st)
 		if p.peek().kind == tEOF {
@@ -219,6 +227,7 @@ func Parse(script string) ([]Statement, error) {
 type parser struct {
 	toks []token
 	i    int
+	vars map[string]bool // the script's declared variables, by upper-cased name
 	out  strings.Builder
 	st   Statement
 }
@@ -387,7 +396,40 @@ func (p *parser) expr() error {
 		p.emit(pgIdent(n) + "." + pgIdent(c))
 		return nil
 	}
+	if p.vars[strings.ToUpper(n)] {
+		// A script variable (names are case-insensitive); the plugin's tables have no column of that name.
+		p.emit(paramPrefix + varPrefix + strings.ToUpper(n) + "\x00")
+		return nil
+	}
 	p.emit(pgIdent(n))
+	return nil
+}
+
+// declare reads DECLARE name TIMESTAMP DEFAULT CURRENT_TIMESTAMP(): the one variable the plugin declares, the
+// time of its transaction's script, read by every statement after it. Columns holds the name; the executor
+// evaluates the default once (statement_timestamp() of its own statement).
+func (p *parser) declare() error {
+	if err := p.kw("DECLARE"); err != nil {
+		return err
+	}
+	n, err := p.ident()
+	if err != nil {
+		return err
+	}
+	if err := p.kw("TIMESTAMP", "DEFAULT"); err != nil {
+		return err
+	}
+	p.out.Reset()
+	if err := p.expr(); err != nil {
+		return err
+	}
+	if p.out.String() != "statement_timestamp()" {
+		return p.errf("the plugin declares a variable with DEFAULT CURRENT_TIMESTAMP() only")
+	}
+	p.out.Reset()
+	p.out.WriteString("SELECT statement_timestamp()")
+	p.vars[strings.ToUpper(n)] = true
+	p.st.Columns = []string{strings.ToUpper(n)}
 	return nil
 }
 
@@ -440,6 +482,9 @@ func (p *parser) statement() (Statement, error) {
 	case "COMMIT":
 		p.st.Kind = KindCommit
 		err = p.kw("COMMIT", "TRANSACTION")
+	case "DECLARE":
+		p.st.Kind = KindDeclare
+		err = p.declare()
 	case "ALTER":
 		p.st.Kind = KindRename
 		err = p.rename()

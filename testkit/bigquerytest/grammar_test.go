@@ -32,11 +32,28 @@ func TestGrammarRefuses(t *testing.T) {
 		"latest filtered by a comparison":  "MERGE `p`.`d`.`t` T USING (SELECT * FROM `p`.`d`.`s` WHERE x = 1 QUALIFY ROW_NUMBER() OVER (PARTITION BY c0 ORDER BY o DESC) = 1) S ON T.a = S.c0 WHEN MATCHED THEN DELETE",
 		"now is not googlesql":             "MERGE `p`.`d`.`t` T USING `p`.`d`.`s` S ON T.a = S.c0 WHEN MATCHED THEN UPDATE SET b = now()",
 		"current_timestamp without parens": "INSERT INTO `p`.`d`.`t` (`a`, `b`) SELECT c0, CURRENT_TIMESTAMP FROM `p`.`d`.`s`",
+		"declare after begin":              "BEGIN TRANSACTION; DECLARE v TIMESTAMP DEFAULT CURRENT_TIMESTAMP(); COMMIT TRANSACTION",
+		"declare other default":            "DECLARE v TIMESTAMP DEFAULT 1",
 		"qualify ascending":                "MERGE `p`.`d`.`t` T USING (SELECT * FROM `p`.`d`.`s` WHERE TRUE QUALIFY ROW_NUMBER() OVER (PARTITION BY c0 ORDER BY o) = 1) S ON T.a = S.c0 WHEN MATCHED THEN DELETE",
 	} {
 		if _, err := Parse(sql); err == nil || !strings.Contains(err.Error(), "rror") && !strings.Contains(err.Error(), "Inserted row") {
 			t.Errorf("%s: %q was accepted (err %v)", name, sql, err)
 		}
+	}
+}
+
+// TestGrammarDeclare: a variable declared first is a parameter of the statements after it, by any case.
+func TestGrammarDeclare(t *testing.T) {
+	st, err := Parse("DECLARE _skippr_now TIMESTAMP DEFAULT CURRENT_TIMESTAMP();\nBEGIN TRANSACTION;\n" +
+		"INSERT INTO `p`.`d`.`t` (`a`, `at`) SELECT c0, _SKIPPR_NOW FROM `p`.`d`.`s`;\nCOMMIT TRANSACTION;")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st[0].Kind != KindDeclare || st[0].Postgres != "SELECT statement_timestamp()" {
+		t.Errorf("declare: %+v", st[0])
+	}
+	if want := `INSERT INTO "d"."t" ("a", "at") SELECT "c0", ` + paramPrefix + varPrefix + "_SKIPPR_NOW\x00" + ` FROM "d"."s"`; st[2].Postgres != want {
+		t.Errorf("insert:\n got %q\nwant %q", st[2].Postgres, want)
 	}
 }
 

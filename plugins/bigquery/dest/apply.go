@@ -261,7 +261,9 @@ func (a *applier) commitGroup(ctx context.Context, state *state, group []*stream
 	stateTable := c.table(gsql.StateTable(req.Pipeline))
 	stmts := []string{gsql.AssertFence(stateTable)}
 	var streams []string
+	syncedAt := false
 	for _, ss := range group {
+		syncedAt = syncedAt || ss.opts.SyncedAt
 		if ss.truncated {
 			stmts = append(stmts, gsql.Truncate(c.table(ss.table)))
 		}
@@ -280,8 +282,15 @@ func (a *applier) commitGroup(ctx context.Context, state *state, group []*stream
 		streams = append([]string{gsql.WholePipeline}, streams...)
 	}
 	stmts = append(stmts, gsql.SetState(stateTable))
-	a.st.Statements += len(stmts) + 2
-	if _, err := c.query(ctx, gsql.Transaction(stmts), map[string]any{
+	a.st.Statements += len(stmts) + 2 // BEGIN and COMMIT
+	if syncedAt {
+		a.st.Statements++ // DECLARE
+	}
+	script := gsql.Transaction(stmts)
+	if syncedAt {
+		script = gsql.TransactionAt(stmts)
+	}
+	if _, err := c.query(ctx, script, map[string]any{
 		"pipeline": req.Pipeline, "fence": int64(state.max), "sequence": int64(req.Sequence), "streams": streams,
 	}); err != nil {
 		return err

@@ -20,7 +20,8 @@ import (
 // A stream with any of them stages its rows with their metadata (rows.StageMetaSchema: position, source
 // commit time, op name, deleted, carries values, seq), because one staging table gathers the entries of a
 // range and each row's metadata is its own entry's. The metadata columns are then set in the MERGE from the
-// staged row; _skippr_synced_at is CURRENT_TIMESTAMP(), which BigQuery fixes per statement.
+// staged row; _skippr_synced_at is the transaction's time, a script variable (gsql.NowVar) declared as
+// CURRENT_TIMESTAMP() before BEGIN TRANSACTION, since BigQuery fixes CURRENT_TIMESTAMP() per statement.
 //
 // soft_delete stages, for a key whose newest change is a delete, the values of its newest change that had
 // values when the fold saw one in the same entry (change.Last.HasValues), else the key alone; the MERGE

@@ -288,3 +288,30 @@ func TestHistoryFollowsRenames(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncedAtIsTheTransactions: _skippr_synced_at is one time for every row of a transaction, in every table
+// it writes (rowmeta: "every row of one apply alike"), not each statement's start, which CURRENT_TIMESTAMP()
+// alone gives in BigQuery (and statement_timestamp() in the stand-in).
+func TestSyncedAtIsTheTransactions(t *testing.T) {
+	s := bigquerytest.Start(t, project)
+	raw := json.RawMessage(fmt.Sprintf(`{"project": %q, "dataset": "analytics", "endpoint": %q, "metadata_columns": ["synced_at"], "soft_delete": true}`, s.Project, s.URL))
+	d := serve.NewSessions(&Destination{})
+	t.Cleanup(func() { d.Close() })
+	var items []serve.Item
+	for _, st := range []string{"public.a", "public.b", "public.c"} {
+		items = append(items, serve.Item{Stream: st, Sequence: 1, Record: kvBatch(memory.DefaultAllocator, true,
+			kv{op: change.OpInsert, id: 1, v: "x"}, kv{op: change.OpInsert, id: 2, v: "y"})})
+		items = append(items, serve.Item{Stream: st, Sequence: 2, Record: kvBatch(memory.DefaultAllocator, true,
+			kv{op: change.OpDelete, id: 1})})
+	}
+	apply(t, d, raw, 1, 2, items...)
+	var n int
+	if err := s.Pool().QueryRow(context.Background(), `SELECT count(DISTINCT _skippr_synced_at) FROM (
+		SELECT _skippr_synced_at FROM analytics.a UNION ALL SELECT _skippr_synced_at FROM analytics.b
+		UNION ALL SELECT _skippr_synced_at FROM analytics.c) AS x`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("the rows of one transaction hold %d different _skippr_synced_at; want 1", n)
+	}
+}

@@ -32,6 +32,7 @@ func statements() map[string]string {
 		"merge_soft_delete":      MergeMeta(target, stage, cols, []int{1}, stageCol, rowmeta.Options{SoftDelete: true, Op: true}),
 		"merge_key_only_deletes": MergeKeyOnlyDeletes(target, stage, cols, []int{1}, stageCol, rowmeta.Options{SoftDelete: true, SyncedAt: true, SourceCommittedAt: true, Op: true, Position: true}),
 		"append_meta":            AppendMeta(target, stage, cols, stageCol, rowmeta.Options{SoftDelete: true, SyncedAt: true, SourceCommittedAt: true, Op: true, Position: true}),
+		"transaction_at":         TransactionAt([]string{AssertFence(state), MergeMeta(target, stage, cols, []int{1}, stageCol, rowmeta.Options{SyncedAt: true}), SetState(state)}),
 		"append_history":         AppendHistory(Table{Project: "my-project-1", Dataset: "analytics", Name: HistoryTable("orders")}, stage, cols, stageCol),
 		"rename column":          RenameColumn(target, "qty", "order amount"),
 		"assert_fence":           AssertFence(state),

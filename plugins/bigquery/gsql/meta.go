@@ -30,9 +30,16 @@ const (
 // HistoryTable is the name of table's history table.
 func HistoryTable(table string) string { return table + "_history" }
 
-// CurrentTimestamp is _skippr_synced_at's value: BigQuery sets it at the start of the statement holding it,
-// the same for every row the statement writes.
-const CurrentTimestamp = "CURRENT_TIMESTAMP()"
+// NowVar is _skippr_synced_at's value: a script variable TransactionAt declares before BEGIN TRANSACTION as
+// CURRENT_TIMESTAMP(), so every row of the transaction holds one time. (CURRENT_TIMESTAMP() itself "is set at
+// the start of the query statement that contains this function": the statements of one transaction would
+// differ.) The _skippr_ prefix keeps it apart from every column: a source's _skippr_ columns are reserved.
+const NowVar = "_skippr_now"
+
+// TransactionAt is Transaction with NowVar declared first ("DECLARE … must be at the start of a script").
+func TransactionAt(stmts []string) string {
+	return "DECLARE " + NowVar + " TIMESTAMP DEFAULT CURRENT_TIMESTAMP();\n" + Transaction(stmts)
+}
 
 // metaSets are "column = value" of the metadata columns opt adds but _skippr_deleted, from the staged row S.
 func metaSets(opt rowmeta.Options) []string {
@@ -50,7 +57,7 @@ func metaSets(opt rowmeta.Options) []string {
 func metaValue(name string) string {
 	switch name {
 	case rowmeta.SyncedAt:
-		return CurrentTimestamp
+		return NowVar
 	case rowmeta.SourceCommittedAt:
 		return "S." + CommittedColumn
 	case rowmeta.Op:
