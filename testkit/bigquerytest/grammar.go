@@ -14,18 +14,21 @@ import (
 //	             | "SELECT" "IF" "(" "(" scalar_sel ")" "=" param "," int "," "ERROR" "(" string ")" ")"
 //	                                                                      -- conditional expressions: IF; ERROR
 //	             | "DELETE" "FROM" table "WHERE" "TRUE"                  -- DML: DELETE (WHERE is required)
-//	             | "INSERT" "INTO" table "(" idents ")" "SELECT" idents "FROM" table
+//	             | "INSERT" "INTO" table "(" idents ")" "SELECT" exprs "FROM" ( table | latest "AS" alias )
 //	             | "MERGE" [ "INTO" ] table [ "AS" ] alias "USING" source [ "AS" ] alias "ON" cond { when }
 //	             | "SELECT" idents "FROM" table "WHERE" ident "=" param
 //	             | "ALTER" "TABLE" table "RENAME" "COLUMN" ident "TO" ident   -- DDL: ALTER TABLE RENAME COLUMN
+//	             | "DECLARE" ident "TIMESTAMP" "DEFAULT" "CURRENT_TIMESTAMP" "(" ")"   -- procedural: DECLARE, first
 //	scalar_sel  := "SELECT" "COALESCE" "(" "MAX" "(" ident ")" "," int ")" "FROM" table "WHERE" cond
-//	source      := table | "(" "SELECT" item { "," item } "FROM" "UNNEST" "(" param ")" [ "AS" ] alias ")"
+//	source      := table | latest | "(" "SELECT" item { "," item } "FROM" "UNNEST" "(" param ")" [ "AS" ] alias ")"
 //	item        := param "AS" ident | ident
 //	when        := "WHEN" "MATCHED" [ "AND" cond ] "THEN" ( "DELETE" | "UPDATE" "SET" ident "=" expr { "," ident "=" expr } )
 //	             | "WHEN" "NOT" "MATCHED" [ "BY" "TARGET" ] [ "AND" cond ] "THEN" "INSERT" "(" idents ")" "VALUES" "(" exprs ")"
 //	cond        := comparison { "AND" comparison }
 //	comparison  := expr ( "=" | "<>" | "!=" ) expr
-//	expr        := column | param | int | string
+//	latest      := "(" "SELECT" "*" "FROM" table "WHERE" ( "TRUE" | ident ) "QUALIFY" "ROW_NUMBER" "(" ")" "OVER"
+//	               "(" "PARTITION" "BY" idents "ORDER" "BY" ident "DESC" ")" "=" "1" ")"
+//	expr        := column | param | int | string | "TRUE" | "FALSE" | "CURRENT_TIMESTAMP" "(" ")" | variable
 //	column      := [ alias "." ] ident
 //	table       := ident "." ident "." ident                            -- project.dataset.table
 //	ident       := quoted (`…`, with \` and \\ escapes) | unquoted (letters, digits, _, not a reserved keyword)
@@ -169,6 +172,8 @@ const (
 	KindMerge   Kind = "MERGE"
 	KindSelect  Kind = "SELECT"
 	KindRename  Kind = "ALTER_TABLE"
+	KindDeclare Kind = "DECLARE"
+	varPrefix        = "$var:" // a parameter placeholder naming a script variable rather than a query parameter
 	paramPrefix      = "\x00param:"
 )
 
@@ -193,12 +198,17 @@ func Parse(script string) ([]Statement, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &parser{toks: toks}
+	p := &parser{toks: toks, vars: map[string]bool{}}
 	var out []Statement
 	for p.peek().kind != tEOF {
 		st, err := p.statement()
 		if err != nil {
 			return nil, err
+		}
+		if st.Kind == KindDeclare && len(out) > 0 && out[len(out)-1].Kind != KindDeclare {
+			// "DECLARE … must be at the start of a script or block, before any other statement" (procedural
+			// language, DECLARE).
+			return nil, fmt.Errorf("Syntax error: Variable declarations are allowed only at the start of a block or script")
 		}
 		out = append(out, st)
 		if p.peek().kind == tEOF {
@@ -217,6 +227,7 @@ func Parse(script string) ([]Statement, error) {
 type parser struct {
 	toks []token
 	i    int
+	vars map[string]bool // the script's declared variables, by upper-cased name
 	out  strings.Builder
 	st   Statement
 }
@@ -338,9 +349,28 @@ func (p *parser) param() error {
 	return nil
 }
 
-// expr := column | param | int | string
+// expr := column | param | int | string | "TRUE" | "FALSE" | "CURRENT_TIMESTAMP" "(" ")"
 func (p *parser) expr() error {
 	t := p.peek()
+	if t.kind == tWord && (strings.EqualFold(t.text, "TRUE") || strings.EqualFold(t.text, "FALSE")) {
+		p.next()
+		p.emit(strings.ToUpper(t.text))
+		return nil
+	}
+	if t.kind == tWord && strings.EqualFold(t.text, "CURRENT_TIMESTAMP") {
+		// "CURRENT_TIMESTAMP: … The current timestamp value is set at the start of the query statement that
+		// contains this function" (timestamp functions): PostgreSQL's statement_timestamp(), not now(), which
+		// is the transaction's start.
+		p.next()
+		if err := p.punct("("); err != nil {
+			return err
+		}
+		if err := p.punct(")"); err != nil {
+			return err
+		}
+		p.emit("statement_timestamp()")
+		return nil
+	}
 	switch t.kind {
 	case tParam:
 		return p.param()
@@ -366,7 +396,40 @@ func (p *parser) expr() error {
 		p.emit(pgIdent(n) + "." + pgIdent(c))
 		return nil
 	}
+	if p.vars[strings.ToUpper(n)] {
+		// A script variable (names are case-insensitive); the plugin's tables have no column of that name.
+		p.emit(paramPrefix + varPrefix + strings.ToUpper(n) + "\x00")
+		return nil
+	}
 	p.emit(pgIdent(n))
+	return nil
+}
+
+// declare reads DECLARE name TIMESTAMP DEFAULT CURRENT_TIMESTAMP(): the one variable the plugin declares, the
+// time of its transaction's script, read by every statement after it. Columns holds the name; the executor
+// evaluates the default once (statement_timestamp() of its own statement).
+func (p *parser) declare() error {
+	if err := p.kw("DECLARE"); err != nil {
+		return err
+	}
+	n, err := p.ident()
+	if err != nil {
+		return err
+	}
+	if err := p.kw("TIMESTAMP", "DEFAULT"); err != nil {
+		return err
+	}
+	p.out.Reset()
+	if err := p.expr(); err != nil {
+		return err
+	}
+	if p.out.String() != "statement_timestamp()" {
+		return p.errf("the plugin declares a variable with DEFAULT CURRENT_TIMESTAMP() only")
+	}
+	p.out.Reset()
+	p.out.WriteString("SELECT statement_timestamp()")
+	p.vars[strings.ToUpper(n)] = true
+	p.st.Columns = []string{strings.ToUpper(n)}
 	return nil
 }
 
@@ -419,6 +482,9 @@ func (p *parser) statement() (Statement, error) {
 	case "COMMIT":
 		p.st.Kind = KindCommit
 		err = p.kw("COMMIT", "TRANSACTION")
+	case "DECLARE":
+		p.st.Kind = KindDeclare
+		err = p.declare()
 	case "ALTER":
 		p.st.Kind = KindRename
 		err = p.rename()
@@ -600,14 +666,21 @@ func (p *parser) insert() error {
 	if err := p.kw("SELECT"); err != nil {
 		return err
 	}
-	vals, err := p.idents()
-	if err != nil {
-		return err
+	for n := 0; ; n++ {
+		if n > 0 {
+			p.out.WriteString(",")
+		}
+		if err := p.expr(); err != nil {
+			return err
+		}
+		if t := p.peek(); t.kind != tPunct || t.text != "," {
+			if n+1 != len(cols) {
+				return fmt.Errorf("Inserted row has wrong column count; Has %d, expected %d", n+1, len(cols))
+			}
+			break
+		}
+		p.next()
 	}
-	if len(vals) != len(cols) {
-		return fmt.Errorf("Inserted row has wrong column count; Has %d, expected %d", len(vals), len(cols))
-	}
-	p.emit(quoteAll(vals))
 	if err := p.kw("FROM"); err != nil {
 		return err
 	}
@@ -887,7 +960,21 @@ func (p *parser) latestRows() error {
 		return err
 	}
 	table := strings.TrimSpace(p.out.String()[mark:])
-	for _, w := range []string{"WHERE", "TRUE", "QUALIFY", "ROW_NUMBER"} {
+	if err := p.kw("WHERE"); err != nil {
+		return err
+	}
+	filter := ""
+	if p.isKW("TRUE") {
+		p.next()
+	} else {
+		// WHERE of a BOOL column: the rows the window ranks (WHERE comes before QUALIFY).
+		c, err := p.ident()
+		if err != nil {
+			return err
+		}
+		filter = " WHERE " + pgIdent(c)
+	}
+	for _, w := range []string{"QUALIFY", "ROW_NUMBER"} {
 		if err := p.kw(w); err != nil {
 			return err
 		}
@@ -935,8 +1022,8 @@ func (p *parser) latestRows() error {
 	}
 	p.out.Reset()
 	p.out.WriteString(head)
-	p.emit(fmt.Sprintf(`(SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY %s ORDER BY %s DESC) AS "_skippr_rn" FROM %s) AS "_skippr_q" WHERE "_skippr_rn" = 1)`,
-		quoteAll(part), pgIdent(ord), table))
+	p.emit(fmt.Sprintf(`(SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY %s ORDER BY %s DESC) AS "_skippr_rn" FROM %s%s) AS "_skippr_q" WHERE "_skippr_rn" = 1)`,
+		quoteAll(part), pgIdent(ord), table, filter))
 	return nil
 }
 

@@ -125,9 +125,17 @@ func (s *Server) run(ctx context.Context, script string, params []*bq.QueryParam
 	var (
 		schema *bq.TableSchema
 		rows   []*bq.TableRow
+		vars   = map[string]time.Time{}
 	)
 	for n, st := range stmts {
 		switch st.Kind {
+		case KindDeclare:
+			var at time.Time
+			if err := conn.QueryRow(ctx, st.Postgres).Scan(&at); err != nil {
+				return nil, nil, kind, fmt.Errorf("statement %d: %w", n+1, err)
+			}
+			vars[st.Columns[0]] = at
+			continue
 		case KindBegin:
 			if tx != nil {
 				return nil, nil, kind, fmt.Errorf("Transaction is already started at [%d]", n+1)
@@ -147,7 +155,7 @@ func (s *Server) run(ctx context.Context, script string, params []*bq.QueryParam
 			}
 			continue
 		}
-		sql, args, err := bind(st.Postgres, params)
+		sql, args, err := bind(st.Postgres, params, vars)
 		if err != nil {
 			return nil, nil, kind, err
 		}
@@ -291,8 +299,8 @@ func (s *Server) selectRows(query func(string, ...any) (pgx.Rows, error), st Sta
 	return schema, out, r.Err()
 }
 
-// bind numbers a statement's parameters and converts their values.
-func bind(sql string, params []*bq.QueryParameter) (string, []any, error) {
+// bind numbers a statement's parameters and script variables (vars) and converts their values.
+func bind(sql string, params []*bq.QueryParameter, vars map[string]time.Time) (string, []any, error) {
 	var (
 		args []any
 		nums = map[string]int{}
@@ -309,6 +317,15 @@ func bind(sql string, params []*bq.QueryParameter) (string, []any, error) {
 		j := strings.IndexByte(rest, 0)
 		name := rest[:j]
 		sql = rest[j+1:]
+		if v, ok := strings.CutPrefix(name, varPrefix); ok {
+			at, ok := vars[v]
+			if !ok {
+				return "", nil, fmt.Errorf("Unrecognized name: %s", v)
+			}
+			args = append(args, at)
+			fmt.Fprintf(&b, "$%d::timestamptz", len(args))
+			continue
+		}
 		var p *bq.QueryParameter
 		for _, x := range params {
 			if x.Name == name {

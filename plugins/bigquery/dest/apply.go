@@ -21,6 +21,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/bigquery/gsql"
 	"github.com/skippr-dev/skippr/plugins/bigquery/rows"
@@ -89,6 +90,7 @@ type applier struct {
 	byName  map[string]*streamState
 	tables  map[string]string // table name → stream
 	entry   *change.Plans     // the entry being read, per stream: its rows folded, its records retained until staged
+	seq     uint64            // the sequence number of the entry being read: _skippr_position of its rows
 }
 
 // maxTablesPerTransaction: "A transaction can mutate data in at most 100 tables" (BigQuery, "Multi-statement
@@ -100,10 +102,13 @@ const maxTablesPerTransaction = 99
 type streamState struct {
 	stream    string
 	table     string
+	opts      rowmeta.Options // the stream's soft_delete, metadata_columns and history (Settings.For)
 	touched   bool
 	truncated bool
 	segs      []*segment
 	voided    []*segment // staged before a truncate of a later entry: closed, never committed
+	// hsegs stage every change for the history table (opts.History), in order; a truncate voids none.
+	hsegs []*segment
 }
 
 func (a *applier) stream(name string) (*streamState, error) {
@@ -121,7 +126,19 @@ func (a *applier) stream(name string) (*streamState, error) {
 			"replicate only one of them into this dataset, or each into its own connection with its own dataset")
 	}
 	a.tables[t] = name
-	ss := &streamState{stream: name, table: TableName(name)}
+	opts, err := a.c.s.For(name)
+	if err != nil {
+		return nil, err
+	}
+	if opts.History {
+		h := gsql.HistoryTable(t)
+		if other, ok := a.tables[h]; ok {
+			return nil, fault.ConfigErr(fmt.Errorf("the history table %s of stream %s is the table of stream %s", h, name, other),
+				fmt.Sprintf("turn history off for %s (table_options), or replicate %s into another dataset", name, other))
+		}
+		a.tables[h] = name
+	}
+	ss := &streamState{stream: name, table: t, opts: opts}
 	a.byName[name] = ss
 	a.streams = append(a.streams, ss)
 	return ss, nil
@@ -158,13 +175,14 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 		if it.Sequence <= state.fence(it.Stream) {
 			continue // a split range committed this stream's part before it stopped
 		}
+		a.seq = it.Sequence
 		ss, err := a.stream(it.Stream)
 		if err != nil {
 			return res, err
 		}
 		switch {
 		case it.Schema != nil:
-			if err := a.ensureTable(ctx, ss.table, it.Schema.Schema); err != nil {
+			if err := a.ensureTables(ctx, ss, it.Schema.Schema); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
 			}
 			// Rows read before a rename, not staged yet (this entry) or staged under the former name (earlier
@@ -172,14 +190,14 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 			if p := a.entry.Lookup(ss.stream); p != nil {
 				p.FollowRenames(it.Schema.Schema)
 			}
-			for _, sg := range ss.segs {
+			for _, sg := range append(ss.segs, ss.hsegs...) {
 				sg.followRenames(it.Schema.Schema)
 			}
 		case it.Truncate:
 			a.entry.Get(ss.stream).Fold.Truncate()
 			ss.touched = true
 		case it.Record != nil:
-			if err := a.ensureTable(ctx, ss.table, it.Record.Schema()); err != nil {
+			if err := a.ensureTables(ctx, ss, it.Record.Schema()); err != nil {
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
 			}
 			if err := a.entry.Get(ss.stream).Add(it.Record); err != nil {
@@ -218,14 +236,19 @@ func (a *applier) groups() [][]*streamState {
 		muts int
 	)
 	for _, ss := range a.streams {
-		mutates := ss.truncated || len(ss.segs) > 0
-		if mutates && muts == maxTablesPerTransaction {
+		// A stream's table and its history table commit in one transaction, with the stream's state row.
+		n := 0
+		if ss.truncated || len(ss.segs) > 0 {
+			n++
+		}
+		if len(ss.hsegs) > 0 {
+			n++
+		}
+		if n > 0 && muts+n > maxTablesPerTransaction {
 			out = append(out, cur)
 			cur, muts = nil, 0
 		}
-		if mutates {
-			muts++
-		}
+		muts += n
 		cur = append(cur, ss)
 	}
 	return append(out, cur)
@@ -238,16 +261,17 @@ func (a *applier) commitGroup(ctx context.Context, state *state, group []*stream
 	stateTable := c.table(gsql.StateTable(req.Pipeline))
 	stmts := []string{gsql.AssertFence(stateTable)}
 	var streams []string
+	syncedAt := false
 	for _, ss := range group {
+		syncedAt = syncedAt || ss.opts.SyncedAt
 		if ss.truncated {
 			stmts = append(stmts, gsql.Truncate(c.table(ss.table)))
 		}
 		for _, sg := range ss.segs {
-			if sg.key != nil {
-				stmts = append(stmts, gsql.Merge(c.table(ss.table), c.table(sg.name), sg.cols, sg.key, rows.StageName))
-			} else {
-				stmts = append(stmts, gsql.Append(c.table(ss.table), c.table(sg.name), sg.cols, rows.StageName))
-			}
+			stmts = append(stmts, sg.statements(c.table(ss.table), c.table(sg.name), ss.opts)...)
+		}
+		for _, sg := range ss.hsegs {
+			stmts = append(stmts, gsql.AppendHistory(c.table(gsql.HistoryTable(ss.table)), c.table(sg.name), sg.cols, rows.StageName))
 		}
 		if ss.touched {
 			streams = append(streams, ss.stream)
@@ -258,8 +282,15 @@ func (a *applier) commitGroup(ctx context.Context, state *state, group []*stream
 		streams = append([]string{gsql.WholePipeline}, streams...)
 	}
 	stmts = append(stmts, gsql.SetState(stateTable))
-	a.st.Statements += len(stmts) + 2
-	if _, err := c.query(ctx, gsql.Transaction(stmts), map[string]any{
+	a.st.Statements += len(stmts) + 2 // BEGIN and COMMIT
+	if syncedAt {
+		a.st.Statements++ // DECLARE
+	}
+	script := gsql.Transaction(stmts)
+	if syncedAt {
+		script = gsql.TransactionAt(stmts)
+	}
+	if _, err := c.query(ctx, script, map[string]any{
 		"pipeline": req.Pipeline, "fence": int64(state.max), "sequence": int64(req.Sequence), "streams": streams,
 	}); err != nil {
 		return err
@@ -332,8 +363,9 @@ func typeErr(table string, f arrow.Field, have, want *bigquery.FieldSchema) erro
 }
 
 // ensureTable creates the table from s, or adds the columns of s it lacks (NULLABLE, by a table patch). A
-// column whose type differs stops the apply with a fault.DataErr naming both types.
-func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema) error {
+// column whose type differs stops the apply with a fault.DataErr naming both types. spec says what the
+// table holds beyond the data columns (the mirror's metadata columns, or a history table's own).
+func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema, spec tableSpec) error {
 	c := a.c
 	t := c.dataset().Table(name)
 	target, ok := c.tables[name]
@@ -361,8 +393,13 @@ func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema)
 			}
 			schema = append(schema, rows.Column(f.Name, f))
 		}
+		schema = append(schema, spec.extra...)
 		md := &bigquery.TableMetadata{Schema: schema, Description: "written by skippr"}
-		if key := change.PrimaryKey(s); len(key) > 0 {
+		if spec.history {
+			md.Description = "written by skippr: every change of table " + spec.of + ", in order of (_skippr_position, _skippr_seq)"
+			md.TableConstraints = &bigquery.TableConstraints{PrimaryKey: &bigquery.PrimaryKey{Columns: []string{gsql.HistPosition, gsql.HistSeq}}}
+			md.Clustering = &bigquery.Clustering{Fields: []string{gsql.HistPosition}}
+		} else if key := change.PrimaryKey(s); len(key) > 0 {
 			// Not enforced by BigQuery, but its optimizer uses it; clustering by the key makes the MERGE
 			// read less of the table.
 			md.TableConstraints = &bigquery.TableConstraints{PrimaryKey: &bigquery.PrimaryKey{Columns: key}}
@@ -377,7 +414,7 @@ func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema)
 		}
 		if err != nil { // created meanwhile: read what is there
 			delete(c.tables, name)
-			return a.ensureTable(ctx, name, s)
+			return a.ensureTable(ctx, name, s, spec)
 		}
 		c.tables[name] = schema
 		return nil
@@ -406,6 +443,12 @@ func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema)
 			added = append(added, want)
 		case !rows.SameType(want, have):
 			return typeErr(c.table(name).String(), f, have, want)
+		}
+	}
+	for _, x := range spec.extra {
+		if !slices.ContainsFunc(target, func(f *bigquery.FieldSchema) bool { return strings.EqualFold(f.Name, x.Name) }) {
+			// Added to a table with rows: they hold NULL (BigQuery fills no value in a patch).
+			added = append(added, x)
 		}
 	}
 	if len(added) == 0 {
@@ -522,6 +565,10 @@ type segment struct {
 	enc     *rows.Encoder
 	ms      *managedwriter.ManagedStream
 	offset  int64 // rows appended so far; each row's ordinal
+	// meta: the rows are staged with their metadata (rows.StageMetaSchema); valued and keyOnly count the
+	// rows staged with values and the key-only deletes, so soft_delete runs only the statements it needs.
+	meta            bool
+	valued, keyOnly int
 }
 
 func (sg *segment) close() {
@@ -534,22 +581,42 @@ func (sg *segment) close() {
 // closeSegments closes the write streams still open (an apply that failed before committing them).
 func (a *applier) closeSegments() {
 	for _, ss := range a.streams {
-		for _, sg := range ss.segs {
+		for _, sg := range append(ss.segs, ss.hsegs...) {
 			sg.close()
 		}
 	}
 }
 
 // stageEntry appends the entry's surviving rows of one stream to its staging tables: the current one when the
-// rows' schema is its schema, a new one otherwise (so the MERGEs, run in order, keep the order of changes).
+// rows' schema is its schema, a new one otherwise (so the MERGEs, run in order, keep the order of changes);
+// with history, every change of the entry to the history's staging tables too.
 func (a *applier) stageEntry(ctx context.Context, ss *streamState, e *change.Plan) error {
+	rows, err := a.survivors(ss, e)
+	if err != nil {
+		return err
+	}
+	if err := a.stageRuns(ctx, ss.table, &ss.segs, rows, ss.opts.Any(), false); err != nil {
+		return err
+	}
+	if !ss.opts.History {
+		return nil
+	}
+	if rows, err = a.changes(e); err != nil {
+		return err
+	}
+	return a.stageRuns(ctx, gsql.HistoryTable(ss.table), &ss.hsegs, rows, true, true)
+}
+
+// stageRuns appends rows to the staging tables segs of table, grouped by schema: each schema's rows to the
+// last segment when it has that schema, to a new one otherwise.
+func (a *applier) stageRuns(ctx context.Context, table string, segs *[]*segment, staged []stagedRow, meta, history bool) error {
 	type group struct {
 		schema *arrow.Schema
-		last   []change.Last
+		rows   []stagedRow
 	}
 	var groups []*group
-	for _, l := range e.Fold.Last() {
-		s := e.Batches[l.Batch].Schema()
+	for _, r := range staged {
+		s := r.rec.Schema()
 		var g *group
 		for _, x := range groups {
 			if change.SameSchema(x.schema, s) {
@@ -561,35 +628,36 @@ func (a *applier) stageEntry(ctx context.Context, ss *streamState, e *change.Pla
 			g = &group{schema: s}
 			groups = append(groups, g)
 		}
-		g.last = append(g.last, l)
+		g.rows = append(g.rows, r)
 	}
 	for _, g := range groups {
 		var sg *segment
-		if n := len(ss.segs); n > 0 && change.SameSchema(ss.segs[n-1].schema, g.schema) {
-			sg = ss.segs[n-1]
+		if n := len(*segs); n > 0 && change.SameSchema((*segs)[n-1].schema, g.schema) {
+			sg = (*segs)[n-1]
 		} else {
 			var err error
-			if sg, err = a.newSegment(ctx, ss.table, g.schema); err != nil {
+			if sg, err = a.newSegment(ctx, table, g.schema, meta, history); err != nil {
 				return err
 			}
-			ss.segs = append(ss.segs, sg)
+			*segs = append(*segs, sg)
 		}
-		if err := a.appendRows(ctx, ss.table, sg, e.Batches, g.last); err != nil {
+		if err := a.appendRows(ctx, table, sg, g.rows); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// newSegment creates a staging table for rows of schema s bound for table.
-func (a *applier) newSegment(ctx context.Context, table string, s *arrow.Schema) (*segment, error) {
+// newSegment creates a staging table for rows of schema s bound for table; meta stages each row's metadata
+// too (rows.StageMetaSchema), history makes it a segment of the history table (appended, never merged).
+func (a *applier) newSegment(ctx context.Context, table string, s *arrow.Schema, meta, history bool) (*segment, error) {
 	c := a.c
 	cols, idx, types, err := targetColumns(table, c.tables[table], s)
 	if err != nil {
 		return nil, err
 	}
-	sg := &segment{schema: s, cols: cols}
-	if key := change.PrimaryKey(s); len(key) > 0 {
+	sg := &segment{schema: s, cols: cols, meta: meta}
+	if key := change.PrimaryKey(s); len(key) > 0 && !history {
 		for _, k := range key {
 			for i, col := range cols {
 				if strings.EqualFold(col, k) {
@@ -613,6 +681,9 @@ func (a *applier) newSegment(ctx context.Context, table string, s *arrow.Schema)
 		sg.name = "_skippr_stage_" + hex.EncodeToString(rnd[:])
 	}
 	sg.schema2 = rows.StageSchema(types)
+	if meta {
+		sg.schema2 = rows.StageMetaSchema(types)
+	}
 	schema := sg.schema2
 	t := c.dataset().Table(sg.name)
 	if err := t.Create(ctx, &bigquery.TableMetadata{Schema: schema, ExpirationTime: time.Now().Add(StageExpiry),
@@ -645,9 +716,9 @@ func (a *applier) open(ctx context.Context, sg *segment) error {
 	return nil
 }
 
-// appendRows encodes the rows last of recs into requests of at most maxAppendBytes and waits for each to be
-// acknowledged, so nothing of the entry is held once it returns.
-func (a *applier) appendRows(ctx context.Context, table string, sg *segment, recs []arrow.RecordBatch, last []change.Last) error {
+// appendRows encodes rows into requests of at most maxAppendBytes and waits for each to be acknowledged, so
+// nothing of the entry is held once it returns.
+func (a *applier) appendRows(ctx context.Context, table string, sg *segment, staged []stagedRow) error {
 	c := a.c
 	if err := a.open(ctx, sg); err != nil {
 		return err
@@ -682,9 +753,20 @@ func (a *applier) appendRows(ctx context.Context, table string, sg *segment, rec
 		buf, bounds = nil, nil
 		return nil
 	}
-	for _, l := range last {
+	for _, r := range staged {
 		var err error
-		if buf, err = sg.enc.Append(buf, recs[l.Batch], l.Row, int8(l.Op), sg.offset+int64(len(bounds))); err != nil {
+		ord := sg.offset + int64(len(bounds))
+		if sg.meta {
+			buf, err = sg.enc.AppendMeta(buf, r.rec, r.row, int8(r.op), ord, r.meta)
+			if r.meta.Vals {
+				sg.valued++
+			} else {
+				sg.keyOnly++
+			}
+		} else {
+			buf, err = sg.enc.Append(buf, r.rec, r.row, int8(r.op), ord)
+		}
+		if err != nil {
 			return fmt.Errorf("table %s: %w", table, err)
 		}
 		bounds = append(bounds, len(buf))

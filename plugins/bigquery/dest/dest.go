@@ -10,6 +10,9 @@
 // recorded sequence number is skipped, so delivery is exactly-once: a crash before a COMMIT leaves its tables
 // untouched (the staging table expires), one after it is a replay of what it committed.
 //
+// A stream with soft_delete, metadata_columns or history (plugin-sdk/rowmeta, decided per stream) stages each
+// row's metadata with it and writes <table>_history in the same transaction (meta.go).
+//
 // README.md says why this beats the CDC default stream (_CHANGE_TYPE), and what each apply costs.
 package dest
 

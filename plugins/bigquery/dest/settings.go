@@ -7,6 +7,7 @@ import (
 	"regexp"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -28,6 +29,9 @@ type Settings struct {
 	// once (a marker file in the directory records it). Chaos tests use it to land a crash in the one window where
 	// staged rows exist and nothing is committed, instead of hoping a SIGKILL hits it.
 	TestCrashDir string `json:"test_crash_dir"`
+	// Settings are soft_delete, metadata_columns, history and their per-stream table_options
+	// (plugin-sdk/rowmeta); each stream's are rowmeta.Settings.For(stream).
+	rowmeta.Settings
 }
 
 // SettingsSchema is the JSON Schema of Settings; the engine validates configs against it.
@@ -44,7 +48,8 @@ const SettingsSchema = `{
     "credentials_json": {"type": "string", "description": "a service-account key as JSON text; use ${ENV} rather than the text itself"},
     "credentials_file": {"type": "string", "description": "path of a service-account key file"},
     "endpoint": {"type": "string", "description": "for tests only: http://host:port of a BigQuery stand-in serving REST and the Storage Write API, used without authentication"},
-    "test_crash_dir": {"type": "string", "description": "for tests only, with endpoint: exit before the commit of the first apply and of every 25th apply, each once, recording it in this directory"}
+    "test_crash_dir": {"type": "string", "description": "for tests only, with endpoint: exit before the commit of the first apply and of every 25th apply, each once, recording it in this directory"},
+    ` + rowmeta.SchemaProperties + `
   }
 }`
 
@@ -75,6 +80,9 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 	}
 	if s.TestCrashDir != "" && s.Endpoint == "" {
 		return s, fault.ConfigErr(fmt.Errorf("settings: test_crash_dir is a test hook and needs endpoint (a stand-in)"), "remove test_crash_dir")
+	}
+	if err := s.Settings.Check(); err != nil {
+		return s, err
 	}
 	if s.CredentialsJSON != "" {
 		var key struct {

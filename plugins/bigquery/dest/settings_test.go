@@ -20,6 +20,9 @@ func TestParseSettings(t *testing.T) {
 		{"both credentials", `{"project": "my-project", "dataset": "d", "credentials_json": "{\"type\": \"service_account\"}", "credentials_file": "/k.json"}`, "both set"},
 		{"endpoint with credentials", `{"project": "my-project", "dataset": "d", "endpoint": "http://127.0.0.1:1", "credentials_file": "/k.json"}`, "takes no credentials"},
 		{"endpoint with a path", `{"project": "my-project", "dataset": "d", "endpoint": "http://127.0.0.1:1/x"}`, "is not http(s)://host:port"},
+		{"soft delete and metadata", `{"project": "my-project", "dataset": "d", "soft_delete": true, "history": true, "metadata_columns": ["op", "synced_at"], "table_options": {"public.orders": {"history": false, "metadata_columns": []}}}`, ""},
+		{"unknown metadata column", `{"project": "my-project", "dataset": "d", "metadata_columns": ["lsn"]}`, `unknown column "lsn"`},
+		{"bad override", `{"project": "my-project", "dataset": "d", "table_options": {"public.orders": {"metadata_columns": ["op", "op"]}}}`, "table_options.public.orders"},
 		{"credentials not a key", `{"project": "my-project", "dataset": "d", "credentials_json": "s3cr3t-not-json"}`, "is not a service-account key"},
 	} {
 		_, err := ParseSettings([]byte(c.raw))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
+
 	"github.com/skippr-dev/skippr/testkit/bigquerytest"
 )
 
@@ -22,15 +24,21 @@ func statements() map[string]string {
 	state := Table{Project: "my-project-1", Dataset: "analytics", Name: StateTable("orders")}
 	cols := []string{"tenant", "id", "order date", "select", "we`ird\\name"}
 	return map[string]string{
-		"merge":          Merge(target, stage, cols, []int{0, 1}, stageCol),
-		"merge_key_only": Merge(target, stage, []string{"id"}, []int{0}, stageCol),
-		"append":         Append(target, stage, cols, stageCol),
-		"truncate":       Truncate(target),
-		"rename column":  RenameColumn(target, "qty", "order amount"),
-		"assert_fence":   AssertFence(state),
-		"set_state":      SetState(state),
-		"read_state":     ReadState(state),
-		"transaction":    Transaction([]string{AssertFence(state), Truncate(target), Merge(target, stage, cols, []int{1}, stageCol), SetState(state)}),
+		"merge":                  Merge(target, stage, cols, []int{0, 1}, stageCol),
+		"merge_key_only":         Merge(target, stage, []string{"id"}, []int{0}, stageCol),
+		"append":                 Append(target, stage, cols, stageCol),
+		"truncate":               Truncate(target),
+		"merge_meta":             MergeMeta(target, stage, cols, []int{0, 1}, stageCol, rowmeta.Options{SyncedAt: true, SourceCommittedAt: true, Op: true, Position: true}),
+		"merge_soft_delete":      MergeMeta(target, stage, cols, []int{1}, stageCol, rowmeta.Options{SoftDelete: true, Op: true}),
+		"merge_key_only_deletes": MergeKeyOnlyDeletes(target, stage, cols, []int{1}, stageCol, rowmeta.Options{SoftDelete: true, SyncedAt: true, SourceCommittedAt: true, Op: true, Position: true}),
+		"append_meta":            AppendMeta(target, stage, cols, stageCol, rowmeta.Options{SoftDelete: true, SyncedAt: true, SourceCommittedAt: true, Op: true, Position: true}),
+		"transaction_at":         TransactionAt([]string{AssertFence(state), MergeMeta(target, stage, cols, []int{1}, stageCol, rowmeta.Options{SyncedAt: true}), SetState(state)}),
+		"append_history":         AppendHistory(Table{Project: "my-project-1", Dataset: "analytics", Name: HistoryTable("orders")}, stage, cols, stageCol),
+		"rename column":          RenameColumn(target, "qty", "order amount"),
+		"assert_fence":           AssertFence(state),
+		"set_state":              SetState(state),
+		"read_state":             ReadState(state),
+		"transaction":            Transaction([]string{AssertFence(state), Truncate(target), Merge(target, stage, cols, []int{1}, stageCol), SetState(state)}),
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
+	"github.com/skippr-dev/skippr/plugins/bigquery/gsql"
 )
 
 // OpColumn is the staging table's last column: the row's change op (change.Op), which the MERGE reads.
@@ -42,6 +43,55 @@ func StageSchema(cols []*bigquery.FieldSchema) bigquery.Schema {
 	}
 	return append(out, &bigquery.FieldSchema{Name: OpColumn, Type: Int64, Required: true},
 		&bigquery.FieldSchema{Name: OrdColumn, Type: Int64, Required: true})
+}
+
+// StageMetaSchema is StageSchema with the metadata columns after the ordinal (gsql.PosColumn …
+// gsql.SeqColumn), for a stream with soft_delete, metadata_columns or history: Encoder.AppendMeta's rows.
+func StageMetaSchema(cols []*bigquery.FieldSchema) bigquery.Schema {
+	return append(StageSchema(cols),
+		&bigquery.FieldSchema{Name: gsql.PosColumn, Type: Int64, Required: true},
+		&bigquery.FieldSchema{Name: gsql.CommittedColumn, Type: Timestamp},
+		&bigquery.FieldSchema{Name: gsql.OpNameColumn, Type: String, Required: true},
+		&bigquery.FieldSchema{Name: gsql.DelColumn, Type: Bool, Required: true},
+		&bigquery.FieldSchema{Name: gsql.ValsColumn, Type: Bool, Required: true},
+		&bigquery.FieldSchema{Name: gsql.SeqColumn, Type: Int64, Required: true})
+}
+
+// Meta is a staged row's metadata (StageMetaSchema).
+type Meta struct {
+	Position  int64
+	Committed time.Time // zero: unknown (NULL)
+	OpName    string
+	Deleted   bool
+	Vals      bool
+	Seq       int64
+}
+
+// AppendMeta is Append with the row's metadata, for a staging table of StageMetaSchema.
+func (e *Encoder) AppendMeta(buf []byte, rec arrow.RecordBatch, i int, op int8, ord int64, m Meta) ([]byte, error) {
+	buf, err := e.Append(buf, rec, i, op, ord)
+	if err != nil {
+		return buf, err
+	}
+	n := protowire.Number(len(e.cols) + 2)
+	varint := func(num protowire.Number, v uint64) {
+		buf = protowire.AppendVarint(protowire.AppendTag(buf, num, protowire.VarintType), v)
+	}
+	flag := func(b bool) uint64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	varint(n+1, uint64(m.Position))
+	if !m.Committed.IsZero() {
+		varint(n+2, uint64(m.Committed.UnixMicro()))
+	}
+	buf = appendString(buf, n+3, m.OpName)
+	varint(n+4, flag(m.Deleted))
+	varint(n+5, flag(m.Vals))
+	varint(n+6, uint64(m.Seq))
+	return buf, nil
 }
 
 // Descriptor is the self-contained proto2 message description of a staging schema, as the Storage Write API
