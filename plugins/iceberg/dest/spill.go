@@ -64,7 +64,7 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 		return err
 	}
 	defer c.release()
-	upsert := st.s.UpsertInserts || st.a.rs.upsert(items)
+	upsert := st.s.UpsertInserts || st.g.meta.SoftDelete || st.a.rs.upsert(items)
 	closed, err := st.a.rs.feed(ctx, st.a.mem, st.g.stream, items, c)
 	if err != nil {
 		return err
@@ -72,7 +72,7 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 	for _, received := range closed {
 		st.dropUnreceived(received)
 	}
-	fo, err := fold(ctx, st.a.mem, c.batches, c.keyIdx, c.keySchema, upsert, "stream "+st.g.stream)
+	fo, err := fold(ctx, st.a.mem, c.batches, c.keyIdx, c.keySchema, upsert, st.g.meta, "stream "+st.g.stream)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,131 @@
+package dest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go/catalog"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta/rowmetatest"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+)
+
+// TestRowMeta runs the SDK's soft delete and metadata columns check (plugin-sdk/rowmeta/rowmetatest) for each
+// setting, each cut of the change sequence into ranges, the replays, a re-snapshot's end, a clash with a source
+// column, a stream without a key and the settings turned on over an existing table.
+func TestRowMeta(t *testing.T) {
+	for _, tc := range rowmetatest.Cases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			open := func(t *testing.T, name string) func(with bool) rowmetatest.Target {
+				dir := t.TempDir()
+				d := &Destination{Version: "test", Log: testLogger(t)}
+				t.Cleanup(func() { d.Close() })
+				return func(with bool) rowmetatest.Target {
+					m := map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(dir, "wh")}, "namespace": "lake",
+						"tables": map[string]any{rowmetatest.Stream: rowmetatest.Table, "public.log": "log"}}
+					if with {
+						maps.Copy(m, tc.Settings)
+					}
+					raw, err := json.Marshal(m)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return rowmetatest.Target{
+						Apply: func(ctx context.Context, first, last uint64, items []serve.Item) (serve.ApplyResult, error) {
+							return d.Apply(ctx, serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: first, Sequence: last, Items: items})
+						},
+						Read: func(ctx context.Context, table string) ([]string, []map[string]any, error) {
+							return readLakeTable(ctx, d, raw, table)
+						},
+					}
+				}
+			}
+			target := func(t *testing.T, name string) rowmetatest.Target { return open(t, name)(true) }
+			rowmetatest.Run(t, tc, target)
+			t.Run("clash", func(t *testing.T) { rowmetatest.CheckClash(t, tc, target(t, "clash")) })
+			t.Run("resnapshot", func(t *testing.T) { rowmetatest.CheckResnapshot(t, tc, target(t, "resnapshot")) })
+			t.Run("keyless", func(t *testing.T) { rowmetatest.CheckKeyless(t, tc, target(t, "keyless")) })
+			t.Run("turned on", func(t *testing.T) {
+				on := open(t, "turned_on")
+				rowmetatest.CheckTurnedOn(t, tc, on(false), on(true))
+			})
+		})
+	}
+}
+
+// readLakeTable scans a table of namespace lake with its deletes applied, each value as Go gives it: int64,
+// string, bool, time.Time (UTC) or nil.
+func readLakeTable(ctx context.Context, d *Destination, raw json.RawMessage, name string) ([]string, []map[string]any, error) {
+	s, err := ParseSettings(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	oc, err := d.catalog(ctx, raw, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	tbl, err := oc.cat.LoadTable(ctx, append(s.NamespaceIdent(), name))
+	if errors.Is(err, catalog.ErrNoSuchTable) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var cols []string
+	for _, f := range tbl.Schema().Fields() {
+		cols = append(cols, f.Name)
+	}
+	at, err := tbl.Scan().ToArrowTable(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer at.Release()
+	tr := array.NewTableReader(at, 1024)
+	defer tr.Release()
+	var out []map[string]any
+	for tr.Next() {
+		rec := tr.RecordBatch()
+		for i := range int(rec.NumRows()) {
+			row := map[string]any{}
+			for j, f := range rec.Schema().Fields() {
+				v, err := goValue(rec.Column(j), i)
+				if err != nil {
+					return nil, nil, fmt.Errorf("column %s: %w", f.Name, err)
+				}
+				row[f.Name] = v
+			}
+			out = append(out, row)
+		}
+	}
+	return cols, out, tr.Err()
+}
+
+func goValue(c arrow.Array, i int) (any, error) {
+	if c.IsNull(i) {
+		return nil, nil
+	}
+	switch a := c.(type) {
+	case *array.Int64:
+		return a.Value(i), nil
+	case *array.Int32:
+		return int64(a.Value(i)), nil
+	case *array.String:
+		return a.Value(i), nil
+	case *array.LargeString:
+		return a.Value(i), nil
+	case *array.Boolean:
+		return a.Value(i), nil
+	case *array.Timestamp:
+		unit := a.DataType().(*arrow.TimestampType).Unit
+		return a.Value(i).ToTime(unit).UTC(), nil
+	}
+	return nil, fmt.Errorf("type %s not read by the test", c.DataType())
+}
