@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"strings"
 
 	"testing"
 
@@ -27,6 +28,9 @@ func TestRowMeta(t *testing.T) {
 			open := func(t *testing.T, name string) func(with bool) rowmetatest.Target {
 				dir := t.TempDir()
 				d := &Destination{Version: "test", Log: testLogger(t)}
+				if strings.HasPrefix(name, "spilled") {
+					d.hooks.bufferBudget = 1 // every item goes out as files before the commit
+				}
 				t.Cleanup(func() { d.Close() })
 				return func(with bool) rowmetatest.Target {
 					m := map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(dir, "wh")}, "namespace": "lake",
@@ -50,6 +54,9 @@ func TestRowMeta(t *testing.T) {
 			}
 			target := func(t *testing.T, name string) rowmetatest.Target { return open(t, name)(true) }
 			rowmetatest.Run(t, tc, target)
+			t.Run("spilled", func(t *testing.T) {
+				rowmetatest.Run(t, tc, func(t *testing.T, name string) rowmetatest.Target { return target(t, "spilled_"+name) })
+			})
 			t.Run("clash", func(t *testing.T) { rowmetatest.CheckClash(t, tc, target(t, "clash")) })
 			t.Run("resnapshot", func(t *testing.T) { rowmetatest.CheckResnapshot(t, tc, target(t, "resnapshot")) })
 			t.Run("keyless", func(t *testing.T) { rowmetatest.CheckKeyless(t, tc, target(t, "keyless")) })

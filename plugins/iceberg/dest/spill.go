@@ -1,10 +1,12 @@
 package dest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -53,7 +55,7 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 			return err
 		}
 		st.skipped = skipped
-	} else if k := keyOf(items); k != nil && !slices.Equal(k, st.a.keyCols) {
+	} else if k := keyOf(items); k != nil && !st.g.history && !slices.Equal(k, st.a.keyCols) {
 		return fmt.Errorf("stream %s: primary key changed from (%s) to (%s) within one apply", st.g.stream, strings.Join(st.a.keyCols, ", "), strings.Join(k, ", "))
 	}
 	if st.skipped {
@@ -80,6 +82,11 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 	if len(c.keyIdx) > 0 {
 		if st.index == nil {
 			st.index = newKeyIndex(c)
+		}
+		if len(fo.lookup) > 0 {
+			if err := st.softDeleteWritten(ctx, c, fo); err != nil {
+				return err
+			}
 		}
 		if err := st.supersede(c); err != nil {
 			return err
@@ -321,4 +328,105 @@ func (st *spilledTable) dropUnreceived(received map[string]struct{}) {
 			st.index.bytes -= encEntryBytes + int64(len(k))
 		}
 	}
+}
+
+// softDeleteWritten gives the soft deletes of fo.lookup whose key an earlier chunk of the apply wrote out the
+// values of that row (read back from its data file, uncommitted and so not in the table), under the delete's
+// metadata, as rows to add; the rest stay in fo.lookup, for the table to give their values (lookupRows). It
+// runs before supersede forgets where those rows are.
+func (st *spilledTable) softDeleteWritten(ctx context.Context, c *changeSet, fo *folded) error {
+	type want struct {
+		pos       int64
+		batch, at int // the delete row: fo.lookup[batch], row at
+	}
+	byFile := map[int][]want{}
+	rest := make([][]int64, len(fo.lookup))
+	for bi, d := range fo.lookup {
+		keys, err := st.index.keys(d, c.keyIdx)
+		if err != nil {
+			return err
+		}
+		for r := range int(d.NumRows()) {
+			file, pos, ok, err := keys.peek(r)
+			if err != nil {
+				return fmt.Errorf("stream %s: %w", st.g.stream, err)
+			}
+			if ok {
+				byFile[file] = append(byFile[file], want{pos, bi, r})
+			} else {
+				rest[bi] = append(rest[bi], int64(r))
+			}
+		}
+	}
+	if len(byFile) == 0 {
+		return nil
+	}
+	for _, fileNo := range slices.Sorted(maps.Keys(byFile)) {
+		ws := byFile[fileNo]
+		slices.SortFunc(ws, func(x, y want) int { return cmp.Compare(x.pos, y.pos) })
+		i := 0
+		var at int64
+		err := readFileRows(ctx, st.a.fs, st.files[fileNo].FilePath(), func(rec arrow.RecordBatch) error {
+			n := at + rec.NumRows()
+			var rows []int64
+			var metas []want
+			for ; i < len(ws) && ws[i].pos < n; i++ {
+				rows = append(rows, ws[i].pos-at)
+				metas = append(metas, ws[i])
+			}
+			at = n
+			if len(rows) == 0 {
+				return nil
+			}
+			conformed, err := conform(ctx, st.a.mem, rec, c.target, "data file "+st.files[fileNo].FilePath())
+			if err != nil {
+				return err
+			}
+			defer conformed.Release()
+			vals, err := take(ctx, st.a.mem, conformed, rows)
+			if err != nil {
+				return err
+			}
+			defer vals.Release()
+			// The delete rows, one take per row (a chunk's soft deletes of keys written before it are few
+			// next to its rows), concatenated in the order of vals.
+			var parts []arrow.RecordBatch
+			defer func() { release(parts) }()
+			for _, m := range metas {
+				p, err := take(ctx, st.a.mem, fo.lookup[m.batch], []int64{int64(m.at)})
+				if err != nil {
+					return err
+				}
+				parts = append(parts, p)
+			}
+			meta, err := concatRecords(st.a.mem, parts)
+			if err != nil {
+				return err
+			}
+			defer meta.Release()
+			fo.data = append(fo.data, compose(vals, meta, st.g.meta))
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("stream %s: read back the values of soft-deleted keys from %s: %w", st.g.stream, st.files[fileNo].FilePath(), err)
+		}
+		if i < len(ws) {
+			return fmt.Errorf("stream %s: %s holds fewer rows than the key index says", st.g.stream, st.files[fileNo].FilePath())
+		}
+	}
+	var left []arrow.RecordBatch
+	for bi, d := range fo.lookup {
+		if len(rest[bi]) == 0 {
+			continue
+		}
+		r, err := take(ctx, st.a.mem, d, rest[bi])
+		if err != nil {
+			release(left)
+			return err
+		}
+		left = append(left, r)
+	}
+	release(fo.lookup)
+	fo.lookup = left
+	return nil
 }
