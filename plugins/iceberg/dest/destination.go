@@ -222,6 +222,9 @@ func lastApplied(ctx context.Context, oc *openCatalog, s Settings, pipeline stri
 		if err != nil {
 			return a, fmt.Errorf("load table %s: %w", strings.Join(ident, "."), err)
 		}
+		if tbl.Properties()[propHistory] != "" {
+			continue // a stream's history: its mirror's fence is the stream's
+		}
 		n, err := tableSeq(tbl, pipeline)
 		if err != nil {
 			return a, err

@@ -184,6 +184,18 @@ func TestHistoryCrashBetweenCommits(t *testing.T) {
 				t.Fatalf("apply 5..9 with %s failing: %v", failing, err)
 			}
 			h.d.hooks.beforeCommit = nil
+			// LastApplied reports the mirror's fence for the stream, never the history's.
+			applied, err := h.d.LastApplied(ctxT(t), h.raw, "p")
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantFence := uint64(9)
+			if failing == rowmetatest.Table {
+				wantFence = 4
+			}
+			if want := map[string]uint64{rowmetatest.Stream: wantFence}; !maps.Equal(applied.Streams, want) || applied.Sequence != 4 {
+				t.Fatalf("LastApplied after the crash: %+v, want sequence 4 and streams %v", applied, want)
+			}
 			h.apply(5, 9, false)
 			h.check("after the replay of 5..9", 9)
 			h.apply(10, 11, false)
