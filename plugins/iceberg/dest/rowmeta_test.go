@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"testing"
 
@@ -15,6 +17,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/catalog"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta/rowmetatest"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
@@ -135,4 +139,46 @@ func goValue(c arrow.Array, i int) (any, error) {
 		return a.Value(i).ToTime(unit).UTC(), nil
 	}
 	return nil, fmt.Errorf("type %s not read by the test", c.DataType())
+}
+
+// TestSoftDeleteResnapshotInOneApply: a re-snapshot that begins and ends within one apply keeps the row written
+// before its begin and not received since, marked deleted by the end's entry with its values, whether the
+// apply is held whole or written out chunk by chunk (the row then sits in an earlier chunk's file).
+func TestSoftDeleteResnapshotInOneApply(t *testing.T) {
+	R := change.OpRead
+	row := func(id int64, v string) rowmetatest.Change { return rowmetatest.Change{Op: R, ID: id, V: v} }
+	opt := rowmeta.Options{SoftDelete: true, Op: true, Position: true}
+	for _, spill := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spilled %v", spill), func(t *testing.T) {
+			d := &Destination{Version: "test", Log: testLogger(t)}
+			t.Cleanup(func() { d.Close() })
+			if spill {
+				d.hooks.bufferBudget = 1
+			}
+			raw, _ := json.Marshal(map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(t.TempDir(), "wh")}, "namespace": "lake",
+				"tables": map[string]any{rowmetatest.Stream: rowmetatest.Table}, "soft_delete": true, "metadata_columns": []string{"op", "position"}})
+			first := rowmetatest.Items([][]rowmetatest.Change{{row(1, "a"), row(2, "b"), row(3, "c")}}, 1, 1)
+			second := rowmetatest.Items([][]rowmetatest.Change{{row(1, "a"), row(3, "c")}}, 1, 1)
+			defer rowmetatest.Release(first)
+			defer rowmetatest.Release(second)
+			items := slices.Clone(first)
+			items = append(items, serve.Item{Stream: rowmetatest.Stream, Resnapshot: serve.ResnapshotBegin, Sequence: 2})
+			for _, it := range second {
+				it.Sequence = 2
+				items = append(items, it)
+			}
+			items = append(items, serve.Item{Stream: rowmetatest.Stream, Resnapshot: serve.ResnapshotEnd, Sequence: 2})
+			if _, err := d.Apply(ctxT(t), serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: 1, Sequence: 2, Items: items}); err != nil {
+				t.Fatal(err)
+			}
+			want := map[int64]rowmetatest.Row{
+				1: {V: "a", Op: "snapshot", Position: 2},
+				2: {V: "b", Deleted: true, Op: "delete", Position: 2},
+				3: {V: "c", Op: "snapshot", Position: 2},
+			}
+			rowmetatest.Compare(t, "after the re-snapshot", opt, rowmetatest.Target{Read: func(ctx context.Context, table string) ([]string, []map[string]any, error) {
+				return readLakeTable(ctx, d, raw, table)
+			}}, want, time.Now())
+		})
+	}
 }
