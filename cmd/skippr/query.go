@@ -29,6 +29,7 @@ func queryCommand(g *globals) *cli.Command {
 			&cli.StringFlag{Name: "format", Aliases: []string{"f"}, Value: sdklakequery.FormatTable, Usage: "table, csv, json (one object per line) or parquet"},
 			&cli.BoolFlag{Name: "json", Usage: "same as --format json"},
 			&cli.BoolFlag{Name: "as-of-lake", Usage: "answer from the lake alone, without the WAL's unapplied rows"},
+			&cli.BoolFlag{Name: "include-deleted", Usage: "show the rows a soft-deleting destination flagged deleted (_skippr_deleted), hidden by default"},
 			&cli.StringSliceFlag{Name: "pipeline", Usage: "only these pipelines' lakes (default: every pipeline with an iceberg destination)"},
 			&cli.BoolFlag{Name: "offline", Usage: "never contact a registry"},
 			&cli.StringFlag{Name: "server", Sources: cli.EnvVars("SKIPPR_QUERY_SERVER"), Usage: "ask the skippr serve at this address (host:port, grpc+tls://host:port) instead of starting the plugins (default: the config's query.server)"},
@@ -62,7 +63,7 @@ func queryCommand(g *globals) *cli.Command {
 				return err
 			}
 			defer release()
-			con := &lakequery.Console{Querier: runner, Request: lakequery.Request{Format: format, AsOfLake: c.Bool("as-of-lake")},
+			con := &lakequery.Console{Querier: runner, Request: lakequery.Request{Format: format, AsOfLake: c.Bool("as-of-lake"), IncludeDeleted: c.Bool("include-deleted")},
 				In: c.Root().Reader, Out: c.Root().Writer, Err: c.Root().ErrWriter, History: filepath.Join(g.Home, "query_history")}
 			if c.Args().Len() > 0 {
 				err = con.Answer(ctx, strings.Join(c.Args().Slice(), " "))

@@ -178,6 +178,8 @@ type Request struct {
 	SQL      string
 	Format   string // sdk.Format…
 	AsOfLake bool   // the lake alone, without the WAL's unapplied rows
+	// IncludeDeleted shows rows a soft-deleting destination flagged deleted (sdk.Request.IncludeDeleted).
+	IncludeDeleted bool
 	// MemoryLimit bounds the query engine's memory for this statement (sdk.Request.MemoryLimit).
 	MemoryLimit string
 }
@@ -202,7 +204,7 @@ func (q *Querier) Run(ctx context.Context, req Request, out io.Writer) (string, 
 			}
 		}
 	}
-	sreq := sdk.Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake, MemoryLimit: req.MemoryLimit}
+	sreq := sdk.Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake, IncludeDeleted: req.IncludeDeleted, MemoryLimit: req.MemoryLimit}
 	for i, l := range q.lakes {
 		fetch := filepath.Join(tmp, fmt.Sprintf("lake-%d", i))
 		if err := os.MkdirAll(fetch, 0o700); err != nil {

@@ -49,6 +49,8 @@ type Request struct {
 	SQL      string `json:"sql"`
 	Format   string `json:"format"`
 	AsOfLake bool   `json:"as_of_lake,omitempty"`
+	// IncludeDeleted: a server that does not know it ignores it (and hides soft-deleted rows).
+	IncludeDeleted bool `json:"include_deleted,omitempty"`
 }
 
 // ErrUnreachable: the server could not be reached (nothing was written to the output), so the caller may
@@ -94,7 +96,7 @@ func (c *Client) Close() error { return c.conn.Close() }
 // An error in the SQL wraps sdk.ErrSQL with the engine's message, as the plugin path's does; a server that
 // cannot be reached before any output is ErrUnreachable.
 func (c *Client) Run(ctx context.Context, req lakequery.Request, out io.Writer) (string, error) {
-	body, err := json.Marshal(Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake})
+	body, err := json.Marshal(Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake, IncludeDeleted: req.IncludeDeleted})
 	if err != nil {
 		return "", err
 	}

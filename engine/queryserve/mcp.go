@@ -90,6 +90,8 @@ type queryIn struct {
 	SQL      string `json:"sql" jsonschema:"one read-only statement in DuckDB's SQL dialect"`
 	MaxRows  int    `json:"max_rows,omitempty" jsonschema:"rows to return at most (default 100, at most 10000)"`
 	AsOfLake bool   `json:"as_of_lake,omitempty" jsonschema:"answer from the lake alone, without the rows still in the write-ahead log"`
+	// IncludeDeleted shows the rows a soft-deleting destination flagged deleted (_skippr_deleted), hidden by default.
+	IncludeDeleted bool `json:"include_deleted,omitempty" jsonschema:"show rows flagged deleted (_skippr_deleted) by a soft-deleting destination, hidden by default"`
 }
 
 type queryOut struct {
@@ -144,9 +146,9 @@ func (s *Server) MCPServer() *mcp.Server {
 		})
 	mcp.AddTool(m, &mcp.Tool{Name: "query", Annotations: readOnly,
 		Description: "Run one read-only SQL statement (DuckDB dialect) over the lake plus the rows still in the write-ahead log; " +
-			"returns at most max_rows rows as JSON objects; as_of_lake answers from the lake alone. The server's time and memory limits apply."},
+			"returns at most max_rows rows as JSON objects; as_of_lake answers from the lake alone; include_deleted shows soft-deleted rows. The server's time and memory limits apply."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in queryIn) (*mcp.CallToolResult, queryOut, error) {
-			out, err := s.rows(ctx, withDirective(in.SQL, in.AsOfLake), in.MaxRows)
+			out, err := s.rows(ctx, withDirective(in.SQL, directives{asOfLake: in.AsOfLake, includeDeleted: in.IncludeDeleted}), in.MaxRows)
 			return nil, out, err
 		})
 	return m

@@ -36,7 +36,7 @@ func (a actions) DoAction(act *flight.Action, stream flight.FlightService_DoActi
 	if !slices.Contains([]string{sdk.FormatTable, sdk.FormatCSV, sdk.FormatJSON, sdk.FormatParquet}, req.Format) {
 		return status.Errorf(codes.InvalidArgument, "%s: format %q is not table, csv, json or parquet", queryclient.Action, req.Format)
 	}
-	summary, err := a.s.run(stream.Context(), lakequery.Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake}, resultWriter{stream})
+	summary, err := a.s.run(stream.Context(), lakequery.Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake, IncludeDeleted: req.IncludeDeleted}, resultWriter{stream})
 	if err != nil {
 		return err
 	}

@@ -40,14 +40,14 @@ func decodeHandle(b []byte) (handle, error) {
 const preparedName = "_skippr_prepared"
 
 // statement is the SQL to run for h: with parameters, DuckDB itself prepares the statement and binds the
-// literals to its placeholders (? or $1), so no SQL is parsed here. The as-of-lake comment stays in front.
+// literals to its placeholders (? or $1), so no SQL is parsed here. The options comment stays in front.
 func (h handle) statement() string {
 	if len(h.Args) == 0 {
 		return h.SQL
 	}
-	sql, asOfLake := directive(h.SQL)
+	sql, d := directive(h.SQL)
 	return withDirective(fmt.Sprintf("PREPARE %s AS %s;\nEXECUTE %s(%s)", preparedName, strings.TrimRight(strings.TrimSpace(sql), "; \t\n"),
-		preparedName, strings.Join(h.Args, ", ")), asOfLake)
+		preparedName, strings.Join(h.Args, ", ")), d)
 }
 
 // bind reads the parameter batches of a DoPut: one row, one column per placeholder in order.

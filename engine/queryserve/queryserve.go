@@ -111,9 +111,10 @@ var errTimeout = errors.New("query timeout")
 
 // query runs sql and returns the result's schema and its batches as they come. The statement's context ends
 // with ctx (the client's call) or at the timeout; the engine's query stops with it. A leading
-// `/* skippr: as_of_lake */` answers from the lake alone (directive.go).
+// `/* skippr: as_of_lake */` answers from the lake alone, `/* skippr: include_deleted */` shows soft-deleted
+// rows too (directive.go).
 func (s *Server) query(ctx context.Context, sql string) (*arrow.Schema, <-chan flight.StreamChunk, error) {
-	sql, asOfLake := directive(sql)
+	sql, d := directive(sql)
 	if strings.TrimSpace(sql) == "" {
 		return nil, nil, status.Error(codes.InvalidArgument, "empty statement")
 	}
@@ -133,7 +134,7 @@ func (s *Server) query(ctx context.Context, sql string) (*arrow.Schema, <-chan f
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		summary, err := s.opts.Querier.Run(qctx, lakequery.Request{SQL: sql, Format: sdk.FormatArrow, AsOfLake: asOfLake, MemoryLimit: s.opts.MemoryLimit}, pw)
+		summary, err := s.opts.Querier.Run(qctx, lakequery.Request{SQL: sql, Format: sdk.FormatArrow, AsOfLake: d.asOfLake, IncludeDeleted: d.includeDeleted, MemoryLimit: s.opts.MemoryLimit}, pw)
 		pw.CloseWithError(err) // nil: EOF
 		if err == nil {
 			s.log.Debug("query", "client", clientName(ctx), "summary", summary)

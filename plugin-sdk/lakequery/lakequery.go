@@ -77,6 +77,10 @@ type Request struct {
 	Format string `json:"format"`
 	// AsOfLake ignores the WAL entries: the answer of the lake alone.
 	AsOfLake bool `json:"as_of_lake,omitempty"`
+	// IncludeDeleted shows the rows a soft-deleting destination (plugin-sdk/rowmeta) flagged deleted: by
+	// default a table with a _skippr_deleted column shows only the rows where it is not true. A delete still
+	// in the WAL hides its row either way (it shows, flagged, once applied).
+	IncludeDeleted bool `json:"include_deleted,omitempty"`
 	// MemoryLimit bounds the query engine's memory for this query, in DuckDB's notation ("512MB", "2GB");
 	// empty: the engine's default. Past it the engine spills what it can and fails the rest with ErrMemory.
 	MemoryLimit string `json:"memory_limit,omitempty"`

@@ -94,7 +94,7 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 	var names, schemas []string
 	seenSchema := map[string]bool{}
 	for i, t := range tables {
-		if err := t.create(ctx, conn, i, req.AsOfLake); err != nil {
+		if err := t.create(ctx, conn, i, req.AsOfLake, req.IncludeDeleted); err != nil {
 			return "", err
 		}
 		names = append(names, t.plan.Name)

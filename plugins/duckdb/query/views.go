@@ -15,6 +15,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugins/duckdb/ducksql"
 )
 
@@ -55,8 +56,10 @@ func (t *table) qualified() string {
 }
 
 // create defines the table as a view in the database: the lake snapshot with its deletes applied, merged
-// with the WAL rows. n makes the helper objects' names unique.
-func (t *table) create(ctx context.Context, conn *sql.Conn, n int, asOfLake bool) error {
+// with the WAL rows. n makes the helper objects' names unique. A table with a _skippr_deleted column (a
+// soft-deleting destination's, plugin-sdk/rowmeta) shows only the rows not flagged deleted, unless
+// includeDeleted; a delete still in the WAL removes its row in both cases, as it does in every table.
+func (t *table) create(ctx context.Context, conn *sql.Conn, n int, asOfLake, includeDeleted bool) error {
 	if t.plan.ArrowSchema != nil {
 		sc, err := protocol.DecodeSchema(memory.DefaultAllocator, t.plan.ArrowSchema)
 		if err != nil {
@@ -98,6 +101,9 @@ func (t *table) create(ctx context.Context, conn *sql.Conn, n int, asOfLake bool
 		body = t.mergeSQL(lake, w)
 	} else if lake == "" {
 		return nil
+	}
+	if !includeDeleted && t.schema != nil && len(t.schema.FieldIndices(rowmeta.Deleted)) > 0 {
+		body = "SELECT * FROM (" + body + ") WHERE " + ducksql.Ident(rowmeta.Deleted) + " IS NOT TRUE"
 	}
 	if _, err := conn.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+ducksql.Ident(t.schemaName())); err != nil {
 		return fmt.Errorf("table %s: %w", t.plan.Name, err)

@@ -102,6 +102,9 @@ type tableAttempt struct {
 	evolution   []schemaChange  // changes evolve gathered, committed as one schema update (commitEvolution)
 	partitioned bool            // the configured partition spec was considered
 	rs          *resnap         // the table's re-snapshot bookkeeping (resnapshot.go)
+	// histEntry and histSeq number a history table's rows within their entry (history.go).
+	histEntry uint64
+	histSeq   int64
 }
 
 // notCommitted says whether a commit that failed is known not to have landed. Only the embedded SQL catalog
@@ -235,11 +238,12 @@ func (a *tableAttempt) run(ctx context.Context) (tableResult, error) {
 		return tableResult{}, err
 	}
 	defer c.release()
-	upsert := a.s.UpsertInserts || a.rs.upsert(a.g.items)
+	// A soft-deleting table may hold an inserted key as a deleted row, which the insert replaces.
+	upsert := a.s.UpsertInserts || a.g.meta.SoftDelete || a.rs.upsert(a.g.items)
 	if _, err := a.rs.feed(ctx, a.mem, a.g.stream, a.g.items, c); err != nil {
 		return tableResult{}, err
 	}
-	fo, err := fold(ctx, a.mem, c.batches, c.keyIdx, c.keySchema, upsert, "stream "+a.g.stream)
+	fo, err := fold(ctx, a.mem, c.batches, c.keyIdx, c.keySchema, upsert, a.g.meta, "stream "+a.g.stream)
 	if err != nil {
 		return tableResult{}, err
 	}
@@ -270,6 +274,7 @@ func (a *tableAttempt) begin(ctx context.Context) (skipped bool, err error) {
 		return true, nil
 	}
 	a.rs = newResnap(tbl, a.req.Pipeline)
+	a.rs.meta, a.rs.syncedAt, a.rs.seq = a.g.meta, a.g.syncedAt, a.req.Sequence
 	a.loaded = tbl.MetadataLocation()
 	if a.fs == nil {
 		base, err := tbl.FS(ctx)
@@ -396,7 +401,7 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 			if it.Schema.Schema == nil {
 				return nil, fmt.Errorf("stream %s: schema change without a schema", it.Stream)
 			}
-			if err := a.evolve(renames.of(i, it.Schema.Schema)); err != nil {
+			if err := a.evolve(renames.of(i, dataOnly(it.Schema.Schema))); err != nil {
 				return nil, err
 			}
 			continue
@@ -411,6 +416,9 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 			relabeled := array.NewRecordBatch(rs, st.Columns(), st.NumRows())
 			st.Release()
 			st = relabeled
+		}
+		if st, o, err = a.addColumns(st, rec, o, it); err != nil {
+			return nil, fmt.Errorf("stream %s item %d: %w", it.Stream, i, err)
 		}
 		stripped = append(stripped, st)
 		if err := a.evolve(st.Schema()); err != nil {
@@ -463,6 +471,13 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 
 // write writes folded changes as data files and equality-delete files, uncommitted.
 func (a *tableAttempt) write(ctx context.Context, c *changeSet, fo *folded) (dataFiles, delFiles []iceberg.DataFile, err error) {
+	if len(fo.lookup) > 0 {
+		found, err := a.lookupRows(ctx, c, fo.lookup, a.g.meta)
+		if err != nil {
+			return nil, nil, err
+		}
+		fo.data = append(fo.data, found...)
+	}
 	for _, rec := range fo.data {
 		if err := checkRequired(rec, "stream "+a.g.stream); err != nil {
 			return nil, nil, err
@@ -496,11 +511,12 @@ func (a *tableAttempt) commit(ctx context.Context, dataFiles, delFiles, posDelFi
 			return fmt.Errorf("stage truncate: %w", err)
 		}
 	}
-	resnapDels, err := a.stageResnapshot(ctx)
+	resnapDels, resnapData, err := a.stageResnapshot(ctx)
 	if err != nil {
 		return err
 	}
 	delFiles = append(slices.Clone(delFiles), resnapDels...)
+	dataFiles = append(slices.Clone(dataFiles), resnapData...)
 	if len(dataFiles)+len(delFiles)+len(posDelFiles) > 0 {
 		props := iceberg.Properties{seqKey(a.req.Pipeline): seq, propStream: a.g.stream}
 		if err := a.tx.NewRowDelta(props).AddRows(dataFiles...).AddDeletes(append(slices.Clone(delFiles), posDelFiles...)...).Commit(ctx); err != nil {
@@ -621,6 +637,9 @@ func (a *tableAttempt) writeDeletes(ctx context.Context, tx *table.Transaction, 
 // global equality deletes. An existing table's spec is never changed.
 func (a *tableAttempt) partition(tx *table.Transaction, tbl *table.Table) error {
 	fields := a.s.Partitions[a.g.stream]
+	if a.g.history {
+		fields = nil // the spec is the mirror's; the history table stays unpartitioned
+	}
 	if len(fields) == 0 || tbl.CurrentSnapshot() != nil || !tbl.Spec().IsUnpartitioned() {
 		if len(fields) > 0 && tbl.CurrentSnapshot() != nil && tbl.Spec().IsUnpartitioned() {
 			a.d.log().Warn("iceberg: table already holds data unpartitioned; the configured partition spec is not applied", "table", a.g.table)
@@ -678,6 +697,9 @@ func (a *tableAttempt) key(tbl *table.Table) ([]string, error) {
 
 // streamKey is the primary key the group's schemas declare (the last one wins).
 func (a *tableAttempt) streamKey() []string {
+	if a.g.history {
+		return nil // a history table is only appended to
+	}
 	var k []string
 	for _, it := range a.g.items {
 		if it.Resnapshot != serve.ResnapshotNone {
@@ -725,6 +747,10 @@ func (a *tableAttempt) loadOrCreate(ctx context.Context, ident table.Identifier)
 			break
 		}
 	}
+	if a.g.history && first != nil {
+		md := first.Metadata()
+		first = arrow.NewSchema(nullable(change.DataFields(first)), &md)
+	}
 	sch, err := newTableSchema(a.g.stream, first, a.streamKey())
 	if err != nil {
 		return nil, err
@@ -733,6 +759,10 @@ func (a *tableAttempt) loadOrCreate(ctx context.Context, ident table.Identifier)
 		"format-version":                  strconv.Itoa(a.s.FormatVersion),
 		propStream:                        a.g.stream,
 		table.WriteTargetFileSizeBytesKey: strconv.FormatInt(a.s.TargetFileSize, 10),
+	}
+	if a.g.history {
+		delete(props, propStream)
+		props[propHistory] = a.g.stream
 	}
 	tbl, err = a.oc.cat.CreateTable(ctx, ident, sch, catalog.WithProperties(props))
 	if errors.Is(err, catalog.ErrTableAlreadyExists) {

@@ -10,12 +10,14 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/apache/iceberg-go/catalog"
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -220,6 +222,9 @@ func lastApplied(ctx context.Context, oc *openCatalog, s Settings, pipeline stri
 		if err != nil {
 			return a, fmt.Errorf("load table %s: %w", strings.Join(ident, "."), err)
 		}
+		if tbl.Properties()[propHistory] != "" {
+			continue // a stream's history: its mirror's fence is the stream's
+		}
 		n, err := tableSeq(tbl, pipeline)
 		if err != nil {
 			return a, err
@@ -240,6 +245,9 @@ func lastApplied(ctx context.Context, oc *openCatalog, s Settings, pipeline stri
 // committed: a failed compaction is logged and tried again after a later apply.
 func (d *Destination) autoCompact(ctx context.Context, oc *openCatalog, s Settings, raw json.RawMessage, groups []*tableGroup) {
 	for _, g := range groups {
+		if g.history {
+			continue // Compact finds a table by its stream, which names the mirror
+		}
 		tbl, err := oc.cat.LoadTable(ctx, append(s.NamespaceIdent(), g.table))
 		if err != nil || tbl.CurrentSnapshot() == nil || tbl.CurrentSnapshot().Summary == nil {
 			continue
@@ -269,4 +277,11 @@ type tableGroup struct {
 	// truncated: the stream was truncated in this apply; items holds only what came after the truncate (and
 	// the schema changes before it), and the table's commit removes every row it held.
 	truncated bool
+	// meta is what the stream's rows carry beyond its columns (rowmeta: soft_delete, metadata_columns); for a
+	// history table, the history's columns instead (history.go).
+	meta rowmeta.Options
+	// history: the group is the stream's <table>_history, every change appended as its own row (history.go).
+	history bool
+	// syncedAt is the apply's time, _skippr_synced_at of every row it writes.
+	syncedAt time.Time
 }

@@ -50,6 +50,13 @@
 // records N, the marker moves to N, and a replay of a range that overlaps what a table holds applies only the
 // items of entries above the table's fence (or the marker, if higher): those below are in the table already.
 //
+// # Soft deletes, metadata columns, history
+//
+// Per stream (rowmeta.Settings.For), the columns plugin-sdk/rowmeta names are appended to each change batch and
+// reach the table by schema evolution like any column; a soft delete is an upsert of the key's last values under
+// the delete's metadata (rowmeta.go). With history, <table>_history is one more table of the apply, appended to,
+// fenced by its own skippr.pipeline.P.sequence, marked skippr.history = S (history.go).
+//
 // # Re-snapshots
 //
 // A re-snapshot of stream S (serve.Capabilities.Resnapshot) is open while table property

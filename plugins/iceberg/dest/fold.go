@@ -1,8 +1,11 @@
 package dest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -10,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 )
 
 // opBatch is a batch conformed to the table schema with the ops of its rows.
@@ -23,7 +27,10 @@ type opBatch struct {
 type folded struct {
 	data    []arrow.RecordBatch // rows to append, in the table schema
 	deletes []arrow.RecordBatch // key columns of the keys to equality-delete
-	rows    int64               // change rows folded
+	// lookup are soft deletes (o.SoftDelete) whose key's values the fold did not see: delete rows in the
+	// table schema, whose values the table holds (tableAttempt.lookupRows).
+	lookup []arrow.RecordBatch
+	rows   int64 // change rows folded
 }
 
 func (f *folded) release() {
@@ -33,13 +40,16 @@ func (f *folded) release() {
 	for _, r := range f.deletes {
 		r.Release()
 	}
-	f.data, f.deletes = nil, nil
+	release(f.lookup)
+	f.data, f.deletes, f.lookup = nil, nil, nil
 }
 
 // fold collapses the batches by key with the SDK's fold (change.Fold). keyIdx are the key columns' indices in
 // the table schema, keySchema the Arrow schema of those columns (with their field ids). Without a key every row
-// is appended, and an update or delete is an error because nothing identifies the row it changes.
-func fold(ctx context.Context, mem memory.Allocator, batches []opBatch, keyIdx []int, keySchema *arrow.Schema, upsertInserts bool, what string) (*folded, error) {
+// is appended, and an update or delete is an error because nothing identifies the row it changes. With
+// o.SoftDelete a key whose last op is a delete keeps a row: its last values in the fold under the delete's
+// metadata columns, or, when the fold holds only deletes of it, the delete row in lookup.
+func fold(ctx context.Context, mem memory.Allocator, batches []opBatch, keyIdx []int, keySchema *arrow.Schema, upsertInserts bool, o rowmeta.Options, what string) (*folded, error) {
 	out := &folded{}
 	total := 0
 	for _, b := range batches {
@@ -63,9 +73,23 @@ func fold(ctx context.Context, mem memory.Allocator, batches []opBatch, keyIdx [
 	// Per batch, the rows whose version survives and the rows whose key needs a delete.
 	keep := make([][]int64, len(batches))
 	dels := make([][]int64, len(batches))
+	lookup := make([][]int64, len(batches))
+	// soft[values batch][delete batch]: the rows whose values and whose metadata a soft-deleted key keeps.
+	type pair struct{ vals, meta []int64 }
+	soft := map[[2]int]*pair{}
 	for _, l := range f.Last() {
-		if l.Op != change.OpDelete {
+		switch {
+		case l.Op != change.OpDelete:
 			keep[l.Batch] = append(keep[l.Batch], int64(l.Row))
+		case o.SoftDelete && len(keyIdx) > 0 && l.HasValues:
+			p := soft[[2]int{l.ValBatch, l.Batch}]
+			if p == nil {
+				p = &pair{}
+				soft[[2]int{l.ValBatch, l.Batch}] = p
+			}
+			p.vals, p.meta = append(p.vals, int64(l.ValRow)), append(p.meta, int64(l.Row))
+		case o.SoftDelete && len(keyIdx) > 0:
+			lookup[l.Batch] = append(lookup[l.Batch], int64(l.Row))
 		}
 		if l.Replaces {
 			dels[l.Batch] = append(dels[l.Batch], int64(l.Row))
@@ -94,6 +118,31 @@ func fold(ctx context.Context, mem memory.Allocator, batches []opBatch, keyIdx [
 			}
 			out.deletes = append(out.deletes, r)
 		}
+		if len(lookup[bi]) > 0 {
+			r, err := take(ctx, mem, b.rec, lookup[bi])
+			if err != nil {
+				out.release()
+				return nil, fmt.Errorf("%s: %w", what, err)
+			}
+			out.lookup = append(out.lookup, r)
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(soft), func(x, y [2]int) int { return cmp.Compare(x[0]*len(batches)+x[1], y[0]*len(batches)+y[1]) }) {
+		p := soft[k]
+		vals, err := take(ctx, mem, batches[k[0]].rec, p.vals)
+		if err != nil {
+			out.release()
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		meta, err := take(ctx, mem, batches[k[1]].rec, p.meta)
+		if err != nil {
+			vals.Release()
+			out.release()
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out.data = append(out.data, compose(vals, meta, o))
+		vals.Release()
+		meta.Release()
 	}
 	return out, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 )
 
 // TestFold checks the fold of one apply's rows for every kind of key index: a single integer key of each width
@@ -92,7 +93,7 @@ func TestFold(t *testing.T) {
 				t.Cleanup(rec.Release)
 				obs = append(obs, opBatch{rec: rec, ops: ops})
 			}
-			fo, err := fold(context.Background(), memory.DefaultAllocator, obs, keyIdx, keySchema, tc.upsert, "test")
+			fo, err := fold(context.Background(), memory.DefaultAllocator, obs, keyIdx, keySchema, tc.upsert, rowmeta.Options{}, "test")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +152,7 @@ func TestFoldNullKey(t *testing.T) {
 			rec := b.NewRecordBatch()
 			b.Release()
 			defer rec.Release()
-			_, err := fold(context.Background(), memory.DefaultAllocator, []opBatch{{rec: rec, ops: []change.Op{change.OpInsert}}}, []int{0}, sc, false, "stream s")
+			_, err := fold(context.Background(), memory.DefaultAllocator, []opBatch{{rec: rec, ops: []change.Op{change.OpInsert}}}, []int{0}, sc, false, rowmeta.Options{}, "stream s")
 			if err == nil || err.Error() != "stream s: batch 0: row 0: primary key column k is null" {
 				t.Fatalf("err = %v, want the null key named", err)
 			}

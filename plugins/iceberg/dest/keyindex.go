@@ -67,13 +67,22 @@ func (ki *keyIndex) keys(rec arrow.RecordBatch, keyIdx []int) (*keyCursor, error
 
 // take returns where row r's key was written, and forgets it: the caller replaces that row.
 func (k *keyCursor) take(r int) (file int, pos int64, ok bool, err error) {
+	return k.find(r, true)
+}
+
+// peek returns where row r's key was written, if it was.
+func (k *keyCursor) peek(r int) (file int, pos int64, ok bool, err error) {
+	return k.find(r, false)
+}
+
+func (k *keyCursor) find(r int, forget bool) (file int, pos int64, ok bool, err error) {
 	var loc uint64
 	if k.ki.ints != nil {
 		key, err := k.key.Int(r)
 		if err != nil {
 			return 0, 0, false, err
 		}
-		if loc, ok = k.ki.ints[key]; ok {
+		if loc, ok = k.ki.ints[key]; ok && forget {
 			delete(k.ki.ints, key)
 			k.ki.bytes -= intEntryBytes
 		}
@@ -81,7 +90,7 @@ func (k *keyCursor) take(r int) (file int, pos int64, ok bool, err error) {
 		if k.buf, err = k.key.Append(k.buf[:0], r); err != nil {
 			return 0, 0, false, err
 		}
-		if loc, ok = k.ki.encs[string(k.buf)]; ok {
+		if loc, ok = k.ki.encs[string(k.buf)]; ok && forget {
 			delete(k.ki.encs, string(k.buf))
 			k.ki.bytes -= encEntryBytes + int64(len(k.buf))
 		}
@@ -220,4 +229,61 @@ func asKeySchema(ctx context.Context, mem memory.Allocator, rec arrow.RecordBatc
 		cols[i] = out
 	}
 	return array.NewRecordBatch(want, cols, rec.NumRows()), nil
+}
+
+// readFileRows hands fn every column of a data file in row order. fn must not keep the batch.
+func readFileRows(ctx context.Context, fsys iceio.IO, path string, fn func(arrow.RecordBatch) error) error {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	pf, err := file.NewParquetReader(f)
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
+	if err != nil {
+		return err
+	}
+	rr, err := fr.GetRecordReader(ctx, nil, nil)
+	if err != nil {
+		return err
+	}
+	defer rr.Release()
+	for rr.Next() {
+		if err := fn(rr.RecordBatch()); err != nil {
+			return err
+		}
+	}
+	return rr.Err()
+}
+
+// concatRecords joins batches of one schema into one.
+func concatRecords(mem memory.Allocator, recs []arrow.RecordBatch) (arrow.RecordBatch, error) {
+	cols := make([]arrow.Array, recs[0].NumCols())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	var n int64
+	for _, r := range recs {
+		n += r.NumRows()
+	}
+	for j := range cols {
+		parts := make([]arrow.Array, len(recs))
+		for i, r := range recs {
+			parts[i] = r.Column(j)
+		}
+		c, err := array.Concatenate(parts, mem)
+		if err != nil {
+			return nil, err
+		}
+		cols[j] = c
+	}
+	return array.NewRecordBatch(recs[0].Schema(), cols, n), nil
 }

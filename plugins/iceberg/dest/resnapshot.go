@@ -1,12 +1,14 @@
 package dest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -56,6 +59,12 @@ type resnap struct {
 	keySchema *arrow.Schema // the key columns, with field ids, as the changes carry them
 	eqIDs     []int
 	buf       []byte
+
+	// meta and syncedAt are the group's (tableGroup): with meta.SoftDelete the rows an end removes are kept,
+	// marked deleted.
+	meta     rowmeta.Options
+	syncedAt time.Time
+	seq      uint64 // the apply's sequence number: the entry of an item that carries none
 }
 
 // bracket is a re-snapshot that ends in this apply: the keys it received here, and, when it began in an
@@ -63,6 +72,7 @@ type resnap struct {
 type bracket struct {
 	received map[string]struct{}
 	since    string // the begin property's value; "" when it began in this apply
+	entry    uint64 // the WAL entry of the end mark: _skippr_position of the rows it marks deleted
 }
 
 func newResnap(tbl *table.Table, pipeline string) *resnap {
@@ -114,14 +124,14 @@ func (r *resnap) feed(ctx context.Context, mem memory.Allocator, stream string, 
 					"add a primary key to the source table (or name its key columns in the source's settings) before asking for a re-snapshot")
 			}
 			if it.Resnapshot == serve.ResnapshotEnd && r.open && r.began {
-				del, err := r.deleteUnreceived(ctx, mem, c, out, written)
+				del, err := r.deleteUnreceived(ctx, mem, c, out, written, cmp.Or(it.Sequence, r.seq))
 				if err != nil {
 					return nil, fmt.Errorf("stream %s: %w", stream, err)
 				}
 				out = append(out, del...)
 				closed = append(closed, r.received)
 			}
-			r.mark(it.Resnapshot)
+			r.mark(it.Resnapshot, cmp.Or(it.Sequence, r.seq))
 		case it.Record != nil:
 			b := c.batches[j]
 			j++
@@ -161,7 +171,7 @@ func batchKey(b opBatch, keyIdx []int) *change.Key {
 
 // deleteUnreceived returns delete batches of the keys written in out (at their last rows) that the open
 // re-snapshot did not receive.
-func (r *resnap) deleteUnreceived(ctx context.Context, mem memory.Allocator, c *changeSet, out []opBatch, written map[string]rowAt) ([]opBatch, error) {
+func (r *resnap) deleteUnreceived(ctx context.Context, mem memory.Allocator, c *changeSet, out []opBatch, written map[string]rowAt, entry uint64) ([]opBatch, error) {
 	rows := map[int][]int64{}
 	for enc, at := range written {
 		if _, ok := r.received[enc]; !ok {
@@ -176,6 +186,16 @@ func (r *resnap) deleteUnreceived(ctx context.Context, mem memory.Allocator, c *
 		if err != nil {
 			release(opRecs(del))
 			return nil, err
+		}
+		if r.meta.SoftDelete {
+			// Folded as a soft delete, the row keeps its values under this metadata.
+			marked, err := deletedMeta(mem, rec, r.meta, entry, r.syncedAt)
+			rec.Release()
+			if err != nil {
+				release(opRecs(del))
+				return nil, err
+			}
+			rec = marked
 		}
 		ops := make([]change.Op, len(idx))
 		for i := range ops {
@@ -194,7 +214,7 @@ func opRecs(bs []opBatch) []arrow.RecordBatch {
 	return out
 }
 
-func (r *resnap) mark(m serve.ResnapshotMark) {
+func (r *resnap) mark(m serve.ResnapshotMark, entry uint64) {
 	switch m {
 	case serve.ResnapshotBegin:
 		if r.open {
@@ -205,7 +225,7 @@ func (r *resnap) mark(m serve.ResnapshotMark) {
 		if !r.open {
 			return // no begin applied here: nothing is known to be stale
 		}
-		b := bracket{received: r.received}
+		b := bracket{received: r.received, entry: entry}
 		if r.fromProp {
 			b.since = r.prop
 		}
@@ -217,12 +237,14 @@ func (r *resnap) mark(m serve.ResnapshotMark) {
 // stageResnapshot adds to the attempt's transaction what the apply's marks ask for: the equality deletes of the
 // rows that re-snapshots ending here did not receive (returned, to go into the commit's row delta), and the
 // begin property set or removed.
-func (a *tableAttempt) stageResnapshot(ctx context.Context) ([]iceberg.DataFile, error) {
+//
+// With soft_delete the rows are kept, marked deleted by the last end's entry: their rows, read from the
+// table, go into data files (returned too) beside the deletes of their old versions.
+func (a *tableAttempt) stageResnapshot(ctx context.Context) (dels, data []iceberg.DataFile, err error) {
 	r := a.rs
 	if r == nil || !r.marks {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var dels []iceberg.DataFile
 	// A truncate in this apply removes every earlier row anyway.
 	if len(r.ends) > 0 && !a.g.truncated {
 		var staged *table.StagedTable
@@ -238,11 +260,19 @@ func (a *tableAttempt) stageResnapshot(ctx context.Context) ([]iceberg.DataFile,
 				return fmt.Errorf("write equality deletes: %w", err)
 			}
 			dels = append(dels, files...)
+			if !r.meta.SoftDelete {
+				return nil
+			}
+			kept, err := a.keptDeleted(ctx, staged, recs, r.ends[len(r.ends)-1].entry)
+			if err != nil {
+				return fmt.Errorf("keep the rows marked deleted: %w", err)
+			}
+			data = append(data, kept...)
 			return nil
 		}
 		removed, err := a.unreceived(ctx, emit)
 		if err != nil {
-			return nil, fmt.Errorf("re-snapshot of %s ends: find the rows the source no longer has: %w", a.g.stream, err)
+			return nil, nil, fmt.Errorf("re-snapshot of %s ends: find the rows the source no longer has: %w", a.g.stream, err)
 		}
 		a.d.log().Info("iceberg re-snapshot applied", "table", a.g.table, "stream", a.g.stream, "sequence", a.req.Sequence, "rows_removed", removed)
 	}
@@ -254,14 +284,14 @@ func (a *tableAttempt) stageResnapshot(ctx context.Context) ([]iceberg.DataFile,
 			since = strconv.FormatInt(cur.SnapshotID, 10)
 		}
 		if err := a.tx.SetProperties(iceberg.Properties{key: since}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	case !r.open && r.prop != "":
 		if err := a.tx.RemoveProperties([]string{key}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return dels, nil
+	return dels, data, nil
 }
 
 // errHistoryGone: the snapshots since a re-snapshot's begin were expired, so which rows arrived is unknown.
@@ -343,7 +373,12 @@ func (a *tableAttempt) unreceived(ctx context.Context, emit func([]arrow.RecordB
 	for i := range names {
 		names[i] = r.keySchema.Field(i).Name
 	}
-	_, batches, err := a.tbl.Scan(table.WithSelectedFields(names...)).ToArrowRecords(ctx)
+	opts := []table.ScanOption{table.WithSelectedFields(names...)}
+	if f, ok := liveFilter(a.tbl); ok && r.meta.SoftDelete {
+		// A row marked deleted before is not live: it stays as it was.
+		opts = append(opts, table.WithRowFilter(f))
+	}
+	_, batches, err := a.tbl.Scan(opts...).ToArrowRecords(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("scan: %w", err)
 	}

@@ -23,7 +23,13 @@ import (
 // type replaced by the Arrow type that maps losslessly onto an Iceberg type (see icebergCompatible).
 func dataSchema(s *arrow.Schema) *arrow.Schema {
 	md := s.Metadata()
-	fields := change.DataFields(s)
+	var fields []arrow.Field
+	for _, f := range s.Fields() {
+		// Columns this plugin adds (rowmeta's, the history's) have the reserved prefix but are the table's.
+		if !change.Reserved(f.Name) || isAdded(f) {
+			fields = append(fields, f)
+		}
+	}
 	for i := range fields {
 		fields[i].Type = icebergCompatible(fields[i].Type)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/iceberg-go"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -42,6 +43,9 @@ type Settings struct {
 	// SpillDir is the local directory where a re-snapshot's end writes the keys that outgrow the memory budget
 	// (keydiff.go); "" is the system's temp directory.
 	SpillDir string `json:"spill_dir"`
+	// Settings are soft_delete, metadata_columns, history and their per-stream table_options
+	// (plugin-sdk/rowmeta; rowmeta.go, history.go), decided per stream with For.
+	rowmeta.Settings
 }
 
 // AutoCompact is the background compaction policy: the destination runs `compact` on a table (with its
@@ -142,6 +146,7 @@ const SettingsSchema = `{
     "upsert_inserts": {"type": "boolean", "description": "inserts and snapshot reads replace rows with the same key"},
     "memory_limit": {"oneOf": [{"type": "integer", "minimum": 33554432}, {"type": "string", "pattern": "^\\s*([0-9]+\\s*([KMGT]i?B|B)?|[oO][fF][fF])\\s*$"}], "description": "memory cap of the plugin process: bytes, or \"512MiB\", \"2GiB\"; \"off\" holds each apply whole (default 1GiB)"},
     "spill_dir": {"type": "string", "description": "local directory where a re-snapshot's end spills the keys that outgrow memory_limit (default: the system's temp directory, TMPDIR)"},
+    ` + rowmeta.SchemaProperties + `,
     "auto_compact": {
       "type": "object",
       "additionalProperties": false,
@@ -246,6 +251,9 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 		return s, fmt.Errorf("settings: format_version %d is not 2 or 3 (row-level deletes need 2 or later)", s.FormatVersion)
 	}
 	if err := s.checkMemoryLimit(); err != nil {
+		return s, err
+	}
+	if err := s.Settings.Check(); err != nil {
 		return s, err
 	}
 	if s.S3 != nil && !strings.HasPrefix(c.Warehouse, "s3://") && c.Type == "sql" {

@@ -45,6 +45,16 @@ func TestParseSettings(t *testing.T) {
 		{name: "relative file url", raw: `{"catalog": {"warehouse": "file://x/y"}}`, err: "absolute path"},
 		{name: "gs warehouse", raw: `{"catalog": {"warehouse": "gs://b"}}`, err: "only local paths, file:// and s3://"},
 		{name: "empty namespace level", raw: `{"catalog": {"warehouse": "/x"}, "namespace": "a..b"}`, err: "empty level"},
+		{name: "metadata column twice", raw: `{"catalog": {"warehouse": "/x"}, "metadata_columns": ["op", "op"]}`, err: `lists "op" twice`},
+		{name: "unknown metadata column", raw: `{"catalog": {"warehouse": "/x"}, "metadata_columns": ["when"]}`, err: `unknown column "when"`},
+		{name: "bad override", raw: `{"catalog": {"warehouse": "/x"}, "table_options": {"public.a": {"metadata_columns": ["when"]}}}`, err: "table_options.public.a"},
+		{name: "soft delete per stream", raw: `{"catalog": {"warehouse": "/x"}, "soft_delete": true, "metadata_columns": ["op"], "table_options": {"public.a": {"soft_delete": false, "history": true}}}`, check: func(t *testing.T, s Settings) {
+			a, errA := s.For("public.a")
+			b, errB := s.For("public.b")
+			if errA != nil || errB != nil || a.SoftDelete || !a.Op || !a.History || !b.SoftDelete || !b.Op || b.History {
+				t.Fatalf("public.a %+v (%v), public.b %+v (%v)", a, errA, b, errB)
+			}
+		}},
 		{name: "memory_limit default", raw: `{"catalog": {"warehouse": "/x"}}`, check: func(t *testing.T, s Settings) {
 			if s.MemoryLimit != 1<<30 || s.bufferBudget() != 256<<20 {
 				t.Fatalf("memory_limit %d, budget %d", s.MemoryLimit, s.bufferBudget())

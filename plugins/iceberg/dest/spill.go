@@ -1,10 +1,12 @@
 package dest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -53,7 +55,7 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 			return err
 		}
 		st.skipped = skipped
-	} else if k := keyOf(items); k != nil && !slices.Equal(k, st.a.keyCols) {
+	} else if k := keyOf(items); k != nil && !st.g.history && !slices.Equal(k, st.a.keyCols) {
 		return fmt.Errorf("stream %s: primary key changed from (%s) to (%s) within one apply", st.g.stream, strings.Join(st.a.keyCols, ", "), strings.Join(k, ", "))
 	}
 	if st.skipped {
@@ -64,15 +66,16 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 		return err
 	}
 	defer c.release()
-	upsert := st.s.UpsertInserts || st.a.rs.upsert(items)
+	upsert := st.s.UpsertInserts || st.g.meta.SoftDelete || st.a.rs.upsert(items)
 	closed, err := st.a.rs.feed(ctx, st.a.mem, st.g.stream, items, c)
 	if err != nil {
 		return err
 	}
+	var unreceived []uint64
 	for _, received := range closed {
-		st.dropUnreceived(received)
+		unreceived = append(unreceived, st.dropUnreceived(received)...)
 	}
-	fo, err := fold(ctx, st.a.mem, c.batches, c.keyIdx, c.keySchema, upsert, "stream "+st.g.stream)
+	fo, err := fold(ctx, st.a.mem, c.batches, c.keyIdx, c.keySchema, upsert, st.g.meta, "stream "+st.g.stream)
 	if err != nil {
 		return err
 	}
@@ -80,6 +83,18 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 	if len(c.keyIdx) > 0 {
 		if st.index == nil {
 			st.index = newKeyIndex(c)
+		}
+		if len(fo.lookup) > 0 {
+			if err := st.softDeleteWritten(ctx, c, fo); err != nil {
+				return err
+			}
+		}
+		if len(unreceived) > 0 && st.g.meta.SoftDelete {
+			kept, err := st.keepUnreceived(ctx, c, unreceived, st.a.rs.ends[len(st.a.rs.ends)-1].entry)
+			if err != nil {
+				return err
+			}
+			fo.data = append(fo.data, kept...)
 		}
 		if err := st.supersede(c); err != nil {
 			return err
@@ -294,11 +309,12 @@ func keyOf(items []serve.Item) []string {
 // dropUnreceived removes, by position deletes, the rows earlier chunks of the apply wrote whose key a
 // re-snapshot that began in this apply and ends in the current chunk did not receive: written before its begin,
 // and not sent since (resnap.feed deletes those of the current chunk).
-func (st *spilledTable) dropUnreceived(received map[string]struct{}) {
+func (st *spilledTable) dropUnreceived(received map[string]struct{}) (dropped []uint64) {
 	if st.index == nil {
-		return
+		return nil
 	}
 	drop := func(loc uint64) {
+		dropped = append(dropped, loc)
 		if st.posDels == nil {
 			st.posDels = map[int][]int64{}
 		}
@@ -321,4 +337,186 @@ func (st *spilledTable) dropUnreceived(received map[string]struct{}) {
 			st.index.bytes -= encEntryBytes + int64(len(k))
 		}
 	}
+	return dropped
+}
+
+// softDeleteWritten gives the soft deletes of fo.lookup whose key an earlier chunk of the apply wrote out the
+// values of that row (read back from its data file, uncommitted and so not in the table), under the delete's
+// metadata, as rows to add; the rest stay in fo.lookup, for the table to give their values (lookupRows). It
+// runs before supersede forgets where those rows are.
+func (st *spilledTable) softDeleteWritten(ctx context.Context, c *changeSet, fo *folded) error {
+	type want struct {
+		pos       int64
+		batch, at int // the delete row: fo.lookup[batch], row at
+	}
+	byFile := map[int][]want{}
+	rest := make([][]int64, len(fo.lookup))
+	for bi, d := range fo.lookup {
+		keys, err := st.index.keys(d, c.keyIdx)
+		if err != nil {
+			return err
+		}
+		for r := range int(d.NumRows()) {
+			file, pos, ok, err := keys.peek(r)
+			if err != nil {
+				return fmt.Errorf("stream %s: %w", st.g.stream, err)
+			}
+			if ok {
+				byFile[file] = append(byFile[file], want{pos, bi, r})
+			} else {
+				rest[bi] = append(rest[bi], int64(r))
+			}
+		}
+	}
+	if len(byFile) == 0 {
+		return nil
+	}
+	for _, fileNo := range slices.Sorted(maps.Keys(byFile)) {
+		ws := byFile[fileNo]
+		slices.SortFunc(ws, func(x, y want) int { return cmp.Compare(x.pos, y.pos) })
+		pos := make([]int64, len(ws))
+		for i, w := range ws {
+			pos[i] = w.pos
+		}
+		vals, err := st.rowsAt(ctx, c, fileNo, pos)
+		if err != nil {
+			return err
+		}
+		// The delete rows, one take per row (a chunk's soft deletes of keys written before it are few next to
+		// its rows), in the order of vals.
+		parts := make([]arrow.RecordBatch, 0, len(ws))
+		for _, w := range ws {
+			p, err := take(ctx, st.a.mem, fo.lookup[w.batch], []int64{int64(w.at)})
+			if err != nil {
+				vals.Release()
+				release(parts)
+				return err
+			}
+			parts = append(parts, p)
+		}
+		meta, err := concatRecords(st.a.mem, parts)
+		release(parts)
+		if err != nil {
+			vals.Release()
+			return err
+		}
+		fo.data = append(fo.data, compose(vals, meta, st.g.meta))
+		vals.Release()
+		meta.Release()
+	}
+	var left []arrow.RecordBatch
+	for bi, d := range fo.lookup {
+		if len(rest[bi]) == 0 {
+			continue
+		}
+		r, err := take(ctx, st.a.mem, d, rest[bi])
+		if err != nil {
+			release(left)
+			return err
+		}
+		left = append(left, r)
+	}
+	release(fo.lookup)
+	fo.lookup = left
+	return nil
+}
+
+// rowsAt reads the rows at positions pos (ascending) of the data file an earlier chunk wrote (files[fileNo]),
+// in the table schema c.target.
+func (st *spilledTable) rowsAt(ctx context.Context, c *changeSet, fileNo int, pos []int64) (arrow.RecordBatch, error) {
+	path := st.files[fileNo].FilePath()
+	var (
+		parts []arrow.RecordBatch
+		at    int64
+		i     int
+	)
+	defer func() { release(parts) }()
+	err := readFileRows(ctx, st.a.fs, path, func(rec arrow.RecordBatch) error {
+		n := at + rec.NumRows()
+		var rows []int64
+		for ; i < len(pos) && pos[i] < n; i++ {
+			rows = append(rows, pos[i]-at)
+		}
+		at = n
+		if len(rows) == 0 {
+			return nil
+		}
+		conformed, err := conform(ctx, st.a.mem, rec, c.target, "data file "+path)
+		if err != nil {
+			return err
+		}
+		defer conformed.Release()
+		t, err := take(ctx, st.a.mem, conformed, rows)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, t)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: read back rows of %s: %w", st.g.stream, path, err)
+	}
+	if i < len(pos) {
+		return nil, fmt.Errorf("stream %s: %s holds fewer rows than the key index says", st.g.stream, path)
+	}
+	return concatRecords(st.a.mem, parts)
+}
+
+// keepUnreceived reads back the rows at locs (as dropUnreceived returns them) and returns them marked deleted by
+// the re-snapshot's end entry: with soft_delete, a row the re-snapshot did not receive is kept, flagged.
+func (st *spilledTable) keepUnreceived(ctx context.Context, c *changeSet, locs []uint64, entry uint64) ([]arrow.RecordBatch, error) {
+	byFile := map[int][]int64{}
+	for _, loc := range locs {
+		f := int(loc >> posBits)
+		byFile[f] = append(byFile[f], int64(loc&(1<<posBits-1)))
+	}
+	// A key this chunk holds too is the chunk's to write (its fold has the newer version, deleted or not).
+	inChunk := map[string]struct{}{}
+	var buf []byte
+	for _, b := range c.batches {
+		k := batchKey(b, c.keyIdx)
+		for r := range int(b.rec.NumRows()) {
+			var err error
+			if buf, err = k.Append(buf[:0], r); err != nil {
+				return nil, err
+			}
+			inChunk[string(buf)] = struct{}{}
+		}
+	}
+	var out []arrow.RecordBatch
+	for _, f := range slices.Sorted(maps.Keys(byFile)) {
+		pos := byFile[f]
+		slices.Sort(pos)
+		all, err := st.rowsAt(ctx, c, f, pos)
+		if err != nil {
+			release(out)
+			return nil, err
+		}
+		k := batchKey(opBatch{rec: all}, c.keyIdx)
+		var keep []int64
+		for r := range int(all.NumRows()) {
+			if buf, err = k.Append(buf[:0], r); err != nil {
+				all.Release()
+				release(out)
+				return nil, err
+			}
+			if _, ok := inChunk[string(buf)]; !ok {
+				keep = append(keep, int64(r))
+			}
+		}
+		rows, err := take(ctx, st.a.mem, all, keep)
+		all.Release()
+		if err != nil {
+			release(out)
+			return nil, err
+		}
+		marked, err := deletedMeta(st.a.mem, rows, st.g.meta, entry, st.g.syncedAt)
+		rows.Release()
+		if err != nil {
+			release(out)
+			return nil, err
+		}
+		out = append(out, marked)
+	}
+	return out, nil
 }

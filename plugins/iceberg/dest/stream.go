@@ -9,10 +9,12 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/util"
 	"github.com/apache/iceberg-go/catalog"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -80,7 +82,8 @@ func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult,
 	if err := ensureNamespace(ctx, oc.cat, ns); err != nil {
 		return serve.ApplyResult{}, err
 	}
-	b := &applyBuffer{d: d, oc: oc, s: s, req: req, marker: marker, byTable: map[string]*tableBuf{}, fences: map[string]uint64{}, budget: s.bufferBudget()}
+	b := &applyBuffer{d: d, oc: oc, s: s, req: req, marker: marker, byTable: map[string]*tableBuf{}, fences: map[string]uint64{}, budget: s.bufferBudget(),
+		now: time.Now().UTC().Truncate(time.Microsecond)}
 	if d.hooks.bufferBudget > 0 {
 		b.budget = d.hooks.bufferBudget
 	}
@@ -148,6 +151,7 @@ type applyBuffer struct {
 	tables  []*tableBuf
 	byTable map[string]*tableBuf
 	fences  map[string]uint64 // per table met: what it holds already (see fence)
+	now     time.Time         // the apply's time: _skippr_synced_at
 	budget  int64             // bytes of batches to buffer before spilling; 0: no limit
 	bytes   int64             // bytes of batches buffered
 }
@@ -164,34 +168,40 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 	if it.Record == nil && it.Schema == nil && !it.Truncate && it.Resnapshot == serve.ResnapshotNone {
 		return fmt.Errorf("stream %s: item holds neither a batch, a schema, a truncate nor a re-snapshot mark", it.Stream)
 	}
-	name := b.s.TableName(it.Stream)
-	tb, ok := b.byTable[name]
-	if !ok {
-		// A table whose items all lie below its fence gets no buffer: it takes no part in the commits.
-		fence, known := b.fences[name]
-		if !known {
-			var err error
-			if fence, err = b.fence(ctx, name); err != nil {
-				return fmt.Errorf("table %s: %w", name, err)
-			}
-			b.fences[name] = fence
-		}
-		if b.below(it, fence) {
-			return nil
-		}
-		tb = &tableBuf{g: &tableGroup{stream: it.Stream, table: name}, fence: fence}
-		b.byTable[name] = tb
-		b.tables = append(b.tables, tb)
-	} else if tb.g.stream != it.Stream {
-		return fmt.Errorf("streams %s and %s both map to table %s", tb.g.stream, it.Stream, name)
+	meta, err := b.s.For(it.Stream)
+	if err != nil {
+		return err
 	}
-	if b.below(it, tb.fence) {
-		return nil
+	name := b.s.TableName(it.Stream)
+	if meta.History && !it.Truncate && it.Resnapshot == serve.ResnapshotNone {
+		// The history table takes every change and schema, before the mirror's truncates drop rows.
+		hist := meta
+		hist.SoftDelete = false
+		htb, err := b.table(ctx, historyTable(name), it, hist, true)
+		if err != nil {
+			return err
+		}
+		if htb != nil {
+			b.hold(htb, it)
+		}
+	}
+	tb, err := b.table(ctx, name, it, meta, false)
+	if err != nil || tb == nil {
+		return err
 	}
 	if it.Truncate {
 		b.truncate(ctx, tb)
 		return nil
 	}
+	b.hold(tb, it)
+	if b.budget > 0 && b.bytes > b.room() {
+		return b.spill(ctx)
+	}
+	return nil
+}
+
+// hold buffers the item for the table.
+func (b *applyBuffer) hold(tb *tableBuf, it serve.Item) {
 	if it.Record != nil {
 		it.Record.Retain() // the stream releases what it yielded once we ask for the next item
 		n := int64(util.TotalRecordSize(it.Record))
@@ -199,10 +209,35 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 		b.bytes += n
 	}
 	tb.g.items = append(tb.g.items, it)
-	if b.budget > 0 && b.bytes > b.room() {
-		return b.spill(ctx)
+}
+
+// table returns the buffer of the named table for the item, made on first use; nil when the item's entry is
+// at or below the table's fence (the table holds it already). meta and history describe the group.
+func (b *applyBuffer) table(ctx context.Context, name string, it serve.Item, meta rowmeta.Options, history bool) (*tableBuf, error) {
+	tb, ok := b.byTable[name]
+	if !ok {
+		// A table whose items all lie below its fence gets no buffer: it takes no part in the commits.
+		fence, known := b.fences[name]
+		if !known {
+			var err error
+			if fence, err = b.fence(ctx, name); err != nil {
+				return nil, fmt.Errorf("table %s: %w", name, err)
+			}
+			b.fences[name] = fence
+		}
+		if b.below(it, fence) {
+			return nil, nil
+		}
+		tb = &tableBuf{g: &tableGroup{stream: it.Stream, table: name, meta: meta, history: history, syncedAt: b.now}, fence: fence}
+		b.byTable[name] = tb
+		b.tables = append(b.tables, tb)
+	} else if tb.g.stream != it.Stream || tb.g.history != history {
+		return nil, fmt.Errorf("streams %s and %s both map to table %s", tb.g.stream, it.Stream, name)
 	}
-	return nil
+	if b.below(it, tb.fence) {
+		return nil, nil
+	}
+	return tb, nil
 }
 
 // below says the item's entry is at or below fence: the table holds it already.
