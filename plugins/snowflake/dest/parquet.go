@@ -53,6 +53,9 @@ func stageType(dt arrow.DataType, t sfsql.Type) arrow.DataType {
 	if t.Nested() {
 		return arrow.BinaryTypes.String
 	}
+	if e, ok := dt.(arrow.ExtensionType); ok { // staged as its storage (sfsql.Of), e.g. a uuid as plain binary
+		return stageType(e.StorageType(), t)
+	}
 	switch dt.ID() {
 	case arrow.NULL:
 		return arrow.BinaryTypes.String
@@ -150,6 +153,9 @@ func convert(mem memory.Allocator, a arrow.Array, t sfsql.Type, want arrow.DataT
 			b.Append(string(j))
 		}
 		return b.NewArray(), nil
+	}
+	if e, ok := a.(array.ExtensionArray); ok { // staged as its storage (stageType)
+		return convert(mem, e.Storage(), t, want)
 	}
 	switch src := a.(type) {
 	case *array.Date32:
