@@ -25,7 +25,8 @@ import (
 //
 // With SKIPPR_BIGQUERY_PROJECT set (`make live-bigquery`) the same run goes to that project instead, in a
 // dataset of its own that is deleted at the end (harness.BigQueryFromEnv), and the rows are read back with
-// BigQuery's client and compared with the source's to_jsonb value by value.
+// BigQuery's client and compared with the source's to_jsonb value by value; the plugin's crash hook needs the
+// stand-in, so there the SIGKILLs alone interrupt applies.
 func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
 	src := pgtest.NewDB(t)
 	live := harness.BigQueryFromEnv(t)
@@ -61,7 +62,9 @@ func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
 	if live == nil {
 		whSettings = fmt.Sprintf(`{ project: %s, dataset: chaos, endpoint: "%s", test_crash_dir: "%s" }`, bq.Project, bq.URL, crashes)
 	} else {
-		whSettings = live.Settings(fmt.Sprintf(`test_crash_dir: %q`, crashes))
+		// The crash hook needs the stand-in (the plugin refuses test_crash_dir with real credentials); live,
+		// the SIGKILLs alone land inside applies, which take seconds there.
+		whSettings = live.Settings("")
 		e.ExtraEnv = append(e.ExtraEnv, live.Env()...)
 	}
 	e.WriteConfig(fmt.Sprintf(`connections:
@@ -102,15 +105,14 @@ pipelines:
 		}
 	}
 	e.MustRun("sync", "--once")
+	if live != nil {
+		compareLiveBigQuery(t, ctx, sc, live)
+		t.Logf("live: %d SIGKILLs of skippr sync, one of the bigquery plugin, then a column added; the rows equal the source's", kills)
+		return
+	}
 	hooks, err := os.ReadDir(crashes)
 	if err != nil || len(hooks) == 0 {
 		t.Fatalf("the plugin never reached its crash point before commit (%v)", err)
-	}
-	if live != nil {
-		compareLiveBigQuery(t, ctx, sc, live)
-		t.Logf("live: %d SIGKILLs of skippr sync, one of the bigquery plugin, %d exits of the plugin between staging and commit, then a column added",
-			kills, len(hooks))
-		return
 	}
 
 	const row = `id::text || '|' || name || '|' || coalesce(trim_scale(amount)::text, '') || '|' || %s || '|' ||
