@@ -129,7 +129,8 @@ pipelines:
 	if !strings.Contains(r.Stderr, proposed) {
 		t.Errorf("sync --once without apply.max_interval does not log %q:\n%s", proposed, r.Stderr)
 	}
-	if took := time.Since(onceAt); took > 45*time.Second {
+	// (Live, the final sync's own work on a real warehouse can take that long: not checked there.)
+	if took := time.Since(onceAt); live == nil && took > 45*time.Second {
 		t.Errorf("sync --once took %v: it waited for the proposed max_interval", took)
 	}
 
