@@ -58,13 +58,17 @@ check-size:
 
 # The Snowflake destination's tests against a real account (plugins/snowflake/README.md, "Tests"), with the
 # credentials in SKIPPR_SNOWFLAKE_*: each test uses its own pipeline id and table names and drops them at its end.
+# Then the type matrix (test/e2e) and the SIGKILL run (test/chaos) through skippr sync into the account, each in
+# a schema of its own, dropped at its end (test/harness/warehouse.go).
 # Without SKIPPR_SNOWFLAKE_ACCOUNT it builds the tests, runs TestLiveAccount, which skips saying how to run, and
 # succeeds.
 live-snowflake:
 	@if [ -n "$$SKIPPR_SNOWFLAKE_ACCOUNT" ]; then \
 		for v in USER WAREHOUSE DATABASE; do eval "x=\$$SKIPPR_SNOWFLAKE_$$v"; [ -n "$$x" ] || { echo "live-snowflake: set SKIPPR_SNOWFLAKE_$$v" >&2; exit 1; }; done; \
 		[ -n "$$SKIPPR_SNOWFLAKE_PASSWORD$$SKIPPR_SNOWFLAKE_PRIVATE_KEY" ] || { echo "live-snowflake: set SKIPPR_SNOWFLAKE_PASSWORD or SKIPPR_SNOWFLAKE_PRIVATE_KEY" >&2; exit 1; }; \
-		cd plugins/snowflake && $(GO) test -count=1 -v -timeout 30m ./dest/; \
+		(cd plugins/snowflake && $(GO) test -count=1 -v -timeout 30m ./dest/) && \
+		VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) $(GO) test -count=1 -v -timeout 60m -run '^TestTypeMatrixIntoSnowflake$$' ./test/e2e/ && \
+		VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) $(GO) test -count=1 -v -timeout 60m -run '^TestPostgresToSnowflakeSurvivesSIGKILL$$' ./test/chaos/; \
 	else \
 		cd plugins/snowflake && $(GO) test -count=1 -v -run '^TestLiveAccount$$' ./dest/; \
 	fi
@@ -124,10 +128,14 @@ chaos: build tools
 
 # The BigQuery plugin against a real project (plugins/bigquery/README.md, "Tests"): set SKIPPR_BIGQUERY_PROJECT
 # and SKIPPR_BIGQUERY_DATASET, and SKIPPR_BIGQUERY_CREDENTIALS_JSON (or application-default credentials). Each
-# run uses its own pipeline ids and table prefix and drops what it made; without the variables it skips.
+# run uses its own pipeline ids and table prefix and drops what it made; then the type matrix (test/e2e) and the
+# SIGKILL run (test/chaos) through skippr sync, each in a dataset of its own (in SKIPPR_BIGQUERY_LOCATION,
+# default US), deleted at its end. Without the variables it says what to set and fails.
 live-bigquery:
 	@test -n "$$SKIPPR_BIGQUERY_PROJECT" -a -n "$$SKIPPR_BIGQUERY_DATASET" || { echo "live-bigquery: set SKIPPR_BIGQUERY_PROJECT and SKIPPR_BIGQUERY_DATASET (and SKIPPR_BIGQUERY_CREDENTIALS_JSON or application-default credentials)"; exit 2; }
 	cd plugins/bigquery && $(GO) test -count=1 -timeout 30m -run 'TestLive' -v ./dest/
+	VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) $(GO) test -count=1 -v -timeout 60m -run '^TestTypeMatrixIntoBigQuery$$' ./test/e2e/
+	VERSITYGW=$(VERSITYGW) SEAWEEDFS=$(SEAWEEDFS) $(GO) test -count=1 -v -timeout 60m -run '^TestPostgresToBigQuerySurvivesSIGKILL$$' ./test/chaos/
 
 # The engine's failpoints build is vetted too (engine/failpoint: files that exist only under that tag).
 lint:

@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,10 +22,22 @@ import (
 // updates and deletes rows with arrays (ARRAY<STRING>), jsonb (JSON), numeric (NUMERIC) and timestamptz
 // (TIMESTAMP) values, SIGKILLs the engine during the snapshot and during streaming and the bigquery plugin
 // alone, makes the plugin exit between staging and commit (its test_crash_dir hook: at the first apply, certain to come, and at every 25th), then adds a column in the source, and compares the two tables row by row after a final sync.
+//
+// With SKIPPR_BIGQUERY_PROJECT set (`make live-bigquery`) the same run goes to that project instead, in a
+// dataset of its own that is deleted at the end (harness.BigQueryFromEnv), and the rows are read back with
+// BigQuery's client and compared with the source's to_jsonb value by value; the plugin's crash hook needs the
+// stand-in, so there the SIGKILLs alone interrupt applies.
 func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
 	src := pgtest.NewDB(t)
-	bq := bigquerytest.Start(t, "skippr-chaos")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	live := harness.BigQueryFromEnv(t)
+	var bq *bigquerytest.Server // nil when live
+	timeout := 15 * time.Minute
+	if live == nil {
+		bq = bigquerytest.Start(t, "skippr-chaos")
+	} else {
+		timeout = 40 * time.Minute // every apply is a few query jobs of a real project
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	conn := func() *pgx.Conn {
 		c, err := pgx.Connect(ctx, src.ConnString())
@@ -44,6 +58,15 @@ func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
 	e.MustRun("registry", "add", e.Registry, testplugins.Build(t, "bigquery"), "--name", "bigquery", "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
 	e.MustRun("registry", "sign", e.Registry, "--key", filepath.Join(e.Dir, "keys", "skippr-ed25519.key"))
 	s := src.Server
+	whSettings := ""
+	if live == nil {
+		whSettings = fmt.Sprintf(`{ project: %s, dataset: chaos, endpoint: "%s", test_crash_dir: "%s" }`, bq.Project, bq.URL, crashes)
+	} else {
+		// The crash hook needs the stand-in (the plugin refuses test_crash_dir with real credentials); live,
+		// the SIGKILLs alone land inside applies, which take seconds there.
+		whSettings = live.Settings("")
+		e.ExtraEnv = append(e.ExtraEnv, live.Env()...)
+	}
 	e.WriteConfig(fmt.Sprintf(`connections:
   src:
     plugin: postgres
@@ -52,7 +75,7 @@ func TestPostgresToBigQuerySurvivesSIGKILL(t *testing.T) {
   warehouse:
     plugin: bigquery
     version: "~> 0.1"
-    settings: { project: %[4]s, dataset: chaos, endpoint: "%[5]s", test_crash_dir: "%[7]s" }
+    settings: %[4]s
     # Overrides the plugin's 60 s default: the crash point needs many applies.
     apply: { max_interval: 0s }
 pipelines:
@@ -61,9 +84,9 @@ pipelines:
     destinations: [warehouse]
     delivery: exactly-once
     wal:
-      url: file://%[6]s
+      url: file://%[5]s
       group_commit: { max_bytes: 256KiB, max_delay: 100ms }
-`, s.Host, s.Port, src.Name, bq.Project, bq.URL, filepath.Join(e.Dir, "wal"), crashes))
+`, s.Host, s.Port, src.Name, whSettings, filepath.Join(e.Dir, "wal")))
 
 	stopWriter := harness.StartOrdersWriter(t, ctx, conn(), 20001)
 	kills := 8
@@ -82,6 +105,15 @@ pipelines:
 		}
 	}
 	e.MustRun("sync", "--once")
+	if live != nil {
+		compareLiveBigQuery(t, ctx, sc, live)
+		t.Logf("live: %d SIGKILLs of skippr sync, one of the bigquery plugin, then a column added; the rows equal the source's", kills)
+		return
+	}
+	hooks, err := os.ReadDir(crashes)
+	if err != nil || len(hooks) == 0 {
+		t.Fatalf("the plugin never reached its crash point before commit (%v)", err)
+	}
 
 	const row = `id::text || '|' || name || '|' || coalesce(trim_scale(amount)::text, '') || '|' || %s || '|' ||
 		coalesce(doc::text, '') || '|' || coalesce(to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), '') || '|' || coalesce(note, '')`
@@ -106,10 +138,49 @@ pipelines:
 			t.Fatalf("row %d differs:\nsource   %s\nbigquery %s", i, want[i], got[i])
 		}
 	}
-	hooks, err := os.ReadDir(crashes)
-	if err != nil || len(hooks) == 0 {
-		t.Fatalf("the plugin never reached its crash point before commit (%v)", err)
-	}
 	t.Logf("%d SIGKILLs of skippr sync, one of the bigquery plugin, %d exits of the plugin between staging and commit, then a column added; %d rows equal in Postgres and BigQuery; %d query jobs",
 		kills, len(hooks), len(want), len(bq.Queries()))
+}
+
+// compareLiveBigQuery compares the live table with the source value by value: BigQuery's TO_JSON_STRING of
+// each row against PostgreSQL's to_jsonb (numbers by value, timestamps as instants, JSON and arrays element
+// by element).
+func compareLiveBigQuery(t *testing.T, ctx context.Context, sc *pgx.Conn, live *harness.BigQueryLive) {
+	t.Helper()
+	rows, err := sc.Query(ctx, `SELECT to_jsonb(o)::text FROM orders o`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := live.Rows(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(texts) {
+		t.Fatalf("the BigQuery table has %d rows, the source %d", len(got), len(texts))
+	}
+	byID := map[string]map[string]any{}
+	for _, g := range got {
+		byID[fmt.Sprint(g["id"])] = g
+	}
+	for _, text := range texts {
+		var w map[string]any
+		d := json.NewDecoder(strings.NewReader(text))
+		d.UseNumber()
+		if err := d.Decode(&w); err != nil {
+			t.Fatal(err)
+		}
+		g, ok := byID[fmt.Sprint(w["id"])]
+		if !ok {
+			t.Fatalf("id %v: missing from the BigQuery table", w["id"])
+		}
+		for col, v := range w {
+			if !harness.SameWarehouseValue(g[col], v) {
+				t.Fatalf("id %v column %s: BigQuery %#v, source %#v", w["id"], col, g[col], v)
+			}
+		}
+	}
 }

@@ -179,11 +179,27 @@ const (
 	readerScan = "iceberg-go scan"
 	readerJSON = "json"
 	readerCSV  = "csv"
+	// A warehouse's rows as testkit's stand-ins give them (PostgreSQL's to_jsonb of their storage) or as
+	// harness.SnowflakeLive.Rows gives them in the same forms: a BINARY is "\x" and hex.
+	readerWarehouse = "warehouse"
+	// BigQuery's TO_JSON_STRING (harness.BigQueryLive.Rows): BYTES are base64.
+	readerBigQueryLive = "bigquery TO_JSON_STRING"
 )
 
 // expectedMatrix reads the types table from PostgreSQL as text in the session settings the source uses; a
 // list is a JSON array of its elements' texts. _skippr_meta is NULL: nothing in the matrix is unrepresentable.
 func expectedMatrix(ctx context.Context, t *testing.T, pg *pgx.Conn) map[string]map[string]string {
+	t.Helper()
+	kinds := map[string]string{"id": "int32"}
+	for _, c := range pgtest.TypeMatrix {
+		kinds[c.Col] = c.Arrow
+	}
+	return expectedRows(ctx, t, pg, "types", pgtest.TypeMatrix, kinds)
+}
+
+// expectedRows is expectedMatrix of a table with the columns cols after its key id, each brought to the
+// canonical form of its kind in kinds.
+func expectedRows(ctx context.Context, t *testing.T, pg *pgx.Conn, table string, cols []pgtest.TypeCase, kinds map[string]string) map[string]map[string]string {
 	t.Helper()
 	for _, set := range []string{"DateStyle=ISO", "IntervalStyle=iso_8601", "TimeZone=UTC", "extra_float_digits=3", "bytea_output=hex"} {
 		k, v, _ := strings.Cut(set, "=")
@@ -193,7 +209,7 @@ func expectedMatrix(ctx context.Context, t *testing.T, pg *pgx.Conn) map[string]
 	}
 	exprs := []string{"id::text"}
 	names := []string{"id"}
-	for _, c := range pgtest.TypeMatrix {
+	for _, c := range cols {
 		col := pgx.Identifier{c.Col}.Sanitize()
 		if strings.HasPrefix(c.Arrow, "list<") {
 			exprs = append(exprs, fmt.Sprintf(`CASE WHEN %[1]s IS NULL THEN NULL ELSE coalesce((SELECT json_agg(CASE WHEN e IS NOT NULL THEN format('%%s', e) END ORDER BY i) FROM unnest(%[1]s) WITH ORDINALITY AS u(e, i)), '[]')::text END`, col))
@@ -202,7 +218,7 @@ func expectedMatrix(ctx context.Context, t *testing.T, pg *pgx.Conn) map[string]
 		}
 		names = append(names, c.Col)
 	}
-	rows, err := pg.Query(ctx, "SELECT "+strings.Join(exprs, ", ")+" FROM types ORDER BY id")
+	rows, err := pg.Query(ctx, "SELECT "+strings.Join(exprs, ", ")+" FROM "+pgx.Identifier{table}.Sanitize()+" ORDER BY id")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,12 +251,7 @@ func expectedMatrix(ctx context.Context, t *testing.T, pg *pgx.Conn) map[string]
 			if v == "NULL" || col == "_skippr_meta" {
 				continue
 			}
-			kind := map[string]string{"id": "int32"}[col]
-			for _, c := range pgtest.TypeMatrix {
-				if c.Col == col {
-					kind = c.Arrow
-				}
-			}
+			kind := kinds[col]
 			if strings.HasPrefix(kind, "list<") {
 				var elems []*string
 				if err := json.Unmarshal([]byte(v), &elems); err != nil {
@@ -542,9 +553,9 @@ func canon(t *testing.T, reader, kind string, v any) string {
 		var b []byte
 		var err error
 		switch {
-		case reader == readerPG:
+		case reader == readerPG || reader == readerWarehouse:
 			b, err = hex.DecodeString(strings.TrimPrefix(s, `\x`))
-		case reader == readerScan:
+		case reader == readerScan || reader == readerBigQueryLive:
 			b, err = base64.StdEncoding.DecodeString(s)
 		default: // DuckDB's BLOB text: printable ASCII as itself, other bytes as \xHH
 			b, err = duckBlob(s)
@@ -554,7 +565,10 @@ func canon(t *testing.T, reader, kind string, v any) string {
 		}
 		return hex.EncodeToString(b)
 	case kind == "fixed_size_binary[16]": // uuid
-		if reader == readerScan {
+		if b, err := hex.DecodeString(strings.TrimPrefix(s, `\x`)); err == nil && reader == readerWarehouse && len(b) == 16 {
+			s = fmt.Sprintf("%x-%x-%x-%x-%x", b[:4], b[4:6], b[6:8], b[8:10], b[10:]) // Snowflake's BINARY
+		}
+		if reader == readerScan || reader == readerWarehouse {
 			if b, err := base64.StdEncoding.DecodeString(s); err == nil && len(b) == 16 {
 				s = fmt.Sprintf("%x-%x-%x-%x-%x", b[:4], b[4:6], b[6:8], b[8:10], b[10:])
 			}
@@ -642,6 +656,22 @@ func canon(t *testing.T, reader, kind string, v any) string {
 			return fail("not an interval")
 		}
 		return fmt.Sprintf("%d months %d days %d ns", months, days, nanos)
+	case kind == "json": // BigQuery's JSON column: compared as JSON, keys sorted, numbers as written
+		var x any
+		if isString && reader == readerPG {
+			d := json.NewDecoder(strings.NewReader(s))
+			d.UseNumber()
+			if err := d.Decode(&x); err != nil {
+				return fail(err)
+			}
+		} else {
+			x = v
+		}
+		b, err := json.Marshal(x)
+		if err != nil {
+			return fail(err)
+		}
+		return string(b)
 	case kind == "utf8":
 		if !isString {
 			b, err := json.Marshal(v)

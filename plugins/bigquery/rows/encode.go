@@ -301,6 +301,9 @@ func newEnc(f arrow.Field, col *bigquery.FieldSchema) (valueEnc, error) {
 			case *array.Time64:
 				us = timeMicros(int64(x.Value(i)), x.DataType().(*arrow.Time64Type).Unit)
 			}
+			if us < 0 || us >= dayMicros {
+				return buf, timeOutOfRange(us)
+			}
 			return appendString(buf, num, time.UnixMicro(us).UTC().Format("15:04:05.000000")), nil
 		}, nil
 	case DateTime, Timestamp:
@@ -501,6 +504,17 @@ const (
 func outOfRange(kind, value string) error {
 	return fault.DataErr(fmt.Errorf("%s %s is outside BigQuery's range (0001-01-01 to 9999-12-31, nothing infinite)", kind, value),
 		"BigQuery cannot hold it: change the value in the source (for example UPDATE … SET col = NULL WHERE col = 'infinity'), or replicate the table to a destination that holds it (Postgres, DuckDB, Iceberg)")
+}
+
+// dayMicros is one day: BigQuery's TIME ends at 23:59:59.999999.
+const dayMicros = 86400_000000
+
+// timeOutOfRange is the data error for a time of day BigQuery's TIME cannot hold: PostgreSQL's time takes
+// 24:00:00, which formatting as a clock would turn into 00:00:00 without a word.
+func timeOutOfRange(us int64) error {
+	return fault.DataErr(fmt.Errorf("time %02d:%02d:%02d.%06d (%d us) is outside BigQuery's TIME range (00:00:00 to 23:59:59.999999)",
+		us/3600e6, us/60e6%60, us/1e6%60, us%1e6, us),
+		"BigQuery cannot hold it: change the value in the source (for example UPDATE … SET col = '23:59:59.999999' WHERE col = '24:00:00'), or replicate the table to a destination that holds it (Postgres, DuckDB, Iceberg)")
 }
 
 // timestampInRange checks a timestamp column's value v (in unit; us in microseconds).

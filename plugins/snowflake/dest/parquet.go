@@ -140,6 +140,9 @@ func stageType(dt arrow.DataType, t sfsql.Type) arrow.DataType {
 	if t.Nested() {
 		return arrow.BinaryTypes.String
 	}
+	if e, ok := dt.(arrow.ExtensionType); ok { // staged as its storage (sfsql.Of), e.g. a uuid as plain binary
+		return stageType(e.StorageType(), t)
+	}
 	switch dt.ID() {
 	case arrow.NULL:
 		return arrow.BinaryTypes.String
@@ -241,6 +244,9 @@ func convert(mem memory.Allocator, a arrow.Array, t sfsql.Type, want arrow.DataT
 		}
 		return b.NewArray(), nil
 	}
+	if e, ok := a.(array.ExtensionArray); ok { // staged as its storage (stageType)
+		return convert(mem, e.Storage(), t, want)
+	}
 	switch src := a.(type) {
 	case *array.Date32:
 		for i := 0; i < src.Len(); i++ {
@@ -257,6 +263,14 @@ func convert(mem memory.Allocator, a arrow.Array, t sfsql.Type, want arrow.DataT
 		for i := 0; i < src.Len(); i++ {
 			if v := src.Value(i); src.IsValid(i) && (int64(v) < lo || int64(v) > hi) {
 				return nil, outOfRange(i, "timestamp", timestampText(v, unit))
+			}
+		}
+	case *array.Time32, *array.Time64:
+		for i := 0; i < a.Len(); i++ {
+			if a.IsValid(i) {
+				if err := timeInDay(i, a); err != nil {
+					return nil, err
+				}
 			}
 		}
 	case *array.Null:
@@ -420,6 +434,27 @@ func microsPer(u arrow.TimeUnit) int64 {
 func outOfRange(row int, kind, value string) error {
 	return fault.DataErr(fmt.Errorf("row %d: %s %s is outside Snowflake's range (years 1 to 9999, nothing infinite)", row, kind, value),
 		"Snowflake cannot hold it: change the value in the source (for example UPDATE … SET col = NULL WHERE col = 'infinity'), or replicate the table to a destination that holds it (Postgres, DuckDB, Iceberg)")
+}
+
+// timeInDay refuses row i of a time column past the day: PostgreSQL's time takes 24:00:00, Snowflake's TIME
+// ends at 23:59:59.999999999, and the value would otherwise load as something else or not at all.
+func timeInDay(row int, a arrow.Array) error {
+	var ns int64
+	switch x := a.(type) {
+	case *array.Time32:
+		ns = int64(x.Value(row)) * microsPer(x.DataType().(*arrow.Time32Type).Unit) * 1000
+	case *array.Time64:
+		ns = int64(x.Value(row))
+		if x.DataType().(*arrow.Time64Type).Unit == arrow.Microsecond {
+			ns *= 1000
+		}
+	}
+	if ns >= 0 && ns < 86400e9 {
+		return nil
+	}
+	return fault.DataErr(fmt.Errorf("row %d: time %02d:%02d:%02d.%09d is outside Snowflake's TIME range (00:00:00 to 23:59:59.999999999)",
+		row, ns/3600e9, ns/60e9%60, ns/1e9%60, ns%1e9),
+		"Snowflake cannot hold it: change the value in the source (for example UPDATE … SET col = '23:59:59.999999' WHERE col = '24:00:00'), or replicate the table to a destination that holds it (Postgres, DuckDB, Iceberg)")
 }
 
 func dayText(d arrow.Date32) string {

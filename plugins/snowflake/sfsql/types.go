@@ -64,6 +64,11 @@ func Of(dt arrow.DataType) (Type, error) {
 	if IsJSON(dt) {
 		return Type{Base: "VARIANT"}, nil
 	}
+	// Any other extension type is its storage: the postgres source's uuid is fixed_size_binary[16] marked
+	// arrow.uuid, a BINARY like any fixed_size_binary.
+	if e, ok := dt.(arrow.ExtensionType); ok {
+		return Of(e.StorageType())
+	}
 	switch t := dt.(type) {
 	case *arrow.NullType, *arrow.StringType, *arrow.LargeStringType, *arrow.StringViewType:
 		return Type{Base: "TEXT"}, nil
