@@ -18,7 +18,9 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/test/harness"
+	"github.com/skippr-dev/skippr/testkit/bigquerytest"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
+	"github.com/skippr-dev/skippr/testkit/snowflaketest"
 )
 
 // matrixDest is a destination plugin of the option × destination matrix: its connection settings for one
@@ -32,11 +34,16 @@ type matrixDest struct {
 	read func(t *testing.T, m *matrixRun, conn, settings, table string) []map[string]any
 }
 
-// matrixRun is what a matrixDest needs of the test: the environment and the destination database.
+// matrixRun is what a matrixDest needs of the test: the environment and the destination database, and the
+// warehouse stand-ins (Snowflake: one per connection, as its schema is fixed; BigQuery: one, a dataset per
+// connection), started on first use.
 type matrixRun struct {
+	t   *testing.T
 	e   *harness.Env
 	dst *pgtest.DB
 	pg  *pgx.Conn
+	sf  map[string]*snowflaketest.Server
+	bq  *bigquerytest.Server
 }
 
 // matrixDests are the destinations the matrix runs. Adding one that supports soft_delete, metadata_columns,
@@ -44,11 +51,61 @@ type matrixRun struct {
 var matrixDests = []matrixDest{
 	{plugin: "postgres", settings: pgMatrixSettings, read: pgMatrixRead},
 	{plugin: "duckdb", settings: duckMatrixSettings, read: duckMatrixRead},
-	// {plugin: "iceberg", settings: lakeMatrixSettings, read: lakeMatrixRead}, // once Iceberg has every setting of matrixOptions
-	// Snowflake and BigQuery: settings pointing at the testkit/snowflaketest and testkit/bigquerytest stand-ins,
-	// and a read of their tables, once they have every setting of matrixOptions.
-	// {plugin: "snowflake", settings: snowflakeMatrixSettings, read: snowflakeMatrixRead},
-	// {plugin: "bigquery", settings: bigqueryMatrixSettings, read: bigqueryMatrixRead},
+	{plugin: "iceberg", settings: lakeMatrixSettings, read: lakeMatrixRead},
+	// The warehouses against their stand-ins (testkit/snowflaketest, testkit/bigquerytest): the services
+	// cannot run here.
+	{plugin: "snowflake", settings: sfMatrixSettings, read: sfMatrixRead},
+	{plugin: "bigquery", settings: bqMatrixSettings, read: bqMatrixRead},
+}
+
+func sfMatrixSettings(m *matrixRun, conn, opt string) string {
+	if m.sf == nil {
+		m.sf = map[string]*snowflaketest.Server{}
+		m.e.ExtraEnv = append(m.e.ExtraEnv, "SNOWFLAKE_SECRET=s3cret")
+	}
+	sf := snowflaketest.New(m.t, snowflaketest.Options{Account: "matrix", User: "loader", Password: "s3cret",
+		Database: "ANALYTICS", Schema: "RAW", Warehouse: "LOAD_WH", Role: "LOADER", ConnString: m.dst.Server.NewDB(m.t).ConnString()})
+	m.sf[conn] = sf
+	return fmt.Sprintf(`{"account": "matrix", "user": "loader", "password": "${SNOWFLAKE_SECRET}", "warehouse": "LOAD_WH", "role": "LOADER", "database": "ANALYTICS", "schema": "RAW", "host": %q, "port": %d, "protocol": "http"%s}`,
+		sf.Host, sf.Port, withComma(opt))
+}
+
+// sfMatrixRead reads the stand-in's table (Snowflake folds unquoted names to upper case) with the names in
+// lower case, as the other destinations have them.
+func sfMatrixRead(t *testing.T, m *matrixRun, conn, _, table string) []map[string]any {
+	t.Helper()
+	rows, err := m.sf[conn].Rows(context.Background(), strings.ToUpper(table))
+	if err != nil {
+		t.Fatalf("%s: read %s: %v", conn, table, err)
+	}
+	return lowerKeys(rows)
+}
+
+func bqMatrixSettings(m *matrixRun, conn, opt string) string {
+	if m.bq == nil {
+		m.bq = bigquerytest.Start(m.t, "skippr-matrix")
+	}
+	return fmt.Sprintf(`{"project": %q, "dataset": %q, "endpoint": %q%s}`, m.bq.Project, conn, m.bq.URL, withComma(opt))
+}
+
+func bqMatrixRead(t *testing.T, m *matrixRun, conn, _, table string) []map[string]any {
+	t.Helper()
+	rows, err := harness.PostgresJSONRows(context.Background(), m.bq.Pool(), pgx.Identifier{conn, table}.Sanitize())
+	if err != nil {
+		t.Fatalf("%s: read %s: %v", conn, table, err)
+	}
+	return lowerKeys(rows)
+}
+
+func lowerKeys(rows []map[string]any) []map[string]any {
+	for i, r := range rows {
+		l := make(map[string]any, len(r))
+		for k, v := range r {
+			l[strings.ToLower(k)] = v
+		}
+		rows[i] = l
+	}
+	return rows
 }
 
 func pgMatrixSettings(m *matrixRun, conn, opt string) string {
@@ -427,7 +484,7 @@ func TestRowMetaMatrix(t *testing.T) {
 		}
 	}
 	e := harness.NewEnvWith(t, plugins...)
-	m := &matrixRun{e: e, dst: dst, pg: dst.Connect(t)}
+	m := &matrixRun{t: t, e: e, dst: dst, pg: dst.Connect(t)}
 	s := src.Server
 	var conns, names []string
 	type target struct {
