@@ -36,6 +36,8 @@ type folded struct {
 	reads   int      // snapshot reads received during the re-snapshot
 	metrics []serve.Metric
 	changed chan struct{}
+	// truncated are the streams of the truncates received, in order.
+	truncated []string
 }
 
 func newFolded() *folded {
@@ -71,7 +73,12 @@ func (f *folded) Batch(_ context.Context, stream string, rec arrow.RecordBatch) 
 	return nil
 }
 func (f *folded) SchemaChange(context.Context, serve.Stream) error { return nil }
-func (f *folded) Truncate(context.Context, string) error           { return nil }
+func (f *folded) Truncate(_ context.Context, stream string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.truncated = append(f.truncated, stream)
+	return nil
+}
 func (f *folded) Resnapshot(_ context.Context, stream string, end bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
