@@ -136,6 +136,7 @@ func (s *streamer) adopt(db, sql string) {
 	s.hist.defs[name] = TableDef{Gone: true}
 	s.cfg.Tables = append(s.cfg.Tables, name)
 	s.cur.Tables = append(slices.Clone(s.cur.Tables), name)
+	s.capturedSent = false
 	s.log.Info("table created that matches a pattern of tables: captured from its CREATE on", "table", s.cfg.Stream(name),
 		"file", s.file, "pos", s.cur.Pos)
 }
@@ -158,6 +159,7 @@ func (s *streamer) release(eff effect, sql string, next uint64) effect {
 		s.cfg.Tables = slices.DeleteFunc(s.cfg.Tables, func(n string) bool { return n == name })
 		s.cur.Tables = slices.DeleteFunc(slices.Clone(s.cur.Tables), func(n string) bool { return n == name })
 		s.released = append(s.released, s.cfg.Stream(name))
+		s.capturedSent = false
 		s.log.Warn("table captured by a pattern of tables was dropped: released, no longer captured; its destination table keeps its rows",
 			"table", s.cfg.Stream(name), "statement", sql, "file", s.file, "pos", next)
 	}
@@ -169,8 +171,14 @@ func (s *streamer) release(eff effect, sql string, next uint64) effect {
 }
 
 // capturedMetrics are the gauges of the capture set, which `skippr status` lists: captured_table 1 for each table
-// captured, 0 for each released (dropped) in this Read.
+// captured, 0 for each released (dropped) in this Read. The first checkpoint of a Read carries them, and the first
+// after the set changed: the engine keeps the last ones seen, and a checkpoint per transaction need not repeat a
+// gauge per table.
 func (s *streamer) capturedMetrics() []serve.Metric {
+	if s.capturedSent {
+		return nil
+	}
+	s.capturedSent = true
 	var out []serve.Metric
 	for _, name := range s.cfg.Tables {
 		out = append(out, capturedMetric(s.cfg.Stream(name), s.byPattern(name), 1))

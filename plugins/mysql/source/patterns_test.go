@@ -109,7 +109,7 @@ func TestPatternFollowsCreateAndDrop(t *testing.T) {
 		default:
 			return false
 		}
-		return out.idle && len(out.rows[o2]) == newRows-1 && slices.ContainsFunc(out.metrics, func(m serve.Metric) bool {
+		return out.idle && len(out.rows[o2]) == newRows-1 && slices.ContainsFunc(out.captured, func(m serve.Metric) bool {
 			return m.Name == "captured_table" && m.Labels["table"] == o1 && m.Value == 0
 		})
 	}
@@ -134,7 +134,7 @@ func TestPatternFollowsCreateAndDrop(t *testing.T) {
 		t.Fatalf("position after the create and the drop: tables %v", p.Tables)
 	}
 	var captured []string
-	for _, m := range out.metrics {
+	for _, m := range out.captured {
 		if m.Name == "captured_table" {
 			captured = append(captured, fmt.Sprintf("%s/%s=%v", m.Labels["table"], m.Labels["via"], m.Value))
 		}

@@ -55,8 +55,10 @@ type streamer struct {
 	// hasRowMetadata: the server has binlog_row_metadata (MariaDB 10.5+, MySQL 8.0.1+), so a table map without
 	// column names means it was switched away from FULL. Older servers never write names.
 	hasRowMetadata bool
-	// released are the streams of tables captured by a pattern and dropped during this Read (patterns.go).
-	released []string
+	// released are the streams of tables captured by a pattern and dropped during this Read (patterns.go);
+	// capturedSent: a checkpoint carried the capture set as it is now.
+	released     []string
+	capturedSent bool
 }
 
 // stream reads the binary log from pos and emits each transaction's rows of the captured tables, then a

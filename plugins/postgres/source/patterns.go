@@ -146,6 +146,8 @@ func (r *reader) byPattern(tn config.TableName) bool {
 type patternWatch struct {
 	next     time.Time
 	dropping map[string]pglogrepl.LSN
+	// sent: a checkpoint carried the capture set as it is now (capturedMetrics).
+	sent bool
 }
 
 // followPatterns releases the dropped tables the stream has passed, and at most every patternPoll adopts the new
@@ -254,6 +256,7 @@ func (p *processor) adopt(ctx context.Context, tn config.TableName) error {
 			}
 		}
 	}
+	p.pw.sent = false
 	r.log.Info("table created that matches a pattern of tables: captured, copying it while streaming", "table", name)
 	return nil
 }
@@ -268,13 +271,20 @@ func (p *processor) releaseTable(name string, at pglogrepl.LSN) {
 	r.cfg.TableNames = slices.DeleteFunc(r.cfg.TableNames, func(tn config.TableName) bool { return tn.String() == name })
 	r.released = append(r.released, name)
 	r.emitted = true // the next checkpoint's tables differ
+	p.pw.sent = false
 	r.log.Warn("table captured by a pattern of tables was dropped: released, no longer captured; its destination table keeps its rows",
 		"table", name, "lsn", at)
 }
 
 // capturedMetrics are the gauges of the capture set, which `skippr status` lists: captured_table 1 for each table
-// captured, 0 for each released (dropped) in this Read.
-func (r *reader) capturedMetrics() []serve.Metric {
+// captured, 0 for each released (dropped) in this Read. The first stream checkpoint of a Read carries them, and the
+// first after the set changed: the engine keeps the last ones seen.
+func (p *processor) capturedMetrics() []serve.Metric {
+	if p.pw.sent {
+		return nil
+	}
+	p.pw.sent = true
+	r := p.r
 	var out []serve.Metric
 	for _, tn := range r.cfg.TableNames {
 		out = append(out, capturedMetric(tn.String(), r.byPattern(tn), 1))

@@ -120,7 +120,7 @@ func TestPatternFollowsCreateAndDrop(t *testing.T) {
 			return false
 		}
 		return out.idle && len(out.rows["shop.b"]) == newRows-1 && slices.Contains(out.marks, "shop.b end=true") &&
-			slices.ContainsFunc(out.metrics, func(m serve.Metric) bool {
+			slices.ContainsFunc(out.captured, func(m serve.Metric) bool {
 				return m.Name == "captured_table" && m.Labels["table"] == "shop.a" && m.Value == 0
 			})
 	}
@@ -145,7 +145,7 @@ func TestPatternFollowsCreateAndDrop(t *testing.T) {
 		t.Fatalf("position after the create and the drop: tables %v", p.Tables)
 	}
 	var captured []string
-	for _, m := range out.metrics {
+	for _, m := range out.captured {
 		if m.Name == "captured_table" {
 			captured = append(captured, fmt.Sprintf("%s/%s=%v", m.Labels["table"], m.Labels["via"], m.Value))
 		}

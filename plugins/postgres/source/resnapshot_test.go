@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,8 @@ type folded struct {
 	// metrics are the last checkpoint's gauges; truncated the streams of the truncates received, in order.
 	metrics   []serve.Metric
 	truncated []string
+	// captured are the captured_table gauges of the last checkpoint that carried them.
+	captured []serve.Metric
 }
 
 func newFolded() *folded {
@@ -96,6 +99,9 @@ func (f *folded) Checkpoint(_ context.Context, cp serve.Checkpoint) error {
 	f.mu.Lock()
 	f.last, f.idle = cp.Position, cp.Idle
 	f.all = append(f.all, cp.Position)
+	if slices.ContainsFunc(cp.Metrics, func(m serve.Metric) bool { return m.Name == "captured_table" }) {
+		f.captured = slices.DeleteFunc(slices.Clone(cp.Metrics), func(m serve.Metric) bool { return m.Name != "captured_table" })
+	}
 	f.metrics = cp.Metrics
 	f.mu.Unlock()
 	select {
