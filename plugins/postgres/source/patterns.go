@@ -23,7 +23,8 @@ package source
 //     publication check's behaviour (a resnapshot fault).
 //
 // At a restart the capture set is the checkpoint's tables that still exist, plus every table a pattern matches
-// now, copied while streaming as any table added to tables (addResnapshots). A table captured by a pattern and
+// now, copied while streaming as any table added to tables (addResnapshots); during the initial snapshot, only the
+// checkpoint's (a table created since is adopted once streaming starts). A table captured by a pattern and
 // dropped while no Read streamed is released at the start; its changes between the checkpoint and its drop, still
 // in the slot, are not emitted (the table is gone, its columns can no longer be read), as the log says.
 
@@ -126,6 +127,11 @@ func (r *reader) expand(ctx context.Context, pos *Position) error {
 		}
 	}
 	r.cfg.TableNames = tables
+	if pos.Phase == PhaseSnapshot && !pos.copiedAll() {
+		// The initial snapshot copies the tables it began with; one created since is adopted once streaming
+		// starts (followPatterns), as a table added to the settings now would be refused.
+		return nil
+	}
 	return r.cfg.Expand(names(existing), false)
 }
 
