@@ -45,12 +45,12 @@ func (p *plugin) Check(ctx context.Context, raw json.RawMessage) error {
 	}
 	_ = json.Unmarshal(raw, &probe)
 	var errs []error
-	if len(cfg.TableNames) > 0 {
+	if len(cfg.TableNames) > 0 || len(cfg.Patterns) > 0 {
 		if err := source.Check(ctx, cfg); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(cfg.TableNames) == 0 || probe.Schema != nil {
+	if len(cfg.TableNames) == 0 && len(cfg.Patterns) == 0 || probe.Schema != nil {
 		if err := dest.Check(ctx, cfg); err != nil {
 			errs = append(errs, err)
 		}
