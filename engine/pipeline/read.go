@@ -529,7 +529,11 @@ func (r *runner) waitApplied(ctx context.Context, drain <-chan struct{}) error {
 func (r *runner) sourceProgress(cp *SourceCheckpoint) {
 	r.mu.Lock()
 	waited := r.status.Source.Waiting != ""
-	r.status.Source = SourceStatus{Checkpoint: displayCheckpoint(cp.Position), RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMS: cp.Lag.Milliseconds(), Idle: cp.Idle}
+	tables := capturedTables(cp.Metrics)
+	if tables == nil {
+		tables = r.status.Source.Tables
+	}
+	r.status.Source = SourceStatus{Checkpoint: displayCheckpoint(cp.Position), RowsDone: cp.RowsDone, RowsTotal: cp.RowsTotal, LagMS: cp.Lag.Milliseconds(), Idle: cp.Idle, Tables: tables}
 	for _, m := range cp.Metrics {
 		if m.Name == "waiting_seconds" && m.Labels["reason"] != "" {
 			r.status.Source.Waiting, r.status.Source.WaitingSeconds = m.Labels["reason"], int64(m.Value)

@@ -77,6 +77,30 @@ type SourceStatus struct {
 	// label reason); empty when its last checkpoint carried none.
 	Waiting        string `json:"waiting,omitempty"`
 	WaitingSeconds int64  `json:"waiting_seconds,omitempty"`
+	// Tables are the tables the source captures, from its checkpoints' captured_table gauges (the Postgres and
+	// MySQL sources send them while streaming); the last list seen stays until a checkpoint carries a new one.
+	Tables []CapturedTable `json:"tables,omitempty"`
+}
+
+// CapturedTable is one table a source captures, or released.
+type CapturedTable struct {
+	Name string `json:"name"`
+	// Via is "name" (listed in the source's tables) or "pattern" (matched by a pattern there).
+	Via string `json:"via,omitempty"`
+	// Released: captured by a pattern and dropped at the source since; no longer captured (the destination's table
+	// keeps its rows).
+	Released bool `json:"released,omitempty"`
+}
+
+// capturedTables reads the captured_table gauges of a checkpoint, in their order; nil when it has none.
+func capturedTables(ms []SourceMetric) []CapturedTable {
+	var out []CapturedTable
+	for _, m := range ms {
+		if m.Name == "captured_table" && m.Labels["table"] != "" {
+			out = append(out, CapturedTable{Name: m.Labels["table"], Via: m.Labels["via"], Released: m.Value == 0})
+		}
+	}
+	return out
 }
 
 // publish sends a status snapshot to OnStatus, at most every StatusEvery unless forced. One held back is sent

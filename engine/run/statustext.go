@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -74,10 +75,36 @@ func (s Statuses) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	s.writeTables(w)
 	s.writeResnapshots(w)
 	s.writeWaits(w)
 	s.writeFaults(w)
 	return nil
+}
+
+// writeTables prints the tables each source captures (when it says), the ones a pattern captured marked, and the
+// ones released (captured by a pattern, dropped at the source).
+func (s Statuses) writeTables(w io.Writer) {
+	for _, ps := range s {
+		if ps.Live == nil || len(ps.Live.Source.Tables) == 0 {
+			continue
+		}
+		var captured, released []string
+		for _, t := range ps.Live.Source.Tables {
+			switch {
+			case t.Released:
+				released = append(released, t.Name)
+			case t.Via == "pattern":
+				captured = append(captured, t.Name+" (pattern)")
+			default:
+				captured = append(captured, t.Name)
+			}
+		}
+		fmt.Fprintf(w, "%s: captures %d tables: %s\n", ps.Pipeline, len(captured), strings.Join(captured, ", "))
+		if len(released) > 0 {
+			fmt.Fprintf(w, "%s: released (dropped at the source, destination tables kept): %s\n", ps.Pipeline, strings.Join(released, ", "))
+		}
+	}
 }
 
 // writeResnapshots prints one line per table being copied again.

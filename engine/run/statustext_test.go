@@ -83,6 +83,12 @@ func TestStatusesWriteText(t *testing.T) {
 				"live: re-snapshot of t3: refused since 2026-03-04T05:06:07Z, 5 rows: no key\n" +
 				"live: source waiting (1m30s): a free slot\n" +
 				"\nlive: running: timeout (since 2026-03-04T05:06:07Z)\n  class: transient\n  attempt: 2\n"},
+		{"tables", Statuses{{Pipeline: "pat", State: "running", Running: true, Live: &pipeline.Status{Source: pipeline.SourceStatus{Tables: []pipeline.CapturedTable{
+			{Name: "public.t", Via: "name"}, {Name: "shop.b", Via: "pattern"}, {Name: "shop.a", Via: "pattern", Released: true}}}}}},
+			"PIPELINE  STATE    WAL ENTRIES  WAL BYTES  COMMITTED  RECLAIMED  APPLIED  SOURCE  LAG\n" +
+				"pat       running  0            0          0          0                   -       0s\n" +
+				"pat: captures 2 tables: public.t, shop.b (pattern)\n" +
+				"pat: released (dropped at the source, destination tables kept): shop.a\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder

@@ -99,6 +99,18 @@ func New(src Source, cfg Config, progress map[string]Progress) *Copier {
 	return &Copier{src: src, cfg: cfg, progress: maps.Clone(progress), nonce: hex.EncodeToString(b)}
 }
 
+// Add starts the copy of table from its start, unless it is being copied already: a table that joins the Read
+// while it streams (a Postgres table created later that matches a pattern of tables). Its begin mark goes out when
+// its first chunk starts, as for a table the Read began with.
+func (c *Copier) Add(table string) {
+	if c.progress == nil {
+		c.progress = map[string]Progress{}
+	}
+	if _, ok := c.progress[table]; !ok {
+		c.progress[table] = Progress{}
+	}
+}
+
 // Active says a table is being copied.
 func (c *Copier) Active() bool { return len(c.progress) > 0 }
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"vitess.io/vitess/go/vt/vttls"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/glob"
 	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
@@ -56,6 +58,43 @@ type Settings struct {
 	// ServerIDDerived: ServerID was not set but derived (defaultServerID); a collision is then fixed by setting
 	// it or by renaming the pipeline.
 	ServerIDDerived bool `json:"-"`
+	// Patterns are the entries of tables with a wildcard (plugin-sdk/glob: `*`, `?`), matched against bare table
+	// names; Parse takes them out of Tables, which then holds the exact names. The Read adds the tables they
+	// match (Expand), and a table created later that matches (source/patterns.go).
+	Patterns []string `json:"-"`
+}
+
+// Matches says whether a table name matches one of the patterns (an exact name in Tables is not a pattern).
+func (s Settings) Matches(name string) bool {
+	return slices.ContainsFunc(s.Patterns, func(p string) bool { return glob.Match(p, name) })
+}
+
+// Expand adds to Tables, after the exact names and in name order, the tables of existing (the database's base
+// tables) that a pattern matches. A pattern matching none is a config fault naming it when first is set (the
+// pipeline's first start): it is most likely misspelt. Later an empty match is fine (its tables were dropped, or
+// are yet to be created).
+func (s *Settings) Expand(existing []string, first bool) error {
+	if len(s.Patterns) == 0 {
+		return nil
+	}
+	names := slices.Clone(existing)
+	slices.Sort(names)
+	var none []string
+	for _, p := range s.Patterns {
+		if !slices.ContainsFunc(names, func(n string) bool { return glob.Match(p, n) }) {
+			none = append(none, p)
+		}
+	}
+	if first && len(none) > 0 {
+		return fault.ConfigErr(fmt.Errorf("settings: tables: pattern %s matches no table of database %s", strings.Join(none, ", "), s.Database),
+			"correct the pattern (`*` any characters, `?` one; table names are matched case-sensitively), or create a matching table first")
+	}
+	for _, n := range names {
+		if s.Matches(n) && !slices.Contains(s.Tables, n) {
+			s.Tables = append(s.Tables, n)
+		}
+	}
+	return nil
 }
 
 // TableOption is one table's settings: ExcludeColumns and HashColumns keep sensitive columns out of everything
@@ -200,10 +239,20 @@ func ParseFor(raw json.RawMessage, pipeline string) (Settings, error) {
 	if s.WatermarkDatabase == "" {
 		s.WatermarkDatabase = s.Database
 	}
+	// The server id above hashes the tables setting as written, patterns and all: expanding them must not change it.
+	exact := s.Tables[:0:0]
+	for _, t := range s.Tables {
+		if glob.Has(t) {
+			s.Patterns = append(s.Patterns, t)
+		} else {
+			exact = append(exact, t)
+		}
+	}
+	s.Tables = exact
 	rules := map[string]protect.Table{}
 	for name, opt := range s.TableOptions {
-		if !seen[name] {
-			problems = append(problems, fmt.Sprintf("table_options names %s, which is not in tables", name))
+		if !seen[name] && !s.Matches(name) {
+			problems = append(problems, fmt.Sprintf("table_options names %s, which is not in tables (nor matched by a pattern there)", name))
 			continue
 		}
 		rules[s.Stream(name)] = protect.Table{ExcludeColumns: opt.ExcludeColumns, HashColumns: opt.HashColumns, Where: opt.Where}

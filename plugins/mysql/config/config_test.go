@@ -117,3 +117,72 @@ func TestServerIDFromPipeline(t *testing.T) {
 		t.Fatalf("server_id 77 in the settings gave %d (derived %v)", set, derived)
 	}
 }
+
+// TestTablePatterns: entries with `*` or `?` are patterns, the others exact names as before; Expand adds the
+// matching tables after the exact ones, in name order, and refuses at a first start a pattern matching nothing.
+func TestTablePatterns(t *testing.T) {
+	existing := []string{"orders_2025", "orders_2024", "Orders_X", "items", "audit", "x*y"}
+	for _, tc := range []struct {
+		name     string
+		tables   string
+		opts     string
+		first    bool
+		want     []string
+		parseErr string
+		err      string
+	}{
+		{name: "exact only", tables: `["items", "audit"]`, first: true, want: []string{"items", "audit"}},
+		{name: "pattern after exact", tables: `["audit", "orders_*"]`, first: true, want: []string{"audit", "orders_2024", "orders_2025"}},
+		{name: "case-sensitive", tables: `["orders_?"]`, first: true, want: nil, err: "pattern orders_? matches no table of database d"},
+		{name: "question mark", tables: `["orders_202?"]`, first: true, want: []string{"orders_2024", "orders_2025"}},
+		{name: "exact also matched", tables: `["orders_2025", "orders_*"]`, first: true, want: []string{"orders_2025", "orders_2024"}},
+		{name: "all", tables: `["*"]`, first: true, want: []string{"Orders_X", "audit", "items", "orders_2024", "orders_2025", "x*y"}},
+		{name: "no match at first start", tables: `["items", "shop_*"]`, first: true, err: "pattern shop_* matches no table"},
+		{name: "no match later", tables: `["items", "shop_*"]`, first: false, want: []string{"items"}},
+		{name: "options for a matched name", tables: `["orders_*"]`, opts: `{"orders_2030": {"exclude_columns": ["x"]}}`, first: true, want: []string{"orders_2024", "orders_2025"}},
+		{name: "options for an unmatched name", tables: `["orders_*"]`, opts: `{"items": {"exclude_columns": ["x"]}}`, parseErr: "table_options names items, which is not in tables"},
+		{name: "pattern with a dot", tables: `["shop.*"]`, parseErr: "without quotes or a database prefix"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := `{"host": "h", "user": "u", "database": "d", "tables": ` + tc.tables
+			if tc.opts != "" {
+				raw += `, "table_options": ` + tc.opts
+			}
+			s, err := Parse(json.RawMessage(raw + `}`))
+			if tc.parseErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.parseErr) {
+					t.Fatalf("Parse: %v, want %q", err, tc.parseErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.Expand(existing, tc.first)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Expand: %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(s.Tables, tc.want) && !(len(s.Tables) == 0 && len(tc.want) == 0) {
+				t.Fatalf("tables %q, want %q", s.Tables, tc.want)
+			}
+		})
+	}
+	// The derived server id hashes the setting as written: expanding the patterns does not move it.
+	s, err := ParseFor(json.RawMessage(`{"host": "h", "user": "u", "database": "d", "tables": ["orders_*"]}`), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.ServerID
+	if err := s.Expand(existing, true); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := ParseFor(json.RawMessage(`{"host": "h", "user": "u", "database": "d", "tables": ["orders_*"]}`), "p"); again.ServerID != id {
+		t.Fatalf("server id %d, then %d", id, again.ServerID)
+	}
+}

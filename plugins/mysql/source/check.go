@@ -80,6 +80,11 @@ func Check(ctx context.Context, raw json.RawMessage) error {
 		fail("snapshot_locking is none, and a MySQL server gives a consistent snapshot's binlog position only under the instant FLUSH TABLES WITH READ LOCK (a lock-free watermark snapshot is not built)",
 			"set snapshot_locking: minimal (GRANT RELOAD for the instant of opening the snapshot), or snapshot: false to stream without a snapshot")
 	}
+	// Patterns are checked as the first start expands them: each must match a table, and each table it matches is
+	// checked as a named one is.
+	if err := (&reader{cfg: cfg}).expandInto(conn, &cfg); err != nil {
+		fail(err.Error(), fault.FixOf(err))
+	}
 	for _, name := range cfg.Tables {
 		t, err := loadTable(conn, cfg, name)
 		if err != nil {

@@ -50,6 +50,9 @@ type Position struct {
 	// Resnapshot holds the tables being copied again while streaming (resnapshot.go), by stream name; a
 	// request that arrives during the snapshot phase waits here for the stream phase.
 	Resnapshot map[string]ResnapshotProgress `json:"resnapshot,omitempty"`
+	// Patterns are the patterns of tables that Tables was expanded with (patterns.go): a pattern added to the
+	// settings since is expanded against the catalog at the restart, the others follow the binary log.
+	Patterns []string `json:"patterns,omitempty"`
 }
 
 // TableProgress is how far the snapshot copied one table.
@@ -75,7 +78,7 @@ func (p *Position) copiedAll() bool {
 // streamPhase is the position at which streaming follows a finished snapshot.
 func (p *Position) streamPhase() *Position {
 	return &Position{V: positionVersion, Phase: PhaseStream, Flavor: p.Flavor, File: p.File, Pos: p.Pos, GTID: p.GTID,
-		Tables: p.Tables, OverlapFile: p.OverlapFile, OverlapPos: p.OverlapPos, Schemas: p.Schemas, Shadows: p.Shadows, Resnapshot: p.Resnapshot}
+		Tables: p.Tables, OverlapFile: p.OverlapFile, OverlapPos: p.OverlapPos, Schemas: p.Schemas, Shadows: p.Shadows, Resnapshot: p.Resnapshot, Patterns: p.Patterns}
 }
 
 // Encode is the checkpoint bytes: deterministic, so a replayed read reaches byte-identical checkpoints.

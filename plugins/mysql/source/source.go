@@ -53,6 +53,9 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 		return nil, err
 	}
 	defer conn.Close()
+	if err := (&reader{cfg: cfg}).expandInto(conn, &cfg); err != nil {
+		return nil, err
+	}
 	tables, err := loadTables(conn, cfg)
 	if err != nil {
 		return nil, err
@@ -95,6 +98,8 @@ func (s *Source) Ack(ctx context.Context, checkpoint []byte) error {
 // reader is one Read.
 type reader struct {
 	cfg config.Settings
+	// exact are the tables named in the settings; cfg.Tables adds those the patterns captured (patterns.go).
+	exact []string
 	// tables are the captured tables by name, nil for one that is gone (dropped, renamed away) at this point
 	// of the binary log.
 	tables map[string]*Table
@@ -156,6 +161,14 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		return fault.ResnapshotErr(fmt.Errorf("the checkpoint was taken on a %s server, this one is %s", pos.Flavor, r.flavor),
 			"point the pipeline back at its server, or start it from an empty checkpoint (a new snapshot)")
 	}
+	// Patterns become tables here, before anything compares the tables with the checkpoint's.
+	if err := r.expand(conn, pos); err != nil {
+		return err
+	}
+	cfg = r.cfg
+	if pos != nil {
+		pos.Patterns = cfg.Patterns
+	}
 	if pos != nil && pos.Phase == PhaseSnapshot && pos.copiedAll() {
 		// A snapshot whose every table is durable is over, even when its closing checkpoint never became
 		// durable (a `sync --once` that ended on it): tables added since are copied while streaming.
@@ -210,7 +223,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 			return err
 		}
 	case pos == nil:
-		pos = &Position{V: positionVersion, Phase: PhaseSnapshot, Flavor: r.flavor, Tables: cfg.Tables, Progress: map[string]TableProgress{}, Schemas: cloneDefs(defs)}
+		pos = &Position{V: positionVersion, Phase: PhaseSnapshot, Flavor: r.flavor, Tables: cfg.Tables, Progress: map[string]TableProgress{}, Schemas: cloneDefs(defs), Patterns: cfg.Patterns}
 		if pos, err = r.snapshot(ctx, conn, pos, true); err != nil {
 			return err
 		}
@@ -245,7 +258,7 @@ func (r *reader) checkTables(pos *Position) error {
 
 // currentPosition is where the binary log ends now (snapshot: false).
 func (r *reader) currentPosition(conn *mysql.Conn) (*Position, error) {
-	pos := &Position{V: positionVersion, Phase: PhaseStream, Flavor: r.flavor, Tables: r.cfg.Tables, Schemas: cloneDefs(r.hist.defs)}
+	pos := &Position{V: positionVersion, Phase: PhaseStream, Flavor: r.flavor, Tables: r.cfg.Tables, Schemas: cloneDefs(r.hist.defs), Patterns: r.cfg.Patterns}
 	var err error
 	pos.File, pos.Pos, pos.GTID, err = binlogStatus(conn, r.flavor)
 	return pos, err

@@ -55,6 +55,10 @@ type streamer struct {
 	// hasRowMetadata: the server has binlog_row_metadata (MariaDB 10.5+, MySQL 8.0.1+), so a table map without
 	// column names means it was switched away from FULL. Older servers never write names.
 	hasRowMetadata bool
+	// released are the streams of tables captured by a pattern and dropped during this Read (patterns.go);
+	// capturedSent: a checkpoint carried the capture set as it is now.
+	released     []string
+	capturedSent bool
 }
 
 // stream reads the binary log from pos and emits each transaction's rows of the captured tables, then a
@@ -279,6 +283,7 @@ func (s *streamer) event(ctx context.Context, ev mysql.BinlogEvent) error {
 // the rows before it were emitted with the old schema, a SchemaChange announces the new one, and the
 // checkpoint after it holds the new definition (a restart from it decodes with that one).
 func (s *streamer) statement(ctx context.Context, db, sql string, next uint64) error {
+	s.adopt(db, sql)
 	eff, err := s.hist.apply(db, sql)
 	if err != nil {
 		return fault.DataErr(fmt.Errorf("the binary log at %s:%d changes a captured table in a way this plugin cannot follow (%w): %s", s.file, next, err, sql),
@@ -290,6 +295,7 @@ func (s *streamer) statement(ctx context.Context, db, sql string, next uint64) e
 	if eff.shadowed {
 		s.cur.Shadows = cloneDefs(s.hist.shadows)
 	}
+	eff = s.release(eff, sql, next)
 	if len(eff.renamedAway) > 0 {
 		// Not a truncate: the rows live on under the new name. Nothing after this statement is emitted, and
 		// the checkpoint stays before it, so the choice the user makes applies from exactly here.
@@ -620,7 +626,7 @@ func (s *streamer) checkpoint(ctx context.Context, idle bool) error {
 	idle = idle && !s.rs.active()
 	s.idleSent = idle
 	s.cur.Resnapshot = s.rs.snapshot()
-	return s.out.Checkpoint(ctx, serve.Checkpoint{Position: s.cur.Encode(), Idle: idle, Metrics: s.rs.metrics()})
+	return s.out.Checkpoint(ctx, serve.Checkpoint{Position: s.cur.Encode(), Idle: idle, Metrics: append(s.rs.metrics(), s.capturedMetrics()...)})
 }
 
 // idle handles a heartbeat: the reader has caught up. The first heartbeat after anything happened emits an

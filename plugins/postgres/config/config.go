@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/glob"
 	"github.com/skippr-dev/skippr/plugin-sdk/protect"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -66,7 +67,10 @@ type Settings struct {
 	rowmeta.Settings
 
 	// Parsed forms.
-	TableNames     []TableName               `json:"-"`
+	TableNames []TableName `json:"-"`
+	// Patterns are the entries of tables with a wildcard; TableNames holds the exact names until the Read adds
+	// the tables they match (Expand), and those created later (source/patterns.go).
+	Patterns       []TablePattern            `json:"-"`
 	Options        map[TableName]TableOption `json:"-"`
 	HeartbeatEvery time.Duration             `json:"-"`
 	Policy         values.Policy             `json:"-"`
@@ -313,9 +317,13 @@ func parse(raw json.RawMessage, role Role) (Settings, error) {
 	}
 	seen := map[string]bool{}
 	for _, t := range s.Tables {
-		tn, err := ParseTableName(t)
+		tn, pat, err := parseEntry(t)
 		if err != nil {
 			problems = append(problems, err.Error())
+			continue
+		}
+		if pat != nil {
+			s.Patterns = append(s.Patterns, *pat)
 			continue
 		}
 		if seen[tn.String()] {
@@ -351,8 +359,8 @@ func parse(raw json.RawMessage, role Role) (Settings, error) {
 			problems = append(problems, "table_options: "+err.Error())
 			continue
 		}
-		if !seen[tn.String()] {
-			problems = append(problems, fmt.Sprintf("table_options names %s, which is not in tables", tn))
+		if !seen[tn.String()] && !s.Matches(tn) {
+			problems = append(problems, fmt.Sprintf("table_options names %s, which is not in tables (nor matched by a pattern there)", tn))
 			continue
 		}
 		switch opt.Mode {
@@ -398,16 +406,29 @@ func parse(raw json.RawMessage, role Role) (Settings, error) {
 // ParseTableName reads "table", "schema.table" or the same with "double quoted" parts; an unquoted part is
 // folded to lower case as PostgreSQL does.
 func ParseTableName(s string) (TableName, error) {
-	var parts []string
+	schema, name, err := splitName(s)
+	return TableName{Schema: schema.text, Name: name.text}, err
+}
+
+// namePart is one part of a table name as written: its text (an unquoted part folded to lower case) and whether
+// it was quoted.
+type namePart struct {
+	text   string
+	quoted bool
+}
+
+// splitName reads "table" or "schema.table", each part unquoted or "double quoted"; the schema defaults to public.
+func splitName(s string) (schema, name namePart, err error) {
+	var parts []namePart
 	rest := strings.TrimSpace(s)
 	for {
-		var part string
+		var part namePart
 		if strings.HasPrefix(rest, `"`) {
 			var b strings.Builder
 			i := 1
 			for {
 				if i >= len(rest) {
-					return TableName{}, fmt.Errorf("table %q: unterminated quoted name", s)
+					return schema, name, fmt.Errorf("table %q: unterminated quoted name", s)
 				}
 				if rest[i] == '"' {
 					if i+1 < len(rest) && rest[i+1] == '"' {
@@ -420,33 +441,102 @@ func ParseTableName(s string) (TableName, error) {
 				b.WriteByte(rest[i])
 				i++
 			}
-			part, rest = b.String(), rest[i+1:]
+			part, rest = namePart{text: b.String(), quoted: true}, rest[i+1:]
 		} else {
 			j := strings.IndexByte(rest, '.')
 			if j < 0 {
 				j = len(rest)
 			}
-			part, rest = strings.ToLower(rest[:j]), rest[j:]
+			part, rest = namePart{text: strings.ToLower(rest[:j])}, rest[j:]
 		}
-		if part == "" {
-			return TableName{}, fmt.Errorf("table %q: empty name", s)
+		if part.text == "" {
+			return schema, name, fmt.Errorf("table %q: empty name", s)
 		}
 		parts = append(parts, part)
 		if rest == "" {
 			break
 		}
 		if rest[0] != '.' {
-			return TableName{}, fmt.Errorf("table %q: unexpected %q", s, rest)
+			return schema, name, fmt.Errorf("table %q: unexpected %q", s, rest)
 		}
 		rest = rest[1:]
 	}
 	switch len(parts) {
 	case 1:
-		return TableName{Schema: "public", Name: parts[0]}, nil
+		return namePart{text: "public"}, parts[0], nil
 	case 2:
-		return TableName{Schema: parts[0], Name: parts[1]}, nil
+		return parts[0], parts[1], nil
 	}
-	return TableName{}, fmt.Errorf("table %q: want schema.table", s)
+	return schema, name, fmt.Errorf("table %q: want schema.table", s)
+}
+
+// TablePattern is an entry of tables with a wildcard (plugin-sdk/glob: `*` any run of characters, `?` one) in an
+// unquoted part: `shop.*`, `public.orders_*`, `orders_*` (schema public), `"Shop".order_?`. A quoted part is
+// matched as it is written (its `*` and `?` are characters of the name); an unquoted one is folded to lower case
+// first, as PostgreSQL folds names. Schema and table are matched separately, so `*` never spans the dot.
+type TablePattern struct {
+	Schema, Name string
+	// Literal parts are compared, not matched.
+	SchemaLiteral, NameLiteral bool
+	// Text is the entry as written, for messages.
+	Text string
+}
+
+// Match says whether t matches the pattern.
+func (p TablePattern) Match(t TableName) bool {
+	return part(p.Schema, p.SchemaLiteral, t.Schema) && part(p.Name, p.NameLiteral, t.Name)
+}
+
+func part(p string, literal bool, s string) bool {
+	if literal {
+		return p == s
+	}
+	return glob.Match(p, s)
+}
+
+// parseEntry reads one entry of tables: a name, or a pattern when an unquoted part holds `*` or `?`.
+func parseEntry(s string) (TableName, *TablePattern, error) {
+	schema, name, err := splitName(s)
+	if err != nil {
+		return TableName{}, nil, err
+	}
+	if (schema.quoted || !glob.Has(schema.text)) && (name.quoted || !glob.Has(name.text)) {
+		return TableName{Schema: schema.text, Name: name.text}, nil, nil
+	}
+	return TableName{}, &TablePattern{Schema: schema.text, Name: name.text, SchemaLiteral: schema.quoted || !glob.Has(schema.text),
+		NameLiteral: name.quoted || !glob.Has(name.text), Text: strings.TrimSpace(s)}, nil
+}
+
+// Matches says whether a table matches one of the patterns.
+func (s Settings) Matches(t TableName) bool {
+	return slices.ContainsFunc(s.Patterns, func(p TablePattern) bool { return p.Match(t) })
+}
+
+// Expand adds to TableNames, after the exact names and in name order, the tables of existing that a pattern
+// matches. A pattern matching none is a config fault naming it when first is set (the pipeline's first start):
+// it is most likely misspelt. Later an empty match is fine (its tables were dropped, or are yet to be created).
+func (s *Settings) Expand(existing []TableName, first bool) error {
+	if len(s.Patterns) == 0 {
+		return nil
+	}
+	names := slices.Clone(existing)
+	slices.SortFunc(names, func(a, b TableName) int { return strings.Compare(a.String(), b.String()) })
+	var none []string
+	for _, p := range s.Patterns {
+		if !slices.ContainsFunc(names, p.Match) {
+			none = append(none, p.Text)
+		}
+	}
+	if first && len(none) > 0 {
+		return fault.ConfigErr(fmt.Errorf("settings: tables: pattern %s matches no table", strings.Join(none, ", ")),
+			"correct the pattern (`*` any characters, `?` one; unquoted parts are folded to lower case, \"quoted\" ones kept), or create a matching table first")
+	}
+	for _, n := range names {
+		if s.Matches(n) && !slices.Contains(s.TableNames, n) {
+			s.TableNames = append(s.TableNames, n)
+		}
+	}
+	return nil
 }
 
 func quoteDSN(v string) string {

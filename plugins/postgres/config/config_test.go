@@ -153,3 +153,72 @@ func TestParseRoles(t *testing.T) {
 		t.Errorf("either role: %v", err)
 	}
 }
+
+// TestTablePatterns: an entry with `*` or `?` in an unquoted part is a pattern, matched per part (schema, table)
+// after folding unquoted parts to lower case; quoted parts are literal; exact names keep meaning what they did.
+// Expand adds the matching tables after the exact ones, in name order, and refuses at a first start a pattern
+// that matches nothing.
+func TestTablePatterns(t *testing.T) {
+	tn := func(s, n string) TableName { return TableName{Schema: s, Name: n} }
+	existing := []TableName{tn("shop", "items"), tn("shop", "orders"), tn("public", "orders_2024"), tn("public", "orders_2025"),
+		tn("public", "orders"), tn("Shop", "Big"), tn("public", "a*b"), tn("shopx", "items")}
+	for _, tc := range []struct {
+		name     string
+		tables   string
+		opts     string
+		first    bool
+		want     []string
+		parseErr string
+		err      string
+	}{
+		{name: "exact only", tables: `["shop.items", "orders"]`, first: true, want: []string{"shop.items", "public.orders"}},
+		{name: "schema star", tables: `["shop.*"]`, first: true, want: []string{"shop.items", "shop.orders"}},
+		{name: "prefix", tables: `["public.orders_*"]`, first: true, want: []string{"public.orders_2024", "public.orders_2025"}},
+		{name: "default schema", tables: `["orders_202?"]`, first: true, want: []string{"public.orders_2024", "public.orders_2025"}},
+		{name: "unquoted folds case", tables: `["SHOP.*"]`, first: true, want: []string{"shop.items", "shop.orders"}},
+		{name: "quoted keeps case", tables: `["\"Shop\".*"]`, first: true, want: []string{"Shop.Big"}},
+		{name: "quoted star is a character", tables: `["\"a*b\""]`, first: true, want: []string{"public.a*b"}},
+		{name: "star does not span the dot", tables: `["shop*"]`, first: false, want: nil},
+		{name: "any schema", tables: `["*.items"]`, first: true, want: []string{"shop.items", "shopx.items"}},
+		{name: "exact first, then matched", tables: `["shop.orders", "shop.*"]`, first: true, want: []string{"shop.orders", "shop.items"}},
+		{name: "no match at first start", tables: `["shop.*", "sales.*"]`, first: true, err: "pattern sales.* matches no table"},
+		{name: "no match later", tables: `["shop.*", "sales.*"]`, first: false, want: []string{"shop.items", "shop.orders"}},
+		{name: "options for a matched name", tables: `["shop.*"]`, opts: `{"shop.new": {"key_columns": ["id"]}}`, first: true, want: []string{"shop.items", "shop.orders"}},
+		{name: "options for an unmatched name", tables: `["shop.*"]`, opts: `{"sales.x": {"key_columns": ["id"]}}`, parseErr: "table_options names sales.x, which is not in tables"},
+		{name: "bad quoting", tables: `["\"shop.*"]`, parseErr: "unterminated"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := `{"host": "h", "user": "u", "database": "d", "tables": ` + tc.tables
+			if tc.opts != "" {
+				raw += `, "table_options": ` + tc.opts
+			}
+			s, err := Parse([]byte(raw + `}`))
+			if tc.parseErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.parseErr) {
+					t.Fatalf("Parse: %v, want %q", err, tc.parseErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.Expand(existing, tc.first)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Expand: %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, n := range s.TableNames {
+				got = append(got, n.String())
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("tables %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -53,7 +53,12 @@ func Check(ctx context.Context, cfg config.Settings) error {
 		add("role %q lacks the REPLICATION attribute that replication slots need: run ALTER ROLE %s REPLICATION as a superuser", cfg.User, pgx.Identifier{cfg.User}.Sanitize())
 	}
 
-	if len(cfg.TableNames) == 0 {
+	// Patterns are checked as the first start expands them: each must match a table, and each table it matches
+	// is checked as a named one is.
+	if err := expandPatterns(ctx, conn, &cfg); err != nil {
+		add("%v", err)
+	}
+	if len(cfg.TableNames) == 0 && len(cfg.Patterns) == 0 {
 		add("tables is empty: list the tables to replicate as schema.table")
 	}
 	resolver := typemap.NewResolver()

@@ -47,6 +47,9 @@ type pubRow struct {
 	walNow                    string // the server's WAL insert position when it was read
 	all, ins, upd, del, trunc bool
 	members                   map[string]string
+	// oids are the captured tables' oids now (0: no such table): a table captured by a pattern whose oid is not
+	// the captured one was dropped, which patterns.go handles.
+	oids map[string]uint32
 }
 
 // pubWatch watches the publications the stream reads through.
@@ -85,6 +88,24 @@ func newPubWatch(r *reader) *pubWatch {
 	return w
 }
 
+// watch adds a table captured while streaming (patterns.go) to the publication it comes through.
+func (w *pubWatch) watch(tn config.TableName, appendOnly bool) {
+	for i := range w.pubs {
+		if w.pubs[i].appendOnly == appendOnly {
+			w.pubs[i].tables = append(w.pubs[i].tables, tn)
+			return
+		}
+	}
+	w.pubs = append(w.pubs, watchedPub{name: w.r.cfg.AppendPublication(), appendOnly: true, tables: []config.TableName{tn}})
+}
+
+// forget stops watching a table captured by a pattern that was dropped (patterns.go): its membership is gone with it.
+func (w *pubWatch) forget(tn config.TableName) {
+	for i := range w.pubs {
+		w.pubs[i].tables = slices.DeleteFunc(w.pubs[i].tables, func(t config.TableName) bool { return t == tn })
+	}
+}
+
 // read reads one publication's rows.
 func (w *pubWatch) read(ctx context.Context, p watchedPub) (pubRow, error) {
 	names := make([]string, len(p.tables))
@@ -98,23 +119,25 @@ func (w *pubWatch) read(ctx context.Context, p watchedPub) (pubRow, error) {
 		         (SELECT 'table row ' || pr.oid FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass(t.name)),
 		         (SELECT 'schema row ' || pn.oid FROM pg_publication_namespace pn JOIN pg_class c ON c.relnamespace = pn.pnnspid
 		           WHERE pn.pnpubid = p.oid AND c.oid = to_regclass(t.name)),
-		         '') END
+		         '') END, coalesce(to_regclass(t.name)::oid, 0)
 		FROM pg_publication p LEFT JOIN unnest($2::text[]) WITH ORDINALITY AS t(name, ord) ON true
 		WHERE p.pubname = $1`, p.name, names)
 	if err != nil {
 		return pubRow{}, fmt.Errorf("read publication %s: %w", p.name, w.r.cfg.Explain(err))
 	}
 	defer rows.Close()
-	out := pubRow{members: map[string]string{}}
+	out := pubRow{members: map[string]string{}, oids: map[string]uint32{}}
 	for rows.Next() {
 		var ord *int64
 		var member string
-		if err := rows.Scan(&out.walNow, &out.version, &out.all, &out.ins, &out.upd, &out.del, &out.trunc, &ord, &member); err != nil {
+		var oid uint32
+		if err := rows.Scan(&out.walNow, &out.version, &out.all, &out.ins, &out.upd, &out.del, &out.trunc, &ord, &member, &oid); err != nil {
 			return pubRow{}, fmt.Errorf("read publication %s: %w", p.name, err)
 		}
 		out.exists = true
 		if ord != nil {
 			out.members[p.tables[*ord-1].String()] = member
+			out.oids[p.tables[*ord-1].String()] = oid
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -191,9 +214,17 @@ func (w *pubWatch) compare(p watchedPub, prev pubRow, seen bool, cur pubRow, upT
 		return stop(fmt.Sprintf("no longer publishes %s (publish narrowed)", strings.Join(missing, ", ")),
 			fmt.Sprintf("run ALTER PUBLICATION %s SET (publish = '%s')", pub, publish))
 	}
+	// A table captured by a pattern that was dropped is released, not a fault (patterns.go).
+	dropped := func(t config.TableName) bool {
+		if !w.r.byPattern(t) {
+			return false
+		}
+		c := w.r.tables[t.String()]
+		return c == nil || cur.oids[t.String()] != c.OID
+	}
 	var gone []string
 	for _, t := range p.tables {
-		if cur.members[t.String()] == "" {
+		if cur.members[t.String()] == "" && !dropped(t) {
 			gone = append(gone, t.String())
 		}
 	}
@@ -206,7 +237,7 @@ func (w *pubWatch) compare(p watchedPub, prev pubRow, seen bool, cur pubRow, upT
 	}
 	var again []string
 	for _, t := range p.tables {
-		if prev.members[t.String()] != "" && prev.members[t.String()] != cur.members[t.String()] {
+		if prev.members[t.String()] != "" && prev.members[t.String()] != cur.members[t.String()] && !dropped(t) {
 			again = append(again, t.String())
 		}
 	}

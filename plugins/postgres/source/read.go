@@ -48,6 +48,10 @@ type reader struct {
 	slot slotFigures
 	// messages asks pgoutput for logical decoding messages: a re-snapshot's watermarks (resnapshot.go).
 	messages bool
+	// exact are the tables named in the settings; cfg.TableNames adds those the patterns capture, and released
+	// are the streams of those released in this Read (patterns.go).
+	exact    []config.TableName
+	released []string
 	// chunkRead is Source.chunkRead.
 	chunkRead func(ctx context.Context, table string, keys []string)
 }
@@ -58,7 +62,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	if err != nil {
 		return err
 	}
-	if len(cfg.TableNames) == 0 {
+	if len(cfg.TableNames) == 0 && len(cfg.Patterns) == 0 {
 		return errors.New("settings: tables is empty: list the tables to replicate as schema.table")
 	}
 	inner, _, err := protect.Unwrap(req.Checkpoint)
@@ -86,6 +90,11 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	if cfg.Protect != nil {
 		r.values.Hide(cfg.Protect.Hides)
 	}
+	// Patterns become tables here, before anything compares the tables with the checkpoint's.
+	if err := r.expand(ctx, pos); err != nil {
+		return err
+	}
+	cfg = r.cfg
 	if len(req.Streams) > 0 {
 		// The slot and the publication cover the configured tables; a subset would need its own slot.
 		for _, name := range req.Streams {
@@ -153,7 +162,8 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		}
 	}
 	// Watermarks come out of the slot as messages, which pgoutput sends only when asked to.
-	r.messages = pos != nil && len(pos.Resnapshot) > 0
+	// With patterns, a table created later is copied by watermarks too (patterns.go).
+	r.messages = pos != nil && len(pos.Resnapshot) > 0 || len(cfg.Patterns) > 0
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -209,7 +219,8 @@ func (r *reader) validate(p *Position) error {
 	for _, t := range r.cfg.TableNames {
 		now = append(now, t.String())
 	}
-	if slices.ContainsFunc(p.Tables, func(t string) bool { return !slices.Contains(now, t) }) {
+	// A table captured by a pattern and dropped since was released (patterns.go).
+	if slices.ContainsFunc(p.Tables, func(t string) bool { return !slices.Contains(now, t) && !slices.Contains(r.released, t) }) {
 		return fmt.Errorf("the tables changed since this pipeline started (checkpoint: %s; settings: %s): changing the table set of a running pipeline is not supported; start a new pipeline with its own slot",
 			strings.Join(p.Tables, ", "), strings.Join(now, ", "))
 	}

@@ -113,8 +113,14 @@ func (s *resnapper) message(ctx context.Context, m *pglogrepl.LogicalDecodingMes
 	return s.c.Mark(ctx, m.Content)
 }
 
-// Prepare: a configured table is always there (a dropped one fails the stream first).
-func (s *resnapper) Prepare(context.Context, string) error { return nil }
+// Prepare: a table named in tables is always there (a dropped one fails the stream first); one captured by a
+// pattern and released since (patterns.go) has nothing left to copy.
+func (s *resnapper) Prepare(_ context.Context, name string) error {
+	if s.p.r.tables[name] == nil {
+		return dblog.ErrGone
+	}
+	return nil
+}
 
 // Begin sends what the transaction built so far, then the begin mark.
 func (s *resnapper) Begin(ctx context.Context, name string) (int64, error) {

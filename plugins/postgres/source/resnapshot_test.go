@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,11 @@ type folded struct {
 	idle    bool     // the last checkpoint said idle
 	reads   int      // snapshot reads received during the re-snapshot
 	changed chan struct{}
+	// metrics are the last checkpoint's gauges; truncated the streams of the truncates received, in order.
+	metrics   []serve.Metric
+	truncated []string
+	// captured are the captured_table gauges of the last checkpoint that carried them.
+	captured []serve.Metric
 }
 
 func newFolded() *folded {
@@ -67,7 +73,12 @@ func (f *folded) Batch(_ context.Context, stream string, rec arrow.RecordBatch) 
 	return nil
 }
 func (f *folded) SchemaChange(context.Context, serve.Stream) error { return nil }
-func (f *folded) Truncate(context.Context, string) error           { return nil }
+func (f *folded) Truncate(_ context.Context, stream string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.truncated = append(f.truncated, stream)
+	return nil
+}
 func (f *folded) Resnapshot(_ context.Context, stream string, end bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -88,6 +99,10 @@ func (f *folded) Checkpoint(_ context.Context, cp serve.Checkpoint) error {
 	f.mu.Lock()
 	f.last, f.idle = cp.Position, cp.Idle
 	f.all = append(f.all, cp.Position)
+	if slices.ContainsFunc(cp.Metrics, func(m serve.Metric) bool { return m.Name == "captured_table" }) {
+		f.captured = slices.DeleteFunc(slices.Clone(cp.Metrics), func(m serve.Metric) bool { return m.Name != "captured_table" })
+	}
+	f.metrics = cp.Metrics
 	f.mu.Unlock()
 	select {
 	case f.changed <- struct{}{}:

@@ -56,7 +56,7 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.TableNames) == 0 {
+	if len(cfg.TableNames) == 0 && len(cfg.Patterns) == 0 {
 		return nil, errors.New("settings: tables is empty: list the tables to replicate as schema.table")
 	}
 	conn, err := cfg.Connect(ctx)
@@ -64,6 +64,9 @@ func (s *Source) Discover(ctx context.Context, raw json.RawMessage) ([]serve.Str
 		return nil, err
 	}
 	defer conn.Close(context.Background())
+	if err := expandPatterns(ctx, conn, &cfg); err != nil {
+		return nil, err
+	}
 	r := typemap.NewResolver()
 	var out []serve.Stream
 	for _, tn := range cfg.TableNames {

@@ -455,6 +455,8 @@ type relation struct {
 	id     uint32
 	stream string
 	table  *table // nil: not a configured table (a FOR ALL TABLES publication)
+	// msg is the Relation message of a table that is not captured, kept for when a pattern adopts it (patterns.go).
+	msg    *pglogrepl.RelationMessage
 	cols   []column
 	key    []string
 	keyIdx []int
@@ -492,6 +494,8 @@ type processor struct {
 	rs *resnapper
 	// pub stops the stream when a publication it reads through is altered or dropped (pubwatch.go).
 	pub *pubWatch
+	// pw follows the tables created and dropped that the patterns of tables match (patterns.go).
+	pw patternWatch
 	// ended: the gauges of the copies (re-snapshots, append tables) that ended since the last checkpoint, which
 	// the next one carries once (copyMetrics).
 	ended []serve.Metric
@@ -526,7 +530,7 @@ func (p *processor) position() Position {
 // checkpoint sends cp with the figures a stream checkpoint carries: the copies running or just ended, the slot,
 // and wait, the gauge of a wait outside the source (slotwait.go: waitMetric, or notWaiting).
 func (p *processor) checkpoint(ctx context.Context, cp serve.Checkpoint, wait serve.Metric) error {
-	cp.Metrics = slices.Concat(p.rs.metrics(), p.recopyMetrics(), p.ended, p.r.slot.metrics(p.r.cfg.Slot), []serve.Metric{wait})
+	cp.Metrics = slices.Concat(p.rs.metrics(), p.recopyMetrics(), p.ended, p.r.slot.metrics(p.r.cfg.Slot), p.capturedMetrics(), []serve.Metric{wait})
 	if err := p.r.out.Checkpoint(ctx, cp); err != nil {
 		return err
 	}
@@ -556,6 +560,9 @@ func (p *processor) release() {
 
 func (p *processor) run(ctx context.Context, items <-chan []item, ownDone <-chan struct{}) error {
 	for {
+		if err := p.followPatterns(ctx); err != nil {
+			return err
+		}
 		if err := p.rs.step(ctx); err != nil {
 			return err
 		}
@@ -783,13 +790,18 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 	r := p.r
 	name := m.Namespace + "." + m.RelationName
 	t := r.tables[name]
+	if t != nil && m.RelationID != t.OID && r.byPattern(t.Name) {
+		// Another table under a captured name (dropped and created again, in a publication of its schema or of all
+		// tables): not captured until a pattern adopts it (patterns.go), which replays this message.
+		t = nil
+	}
 	if p.cur != nil && p.cur.id == m.RelationID {
 		if err := p.flush(ctx); err != nil {
 			return err
 		}
 	}
 	if t == nil {
-		p.rels[m.RelationID] = &relation{id: m.RelationID, stream: name}
+		p.rels[m.RelationID] = &relation{id: m.RelationID, stream: name, msg: m}
 		return nil
 	}
 	if p.inTx {
@@ -800,6 +812,11 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 	// The key comes from the catalog (a Relation message flags replica identity columns, which for REPLICA
 	// IDENTITY FULL are all of them).
 	fresh, err := loadConfigured(ctx, r.pool, r.resolver, r.cfg, t.Name)
+	if (errors.Is(err, errNoTable) || err == nil && fresh.OID != t.OID) && r.byPattern(t.Name) {
+		// Dropped since (the catalog is ahead of the stream): its last changes are decoded with the definition
+		// last read, and the table is released once the stream passes its drop (patterns.go).
+		fresh, err = t, nil
+	}
 	if err != nil {
 		return fmt.Errorf("table %s changed: %w", name, err)
 	}
