@@ -56,9 +56,9 @@
 // (engine/precheck, reading these two keys from each destination's settings), and a destination runs it again
 // on every schema it meets, for streams that gain the column later.
 //
-// A destination that does not support a setting refuses it: Iceberg, Snowflake and BigQuery have no
-// soft_delete or metadata_columns in their settings schemas, so the engine refuses either key when it loads
-// the config, naming the connection and the key.
+// A destination that does not support a setting refuses it: a plugin leaves the keys out of its settings
+// schema (SchemaProperties), so the engine refuses them when it loads the config, naming the connection and
+// the key. Every destination of this repository (Postgres, DuckDB, Iceberg, Snowflake, BigQuery) has them all.
 package rowmeta
 
 import (
