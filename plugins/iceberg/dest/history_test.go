@@ -12,36 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta/rowmetatest"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
-
-// historyWant is the history table the change sequence's entries 1..n give: every change (a truncate is not
-// one) as "position seq op id v committed", in order.
-func historyWant(entries [][]rowmetatest.Change, n int) []string {
-	var out []string
-	for e := range n {
-		seq := 0
-		for j, ch := range entries[e] {
-			if ch.Truncate {
-				continue
-			}
-			v := ch.V
-			if ch.Op == change.OpDelete {
-				v = "<nil>"
-			}
-			at := "<nil>"
-			if t := rowmetatest.CommitTime(uint64(e+1), j, ch.Op); !t.IsZero() {
-				at = t.UTC().Format(time.RFC3339Nano)
-			}
-			out = append(out, fmt.Sprintf("%d %d %s %d %s %s", e+1, seq, rowmeta.OpName(ch.Op), ch.ID, v, at))
-			seq++
-		}
-	}
-	return out
-}
 
 // historyEnv is a destination with history on for rowmetatest's stream, with extra settings.
 type historyEnv struct {
@@ -80,7 +54,7 @@ func (h *historyEnv) apply(first, last uint64, wantSkipped bool) {
 	}
 }
 
-// history reads items_history as historyWant writes it, ordered by (position, seq).
+// history reads items_history as rowmetatest.HistoryWant writes it, ordered by (position, seq).
 func (h *historyEnv) history() []string {
 	h.t.Helper()
 	_, rows, err := readLakeTable(ctxT(h.t), h.d, h.raw, historyTable(rowmetatest.Table))
@@ -119,7 +93,7 @@ func (h *historyEnv) history() []string {
 
 func (h *historyEnv) check(what string, n int) {
 	h.t.Helper()
-	if got, want := h.history(), historyWant(rowmetatest.Entries(), n); !slices.Equal(got, want) {
+	if got, want := h.history(), rowmetatest.HistoryWant(rowmetatest.Entries(), n); !slices.Equal(got, want) {
 		h.t.Fatalf("%s: the history is\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
