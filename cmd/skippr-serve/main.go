@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -83,6 +82,9 @@ func serve(ctx context.Context, c *cli.Command, rd *redact.Redactor) error {
 		rd.Add(map[string]string{env: secret})
 		listen.Tokens = append(listen.Tokens, queryserve.Token{Client: client, Secret: secret})
 	}
+	if err := queryserve.CheckTokens(listen.Tokens); err != nil {
+		return cmdline.WithCode(cmdline.ExitUsage, fmt.Errorf("serve: %w", err))
+	}
 	switch cert, key, ca := c.String("tls-cert"), c.String("tls-key"), c.String("tls-client-ca"); {
 	case (cert == "") != (key == ""):
 		return cmdline.WithCode(cmdline.ExitUsage, errors.New("serve: --tls-cert and --tls-key go together"))
@@ -118,34 +120,11 @@ func serve(ctx context.Context, c *cli.Command, rd *redact.Redactor) error {
 		if err := queryserve.CheckExposure(mcpAddr, listen); err != nil {
 			return cmdline.WithCode(cmdline.ExitUsage, fmt.Errorf("serve: --mcp-addr: %w", err))
 		}
-		h, err := srv.MCPHandler(listen.Tokens)
+		stop, err := srv.ServeMCPHTTP(mcpAddr, listen)
 		if err != nil {
-			return cmdline.WithCode(cmdline.ExitUsage, fmt.Errorf("serve: %w", err))
+			return cmdline.WithCode(cmdline.ExitFailure, fmt.Errorf("serve: %w", err))
 		}
-		mlis, err := net.Listen("tcp", mcpAddr)
-		if err != nil {
-			return cmdline.WithCode(cmdline.ExitFailure, fmt.Errorf("serve: --mcp-addr: %w", err))
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/mcp", h)
-		hs := &http.Server{Handler: mux, TLSConfig: listen.TLS, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			var err error
-			if listen.TLS != nil {
-				err = hs.ServeTLS(mlis, "", "")
-			} else {
-				err = hs.Serve(mlis)
-			}
-			if err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("MCP server stopped", "err", err)
-			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			hs.Shutdown(sctx)
-		}()
-		log.Info("serving MCP", "mcp_addr", mlis.Addr().String(), "path", "/mcp")
+		defer stop(ctx)
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {

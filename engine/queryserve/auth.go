@@ -140,3 +140,10 @@ type authedStream struct {
 }
 
 func (s *authedStream) Context() context.Context { return s.ctx }
+
+// CheckTokens checks the tokens as the server will (each named, distinct, at least 16 characters), so a bad
+// one is refused before the plugins start.
+func CheckTokens(tokens []Token) error {
+	_, err := newAuth(tokens, slog.New(slog.DiscardHandler))
+	return err
+}

@@ -91,3 +91,22 @@ func TestCheckExposure(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckTokens: what skippr-serve refuses before it starts any plugin (exit 2).
+func TestCheckTokens(t *testing.T) {
+	for _, tc := range []struct {
+		tokens []Token
+		err    string
+	}{
+		{tokens: nil},
+		{tokens: []Token{{"nb", "nb-0123456789abcdef"}}},
+		{tokens: []Token{{"nb", "short"}}, err: "at least 16"},
+		{tokens: []Token{{"", "nb-0123456789abcdef"}}, err: "client name"},
+		{tokens: []Token{{"nb", "nb-0123456789abcdef"}, {"nb", "nb-fedcba9876543210"}}, err: "two tokens"},
+	} {
+		err := CheckTokens(tc.tokens)
+		if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%v: %v, want %q", tc.tokens, err, tc.err)
+		}
+	}
+}
