@@ -75,11 +75,24 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			x.d.orphansChecked[req.Pipeline] = false
 		}
 		if err != nil {
+			delete(x.d.fillsRead, req.Pipeline)
+		}
+		if err != nil {
 			// The columns this process remembers may be what failed (a column dropped or renamed outside
 			// skippr): the next apply reads them again, and adds back what is missing.
 			x.d.tables = nil
 		}
 	}()
+	if !x.d.fillsRead[req.Pipeline] {
+		list, err := x.readFills(ctx, req.Pipeline)
+		if err != nil {
+			return res, err
+		}
+		if x.d.fills == nil {
+			x.d.fills, x.d.fillsRead = map[string][]fill{}, map[string]bool{}
+		}
+		x.d.fills[req.Pipeline], x.d.fillsRead[req.Pipeline] = list, true
+	}
 	state, err := x.readState(ctx, req.Pipeline)
 	if err != nil {
 		return res, err
@@ -127,7 +140,7 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 		}
 		for _, sp := range plans {
 			for _, s := range sp.Schemas {
-				if err := x.ensureTable(ctx, sp.table, s); err != nil {
+				if err := x.ensureTable(ctx, req.Pipeline, sp.table, s); err != nil {
 					return fmt.Errorf("stream %s: %w", sp.Stream, err)
 				}
 			}
@@ -183,6 +196,7 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 	if err := flush(); err != nil {
 		return res, err
 	}
+	fl := &fills{x: x, pipeline: req.Pipeline, pending: slices.Clone(x.d.fills[req.Pipeline])}
 
 	// Plain statements on the session rather than a database/sql Tx: the transaction carries a name, by which
 	// a later process finds it if this one dies inside it (abortOrphans).
@@ -205,6 +219,9 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			}
 			key := make([]string, 0)
 			for _, l := range sp.loads {
+				if err := fl.before(ctx, sp.table, l.cols); err != nil {
+					return res, err
+				}
 				if err := txexec(sfsql.Copy(l.stage, sp.table, filepath.Base(l.file))); err != nil {
 					return res, explain(x.s, fmt.Sprintf("copy %s into %s (the staging table of %s)", filepath.Base(l.file), l.stage, sp.table), err)
 				}
@@ -221,6 +238,9 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 				}
 			}
 		}
+	}
+	if err := fl.rest(ctx); err != nil {
+		return res, err
 	}
 	var args []any
 	args = append(args, req.Pipeline, "", strconv.FormatUint(req.Sequence, 10))
@@ -244,6 +264,7 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 		return res, explain(x.s, fmt.Sprintf("commit sequence %d", req.Sequence), err)
 	}
 	committed = true
+	x.d.fills[req.Pipeline] = fl.pending
 	return res, nil
 }
 
@@ -466,7 +487,9 @@ func (x *conn) remember(t sfsql.Table, cols map[string]sfsql.Type) {
 
 // ensureTable creates the table from s, adds the columns of s it lacks and widens a NUMBER's precision;
 // a column whose type cannot take the new one stops the apply with both types named.
-func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema) error {
+// A column added with a value for the rows already there (values.MetaExistingRows) has the fill recorded
+// first (fill.go).
+func (x *conn) ensureTable(ctx context.Context, pipeline string, t sfsql.Table, s *arrow.Schema) error {
 	want, err := stageColumns(s)
 	if err != nil {
 		return err
@@ -499,6 +522,7 @@ func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema) 
 	// under the new name; the table's own columns decide, so a replay renames nothing. Snowflake matches
 	// names as sfsql.Name folds them.
 	has := func(n string) bool { _, ok := have[sfsql.Name(n)]; return ok }
+	existing := existingValues(s)
 	for _, r := range change.Renames(change.DataFields(s), has) {
 		from, to := sfsql.Name(r.From), sfsql.Name(r.To)
 		if err := x.exec(ctx, sfsql.RenameColumn(t, from, to)); err != nil {
@@ -512,6 +536,11 @@ func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema) 
 	for _, c := range want {
 		h, ok := have[c.Name]
 		if !ok {
+			if v, fill := existing[c.Name]; fill {
+				if _, err := x.recordFill(ctx, pipeline, t, c, v); err != nil {
+					return err
+				}
+			}
 			if err := x.exec(ctx, sfsql.AddColumn(t, c)); err != nil {
 				delete(x.d.tables, t.String())
 				return explain(x.s, fmt.Sprintf("add column %s %s to %s", c.Name, c.Type, t), err)
