@@ -25,7 +25,6 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
-	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 // maxCommitAttempts bounds how often one table's commit is rebuilt after losing a race to another writer.
@@ -327,18 +326,7 @@ func (a *tableAttempt) evolve(sc *arrow.Schema) error {
 		return nil
 	}
 	a.d.log().Info("iceberg schema evolution", "table", name, "sequence", a.req.Sequence, "changes", describe(changes))
-	for _, c := range changes {
-		if c.kind != addColumn || len(c.path) != 1 {
-			continue
-		}
-		if i := sc.FieldIndices(c.path[0]); len(i) == 1 {
-			if v, ok := sc.Field(i[0]).Metadata.GetValue(values.MetaExistingRows); ok {
-				// Iceberg v3's initial-default would say it; iceberg-go v0.7.0 writes v2 tables.
-				a.d.log().Warn("iceberg cannot give existing rows the value of an added column: they read NULL here",
-					"table", name, "column", c.path[0], "value_at_source", v)
-			}
-		}
-	}
+	a.initialDefaults(name, sc, changes)
 	a.evolution = append(a.evolution, changes...)
 	return nil
 }
