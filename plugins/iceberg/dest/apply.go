@@ -101,6 +101,7 @@ type tableAttempt struct {
 	evolution   []schemaChange  // changes evolve gathered, committed as one schema update (commitEvolution)
 	partitioned bool            // the configured partition spec was considered
 	rs          *resnap         // the table's re-snapshot bookkeeping (resnapshot.go)
+	initials    []initialFill   // columns added with an initial-default, and the batches before (initial.go)
 }
 
 // notCommitted says whether a commit that failed is known not to have landed. Only the embedded SQL catalog
@@ -283,6 +284,7 @@ func (a *tableAttempt) begin(ctx context.Context) (skipped bool, err error) {
 	a.tx = a.tbl.NewTransaction()
 	a.evolution = nil
 	a.seen = map[string]bool{}
+	a.initials = nil
 	a.partitioned = false
 	if a.keyCols, err = a.key(a.tbl); err != nil {
 		return false, err
@@ -387,6 +389,7 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 			if err := a.evolve(renames.of(i, it.Schema.Schema)); err != nil {
 				return nil, err
 			}
+			a.initialsBefore(len(stripped))
 			continue
 		}
 		rec := it.Record
@@ -404,6 +407,7 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 		if err := a.evolve(st.Schema()); err != nil {
 			return nil, err
 		}
+		a.initialsBefore(len(stripped) - 1)
 		ops = append(ops, o)
 	}
 	if err := a.commitEvolution(); err != nil {
@@ -428,6 +432,10 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 	for i, b := range stripped {
 		rec, err := conform(ctx, a.mem, b, c.target, fmt.Sprintf("stream %s batch %d", a.g.stream, i))
 		if err != nil {
+			c.release()
+			return nil, err
+		}
+		if rec, err = a.fillInitials(rec, b.Schema(), i); err != nil {
 			c.release()
 			return nil, err
 		}

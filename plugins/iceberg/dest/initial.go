@@ -2,8 +2,12 @@ package dest
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/arrow/scalar"
 	"github.com/apache/iceberg-go"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
@@ -145,6 +149,7 @@ func (a *tableAttempt) initialDefaults(name string, sc *arrow.Schema, changes []
 			continue
 		}
 		changes[i].initial = lit
+		a.initials = append(a.initials, initialFill{column: c.path[0], lit: lit, before: -1})
 		a.d.log().Info("added a column; existing rows read the value they hold at the source (initial-default)",
 			"table", name, "column", c.path[0], "value", v)
 	}
@@ -160,4 +165,75 @@ func initialDefault(text string, typ iceberg.Type) (iceberg.Literal, error) {
 		return nil, fmt.Errorf("%s converts to %s, not %s", text, lit.Type(), typ)
 	}
 	return lit, nil
+}
+
+// initialFill is a column this attempt adds with an initial-default, and how many of its batches came before
+// the schema that added it (-1 until changes knows). Those batches are rows written before the ADD COLUMN at
+// the source, where they hold the value too; written now, in the final schema, they would hold NULL.
+type initialFill struct {
+	column string
+	lit    iceberg.Literal
+	before int
+}
+
+// initialsBefore notes, for the columns the last evolve gave an initial-default, that n batches came before.
+func (a *tableAttempt) initialsBefore(n int) {
+	for i := range a.initials {
+		if a.initials[i].before < 0 {
+			a.initials[i].before = n
+		}
+	}
+}
+
+// fillInitials gives batch i (rec, conformed from a batch of schema src) the initial-default of each column
+// added after it that src lacks.
+func (a *tableAttempt) fillInitials(rec arrow.RecordBatch, src *arrow.Schema, i int) (arrow.RecordBatch, error) {
+	for _, f := range a.initials {
+		if i >= f.before || src.HasField(f.column) {
+			continue
+		}
+		idx := rec.Schema().FieldIndices(f.column)
+		if len(idx) != 1 {
+			continue
+		}
+		col, err := literalArray(a.mem, f.lit, rec.Schema().Field(idx[0]).Type, int(rec.NumRows()))
+		if err != nil {
+			rec.Release()
+			return nil, fmt.Errorf("column %s: the value of rows written before it was added: %w", f.column, err)
+		}
+		cols := slices.Clone(rec.Columns())
+		cols[idx[0]] = col
+		out := array.NewRecordBatch(rec.Schema(), cols, rec.NumRows())
+		col.Release()
+		rec.Release()
+		rec = out
+	}
+	return rec, nil
+}
+
+// literalArray is n copies of lit as an array of type dt.
+func literalArray(mem memory.Allocator, lit iceberg.Literal, dt arrow.DataType, n int) (arrow.Array, error) {
+	var sc scalar.Scalar
+	var err error
+	switch v := lit.Any().(type) {
+	case iceberg.Date:
+		sc = scalar.NewDate32Scalar(arrow.Date32(v))
+	case iceberg.Time:
+		sc, err = scalar.MakeScalarParam(arrow.Time64(v), dt)
+	case iceberg.Timestamp:
+		sc, err = scalar.MakeScalarParam(arrow.Timestamp(v), dt)
+	case iceberg.Decimal:
+		sc, err = scalar.MakeScalarParam(v.Val, dt)
+	case string:
+		sc = scalar.NewStringScalar(v)
+	default:
+		sc, err = scalar.MakeScalarParam(v, dt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !arrow.TypeEqual(sc.DataType(), dt) {
+		return nil, fmt.Errorf("value %s is %s, the column %s", lit, sc.DataType(), dt)
+	}
+	return scalar.MakeArrayFromScalar(sc, n, mem)
 }

@@ -16,7 +16,8 @@ import (
 // TestAddedColumnInitialDefault: on a format v3 table, a column added with a value for the rows already there
 // (values.MetaExistingRows) gets it as its initial-default, committed with the rows: the rows written before
 // read it through iceberg-go, and the plan `skippr query` reads with carries it (lakequery.MetaInitialDefault).
-// Rows the apply writes with NULL stay NULL, as does a row set to NULL later; a replay is skipped; compaction
+// A row of the same apply in the older shape (inserted before the ADD COLUMN) gets it too, written with the
+// value. Rows the apply writes with NULL stay NULL, as does a row set to NULL later; a replay is skipped; compaction
 // keeps the values; a value
 // that does not convert to the column's type leaves the old rows NULL (logged). Without the change every old
 // row reads NULL.
@@ -35,7 +36,10 @@ func TestAddedColumnInitialDefault(t *testing.T) {
 		{Name: "bad", Type: arrow.PrimitiveTypes.Int32, Nullable: true, Metadata: existing("not a number")},
 	}, []string{"id"})
 	e.apply(1, append([]serve.Item{schemaItem("t", v1)}, items("t", batch(t, v1, r(opI, 1, 10), r(opI, 2, 20)))...)...)
-	entry2 := []serve.Item{schemaItem("t", v2), {Stream: "t", Record: batch(t, v2, r(opI, 4, 40, nil, nil, nil, nil), r(opI, 5, 50, 9, "new", nil, 3))}}
+	// Entry 2: row 3 inserted before the ADD COLUMN at the source (the old shape), the column added, a row
+	// with NULLs and one with values.
+	entry2 := []serve.Item{{Stream: "t", Record: batch(t, v1, r(opI, 3, 30))}, schemaItem("t", v2),
+		{Stream: "t", Record: batch(t, v2, r(opI, 4, 40, nil, nil, nil, nil), r(opI, 5, 50, 9, "new", nil, 3))}}
 	e.apply(2, entry2...)
 	check := func(after string, want map[string]map[string]any) {
 		t.Helper()
@@ -52,18 +56,18 @@ func TestAddedColumnInitialDefault(t *testing.T) {
 		}
 	}
 	old := map[string]any{"grade": float64(7), "label": "it's old", "day": "2020-01-02"}
-	check("the column was added", map[string]map[string]any{"1": old, "2": old, "4": {}, "5": {"grade": float64(9), "label": "new", "bad": float64(3)}})
+	check("the column was added", map[string]map[string]any{"1": old, "2": old, "3": old, "4": {}, "5": {"grade": float64(9), "label": "new", "bad": float64(3)}})
 	if res := e.apply(2, entry2...); !res.Skipped {
 		t.Fatal("a replay of 2 was not skipped")
 	}
 	e.apply(3, serve.Item{Stream: "t", Record: batch(t, v2, r(opU, 1, 11, nil, nil, nil, nil))})
-	check("row 1 set to NULL", map[string]map[string]any{"1": {}, "2": old, "4": {}, "5": {"grade": float64(9), "label": "new", "bad": float64(3)}})
+	check("row 1 set to NULL", map[string]map[string]any{"1": {}, "2": old, "3": old, "4": {}, "5": {"grade": float64(9), "label": "new", "bad": float64(3)}})
 
 	// Compaction rewrites the old files through iceberg-go's reader: the value is in the new files.
 	if res, err := Compact(ctxT(t), e.raw, "t", CompactOptions{}); err != nil || res.RemovedDataFiles == 0 {
 		t.Fatalf("compact: %+v, %v", res, err)
 	}
-	check("compaction", map[string]map[string]any{"1": {}, "2": old, "4": {}, "5": {"grade": float64(9), "label": "new", "bad": float64(3)}})
+	check("compaction", map[string]map[string]any{"1": {}, "2": old, "3": old, "4": {}, "5": {"grade": float64(9), "label": "new", "bad": float64(3)}})
 
 	p, err := PlanTables(ctxT(t), e.raw, PlanOptions{Pipeline: "p1"})
 	if err != nil || len(p.Tables) != 1 {
