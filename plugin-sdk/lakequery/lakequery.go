@@ -115,7 +115,7 @@ type TablePlan struct {
 	// below it are in the lake already.
 	Fence uint64 `json:"fence"`
 	// ArrowSchema is the current schema as an Arrow IPC stream (schema only), each field's id in its metadata
-	// under PARQUET:field_id.
+	// under PARQUET:field_id, and a top-level column's initial default under MetaInitialDefault.
 	ArrowSchema []byte `json:"arrow_schema,omitempty"`
 	// Key holds the identifier fields' names.
 	Key   []string   `json:"key,omitempty"`
@@ -268,3 +268,9 @@ func (r *Reader) read() (*pluginv2.ApplyMessage, error) {
 	}
 	return m, nil
 }
+
+// MetaInitialDefault is the field metadata of a plan's ArrowSchema holding a column's initial default: the
+// value a row of a data file that lacks the field (written before the column was added) reads, as text a SQL
+// CAST to the column's type reads (7, 1.50, true, 2020-01-02, 2020-01-02 03:04:05.000000+00, or the string
+// itself). A field without it reads NULL there.
+const MetaInitialDefault = "iceberg.initial-default"

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+
+	bq "google.golang.org/api/bigquery/v2"
 )
 
 // The grammar below is the part of GoogleSQL the BigQuery plugin may emit, written down from BigQuery's
@@ -13,7 +15,11 @@ import (
 //	stmt        := "BEGIN" "TRANSACTION" | "COMMIT" "TRANSACTION"       -- transactions
 //	             | "SELECT" "IF" "(" "(" scalar_sel ")" "=" param "," int "," "ERROR" "(" string ")" ")"
 //	                                                                      -- conditional expressions: IF; ERROR
-//	             | "DELETE" "FROM" table "WHERE" "TRUE"                  -- DML: DELETE (WHERE is required)
+//	             | "DELETE" "FROM" table "WHERE" ( "TRUE" | cond )       -- DML: DELETE (WHERE is required)
+//	             | "UPDATE" table "SET" ident "=" "CAST" "(" param "AS" type ")" "WHERE" ident "IS" "NULL"
+//	                                                                      -- DML: UPDATE; conversion functions: CAST
+//	             | "SELECT" "SAFE_CAST" "(" param "AS" type ")" "IS" "NOT" "NULL" "AS" ident
+//	                                                                      -- conversion functions: SAFE_CAST
 //	             | "INSERT" "INTO" table "(" idents ")" "SELECT" exprs "FROM" ( table | latest "AS" alias )
 //	             | "MERGE" [ "INTO" ] table [ "AS" ] alias "USING" source [ "AS" ] alias "ON" cond { when }
 //	             | "SELECT" idents "FROM" table "WHERE" ident "=" param
@@ -31,6 +37,8 @@ import (
 //	expr        := column | param | int | string | "TRUE" | "FALSE" | "CURRENT_TIMESTAMP" "(" ")" | variable
 //	column      := [ alias "." ] ident
 //	table       := ident "." ident "." ident                            -- project.dataset.table
+//	type        := "INT64" | "FLOAT64" | "NUMERIC" | "BIGNUMERIC" | "BOOL" | "STRING" | "BYTES" | "DATE" | "TIME"
+//	             | "DATETIME" | "TIMESTAMP"                              -- data types (scalar, unparameterised)
 //	ident       := quoted (`…`, with \` and \\ escapes) | unquoted (letters, digits, _, not a reserved keyword)
 //	string      := '…' (with backslash escapes)                          -- "…" is a string in GoogleSQL too,
 //	                                                                      -- but the plugin never writes one
@@ -173,6 +181,10 @@ const (
 	KindSelect  Kind = "SELECT"
 	KindRename  Kind = "ALTER_TABLE"
 	KindDeclare Kind = "DECLARE"
+	KindUpdate  Kind = "UPDATE"
+	// KindCanCast is SELECT SAFE_CAST(@p AS type) IS NOT NULL AS name; Postgres holds the CAST, which the
+	// executor runs and answers false for where PostgreSQL raises a data exception.
+	KindCanCast Kind = "SAFE_CAST"
 	varPrefix        = "$var:" // a parameter placeholder naming a script variable rather than a query parameter
 	paramPrefix      = "\x00param:"
 )
@@ -491,6 +503,9 @@ func (p *parser) statement() (Statement, error) {
 	case "DELETE":
 		p.st.Kind = KindDelete
 		err = p.del()
+	case "UPDATE":
+		p.st.Kind = KindUpdate
+		err = p.update()
 	case "INSERT":
 		p.st.Kind = KindInsert
 		err = p.insert()
@@ -500,6 +515,11 @@ func (p *parser) statement() (Statement, error) {
 	case "SELECT":
 		if n := p.toks[p.i+1]; n.kind == tWord && strings.EqualFold(n.text, "IF") {
 			err = p.assert()
+			break
+		}
+		if n := p.toks[p.i+1]; n.kind == tWord && strings.EqualFold(n.text, "SAFE_CAST") {
+			p.st.Kind = KindCanCast
+			err = p.canCast()
 			break
 		}
 		p.st.Kind = KindSelect
@@ -649,7 +669,102 @@ func (p *parser) del() error {
 	if err := p.table(); err != nil {
 		return err
 	}
-	return p.kw("WHERE", "TRUE")
+	if err := p.kw("WHERE"); err != nil {
+		return err
+	}
+	if p.isKW("TRUE") {
+		return p.kw("TRUE")
+	}
+	return p.cond()
+}
+
+// scalarTypes are the types a CAST may name, with the PostgreSQL type the stand-in stores each in (pgType).
+var scalarTypes = map[string]bool{"INT64": true, "FLOAT64": true, "NUMERIC": true, "BIGNUMERIC": true, "BOOL": true,
+	"STRING": true, "BYTES": true, "DATE": true, "TIME": true, "DATETIME": true, "TIMESTAMP": true}
+
+// cast reads "(" param "AS" type ")" and emits it as PostgreSQL's CAST.
+func (p *parser) cast() error {
+	if err := p.punct("("); err != nil {
+		return err
+	}
+	p.emit("CAST(")
+	if err := p.param(); err != nil {
+		return err
+	}
+	if err := p.kw("AS"); err != nil {
+		return err
+	}
+	t := p.peek()
+	if t.kind != tWord || !scalarTypes[strings.ToUpper(t.text)] {
+		return p.errf("expected a scalar type")
+	}
+	p.next()
+	pg, err := pgType(&bq.TableFieldSchema{Type: strings.ToUpper(t.text)})
+	if err != nil {
+		return err
+	}
+	p.emit(pg)
+	if err := p.punct(")"); err != nil {
+		return err
+	}
+	p.emit(")")
+	return nil
+}
+
+func (p *parser) update() error {
+	if err := p.kw("UPDATE"); err != nil {
+		return err
+	}
+	if err := p.table(); err != nil {
+		return err
+	}
+	if err := p.kw("SET"); err != nil {
+		return err
+	}
+	c, err := p.ident()
+	if err != nil {
+		return err
+	}
+	p.emit(pgIdent(c))
+	if err := p.punct("="); err != nil {
+		return err
+	}
+	p.emit("=")
+	if !p.isKW("CAST") {
+		return p.errf("expected CAST")
+	}
+	p.next()
+	if err := p.cast(); err != nil {
+		return err
+	}
+	if err := p.kw("WHERE"); err != nil {
+		return err
+	}
+	w, err := p.ident()
+	if err != nil {
+		return err
+	}
+	p.emit(pgIdent(w))
+	return p.kw("IS", "NULL")
+}
+
+func (p *parser) canCast() error {
+	p.next() // SELECT
+	p.next() // SAFE_CAST
+	p.emit("SELECT")
+	if err := p.cast(); err != nil {
+		return err
+	}
+	if err := p.kw("IS", "NOT", "NULL", "AS"); err != nil {
+		return err
+	}
+	n, err := p.ident()
+	if err != nil {
+		return err
+	}
+	p.emit(pgIdent(n))
+	p.st.Columns = []string{n}
+	return nil
 }
 
 func (p *parser) insert() error {

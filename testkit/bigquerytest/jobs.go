@@ -2,12 +2,14 @@ package bigquerytest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	bq "google.golang.org/api/bigquery/v2"
 )
 
@@ -194,6 +196,10 @@ func (s *Server) run(ctx context.Context, script string, params []*bq.QueryParam
 			if err := s.renameColumn(ctx, conn.Conn(), st); err != nil {
 				return nil, nil, kind, fmt.Errorf("statement %d: %w", n+1, err)
 			}
+		case KindCanCast:
+			if schema, rows, err = canCast(ctx, conn.Conn(), tx, st, sql, args); err != nil {
+				return nil, nil, kind, fmt.Errorf("statement %d: %w", n+1, err)
+			}
 		case KindSelect:
 			if schema, rows, err = s.selectRows(query, st, sql, args); err != nil {
 				return nil, nil, kind, fmt.Errorf("statement %d: %w", n+1, err)
@@ -218,7 +224,7 @@ func (s *Server) claim(stmts []Statement) (release func(), err error) {
 	seen := map[string]bool{}
 	for _, st := range stmts {
 		switch st.Kind {
-		case KindDelete, KindInsert, KindMerge:
+		case KindDelete, KindInsert, KindMerge, KindUpdate:
 			k := st.Tables[0].Dataset + "." + st.Tables[0].Table
 			if !seen[k] {
 				seen[k] = true
@@ -368,4 +374,32 @@ func bind(sql string, params []*bq.QueryParameter, vars map[string]time.Time) (s
 		fmt.Fprintf(&b, "$%d::%s", n, cast)
 	}
 	return b.String(), args, nil
+}
+
+// canCast answers SELECT SAFE_CAST(@p AS type) IS NOT NULL AS name: SAFE_CAST is NULL where CAST would fail
+// ("Conversion functions", SAFE_CAST), so the answer is false where PostgreSQL's CAST raises a data exception
+// (class 22). Inside a transaction the CAST runs under a savepoint, which keeps the transaction usable.
+func canCast(ctx context.Context, conn *pgx.Conn, tx pgx.Tx, st Statement, sql string, args []any) (*bq.TableSchema, []*bq.TableRow, error) {
+	run := func() (bool, error) {
+		var ok bool
+		if tx == nil {
+			return ok, conn.QueryRow(ctx, sql, args...).Scan(&ok)
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return false, err
+		}
+		defer sp.Rollback(context.WithoutCancel(ctx))
+		return ok, sp.QueryRow(ctx, sql, args...).Scan(&ok)
+	}
+	ok, err := run()
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") {
+		ok, err = false, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	schema := &bq.TableSchema{Fields: []*bq.TableFieldSchema{{Name: st.Columns[0], Type: "BOOLEAN", Mode: "NULLABLE"}}}
+	return schema, []*bq.TableRow{{F: []*bq.TableCell{{V: strconv.FormatBool(ok)}}}}, nil
 }

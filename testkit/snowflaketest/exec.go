@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 const (
@@ -95,6 +97,8 @@ func (s *Server) run(ctx context.Context, x *session, stmt string, args []any) (
 		return s.columns(ctx, args)
 	case head == "CREATE TABLE" || head == "CREATE OR" || head == "ALTER TABLE":
 		return s.ddl(ctx, x, toks)
+	case strings.HasPrefix(stmt, "SELECT TRY_CAST("):
+		return s.tryCast(ctx, x, toks, args)
 	}
 	q, err := s.translate(toks)
 	if err != nil {
@@ -569,4 +573,39 @@ func (s *Server) metaExec(ctx context.Context, q string, args ...any) error {
 	defer s.metaMu.Unlock()
 	_, err := s.meta.Exec(ctx, q, args...)
 	return err
+}
+
+// tryCast answers SELECT TRY_CAST(? AS type) IS NOT NULL as Snowflake does (NULL, so false, where CAST would
+// fail: docs.snowflake.com/en/sql-reference/functions/try_cast): PostgreSQL's CAST under a savepoint when a
+// transaction is open, a data exception (class 22) read as false.
+func (s *Server) tryCast(ctx context.Context, x *session, toks []token, args []any) (*result, error) {
+	q, err := s.translate(toks)
+	if err != nil {
+		return nil, err
+	}
+	q = strings.Replace(q, "TRY_CAST", "CAST", 1)
+	if x.inTx {
+		if _, err := x.conn.Exec(ctx, "SAVEPOINT try_cast"); err != nil {
+			return nil, err
+		}
+	}
+	var ok bool
+	err = x.conn.QueryRow(ctx, q, append([]any{pgx.QueryExecModeSimpleProtocol}, args...)...).Scan(&ok)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22") {
+		err, ok = nil, false
+	}
+	if x.inTx {
+		verb := "RELEASE SAVEPOINT try_cast"
+		if !ok {
+			verb = "ROLLBACK TO SAVEPOINT try_cast"
+		}
+		if _, rerr := x.conn.Exec(ctx, verb); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return one("TRY_CAST", strconv.FormatBool(ok)), nil
 }

@@ -94,6 +94,16 @@ var Rules = []Rule{
 			` WHEN MATCHED AND \(s\."STREAM" <> '' OR t\."LAST_SEQUENCE" = CAST\(\? AS NUMBER\(20,0\)\)\) THEN UPDATE SET "LAST_SEQUENCE" = s\."LAST_SEQUENCE"`+
 			` WHEN NOT MATCHED THEN INSERT \("PIPELINE", "STREAM", "LAST_SEQUENCE"\) VALUES \(s\."PIPELINE", s\."STREAM", s\."LAST_SEQUENCE"\)`),
 	rule("truncate", "sql-reference/sql/delete", `DELETE FROM `+qname),
+	rule("read fills", "sql-reference/sql/select",
+		`SELECT "TABLE_NAME", "COLUMN_NAME", "VALUE" FROM `+qname+` WHERE "PIPELINE" = \?`),
+	rule("record fill", "sql-reference/sql/insert (INSERT INTO … (cols) VALUES)",
+		`INSERT INTO `+qname+` \("PIPELINE", "TABLE_NAME", "COLUMN_NAME", "VALUE"\) VALUES \(\?, \?, \?, \?\)`),
+	rule("drop fill", "sql-reference/sql/delete (WHERE condition)",
+		`DELETE FROM `+qname+` WHERE "PIPELINE" = \? AND "TABLE_NAME" = \? AND "COLUMN_NAME" = \?`),
+	rule("try cast", "sql-reference/functions/try_cast (a string expression; NULL where CAST fails)",
+		`SELECT TRY_CAST\(\? AS `+typ+`\) IS NOT NULL`),
+	rule("fill", "sql-reference/sql/update (UPDATE … SET col = expr WHERE condition); functions/cast",
+		`UPDATE `+qname+` SET `+ident+` = CAST\(\? AS `+typ+`\) WHERE `+ident+` IS NULL`),
 }
 
 // Allowed returns the rule a statement matches, or an error saying it is outside the allow-list.

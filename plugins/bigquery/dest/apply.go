@@ -72,6 +72,7 @@ func (x *session) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 	if err != nil {
 		// What this process believed (state rows, table schemas) may be wrong now: read it again next time.
 		delete(c.states, req.Pipeline)
+		delete(c.fillsRead, req.Pipeline)
 		c.tables = map[string]bigquery.Schema{}
 	}
 	a.closeSegments()
@@ -150,6 +151,9 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 	if err := c.ensureState(ctx, req.Pipeline); err != nil {
 		return res, err
 	}
+	if err := c.loadFills(ctx, req.Pipeline); err != nil {
+		return res, err
+	}
 	state, ok := c.states[req.Pipeline]
 	if !ok {
 		if _, err := c.readState(ctx, req.Pipeline); err != nil {
@@ -211,8 +215,12 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 	}
 	crashPoint(c.s.TestCrashDir, req)
 	groups := a.groups()
+	pending := slices.Clone(c.fills[req.Pipeline])
+	if err := a.knowTables(ctx, pending); err != nil {
+		return res, err
+	}
 	for i, g := range groups {
-		if err := a.commitGroup(ctx, state, g, i == len(groups)-1); err != nil {
+		if err := a.commitGroup(ctx, state, g, i == len(groups)-1, &pending); err != nil {
 			if len(groups) > 1 {
 				err = fmt.Errorf("transaction %d of %d: %w", i+1, len(groups), err)
 			}
@@ -256,10 +264,14 @@ func (a *applier) groups() [][]*streamState {
 
 // commitGroup runs one transaction: assert the state rows are what this process last saw, the statements of
 // the group's streams, and their state rows (and the pipeline's, when last).
-func (a *applier) commitGroup(ctx context.Context, state *state, group []*streamState, last bool) error {
+// pending holds the recorded fills not done yet (fill.go): each is done before the first MERGE writing its
+// column, or after its table's statements, or in the last transaction.
+func (a *applier) commitGroup(ctx context.Context, state *state, group []*streamState, last bool, pending *[]fill) error {
 	c, req := a.c, a.req
 	stateTable := c.table(gsql.StateTable(req.Pipeline))
 	stmts := []string{gsql.AssertFence(stateTable)}
+	params := map[string]any{}
+	fl := &groupFills{a: a, pending: *pending, params: params}
 	var streams []string
 	syncedAt := false
 	for _, ss := range group {
@@ -268,14 +280,19 @@ func (a *applier) commitGroup(ctx context.Context, state *state, group []*stream
 			stmts = append(stmts, gsql.Truncate(c.table(ss.table)))
 		}
 		for _, sg := range ss.segs {
+			stmts = fl.before(stmts, ss.table, sg.cols)
 			stmts = append(stmts, sg.statements(c.table(ss.table), c.table(sg.name), ss.opts)...)
 		}
 		for _, sg := range ss.hsegs {
 			stmts = append(stmts, gsql.AppendHistory(c.table(gsql.HistoryTable(ss.table)), c.table(sg.name), sg.cols, rows.StageName))
 		}
+		stmts = fl.take(stmts, func(f fill) bool { return f.table == ss.table })
 		if ss.touched {
 			streams = append(streams, ss.stream)
 		}
+	}
+	if last {
+		stmts = fl.take(stmts, func(fill) bool { return true })
 	}
 	sort.Strings(streams)
 	if last {
@@ -290,11 +307,12 @@ func (a *applier) commitGroup(ctx context.Context, state *state, group []*stream
 	if syncedAt {
 		script = gsql.TransactionAt(stmts)
 	}
-	if _, err := c.query(ctx, script, map[string]any{
-		"pipeline": req.Pipeline, "fence": int64(state.max), "sequence": int64(req.Sequence), "streams": streams,
-	}); err != nil {
+	params["pipeline"], params["fence"], params["sequence"], params["streams"] = req.Pipeline, int64(state.max), int64(req.Sequence), streams
+	if _, err := c.query(ctx, script, params); err != nil {
 		return err
 	}
+	*pending = fl.pending
+	c.fills[req.Pipeline] = slices.DeleteFunc(c.fills[req.Pipeline], func(f fill) bool { return slices.Contains(fl.done, f) })
 	a.st.RoundTrips += 3
 	a.st.Transactions++
 	for _, s := range streams {
@@ -454,6 +472,11 @@ func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema,
 	if len(added) == 0 {
 		c.tables[name] = target
 		return nil
+	}
+	if !spec.history { // a history table's rows are past changes: they keep NULL
+		if err := a.recordFills(ctx, name, fields, added); err != nil {
+			return err
+		}
 	}
 	if etag == "" {
 		md, err := t.Metadata(ctx)

@@ -64,7 +64,11 @@ type conn struct {
 	// tables caches target schemas by table name; dropped whenever an apply fails.
 	tables       map[string]bigquery.Schema
 	datasetReady bool
-	stateReady   map[string]bool // per state table name
+	stateReady   map[string]bool // per state (and fill) table name
+	// fills: the pipeline's recorded fills (fill.go), read from its fill table at its first apply and after
+	// a failed one, kept here in between.
+	fills     map[string][]fill
+	fillsRead map[string]bool
 }
 
 // state is what a pipeline's state rows say: the sequence number every stream holds (pipeline), and the

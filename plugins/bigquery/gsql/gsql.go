@@ -169,3 +169,42 @@ func Transaction(stmts []string) string {
 	b.WriteString("COMMIT TRANSACTION;")
 	return b.String()
 }
+
+// FillTable is the name of the table holding a pipeline's pending fills: columns the plugin added whose
+// existing rows still wait for the value they hold at the source (values.MetaExistingRows). One per pipeline,
+// as StateTable, so pipelines sharing a dataset never mutate the same table. A column is added by a table
+// patch, which commits at once and cannot be part of the apply's transaction, so the fill is recorded before
+// the patch and done, and its row deleted, in the transaction with the state rows (dest/fill.go).
+func FillTable(pipeline string) string {
+	return "_skippr_fill" + strings.TrimPrefix(StateTable(pipeline), LegacyStateTable)
+}
+
+// ReadFills selects a pipeline's pending fills: tbl, col, value.
+func ReadFills(fills Table) string {
+	return fmt.Sprintf("SELECT tbl, col, value FROM %s WHERE pipeline = @pipeline", fills)
+}
+
+// RecordFill records (or replaces) the fill of column @col of table @tbl with the value in the one-element
+// array @value.
+func RecordFill(fills Table) string {
+	return fmt.Sprintf("MERGE %s AS T USING (SELECT @pipeline AS pipeline, @tbl AS tbl, @col AS col, value FROM UNNEST(@value) AS value) AS S"+
+		" ON T.pipeline = S.pipeline AND T.tbl = S.tbl AND T.col = S.col"+
+		" WHEN MATCHED THEN UPDATE SET value = S.value"+
+		" WHEN NOT MATCHED THEN INSERT (pipeline, tbl, col, value) VALUES (S.pipeline, S.tbl, S.col, S.value)", fills)
+}
+
+// DropFill deletes a fill; the table and column are the parameters @<param>_tbl and @<param>_col.
+func DropFill(fills Table, param string) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE pipeline = @pipeline AND tbl = @%s_tbl AND col = @%s_col", fills, param, param)
+}
+
+// CanCast says whether the text @value converts to type typ: SAFE_CAST answers NULL where CAST would fail
+// ("Conversion functions", SAFE_CAST).
+func CanCast(typ string) string {
+	return fmt.Sprintf("SELECT SAFE_CAST(@value AS %s) IS NOT NULL AS ok", typ)
+}
+
+// Fill gives column col of target the text value @<param>_value, cast to typ, in the rows where it is NULL.
+func Fill(target Table, col, typ, param string) string {
+	return fmt.Sprintf("UPDATE %s SET %s = CAST(@%s_value AS %s) WHERE %s IS NULL", target, Ident(col), param, typ, Ident(col))
+}

@@ -38,6 +38,11 @@ func statements() map[string]string {
 		"assert_fence":           AssertFence(state),
 		"set_state":              SetState(state),
 		"read_state":             ReadState(state),
+		"read_fills":             ReadFills(Table{Project: "my-project-1", Dataset: "analytics", Name: FillTable("orders")}),
+		"record_fill":            RecordFill(Table{Project: "my-project-1", Dataset: "analytics", Name: FillTable("orders")}),
+		"drop_fill":              DropFill(Table{Project: "my-project-1", Dataset: "analytics", Name: FillTable("orders")}, "fill_0"),
+		"can_cast":               CanCast("TIMESTAMP"),
+		"fill":                   Fill(target, "order date", "DATE", "fill_0"),
 		"transaction":            Transaction([]string{AssertFence(state), Truncate(target), Merge(target, stage, cols, []int{1}, stageCol), SetState(state)}),
 	}
 }

@@ -135,7 +135,7 @@ func (t *table) lakeSQL(ctx context.Context, conn *sql.Conn, n int) (string, err
 			return "", fmt.Errorf("column %s: %w", f.Name, err)
 		}
 		col := "_c" + strconv.Itoa(id)
-		entries[id] = fmt.Sprintf("%d: {name: %s, type: %s, default_value: NULL}", id, ducksql.Literal(col), ducksql.Literal(dt))
+		entries[id] = fmt.Sprintf("%d: {name: %s, type: %s, default_value: %s}", id, ducksql.Literal(col), ducksql.Literal(dt), initialDefault(f))
 		mapEntries = append(mapEntries, entries[id])
 		if isUUID(f) {
 			project = append(project, fmt.Sprintf("%s AS %s", uuidFromBlob("d."+col), ducksql.Ident(f.Name)))
@@ -334,4 +334,14 @@ func createPairs(ctx context.Context, conn *sql.Conn, name, a, b string, rows []
 		}
 	}
 	return nil
+}
+
+// initialDefault is what a row of a data file that lacks column f reads: its initial default
+// (lakequery.MetaInitialDefault, text) as a literal, which read_parquet casts to the column's type, or NULL.
+// Every entry's default_value is VARCHAR: the schema argument is a MAP, whose values share one type.
+func initialDefault(f arrow.Field) string {
+	if v, ok := f.Metadata.GetValue(lakequery.MetaInitialDefault); ok {
+		return ducksql.Literal(v)
+	}
+	return "CAST(NULL AS VARCHAR)"
 }

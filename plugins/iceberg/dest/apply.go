@@ -25,7 +25,6 @@ import (
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
-	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
 
 // maxCommitAttempts bounds how often one table's commit is rebuilt after losing a race to another writer.
@@ -105,6 +104,7 @@ type tableAttempt struct {
 	// histEntry and histSeq number a history table's rows within their entry (history.go).
 	histEntry uint64
 	histSeq   int64
+	initials  []initialFill // columns added with an initial-default, and the batches before (initial.go)
 }
 
 // notCommitted says whether a commit that failed is known not to have landed. Only the embedded SQL catalog
@@ -289,6 +289,7 @@ func (a *tableAttempt) begin(ctx context.Context) (skipped bool, err error) {
 	a.tx = a.tbl.NewTransaction()
 	a.evolution = nil
 	a.seen = map[string]bool{}
+	a.initials = nil
 	a.partitioned = false
 	if a.keyCols, err = a.key(a.tbl); err != nil {
 		return false, err
@@ -332,17 +333,8 @@ func (a *tableAttempt) evolve(sc *arrow.Schema) error {
 		return nil
 	}
 	a.d.log().Info("iceberg schema evolution", "table", name, "sequence", a.req.Sequence, "changes", describe(changes))
-	for _, c := range changes {
-		if c.kind != addColumn || len(c.path) != 1 {
-			continue
-		}
-		if i := sc.FieldIndices(c.path[0]); len(i) == 1 {
-			if v, ok := sc.Field(i[0]).Metadata.GetValue(values.MetaExistingRows); ok {
-				// Iceberg v3's initial-default would say it; iceberg-go v0.7.0 writes v2 tables.
-				a.d.log().Warn("iceberg cannot give existing rows the value of an added column: they read NULL here",
-					"table", name, "column", c.path[0], "value_at_source", v)
-			}
-		}
+	if !a.g.history { // a history table's rows are past changes: they keep NULL
+		a.initialDefaults(name, sc, changes)
 	}
 	a.evolution = append(a.evolution, changes...)
 	return nil
@@ -404,6 +396,7 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 			if err := a.evolve(renames.of(i, dataOnly(it.Schema.Schema))); err != nil {
 				return nil, err
 			}
+			a.initialsBefore(len(stripped))
 			continue
 		}
 		rec := it.Record
@@ -424,6 +417,7 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 		if err := a.evolve(st.Schema()); err != nil {
 			return nil, err
 		}
+		a.initialsBefore(len(stripped) - 1)
 		ops = append(ops, o)
 	}
 	if err := a.commitEvolution(); err != nil {
@@ -448,6 +442,10 @@ func (a *tableAttempt) changes(ctx context.Context, items []serve.Item) (*change
 	for i, b := range stripped {
 		rec, err := conform(ctx, a.mem, b, c.target, fmt.Sprintf("stream %s batch %d", a.g.stream, i))
 		if err != nil {
+			c.release()
+			return nil, err
+		}
+		if rec, err = a.fillInitials(rec, b.Schema(), i); err != nil {
 			c.release()
 			return nil, err
 		}

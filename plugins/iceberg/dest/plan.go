@@ -109,6 +109,9 @@ func planTable(ctx context.Context, cat catalog.Catalog, ident []string, tp *lak
 	if err != nil {
 		return fmt.Errorf("table %s: schema to arrow: %w", tp.Name, err)
 	}
+	if as, err = withInitialDefaults(sc, as); err != nil {
+		return fmt.Errorf("table %s: %w", tp.Name, err)
+	}
 	var buf bytes.Buffer
 	w := ipc.NewWriter(&buf, ipc.WithSchema(as), ipc.WithAllocator(memory.DefaultAllocator))
 	if err := w.Close(); err != nil {

@@ -120,6 +120,8 @@ type schemaChange struct {
 	name     string       // a renamed column's new name
 	old      iceberg.Type // for promotions, to report
 	optional bool
+	// initial is an added column's initial-default (format v3): the value rows written before it read.
+	initial iceberg.Literal
 }
 
 type changeKind int
@@ -322,7 +324,7 @@ func stageEvolution(us *table.UpdateSchema, changes []schemaChange) {
 	for _, c := range foldIntoPendingAdds(changes) {
 		switch c.kind {
 		case addColumn:
-			us.AddColumn(c.path, c.typ, "", false, nil)
+			us.AddColumn(c.path, c.typ, "", false, c.initial)
 		case promoteColumn:
 			us.UpdateColumn(c.path, table.ColumnUpdate{FieldType: iceberg.Optional[iceberg.Type]{Valid: true, Val: c.typ}})
 		case makeOptional:

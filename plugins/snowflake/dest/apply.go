@@ -95,11 +95,24 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			x.d.orphansChecked[req.Pipeline] = false
 		}
 		if err != nil {
+			delete(x.d.fillsRead, req.Pipeline)
+		}
+		if err != nil {
 			// The columns this process remembers may be what failed (a column dropped or renamed outside
 			// skippr): the next apply reads them again, and adds back what is missing.
 			x.d.tables = nil
 		}
 	}()
+	if !x.d.fillsRead[req.Pipeline] {
+		list, err := x.readFills(ctx, req.Pipeline)
+		if err != nil {
+			return res, err
+		}
+		if x.d.fills == nil {
+			x.d.fills, x.d.fillsRead = map[string][]fill{}, map[string]bool{}
+		}
+		x.d.fills[req.Pipeline], x.d.fillsRead[req.Pipeline] = list, true
+	}
 	state, err := x.readState(ctx, req.Pipeline)
 	if err != nil {
 		return res, err
@@ -163,11 +176,11 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 				if err := sp.opts.CheckSchema(sp.Stream, s); err != nil {
 					return err
 				}
-				if err := x.ensureTable(ctx, sp.table, s, metaColumns(sp.opts), false); err != nil {
+				if err := x.ensureTable(ctx, req.Pipeline, sp.table, s, metaColumns(sp.opts), false); err != nil {
 					return fmt.Errorf("stream %s: %w", sp.Stream, err)
 				}
 				if sp.opts.History {
-					if err := x.ensureTable(ctx, sp.histTable, s, historyColumns(), true); err != nil {
+					if err := x.ensureTable(ctx, req.Pipeline, sp.histTable, s, historyColumns(), true); err != nil {
 						return fmt.Errorf("stream %s: %w", sp.Stream, err)
 					}
 				}
@@ -238,6 +251,7 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 	if err := flush(); err != nil {
 		return res, err
 	}
+	fl := &fills{x: x, pipeline: req.Pipeline, pending: slices.Clone(x.d.fills[req.Pipeline])}
 
 	// _SKIPPR_SYNCED_AT: the apply's one time for every row it writes, taken as its transaction begins (the
 	// plugin's clock, UTC; Snowflake's CURRENT_TIMESTAMP would differ from statement to statement).
@@ -270,6 +284,9 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			meta := mirrorMeta(sp.opts, synced)
 			key := make([]string, 0)
 			for _, l := range sp.loads {
+				if err := fl.before(ctx, sp.table, l.cols); err != nil {
+					return res, err
+				}
 				if err := copyIn(l); err != nil {
 					return res, err
 				}
@@ -294,6 +311,9 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 				}
 			}
 		}
+	}
+	if err := fl.rest(ctx); err != nil {
+		return res, err
 	}
 	var args []any
 	args = append(args, req.Pipeline, "", strconv.FormatUint(req.Sequence, 10))
@@ -320,6 +340,7 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 		return res, explain(x.s, fmt.Sprintf("commit sequence %d", req.Sequence), err)
 	}
 	committed = true
+	x.d.fills[req.Pipeline] = fl.pending
 	return res, nil
 }
 
@@ -606,8 +627,10 @@ func (x *conn) remember(t sfsql.Table, cols map[string]sfsql.Type) {
 // ensureTable creates the table from s and own (the columns the plugin adds after the data columns: the
 // metadata columns, or a history table's), adds the columns of s and own it lacks and widens a NUMBER's
 // precision; a column whose type cannot take the new one stops the apply with both types named. A history
-// table is keyed by (position, seq), not by the stream's key.
-func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema, own []sfsql.Column, history bool) error {
+// table is keyed by (position, seq), not by the stream's key. A column added to a mirrored table with a value
+// for the rows already there (values.MetaExistingRows) has the fill recorded first (fill.go); a history
+// table's rows are past changes and keep NULL.
+func (x *conn) ensureTable(ctx context.Context, pipeline string, t sfsql.Table, s *arrow.Schema, own []sfsql.Column, history bool) error {
 	want, err := stageColumns(s)
 	if err != nil {
 		return err
@@ -643,6 +666,7 @@ func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema, 
 	// under the new name; the table's own columns decide, so a replay renames nothing. Snowflake matches
 	// names as sfsql.Name folds them.
 	has := func(n string) bool { _, ok := have[sfsql.Name(n)]; return ok }
+	existing := existingValues(s)
 	for _, r := range change.Renames(change.DataFields(s), has) {
 		from, to := sfsql.Name(r.From), sfsql.Name(r.To)
 		if err := x.exec(ctx, sfsql.RenameColumn(t, from, to)); err != nil {
@@ -656,6 +680,11 @@ func (x *conn) ensureTable(ctx context.Context, t sfsql.Table, s *arrow.Schema, 
 	for _, c := range want {
 		h, ok := have[c.Name]
 		if !ok {
+			if v, fill := existing[c.Name]; fill && !history {
+				if _, err := x.recordFill(ctx, pipeline, t, c, v); err != nil {
+					return err
+				}
+			}
 			if err := x.exec(ctx, sfsql.AddColumn(t, c)); err != nil {
 				delete(x.d.tables, t.String())
 				return explain(x.s, fmt.Sprintf("add column %s %s to %s", c.Name, c.Type, t), err)

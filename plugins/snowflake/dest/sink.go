@@ -57,7 +57,12 @@ type Destination struct {
 	// orphansChecked: the pipeline's orphaned transactions were looked for since the process started or an
 	// apply last failed.
 	orphansChecked map[string]bool
-	stats          Stats
+	// fills: the pipeline's recorded fills (fill.go), read from sfsql.FillTable at its first apply and after
+	// a failed one, kept here in between (one process applies a pipeline at a time), so an apply sends no
+	// extra statement for them.
+	fills     map[string][]fill
+	fillsRead map[string]bool
+	stats     Stats
 	// fenceRead, when set (tests), is called after an apply read the pipeline's fence and before its
 	// transaction: the window in which a paused writer is overtaken by another.
 	fenceRead func(pipeline string, fence uint64)
@@ -248,6 +253,9 @@ func (x *conn) ensureState(ctx context.Context) error {
 	}
 	if err := x.exec(ctx, sfsql.CreateState(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema))); err != nil {
 		return explain(x.s, "create "+sfsql.StateTable, err)
+	}
+	if err := x.exec(ctx, sfsql.CreateFill(sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema))); err != nil {
+		return explain(x.s, "create "+sfsql.FillTable, err)
 	}
 	if x.d.state == nil {
 		x.d.state = map[string]bool{}

@@ -271,3 +271,44 @@ func UseWarehouse(w string) string        { return "USE WAREHOUSE " + Ident(w) }
 func UseDatabase(d string) string         { return "USE DATABASE " + Ident(d) }
 func UseSchema(d, s string) string        { return "USE SCHEMA " + Ident(d) + "." + Ident(s) }
 func RemoveFile(t Table, f string) string { return "REMOVE " + t.Stage() + f }
+
+// FillTable holds the columns the destination added whose existing rows still wait for the value they hold at
+// the source (values.MetaExistingRows), per pipeline. Snowflake commits DDL at once, so the ADD COLUMN cannot
+// share the apply's transaction: the row is committed before the ALTER, and the apply that fills the rows
+// deletes it in its own transaction, with the fence. A process that dies between the ALTER and that commit
+// leaves the row, and the replay of the range fills the rows (dest/fill.go).
+const FillTable = "_SKIPPR_FILL"
+
+// CreateFill creates the fill table.
+func CreateFill(database, schema string) string {
+	return "CREATE TABLE IF NOT EXISTS " + Table{database, schema, FillTable}.String() +
+		` ("PIPELINE" VARCHAR NOT NULL, "TABLE_NAME" VARCHAR NOT NULL, "COLUMN_NAME" VARCHAR NOT NULL, "VALUE" VARCHAR NOT NULL, PRIMARY KEY ("PIPELINE", "TABLE_NAME", "COLUMN_NAME"))`
+}
+
+// ReadFills reads a pipeline's pending fills: TABLE_NAME, COLUMN_NAME, VALUE; binds the pipeline.
+func ReadFills(database, schema string) string {
+	return `SELECT "TABLE_NAME", "COLUMN_NAME", "VALUE" FROM ` + Table{database, schema, FillTable}.String() + ` WHERE "PIPELINE" = ?`
+}
+
+// InsertFill records a pending fill; binds pipeline, table, column, value.
+func InsertFill(database, schema string) string {
+	return "INSERT INTO " + Table{database, schema, FillTable}.String() +
+		` ("PIPELINE", "TABLE_NAME", "COLUMN_NAME", "VALUE") VALUES (?, ?, ?, ?)`
+}
+
+// DeleteFill removes a fill; binds pipeline, table, column.
+func DeleteFill(database, schema string) string {
+	return "DELETE FROM " + Table{database, schema, FillTable}.String() +
+		` WHERE "PIPELINE" = ? AND "TABLE_NAME" = ? AND "COLUMN_NAME" = ?`
+}
+
+// TryCast says whether a text value converts to a type; binds the value. TRY_CAST takes a string expression
+// and answers NULL where CAST would fail (docs.snowflake.com/en/sql-reference/functions/try_cast).
+func TryCast(t Type) string {
+	return "SELECT TRY_CAST(? AS " + t.DDL() + ") IS NOT NULL"
+}
+
+// Fill gives column c the value, cast from its text, in the rows where it is NULL; binds the value.
+func Fill(t Table, c Column) string {
+	return "UPDATE " + t.String() + " SET " + Ident(c.Name) + " = CAST(? AS " + c.Type.DDL() + ") WHERE " + Ident(c.Name) + " IS NULL"
+}

@@ -88,6 +88,14 @@ func statements(t *testing.T) []string {
 		UpsertState("ANALYTICS", "RAW", 1),
 		UpsertState("ANALYTICS", "RAW", 3),
 		DeleteAll(tbl),
+		CreateFill("ANALYTICS", "RAW"),
+		ReadFills("ANALYTICS", "RAW"),
+		InsertFill("ANALYTICS", "RAW"),
+		DeleteFill("ANALYTICS", "RAW"),
+		TryCast(cols[2].Type),
+		TryCast(cols[9].Type),
+		Fill(tbl, cols[2]),
+		Fill(odd, cols[1]),
 	}
 }
 
