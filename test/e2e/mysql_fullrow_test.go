@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,9 +23,11 @@ import (
 // snapshots land at different binlog points under the write load) into a Postgres and a DuckDB destination,
 // under inserts of duplicates, updates and deletes of one of several identical rows (LIMIT 1) and updates of many
 // rows, while sync is SIGKILLed at random (in the copy and in the stream): both destinations end
-// as the same multiset of rows as the source. Without the exact copy (source/fullrow.go) changes the copy holds
-// are replayed, and rows come twice. (No truncate in the load: it would empty the copy, and hide a copy held
-// twice; the source-level TestKeylessFullRow covers the copy restarted after a truncate.)
+// as the same multiset of rows as the source. Without updates split into delete and insert it fails (the
+// destinations refuse an update of a full_row stream). The exact copy itself is proven by the source-level
+// TestKeylessFullRow (plugins/mysql), whose resumes are deterministic: with it removed, this test still passed
+// in two runs, the first kill in bag's copy notwithstanding (not understood yet; see the branch's report).
+// No truncate in the load: it would empty the copy, and hide a copy held twice.
 func TestMySQLKeylessTableFullRow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -63,7 +66,7 @@ func TestMySQLKeylessTableFullRow(t *testing.T) {
       user: root
       database: shop
       tables: [items, bag]
-      batch_size: 2000
+      batch_size: 500
       snapshot_parallel: 2
       table_options: { bag: { mode: full_row } }
   dst:
@@ -119,7 +122,32 @@ pipelines:
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	e.KillSyncAtRandom(4, time.Second, 6*time.Second)
+	pc, err := pgx.Connect(ctx, dst.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
+	// The first kill lands in bag's copy for sure: once some of its rows are in Postgres. The resumed copy is
+	// then under a newer snapshot than where streaming starts, and bag's copy is partial.
+	bg := e.Cmd(ctx, "sync", "--wait-lock")
+	if err := bg.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		var n int
+		if err := pc.QueryRow(ctx, `SELECT count(*) FROM bag`).Scan(&n); err == nil && n > 0 {
+			t.Logf("killed in bag's copy at %d rows", n)
+			break
+		}
+		if time.Now().After(deadline) {
+			bg.Process.Signal(syscall.SIGKILL)
+			bg.Wait()
+			t.Fatal("no row of bag reached Postgres in 5 minutes")
+		}
+	}
+	bg.Process.Signal(syscall.SIGKILL)
+	bg.Wait()
+	e.KillSyncAtRandom(3, time.Second, 6*time.Second)
 	close(load)
 	wg.Wait()
 	if t.Failed() {
@@ -144,11 +172,6 @@ pipelines:
 	}
 	slices.Sort(want)
 
-	pc, err := pgx.Connect(ctx, dst.ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close(context.Background())
 	pr, err := pc.Query(ctx, `SELECT coalesce(a::text, '-') || '|' || coalesce(b, '-') || '|' || coalesce(n::text, '-') FROM bag`)
 	if err != nil {
 		t.Fatal(err)
@@ -179,5 +202,5 @@ pipelines:
 	if !slices.Equal(duckRows, want) {
 		t.Fatalf("DuckDB destination: %d rows, source %d; rows it lacks %v; rows it should not have %v", len(duckRows), len(want), missing(want, duckRows), missing(duckRows, want))
 	}
-	t.Logf("%d writes under 4 SIGKILLs; %d rows equal as multisets in source, Postgres and DuckDB", writes, len(want))
+	t.Logf("%d writes under 4 SIGKILLs (one in the copy); %d rows equal as multisets in source, Postgres and DuckDB", writes, len(want))
 }
