@@ -26,7 +26,9 @@ import (
 // as the same multiset of rows as the source. Without updates split into delete and insert it fails (the
 // destinations refuse an update of a full_row stream). The exact copy itself is proven by the source-level
 // TestKeylessFullRow (plugins/mysql), whose resumes are deterministic: with it removed, this test still passed
-// in two runs, the first kill in bag's copy notwithstanding (not understood yet; see the branch's report).
+// in three runs. The reason seen: the source copies faster than the destinations apply, so by the time bag's
+// first rows show in Postgres the source has finished its snapshot, and the kill lands after it. A kill timed
+// by the source's own checkpoint (snapshot phase, bag started) would make this test prove the exact copy too.
 // No truncate in the load: it would empty the copy, and hide a copy held twice.
 func TestMySQLKeylessTableFullRow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -127,8 +129,8 @@ pipelines:
 		t.Fatal(err)
 	}
 	defer pc.Close(context.Background())
-	// The first kill lands in bag's copy for sure: once some of its rows are in Postgres. The resumed copy is
-	// then under a newer snapshot than where streaming starts, and bag's copy is partial.
+	// The first kill once some of bag's rows are in Postgres (meant to land in bag's copy; see above for why it
+	// usually lands just after the source's copy).
 	bg := e.Cmd(ctx, "sync", "--wait-lock")
 	if err := bg.Start(); err != nil {
 		t.Fatal(err)
@@ -202,5 +204,5 @@ pipelines:
 	if !slices.Equal(duckRows, want) {
 		t.Fatalf("DuckDB destination: %d rows, source %d; rows it lacks %v; rows it should not have %v", len(duckRows), len(want), missing(want, duckRows), missing(duckRows, want))
 	}
-	t.Logf("%d writes under 4 SIGKILLs (one in the copy); %d rows equal as multisets in source, Postgres and DuckDB", writes, len(want))
+	t.Logf("%d writes under 4 SIGKILLs (the first once bag's rows arrived); %d rows equal as multisets in source, Postgres and DuckDB", writes, len(want))
 }
