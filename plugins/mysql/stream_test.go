@@ -62,8 +62,13 @@ func write(t *testing.T, h *sql.DB, rng *rand.Rand, stop <-chan struct{}) int {
 	}
 }
 
+// applier folds chunks: a state, or a bag (full_row streams).
+type applier interface {
+	apply(t testing.TB, c conformance.Chunk)
+}
+
 // catchUp folds chunks until an idle stream checkpoint holds the server's current GTID position.
-func catchUp(t *testing.T, r *conformance.Reading, s *state, db *mysqltest.DB) []byte {
+func catchUp(t *testing.T, r *conformance.Reading, s applier, db *mysqltest.DB) []byte {
 	t.Helper()
 	var want string
 	db.QueryRow(t, []any{&want}, `SELECT @@gtid_binlog_pos`)

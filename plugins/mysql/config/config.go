@@ -105,7 +105,16 @@ type TableOption struct {
 	// Where is a row filter, an SQL boolean expression over the table's columns: the snapshot's SELECT has it
 	// and the plugin evaluates it on every binlog row image (source/rowfilter.go).
 	Where string `json:"where"`
+	// Mode is "" (the table has a primary key) or ModeFullRow: a keyless table whose updates and deletes are
+	// matched by the whole old row (source/fullrow.go).
+	Mode string `json:"mode"`
 }
+
+// ModeFullRow is table_options.<t>.mode for a keyless table matched by full row.
+const ModeFullRow = "full_row"
+
+// FullRow says table name is in mode: full_row.
+func (s Settings) FullRow(name string) bool { return s.TableOptions[name].Mode == ModeFullRow }
 
 // Where is table name's row filter, "" for none.
 func (s Settings) Where(name string) string { return strings.TrimSpace(s.TableOptions[name].Where) }
@@ -254,6 +263,9 @@ func ParseFor(raw json.RawMessage, pipeline string) (Settings, error) {
 		if !seen[name] && !s.Matches(name) {
 			problems = append(problems, fmt.Sprintf("table_options names %s, which is not in tables (nor matched by a pattern there)", name))
 			continue
+		}
+		if opt.Mode != "" && opt.Mode != ModeFullRow {
+			problems = append(problems, fmt.Sprintf("table_options.%s.mode %q is not full_row (the only mode of this source)", name, opt.Mode))
 		}
 		rules[s.Stream(name)] = protect.Table{ExcludeColumns: opt.ExcludeColumns, HashColumns: opt.HashColumns, Where: opt.Where}
 	}

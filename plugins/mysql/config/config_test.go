@@ -55,10 +55,12 @@ func TestTableOptions(t *testing.T) {
 	for _, tc := range []struct {
 		name, opts, err string
 	}{
-		{"ok", `{"t": {"exclude_columns": ["ssn"], "hash_columns": {"email": {"salt": "s3cret"}}}}`, ""},
+		{"ok", `{"t": {"exclude_columns": ["ssn"], "hash_columns": {"email": {"salt": "s3cret"}}, "mode": "full_row"}}`, ""},
 		{"unknown table", `{"x": {"exclude_columns": ["ssn"]}}`, "table_options names x, which is not in tables"},
 		{"empty salt", `{"t": {"hash_columns": {"email": {"salt": ""}}}}`, "table_options.d.t.hash_columns.email.salt is empty"},
 		{"unknown option", `{"t": {"exclude": ["ssn"]}}`, "unknown field"},
+		{"unknown mode", `{"t": {"mode": "append"}}`, `table_options.t.mode "append" is not full_row`},
+		{"key_columns", `{"t": {"mode": "full_row", "key_columns": ["id"]}}`, "unknown field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := Parse(json.RawMessage(`{` + base + `, "table_options": ` + tc.opts + `}`))
@@ -70,6 +72,9 @@ func TestTableOptions(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !s.FullRow("t") && strings.Contains(tc.opts, "full_row") {
+				t.Fatalf("mode full_row not read")
 			}
 			if !s.Protect.Hides("d.t", "ssn") || !s.Protect.Hides("d.t", "email") || s.Protect.Protects("d.u") {
 				t.Fatalf("rules not compiled by stream name")

@@ -196,7 +196,7 @@ func TestRowBatchMatchesAppendValue(t *testing.T) {
 	for _, zeroNull := range []bool{false, true} {
 		for _, c := range cases {
 			name := fmt.Sprintf("%s (%s) zeroNull=%v", c.def.Name, c.def.ColumnType, zeroNull)
-			tbl, err := TableDef{Columns: []ColumnDef{c.def}, Key: []string{c.def.Name}}.build("t", "db.t")
+			tbl, err := TableDef{Columns: []ColumnDef{c.def}, Key: []string{c.def.Name}}.build("t", "db.t", false)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
@@ -237,7 +237,7 @@ func TestRowBatchMatchesAppendValue(t *testing.T) {
 	for _, c := range cases {
 		def.Columns = append(def.Columns, c.def)
 	}
-	tbl, err := def.build("all", "db.all")
+	tbl, err := def.build("all", "db.all", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestRowBatchRecordType(t *testing.T) {
 		{Name: "id", DataType: "bigint", ColumnType: "bigint(20)"},
 		{Name: "s", DataType: "varchar", ColumnType: "varchar(4)"},
 		{Name: "b", DataType: "varbinary", ColumnType: "varbinary(4)"},
-	}, Key: []string{"id"}}.build("t", "db.t")
+	}, Key: []string{"id"}}.build("t", "db.t", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func BenchmarkAppendRow(b *testing.B) {
 		{Name: "doc", DataType: "json", ColumnType: "json"},
 		{Name: "flag", DataType: "tinyint", ColumnType: "tinyint(1)"},
 	}, Key: []string{"id"}}
-	t, err := def.build("snap", "bench.snap")
+	t, err := def.build("snap", "bench.snap", false)
 	if err != nil {
 		b.Fatal(err)
 	}

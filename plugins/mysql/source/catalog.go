@@ -47,6 +47,8 @@ type Table struct {
 	Stream  string
 	Columns []Column
 	Key     []int // primary key columns, in key order
+	// FullRow: mode: full_row, keyless, matched by the whole row (fullrow.go).
+	FullRow bool
 	Schema  *arrow.Schema
 	def     TableDef // what it was built from
 }
@@ -78,7 +80,7 @@ func loadTable(c *mysql.Conn, cfg config.Settings, name string) (*Table, error) 
 	if err != nil {
 		return nil, err
 	}
-	return d.build(name, cfg.Stream(name))
+	return d.build(name, cfg.Stream(name), cfg.FullRow(name))
 }
 
 // loadDef reads a table's columns, primary key and (MariaDB) JSON check constraints from information_schema.

@@ -99,6 +99,9 @@ func Check(ctx context.Context, raw json.RawMessage) error {
 		if err := r.checkFilter(conn, t); err != nil {
 			fail(err.Error(), fault.FixOf(err))
 		}
+		if err := r.checkFullRow(conn, t); err != nil {
+			fail(err.Error(), fault.FixOf(err))
+		}
 		q := "SELECT 1 FROM " + config.QuoteIdent(cfg.Database) + "." + config.QuoteIdent(name) + " LIMIT 0"
 		if _, err := conn.ExecuteFetch(q, 1, false); err != nil {
 			fail(fmt.Sprintf("user %q may not read table %s: %v", cfg.User, cfg.Stream(name), err), fmt.Sprintf("GRANT SELECT ON `%s`.`%s` TO '%s'", cfg.Database, name, cfg.User))

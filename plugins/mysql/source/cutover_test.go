@@ -111,7 +111,7 @@ func TestHistoryCutover(t *testing.T) {
 			if got := strings.Join(h.defs["t"].Key, ","); got != "id" {
 				t.Errorf("key %q, want id", got)
 			}
-			if _, err := h.defs["t"].build("t", "d.t"); err != nil {
+			if _, err := h.defs["t"].build("t", "d.t", false); err != nil {
 				t.Errorf("build: %v", err)
 			}
 			if len(h.shadows) != 0 {

@@ -90,7 +90,7 @@ func TestHistory(t *testing.T) {
 				t.Errorf("key %q, want %q", got, tc.key)
 			}
 			if !h.defs["a"].Gone {
-				if _, err := h.defs["a"].build("a", "d.a"); err != nil {
+				if _, err := h.defs["a"].build("a", "d.a", false); err != nil {
 					t.Errorf("build: %v", err)
 				}
 			}
@@ -110,7 +110,7 @@ func TestHistoryRenameMarker(t *testing.T) {
 	if _, err := h.apply("d", "ALTER TABLE a RENAME COLUMN v TO w"); err != nil {
 		t.Fatal(err)
 	}
-	tb, err := h.defs["a"].build("a", "d.a")
+	tb, err := h.defs["a"].build("a", "d.a", false)
 	if err != nil {
 		t.Fatal(err)
 	}

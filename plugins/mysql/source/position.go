@@ -53,6 +53,9 @@ type Position struct {
 	// Patterns are the patterns of tables that Tables was expanded with (patterns.go): a pattern added to the
 	// settings since is expanded against the catalog at the restart, the others follow the binary log.
 	Patterns []string `json:"patterns,omitempty"`
+	// Copied are the copy points of full_row tables (fullrow.go), by table name: streaming drops such a table's
+	// changes up to its point, which its copy holds. Stream phase only; dropped once streaming has passed it.
+	Copied map[string]Coord `json:"copied,omitempty"`
 }
 
 // TableProgress is how far the snapshot copied one table.
@@ -61,6 +64,8 @@ type TableProgress struct {
 	Key  []string `json:"key,omitempty"`
 	Done bool     `json:"done,omitempty"`
 	Rows int64    `json:"rows,omitempty"`
+	// From is the binlog coordinate of the snapshot a full_row table is copied under (fullrow.go).
+	From *Coord `json:"from,omitempty"`
 }
 
 // copiedAll says every table of a snapshot-phase position is copied: what is left of the snapshot is its closing
@@ -78,7 +83,7 @@ func (p *Position) copiedAll() bool {
 // streamPhase is the position at which streaming follows a finished snapshot.
 func (p *Position) streamPhase() *Position {
 	return &Position{V: positionVersion, Phase: PhaseStream, Flavor: p.Flavor, File: p.File, Pos: p.Pos, GTID: p.GTID,
-		Tables: p.Tables, OverlapFile: p.OverlapFile, OverlapPos: p.OverlapPos, Schemas: p.Schemas, Shadows: p.Shadows, Resnapshot: p.Resnapshot, Patterns: p.Patterns}
+		Tables: p.Tables, OverlapFile: p.OverlapFile, OverlapPos: p.OverlapPos, Schemas: p.Schemas, Shadows: p.Shadows, Resnapshot: p.Resnapshot, Patterns: p.Patterns, Copied: p.copied()}
 }
 
 // Encode is the checkpoint bytes: deterministic, so a replayed read reaches byte-identical checkpoints.

@@ -162,6 +162,10 @@ func (s *resnapper) Prepare(ctx context.Context, stream string) error {
 		// Dropped or renamed away since: the truncate setting has dealt with its rows; nothing is left to copy.
 		return dblog.ErrGone
 	}
+	if t.FullRow {
+		return fault.ConfigErr(fmt.Errorf("re-snapshot of %s: the table is in mode: full_row, and the watermark copy, which reads in key order and relies on upserts by key, would duplicate rows of a keyless table", stream),
+			"start the pipeline from an empty checkpoint (a new snapshot, which copies the table exactly), or give the table a primary key and remove its mode: full_row")
+	}
 	if len(t.Key) == 0 {
 		return fault.ConfigErr(fmt.Errorf("re-snapshot of %s: the table has no primary key to copy it by", stream),
 			fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (...)", stream))

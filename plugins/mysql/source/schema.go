@@ -39,9 +39,10 @@ type ColumnDef struct {
 	RenamedFrom string `json:"rf,omitempty"`
 }
 
-// build makes the table the streamer decodes rows with from its definition.
-func (d TableDef) build(name, stream string) (*Table, error) {
-	t := &Table{Name: name, Stream: stream}
+// build makes the table the streamer decodes rows with from its definition; fullRow: the table is in mode:
+// full_row (fullrow.go), which needs it keyless.
+func (d TableDef) build(name, stream string, fullRow bool) (*Table, error) {
+	t := &Table{Name: name, Stream: stream, FullRow: fullRow}
 	var problems []string
 	for _, cd := range d.Columns {
 		col := Column{Name: cd.Name, DataType: cd.DataType, ColumnType: cd.ColumnType, Precision: cd.Precision, Scale: cd.Scale, existing: cd.Existing, renamedFrom: cd.RenamedFrom}
@@ -66,9 +67,13 @@ func (d TableDef) build(name, stream string) (*Table, error) {
 			return nil, fmt.Errorf("table %s: primary key column %s is not among its columns", stream, k)
 		}
 	}
-	if len(t.Key) == 0 {
+	if fullRow && len(t.Key) > 0 {
+		return nil, fault.ConfigErr(fmt.Errorf("table %s is in mode: full_row but has a primary key (%s)", stream, strings.Join(t.keyNames(), ", ")),
+			fmt.Sprintf("remove mode: full_row from table_options.%s: a table with a key is matched by it", name))
+	}
+	if len(t.Key) == 0 && !fullRow {
 		return nil, fault.ConfigErr(fmt.Errorf("table %s has no primary key: its changes cannot be matched to rows", stream),
-			fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (...), or leave it out of tables", stream))
+			fmt.Sprintf("ALTER TABLE %s ADD PRIMARY KEY (...), or set table_options.%s.mode: full_row (changes matched by the whole row), or leave it out of tables", stream, name))
 	}
 	fields := make([]arrow.Field, len(t.Columns))
 	for i, col := range t.Columns {
@@ -79,6 +84,9 @@ func (d TableDef) build(name, stream string) (*Table, error) {
 		fields[i] = change.MarkRenamed(arrow.Field{Name: col.Name, Type: col.Kind.Arrow(col), Nullable: true, Metadata: arrow.NewMetadata(keys, vals)}, col.renamedFrom)
 	}
 	t.Schema = change.TimedSchema(fields, t.keyNames())
+	if fullRow {
+		t.Schema = change.WithFullRow(t.Schema)
+	}
 	t.def = d
 	return t, nil
 }

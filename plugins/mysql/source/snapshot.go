@@ -261,7 +261,12 @@ func (r *reader) snapshot(ctx context.Context, conn *mysql.Conn, pos *Position, 
 	if reconcile(pos, at, gtid, fresh) && fresh {
 		r.log.Info("the parallel readers' snapshots are apart: inserts up to the latest go as upserts", "latest_file", latest(at).file, "latest_pos", latest(at).pos)
 	}
-	if err := r.copyTables(ctx, conns, todo, pos); err != nil {
+	if !fresh {
+		if err := r.restartFullRow(ctx, todo, pos); err != nil {
+			return nil, err
+		}
+	}
+	if err := r.copyTables(ctx, conns, at, todo, pos); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
 	next := pos.streamPhase()
@@ -325,7 +330,10 @@ type lane struct {
 // again the first unfinished tables, and its first turn is the table after pos.Table, the table of the last
 // chunk, exactly as the interrupted copy would have continued. So a replay reaches the same checkpoints.
 // Memory in flight is about two chunks per table in the window.
-func (r *reader) copyTables(ctx context.Context, conns []*mysql.Conn, todo []*Table, pos *Position) error {
+//
+// A full_row table's copy point, the coordinate of its connection's snapshot (at, by conns' index), is kept in
+// its progress as it enters the window (fullrow.go).
+func (r *reader) copyTables(ctx context.Context, conns []*mysql.Conn, at []coord, todo []*Table, pos *Position) error {
 	if len(todo) == 0 {
 		return nil
 	}
@@ -340,6 +348,11 @@ func (r *reader) copyTables(ctx context.Context, conns []*mysql.Conn, todo []*Ta
 		l := &lane{t: t, conn: free[len(free)-1], chunks: make(chan chunk), err: make(chan error, 1)}
 		free = free[:len(free)-1]
 		from := pos.Progress[t.Name].Key
+		if t.FullRow {
+			c := at[slices.Index(conns, l.conn)]
+			pos.Progress[t.Name] = TableProgress{From: &Coord{File: c.file, Pos: c.pos}}
+			from = nil
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -462,6 +475,9 @@ func (r *reader) selectInKeyOrder(t *Table, from []string) (string, error) {
 	}
 	if len(conds) > 0 {
 		q += " WHERE " + strings.Join(conds, " AND ")
+	}
+	if len(keys) == 0 {
+		return q, nil // a full_row table: no key to order or resume by (fullrow.go)
 	}
 	return q + " ORDER BY " + strings.Join(keys, ", "), nil
 }

@@ -205,6 +205,9 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		if err := r.checkFilter(conn, t); err != nil {
 			return err
 		}
+		if err := r.checkFullRow(conn, t); err != nil {
+			return err
+		}
 	}
 	var names []string
 	for _, n := range cfg.Tables {
@@ -315,7 +318,7 @@ func (r *reader) useDefs(defs map[string]TableDef) error {
 			r.tables[name] = nil
 			continue
 		}
-		t, err := d.build(name, r.cfg.Stream(name))
+		t, err := d.build(name, r.cfg.Stream(name), r.cfg.FullRow(name))
 		if err != nil {
 			return err
 		}

@@ -324,7 +324,7 @@ func (s *streamer) statement(ctx context.Context, db, sql string, next uint64) e
 		}
 	}
 	for _, name := range eff.changed {
-		t, err := s.hist.defs[name].build(name, s.cfg.Stream(name))
+		t, err := s.hist.defs[name].build(name, s.cfg.Stream(name), s.cfg.FullRow(name))
 		if err != nil {
 			return fault.DataErr(fmt.Errorf("after %s (binary log at %s:%d): %w", sql, s.file, next, err),
 				"start the pipeline from an empty checkpoint (a new snapshot of the new schema)")
@@ -429,7 +429,12 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 	// time, and a transaction's rows come before its commit event).
 	at := time.Unix(int64(ev.Timestamp()), 0).UTC()
 	insertOp := change.OpInsert
-	if s.cur.OverlapFile != "" && before(s.file, ev.NextPosition(), s.cur.OverlapFile, s.cur.OverlapPos) {
+	if t.FullRow {
+		// Exact copy (fullrow.go): what the copy holds is dropped, the rest is new rows.
+		if s.inCopy(t.Name, ev.NextPosition()) {
+			return nil
+		}
+	} else if s.cur.OverlapFile != "" && before(s.file, ev.NextPosition(), s.cur.OverlapFile, s.cur.OverlapPos) {
 		insertOp = change.OpUpdate
 	}
 	for i := range rows.Rows {
@@ -493,7 +498,8 @@ func (s *streamer) rows(ctx context.Context, ev mysql.BinlogEvent) error {
 				}
 				continue
 			}
-			if keyChanged(t, before, after) {
+			if t.FullRow || keyChanged(t, before, after) {
+				// full_row: the old row is matched whole and goes, the new one comes (fullrow.go).
 				// A new key is a new row: the old one goes, the new one comes.
 				if err := s.add(ctx, t, tm, before, change.OpDelete, where, at); err != nil {
 					return err
@@ -611,6 +617,7 @@ func (s *streamer) commit(ctx context.Context, next uint64) error {
 	if s.cur.OverlapFile != "" && !before(s.cur.File, s.cur.Pos, s.cur.OverlapFile, s.cur.OverlapPos) {
 		s.cur.OverlapFile, s.cur.OverlapPos = "", 0
 	}
+	s.passCopied()
 	s.moved = true
 	if s.data || time.Since(s.lastCP) >= quietCheckpointEvery {
 		if err := s.checkpoint(ctx, false); err != nil {
