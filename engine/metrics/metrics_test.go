@@ -303,6 +303,7 @@ func registered(t *testing.T) map[string]bool {
 		{Name: "resnapshot_rows_total", Value: 1, Labels: map[string]string{"table": "t"}},
 		{Name: "resnapshot_copying", Value: 1, Labels: map[string]string{"table": "t"}},
 		{Name: "waiting_seconds", Value: 1, Labels: map[string]string{"reason": "r"}},
+		{Name: "captured_table", Value: 1, Labels: map[string]string{"table": "t", "via": "pattern"}},
 	}})
 	names := map[string]bool{}
 	for name := range gather(t, r) {

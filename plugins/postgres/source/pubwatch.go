@@ -48,7 +48,10 @@ type pubRow struct {
 	all, ins, upd, del, trunc bool
 	members                   map[string]string
 	// oids are the captured tables' oids now (0: no such table): a table captured by a pattern whose oid is not
-	// the captured one was dropped, which patterns.go handles.
+	// the captured one was dropped, which patterns.go handles. Read from pg_class under the statement's
+	// snapshot, as the membership is: to_regclass alone looks the name up in the catalog cache, which can still
+	// hold a table whose DROP committed before the snapshot (it takes no lock, so it need not see the
+	// invalidation), and the table would then look present but unpublished.
 	oids map[string]uint32
 }
 
@@ -119,7 +122,7 @@ func (w *pubWatch) read(ctx context.Context, p watchedPub) (pubRow, error) {
 		         (SELECT 'table row ' || pr.oid FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass(t.name)),
 		         (SELECT 'schema row ' || pn.oid FROM pg_publication_namespace pn JOIN pg_class c ON c.relnamespace = pn.pnnspid
 		           WHERE pn.pnpubid = p.oid AND c.oid = to_regclass(t.name)),
-		         '') END, coalesce(to_regclass(t.name)::oid, 0)
+		         '') END, coalesce((SELECT c.oid FROM pg_class c WHERE c.oid = to_regclass(t.name)), 0)
 		FROM pg_publication p LEFT JOIN unnest($2::text[]) WITH ORDINALITY AS t(name, ord) ON true
 		WHERE p.pubname = $1`, p.name, names)
 	if err != nil {
