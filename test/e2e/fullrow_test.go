@@ -154,12 +154,18 @@ pipelines:
 		return out
 	}
 	want := dump(sc)
-	if got := dump(dc); !slices.Equal(got, want) {
-		t.Fatalf("Postgres destination: %d rows, source %d; rows it lacks %v; rows it should not have %v", len(got), len(want), missing(want, got), missing(got, want))
-	}
+	sameBag(t, "Postgres", dump(dc), want)
+	sameBag(t, "DuckDB", duckBagRows(t, duck, "public.bag"), want)
+	t.Logf("%d writes under 4 SIGKILLs; %d rows equal as multisets in source, Postgres and DuckDB", writes, len(want))
+}
+
+// duckBagRows reads a full_row test table (columns a, b, n) from a DuckDB destination as "a|b|n" lines, NULL as
+// "-", sorted: a multiset to compare with the source's.
+func duckBagRows(t *testing.T, settings, stream string) []string {
+	t.Helper()
 	n := 0
-	var duckRows []string
-	for _, r := range harness.PluginRows(t, "duckdb", "dump", duck, "public.bag", "the DuckDB table", func([]byte, map[string]any) string {
+	var rows []string
+	for _, r := range harness.PluginRows(t, "duckdb", "dump", settings, stream, "the DuckDB table", func([]byte, map[string]any) string {
 		n++
 		return fmt.Sprint(n)
 	}) {
@@ -169,11 +175,17 @@ pipelines:
 			}
 			return fmt.Sprint(r[k])
 		}
-		duckRows = append(duckRows, str("a")+"|"+str("b")+"|"+str("n"))
+		rows = append(rows, str("a")+"|"+str("b")+"|"+str("n"))
 	}
-	slices.Sort(duckRows)
-	if !slices.Equal(duckRows, want) {
-		t.Fatalf("DuckDB destination: %d rows, source %d; rows it lacks %v; rows it should not have %v", len(duckRows), len(want), missing(want, duckRows), missing(duckRows, want))
+	slices.Sort(rows)
+	return rows
+}
+
+// sameBag fails the test when a destination's rows (sorted) are not the source's as a multiset, naming both
+// differences.
+func sameBag(t *testing.T, dest string, got, want []string) {
+	t.Helper()
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s destination: %d rows, source %d; rows it lacks %v; rows it should not have %v", dest, len(got), len(want), missing(want, got), missing(got, want))
 	}
-	t.Logf("%d writes under 4 SIGKILLs; %d rows equal as multisets in source, Postgres and DuckDB", writes, len(want))
 }
