@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/skippr-dev/skippr/engine/failpoint"
 	"github.com/skippr-dev/skippr/engine/wal"
 )
 
@@ -97,6 +98,11 @@ func (t *walTail) read(ctx context.Context, l *wal.Log, pipeline string) (walEnt
 		seqs = append(seqs, seq)
 	}
 	slices.Sort(seqs)
+	// The entries are listed and their segments not read yet: a sync that reclaims them now deletes them
+	// under this statement (the read below tells that apart from a lost segment).
+	if err := failpoint.Hit(failpoint.LakequeryAfterList); err != nil {
+		return walEntries{}, fmt.Errorf("pipeline %s: %w", pipeline, err)
+	}
 	var out walEntries
 	seen := map[string]bool{}
 	for _, seq := range seqs {
