@@ -44,7 +44,7 @@ func newWALTail(limit int64) *walTail {
 const tailAttempts = 3
 
 // read returns the committed, unreclaimed entries of l as of now.
-func (t *walTail) read(ctx context.Context, l *wal.Log, pipeline string) (walEntries, error) {
+func (t *walTail) read(ctx context.Context, l walReader, pipeline string) (walEntries, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var (
@@ -76,8 +76,11 @@ func (t *walTail) read(ctx context.Context, l *wal.Log, pipeline string) (walEnt
 		if errors.Is(err, wal.ErrReclaimed) && attempt < tailAttempts {
 			continue // reclaimed between Head and Entries: look again
 		}
+		if errors.Is(err, wal.ErrReclaimed) {
+			return walEntries{}, fmt.Errorf("pipeline %s: %w: %w", pipeline, err, ErrRetry)
+		}
 		if err != nil {
-			return walEntries{}, fmt.Errorf("pipeline %s: %w (retry the query)", pipeline, err)
+			return walEntries{}, fmt.Errorf("pipeline %s: %w", pipeline, err)
 		}
 		if known {
 			if len(recs) == 0 || !sameEntry(recs[0], newest.rec) {
