@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -25,10 +27,33 @@ import (
 // reclaims them: the segments the statement is about to read are deleted under it. Released, the statement
 // must answer with every event (the lake, planned after the reclaim, holds them) or fail with a retryable code;
 // never leave the 600 out, count them twice, or fail with an error that does not say to retry.
+//
+// Both WAL backends: a local directory, and a bucket of a real S3-compatible server (versitygw).
 func TestServeReclaimBetweenListAndRead(t *testing.T) {
 	skippr := testplugins.BuildSkipprWithTags(t, "failpoints")
+	for _, backend := range []string{"local", "s3"} {
+		t.Run(backend, func(t *testing.T) { serveReclaimBetweenListAndRead(t, skippr, backend) })
+	}
+}
+
+func serveReclaimBetweenListAndRead(t *testing.T, skippr, backend string) {
 	e := harness.NewEnvBinary(t, skippr, "datagen", "iceberg", "duckdb")
-	walDir := filepath.Join(e.Dir, "wal")
+	walURL, walExtra := "file://"+filepath.Join(e.Dir, "wal"), ""
+	// segments counts the WAL's segment objects.
+	segments := func() int { return walFiles(t, filepath.Join(e.Dir, "wal"), "segments") }
+	if backend == "s3" {
+		b := harness.Versity.Get(t).NewBucket(t)
+		walURL = "s3://" + b.Name + "/wal"
+		walExtra = fmt.Sprintf("      s3: { endpoint: %s, region: us-east-1, path_style: true }\n", b.Endpoint)
+		e.ExtraEnv = []string{"AWS_ACCESS_KEY_ID=" + b.AccessKey, "AWS_SECRET_ACCESS_KEY=" + b.SecretKey}
+		segments = func() int {
+			out, err := b.Client.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: aws.String(b.Name), Prefix: aws.String("wal/segments/")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(out.Contents)
+		}
+	}
 	gen := func(rows int) string {
 		return fmt.Sprintf(`{ seed: 5, rows: %d, batch_size: 100, update_ratio: 0.2, delete_ratio: 0.1 }`, rows)
 	}
@@ -48,15 +73,15 @@ pipelines:
     destinations: [lake]
     apply: { paused: %v }
     wal:
-      url: file://%s
+      url: %s
       group_commit: { max_bytes: 16KiB, max_delay: 20ms }
-`, gen(rows), filepath.Join(e.Dir, "lake"), paused, walDir))
+%s`, gen(rows), filepath.Join(e.Dir, "lake"), paused, walURL, walExtra))
 	}
 	config(2000, false)
 	e.MustRun("sync", "--once") // the lake holds the first 2000 events
 	config(2600, true)
 	e.MustRun("sync", "--once") // 600 more, only in the WAL
-	if n := walFiles(t, walDir, "segments"); n == 0 {
+	if n := segments(); n == 0 {
 		t.Fatal("the paused sync left no WAL entry for the statement to list")
 	}
 	config(2600, false)
@@ -92,7 +117,7 @@ pipelines:
 
 	// The statement holds its listing; the sync applies and reclaims every entry in it.
 	e.MustRun("sync", "--once")
-	if n := walFiles(t, walDir, "segments"); n != 0 {
+	if n := segments(); n != 0 {
 		t.Fatalf("the sync left %d WAL segments: the entries the statement listed were not all reclaimed", n)
 	}
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
