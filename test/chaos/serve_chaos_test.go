@@ -34,7 +34,8 @@ var retryableCodes = []codes.Code{codes.Unavailable, codes.Aborted}
 // checkable: ids are inserted in order with a = b = id, and an update moves one unit from b to a (a + b stays
 // 2·id), so an aggregate answer names the prefix it saw — count n, distinct ids n, max id n, sum of ids
 // n(n+1)/2, sum of a+b n(n+1) — and a row held twice (lake and WAL overlapping) or a gap shows. The prefix never
-// goes backwards: a lookup of an id an earlier answer already counted must find it. At the end serve's rows
+// goes backwards: a lookup of an id an earlier answer already counted must find it. After 200 inserts the writer
+// adds a column, so the statements also merge WAL entries (and lake files) of two schemas. At the end serve's rows
 // equal the source's exactly. Both WAL backends: a local directory, and a bucket of a real S3-compatible
 // server (versitygw), whose lease the restarts take over from the killed writer. SKIPPR_CHAOS_KILLS sets the
 // SIGKILLs per backend (default 4: the test's wall time stays near 90 s).
@@ -108,6 +109,15 @@ pipelines:
 				return
 			}
 			inserted.Store(n)
+			if n == serveChaosInitial+200 {
+				// A schema change in the middle: the WAL then holds entries of two schemas, and so may the lake.
+				if _, err := w.Exec(writerCtx, `ALTER TABLE ledger ADD COLUMN note text`); err != nil {
+					if writerCtx.Err() == nil {
+						t.Errorf("writer: %v", err)
+					}
+					return
+				}
+			}
 			if rng.IntN(2) == 0 {
 				if _, err := w.Exec(writerCtx, `UPDATE ledger SET a = a + 1, b = b - 1 WHERE id = $1`, 1+rng.Int64N(n)); err != nil {
 					if writerCtx.Err() == nil {
