@@ -15,7 +15,7 @@
 //
 //	SKIPPR_FAILPOINTS=<point>=<term>[,<point>=<term>…]
 //	<term> = [<n>*]<action>
-//	<action> = exit | error | sleep(<ms>)
+//	<action> = exit | error | sleep(<ms>) | wait(<file>)
 //
 // The point fires at its n-th hit (default 1), once; the hits before and after pass. Actions:
 //
@@ -23,6 +23,10 @@
 //	            a power cut as far as the WAL and the destinations can tell
 //	error       Hit returns an error wrapping ErrInjected (defined in failpoints builds only); the code at the point fails as it would on an I/O error
 //	sleep(ms)   Hit sleeps that many milliseconds, then returns nil
+//	wait(file)  Hit blocks until the file exists (polling every 10 ms), then returns nil: the test does what
+//	            the window is for and then creates the file, so the window is as wide as the test needs and
+//	            no wider (a sleep would be a guess at how long the test takes on a loaded machine). The path
+//	            may not hold a comma or a closing parenthesis.
 //
 // Before it acts, a firing point writes one line to stderr, so a test can prove which point fired:
 //
@@ -48,6 +52,13 @@
 //	                          restart learns it from the destination (LastApplied) and skips the range.
 //	wal.after-reclaim-record  Log.Reclaim: the checkpoint record is durable, the entries it covers not yet
 //	                          deleted. Acquire finishes the reclaim.
+//
+// The query path (`skippr query`, `skippr serve`) has its own points, outside the commit protocol (Points lists
+// the protocol's, which TestCrashPoints kills a sync at; QueryPoints the query path's):
+//
+//	lakequery.after-list      a statement has listed a pipeline's WAL entries and not yet read their segments:
+//	                          a sync that applies and reclaims them now deletes what the statement is about to
+//	                          read.
 package failpoint
 
 // The points (see the package doc).
@@ -58,10 +69,17 @@ const (
 	PipelineApplySent     = "pipeline.apply-sent"
 	PipelineAfterApply    = "pipeline.after-apply"
 	WALAfterReclaimRecord = "wal.after-reclaim-record"
+	LakequeryAfterList    = "lakequery.after-list"
 )
 
-// Points lists every point, in the order of the commit protocol.
+// Points lists the commit protocol's points, in its order.
 var Points = []string{WALAfterSegment, PipelineAfterCommit, PipelineAfterAck, PipelineApplySent, PipelineAfterApply, WALAfterReclaimRecord}
+
+// QueryPoints lists the query path's points: a sync never hits them.
+var QueryPoints = []string{LakequeryAfterList}
+
+// Known is every point a SKIPPR_FAILPOINTS value may arm.
+func Known() []string { return append(append([]string(nil), Points...), QueryPoints...) }
 
 // EnvVar arms points in a failpoints build.
 const EnvVar = "SKIPPR_FAILPOINTS"

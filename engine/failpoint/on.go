@@ -38,7 +38,7 @@ func fromEnv() armedSet {
 }
 
 func newArmedSet(spec string) (armedSet, error) {
-	terms, err := Parse(spec, Points)
+	terms, err := Parse(spec, Known())
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +70,13 @@ func (s armedSet) hit(name string, w io.Writer, kill func()) error {
 		return fmt.Errorf("failpoint %s: %w", name, ErrInjected)
 	case Sleep:
 		time.Sleep(a.term.Sleep)
+	case Wait:
+		for {
+			if _, err := os.Stat(a.term.File); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	return nil
 }

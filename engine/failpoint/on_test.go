@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,5 +80,33 @@ func TestExitKills(t *testing.T) {
 	cmd, out, _ = run("wal.after-segmnt=exit")
 	if cmd.ProcessState.ExitCode() != 2 || !strings.Contains(out, `unknown point "wal.after-segmnt"`) {
 		t.Fatalf("a misspelt point: exit %d\n%s", cmd.ProcessState.ExitCode(), out)
+	}
+}
+
+// TestWaitBlocksUntilFile: wait(file) holds the caller until the file exists, and only then returns.
+func TestWaitBlocksUntilFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "go")
+	s, err := newArmedSet(LakequeryAfterList + "=wait(" + file + ")")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- s.hit(LakequeryAfterList, &out, func() {}) }()
+	select {
+	case err := <-done:
+		t.Fatalf("wait returned (%v) before the file existed", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("wait: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("wait did not return after the file was created")
 	}
 }

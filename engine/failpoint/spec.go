@@ -15,6 +15,7 @@ const (
 	Exit Action = iota + 1
 	Error
 	Sleep
+	Wait
 )
 
 // Term is one armed point: fire Action at hit Nth (1-based).
@@ -22,6 +23,7 @@ type Term struct {
 	Nth    int
 	Action Action
 	Sleep  time.Duration // for Sleep
+	File   string        // for Wait
 }
 
 func (t Term) String() string {
@@ -32,6 +34,8 @@ func (t Term) String() string {
 		return "error"
 	case Sleep:
 		return fmt.Sprintf("sleep(%d)", t.Sleep.Milliseconds())
+	case Wait:
+		return fmt.Sprintf("wait(%s)", t.File)
 	}
 	return "?"
 }
@@ -80,6 +84,12 @@ func parseTerm(s string) (Term, error) {
 		t.Action = Exit
 	case s == "error":
 		t.Action = Error
+	case strings.HasPrefix(s, "wait(") && strings.HasSuffix(s, ")"):
+		f := s[len("wait(") : len(s)-1]
+		if f == "" || strings.Contains(f, ")") {
+			return t, fmt.Errorf("%q: wait takes a file's path, wait(<file>)", s)
+		}
+		t.Action, t.File = Wait, f
 	case strings.HasPrefix(s, "sleep(") && strings.HasSuffix(s, ")"):
 		ms, err := strconv.Atoi(s[len("sleep(") : len(s)-1])
 		if err != nil || ms < 0 {

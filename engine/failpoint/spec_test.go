@@ -27,8 +27,10 @@ func TestParse(t *testing.T) {
 		{spec: "wal.after-segment=x*exit", err: "whole number from 1"},
 		{spec: "wal.after-segment=sleep(soon)", err: "sleep takes milliseconds"},
 		{spec: "wal.after-segment=exit,wal.after-segment=error", err: "armed twice"},
+		{spec: "lakequery.after-list=wait(/tmp/x/go)", want: map[string]Term{LakequeryAfterList: {Nth: 1, Action: Wait, File: "/tmp/x/go"}}},
+		{spec: "lakequery.after-list=wait()", err: "wait takes a file's path"},
 	} {
-		got, err := Parse(tc.spec, Points)
+		got, err := Parse(tc.spec, Known())
 		switch {
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("Parse(%q): error %v, want one containing %q", tc.spec, err, tc.err)
@@ -43,7 +45,7 @@ func TestParse(t *testing.T) {
 // TestPointsUnique: two points with one name would make a test arm both.
 func TestPointsUnique(t *testing.T) {
 	seen := map[string]bool{}
-	for _, p := range Points {
+	for _, p := range Known() {
 		if seen[p] {
 			t.Errorf("point %s listed twice", p)
 		}

@@ -103,6 +103,9 @@ func (q *Querier) commitRecords(ctx context.Context, pipeline string, l lake) ([
 		if errors.Is(err, wal.ErrReclaimed) && attempt < tailAttempts {
 			continue // reclaimed between Head and Entries: look again
 		}
+		if errors.Is(err, wal.ErrReclaimed) {
+			return nil, fmt.Errorf("pipeline %s: %w: %w", pipeline, err, ErrRetry)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("pipeline %s: %w", pipeline, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/skippr-dev/skippr/engine/failpoint"
 	"github.com/skippr-dev/skippr/engine/wal"
 )
 
@@ -43,7 +44,7 @@ func newWALTail(limit int64) *walTail {
 const tailAttempts = 3
 
 // read returns the committed, unreclaimed entries of l as of now.
-func (t *walTail) read(ctx context.Context, l *wal.Log, pipeline string) (walEntries, error) {
+func (t *walTail) read(ctx context.Context, l walReader, pipeline string) (walEntries, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var (
@@ -75,8 +76,11 @@ func (t *walTail) read(ctx context.Context, l *wal.Log, pipeline string) (walEnt
 		if errors.Is(err, wal.ErrReclaimed) && attempt < tailAttempts {
 			continue // reclaimed between Head and Entries: look again
 		}
+		if errors.Is(err, wal.ErrReclaimed) {
+			return walEntries{}, fmt.Errorf("pipeline %s: %w: %w", pipeline, err, ErrRetry)
+		}
 		if err != nil {
-			return walEntries{}, fmt.Errorf("pipeline %s: %w (retry the query)", pipeline, err)
+			return walEntries{}, fmt.Errorf("pipeline %s: %w", pipeline, err)
 		}
 		if known {
 			if len(recs) == 0 || !sameEntry(recs[0], newest.rec) {
@@ -97,6 +101,11 @@ func (t *walTail) read(ctx context.Context, l *wal.Log, pipeline string) (walEnt
 		seqs = append(seqs, seq)
 	}
 	slices.Sort(seqs)
+	// The entries are listed and their segments not read yet: a sync that reclaims them now deletes them
+	// under this statement (the read below tells that apart from a lost segment).
+	if err := failpoint.Hit(failpoint.LakequeryAfterList); err != nil {
+		return walEntries{}, fmt.Errorf("pipeline %s: %w", pipeline, err)
+	}
 	var out walEntries
 	seen := map[string]bool{}
 	for _, seq := range seqs {

@@ -195,7 +195,8 @@ func (s *Server) query(ctx context.Context, sql string) (*arrow.Schema, <-chan f
 
 // status turns a statement's error into the gRPC status a client reads: the timeout and the client's own
 // cancellation first (the engine then fails with whatever the cut stream gave it), bad SQL as
-// InvalidArgument with the engine's message, anything else as Internal.
+// InvalidArgument with the engine's message, the WAL moving under the statement (lakequery.ErrRetry) as
+// Unavailable, the code clients retry; anything else as Internal.
 func (s *Server) status(ctx, qctx context.Context, err error) error {
 	switch {
 	case timedOut(qctx):
@@ -206,6 +207,8 @@ func (s *Server) status(ctx, qctx context.Context, err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, sdk.ErrMemory):
 		return status.Errorf(codes.ResourceExhausted, "the query needed more memory than the server allows a statement (skippr serve --query-memory %s): %v", s.opts.MemoryLimit, err)
+	case errors.Is(err, lakequery.ErrRetry):
+		return status.Error(codes.Unavailable, err.Error())
 	}
 	if _, ok := status.FromError(err); ok && status.Code(err) != codes.Unknown {
 		return err

@@ -110,12 +110,15 @@ func BuildSkippr(t testing.TB) string {
 }
 
 // BuildSkipprWithTags is BuildSkippr with more build tags (say "failpoints"), as a binary of its own beside it;
-// BuildSkippr's build is untouched, and packages the tags do not change are shared in the build cache.
+// BuildSkippr's build is untouched, and packages the tags do not change are shared in the build cache. Its
+// companion skippr-serve is built beside it with the same tags, so `skippr serve` runs them too.
 func BuildSkipprWithTags(t testing.TB, tags ...string) string {
 	t.Helper()
 	all := strings.Join(append(strings.Fields(os.Getenv("SKIPPR_CORE_TAGS")), tags...), " ")
 	key := "skippr " + strings.Join(tags, " ")
-	return build(t, key, filepath.Join(fmt.Sprintf("t%x", sha256.Sum256([]byte(key)))[:17], "skippr"), ".", "./cmd/skippr", []string{"CGO_ENABLED=0"}, "-tags", all)
+	folder := fmt.Sprintf("t%x", sha256.Sum256([]byte(key)))[:17]
+	build(t, "skippr-serve "+strings.Join(tags, " "), filepath.Join(folder, "skippr-serve"), ".", "./cmd/skippr-serve", []string{"CGO_ENABLED=0"}, "-tags", all)
+	return build(t, key, filepath.Join(folder, "skippr"), ".", "./cmd/skippr", []string{"CGO_ENABLED=0"}, "-tags", all)
 }
 
 // PrebuiltEnv names the folder of binaries scripts/test.sh built before the tests.
