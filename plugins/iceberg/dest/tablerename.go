@@ -42,6 +42,10 @@ type tableRenames struct {
 	redirect map[string]string
 	// seen: streams whose first item of the apply was looked at.
 	seen map[string]bool
+	// done: former tables whose rename this apply did or followed (its stream's marker was in the range): their
+	// intents go with the completion marker. An intent whose marker lies beyond the range (a replay cut shorter)
+	// stays for the apply that reaches it.
+	done map[string]bool
 }
 
 func renameKey(pipeline, table string) string {
@@ -50,7 +54,7 @@ func renameKey(pipeline, table string) string {
 
 // loadRenames reads the pipeline's recorded renames that the completion marker does not cover yet.
 func (b *applyBuffer) loadRenames(ctx context.Context) error {
-	b.renames = &tableRenames{intents: map[string]string{}, redirect: map[string]string{}, seen: map[string]bool{}}
+	b.renames = &tableRenames{intents: map[string]string{}, redirect: map[string]string{}, seen: map[string]bool{}, done: map[string]bool{}}
 	ns := b.s.NamespaceIdent()
 	props, err := b.oc.cat.LoadNamespaceProperties(ctx, ns)
 	if err != nil {
@@ -78,15 +82,17 @@ func (b *applyBuffer) loadRenames(ctx context.Context) error {
 	return nil
 }
 
-// doneRenames are the namespace properties the completion marker's update removes: every intent this apply
-// read or wrote, all covered once the marker moves.
+// doneRenames are the namespace properties the completion marker's update removes: the intents of the renames
+// this apply did or followed, covered once the marker moves.
 func (b *applyBuffer) doneRenames() []string {
 	if b.renames == nil {
 		return nil
 	}
 	var out []string
 	for t := range b.renames.intents {
-		out = append(out, renameKey(b.req.Pipeline, t))
+		if b.renames.done[t] {
+			out = append(out, renameKey(b.req.Pipeline, t))
+		}
 	}
 	return out
 }
@@ -142,6 +148,7 @@ func (b *applyBuffer) renameTable(ctx context.Context, from, to string) error {
 	}
 	// From here on, items of stream from are of a new table of that name (the source may create it again).
 	delete(b.renames.redirect, old)
+	b.renames.done[old] = true
 	oldGone, err := b.missing(ctx, old)
 	if err != nil {
 		return err
