@@ -64,7 +64,7 @@ type Destination struct {
 	fillsRead map[string]bool
 	// intents: the pipeline's recorded table renames not yet committed over (tablerename.go), read with fills.
 	intents map[string]map[string]string
-	stats     Stats
+	stats   Stats
 	// fenceRead, when set (tests), is called after an apply read the pipeline's fence and before its
 	// transaction: the window in which a paused writer is overtaken by another.
 	fenceRead func(pipeline string, fence uint64)
