@@ -185,7 +185,7 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 		// The history table takes every change and schema, before the mirror's truncates drop rows.
 		hist := meta
 		hist.SoftDelete = false
-		htb, err := b.table(ctx, historyTable(name), it, hist, true)
+		htb, err := b.table(ctx, b.renames.history(name), it, hist, true)
 		if err != nil {
 			return err
 		}

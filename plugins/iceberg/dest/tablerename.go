@@ -40,6 +40,9 @@ type tableRenames struct {
 	// redirect: the items of the stream whose table is the key go to the table of the stream it maps to (a
 	// replay whose rename is done), until that stream's first item of the apply.
 	redirect map[string]string
+	// hist: a former history table (missing) → the renamed one (there), for a replay after a crash between the
+	// history's rename and the table's: the table has its old name, its history the new.
+	hist map[string]string
 	// seen: streams whose first item of the apply was looked at.
 	seen map[string]bool
 	// done: former tables whose rename this apply did or followed (its stream's marker was in the range): their
@@ -54,7 +57,7 @@ func renameKey(pipeline, table string) string {
 
 // loadRenames reads the pipeline's recorded renames that the completion marker does not cover yet.
 func (b *applyBuffer) loadRenames(ctx context.Context) error {
-	b.renames = &tableRenames{intents: map[string]string{}, redirect: map[string]string{}, seen: map[string]bool{}, done: map[string]bool{}}
+	b.renames = &tableRenames{intents: map[string]string{}, redirect: map[string]string{}, hist: map[string]string{}, seen: map[string]bool{}, done: map[string]bool{}}
 	ns := b.s.NamespaceIdent()
 	props, err := b.oc.cat.LoadNamespaceProperties(ctx, ns)
 	if err != nil {
@@ -78,8 +81,27 @@ func (b *applyBuffer) loadRenames(ctx context.Context) error {
 		if gone && !there {
 			b.renames.redirect[from] = stream
 		}
+		oh, nh := historyTable(from), historyTable(b.s.TableName(stream))
+		if gone, err = b.missing(ctx, oh); err != nil {
+			return err
+		}
+		if there, err = b.missing(ctx, nh); err != nil {
+			return err
+		}
+		if gone && !there {
+			b.renames.hist[oh] = nh
+		}
 	}
 	return nil
+}
+
+// history is the history table of table name: historyTable, or where a replayed rename moved it.
+func (r *tableRenames) history(name string) string {
+	h := historyTable(name)
+	if n, ok := r.hist[h]; ok {
+		return n
+	}
+	return h
 }
 
 // doneRenames are the namespace properties the completion marker's update removes: the intents of the renames
@@ -148,6 +170,7 @@ func (b *applyBuffer) renameTable(ctx context.Context, from, to string) error {
 	}
 	// From here on, items of stream from are of a new table of that name (the source may create it again).
 	delete(b.renames.redirect, old)
+	delete(b.renames.hist, historyTable(old))
 	b.renames.done[old] = true
 	oldGone, err := b.missing(ctx, old)
 	if err != nil {
@@ -172,6 +195,11 @@ func (b *applyBuffer) renameTable(ctx context.Context, from, to string) error {
 	// renamed table's.
 	for _, pair := range [][2]string{{old, nw}, {historyTable(old), historyTable(nw)}} {
 		if tb, ok := b.byTable[pair[0]]; ok {
+			if err := b.rekey(ctx, tb, pair[1], to); err != nil {
+				return err
+			}
+		} else if tb, ok := b.byTable[pair[1]]; ok && tb.g.stream == from {
+			// The history a replay sent to the renamed table already (tableRenames.hist).
 			if err := b.rekey(ctx, tb, pair[1], to); err != nil {
 				return err
 			}

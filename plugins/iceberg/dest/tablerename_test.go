@@ -55,6 +55,7 @@ func TestRenamedStreamRenamesTable(t *testing.T) {
 		{name: "history crash between renames", history: true, crash: "history"},
 		{name: "spill crash before commit", spill: true, crash: "commit"},
 		{name: "history spill crash before commit", history: true, spill: true, crash: "commit"},
+		{name: "history spill crash between renames", history: true, spill: true, crash: "history"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
