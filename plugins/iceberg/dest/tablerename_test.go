@@ -2,14 +2,18 @@ package dest
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog/rest"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -182,5 +186,30 @@ func TestRESTCatalogRenamedStream(t *testing.T) {
 	}
 	if _, err := e.catalog().cat.LoadTable(ctxT(t), []string{"lake", "shop_a"}); err == nil {
 		t.Fatal("table shop_a still exists")
+	}
+}
+
+// TestRenameRefusedClass: a catalog that cannot rename (a REST catalog without the endpoint, or one that
+// answers "not supported") fails the apply with class config, naming the catalog kind and the tables; a fault
+// that a retry may mend (the network) keeps its own class.
+func TestRenameRefusedClass(t *testing.T) {
+	b := &applyBuffer{oc: &openCatalog{name: "rest catalog http://x"}, s: Settings{Catalog: CatalogSettings{Type: "rest"}}}
+	for _, c := range []struct {
+		name   string
+		err    error
+		config bool
+	}{
+		{"endpoint not offered", fmt.Errorf("%w: POST /v1/{prefix}/tables/rename", rest.ErrEndpointNotSupported), true},
+		{"not implemented", iceberg.ErrNotImplemented, true},
+		{"server says not supported", errors.New("rename is not supported by this catalog"), true},
+		{"network", errors.New("dial tcp: connection refused"), false},
+	} {
+		err := b.renameRefused("shop_a", "shop_b", c.err)
+		if got := fault.ClassOf(err) == fault.Config; got != c.config {
+			t.Errorf("%s: class %v, want config %v (%v)", c.name, fault.ClassOf(err), c.config, err)
+		}
+		if c.config && (!strings.Contains(fault.FixOf(err), "rest catalog") || !strings.Contains(fault.FixOf(err), "shop_a")) {
+			t.Errorf("%s: the fix %q names neither the catalog kind nor the table", c.name, fault.FixOf(err))
+		}
 	}
 }
