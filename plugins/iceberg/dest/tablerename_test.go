@@ -159,17 +159,23 @@ func TestRenamedStreamRenamesTable(t *testing.T) {
 	}
 }
 
-// TestRenamedStreamTableCreated: a renamed stream whose former table never existed gets its table created.
+// TestRenamedStreamTableCreated: a renamed stream whose former table never existed gets its table created,
+// with the rows the former stream had in the same apply (created and renamed at the source within the range).
 func TestRenamedStreamTableCreated(t *testing.T) {
 	e := newEnv(t, nil)
 	marked := renameSchema("shop_a")
-	if res, err := e.d.Apply(ctxT(t), serve.ApplyRequest{Settings: e.raw, Pipeline: e.pipeline, Sequence: 1, Items: []serve.Item{
-		schemaItem("shop_b", marked), {Stream: "shop_b", Record: batch(t, marked, r(opI, 1, "one"))},
+	if res, err := e.d.Apply(ctxT(t), serve.ApplyRequest{Settings: e.raw, Pipeline: e.pipeline, FirstSequence: 1, Sequence: 2, Items: []serve.Item{
+		{Stream: "shop_a", Sequence: 1, Record: batch(t, renameSchema(""), r(opI, 1, "one"), r(opI, 2, "two"))},
+		{Stream: "shop_b", Sequence: 2, Schema: &serve.Stream{Name: "shop_b", Schema: marked, PrimaryKey: []string{"id"}}},
+		{Stream: "shop_b", Sequence: 2, Record: batch(t, marked, r(opI, 3, "three"), r(opD, 2, nil))},
 	}}); err != nil || res.Skipped {
-		t.Fatalf("apply 1: %+v, %v", res, err)
+		t.Fatalf("apply 1..2: %+v, %v", res, err)
 	}
-	if n := len(e.rows("shop_b", "id")); n != 1 {
-		t.Fatalf("shop_b holds %d rows, want 1", n)
+	if got := e.rows("shop_b", "id"); len(got) != 2 || got["1"] == nil || got["3"] == nil {
+		t.Fatalf("shop_b holds %v, want rows 1 and 3", got)
+	}
+	if _, err := e.catalog().cat.LoadTable(ctxT(t), []string{"lake", "shop_a"}); err == nil {
+		t.Fatal("table shop_a was created")
 	}
 }
 
