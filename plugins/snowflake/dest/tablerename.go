@@ -63,6 +63,9 @@ func splitRenames(list []fill) (fills []fill, intents map[string]string) {
 
 // loadRenames reads which recorded renames are done: their items go to the renamed table.
 func (x *conn) loadRenames(ctx context.Context, intents map[string]string) (*renames, error) {
+	if intents == nil {
+		intents = map[string]string{}
+	}
 	rn := &renames{intents: intents, redirect: map[string]string{}, hist: map[string]string{}, seen: map[string]bool{}, done: map[string]bool{}, gone: map[string]bool{}}
 	for old, stream := range intents {
 		o, n := x.table(old), x.table(TableName(stream))
