@@ -107,3 +107,20 @@ func RelabelRenamed(earlier, later *arrow.Schema) *arrow.Schema {
 	nmd := arrow.NewMetadata(keys, vals)
 	return arrow.NewSchema(fields, &nmd)
 }
+
+// RenamedFromTableKey is schema-level metadata: the stream's name before a RENAME TABLE at the source. A source
+// sets it on the schema it announces for the renamed stream, and keeps it until the table's next schema change.
+// A destination whose table for the stream does not exist while the table of the former stream does renames
+// that table (and what it keeps beside it: history, fences, pending fills) instead of creating a new one; a
+// destination that has the stream's table already (a replay after the rename) renames nothing.
+const RenamedFromTableKey = "skippr.renamed_from_table"
+
+// RenamedFromTable is the stream's former name recorded in schema s (RenamedFromTableKey), "" when none or s
+// is nil.
+func RenamedFromTable(s *arrow.Schema) string {
+	if s == nil {
+		return ""
+	}
+	v, _ := s.Metadata().GetValue(RenamedFromTableKey)
+	return v
+}

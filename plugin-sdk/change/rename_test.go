@@ -104,3 +104,23 @@ func TestPlanFollowsRenames(t *testing.T) {
 		t.Error("a schema that already has the new names is relabeled")
 	}
 }
+
+func TestRenamedFromTable(t *testing.T) {
+	plain := Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, []string{"id"})
+	md := plain.Metadata()
+	md = arrow.NewMetadata(append(md.Keys(), RenamedFromTableKey), append(md.Values(), "shop.a"))
+	marked := arrow.NewSchema(plain.Fields(), &md)
+	for _, c := range []struct {
+		name string
+		s    *arrow.Schema
+		want string
+	}{
+		{"nil", nil, ""},
+		{"unmarked", plain, ""},
+		{"marked", marked, "shop.a"},
+	} {
+		if got := RenamedFromTable(c.s); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

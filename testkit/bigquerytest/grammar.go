@@ -24,6 +24,7 @@ import (
 //	             | "MERGE" [ "INTO" ] table [ "AS" ] alias "USING" source [ "AS" ] alias "ON" cond { when }
 //	             | "SELECT" idents "FROM" table "WHERE" ident "=" param
 //	             | "ALTER" "TABLE" table "RENAME" "COLUMN" ident "TO" ident   -- DDL: ALTER TABLE RENAME COLUMN
+//	             | "ALTER" "TABLE" table "RENAME" "TO" ident                  -- DDL: ALTER TABLE RENAME TO (a name, not a path)
 //	             | "DECLARE" ident "TIMESTAMP" "DEFAULT" "CURRENT_TIMESTAMP" "(" ")"   -- procedural: DECLARE, first
 //	scalar_sel  := "SELECT" "COALESCE" "(" "MAX" "(" ident ")" "," int ")" "FROM" table "WHERE" cond
 //	source      := table | latest | "(" "SELECT" item { "," item } "FROM" "UNNEST" "(" param ")" [ "AS" ] alias ")"
@@ -172,16 +173,18 @@ func isWordByte(c byte) bool {
 type Kind string
 
 const (
-	KindBegin   Kind = "BEGIN TRANSACTION"
-	KindCommit  Kind = "COMMIT TRANSACTION"
-	KindAssert  Kind = "ASSERT"
-	KindDelete  Kind = "DELETE"
-	KindInsert  Kind = "INSERT"
-	KindMerge   Kind = "MERGE"
-	KindSelect  Kind = "SELECT"
-	KindRename  Kind = "ALTER_TABLE"
-	KindDeclare Kind = "DECLARE"
-	KindUpdate  Kind = "UPDATE"
+	KindBegin  Kind = "BEGIN TRANSACTION"
+	KindCommit Kind = "COMMIT TRANSACTION"
+	KindAssert Kind = "ASSERT"
+	KindDelete Kind = "DELETE"
+	KindInsert Kind = "INSERT"
+	KindMerge  Kind = "MERGE"
+	KindSelect Kind = "SELECT"
+	KindRename Kind = "ALTER_TABLE"
+	// KindRenameTable is ALTER TABLE t RENAME TO name; Columns holds the new name.
+	KindRenameTable Kind = "ALTER_TABLE_RENAME_TO"
+	KindDeclare     Kind = "DECLARE"
+	KindUpdate      Kind = "UPDATE"
 	// KindCanCast is SELECT SAFE_CAST(@p AS type) IS NOT NULL AS name; Postgres holds the CAST, which the
 	// executor runs and answers false for where PostgreSQL raises a data exception.
 	KindCanCast Kind = "SAFE_CAST"
@@ -634,7 +637,8 @@ func (p *parser) assert() error {
 	return p.punct(")")
 }
 
-// rename reads ALTER TABLE t RENAME COLUMN a TO b; Columns holds a and b.
+// rename reads ALTER TABLE t RENAME COLUMN a TO b (Columns holds a and b) or ALTER TABLE t RENAME TO n
+// (KindRenameTable; Columns holds n).
 func (p *parser) rename() error {
 	if err := p.kw("ALTER", "TABLE"); err != nil {
 		return err
@@ -642,7 +646,21 @@ func (p *parser) rename() error {
 	if err := p.table(); err != nil {
 		return err
 	}
-	if err := p.kw("RENAME", "COLUMN"); err != nil {
+	if err := p.kw("RENAME"); err != nil {
+		return err
+	}
+	if p.isKW("TO") {
+		p.next()
+		to, err := p.ident()
+		if err != nil {
+			return err
+		}
+		p.emit("TO " + pgIdent(to))
+		p.st.Kind = KindRenameTable
+		p.st.Columns = []string{to}
+		return nil
+	}
+	if err := p.kw("COLUMN"); err != nil {
 		return err
 	}
 	from, err := p.ident()

@@ -196,6 +196,13 @@ func (s *Server) run(ctx context.Context, script string, params []*bq.QueryParam
 			if err := s.renameColumn(ctx, conn.Conn(), st); err != nil {
 				return nil, nil, kind, fmt.Errorf("statement %d: %w", n+1, err)
 			}
+		case KindRenameTable:
+			if tx != nil {
+				return nil, nil, kind, fmt.Errorf("statement %d: ALTER TABLE is not supported inside a transaction", n+1)
+			}
+			if err := s.renameTable(ctx, conn.Conn(), st); err != nil {
+				return nil, nil, kind, fmt.Errorf("statement %d: %w", n+1, err)
+			}
 		case KindCanCast:
 			if schema, rows, err = canCast(ctx, conn.Conn(), tx, st, sql, args); err != nil {
 				return nil, nil, kind, fmt.Errorf("statement %d: %w", n+1, err)

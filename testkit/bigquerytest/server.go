@@ -569,6 +569,33 @@ func (s *Server) renameColumn(ctx context.Context, conn *pgx.Conn, st Statement)
 	return nil
 }
 
+// renameTable runs ALTER TABLE t RENAME TO n: the table keeps its schema, constraints and rows under the new
+// name of the same dataset; a name taken is refused (DDL reference, ALTER TABLE RENAME TO statement).
+func (s *Server) renameTable(ctx context.Context, conn *pgx.Conn, st Statement) error {
+	t, to := st.Tables[0], st.Columns[0]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.tables[t.Dataset+"."+t.Table]
+	if !ok {
+		return errf(404, "notFound", "Not found: Table %s:%s.%s", s.Project, t.Dataset, t.Table)
+	}
+	if _, taken := s.tables[t.Dataset+"."+to]; taken {
+		return errf(409, "duplicate", "Already Exists: Table %s:%s.%s", s.Project, t.Dataset, to)
+	}
+	if _, err := conn.Exec(ctx, "ALTER TABLE "+pgIdent(t.Dataset)+"."+pgIdent(t.Table)+" RENAME TO "+pgIdent(to)); err != nil {
+		return err
+	}
+	delete(s.tables, t.Dataset+"."+t.Table)
+	if m.t.TableReference != nil {
+		m.t.TableReference.TableId = to
+	}
+	m.t.Id = s.Project + ":" + t.Dataset + "." + to
+	m.etag++
+	m.t.Etag = fmt.Sprint(m.etag)
+	s.tables[t.Dataset+"."+to] = m
+	return nil
+}
+
 func (s *Server) deleteTable(ctx context.Context, dataset, table string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

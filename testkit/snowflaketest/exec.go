@@ -280,6 +280,20 @@ func (s *Server) ddl(ctx context.Context, x *session, toks []token) (*result, er
 				}
 			}
 		}
+	case toks[at+5].text == "RENAME" && toks[at+6].text == "TO":
+		// ALTER TABLE … RENAME TO "D"."S"."B": the table and its catalog rows. The table stage's directory stays
+		// behind: the documentation does not say that a stage's files follow its table, so the stand-in takes the
+		// case a client must survive (files PUT before the rename are not in the renamed table's stage).
+		if at+11 >= len(toks) || toks[at+9].text != schema {
+			return nil, &sfError{code: 1003, state: "42000", msg: "stand-in: RENAME TO another schema"}
+		}
+		to := toks[at+11].text
+		if _, err := x.conn.Exec(ctx, "ALTER TABLE "+quote(schema)+"."+quote(table)+" RENAME TO "+quote(to)); err != nil {
+			return nil, err
+		}
+		if err := s.metaExec(ctx, `UPDATE _standin.columns SET table_name = $3 WHERE schema_name = $1 AND table_name = $2`, schema, table, to); err != nil {
+			return nil, err
+		}
 	case toks[at+5].text == "RENAME": // ALTER TABLE … RENAME COLUMN "A" TO "B": the catalog's row follows, in place.
 		if _, err := x.conn.Exec(ctx, q); err != nil {
 			return nil, err

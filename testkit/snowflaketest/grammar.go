@@ -67,6 +67,8 @@ var Rules = []Rule{
 		`ALTER TABLE `+qname+` ADD COLUMN `+coldef),
 	rule("rename column", "sql-reference/sql/alter-table (RENAME COLUMN col_name TO new_col_name)",
 		`ALTER TABLE `+qname+` RENAME COLUMN `+ident+` TO `+ident),
+	rule("rename table", "sql-reference/sql/alter-table (RENAME TO new_table_name)",
+		`ALTER TABLE `+qname+` RENAME TO `+qname),
 	rule("widen number", "sql-reference/sql/alter-table-column (ALTER COLUMN … SET DATA TYPE; precision only)",
 		`ALTER TABLE `+qname+` ALTER COLUMN `+ident+` SET DATA TYPE NUMBER\([0-9]+,[0-9]+\)`),
 	rule("columns", "sql-reference/info-schema/columns",
@@ -94,6 +96,8 @@ var Rules = []Rule{
 			` WHEN MATCHED AND \(s\."STREAM" <> '' OR t\."LAST_SEQUENCE" = CAST\(\? AS NUMBER\(20,0\)\)\) THEN UPDATE SET "LAST_SEQUENCE" = s\."LAST_SEQUENCE"`+
 			` WHEN NOT MATCHED THEN INSERT \("PIPELINE", "STREAM", "LAST_SEQUENCE"\) VALUES \(s\."PIPELINE", s\."STREAM", s\."LAST_SEQUENCE"\)`),
 	rule("truncate", "sql-reference/sql/delete", `DELETE FROM `+qname),
+	rule("drop state", "sql-reference/sql/delete (WHERE condition)",
+		`DELETE FROM `+qname+` WHERE "PIPELINE" = \? AND "STREAM" = \?`),
 	rule("read fills", "sql-reference/sql/select",
 		`SELECT "TABLE_NAME", "COLUMN_NAME", "VALUE" FROM `+qname+` WHERE "PIPELINE" = \?`),
 	rule("record fill", "sql-reference/sql/insert (INSERT INTO … (cols) VALUES)",

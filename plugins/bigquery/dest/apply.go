@@ -65,7 +65,7 @@ func (x *session) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	c := x.c
-	a := &applier{c: c, req: req, st: &st, log: x.d.log(), byName: map[string]*streamState{},
+	a := &applier{c: c, req: req, st: &st, log: x.d.log(), byName: map[string]*streamState{}, afterRename: x.d.afterRename,
 		entry: change.NewPlans(change.FoldOptions{})}
 	res, err := a.run(ctx)
 	a.entry.Release()
@@ -92,6 +92,12 @@ type applier struct {
 	tables  map[string]string // table name → stream
 	entry   *change.Plans     // the entry being read, per stream: its rows folded, its records retained until staged
 	seq     uint64            // the sequence number of the entry being read: _skippr_position of its rows
+	renames *renames          // renamed streams (tablerename.go)
+	// histSeq: per history table, the changes of the entry staged so far: a renamed stream's history numbers
+	// on from the former stream's in the same entry (_skippr_seq), one table, one count.
+	histSeq map[string]int64
+	// afterRename (tests) runs after a table was renamed; an error stops the apply there, as a crash would.
+	afterRename func(to string) error
 }
 
 // maxTablesPerTransaction: "A transaction can mutate data in at most 100 tables" (BigQuery, "Multi-statement
@@ -104,6 +110,8 @@ type streamState struct {
 	stream    string
 	table     string
 	opts      rowmeta.Options // the stream's soft_delete, metadata_columns and history (Settings.For)
+	hist      string          // the history table of table (opts.History)
+	renamed   bool            // the stream's table was renamed to a later stream's in this apply (tablerename.go)
 	touched   bool
 	truncated bool
 	segs      []*segment
@@ -131,15 +139,16 @@ func (a *applier) stream(name string) (*streamState, error) {
 	if err != nil {
 		return nil, err
 	}
+	hist := a.renames.history(t)
 	if opts.History {
-		h := gsql.HistoryTable(t)
+		h := hist
 		if other, ok := a.tables[h]; ok {
 			return nil, fault.ConfigErr(fmt.Errorf("the history table %s of stream %s is the table of stream %s", h, name, other),
 				fmt.Sprintf("turn history off for %s (table_options), or replicate %s into another dataset", name, other))
 		}
 		a.tables[h] = name
 	}
-	ss := &streamState{stream: name, table: t, opts: opts}
+	ss := &streamState{stream: name, table: t, opts: opts, hist: hist}
 	a.byName[name] = ss
 	a.streams = append(a.streams, ss)
 	return ss, nil
@@ -152,6 +161,9 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 		return res, err
 	}
 	if err := c.loadFills(ctx, req.Pipeline); err != nil {
+		return res, err
+	}
+	if err := a.loadRenames(ctx); err != nil {
 		return res, err
 	}
 	state, ok := c.states[req.Pipeline]
@@ -176,6 +188,9 @@ func (a *applier) run(ctx context.Context) (serve.ApplyResult, error) {
 			continue
 		}
 		it := st.Item
+		if err := a.followRename(ctx, &it); err != nil {
+			return res, err
+		}
 		if it.Sequence <= state.fence(it.Stream) {
 			continue // a split range committed this stream's part before it stopped
 		}
@@ -284,15 +299,16 @@ func (a *applier) commitGroup(ctx context.Context, state *state, group []*stream
 			stmts = append(stmts, sg.statements(c.table(ss.table), c.table(sg.name), ss.opts)...)
 		}
 		for _, sg := range ss.hsegs {
-			stmts = append(stmts, gsql.AppendHistory(c.table(gsql.HistoryTable(ss.table)), c.table(sg.name), sg.cols, rows.StageName))
+			stmts = append(stmts, gsql.AppendHistory(c.table(ss.hist), c.table(sg.name), sg.cols, rows.StageName))
 		}
 		stmts = fl.take(stmts, func(f fill) bool { return f.table == ss.table })
-		if ss.touched {
+		if ss.touched && !ss.renamed {
 			streams = append(streams, ss.stream)
 		}
 	}
 	if last {
 		stmts = fl.take(stmts, func(fill) bool { return true })
+		stmts = a.renameStatements(stmts, params)
 	}
 	sort.Strings(streams)
 	if last {
@@ -313,6 +329,9 @@ func (a *applier) commitGroup(ctx context.Context, state *state, group []*stream
 	}
 	*pending = fl.pending
 	c.fills[req.Pipeline] = slices.DeleteFunc(c.fills[req.Pipeline], func(f fill) bool { return slices.Contains(fl.done, f) })
+	if last {
+		a.renamesCommitted(state)
+	}
 	a.st.RoundTrips += 3
 	a.st.Transactions++
 	for _, s := range streams {
@@ -332,6 +351,15 @@ func (a *applier) commitGroup(ctx context.Context, state *state, group []*stream
 // truncate in the entry voids what earlier entries staged for the stream.
 func (a *applier) endEntry(ctx context.Context) error {
 	defer a.entry.Release()
+	clear(a.histSeq)
+	defer func() {
+		// A stream whose table was renamed in this entry: its later items are of a new table of its name.
+		for name, ss := range a.byName {
+			if ss.renamed {
+				delete(a.byName, name)
+			}
+		}
+	}()
 	for _, e := range a.entry.List() {
 		ss := a.byName[e.Stream]
 		if e.Fold.Truncated() {
@@ -627,7 +655,14 @@ func (a *applier) stageEntry(ctx context.Context, ss *streamState, e *change.Pla
 	if rows, err = a.changes(e); err != nil {
 		return err
 	}
-	return a.stageRuns(ctx, gsql.HistoryTable(ss.table), &ss.hsegs, rows, true, true)
+	if a.histSeq == nil {
+		a.histSeq = map[string]int64{}
+	}
+	for i := range rows {
+		rows[i].meta.Seq += a.histSeq[ss.hist]
+	}
+	a.histSeq[ss.hist] += int64(len(rows))
+	return a.stageRuns(ctx, ss.hist, &ss.hsegs, rows, true, true)
 }
 
 // stageRuns appends rows to the staging tables segs of table, grouped by schema: each schema's rows to the

@@ -49,6 +49,9 @@ import (
 type Destination struct {
 	Version string
 	Log     *slog.Logger
+	// afterRename, when set (tests), runs after a table was renamed for a renamed stream (to: its new name);
+	// an error stops the apply there, as a crash would.
+	afterRename func(to string) error
 }
 
 var _ serve.SessionDestination = (*Destination)(nil)
@@ -69,6 +72,8 @@ type conn struct {
 	// a failed one, kept here in between.
 	fills     map[string][]fill
 	fillsRead map[string]bool
+	// intents: the pipeline's recorded table renames not yet committed over (tablerename.go), read with fills.
+	intents map[string]map[string]string
 }
 
 // state is what a pipeline's state rows say: the sequence number every stream holds (pipeline), and the

@@ -67,9 +67,10 @@ func (c *conn) loadFills(ctx context.Context, pipeline string) error {
 		return err
 	}
 	if c.fills == nil {
-		c.fills, c.fillsRead = map[string][]fill{}, map[string]bool{}
+		c.fills, c.fillsRead, c.intents = map[string][]fill{}, map[string]bool{}, map[string]map[string]string{}
 	}
-	c.fills[pipeline], c.fillsRead[pipeline] = list, true
+	list, intents := splitRenames(list) // a rename's intent is a row of the fill table (tablerename.go)
+	c.fills[pipeline], c.intents[pipeline], c.fillsRead[pipeline] = list, intents, true
 	return nil
 }
 

@@ -80,7 +80,7 @@ func (a *applier) ensureTables(ctx context.Context, ss *streamState, s *arrow.Sc
 	if !ss.opts.History {
 		return nil
 	}
-	return a.ensureTable(ctx, gsql.HistoryTable(ss.table), s, tableSpec{extra: historyFields, history: true, of: ss.table})
+	return a.ensureTable(ctx, ss.hist, s, tableSpec{extra: historyFields, history: true, of: ss.table})
 }
 
 // stagedRow is one row to stage: row of rec, with the op and (for a segment with meta) metadata.

@@ -126,6 +126,18 @@ func RenameColumn(target Table, from, to string) string {
 	return fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", target, Ident(from), Ident(to))
 }
 
+// RenameTable renames target to a table of the same dataset (DDL, ALTER TABLE RENAME TO: the new name is a
+// table name, not a path). A transaction takes no DDL on a permanent table, so it runs on its own.
+func RenameTable(target Table, to string) string {
+	return fmt.Sprintf("ALTER TABLE %s RENAME TO %s", target, Ident(to))
+}
+
+// DeleteState deletes the state row of the stream in parameter @<param>: a stream the source renamed, in the
+// transaction that commits the rename's range.
+func DeleteState(state Table, param string) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE pipeline = @pipeline AND stream = @%s", state, param)
+}
+
 // Truncate empties target (BigQuery's DELETE needs a WHERE clause).
 func Truncate(target Table) string { return fmt.Sprintf("DELETE FROM %s WHERE TRUE", target) }
 

@@ -35,6 +35,8 @@ func statements() map[string]string {
 		"transaction_at":         TransactionAt([]string{AssertFence(state), MergeMeta(target, stage, cols, []int{1}, stageCol, rowmeta.Options{SyncedAt: true}), SetState(state)}),
 		"append_history":         AppendHistory(Table{Project: "my-project-1", Dataset: "analytics", Name: HistoryTable("orders")}, stage, cols, stageCol),
 		"rename column":          RenameColumn(target, "qty", "order amount"),
+		"rename table":           RenameTable(target, "customer orders"),
+		"delete_state":           DeleteState(state, "gone_0"),
 		"assert_fence":           AssertFence(state),
 		"set_state":              SetState(state),
 		"read_state":             ReadState(state),

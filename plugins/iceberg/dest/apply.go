@@ -521,7 +521,7 @@ func (a *tableAttempt) commit(ctx context.Context, dataFiles, delFiles, posDelFi
 			return fmt.Errorf("stage row delta: %w", err)
 		}
 	}
-	if err := a.tx.SetProperties(iceberg.Properties{seqKey(a.req.Pipeline): seq}); err != nil {
+	if err := a.tx.SetProperties(a.renamedProps(iceberg.Properties{seqKey(a.req.Pipeline): seq})); err != nil {
 		return err
 	}
 	if h := a.d.hooks.beforeCommit; h != nil {

@@ -51,6 +51,8 @@ type hooks struct {
 	beforeCommit func(table string, attempt int) error
 	// afterCommit runs after a table's commit succeeded.
 	afterCommit func(table string) error
+	// afterRename runs after the catalog renamed a table (to: its new name) for a renamed stream.
+	afterRename func(to string) error
 	// bufferBudget, when positive, replaces the share of memory_limit an apply buffers before it spills, so
 	// that tests spill with a few rows.
 	bufferBudget int64

@@ -84,6 +84,9 @@ func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult,
 	}
 	b := &applyBuffer{d: d, oc: oc, s: s, req: req, marker: marker, byTable: map[string]*tableBuf{}, fences: map[string]uint64{}, budget: s.bufferBudget(),
 		now: time.Now().UTC().Truncate(time.Microsecond)}
+	if err := b.loadRenames(ctx); err != nil {
+		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
+	}
 	if d.hooks.bufferBudget > 0 {
 		b.budget = d.hooks.bufferBudget
 	}
@@ -112,7 +115,8 @@ func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult,
 		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
 	}
 	// Every table now holds req.Sequence; only now may LastApplied report it.
-	if _, err := oc.cat.UpdateNamespaceProperties(ctx, ns, nil, map[string]string{seqKey(req.Pipeline): strconv.FormatUint(req.Sequence, 10)}); err != nil {
+	// The marker covers the renames this apply did or followed (tablerename.go): their intents go with it.
+	if _, err := oc.cat.UpdateNamespaceProperties(ctx, ns, b.doneRenames(), map[string]string{seqKey(req.Pipeline): strconv.FormatUint(req.Sequence, 10)}); err != nil {
 		return serve.ApplyResult{}, fmt.Errorf("apply %d: record completion in namespace %s of %s: %w", req.Sequence, s.Namespace, oc.name, err)
 	}
 	if s.AutoCompact != nil && !res.Skipped {
@@ -154,6 +158,7 @@ type applyBuffer struct {
 	now     time.Time         // the apply's time: _skippr_synced_at
 	budget  int64             // bytes of batches to buffer before spilling; 0: no limit
 	bytes   int64             // bytes of batches buffered
+	renames *tableRenames     // renamed streams (tablerename.go)
 }
 
 // tableBuf is one table's part of an apply: the items not written out yet, and what was written (spilled).
@@ -168,6 +173,9 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 	if it.Record == nil && it.Schema == nil && !it.Truncate && it.Resnapshot == serve.ResnapshotNone {
 		return fmt.Errorf("stream %s: item holds neither a batch, a schema, a truncate nor a re-snapshot mark", it.Stream)
 	}
+	if err := b.followRename(ctx, &it); err != nil {
+		return err
+	}
 	meta, err := b.s.For(it.Stream)
 	if err != nil {
 		return err
@@ -177,7 +185,7 @@ func (b *applyBuffer) add(ctx context.Context, it serve.Item) error {
 		// The history table takes every change and schema, before the mirror's truncates drop rows.
 		hist := meta
 		hist.SoftDelete = false
-		htb, err := b.table(ctx, historyTable(name), it, hist, true)
+		htb, err := b.table(ctx, b.renames.history(name), it, hist, true)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -109,9 +110,14 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			return res, err
 		}
 		if x.d.fills == nil {
-			x.d.fills, x.d.fillsRead = map[string][]fill{}, map[string]bool{}
+			x.d.fills, x.d.fillsRead, x.d.intents = map[string][]fill{}, map[string]bool{}, map[string]map[string]string{}
 		}
-		x.d.fills[req.Pipeline], x.d.fillsRead[req.Pipeline] = list, true
+		list, intents := splitRenames(list)
+		x.d.fills[req.Pipeline], x.d.intents[req.Pipeline], x.d.fillsRead[req.Pipeline] = list, intents, true
+	}
+	rn, err := x.loadRenames(ctx, maps.Clone(x.d.intents[req.Pipeline]))
+	if err != nil {
+		return res, err
 	}
 	state, err := x.readState(ctx, req.Pipeline)
 	if err != nil {
@@ -155,7 +161,7 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			sp := &streamPlan{Plan: p, Stream: p.Stream, table: x.table(TableName(p.Stream)), opts: opts}
 			tables := []sfsql.Table{sp.table}
 			if opts.History {
-				sp.histTable = historyTable(sp.table)
+				sp.histTable = rn.history(x, sp.table)
 				tables = append(tables, sp.histTable)
 			}
 			for _, t := range tables {
@@ -216,6 +222,39 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			continue // the fold runs over the whole range (chunk by chunk): the entries need no boundary
 		}
 		it := st.Item
+		if !rn.seen[it.Stream] {
+			// A renamed stream's first item: its table may be the former stream's (tablerename.go). What the
+			// apply holds of the former stream is staged first, so that it can follow the table.
+			rn.seen[it.Stream] = true
+			if from := renamedFrom(it); from != "" && from != it.Stream {
+				if folded.Lookup(from) != nil {
+					if err := flush(); err != nil {
+						return res, err
+					}
+				}
+				moved, err := x.renameTable(ctx, req.Pipeline, rn, from, it.Stream)
+				if err != nil {
+					return res, fmt.Errorf("stream %s renamed from %s: %w", it.Stream, from, err)
+				}
+				if moved {
+					old, nw := x.table(TableName(from)), x.table(TableName(it.Stream))
+					if err := x.restage(ctx, chunks, old, nw, it.Stream); err != nil {
+						return res, fmt.Errorf("stream %s renamed from %s: %w", it.Stream, from, err)
+					}
+					// The tables the former stream's earlier chunks wrote are the renamed stream's now.
+					maps.DeleteFunc(seen, func(_, s string) bool { return s == from })
+					// History rows number on from the former stream's in the entry: one table, one count.
+					if tr := tracks[from]; tr != nil && tracks[it.Stream] == nil {
+						tracks[it.Stream] = &track{entry: tr.entry, next: tr.next}
+					}
+				}
+			}
+		}
+		if to, ok := rn.redirect[TableName(it.Stream)]; ok && to != it.Stream {
+			it.Stream = to // a replay: the former stream's items before the rename, whose table was renamed
+		} else if rn.gone[it.Stream] {
+			delete(rn.gone, it.Stream) // the source made the renamed stream's table again
+		}
 		state.Streams[it.Stream] = req.Sequence
 		switch {
 		case it.Schema != nil:
@@ -315,6 +354,22 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 	if err := fl.rest(ctx); err != nil {
 		return res, err
 	}
+	// The renames this range did or followed are committed over: their intents and the former streams' state
+	// rows go with the fence.
+	db, sc := sfsql.Name(x.s.Database), sfsql.Name(x.s.Schema)
+	for _, old := range slices.Sorted(maps.Keys(rn.intents)) {
+		if rn.done[old] {
+			if err := txexec(sfsql.DeleteFill(db, sc), req.Pipeline, old, ""); err != nil {
+				return res, explain(x.s, "delete the rename intent of "+old, err)
+			}
+		}
+	}
+	for _, stream := range slices.Sorted(maps.Keys(rn.gone)) {
+		if err := txexec(sfsql.DeleteState(db, sc), req.Pipeline, stream); err != nil {
+			return res, explain(x.s, "delete the state row of renamed stream "+stream, err)
+		}
+		order = slices.DeleteFunc(order, func(s string) bool { return s == stream })
+	}
 	var args []any
 	args = append(args, req.Pipeline, "", strconv.FormatUint(req.Sequence, 10))
 	for _, stream := range order {
@@ -341,6 +396,8 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 	}
 	committed = true
 	x.d.fills[req.Pipeline] = fl.pending
+	maps.DeleteFunc(rn.intents, func(old, _ string) bool { return rn.done[old] })
+	x.d.intents[req.Pipeline] = rn.intents
 	return res, nil
 }
 

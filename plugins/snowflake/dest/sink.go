@@ -62,13 +62,18 @@ type Destination struct {
 	// extra statement for them.
 	fills     map[string][]fill
 	fillsRead map[string]bool
-	stats     Stats
+	// intents: the pipeline's recorded table renames not yet committed over (tablerename.go), read with fills.
+	intents map[string]map[string]string
+	stats   Stats
 	// fenceRead, when set (tests), is called after an apply read the pipeline's fence and before its
 	// transaction: the window in which a paused writer is overtaken by another.
 	fenceRead func(pipeline string, fence uint64)
 	// beforeCommit, when set (tests), is called in the apply's transaction after its last statement but the
 	// COMMIT: where a process killed mid-apply leaves the transaction open.
 	beforeCommit func(pipeline string)
+	// afterRename, when set (tests), is called after a table was renamed (to: its new name) for a renamed
+	// stream; an error stops the apply there, as a crash would.
+	afterRename func(to string) error
 }
 
 // DefaultFoldBudget: an apply holds at most this many bytes of Arrow batches at once (plus the batch being

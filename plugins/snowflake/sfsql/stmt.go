@@ -113,6 +113,12 @@ func RenameColumn(t Table, from, to string) string {
 	return "ALTER TABLE " + t.String() + " RENAME COLUMN " + Ident(from) + " TO " + Ident(to)
 }
 
+// RenameTable renames a table, as the source renamed its stream's (ALTER TABLE … RENAME TO: the new name in
+// the same database and schema).
+func RenameTable(t Table, to string) string {
+	return "ALTER TABLE " + t.String() + " RENAME TO " + Table{t.Database, t.Schema, to}.String()
+}
+
 // AlterType widens a NUMBER column's precision.
 func AlterType(t Table, c Column) string {
 	return "ALTER TABLE " + t.String() + " ALTER COLUMN " + Ident(c.Name) + " SET DATA TYPE " + c.Type.DDL()
@@ -151,6 +157,12 @@ func UpsertState(database, schema string, rows int) string {
 		` ON t."PIPELINE" = s."PIPELINE" AND t."STREAM" = s."STREAM"` +
 		` WHEN MATCHED AND (s."STREAM" <> '' OR t."LAST_SEQUENCE" = CAST(? AS NUMBER(20,0))) THEN UPDATE SET "LAST_SEQUENCE" = s."LAST_SEQUENCE"` +
 		` WHEN NOT MATCHED THEN INSERT ("PIPELINE", "STREAM", "LAST_SEQUENCE") VALUES (s."PIPELINE", s."STREAM", s."LAST_SEQUENCE")`
+}
+
+// DeleteState removes a stream's state row, in the apply's transaction, once the stream was renamed; binds
+// pipeline and stream.
+func DeleteState(database, schema string) string {
+	return "DELETE FROM " + Table{database, schema, StateTable}.String() + ` WHERE "PIPELINE" = ? AND "STREAM" = ?`
 }
 
 // Put uploads a local file to the table's stage; a retry of the same apply overwrites the same name.
