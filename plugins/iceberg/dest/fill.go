@@ -195,3 +195,17 @@ func liveDeleteFiles(fsys iceio.IO, snap *table.Snapshot) ([]iceberg.DataFile, e
 	}
 	return out, nil
 }
+
+// warnUnfilled logs the columns a chunk of a spilled apply adds with a value for the existing rows (from the
+// from-th of a.initials on) when earlier chunks of the apply were written out already, on a v2 table: the
+// rewrite fills the table's files, not those chunks' (uncommitted, in the older shape), whose rows, written
+// before the ADD COLUMN at the source, read NULL. (A v3 table's initial-default covers them.)
+func (st *spilledTable) warnUnfilled(from int) {
+	if len(st.files) == 0 || st.a.tbl.Metadata().Version() >= 3 {
+		return
+	}
+	for _, f := range st.a.initials[from:] {
+		st.d.log().Warn("iceberg: rows this apply wrote out (spilled, see memory_limit) before a column was added read NULL in it, not the value they hold at the source; a re-snapshot of the stream fills them",
+			"table", st.g.table, "column", f.column, "value", f.lit.String(), "spilled_files", len(st.files))
+	}
+}
