@@ -39,6 +39,10 @@ const propFilled = "skippr.filled-columns"
 // batches of the table at a time, whatever its size.
 const fillBatchRows = 65_536
 
+// fillBufferedBatches is how many batches the writer may hold queued (iceberg-go's default, 64, would hold
+// 4M rows of the table in memory when the writer falls behind the reader).
+const fillBufferedBatches = 2
+
 // fillExisting stages the rewrite of a format v2 table's live data files with the columns this attempt adds
 // with a value for the rows already there (a.initials) filled in. A truncate in the same apply removes those
 // rows anyway; a table without a snapshot has none.
@@ -76,7 +80,8 @@ func (a *tableAttempt) fillExisting(ctx context.Context) error {
 		rowsErr error
 	)
 	filled := a.filledRows(ctx, view, tasks, target, &rows, &rowsErr)
-	for df, err := range table.WriteRecords(ctx, staged.Table, target, filled, table.WithTargetFileSize(a.s.TargetFileSize)) {
+	for df, err := range table.WriteRecords(ctx, staged.Table, target, filled, table.WithTargetFileSize(a.s.TargetFileSize),
+		table.WithRecordBatchBufferSize(fillBufferedBatches)) {
 		if err != nil {
 			return fmt.Errorf("fill %s for the existing rows: write: %w", strings.Join(cols, ", "), err)
 		}
