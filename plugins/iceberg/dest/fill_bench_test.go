@@ -23,7 +23,8 @@ import (
 // rewritten in the schema change's commit), beside a baseline of the same run: appending the same rows
 // (benchSchema, SKIPPR_ICEBERG_BENCH_ROWS, default 1M, in applies of SKIPPR_ICEBERG_BENCH_SEQ_ROWS). Each
 // phase reports its elapsed rows/s, MB/s of Arrow data (as BenchmarkLake counts it) and the process's peak RSS
-// during it (VmHWM, reset between the phases through /proc/self/clear_refs). Run with -benchtime 1x.
+// during it (VmHWM, reset between the phases through /proc/self/clear_refs). Run with -benchtime 1x;
+// SKIPPR_ICEBERG_BENCH_MEMORY_LIMIT sets the plugin's memory_limit (default 1GiB).
 func BenchmarkFillV2(b *testing.B) {
 	rows := benchSize(b, "SKIPPR_ICEBERG_BENCH_ROWS", 1_000_000)
 	seqRows := benchSize(b, "SKIPPR_ICEBERG_BENCH_SEQ_ROWS", benchSeqRows)
@@ -35,7 +36,11 @@ func BenchmarkFillV2(b *testing.B) {
 	var appendPeak, fillPeak, fillStart float64
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		raw, err := json.Marshal(map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(b.TempDir(), "wh")}})
+		settings := map[string]any{"catalog": map[string]any{"warehouse": filepath.Join(b.TempDir(), "wh")}}
+		if ml := os.Getenv("SKIPPR_ICEBERG_BENCH_MEMORY_LIMIT"); ml != "" {
+			settings["memory_limit"] = ml
+		}
+		raw, err := json.Marshal(settings)
 		if err != nil {
 			b.Fatal(err)
 		}
