@@ -76,10 +76,11 @@ func fillBase(t *testing.T, e *env) (deletes []string) {
 func TestAddedColumnFillsExistingRowsV2(t *testing.T) {
 	v1, v2 := fillSchemas()
 	cases := []struct {
-		name    string
-		spilled bool
-		entry   func(t *testing.T) []serve.Item
-		want    map[string]map[string]any // key -> columns grade, label, name
+		name     string
+		settings map[string]any
+		spilled  bool
+		entry    func(t *testing.T) []serve.Item
+		want     map[string]map[string]any // key -> columns grade, label, name
 	}{
 		{name: "in memory", entry: func(t *testing.T) []serve.Item {
 			return []serve.Item{
@@ -88,6 +89,10 @@ func TestAddedColumnFillsExistingRowsV2(t *testing.T) {
 				{Stream: "t", Record: batch(t, v2, r(opU, 1, "n1b", 9, "new", 1), r(opI, 11, "n", nil, nil, nil))},
 			}
 		}, want: map[string]map[string]any{"10": {"grade": float64(7), "label": "it's old", "name": "n"}}},
+		{name: "partitioned by a non-key column (global equality deletes)", settings: map[string]any{"partitions": map[string]any{"t": []string{"name"}}},
+			entry: func(t *testing.T) []serve.Item {
+				return []serve.Item{schemaItem("t", v2), {Stream: "t", Record: batch(t, v2, r(opU, 1, "n1b", 9, "new", 1), r(opI, 11, "n", nil, nil, nil))}}
+			}},
 		{name: "spilled", spilled: true, entry: func(t *testing.T) []serve.Item {
 			return []serve.Item{
 				schemaItem("t", v2),
@@ -98,7 +103,7 @@ func TestAddedColumnFillsExistingRowsV2(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, nil)
+			e := newEnv(t, tc.settings)
 			oldDeletes := fillBase(t, e)
 			before := e.table("t").Metadata()
 			if tc.spilled {
