@@ -17,7 +17,14 @@ import (
 // initial-default, so `skippr query --as-of-lake` (DuckDB over the data files, by the plan) answers exactly as
 // the source: old rows hold the value, a row set to NULL afterwards and a row inserted with NULL stay NULL.
 // Without the initial-default (or without the plan carrying it to DuckDB) the old rows read NULL.
-func TestPostgresAddColumnDefaultIntoIcebergV3(t *testing.T) {
+func TestPostgresAddColumnDefaultIntoIcebergV3(t *testing.T) { addColumnDefaultIntoIceberg(t, 3) }
+
+// TestPostgresAddColumnDefaultIntoIcebergV2: the same into a format v2 lake (no initial-default), where the
+// plugin rewrites the table's data files with the value in the schema change's commit: DuckDB reads the
+// values from the files. Without the rewrite the old rows read NULL.
+func TestPostgresAddColumnDefaultIntoIcebergV2(t *testing.T) { addColumnDefaultIntoIceberg(t, 2) }
+
+func addColumnDefaultIntoIceberg(t *testing.T, formatVersion int) {
 	src := pgtest.NewDB(t)
 	e := harness.NewEnv(t) // builds skippr and the plugins first: on a loaded machine that takes minutes
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -40,14 +47,14 @@ func TestPostgresAddColumnDefaultIntoIcebergV3(t *testing.T) {
   lake:
     plugin: iceberg
     version: "~> 0.1"
-    settings: { catalog: { warehouse: %[4]s }, namespace: shop, tables: { public.orders: orders }, format_version: 3 }
+    settings: { catalog: { warehouse: %[4]s }, namespace: shop, tables: { public.orders: orders }, format_version: %[6]d }
 pipelines:
   orders:
     source: src
     destinations: [lake]
     wal:
       url: file://%[5]s
-`, src.Server.Host, src.Server.Port, src.Name, filepath.Join(e.Dir, "lake"), filepath.Join(e.Dir, "wal")))
+`, src.Server.Host, src.Server.Port, src.Name, filepath.Join(e.Dir, "lake"), filepath.Join(e.Dir, "wal"), formatVersion))
 	e.MustRun("sync", "--once") // the snapshot
 
 	exec(`ALTER TABLE orders ADD COLUMN grade int DEFAULT 7, ADD COLUMN label text DEFAULT 'it''s old', ADD COLUMN day date DEFAULT '2020-01-02'`)

@@ -509,6 +509,10 @@ func (a *tableAttempt) commit(ctx context.Context, dataFiles, delFiles, posDelFi
 			return fmt.Errorf("stage truncate: %w", err)
 		}
 	}
+	// Before the row delta: its equality deletes must reach the rewritten rows (fill.go).
+	if err := a.fillExisting(ctx); err != nil {
+		return err
+	}
 	resnapDels, resnapData, err := a.stageResnapshot(ctx)
 	if err != nil {
 		return err

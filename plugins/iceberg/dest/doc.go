@@ -17,6 +17,10 @@
 // For apply N of pipeline P, each table touched gets ONE Iceberg commit holding, atomically:
 //
 //   - schema updates (added columns, widened types, columns made optional) for every schema the items carry;
+//   - on a format v2 table, when a column is added with a value for the existing rows (ADD COLUMN … DEFAULT;
+//     v3 takes it as the column's initial-default), a "replace" snapshot before the RowDelta: every live data
+//     file rewritten with the value, deletes applied, and every live delete file removed. Its summary carries
+//     skippr.filled-columns = the columns and skippr.stream = S, not the fence (fill.go);
 //   - one RowDelta snapshot: data files with the surviving version of each key, and equality-delete files on
 //     the identifier fields for every key updated or deleted in N (and, with upsert_inserts, inserted). The
 //     deletes carry a higher data sequence number than every earlier file and the same as the new data files,

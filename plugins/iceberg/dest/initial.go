@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/arrow/scalar"
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
@@ -24,8 +25,8 @@ import (
 // update committed with the rows and the fence, so a replay finds the column and adds nothing.
 // Only an added column gets it: a row set to NULL later is NULL in a file that has the field.
 //
-// Format v2 has no initial-default, and filling would mean rewriting every data file in the commit: a v2
-// table logs that its existing rows read NULL (format_version: 3 makes new tables v3).
+// Format v2 has no initial-default: a v2 table's live data files are rewritten with the value in the same
+// commit (fill.go).
 
 // withInitialDefaults gives each top-level field of as (the Arrow form of sc) that has an initial-default
 // the lakequery.MetaInitialDefault metadata: the value as text a SQL CAST to the column's type reads.
@@ -118,7 +119,8 @@ func defaultText(f iceberg.NestedField) (string, error) {
 
 // initialDefaults gives the top-level columns changes add the value their existing rows hold at the source
 // (values.MetaExistingRows), converted from its text by iceberg-go's literal conversion (the one its
-// expressions use). A v2 table, or a value that does not convert, is logged: those rows read NULL.
+// expressions use). A v3 table gets it as the column's initial-default, a v2 table in rewritten data files
+// (fill.go). A value that does not convert is logged: those rows read NULL.
 func (a *tableAttempt) initialDefaults(name string, sc *arrow.Schema, changes []schemaChange) {
 	v3 := a.tbl.Metadata().Version() >= 3
 	for i, c := range changes {
@@ -133,23 +135,27 @@ func (a *tableAttempt) initialDefaults(name string, sc *arrow.Schema, changes []
 		if !ok {
 			continue
 		}
-		if !v3 {
-			a.d.log().Warn("iceberg format v2 cannot give existing rows the value of an added column (format v3's initial-default can: format_version: 3): they read NULL here",
-				"table", name, "column", c.path[0], "value_at_source", v)
-			continue
-		}
 		lit, err := initialDefault(v, c.typ)
-		if err == nil {
+		if err == nil && v3 {
 			// What skippr query reads must print (PlanTables): a type it cannot is left out here.
 			_, err = defaultText(iceberg.NestedField{Name: c.path[0], Type: c.typ, InitialDefault: lit.Any()})
+		}
+		if err == nil && !v3 {
+			// A v2 table writes the value into the rewritten files (fill.go): it must make a column.
+			err = fillable(lit, c.typ)
 		}
 		if err != nil {
 			a.d.log().Warn("an added column's existing rows hold a value at the source that does not convert to the column's type: they read NULL here",
 				"table", name, "column", c.path[0], "type", c.typ.String(), "value_at_source", v, "err", err)
 			continue
 		}
-		changes[i].initial = lit
 		a.initials = append(a.initials, initialFill{column: c.path[0], lit: lit, before: -1})
+		if !v3 {
+			a.d.log().Info("added a column; existing rows get the value they hold at the source (format v2: their data files are rewritten in this commit)",
+				"table", name, "column", c.path[0], "value", v)
+			continue
+		}
+		changes[i].initial = lit
 		a.d.log().Info("added a column; existing rows read the value they hold at the source (initial-default)",
 			"table", name, "column", c.path[0], "value", v)
 	}
@@ -236,4 +242,18 @@ func literalArray(mem memory.Allocator, lit iceberg.Literal, dt arrow.DataType, 
 		return nil, fmt.Errorf("value %s is %s, the column %s", lit, sc.DataType(), dt)
 	}
 	return scalar.MakeArrayFromScalar(sc, n, mem)
+}
+
+// fillable checks that lit makes a column of typ's Arrow type, as fillExisting writes it.
+func fillable(lit iceberg.Literal, typ iceberg.Type) error {
+	dt, err := table.TypeToArrowType(typ, true, false)
+	if err != nil {
+		return err
+	}
+	col, err := literalArray(memory.DefaultAllocator, lit, dt, 1)
+	if err != nil {
+		return err
+	}
+	col.Release()
+	return nil
 }

@@ -61,11 +61,13 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 	if st.skipped {
 		return nil
 	}
+	fills := len(st.a.initials)
 	c, err := st.a.changes(ctx, items)
 	if err != nil {
 		return err
 	}
 	defer c.release()
+	st.warnUnfilled(fills)
 	upsert := st.s.UpsertInserts || st.g.meta.SoftDelete || st.a.rs.upsert(items)
 	closed, err := st.a.rs.feed(ctx, st.a.mem, st.g.stream, items, c)
 	if err != nil {
