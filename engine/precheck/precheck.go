@@ -36,6 +36,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -98,17 +99,15 @@ func refuse(class fault.Class, msg, fix string) error {
 	return &Refusal{Err: fault.New(class, errors.New(msg), fix)}
 }
 
-// Run runs the checks in order — the source's Check, each destination's Check, then the types — and returns
-// the first refusal, or an error a retry may fix, or nil.
+// Run runs the checks — the source's Check, each destination's Check, then the types — and returns the first
+// refusal in that order, or an error a retry may fix, or nil.
+//
+// The checks are round trips to the plugins and through them to their servers (a Postgres source's check is a
+// dozen queries and a replication session), so they run at once, with the source's Discover beside them when
+// a destination needs the streams described: an hourly job's start waits for the slowest of them, not for
+// their sum (issue #31: the source's first row within 300 ms of the command). A Discover answered while a
+// check fails is dropped; its error counts only once every check passed.
 func Run(ctx context.Context, cfg Config) error {
-	if err := check(ctx, "source", cfg.Source.Name, cfg.Source.Plugin.Check); err != nil {
-		return err
-	}
-	for _, d := range cfg.Destinations {
-		if err := check(ctx, "destination", d.Name, d.Plugin.Check); err != nil {
-			return err
-		}
-	}
 	limits := make([][]string, len(cfg.Destinations))
 	metas := make([]rowmeta.Settings, len(cfg.Destinations))
 	fullRow := make([]bool, len(cfg.Destinations))
@@ -123,12 +122,30 @@ func Run(ctx context.Context, cfg Config) error {
 		fullRow[i] = caps.FullRow
 		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].AnyStream() || len(metas[i].TableOptions) > 0 || !fullRow[i]
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	checks := make([]error, 1+len(cfg.Destinations))
+	wg.Go(func() { checks[0] = check(ctx, "source", cfg.Source.Name, cfg.Source.Plugin.Check) })
+	for i, d := range cfg.Destinations {
+		wg.Go(func() { checks[1+i] = check(ctx, "destination", d.Name, d.Plugin.Check) })
+	}
+	var streams []connector.Stream
+	var discoverErr error
+	if anyLimits {
+		wg.Go(func() { streams, discoverErr = cfg.Source.Plugin.Discover(ctx) })
+	}
+	wg.Wait()
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
 	if !anyLimits {
 		return nil // no destination limits its types, adds columns or names streams: the source need not describe its streams
 	}
-	streams, err := cfg.Source.Plugin.Discover(ctx)
-	if err != nil {
-		return fmt.Errorf("discover source %s: %w", cfg.Source.Name, err)
+	if discoverErr != nil {
+		return fmt.Errorf("discover source %s: %w", cfg.Source.Name, discoverErr)
 	}
 	schemas := map[string]*arrow.Schema{}
 	var names, discovered []string

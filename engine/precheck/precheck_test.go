@@ -6,12 +6,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/skippr-dev/skippr/engine/connector"
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/client"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/protocol"
 )
@@ -215,5 +217,77 @@ func TestRowMetaPerStream(t *testing.T) {
 			!strings.Contains(err.Error(), "pipeline p: destination wh: ") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want a config refusal with a fix containing %q", tc.settings, err, tc.want)
 		}
+	}
+}
+
+// gatedSource and gatedDest meet in their Checks: each waits until the other has begun, so a Run that checks
+// one after the other never returns.
+type gatedSource struct {
+	fakeSource
+	srcIn, dstIn chan struct{}
+	err          error
+}
+
+func (s gatedSource) Check(ctx context.Context) error {
+	close(s.srcIn)
+	select {
+	case <-s.dstIn:
+		return s.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type gatedDest struct {
+	fakeDest
+	srcIn, dstIn chan struct{}
+	err          error
+}
+
+func (d gatedDest) Check(ctx context.Context) error {
+	close(d.dstIn)
+	select {
+	case <-d.srcIn:
+		return d.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestChecksRunAtOnce: the source's and the destinations' checks run at the same time (an hourly job's start
+// waits for the slowest, not their sum), and the first refusal named is still the one a run in order would
+// meet: the source's before a destination's.
+func TestChecksRunAtOnce(t *testing.T) {
+	refusal := func(msg string) error {
+		return &client.CheckError{Class: fault.Config, Message: msg}
+	}
+	for _, tc := range []struct {
+		name     string
+		src, dst error
+		want     string
+	}{
+		{"both pass", nil, nil, ""},
+		{"the source's refusal first", refusal("source says no"), refusal("destination says no"), "source says no"},
+		{"the destination's", nil, refusal("destination says no"), "destination says no"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srcIn, dstIn := make(chan struct{}), make(chan struct{})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := Run(ctx, Config{
+				Pipeline:     "p",
+				Source:       Endpoint[Source]{Name: "src", Plugin: gatedSource{srcIn: srcIn, dstIn: dstIn, err: tc.src}},
+				Destinations: []Endpoint[Destination]{{Name: "out", Plugin: gatedDest{srcIn: srcIn, dstIn: dstIn, err: tc.dst}}},
+			})
+			if ctx.Err() != nil {
+				t.Fatalf("Run waited for the source's check to end before the destination's began: %v", err)
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Run: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrRefused)):
+				t.Fatalf("Run: %v, want a refusal saying %q", err, tc.want)
+			}
+		})
 	}
 }

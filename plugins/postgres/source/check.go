@@ -52,6 +52,14 @@ func Check(ctx context.Context, cfg config.Settings) error {
 	if !canReplicate && !super {
 		add("role %q lacks the REPLICATION attribute that replication slots need: run ALTER ROLE %s REPLICATION as a superuser", cfg.User, pgx.Identifier{cfg.User}.Sanitize())
 	}
+	// The replication session is a connection of its own (a server process, authentication): it is opened
+	// while the catalog queries below run, since an hourly job's start waits for the check (issue #31).
+	replProblem := make(chan string, 1)
+	if canReplicate || super {
+		go func() { replProblem <- replicationProblem(ctx, cfg) }()
+	} else {
+		replProblem <- ""
+	}
 
 	// Patterns are checked as the first start expands them: each must match a table, and each table it matches
 	// is checked as a named one is.
@@ -90,16 +98,8 @@ func Check(ctx context.Context, cfg config.Settings) error {
 	}
 	problems = append(problems, p...)
 
-	if canReplicate || super {
-		repl, err := cfg.ConnectReplication(ctx)
-		if err != nil {
-			add("cannot open a replication session: %v", err)
-		} else {
-			if _, err := pglogrepl.IdentifySystem(ctx, repl); err != nil {
-				add("replication session: %v", cfg.Explain(err))
-			}
-			repl.Close(context.Background())
-		}
+	if p := <-replProblem; p != "" {
+		problems = append(problems, p)
 	}
 	if len(problems) > 0 {
 		return fault.ConfigErr(problems, "fix each problem listed (as a superuser where it says so), then run again")
@@ -108,6 +108,19 @@ func Check(ctx context.Context, cfg config.Settings) error {
 		return slot.lost
 	}
 	return slot.inUse
+}
+
+// replicationProblem opens a replication session and identifies the system: "" when it works, else the problem.
+func replicationProblem(ctx context.Context, cfg config.Settings) string {
+	repl, err := cfg.ConnectReplication(ctx)
+	if err != nil {
+		return fmt.Sprintf("cannot open a replication session: %v", err)
+	}
+	defer repl.Close(context.Background())
+	if _, err := pglogrepl.IdentifySystem(ctx, repl); err != nil {
+		return fmt.Sprintf("replication session: %v", cfg.Explain(err))
+	}
+	return ""
 }
 
 func tableProblems(cfg config.Settings, t *table) Problems {
