@@ -166,6 +166,14 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 		plans := segs[len(segs)-1].plans
 		switch {
 		case it.Schema != nil:
+			if from := change.RenamedFromTable(it.Schema.Schema); from != "" {
+				// The former stream's rows so far go to the renamed table (followRenamedTables); a later
+				// stream of the old name (RENAME TABLE a TO b, c TO a) is another table's, in a segment of its own.
+				if sp := plans.Lookup(from); sp != nil && (len(sp.Batches) > 0 || sp.Fold.Truncated()) {
+					segs = append(segs, newSegment())
+					plans = segs[len(segs)-1].plans
+				}
+			}
 			plans.Get(it.Stream).AddSchema(it.Schema.Schema)
 		case it.Truncate:
 			plans.Get(it.Stream).Fold.Truncate()
