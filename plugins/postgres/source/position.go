@@ -56,6 +56,10 @@ type Position struct {
 	// Relation message of a restarted Read is compared with them (renamedColumns), so a RENAME COLUMN made while
 	// no Read ran is still carried as a rename. Absent in checkpoints of earlier versions.
 	Columns map[string][]RelationColumn `json:"columns,omitempty"`
+	// OIDs holds, by stream name, each captured table's oid: a table the checkpoint names that the catalog has
+	// under another name at a restart was renamed while no Read ran, and is followed as a rename (rename.go).
+	// Absent in checkpoints of earlier versions.
+	OIDs map[string]uint32 `json:"oids,omitempty"`
 }
 
 // RelationColumn is one column of a Relation message as a checkpoint keeps it.
