@@ -48,4 +48,13 @@ func TestRenameTable(t *testing.T) {
 	// Every change under every name: 3 inserts; an update; an insert and a delete, twice; an update, an insert.
 	h.wantRows(`SELECT count(*) FROM c_history`, "10")
 	h.wantRows(`SELECT streams FROM _skippr_state`, `{"shop.c":5}`)
+
+	// RENAME TABLE c TO c_old, d TO c in one entry, with rows of c before it and of the new c (d's) after it: the
+	// rows before go to c_old, d's table becomes c.
+	h.apply(6, on("shop.d", batch(t, userSchema, chg{change.OpInsert, 9, "dee"})))
+	h.apply(7, on("shop.c", batch(t, marked("shop.b"), chg{change.OpUpdate, 5, "eve2"})), schemaOf("shop.c_old", "shop.c"),
+		schemaOf("shop.c", "shop.d"), on("shop.c", batch(t, marked("shop.d"), chg{change.OpInsert, 10, "ten"})))
+	h.wantRows(`SELECT id, name FROM c_old ORDER BY id`, "1|ann2", "3|cy", "4|dan2", "5|eve2")
+	h.wantRows(`SELECT id, name FROM c ORDER BY id`, "9|dee", "10|ten")
+	tables("c", "c_history", "c_old", "c_old_history")
 }
