@@ -99,7 +99,7 @@ func (p Position) copiedAll() bool {
 // streamPhase is the position at which streaming follows a finished snapshot: the slot's start, with what the
 // copy left for the stream to honour (Overlap, Copied) and the copies still due (Resnapshot, Recopy).
 func (p Position) streamPhase() Position {
-	return Position{V: positionVersion, Phase: PhaseStream, Slot: p.Slot, LSN: p.LSN, Tables: p.Tables, Overlap: p.Overlap, Rows: p.Rows, Resnapshot: p.Resnapshot, Copied: p.Copied, Recopy: p.Recopy}
+	return Position{V: positionVersion, Phase: PhaseStream, Slot: p.Slot, LSN: p.LSN, Tables: p.Tables, Overlap: p.Overlap, Rows: p.Rows, Resnapshot: p.Resnapshot, Copied: p.Copied, Recopy: p.Recopy, OIDs: p.OIDs}
 }
 
 // OverlapValue is the Overlap LSN, parsed (0 when there is none).

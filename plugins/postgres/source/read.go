@@ -305,7 +305,7 @@ func (r *reader) ensurePublication(ctx context.Context) error {
 // copy then reads the current state, and streaming from the slot's confirmed position replays every change
 // since, so the destination converges (each change is an upsert or a delete by key).
 func (r *reader) start(ctx context.Context) (*Position, pgx.Tx, error) {
-	pos := &Position{V: positionVersion, Phase: PhaseStream, Slot: r.cfg.Slot, Tables: r.tableNames()}
+	pos := &Position{V: positionVersion, Phase: PhaseStream, Slot: r.cfg.Slot, Tables: r.tableNames(), OIDs: r.oids()}
 	if *r.cfg.Snapshot {
 		pos.Phase = PhaseSnapshot
 	}

@@ -115,7 +115,7 @@ func (p *processor) catalogHas(ctx context.Context, oid uint32) bool {
 // under the old name, so the slot's changes from before the rename come as before, and the Relation message
 // with the new name is followed as a rename, as if the Read had been running.
 func (r *reader) findRenamed(ctx context.Context, pos *Position) error {
-	if pos == nil || pos.Phase != PhaseStream || len(pos.OIDs) == 0 {
+	if pos == nil || pos.Phase != PhaseStream && !pos.copiedAll() || len(pos.OIDs) == 0 {
 		return nil
 	}
 	existing, _, err := catalogTables(ctx, r.pool)
@@ -164,4 +164,18 @@ func (r *reader) keepRenamed(pos *Position) {
 		return len(pos.Tables)
 	}
 	slices.SortStableFunc(r.cfg.TableNames, func(a, b config.TableName) int { return at(a) - at(b) })
+}
+
+// oids are the captured tables' oids by stream name, for the checkpoint (Position.OIDs); nil when none is known.
+func (r *reader) oids() map[string]uint32 {
+	var out map[string]uint32
+	for _, tn := range r.cfg.TableNames {
+		if t := r.tables[tn.String()]; t != nil && t.OID != 0 {
+			if out == nil {
+				out = map[string]uint32{}
+			}
+			out[tn.String()] = t.OID
+		}
+	}
+	return out
 }

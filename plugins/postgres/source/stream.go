@@ -515,14 +515,7 @@ func (p *processor) position() Position {
 	if len(p.lastCols) > 0 {
 		cp.Columns = maps.Clone(p.lastCols)
 	}
-	for _, tn := range p.r.cfg.TableNames {
-		if t := p.r.tables[tn.String()]; t != nil && t.OID != 0 {
-			if cp.OIDs == nil {
-				cp.OIDs = map[string]uint32{}
-			}
-			cp.OIDs[tn.String()] = t.OID
-		}
-	}
+	cp.OIDs = p.r.oids()
 	for name, l := range p.copied {
 		// Once streaming has passed l, no transaction it sends committed before l.
 		if p.pos < l {
