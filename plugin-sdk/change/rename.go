@@ -108,19 +108,39 @@ func RelabelRenamed(earlier, later *arrow.Schema) *arrow.Schema {
 	return arrow.NewSchema(fields, &nmd)
 }
 
-// RenamedFromTableKey is schema-level metadata: the stream's name before a RENAME TABLE at the source. A source
-// sets it on the schema it announces for the renamed stream, and keeps it until the table's next schema change.
-// A destination whose table for the stream does not exist while the table of the former stream does renames
-// that table (and what it keeps beside it: history, fences, pending fills) instead of creating a new one; a
-// destination that has the stream's table already (a replay after the rename) renames nothing.
-const RenamedFromTableKey = "skippr.renamed_from_table"
+// RenamedFromTableMeta is schema metadata: the stream's name before a RENAME TABLE at the source. After a captured
+// table is renamed to a name the pipeline also captures, the source goes on under the new stream name and sets
+// it (MarkRenamedTable) on every schema it announces for that stream until the table's next schema change.
+//
+// As with RenamedFromMeta, the marker says what happened and the destination decides from what it holds, which
+// makes it safe to apply twice: when it has no table for the new stream and has one for the former, it renames
+// that table (and whatever it keeps per stream) to the new name, so the rows written before the rename stay
+// and the changes after it land beside them; when it has the new one already (a replay after a crash, or a
+// later schema still marked) it does nothing; when it has neither, it creates the new one as for any stream.
+const RenamedFromTableMeta = "skippr.renamed_from_table"
 
-// RenamedFromTable is the stream's former name recorded in schema s (RenamedFromTableKey), "" when none or s
-// is nil.
+// MarkRenamedTable returns s with its stream's former name recorded (RenamedFromTableMeta), other metadata
+// kept; s itself when from is "".
+func MarkRenamedTable(s *arrow.Schema, from string) *arrow.Schema {
+	if from == "" {
+		return s
+	}
+	md := s.Metadata()
+	keys, vals := []string{}, []string{}
+	for i, k := range md.Keys() {
+		if k != RenamedFromTableMeta {
+			keys, vals = append(keys, k), append(vals, md.Values()[i])
+		}
+	}
+	nmd := arrow.NewMetadata(append(keys, RenamedFromTableMeta), append(vals, from))
+	return arrow.NewSchema(s.Fields(), &nmd)
+}
+
+// RenamedFromTable is the stream's former name that s records, "" when none.
 func RenamedFromTable(s *arrow.Schema) string {
 	if s == nil {
 		return ""
 	}
-	v, _ := s.Metadata().GetValue(RenamedFromTableKey)
+	v, _ := s.Metadata().GetValue(RenamedFromTableMeta)
 	return v
 }

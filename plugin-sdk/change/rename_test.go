@@ -105,22 +105,25 @@ func TestPlanFollowsRenames(t *testing.T) {
 	}
 }
 
-func TestRenamedFromTable(t *testing.T) {
-	plain := Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, []string{"id"})
-	md := plain.Metadata()
-	md = arrow.NewMetadata(append(md.Keys(), RenamedFromTableKey), append(md.Values(), "shop.a"))
-	marked := arrow.NewSchema(plain.Fields(), &md)
-	for _, c := range []struct {
-		name string
-		s    *arrow.Schema
-		want string
-	}{
-		{"nil", nil, ""},
-		{"unmarked", plain, ""},
-		{"marked", marked, "shop.a"},
-	} {
-		if got := RenamedFromTable(c.s); got != c.want {
-			t.Errorf("%s: %q, want %q", c.name, got, c.want)
-		}
+func TestMarkRenamedTable(t *testing.T) {
+	s := Schema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}}, []string{"id"})
+	if got := RenamedFromTable(s); got != "" {
+		t.Fatalf("unmarked schema: %q", got)
+	}
+	if MarkRenamedTable(s, "") != s {
+		t.Fatalf("an empty former name must leave the schema as it is")
+	}
+	m := MarkRenamedTable(MarkRenamedTable(s, "shop.x"), "shop.a")
+	if got := RenamedFromTable(m); got != "shop.a" {
+		t.Fatalf("marked: %q, want shop.a", got)
+	}
+	if strings.Count(strings.Join(m.Metadata().Keys(), ","), RenamedFromTableMeta) != 1 {
+		t.Fatalf("the marker is recorded more than once: %v", m.Metadata())
+	}
+	if !slices.Equal(PrimaryKey(m), []string{"id"}) {
+		t.Fatalf("the key metadata is lost: %v", m.Metadata())
+	}
+	if RenamedFromTable(nil) != "" {
+		t.Fatalf("nil schema")
 	}
 }

@@ -582,10 +582,19 @@ var committedAt = time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 
 // sampleBatchOf builds a change batch of a stream with columns id (key) and name ("name-<id>-<op>").
 func sampleBatchOf(t *testing.T, stream string, ops []change.Op, ids []int64) (*pluginv2.Stream, protocol.Batch) {
-	sc := change.TimedSchema([]arrow.Field{
+	return sampleBatchWith(t, stream, sampleSchema(), ops, ids)
+}
+
+// sampleSchema is the schema of sampleBatchOf's batches.
+func sampleSchema() *arrow.Schema {
+	return change.TimedSchema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
 	}, []string{"id"})
+}
+
+// sampleBatchWith is sampleBatchOf with sc, sampleSchema with other metadata, as the batch's schema.
+func sampleBatchWith(t *testing.T, stream string, sc *arrow.Schema, ops []change.Op, ids []int64) (*pluginv2.Stream, protocol.Batch) {
 	b := change.NewBuilder(memory.DefaultAllocator, sc)
 	defer b.Release()
 	for i, op := range ops {

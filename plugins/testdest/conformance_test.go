@@ -11,7 +11,7 @@ import (
 func TestConformance(t *testing.T) {
 	bin := conformance.Build(t, ".")
 	dir := t.TempDir()
-	conformance.Run(t, conformance.Config{Binary: bin, Settings: []byte(fmt.Sprintf(`{"dir": %q}`, dir)), BadSettings: []byte(`{"dir": ""}`),
+	cfg := conformance.Config{Binary: bin, Settings: []byte(fmt.Sprintf(`{"dir": %q}`, dir)), BadSettings: []byte(`{"dir": ""}`),
 		Rows: func(stream string) (map[string]map[string]string, error) {
 			st, err := filedest.Load(dir)
 			if err != nil {
@@ -26,5 +26,7 @@ func TestConformance(t *testing.T) {
 				rows[key] = row // the key is the id's JSON, which for an integer is its text
 			}
 			return rows, nil
-		}})
+		}}
+	conformance.Run(t, cfg)
+	t.Run("renamed-stream", func(t *testing.T) { conformance.CheckRenamedStream(t, cfg) })
 }

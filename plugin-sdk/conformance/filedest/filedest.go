@@ -117,6 +117,9 @@ type Row struct {
 	// Resnapshot marks the begin ("begin") or the end ("end") of a re-snapshot of the stream. The log itself is
 	// the durable "rows seen since begin": Load replays it, and at an end removes the keys not seen since the begin.
 	Resnapshot string `json:"resnapshot,omitempty"`
+	// RenamedFrom marks the stream's first schema after the source renamed it (change.RenamedFromTableMeta):
+	// the former stream's rows become the stream's, unless the stream holds rows already (a replay).
+	RenamedFrom string `json:"renamed_from,omitempty"`
 }
 
 // Record opens one apply in the log: of the entries First..Sequence (a coalesced range), or of Sequence alone
@@ -289,6 +292,15 @@ func (x *session) Apply(ctx context.Context, r *serve.Range) (serve.ApplyResult,
 		switch {
 		case st.End:
 		case it.Schema != nil:
+			if from := change.RenamedFromTable(it.Schema.Schema); from != "" && from != it.Stream {
+				if _, ok := a.Streams[from]; ok {
+					a.Streams[it.Stream] = max(a.Streams[it.Stream], a.Streams[from])
+					delete(a.Streams, from)
+				}
+				if err = w.row(Row{Stream: it.Stream, RenamedFrom: from}); err != nil {
+					break
+				}
+			}
 			err = w.frame(Frame{Schema: it.Stream})
 		case it.Truncate:
 			touch(it.Stream)
@@ -681,7 +693,7 @@ func Load(dir string) (State, error) {
 			st.Sequences[r.Pipeline] = append(st.Sequences[r.Pipeline], r.Sequence)
 		}
 		for _, row := range fr.Rows {
-			if !row.Truncate && row.Resnapshot == "" {
+			if !row.Truncate && row.Resnapshot == "" && row.RenamedFrom == "" {
 				st.Rows++
 			}
 			f.add(row)
@@ -702,6 +714,17 @@ type folder struct {
 }
 
 func (f *folder) add(row Row) {
+	if row.RenamedFrom != "" {
+		if old, ok := f.tables[row.RenamedFrom]; ok && f.tables[row.Stream] == nil {
+			f.tables[row.Stream] = old
+			delete(f.tables, row.RenamedFrom)
+			if seen, ok := f.seen[row.RenamedFrom]; ok {
+				f.seen[row.Stream] = seen
+				delete(f.seen, row.RenamedFrom)
+			}
+		}
+		return
+	}
 	t := f.tables[row.Stream]
 	if t == nil || row.Truncate {
 		t = map[string]map[string]any{}

@@ -56,6 +56,10 @@ type applier struct {
 	written []string
 	// entry is the WAL entry whose rows are being written: its number is _skippr_position.
 	entry uint64
+	// pipeline is the apply's pipeline, whose per-stream state a renamed stream takes along (renameTable);
+	// renamedAway the streams this apply renamed, which its state row no longer lists.
+	pipeline    string
+	renamedAway map[string]bool
 	// state is the pipeline's state row as this apply last committed (or read) it; done the last entry
 	// written into the transaction; inTx says a transaction is open.
 	state serve.Applied
@@ -119,6 +123,8 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 		return res, err
 	}
 	a.state = state
+	a.pipeline = req.Pipeline
+	a.renamedAway = map[string]bool{}
 	fence := state.Sequence
 	if req.Covers(fence) {
 		return serve.ApplyResult{Skipped: true}, nil
@@ -160,6 +166,14 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 		plans := segs[len(segs)-1].plans
 		switch {
 		case it.Schema != nil:
+			if from := change.RenamedFromTable(it.Schema.Schema); from != "" {
+				// The former stream's rows so far go to the renamed table (followRenamedTables); a later
+				// stream of the old name (RENAME TABLE a TO b, c TO a) is another table's, in a segment of its own.
+				if sp := plans.Lookup(from); sp != nil && (len(sp.Batches) > 0 || sp.Fold.Truncated()) {
+					segs = append(segs, newSegment())
+					plans = segs[len(segs)-1].plans
+				}
+			}
 			plans.Get(it.Stream).AddSchema(it.Schema.Schema)
 		case it.Truncate:
 			plans.Get(it.Stream).Fold.Truncate()
@@ -206,6 +220,9 @@ func (a *applier) commit(ctx context.Context, pipeline string, seq uint64) error
 	for s := range a.flushed {
 		a.state.Streams[s] = seq
 	}
+	for s := range a.renamedAway {
+		delete(a.state.Streams, s)
+	}
 	streams, err := json.Marshal(a.state.Streams)
 	if err != nil {
 		return err
@@ -234,6 +251,7 @@ func (a *applier) commit(ctx context.Context, pipeline string, seq uint64) error
 // a crash between the two the engine's replay of the range skips the committed entries (Range.Entries) and
 // applies the rest once.
 func (a *applier) writeEntry(ctx context.Context, pipeline string, last, seq uint64, segs []*segment) error {
+	renamed := followRenamedTables(segs)
 	for _, g := range segs {
 		for _, sp := range g.plans.List() {
 			t := strings.ToLower(TableName(sp.Stream))
@@ -246,6 +264,9 @@ func (a *applier) writeEntry(ctx context.Context, pipeline string, last, seq uin
 	split := false
 	for _, g := range segs {
 		for _, sp := range g.plans.List() {
+			if slices.ContainsFunc(renamed, func(r tableRename) bool { return r.to == sp.Stream && a.dirty[r.from] }) {
+				split = true // the table written under its former name is renamed (renameTable)
+			}
 			if !a.dirty[sp.Stream] || len(sp.Schemas) == 0 {
 				continue
 			}
@@ -268,6 +289,11 @@ func (a *applier) writeEntry(ctx context.Context, pipeline string, last, seq uin
 		}
 		a.inTx = true
 		a.dirty = map[string]bool{}
+	}
+	for _, r := range renamed {
+		if err := a.renameTable(ctx, r.from, r.to); err != nil {
+			return err
+		}
 	}
 	for _, g := range segs {
 		for _, sp := range g.plans.List() {
@@ -444,6 +470,9 @@ func (a *applier) columnsOf(ctx context.Context, table string) (map[string]strin
 // ensureTable creates the stream's table from s, or adds the columns of s it lacks. A column whose type
 // differs keeps its type: values are cast on the way in, and a cast that fails fails the apply.
 func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schema) error {
+	if err := a.renameTable(ctx, change.RenamedFromTable(s), stream); err != nil {
+		return err
+	}
 	cols, err := a.knownColumns(ctx, stream)
 	if err != nil {
 		return err

@@ -25,7 +25,14 @@ type history struct {
 	// shadows are the definitions of online schema change tools' shadow tables of captured tables (cutover.go),
 	// by name in the configured database: the table a cut-over renames into the captured name.
 	shadows map[string]TableDef
+	// matches says whether a table of the configured database not captured yet matches a pattern of tables
+	// (patterns.go): a captured table renamed to such a name is followed there. Nil: no patterns.
+	matches func(name string) bool
 }
+
+// tableRename is a captured table renamed to a captured name (or one a pattern matches): its stream goes on
+// under the new name.
+type tableRename struct{ from, to string }
 
 // effect is what one statement did to the captured tables.
 type effect struct {
@@ -38,6 +45,11 @@ type effect struct {
 	// renamedAway are captured tables renamed to a name the pipeline does not capture, as "table → new name":
 	// the stream stops there (the destination's table is not emptied) until the user says what to do.
 	renamedAway []string
+	// renamed are captured tables renamed to captured names, in statement order: the streams go on under the
+	// new names (the destination renames its table), nothing is emptied. adopted are the new names that only a
+	// pattern matched, taken into the capture set by the statement.
+	renamed []tableRename
+	adopted []string
 }
 
 func (e *effect) none() bool { return len(e.emptied) == 0 && len(e.changed) == 0 }
@@ -66,6 +78,38 @@ func newHistory(db string, names []string, defs map[string]TableDef) (*history, 
 func (h *history) captured(name string) bool { return slices.Contains(h.names, name) }
 
 func (h *history) isCopying(name string) bool { return h.copying != nil && h.copying(name) }
+
+// adoptable says whether tn, not captured, is a table of the configured database that a pattern matches.
+func (h *history) adoptable(tn sqlparser.TableName, defaultDB string) bool {
+	db := tn.Qualifier.String()
+	if db == "" {
+		db = defaultDB
+	}
+	return db == h.db && h.matches != nil && !h.captured(tn.Name.String()) && h.matches(tn.Name.String())
+}
+
+// follow records that captured table from, with definition d, is now captured table to (adopting to when only
+// a pattern matched it): the stream goes on under the new name, announced as renamed from the old one.
+func (h *history) follow(from, to string, d TableDef, eff *effect) error {
+	if cur, ok := h.defs[to]; ok && !cur.Gone && !h.isCopying(to) {
+		return fmt.Errorf("captured table %s is renamed to captured table %s, which the schema history says exists", from, to)
+	}
+	if !h.captured(to) {
+		h.names = append(h.names, to)
+		eff.adopted = append(eff.adopted, to)
+	}
+	d.Columns = slices.Clone(d.Columns)
+	for i := range d.Columns {
+		d.Columns[i].RenamedFrom = "" // announced with the schema before the rename
+	}
+	d.RenamedFrom = from
+	h.defs[from] = TableDef{Gone: true}
+	h.defs[to] = d
+	eff.emptied = slices.DeleteFunc(eff.emptied, func(n string) bool { return n == from })
+	eff.change(to)
+	eff.renamed = append(eff.renamed, tableRename{from: from, to: to})
+	return nil
+}
 
 // ours resolves a statement's table name: the captured table it names, "" for any other table. defaultDB is
 // the database the statement ran in (the query event's).
@@ -140,16 +184,17 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 		for i := range d.Columns {
 			d.Columns[i].RenamedFrom = ""
 		}
+		d.RenamedFrom = ""
 		to, err := h.alter(&d, st, defaultDB, &eff)
 		if err != nil {
 			return eff, err
 		}
 		if to != "" && to != name {
+			if h.captured(to) || h.adoptable(sqlparser.TableName{Name: sqlparser.NewIdentifierCS(to)}, h.db) {
+				return eff, h.follow(name, to, d, &eff)
+			}
 			h.defs[name] = TableDef{Gone: true}
 			eff.empty(name)
-			if h.captured(to) {
-				return eff, fmt.Errorf("captured table %s is renamed to captured table %s, which would then hold rows of another stream", name, to)
-			}
 			eff.renamedAway = append(eff.renamedAway, name+" → "+to)
 			return eff, nil
 		}
@@ -230,10 +275,24 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 			}
 			return db + "." + tn.Name.String()
 		}
+		into := map[string]bool{} // captured names a captured table was renamed to by this statement
+		// The captured tables that exist before the statement, and those of them the statement renamed to a
+		// captured name: a destination holds a table for each, so another table may take such a name only
+		// once its own table has moved (RENAME TABLE b TO b_old, a TO b), not in a swap through another name.
+		live, followed := map[string]bool{}, map[string]bool{}
+		for _, n := range h.names {
+			if d, ok := h.defs[n]; ok && !d.Gone {
+				live[n] = true
+			}
+		}
 		for _, p := range st.TablePairs {
 			from, to := h.ours(p.FromTable, defaultDB), h.ours(p.ToTable, defaultDB)
 			var in held
 			var known bool
+			if into[from] {
+				// Its stream would have to skip a name no schema was announced under.
+				return eff, fmt.Errorf("table %s is renamed twice in one statement (%s): only one rename of a captured table per statement is followed", from, sqlparser.String(st))
+			}
 			if from != "" {
 				in.def, known = h.defs[from]
 				in.was = from
@@ -242,6 +301,9 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 			} else {
 				in, known = scratch[key(p.FromTable)]
 				delete(scratch, key(p.FromTable))
+			}
+			if to == "" && in.was != "" && known && !in.def.Gone && h.adoptable(p.ToTable, defaultDB) {
+				to = p.ToTable.Name.String()
 			}
 			if to == "" {
 				if known {
@@ -263,7 +325,15 @@ func (h *history) apply(defaultDB, sql string) (effect, error) {
 				return eff, fmt.Errorf("table %s is renamed to captured table %s, whose rows the pipeline never read%s", sqlparser.String(p.FromTable), to, cutoverHint(to))
 			}
 			if in.was != "" && in.was != to {
-				return eff, fmt.Errorf("captured table %s is renamed to captured table %s, which would then hold rows of another stream", in.was, to)
+				if live[to] && !followed[to] && !h.isCopying(to) {
+					return eff, fmt.Errorf("captured table %s is renamed to %s, the name captured table %s had until this statement (%s): the destination could not tell the two tables' rows apart", in.was, to, to, sqlparser.String(st))
+				}
+				if err := h.follow(in.was, to, in.def, &eff); err != nil {
+					return eff, err
+				}
+				into[to], followed[in.was] = true, true
+				delete(away, in.was)
+				continue
 			}
 			if in.was == "" {
 				// A shadow table comes in: the cut-over of an online schema change, when the same statement moved

@@ -22,6 +22,7 @@ func TestHistory(t *testing.T) {
 		emptied string
 		changed string
 		away    string // captured tables renamed to an uncaptured name
+		renamed string // captured tables renamed to captured names, "from→to"
 		err     string
 	}
 	for _, tc := range []struct {
@@ -53,7 +54,16 @@ func TestHistory(t *testing.T) {
 		{"alter rename away", "d", "ALTER TABLE a RENAME TO a2", want{cols: "a: gone", emptied: "a", away: "a → a2"}},
 		{"rename away to another database", "d", "RENAME TABLE a TO other.a", want{cols: "a: gone", emptied: "a", away: "a → other.a"}},
 		{"rename uncaptured into captured", "d", "RENAME TABLE a TO a_old, a_new TO a", want{err: "whose rows the pipeline never read"}},
-		{"rename captured onto captured", "d", "RENAME TABLE b TO tmp, a TO b", want{err: "another stream"}},
+		{"rename captured to a captured name", "d", "RENAME TABLE a TO c", want{cols: "a: gone", changed: "c", renamed: "a→c"}},
+		{"alter rename to a captured name", "d", "ALTER TABLE a RENAME TO c", want{cols: "a: gone", changed: "c", renamed: "a→c"}},
+		{"rename to a captured name through another", "d", "RENAME TABLE a TO tmp, tmp TO c", want{cols: "a: gone", changed: "c", renamed: "a→c"}},
+		{"rename a captured table away, another into its name", "d", "RENAME TABLE b TO c, a TO b", want{cols: "a: gone", changed: "c,b", renamed: "b→c,a→b"}},
+		{"rename captured onto captured moved away", "d", "RENAME TABLE b TO tmp, a TO b", want{err: "could not tell the two tables' rows apart"}},
+		{"swap captured tables", "d", "RENAME TABLE a TO tmp, b TO a, tmp TO b", want{err: "could not tell the two tables' rows apart"}},
+		{"rename chain", "d", "RENAME TABLE a TO c, c TO e", want{err: "renamed twice in one statement"}},
+		{"rename to a name a pattern matches", "d", "RENAME TABLE a TO p_1", want{cols: "a: gone", changed: "p_1", renamed: "a→p_1"}},
+		{"alter rename to a name a pattern matches", "d", "ALTER TABLE a RENAME TO p_1", want{cols: "a: gone", changed: "p_1", renamed: "a→p_1"}},
+		{"rename uncaptured to a name a pattern matches", "d", "RENAME TABLE zz TO p_1", want{cols: "a: id int,v varchar", key: "id"}},
 		{"create like uncaptured", "d", "CREATE TABLE c LIKE zz", want{cols: "a: id int,v varchar", key: "id"}},
 		{"unreadable statement on a captured table", "d", "ALTER TABLE a ADD COLUMN IF NOT EXISTS q int", want{err: "cannot read the statement"}},
 		{"unreadable statement elsewhere", "d", "ALTER TABLE zz ADD COLUMN IF NOT EXISTS q int", want{cols: "a: id int,v varchar", key: "id"}},
@@ -64,6 +74,7 @@ func TestHistory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			h.matches = func(name string) bool { return name == "c" || name == "e" || strings.HasPrefix(name, "p_") } // patterns c, e, p_*
 			eff, err := h.apply(tc.db, tc.sql)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
@@ -79,6 +90,16 @@ func TestHistory(t *testing.T) {
 			}
 			if got := strings.Join(eff.renamedAway, ","); got != tc.away {
 				t.Errorf("renamed away %q, want %q", got, tc.away)
+			}
+			var renamed []string
+			for _, r := range eff.renamed {
+				renamed = append(renamed, r.from+"→"+r.to)
+				if d := h.defs[r.to]; d.RenamedFrom != r.from {
+					t.Errorf("%s renamed from %q, want %q", r.to, d.RenamedFrom, r.from)
+				}
+			}
+			if got := strings.Join(renamed, ","); got != tc.renamed {
+				t.Errorf("renamed %q, want %q", got, tc.renamed)
 			}
 			if got := strings.Join(eff.changed, ","); got != tc.changed {
 				t.Errorf("changed %q, want %q", got, tc.changed)

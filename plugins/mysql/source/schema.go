@@ -20,6 +20,11 @@ type TableDef struct {
 	Key     []string    `json:"key,omitempty"`
 	// Gone: the table was dropped or renamed away; its rows come back only after a CREATE TABLE.
 	Gone bool `json:"gone,omitempty"`
+	// RenamedFrom is the table's name before the statement that renamed a captured table to this captured name
+	// (RENAME TABLE, ALTER TABLE … RENAME): its stream goes on under the new name, and its schema is announced
+	// with change.RenamedFromTableMeta (the former stream) so destinations rename their table. The next ALTER of
+	// the table clears it, as it clears the columns' RenamedFrom.
+	RenamedFrom string `json:"rf,omitempty"`
 }
 
 // ColumnDef is one column of a TableDef: what information_schema (at the start) or a parsed DDL (later) says.
@@ -86,6 +91,9 @@ func (d TableDef) build(name, stream string, fullRow bool) (*Table, error) {
 	t.Schema = change.TimedSchema(fields, t.keyNames())
 	if fullRow {
 		t.Schema = change.WithFullRow(t.Schema)
+	}
+	if d.RenamedFrom != "" {
+		t.Schema = change.MarkRenamedTable(t.Schema, strings.TrimSuffix(stream, name)+d.RenamedFrom)
 	}
 	t.def = d
 	return t, nil

@@ -75,6 +75,11 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 	s := &streamer{reader: r, conn: conn, maps: map[uint64]*mysql.TableMap{}, file: pos.File, cur: *pos, lastCP: time.Now()}
 	s.rs = newResnapper(s, pos.Resnapshot)
 	r.hist.copying = func(name string) bool { _, ok := s.rs.c.Progress()[r.cfg.Stream(name)]; return ok }
+	if len(r.cfg.Patterns) > 0 {
+		r.hist.matches = func(name string) bool {
+			return r.cfg.Matches(name) && !(r.cfg.WatermarkDatabase == r.cfg.Database && name == watermarkTable)
+		}
+	}
 	s.cur.Table, s.cur.Progress, s.cur.Rows = "", nil, 0
 	defer s.rs.close()
 	if err := s.start(); err != nil {
@@ -309,6 +314,7 @@ func (s *streamer) statement(ctx context.Context, db, sql string, next uint64) e
 			fmt.Sprintf("either capture the new name: replace %s by %s in tables (a table added to a streaming pipeline is copied while it streams); or stop capturing it: remove %s from tables (the destination's table keeps the rows it has)",
 				strings.Join(gone, ", "), strings.Join(kept, ", "), strings.Join(gone, ", ")))
 	}
+	s.followRenames(eff, sql, next)
 	if eff.none() {
 		return s.commit(ctx, next)
 	}
@@ -339,6 +345,36 @@ func (s *streamer) statement(ctx context.Context, db, sql string, next uint64) e
 	s.data = true
 	s.cur.Schemas = cloneDefs(s.hist.defs)
 	return s.commit(ctx, next)
+}
+
+// followRenames moves the capture set along the statement's renames of captured tables to captured names
+// (history.follow): the new name joins it (when only a pattern matched it), and the former one leaves it when
+// only a pattern matched it (a name listed in tables stays, as after a DROP TABLE, and is captured again if a
+// table of that name is created). The stream goes on under the new name: the statement's schema change for it
+// carries the former stream (change.RenamedFromTableMeta), and the rows of the binary log after it are its.
+func (s *streamer) followRenames(eff effect, sql string, next uint64) {
+	for _, name := range eff.adopted {
+		if !slices.Contains(s.cfg.Tables, name) {
+			s.cfg.Tables = append(s.cfg.Tables, name)
+			s.cur.Tables = append(slices.Clone(s.cur.Tables), name)
+		}
+	}
+	for _, rn := range eff.renamed {
+		s.tables[rn.from] = nil
+		if s.byPattern(rn.from) {
+			s.hist.names = slices.DeleteFunc(s.hist.names, func(n string) bool { return n == rn.from })
+			delete(s.hist.defs, rn.from)
+			delete(s.tables, rn.from)
+			s.cfg.Tables = slices.DeleteFunc(s.cfg.Tables, func(n string) bool { return n == rn.from })
+			s.cur.Tables = slices.DeleteFunc(slices.Clone(s.cur.Tables), func(n string) bool { return n == rn.from })
+			s.released = append(s.released, s.cfg.Stream(rn.from))
+		}
+		s.log.Info("captured table renamed to a captured name: its stream goes on under the new name, and destinations rename its table",
+			"from", s.cfg.Stream(rn.from), "to", s.cfg.Stream(rn.to), "statement", sql, "file", s.file, "pos", next)
+	}
+	if len(eff.renamed) > 0 || len(eff.adopted) > 0 {
+		s.capturedSent = false
+	}
 }
 
 // truncate handles a captured table whose rows are gone (TRUNCATE, DROP TABLE, renamed away) by the truncate

@@ -36,6 +36,10 @@ type applier struct {
 	hints  map[string]bool // type names the database knows (to_regtype)
 	tables map[string]*tableState
 	nul    *values.Handler // on_unrepresentable for NUL characters in text (stage)
+	// pipeline is the apply's pipeline, whose per-stream state a renamed stream takes along (renameTable);
+	// renamedAway the streams this apply renamed, which its state row no longer lists.
+	pipeline    string
+	renamedAway map[string]bool
 	// entry is the WAL entry whose rows are being written: its number is _skippr_position.
 	entry uint64
 	// histSeq numbers each stream's changes of entry histEntry in its history table (history.go).
@@ -76,6 +80,8 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 	}
 	defer tx.Rollback(context.Background())
 	a.tx = tx
+	a.pipeline = req.Pipeline
+	a.renamedAway = map[string]bool{}
 	a.tables = map[string]*tableState{}
 	a.histSeq = nil // numbered afresh: a retried apply writes its entries again from seq 0
 	schema := pgx.Identifier{cfg.TargetSchema}.Sanitize()
@@ -152,6 +158,15 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 					return serve.ApplyResult{}, err
 				}
 			}
+			// The rows of a renamed table's former stream go into its table before the table takes the new
+			// name (renameTable), as they would have in an entry of their own.
+			if from := change.RenamedFromTable(it.Schema.Schema); from != "" {
+				if sp := plans.Lookup(from); sp != nil && (len(sp.Batches) > 0 || sp.Fold.Truncated()) {
+					if err := flush(); err != nil {
+						return serve.ApplyResult{}, err
+					}
+				}
+			}
 			plans.Get(it.Stream).AddSchema(it.Schema.Schema)
 			continue
 		}
@@ -173,6 +188,9 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 	}
 	if err := a.resnapshotMarks(ctx, req.Pipeline, marks); err != nil {
 		return serve.ApplyResult{}, fmt.Errorf("apply %d: %w", req.Sequence, err)
+	}
+	for s := range a.renamedAway {
+		delete(touched, s)
 	}
 	streams, _ := json.Marshal(touched)
 	if _, err := tx.Exec(ctx, `UPDATE `+state+` SET sequence = $2, streams = streams || $3::jsonb WHERE pipeline = $1`,
@@ -334,6 +352,9 @@ func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schem
 	name := pgx.Identifier{a.cfg.TargetSchema, TableName(stream)}.Sanitize()
 	ts := a.tables[stream]
 	if ts == nil {
+		if err := a.renameTable(ctx, change.RenamedFromTable(s), stream); err != nil {
+			return err
+		}
 		meta, err := a.cfg.Settings.For(stream)
 		if err != nil {
 			return err

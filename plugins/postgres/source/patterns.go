@@ -31,6 +31,7 @@ package source
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -111,6 +112,10 @@ func (r *reader) expand(ctx context.Context, pos *Position) error {
 	for _, n := range pos.Tables {
 		tn, err := config.ParseTableName(pgQuote(n))
 		if err != nil || !r.byPattern(tn) && !slices.Contains(r.exact, tn) {
+			continue
+		}
+		if _, renamed := r.renamedAt[n]; renamed {
+			tables = append(tables, tn)
 			continue
 		}
 		if _, ok := existing[tn]; !ok && r.byPattern(tn) {
@@ -194,6 +199,9 @@ func (p *processor) followPatterns(ctx context.Context) error {
 		if oid, ok := existing[tn]; ok && (r.tables[name] == nil || oid == r.tables[name].OID) {
 			continue
 		}
+		if c := r.tables[name]; c != nil && slices.Contains(slices.Collect(maps.Values(existing)), c.OID) {
+			continue // renamed, not dropped: its next Relation message carries the new name (rename.go)
+		}
 		if p.pw.dropping == nil {
 			p.pw.dropping = map[string]pglogrepl.LSN{}
 		}
@@ -211,6 +219,9 @@ func (p *processor) followPatterns(ctx context.Context) error {
 	}, func(a, b config.TableName) int { return strings.Compare(a.String(), b.String()) }) {
 		if _, dropping := p.pw.dropping[tn.String()]; dropping || slices.Contains(r.cfg.TableNames, tn) || !r.cfg.Matches(tn) {
 			continue
+		}
+		if p.capturedOID(existing[tn]) != "" {
+			continue // a captured table renamed: followed at its Relation message, not copied (rename.go)
 		}
 		added = append(added, tn)
 	}

@@ -56,6 +56,10 @@ type Position struct {
 	// Relation message of a restarted Read is compared with them (renamedColumns), so a RENAME COLUMN made while
 	// no Read ran is still carried as a rename. Absent in checkpoints of earlier versions.
 	Columns map[string][]RelationColumn `json:"columns,omitempty"`
+	// OIDs holds, by stream name, each captured table's oid: a table the checkpoint names that the catalog has
+	// under another name at a restart was renamed while no Read ran, and is followed as a rename (rename.go).
+	// Absent in checkpoints of earlier versions.
+	OIDs map[string]uint32 `json:"oids,omitempty"`
 }
 
 // RelationColumn is one column of a Relation message as a checkpoint keeps it.
@@ -95,7 +99,7 @@ func (p Position) copiedAll() bool {
 // streamPhase is the position at which streaming follows a finished snapshot: the slot's start, with what the
 // copy left for the stream to honour (Overlap, Copied) and the copies still due (Resnapshot, Recopy).
 func (p Position) streamPhase() Position {
-	return Position{V: positionVersion, Phase: PhaseStream, Slot: p.Slot, LSN: p.LSN, Tables: p.Tables, Overlap: p.Overlap, Rows: p.Rows, Resnapshot: p.Resnapshot, Copied: p.Copied, Recopy: p.Recopy}
+	return Position{V: positionVersion, Phase: PhaseStream, Slot: p.Slot, LSN: p.LSN, Tables: p.Tables, Overlap: p.Overlap, Rows: p.Rows, Resnapshot: p.Resnapshot, Copied: p.Copied, Recopy: p.Recopy, OIDs: p.OIDs}
 }
 
 // OverlapValue is the Overlap LSN, parsed (0 when there is none).

@@ -112,19 +112,25 @@ func (w *pubWatch) forget(tn config.TableName) {
 // read reads one publication's rows.
 func (w *pubWatch) read(ctx context.Context, p watchedPub) (pubRow, error) {
 	names := make([]string, len(p.tables))
+	known := make([]uint32, len(p.tables)) // the captured table's oid: a table renamed since is still it (rename.go)
 	for i, t := range p.tables {
 		names[i] = t.Quoted()
+		if c := w.r.tables[t.String()]; c != nil {
+			known[i] = c.OID
+		}
 	}
 	rows, err := w.r.pool.Query(ctx, `SELECT pg_current_wal_insert_lsn()::text, p.oid::text || '/' || p.xmin::text, p.puballtables, p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, t.ord,
 		CASE WHEN t.ord IS NULL THEN ''
 		     WHEN p.puballtables THEN 'all tables'
 		     ELSE coalesce(
-		         (SELECT 'table row ' || pr.oid FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = to_regclass(t.name)),
+		         (SELECT 'table row ' || pr.oid FROM pg_publication_rel pr WHERE pr.prpubid = p.oid AND pr.prrelid = t.rel),
 		         (SELECT 'schema row ' || pn.oid FROM pg_publication_namespace pn JOIN pg_class c ON c.relnamespace = pn.pnnspid
-		           WHERE pn.pnpubid = p.oid AND c.oid = to_regclass(t.name)),
-		         '') END, coalesce((SELECT c.oid FROM pg_class c WHERE c.oid = to_regclass(t.name)), 0)
-		FROM pg_publication p LEFT JOIN unnest($2::text[]) WITH ORDINALITY AS t(name, ord) ON true
-		WHERE p.pubname = $1`, p.name, names)
+		           WHERE pn.pnpubid = p.oid AND c.oid = t.rel),
+		         '') END, coalesce((SELECT c.oid FROM pg_class c WHERE c.oid = t.rel), 0)
+		FROM pg_publication p LEFT JOIN (
+			SELECT u.ord, coalesce(to_regclass(u.name)::oid, (SELECT c.oid FROM pg_class c WHERE c.oid = u.known AND u.known <> 0)) AS rel
+			FROM unnest($2::text[], $3::oid[]) WITH ORDINALITY AS u(name, known, ord)) AS t ON true
+		WHERE p.pubname = $1`, p.name, names, known)
 	if err != nil {
 		return pubRow{}, fmt.Errorf("read publication %s: %w", p.name, w.r.cfg.Explain(err))
 	}

@@ -52,6 +52,9 @@ type reader struct {
 	// are the streams of those released in this Read (patterns.go).
 	exact    []config.TableName
 	released []string
+	// renamedAt are the checkpoint's tables the catalog has under another name now (renamed while no Read ran),
+	// by stream name: captured under the old name until the stream reaches the rename (rename.go).
+	renamedAt map[string]config.TableName
 	// chunkRead is Source.chunkRead.
 	chunkRead func(ctx context.Context, table string, keys []string)
 }
@@ -90,10 +93,14 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	if cfg.Protect != nil {
 		r.values.Hide(cfg.Protect.Hides)
 	}
+	if err := r.findRenamed(ctx, pos); err != nil {
+		return err
+	}
 	// Patterns become tables here, before anything compares the tables with the checkpoint's.
 	if err := r.expand(ctx, pos); err != nil {
 		return err
 	}
+	r.keepRenamed(pos)
 	cfg = r.cfg
 	if len(req.Streams) > 0 {
 		// The slot and the publication cover the configured tables; a subset would need its own slot.
@@ -105,6 +112,12 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	}
 	for _, tn := range cfg.TableNames {
 		t, err := loadConfigured(ctx, pool, r.resolver, cfg, tn)
+		if now, ok := r.renamedAt[tn.String()]; ok && errors.Is(err, errNoTable) {
+			// Renamed while no Read ran: its columns are read under the new name (rename.go).
+			if t, err = loadConfigured(ctx, pool, r.resolver, cfg, now); err == nil {
+				t.Name = tn
+			}
+		}
 		if err != nil {
 			return cfg.Explain(err)
 		}
@@ -292,7 +305,7 @@ func (r *reader) ensurePublication(ctx context.Context) error {
 // copy then reads the current state, and streaming from the slot's confirmed position replays every change
 // since, so the destination converges (each change is an upsert or a delete by key).
 func (r *reader) start(ctx context.Context) (*Position, pgx.Tx, error) {
-	pos := &Position{V: positionVersion, Phase: PhaseStream, Slot: r.cfg.Slot, Tables: r.tableNames()}
+	pos := &Position{V: positionVersion, Phase: PhaseStream, Slot: r.cfg.Slot, Tables: r.tableNames(), OIDs: r.oids()}
 	if *r.cfg.Snapshot {
 		pos.Phase = PhaseSnapshot
 	}

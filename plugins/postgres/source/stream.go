@@ -515,6 +515,7 @@ func (p *processor) position() Position {
 	if len(p.lastCols) > 0 {
 		cp.Columns = maps.Clone(p.lastCols)
 	}
+	cp.OIDs = p.r.oids()
 	for name, l := range p.copied {
 		// Once streaming has passed l, no transaction it sends committed before l.
 		if p.pos < l {
@@ -789,6 +790,10 @@ func (p *processor) rel(id uint32) (*relation, error) {
 func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) error {
 	r := p.r
 	name := m.Namespace + "." + m.RelationName
+	renamedFrom, err := p.followRename(ctx, m.RelationID, name)
+	if err != nil {
+		return err
+	}
 	t := r.tables[name]
 	if t != nil && m.RelationID != t.OID && r.byPattern(t.Name) {
 		// Another table under a captured name (dropped and created again, in a publication of its schema or of all
@@ -812,6 +817,11 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 	// The key comes from the catalog (a Relation message flags replica identity columns, which for REPLICA
 	// IDENTITY FULL are all of them).
 	fresh, err := loadConfigured(ctx, r.pool, r.resolver, r.cfg, t.Name)
+	if errors.Is(err, errNoTable) && t.OID == m.RelationID && p.catalogHas(ctx, t.OID) {
+		// Renamed since (the catalog is ahead of the stream): decoded with the definition last read; the
+		// Relation message of the new name follows the rename (rename.go).
+		fresh, err = t, nil
+	}
 	if (errors.Is(err, errNoTable) || err == nil && fresh.OID != t.OID) && r.byPattern(t.Name) {
 		// Dropped since (the catalog is ahead of the stream): its last changes are decoded with the definition
 		// last read, and the table is released once the stream passes its drop (patterns.go).
@@ -882,6 +892,7 @@ func (p *processor) relation(ctx context.Context, m *pglogrepl.RelationMessage) 
 		rel.keyIdx = append(rel.keyIdx, i)
 	}
 	rel.schema = schema(rel.cols, rel.key, r.cfg.Policy, fresh.FullRow)
+	rel.schema = change.MarkRenamedTable(rel.schema, renamedFrom)
 	r.tables[name] = fresh
 	p.rels[m.RelationID] = rel
 	return nil
