@@ -14,7 +14,7 @@ import (
 )
 
 // A renamed stream (RENAME TABLE a TO b at the source) arrives as stream b whose schema carries
-// change.RenamedFromTableKey = a. At b's first item of an apply, when b's table does not exist and a's does, the
+// change.RenamedFromTableMeta = a. At b's first item of an apply, when b's table does not exist and a's does, the
 // destination renames a's table to b's (ALTER TABLE … RENAME TO), its history table first, and moves a's pending
 // fills (fill.go) to b's table; what the apply staged for a earlier in the range (its rows before the rename)
 // is merged into b's table, and a's state row is deleted in the transaction. When b's table exists already (a

@@ -61,7 +61,7 @@ func TestRenamedStreamRenamesTable(t *testing.T) {
 			grade := arrow.Field{Name: "grade", Type: arrow.PrimitiveTypes.Int64, Nullable: true, Metadata: arrow.NewMetadata([]string{values.MetaExistingRows}, []string{"7"})}
 			s2 := change.Schema(append(change.DataFields(s1), grade), []string{"id"})
 			md := s2.Metadata()
-			md = arrow.NewMetadata(append(md.Keys(), change.RenamedFromTableKey), append(md.Values(), a))
+			md = arrow.NewMetadata(append(md.Keys(), change.RenamedFromTableMeta), append(md.Values(), a))
 			s3 := arrow.NewSchema(s2.Fields(), &md)
 			rows := func(s *arrow.Schema, op change.Op, rs ...[]any) arrow.RecordBatch {
 				bl := change.NewBuilder(memory.DefaultAllocator, s)

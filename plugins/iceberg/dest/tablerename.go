@@ -18,7 +18,7 @@ import (
 )
 
 // A renamed stream (RENAME TABLE a TO b at the source) arrives as stream b whose schema carries
-// change.RenamedFromTableKey = a. On b's first item of an apply the destination looks at the catalog: when b's
+// change.RenamedFromTableMeta = a. On b's first item of an apply the destination looks at the catalog: when b's
 // table does not exist and a's does, it renames a's table to b's (the catalog's RenameTable: metadata only, the
 // table keeps its location, so its files stay under a's path), the history table first; a's items buffered
 // earlier in the same apply (the rows a held before the rename) go to b's table, whose commit records the fence

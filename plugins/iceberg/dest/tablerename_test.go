@@ -26,7 +26,7 @@ func renameSchema(from string) *arrow.Schema {
 		return s
 	}
 	md := s.Metadata()
-	md = arrow.NewMetadata(append(md.Keys(), change.RenamedFromTableKey), append(md.Values(), from))
+	md = arrow.NewMetadata(append(md.Keys(), change.RenamedFromTableMeta), append(md.Values(), from))
 	return arrow.NewSchema(s.Fields(), &md)
 }
 

@@ -13,7 +13,7 @@ import (
 )
 
 // A renamed stream (RENAME TABLE a TO b at the source) arrives as stream b whose schema carries
-// change.RenamedFromTableKey = a. At b's first item of an apply, when b's table does not exist and a's does, the
+// change.RenamedFromTableMeta = a. At b's first item of an apply, when b's table does not exist and a's does, the
 // destination renames a's table to b's (ALTER TABLE … RENAME TO), its history table first, and moves a's
 // pending fills (fill.go) to b's table; the rows of a that the apply staged earlier (before the rename at the
 // source) are staged again for b's table and merged there. a's state row goes in the apply's transaction. When
