@@ -21,8 +21,7 @@ import (
 // TABLE, the new name matched by the pattern orders*), the writer goes on under the new name, and `skippr sync` is
 // SIGKILLed at random before and right after the rename, so ranges holding it are applied again after a restart.
 // Afterwards Postgres and DuckDB hold every row of orders_v2 in their table of that name, the rows written before
-// the rename included, and no table of the old name. (Iceberg follows renames on the renamedst branch: add `lake`
-// here when both are merged.) Without the rename marker the new table holds only the rows changed after the
+// the rename included, and no table of the old name (TestPostgresRenameTableFollowed has Iceberg too). Without the rename marker the new table holds only the rows changed after the
 // rename, and the old one the rest.
 func TestMySQLRenameTableFollowed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -68,7 +67,8 @@ pipelines:
 
 // TestPostgresRenameTableFollowed is TestMySQLRenameTableFollowed for a PostgreSQL 15 source: ALTER TABLE … RENAME
 // TO orders_v2, matched by the pattern public.orders*, is read from pgoutput's Relation message (the table's oid
-// under a new name). Without the detection the renamed table's changes are not carried at all.
+// under a new name). Without the detection the renamed table's changes are not carried at all. An Iceberg lake
+// follows too (catalog RenameTable): read through `skippr query --as-of-lake`, the old name is gone there as well.
 func TestPostgresRenameTableFollowed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
@@ -78,7 +78,7 @@ func TestPostgresRenameTableFollowed(t *testing.T) {
 		INSERT INTO orders SELECT i, 'n' || i, i * 1.25, i * 1000 FROM generate_series(1, 60000) i`); err != nil {
 		t.Fatal(err)
 	}
-	e := harness.NewEnvWith(t, "postgres", "duckdb")
+	e := harness.NewEnvWith(t, "postgres", "duckdb", "iceberg")
 	duck := fmt.Sprintf(`{"path": %q}`, filepath.Join(e.Dir, "dest", "orders.duckdb"))
 	s := src.Server
 	e.WriteConfig(fmt.Sprintf(`connections:
@@ -94,14 +94,18 @@ func TestPostgresRenameTableFollowed(t *testing.T) {
     plugin: duckdb
     version: "~> 0.1"
     settings: %[5]s
+  lake:
+    plugin: iceberg
+    version: "~> 0.1"
+    settings: { catalog: { warehouse: %[7]s } }
 pipelines:
   orders:
     source: src
-    destinations: [pg, duck]
+    destinations: [pg, duck, lake]
     wal:
       url: file://%[6]s
       group_commit: { max_bytes: 64KiB, max_delay: 50ms }
-`, s.Host, s.Port, src.Name, pg.Name, duck, filepath.Join(e.Dir, "wal")))
+`, s.Host, s.Port, src.Name, pg.Name, duck, filepath.Join(e.Dir, "wal"), filepath.Join(e.Dir, "lake")))
 	e.MustRun("sync", "--once")
 
 	wc := pgConn(t, ctx, src)
@@ -129,6 +133,17 @@ pipelines:
 		t.Fatal(err)
 	}
 	sameAfterTableRename(t, ctx, want, pg, "orders", "orders_v2", duck, "public.orders", "public.orders_v2")
+	t.Run("iceberg", func(t *testing.T) {
+		got := map[string]string{}
+		for _, r := range e.QueryJSON(`SELECT id::VARCHAR AS id, concat(name, '|', coalesce(amount::VARCHAR, ''), '|', coalesce(n::VARCHAR, '')) AS v FROM skippr."public.orders_v2"`, true) {
+			m := r.(map[string]any)
+			got[m["id"].(string)] = m["v"].(string)
+		}
+		harness.SameTable(t, want, got)
+		if r := e.Run("query", "--as-of-lake", "SELECT count(*) FROM skippr.\"public.orders\""); r.Code == 0 {
+			t.Errorf("the lake still has table public.orders: %s", r.Stdout)
+		}
+	})
 }
 
 // sameAfterTableRename compares the source's rows (id → "name|amount|n") with the Postgres table newTable and the
