@@ -4,9 +4,22 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"os/exec"
 	"syscall"
 	"time"
 )
+
+// startSync starts `skippr sync --wait-lock` (ended by ctx), its stderr kept for the message of a failure.
+func (e *Env) startSync(ctx context.Context) (*exec.Cmd, *bytes.Buffer) {
+	e.T.Helper()
+	cmd := e.Cmd(ctx, "sync", "--wait-lock")
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		e.T.Fatal(err)
+	}
+	return cmd, stderr
+}
 
 // KillSyncAtRandom starts `skippr sync --wait-lock` n times and SIGKILLs each run after a random time in
 // [lo, hi).
@@ -17,12 +30,7 @@ func (e *Env) KillSyncAtRandom(n int, lo, hi time.Duration) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 13))
 	for i := 0; i < n; i++ {
 		ctx, cancel := context.WithCancel(context.Background())
-		cmd := e.Cmd(ctx, "sync", "--wait-lock")
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			e.T.Fatal(err)
-		}
+		cmd, stderr := e.startSync(ctx)
 		time.Sleep(lo + time.Duration(rng.Int64N(int64(hi-lo))))
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
@@ -44,12 +52,7 @@ func (e *Env) KillSyncInCopy(walDir, table string) WalState {
 	e.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cmd := e.Cmd(ctx, "sync", "--wait-lock")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		e.T.Fatal(err)
-	}
+	cmd, stderr := e.startSync(ctx)
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	kill := func() {
