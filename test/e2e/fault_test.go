@@ -54,10 +54,12 @@ func walBackends(t *testing.T, e *harness.Env) map[string]func() walBackend {
 }
 
 // A commit record missing in the middle of the log, and a destination reset under an exactly-once pipeline,
-// stop `sync --once` at once in state failed, on local disk and on S3.
+// stop `sync --once` at once in state failed, on local disk and on S3. The cases run side by side: each has its
+// own Env (home, directory, WAL) and, on S3, its own bucket, and most of each is waiting for plugin processes.
 func TestWALFaultsFailAtOnce(t *testing.T) {
 	for _, backend := range []string{"local", "s3"} {
 		t.Run(backend+"/missing commit record", func(t *testing.T) {
+			t.Parallel()
 			e := harness.NewEnv(t)
 			w := walBackends(t, e)[backend]()
 			// Paced, so a loaded machine's slow commits do not gather every batch into one or two entries.
@@ -77,6 +79,7 @@ func TestWALFaultsFailAtOnce(t *testing.T) {
 			e.SyncFails("resnapshot", "re-snapshot the affected tables", fmt.Sprintf("entry %d is missing: entry %d is followed by entry %d", mid, mid-1, mid+1))
 		})
 		t.Run(backend+"/destination reset", func(t *testing.T) {
+			t.Parallel()
 			e := harness.NewEnv(t)
 			w := walBackends(t, e)[backend]()
 			out := filepath.Join(e.Dir, "out")

@@ -174,7 +174,7 @@ func TestKeylessTableInAppendMode(t *testing.T) {
 	}
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
-		t.Fatalf("Postgres destination: %d rows, want %d (every insert, no update or delete); rows it lacks %v; rows it should not have %v", len(got), len(want), missing(want, got), missing(got, want))
+		t.Fatalf("Postgres destination: %d rows, want %d (every insert, no update or delete); rows it lacks %v; rows it should not have %v", len(got), len(want), harness.Missing(want, got), harness.Missing(got, want))
 	}
 	// The lake, with no key to tell rows apart, keyed here by position in the sorted list.
 	var lakeRows []string
@@ -193,7 +193,7 @@ func TestKeylessTableInAppendMode(t *testing.T) {
 	}
 	slices.Sort(lakeRows)
 	if !slices.Equal(lakeRows, want) {
-		t.Fatalf("lake: %d rows, want %d (every insert, no update or delete); rows it lacks %v; rows it should not have %v", len(lakeRows), len(want), missing(want, lakeRows), missing(lakeRows, want))
+		t.Fatalf("lake: %d rows, want %d (every insert, no update or delete); rows it lacks %v; rows it should not have %v", len(lakeRows), len(want), harness.Missing(want, lakeRows), harness.Missing(lakeRows, want))
 	}
 	var pubUpdate, pubInsert bool
 	if err := sc.QueryRow(ctx, `SELECT pubinsert, pubupdate FROM pg_publication WHERE pubname = 'appendonly_append'`).Scan(&pubInsert, &pubUpdate); err != nil {
@@ -203,25 +203,6 @@ func TestKeylessTableInAppendMode(t *testing.T) {
 		t.Fatalf("the append publication publishes insert %v, update %v; want inserts only", pubInsert, pubUpdate)
 	}
 	t.Logf("%d rows in the Postgres destination and the lake: every insert, updates and deletes not carried", len(want))
-}
-
-// missing lists the rows of a (sorted) that b (sorted) lacks, counting duplicates, at most 20.
-func missing(a, b []string) []string {
-	var out []string
-	j := 0
-	for _, x := range a {
-		for j < len(b) && b[j] < x {
-			j++
-		}
-		if j < len(b) && b[j] == x {
-			j++
-			continue
-		}
-		if out = append(out, x); len(out) == 20 {
-			break
-		}
-	}
-	return out
 }
 
 // writeKeylessConfig writes the config of a pipeline named for table: src's public.<table> (slot and publication

@@ -229,10 +229,15 @@ func dumpOrders(t *testing.T, ctx context.Context, c *pgx.Conn) []string {
 // TestResnapshotWhileStreaming damages the destination (rows deleted, rows changed, rows the source never had),
 // asks for a re-snapshot of the table while a writer keeps inserting, updating and deleting at the Postgres
 // source, SIGKILLs `skippr sync` at random points of the copy, and then compares the destination with the
-// source row by row — for each destination that applies re-snapshot marks.
+// source row by row — for each destination that applies re-snapshot marks. The destinations run side by side:
+// each has its own source database, slot (slot names are the server's, not a database's), Env and destination,
+// and most of a run is waiting on the copy and the kills.
 func TestResnapshotWhileStreaming(t *testing.T) {
 	for _, d := range resnapDests() {
-		t.Run(d.name, func(t *testing.T) { resnapshotWhileStreaming(t, d) })
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			resnapshotWhileStreaming(t, d)
+		})
 	}
 }
 
@@ -250,7 +255,7 @@ func resnapshotWhileStreaming(t *testing.T, d resnapDest) {
   src:
     plugin: postgres
     version: "~> 0.1"
-    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[3]s, sslmode: disable, tables: [public.orders], slot: resnap, publication: resnap, batch_size: 250 }
+    settings: { host: %[1]s, port: %[2]d, user: postgres, database: %[3]s, sslmode: disable, tables: [public.orders], slot: resnap_%[4]s, publication: resnap, batch_size: 250 }
   dst:
     plugin: %[4]s
     version: "~> 0.1"

@@ -30,11 +30,44 @@ func CompareMultisets(t *testing.T, what string, want, got map[string]int) {
 	}
 }
 
-// WalState is what the last commit record of a local WAL says of a postgres source.
+// Missing lists the rows of a (sorted) that b (sorted) lacks, counting duplicates, at most 20.
+func Missing(a, b []string) []string {
+	var out []string
+	j := 0
+	for _, x := range a {
+		for j < len(b) && b[j] < x {
+			j++
+		}
+		if j < len(b) && b[j] == x {
+			j++
+			continue
+		}
+		if out = append(out, x); len(out) == 20 {
+			break
+		}
+	}
+	return out
+}
+
+// WalState is what the last commit record of a local WAL says of a postgres or mysql source.
 type WalState struct {
 	Commit string                     // the record's name, "" when there is none
 	Phase  string                     `json:"phase"`
 	Recopy map[string]json.RawMessage `json:"recopy"`
+	// Progress is the snapshot's progress by table (both sources name it so), snapshot phase only.
+	Progress map[string]TableCopy `json:"progress"`
+}
+
+// TableCopy is how far a source's snapshot copied one table.
+type TableCopy struct {
+	Done bool  `json:"done"`
+	Rows int64 `json:"rows"`
+}
+
+// Copying says the snapshot has copied some of table's rows and not all: a restart finds its copy unfinished.
+func (s WalState) Copying(table string) bool {
+	p, ok := s.Progress[table]
+	return s.Phase == "snapshot" && ok && p.Rows > 0 && !p.Done
 }
 
 // Copied says every copy is over: streaming, with no table in mode: append left to copy.

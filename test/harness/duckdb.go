@@ -20,12 +20,7 @@ func (e *Env) KillPluginAtRandom(name string, lo, hi time.Duration) {
 	e.T.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cmd := e.Cmd(ctx, "sync", "--wait-lock")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		e.T.Fatal(err)
-	}
+	cmd, stderr := e.startSync(ctx)
 	pid := 0
 	for end := time.Now().Add(30 * time.Second); pid == 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		pid = ChildByName(cmd.Process.Pid, name)

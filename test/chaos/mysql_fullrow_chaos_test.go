@@ -1,4 +1,4 @@
-package e2e
+package chaos
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,17 +17,25 @@ import (
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
-// TestMySQLKeylessTableFullRow is TestKeylessTableFullRow for a MariaDB source: a keyless table of 200,000 rows
+// TestMySQLKeylessTableFullRow is TestKeylessTableFullRow for a MariaDB source: a keyless table of 50,000 rows
 // holding identical rows and NULLs, in mode: full_row, copied beside a keyed table by parallel readers (whose
 // snapshots land at different binlog points under the write load) into a Postgres and a DuckDB destination,
 // under inserts of duplicates, updates and deletes of one of several identical rows (LIMIT 1) and updates of many
-// rows, while sync is SIGKILLed at random (in the copy and in the stream): both destinations end
-// as the same multiset of rows as the source. Without updates split into delete and insert it fails (the
-// destinations refuse an update of a full_row stream). The exact copy itself is proven by the source-level
-// TestKeylessFullRow (plugins/mysql), whose resumes are deterministic: with it removed, this test still passed
-// in three runs. The reason seen: the source copies faster than the destinations apply, so by the time bag's
-// first rows show in Postgres the source has finished its snapshot, and the kill lands after it. A kill timed
-// by the source's own checkpoint (snapshot phase, bag started) would make this test prove the exact copy too.
+// rows, while sync is SIGKILLed (the first time in bag's copy, then at random): both destinations end as the same
+// multiset of rows as the source. Without updates split into delete and insert it fails (the destinations
+// refuse an update of a full_row stream).
+//
+// The first kill is timed by the source's own checkpoint in the WAL: it lands while the last committed
+// checkpoint says bag's copy has begun and not ended, so the next run copies bag again under a newer snapshot
+// than where streaming starts, and streaming must drop bag's changes up to that snapshot (fullrow.go's copy
+// point). Without that drop (inCopy false) this test fails: the transactions between the two snapshots reach
+// the destinations twice. The first run's WAL holds back the source (max_unapplied_bytes) so that the committed
+// checkpoint moves at the destinations' pace and the kill cannot miss the copy; without it the source copied
+// faster than the destinations applied, and a kill timed by the destination's rows landed after the copy.
+// 50,000 rows are enough: the first kill no longer needs a long copy to land in it, bag's copy still spans
+// a hundred chunks (checkpoints), the copy again after each kill in it takes seconds (so the random kills land
+// in copies and in the stream), and an update of many rows still changes a thousand (200,000 rows took 114 s
+// on a loaded machine, most of it the destinations applying copies that were then started over).
 // No truncate in the load: it would empty the copy, and hide a copy held twice.
 func TestMySQLKeylessTableFullRow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -46,7 +53,7 @@ func TestMySQLKeylessTableFullRow(t *testing.T) {
 	for _, q := range []string{
 		"CREATE DATABASE shop",
 		"CREATE TABLE shop.bag (a int, b varchar(40), n int)",
-		"INSERT INTO shop.bag SELECT seq % 50, concat('v', seq % 7), NULLIF(seq % 4, 0) FROM shop.seq_1_to_200000",
+		"INSERT INTO shop.bag SELECT seq % 50, concat('v', seq % 7), NULLIF(seq % 4, 0) FROM shop.seq_1_to_50000",
 		"INSERT INTO shop.bag VALUES (NULL, NULL, NULL), (NULL, NULL, NULL), (1, '', NULL)",
 		"CREATE TABLE shop.items (id int PRIMARY KEY, sku varchar(20) NOT NULL)",
 		"INSERT INTO shop.items SELECT seq, concat('sku', seq) FROM shop.seq_1_to_20000",
@@ -58,7 +65,14 @@ func TestMySQLKeylessTableFullRow(t *testing.T) {
 	dst := pgtest.NewDB(t)
 	e := harness.NewEnvWith(t, "mysql", "postgres", "duckdb")
 	duck := fmt.Sprintf(`{"path": %q}`, filepath.Join(e.Dir, "dest", "bag.duckdb"))
-	e.WriteConfig(fmt.Sprintf(`connections:
+	walDir := filepath.Join(e.Dir, "wal")
+	// config writes the pipeline; held says the WAL holds the source back to the destinations' pace.
+	config := func(held bool) {
+		hold := ""
+		if held {
+			hold = "\n      group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n      max_unapplied_bytes: 256KiB"
+		}
+		e.WriteConfig(fmt.Sprintf(`connections:
   src:
     plugin: mysql
     version: "~> 0.1"
@@ -84,8 +98,10 @@ pipelines:
     source: src
     destinations: [dst, duck]
     wal:
-      url: file://%[7]s
-`, srv.Host, srv.Port, dst.Server.Host, dst.Server.Port, dst.Name, duck, filepath.Join(e.Dir, "wal")))
+      url: file://%[7]s%[8]s
+`, srv.Host, srv.Port, dst.Server.Host, dst.Server.Port, dst.Name, duck, walDir, hold))
+	}
+	config(true)
 
 	// The write load, beside syncs that are SIGKILLed at random.
 	load := make(chan struct{})
@@ -124,31 +140,9 @@ pipelines:
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	pc, err := pgx.Connect(ctx, dst.ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close(context.Background())
-	// The first kill once some of bag's rows are in Postgres (meant to land in bag's copy; see above for why it
-	// usually lands just after the source's copy).
-	bg := e.Cmd(ctx, "sync", "--wait-lock")
-	if err := bg.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		var n int
-		if err := pc.QueryRow(ctx, `SELECT count(*) FROM bag`).Scan(&n); err == nil && n > 0 {
-			t.Logf("killed in bag's copy at %d rows", n)
-			break
-		}
-		if time.Now().After(deadline) {
-			bg.Process.Signal(syscall.SIGKILL)
-			bg.Wait()
-			t.Fatal("no row of bag reached Postgres in 5 minutes")
-		}
-	}
-	bg.Process.Signal(syscall.SIGKILL)
-	bg.Wait()
+	// The first kill lands in bag's copy (see above); the WAL held the source back for it, and no longer does.
+	e.KillSyncInCopy(walDir, "bag")
+	config(false)
 	e.KillSyncAtRandom(3, time.Second, 6*time.Second)
 	close(load)
 	wg.Wait()
@@ -174,6 +168,11 @@ pipelines:
 	}
 	slices.Sort(want)
 
+	pc, err := pgx.Connect(ctx, dst.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close(context.Background())
 	pr, err := pc.Query(ctx, `SELECT coalesce(a::text, '-') || '|' || coalesce(b, '-') || '|' || coalesce(n::text, '-') FROM bag`)
 	if err != nil {
 		t.Fatal(err)
@@ -185,5 +184,5 @@ pipelines:
 	slices.Sort(got)
 	sameBag(t, "Postgres", got, want)
 	sameBag(t, "DuckDB", duckBagRows(t, duck, "shop.bag"), want)
-	t.Logf("%d writes under 4 SIGKILLs (the first once bag's rows arrived); %d rows equal as multisets in source, Postgres and DuckDB", writes, len(want))
+	t.Logf("%d writes under 4 SIGKILLs (the first in bag's copy); %d rows equal as multisets in source, Postgres and DuckDB", writes, len(want))
 }

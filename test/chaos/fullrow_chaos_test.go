@@ -1,4 +1,4 @@
-package e2e
+package chaos
 
 import (
 	"context"
@@ -186,6 +186,6 @@ func duckBagRows(t *testing.T, settings, stream string) []string {
 func sameBag(t *testing.T, dest string, got, want []string) {
 	t.Helper()
 	if !slices.Equal(got, want) {
-		t.Fatalf("%s destination: %d rows, source %d; rows it lacks %v; rows it should not have %v", dest, len(got), len(want), missing(want, got), missing(got, want))
+		t.Fatalf("%s destination: %d rows, source %d; rows it lacks %v; rows it should not have %v", dest, len(got), len(want), harness.Missing(want, got), harness.Missing(got, want))
 	}
 }

@@ -1,4 +1,4 @@
-package e2e
+package chaos
 
 import (
 	"bytes"
@@ -16,13 +16,13 @@ import (
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
 
-// TestMySQLResnapshotWhileStreaming is TestResnapshotWhileStreaming for a MariaDB source into Postgres: the
-// destination is damaged (rows deleted, rows changed, rows the source never had), rows are deleted at the source
-// without the binary log (sql_log_bin = 0, as a change the pipeline never saw), then a re-snapshot of
-// shop.orders is asked of a running sync while a writer inserts, updates (some keys too) and deletes; `skippr
-// sync` is SIGKILLed at random points of the copy, and at the end the destination must equal the source row by
-// row. Without the watermark filtering (chunk rows changed between the marks dropped) it fails: a chunk's stale
-// copy of a row would overwrite the change the binary log sent before it.
+// TestMySQLResnapshotWhileStreaming is TestResnapshotWhileStreaming (test/e2e) for a MariaDB source into Postgres:
+// the destination is damaged (rows deleted, rows changed, rows the source never had), rows are deleted at the
+// source without the binary log (sql_log_bin = 0, as a change the pipeline never saw), then a re-snapshot of
+// shop.orders is asked of a running sync while a writer inserts, updates (some keys too) and deletes; `skippr sync`
+// is SIGKILLed at random points of the copy, and at the end the destination must equal the source row by row.
+// Without the watermark filtering (chunk rows changed between the marks dropped) it fails: a chunk's stale copy of
+// a row would overwrite the change the binary log sent before it.
 func TestMySQLResnapshotWhileStreaming(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
