@@ -9,7 +9,7 @@ import (
 )
 
 // DefaultMemoryLimit is the memory_limit when the settings give none.
-const DefaultMemoryLimit = 1 << 30
+const DefaultMemoryLimit = 256 << 20
 
 // minMemoryLimit is the smallest cap accepted: below it the process's fixed cost (runtime, catalog, Parquet
 // writer buffers) leaves nothing to buffer rows in.

@@ -1,0 +1,140 @@
+package dest
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+)
+
+// The runs find the same replaced and surviving rows as the in-memory index's take/put, chunk by chunk: a key
+// touched by a later chunk loses the row an earlier chunk wrote, whatever the number of runs (limits that make a
+// run per record, and more runs than maxRuns, so they are compacted on the way) and with entries of an index
+// that went to disk part-way (chunk 0).
+func TestKeyRunsMatchInMemoryIndex(t *testing.T) {
+	cases := []struct {
+		name   string
+		limit  int64
+		chunks int
+		keys   int
+		before int // keys in the in-memory index when it went to disk
+	}{
+		{name: "one run", limit: 1 << 30, chunks: 20, keys: 200},
+		{name: "a run per record, compacted", limit: 1, chunks: 30, keys: 50},
+		{name: "a few runs per chunk", limit: 2000, chunks: 40, keys: 3000},
+		{name: "index in memory first", limit: 1500, chunks: 100, keys: 1000, before: 400},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, uint64(tc.keys)))
+			model := map[string]uint64{} // the in-memory index
+			var wantDead []uint64
+			var gotDead []uint64
+			kr := newKeyRuns(t.TempDir(), tc.limit, testLogger(t), func(loc uint64) { gotDead = append(gotDead, loc) })
+			next := uint64(0)
+			loc := func() uint64 { next++; return next<<posBits | next%7 }
+			key := func(i int) []byte {
+				if i%2 == 0 {
+					return appendIntKey(nil, int64(i)-int64(tc.keys/2))
+				}
+				return []byte(fmt.Sprintf("k%d", i))
+			}
+			for i := range tc.before {
+				k, l := key(rng.IntN(tc.keys)), loc()
+				if old, ok := model[string(k)]; ok {
+					wantDead = append(wantDead, old)
+				}
+				model[string(k)] = l
+				_ = i
+			}
+			if tc.before > 0 {
+				// What the index had handed over so far is not the runs' to find.
+				gotDead = append(gotDead, wantDead...)
+				for k, l := range model {
+					if err := kr.add([]byte(k), 0, l); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for range tc.chunks {
+				touched := map[string]bool{}
+				for range 1 + rng.IntN(tc.keys/5+1) {
+					touched[string(key(rng.IntN(tc.keys)))] = rng.IntN(3) > 0 // true: the chunk writes a row for it
+				}
+				for _, k := range slices.Sorted(maps.Keys(touched)) {
+					if old, ok := model[k]; ok {
+						wantDead = append(wantDead, old)
+						delete(model, k)
+					}
+					if err := kr.add([]byte(k), kr.chunk, noLoc); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, k := range slices.Sorted(maps.Keys(touched)) {
+					if !touched[k] {
+						continue
+					}
+					l := loc()
+					model[k] = l
+					if err := kr.add([]byte(k), kr.chunk, l); err != nil {
+						t.Fatal(err)
+					}
+				}
+				kr.chunk++
+			}
+			if tc.limit == 1 && kr.seq <= maxRuns {
+				t.Fatalf("only %d runs were written: the case does not reach compaction", kr.seq)
+			}
+			dir := kr.dir
+			live := map[string]uint64{}
+			if err := kr.resolve(func(k []byte, l uint64) error {
+				if _, dup := live[string(k)]; dup {
+					return fmt.Errorf("key %x survives twice", k)
+				}
+				live[string(k)] = l
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(wantDead)
+			slices.Sort(gotDead)
+			if !slices.Equal(wantDead, gotDead) {
+				t.Fatalf("dead rows: %d found, want %d", len(gotDead), len(wantDead))
+			}
+			if !maps.Equal(model, live) {
+				t.Fatalf("surviving rows: %d found, want %d", len(live), len(model))
+			}
+			if dir != "" {
+				if _, err := os.Stat(dir); !os.IsNotExist(err) {
+					t.Fatalf("spill directory %s is left after resolve: %v", dir, err)
+				}
+			}
+		})
+	}
+}
+
+func TestPosSet(t *testing.T) {
+	p := newPosSet(130)
+	for _, pos := range []int64{129, 0, 64, 63, 0, 129} {
+		p.add(pos)
+	}
+	if got, want := p.positions(), []int64{0, 63, 64, 129}; !slices.Equal(got, want) || p.n != 4 {
+		t.Fatalf("positions %v (n %d), want %v", got, p.n, want)
+	}
+}
+
+// dirEntries names what dir holds.
+func dirEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
