@@ -167,6 +167,7 @@ func (kr *keyRuns) resolve(live func(key []byte, loc uint64) error) error {
 	if err := kr.flush(); err != nil {
 		return err
 	}
+	kr.recs, kr.arena = nil, nil // the merge reads the runs alone: the buffer's memory is the commit's now
 	err := kr.merge(func(key []byte, group []keyRec) error {
 		last := group[len(group)-1].chunk
 		for _, r := range group {
