@@ -1,12 +1,19 @@
 package dest
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 )
 
 // The runs find the same replaced and surviving rows as the in-memory index's take/put, chunk by chunk: a key
@@ -137,4 +144,49 @@ func dirEntries(t *testing.T, dir string) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// A key index directory left in spill_dir by a killed process (its pid is gone) is removed when the next index
+// goes to disk; a live process's stays, and the index's own goes at its resolve.
+func TestKeyRunsSweepDeadProcesses(t *testing.T) {
+	spill := t.TempDir()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(spill, indexSpillPrefix+strconv.Itoa(cmd.Process.Pid)+"-1")
+	live := filepath.Join(spill, indexSpillPrefix+"1-1") // pid 1 is always alive
+	for _, d := range []string{dead, live} {
+		if err := os.MkdirAll(filepath.Join(d, "run-1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kr := newKeyRuns(spill, 1, testLogger(t), func(uint64) {})
+	if err := kr.add(appendIntKey(nil, 7), 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := kr.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Fatalf("the dead process's directory is still there: %v", err)
+	}
+	if err := kr.resolve(nil); err != nil {
+		t.Fatal(err)
+	}
+	if left := dirEntries(t, spill); !slices.Equal(left, []string{filepath.Base(live)}) {
+		t.Fatalf("spill_dir holds %q, want only the live process's directory", left)
+	}
+}
+
+// A spill_dir the index cannot write to fails the apply as a config fault whose fix names the setting.
+func TestKeyRunsSpillDirUnusable(t *testing.T) {
+	kr := newKeyRuns(filepath.Join(t.TempDir(), "missing"), 1, testLogger(t), func(uint64) {})
+	if err := kr.add(appendIntKey(nil, 7), 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	err := kr.flush()
+	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(fault.FixOf(err), "spill_dir") {
+		t.Fatalf("flush into a missing spill_dir: %v (fix %q)", err, fault.FixOf(err))
+	}
 }
