@@ -268,8 +268,8 @@ func (b *applyBuffer) fence(ctx context.Context, name string) (uint64, error) {
 }
 
 // room is what the buffer may hold now: the budget less what the key indexes take, which the same cap covers,
-// but never less than a quarter of the budget, so that chunks do not shrink to nothing once the indexes
-// outgrow the budget (past that point memory grows with the distinct keys written out).
+// but never less than a quarter of the budget, so that chunks do not shrink to nothing when several tables'
+// indexes add up (each goes to disk beyond about half the budget, keyruns.go, except a soft-delete table's).
 func (b *applyBuffer) room() int64 {
 	var index int64
 	for _, tb := range b.tables {
