@@ -81,10 +81,36 @@ func (ki *keyIndex) endChunk() error {
 	if ki.limit <= 0 || ki.bytes <= ki.limit/2 {
 		return nil
 	}
+	return ki.toDisk()
+}
+
+// shed lets go of what the index holds in memory, between chunks: an index in memory goes to disk, one on disk
+// writes its buffer out as a run and drops it. The apply calls it when the indexes of all its tables together
+// take more than their share (applyBuffer.shedIndexes). An index kept in memory (limit 0) keeps it.
+func (ki *keyIndex) shed() error {
+	if ki.limit <= 0 {
+		return nil
+	}
+	if ki.runs == nil {
+		if err := ki.toDisk(); err != nil {
+			return err
+		}
+	}
+	if err := ki.runs.flush(); err != nil {
+		return err
+	}
+	ki.runs.recs, ki.runs.arena = nil, nil
+	ki.bytes = 0
+	return nil
+}
+
+// toDisk moves an index in memory to runs: its entries become records older than any chunk to come.
+func (ki *keyIndex) toDisk() error {
 	kr := newKeyRuns(ki.dir, ki.limit, ki.log, ki.dead)
 	var buf []byte
 	for k, loc := range ki.ints {
-		if err := kr.add(appendIntKey(buf[:0], k), 0, loc); err != nil {
+		buf = appendIntKey(buf[:0], k)
+		if err := kr.add(buf, 0, loc); err != nil {
 			kr.close()
 			return err
 		}

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
 // The runs find the same replaced and surviving rows as the in-memory index's take/put, chunk by chunk: a key
@@ -188,5 +190,38 @@ func TestKeyRunsSpillDirUnusable(t *testing.T) {
 	err := kr.flush()
 	if !errors.Is(err, fault.ErrConfig) || !strings.Contains(fault.FixOf(err), "spill_dir") {
 		t.Fatalf("flush into a missing spill_dir: %v (fix %q)", err, fault.FixOf(err))
+	}
+}
+
+// The key indexes of all the tables an apply spills share one half of the budget: two tables whose indexes each
+// fit their own half but not together send one to disk, and both tables hold exactly the folded changes.
+func TestSpilledTablesShareIndexBudget(t *testing.T) {
+	e := newEnv(t, nil)
+	e.d.hooks.bufferBudget = 1      // every batch is a chunk of its own
+	e.d.hooks.indexLimit = 40 << 10 // half: 20 KiB, above one table's 300 keys (≈ 13 KiB), below two
+	e.d.hooks.spillDir = t.TempDir()
+	os := ordersSchema()
+	orders := func(stream string, op change.Op, from, to int) serve.Item {
+		var rs []row
+		for i := from; i < to; i++ {
+			if op == opD {
+				rs = append(rs, r(op, fmt.Sprintf("%s-%d", stream, i), nil))
+				continue
+			}
+			rs = append(rs, r(op, fmt.Sprintf("%s-%d", stream, i), i*(int(op)+1)))
+		}
+		return serve.Item{Stream: stream, Record: batch(t, os, rs...)}
+	}
+	e.apply(1, schemaItem("a", os), schemaItem("b", os),
+		orders("a", opI, 0, 300), orders("b", opI, 0, 300),
+		orders("a", opU, 50, 150), orders("b", opU, 100, 200),
+		orders("a", opD, 140, 160), orders("b", opI, 300, 320), orders("b", opU, 0, 10))
+	if n := e.d.indexSpills.Load(); n == 0 {
+		t.Fatal("no key index went to disk: the tables' indexes together passed their share")
+	}
+	e.check("a", "a", "order_id")
+	e.check("b", "b", "order_id")
+	if left := dirEntries(t, e.d.hooks.spillDir); len(left) > 0 {
+		t.Fatalf("spill_dir holds %q after the apply, want nothing", left)
 	}
 }
