@@ -38,7 +38,7 @@ const (
 	cappedGrowth = 64<<20 + cappedSlack
 	// cappedSlack is what the plugin's RSS may grow by beyond memory_limit during an apply: the binary's pages
 	// the apply touches first (Parquet, iceberg-go) and what the Go runtime holds outside the limit it keeps.
-	cappedSlack = 32 << 20
+	cappedSlack = 48 << 20
 )
 
 func bigSchema() *arrow.Schema {
