@@ -40,6 +40,8 @@ type Destination struct {
 	// commit (spill.go); tests read them.
 	retries atomic.Int64
 	spills  atomic.Int64
+	// indexSpills counts spilled tables whose key index went to disk (keyruns.go); tests read it.
+	indexSpills atomic.Int64
 	// resnapSpills counts re-snapshot ends whose key diff spilled to disk (keydiff.go); tests read it.
 	resnapSpills atomic.Int64
 	// hooks let tests stop an apply at the points a crash or a race matters.
@@ -60,6 +62,9 @@ type hooks struct {
 	// tests spill with a few keys; spillDir, when set, is where it spills (default: the system's temp directory).
 	resnapBudget int64
 	spillDir     string
+	// indexLimit, when positive, replaces the bytes a spilled table's key index may take in memory (the buffer
+	// budget) before it goes to disk; negative keeps it in memory.
+	indexLimit int64
 	// resnapDiffing runs when a re-snapshot's end has spilled both sides of its key diff, before it diffs them.
 	resnapDiffing func()
 }

@@ -406,7 +406,8 @@ func spillErr(err error) error {
 		"set the iceberg destination's spill_dir to a writable local directory with room for the table's key columns (about twice their size), or raise memory_limit")
 }
 
-// sweepSpills removes the spill directories in dir of processes that are gone (killed during an end).
+// sweepSpills removes the spill directories in dir of processes that are gone (killed during an end, or during
+// an apply whose key index was on disk: keyruns.go).
 func sweepSpills(dir string, log *slog.Logger) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -414,6 +415,9 @@ func sweepSpills(dir string, log *slog.Logger) {
 	}
 	for _, e := range ents {
 		rest, ok := strings.CutPrefix(e.Name(), spillPrefix)
+		if !ok {
+			rest, ok = strings.CutPrefix(e.Name(), indexSpillPrefix)
+		}
 		if !ok || !e.IsDir() {
 			continue
 		}
@@ -423,7 +427,7 @@ func sweepSpills(dir string, log *slog.Logger) {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			log.Warn("iceberg: could not remove the re-snapshot spill directory of a dead process", "dir", e.Name(), "err", err)
+			log.Warn("iceberg: could not remove the spill directory of a dead process", "dir", e.Name(), "err", err)
 		}
 	}
 }

@@ -245,7 +245,7 @@ func TestResnapshotSpillSweepsDeadProcesses(t *testing.T) {
 // BenchmarkResnapshotEnd measures the end mark's apply of a re-snapshot of a 1M-row table (id, a string) in a
 // local warehouse that removes 1% (10,000 rows the copy did not send): the keys of the files added since the
 // begin read back, the live keys scanned, the equality deletes written. in-memory diffs the keys in maps (the
-// default memory_limit, 1 GiB, leaves them room); spilled gives the diff 8 MiB, the share of memory_limit
+// default memory_limit, 256 MiB, leaves them room); spilled gives the diff 8 MiB, the share of memory_limit
 // 32MiB, so both sides are partitioned on disk; spilled/GOMEMLIMIT=32MiB also sets the Go runtime's memory limit
 // to 32 MiB during the end, as the plugin's main does from memory_limit, so the heap is collected before it
 // doubles. It reports the peak Go heap in use during the end (sampled

@@ -2,7 +2,9 @@ package dest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"log/slog"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -18,13 +20,21 @@ import (
 
 // keyIndex remembers, for each key an apply has written out so far, where its row is: the data file (its place
 // in spilledTable.files) and the row position, packed into one uint64. One integer key column, the common
-// case, is kept as an int64 (as change.Fold does); other keys by their change.Key encoding. It grows by about 20–40
-// bytes per distinct key written out, and is the part of an apply's memory that the buffer budget does not
-// bound.
+// case, is kept as an int64 (as change.Fold does); other keys by their change.Key encoding. In memory it takes
+// about 20–40 bytes per distinct key written out; once that passes half its share of the memory budget (limit),
+// it goes to disk as sorted runs (keyRuns) and is resolved by a merge at the commit, so that a range of any
+// size stays within memory_limit.
 type keyIndex struct {
-	ints  map[int64]uint64
-	encs  map[string]uint64
-	bytes int64 // estimated size, for the buffer budget
+	intKey bool
+	ints   map[int64]uint64
+	encs   map[string]uint64
+	bytes  int64 // estimated size, for the buffer budget
+
+	limit int64            // bytes the index may take in memory; 0: no limit
+	dir   string           // spill_dir
+	log   *slog.Logger     //
+	dead  func(loc uint64) // takes the rows a resolve of the runs finds replaced
+	runs  *keyRuns         // non-nil while the index is on disk
 }
 
 // Estimated bytes per entry: a map slot (key, value) at the load Go's maps keep, with their control bytes; an
@@ -39,12 +49,132 @@ const (
 	maxFile = 1<<(64-posBits) - 1
 )
 
-func newKeyIndex(c *changeSet) *keyIndex {
-	if len(c.keyIdx) == 1 && change.IntKeyType(c.keySchema.Field(0).Type) {
-		return &keyIndex{ints: map[int64]uint64{}}
-	}
-	return &keyIndex{encs: map[string]uint64{}}
+func newKeyIndex(c *changeSet, limit int64, dir string, log *slog.Logger, dead func(loc uint64)) *keyIndex {
+	ki := &keyIndex{limit: limit, dir: dir, log: log, dead: dead}
+	ki.intKey = len(c.keyIdx) == 1 && change.IntKeyType(c.keySchema.Field(0).Type)
+	ki.reset()
+	return ki
 }
+
+// reset empties the in-memory maps.
+func (ki *keyIndex) reset() {
+	ki.ints, ki.encs = nil, nil
+	if ki.intKey {
+		ki.ints = map[int64]uint64{}
+	} else {
+		ki.encs = map[string]uint64{}
+	}
+	ki.bytes = 0
+}
+
+// onDisk says the index is in runs: take and peek are not available until unspill.
+func (ki *keyIndex) onDisk() bool { return ki.runs != nil }
+
+// endChunk is called after each chunk: the next records belong to the next chunk, and an index in memory that
+// outgrew half its limit goes to disk, its entries as records older than any chunk to come.
+func (ki *keyIndex) endChunk() error {
+	if ki.runs != nil {
+		ki.runs.chunk++
+		ki.bytes = ki.runs.bytes()
+		return nil
+	}
+	if ki.limit <= 0 || ki.bytes <= ki.limit/2 {
+		return nil
+	}
+	return ki.toDisk()
+}
+
+// shed lets go of what the index holds in memory, between chunks: an index in memory goes to disk, one on disk
+// writes its buffer out as a run and drops it. The apply calls it when the indexes of all its tables together
+// take more than their share (applyBuffer.shedIndexes). An index kept in memory (limit 0) keeps it.
+func (ki *keyIndex) shed() error {
+	if ki.limit <= 0 {
+		return nil
+	}
+	if ki.runs == nil {
+		if err := ki.toDisk(); err != nil {
+			return err
+		}
+	}
+	if err := ki.runs.flush(); err != nil {
+		return err
+	}
+	ki.runs.recs, ki.runs.arena = nil, nil
+	ki.bytes = 0
+	return nil
+}
+
+// toDisk moves an index in memory to runs: its entries become records older than any chunk to come.
+func (ki *keyIndex) toDisk() error {
+	kr := newKeyRuns(ki.dir, ki.limit, ki.log, ki.dead)
+	var buf []byte
+	for k, loc := range ki.ints {
+		buf = appendIntKey(buf[:0], k)
+		if err := kr.add(buf, 0, loc); err != nil {
+			kr.close()
+			return err
+		}
+	}
+	for k, loc := range ki.encs {
+		if err := kr.add([]byte(k), 0, loc); err != nil {
+			kr.close()
+			return err
+		}
+	}
+	ki.reset()
+	ki.runs = kr
+	ki.bytes = kr.bytes()
+	return nil
+}
+
+// resolve hands the rows the runs hold as replaced to dead (the commit calls it once; an index in memory has
+// handed them over already, through take).
+func (ki *keyIndex) resolve() error {
+	if ki.runs == nil {
+		return nil
+	}
+	err := ki.runs.resolve(nil)
+	ki.runs = nil
+	ki.reset()
+	return err
+}
+
+// unspill brings an index on disk back into memory (the replaced rows go to dead), for the steps that look keys
+// up or walk the index: soft deletes of keys written by earlier chunks, and re-snapshot ends. Those keep it in
+// memory from then on, as before the index could spill, until it outgrows its limit again.
+func (ki *keyIndex) unspill() error {
+	if ki.runs == nil {
+		return nil
+	}
+	kr := ki.runs
+	ki.runs = nil
+	ki.reset()
+	return kr.resolve(func(key []byte, loc uint64) error {
+		if ki.intKey {
+			ki.ints[intKeyOf(key)] = loc
+			ki.bytes += intEntryBytes
+			return nil
+		}
+		ki.encs[string(key)] = loc
+		ki.bytes += encEntryBytes + int64(len(key))
+		return nil
+	})
+}
+
+// close removes the index's files, if any.
+func (ki *keyIndex) close() {
+	if ki.runs != nil {
+		ki.runs.close()
+		ki.runs = nil
+	}
+}
+
+// appendIntKey encodes an integer key for the runs, in an order the same as the integers'.
+func appendIntKey(b []byte, k int64) []byte {
+	return binary.BigEndian.AppendUint64(b, uint64(k)^1<<63)
+}
+
+func intKeyOf(b []byte) int64 { return int64(binary.BigEndian.Uint64(b) ^ 1<<63) }
 
 // keyCursor reads the keys of one batch.
 type keyCursor struct {
@@ -59,7 +189,7 @@ func (ki *keyIndex) keys(rec arrow.RecordBatch, keyIdx []int) (*keyCursor, error
 		cols[i] = rec.Column(c)
 	}
 	k := &keyCursor{ki: ki, key: change.NewKey(cols, nil)}
-	if ki.ints != nil && !k.key.IsInt() {
+	if ki.intKey && !k.key.IsInt() {
 		return nil, fmt.Errorf("key column is %s, not an integer as when the apply began", cols[0].DataType())
 	}
 	return k, nil
@@ -76,6 +206,9 @@ func (k *keyCursor) peek(r int) (file int, pos int64, ok bool, err error) {
 }
 
 func (k *keyCursor) find(r int, forget bool) (file int, pos int64, ok bool, err error) {
+	if k.ki.runs != nil {
+		return 0, 0, false, fmt.Errorf("key index: a lookup while the index is on disk")
+	}
 	var loc uint64
 	if k.ki.ints != nil {
 		key, err := k.key.Int(r)
@@ -98,12 +231,41 @@ func (k *keyCursor) find(r int, forget bool) (file int, pos int64, ok bool, err 
 	return int(loc >> posBits), int64(loc & (1<<posBits - 1)), ok, nil
 }
 
+// touch records, for an index on disk, that the current chunk holds a newer version of row r's key: the
+// resolve at the commit finds the row an earlier chunk wrote for it dead (what take does in memory).
+func (k *keyCursor) touch(r int) error {
+	return k.record(r, noLoc)
+}
+
+// record appends a record of row r's key to the runs.
+func (k *keyCursor) record(r int, loc uint64) error {
+	var err error
+	if k.ki.intKey {
+		key, err := k.key.Int(r)
+		if err != nil {
+			return err
+		}
+		k.buf = appendIntKey(k.buf[:0], key)
+	} else if k.buf, err = k.key.Append(k.buf[:0], r); err != nil {
+		return err
+	}
+	kr := k.ki.runs
+	if err := kr.add(k.buf, kr.chunk, loc); err != nil {
+		return err
+	}
+	k.ki.bytes = kr.bytes()
+	return nil
+}
+
 // put records that row r's key is at file, pos.
 func (k *keyCursor) put(r, file int, pos int64) error {
 	if file > maxFile || pos >= 1<<posBits {
 		return fmt.Errorf("file %d row %d is beyond the key index's range", file, pos)
 	}
 	loc := uint64(file)<<posBits | uint64(pos)
+	if k.ki.runs != nil {
+		return k.record(r, loc)
+	}
 	// A key is put once per file: fold left one version of it per chunk, and take removed the earlier one.
 	if k.ki.ints != nil {
 		key, err := k.key.Int(r)

@@ -8,8 +8,10 @@ import (
 	"strings"
 )
 
-// DefaultMemoryLimit is the memory_limit when the settings give none.
-const DefaultMemoryLimit = 1 << 30
+// DefaultMemoryLimit is the memory_limit when the settings give none: issue #31's bound for every destination.
+// A range of any size keeps within it (the key index spills to disk, keyruns.go); what it costs is apply time
+// (BENCHMARKS.md, the backlog table).
+const DefaultMemoryLimit = 256 << 20
 
 // minMemoryLimit is the smallest cap accepted: below it the process's fixed cost (runtime, catalog, Parquet
 // writer buffers) leaves nothing to buffer rows in.

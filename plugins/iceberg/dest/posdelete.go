@@ -46,7 +46,7 @@ func (st *spilledTable) writePositionDeletes(ctx context.Context) ([]iceberg.Dat
 		w := dv.NewDVWriter(st.a.fs, func(id int32) *iceberg.PartitionSpec { return meta.PartitionSpecByID(int(id)) })
 		for _, f := range files {
 			df := st.files[f]
-			if err := w.Add(df.FilePath(), st.posDels[f], df.SpecID(), df.Partition()); err != nil {
+			if err := w.Add(df.FilePath(), st.posDels[f].positions(), df.SpecID(), df.Partition()); err != nil {
 				return nil, err
 			}
 		}
@@ -59,7 +59,7 @@ func (st *spilledTable) writePositionDeletes(ctx context.Context) ([]iceberg.Dat
 		if spec == nil {
 			return nil, fmt.Errorf("data file %s: partition spec %d is not in the table", df.FilePath(), df.SpecID())
 		}
-		del, err := writePositionDeleteFile(ctx, st.a.fs, locs.NewDataLocation(uuid.NewString()+"-pos-deletes.parquet"), *spec, df, st.posDels[f])
+		del, err := writePositionDeleteFile(ctx, st.a.fs, locs.NewDataLocation(uuid.NewString()+"-pos-deletes.parquet"), *spec, df, st.posDels[f].positions())
 		if err != nil {
 			return nil, fmt.Errorf("position deletes of %s: %w", df.FilePath(), err)
 		}

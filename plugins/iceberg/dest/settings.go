@@ -38,10 +38,10 @@ type Settings struct {
 	// AutoCompact, when set, compacts a table right after an apply left it with more files than it allows.
 	AutoCompact *AutoCompact `json:"auto_compact"`
 	// MemoryLimit caps the process's memory (memlimit.go): rows beyond a share of it are written out as
-	// uncommitted files during an apply. Default 1 GiB; NoMemoryLimit holds every apply whole.
+	// uncommitted files during an apply. Default 256 MiB (issue #31's bound); NoMemoryLimit holds every apply whole.
 	MemoryLimit ByteSize `json:"memory_limit"`
-	// SpillDir is the local directory where a re-snapshot's end writes the keys that outgrow the memory budget
-	// (keydiff.go); "" is the system's temp directory.
+	// SpillDir is the local directory where the keys that outgrow the memory budget go: a spilled apply's key
+	// index (keyruns.go) and a re-snapshot end's key diff (keydiff.go); "" is the system's temp directory.
 	SpillDir string `json:"spill_dir"`
 	// Settings are soft_delete, metadata_columns, history and their per-stream table_options
 	// (plugin-sdk/rowmeta; rowmeta.go, history.go), decided per stream with For.
@@ -144,8 +144,8 @@ const SettingsSchema = `{
     "target_file_size": {"type": "integer", "minimum": 1048576, "description": "bytes per data file (default 134217728)"},
     "format_version": {"enum": [2, 3], "description": "format version of new tables (default 2)"},
     "upsert_inserts": {"type": "boolean", "description": "inserts and snapshot reads replace rows with the same key"},
-    "memory_limit": {"oneOf": [{"type": "integer", "minimum": 33554432}, {"type": "string", "pattern": "^\\s*([0-9]+\\s*([KMGT]i?B|B)?|[oO][fF][fF])\\s*$"}], "description": "memory cap of the plugin process: bytes, or \"512MiB\", \"2GiB\"; \"off\" holds each apply whole (default 1GiB)"},
-    "spill_dir": {"type": "string", "description": "local directory where a re-snapshot's end spills the keys that outgrow memory_limit (default: the system's temp directory, TMPDIR)"},
+    "memory_limit": {"oneOf": [{"type": "integer", "minimum": 33554432}, {"type": "string", "pattern": "^\\s*([0-9]+\\s*([KMGT]i?B|B)?|[oO][fF][fF])\\s*$"}], "description": "memory cap of the plugin process: bytes, or \"512MiB\", \"2GiB\"; \"off\" holds each apply whole (default 256MiB)"},
+    "spill_dir": {"type": "string", "description": "local directory where the keys that outgrow memory_limit spill: an apply's key index and a re-snapshot end's key diff (default: the system's temp directory, TMPDIR)"},
     ` + rowmeta.SchemaProperties + `,
     "auto_compact": {
       "type": "object",

@@ -56,7 +56,7 @@ func TestParseSettings(t *testing.T) {
 			}
 		}},
 		{name: "memory_limit default", raw: `{"catalog": {"warehouse": "/x"}}`, check: func(t *testing.T, s Settings) {
-			if s.MemoryLimit != 1<<30 || s.bufferBudget() != 256<<20 {
+			if s.MemoryLimit != 256<<20 || s.bufferBudget() != 64<<20 {
 				t.Fatalf("memory_limit %d, budget %d", s.MemoryLimit, s.bufferBudget())
 			}
 		}},

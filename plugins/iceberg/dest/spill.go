@@ -28,7 +28,8 @@ import (
 //     commit's sequence number, so they never touch the rows written beside them);
 //   - a key written out by an earlier chunk of the same apply has its row there removed by a position delete
 //     (file + row position), since equality deletes do not reach files of their own commit. keyIndex remembers
-//     where each written key's row is.
+//     where each written key's row is; beyond its share of the memory budget it does so on disk and finds the
+//     replaced rows at the commit (keyruns.go).
 type spilledTable struct {
 	d   *Destination
 	oc  *openCatalog
@@ -41,7 +42,7 @@ type spilledTable struct {
 	index   *keyIndex     // nil for a table without a key (append-only)
 	files   []iceberg.DataFile
 	eqDels  []iceberg.DataFile
-	posDels map[int][]int64 // data file (place in files) -> positions of rows a later chunk replaced
+	posDels map[int]*posSet // data file (place in files) -> positions of rows a later chunk replaced
 	rows    int64
 	schema  *iceberg.Schema // the staged schema the last chunk was written in
 }
@@ -73,6 +74,11 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 	if err != nil {
 		return err
 	}
+	if len(closed) > 0 && st.index != nil {
+		if err := st.index.unspill(); err != nil {
+			return err
+		}
+	}
 	var unreceived []uint64
 	for _, received := range closed {
 		unreceived = append(unreceived, st.dropUnreceived(received)...)
@@ -84,7 +90,13 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 	defer fo.release()
 	if len(c.keyIdx) > 0 {
 		if st.index == nil {
-			st.index = newKeyIndex(c)
+			st.index = newKeyIndex(c, st.indexLimit(), st.spillDir(), st.d.log(), st.deadLoc)
+		}
+		if len(unreceived) > 0 || len(fo.lookup) > 0 {
+			// Both walk or look up the index: bring it back into memory (a soft-delete table never spills it).
+			if err := st.index.unspill(); err != nil {
+				return err
+			}
 		}
 		if len(fo.lookup) > 0 {
 			if err := st.softDeleteWritten(ctx, c, fo); err != nil {
@@ -115,13 +127,23 @@ func (st *spilledTable) add(ctx context.Context, items []serve.Item) error {
 		}
 		st.files = append(st.files, df)
 	}
+	if st.index != nil {
+		was := st.index.onDisk()
+		if err := st.index.endChunk(); err != nil {
+			return err
+		}
+		if !was && st.index.onDisk() {
+			st.d.indexSpills.Add(1)
+		}
+	}
 	st.rows += fo.rows
 	st.schema = c.staged.Schema()
 	return nil
 }
 
 // supersede turns every key of the chunk that an earlier chunk wrote out into a position delete of that row:
-// whatever its op, the chunk holds a newer version.
+// whatever its op, the chunk holds a newer version. With the index on disk it records the keys instead, and the
+// commit's resolve finds those rows.
 func (st *spilledTable) supersede(c *changeSet) error {
 	for _, b := range c.batches {
 		keys, err := st.index.keys(b.rec, c.keyIdx)
@@ -129,19 +151,62 @@ func (st *spilledTable) supersede(c *changeSet) error {
 			return err
 		}
 		for r := range b.ops {
+			if st.index.onDisk() {
+				if err := keys.touch(r); err != nil {
+					return fmt.Errorf("stream %s: row %d: %w", st.g.stream, r, err)
+				}
+				continue
+			}
 			file, pos, ok, err := keys.take(r)
 			if err != nil {
 				return fmt.Errorf("stream %s: row %d: %w", st.g.stream, r, err)
 			}
 			if ok {
-				if st.posDels == nil {
-					st.posDels = map[int][]int64{}
-				}
-				st.posDels[file] = append(st.posDels[file], pos)
+				st.deadAt(file, pos)
 			}
 		}
 	}
 	return nil
+}
+
+// deadAt notes that the row at pos of files[file] was replaced by a later chunk: a position delete.
+func (st *spilledTable) deadAt(file int, pos int64) {
+	if st.posDels == nil {
+		st.posDels = map[int]*posSet{}
+	}
+	ps := st.posDels[file]
+	if ps == nil {
+		ps = newPosSet(st.files[file].Count())
+		st.posDels[file] = ps
+	}
+	ps.add(pos)
+}
+
+// deadLoc is deadAt for a location as the key index packs it.
+func (st *spilledTable) deadLoc(loc uint64) {
+	st.deadAt(int(loc>>posBits), int64(loc&(1<<posBits-1)))
+}
+
+// indexLimit is the bytes the key index may take in memory: the buffer budget (it spills beyond half of it, so
+// the buffer keeps at least half), none for a soft-delete table, whose chunks look written keys up.
+func (st *spilledTable) indexLimit() int64 {
+	switch {
+	case st.g.meta.SoftDelete:
+		return 0
+	case st.d.hooks.indexLimit != 0:
+		return max(st.d.hooks.indexLimit, 0)
+	case st.d.hooks.bufferBudget > 0:
+		return st.d.hooks.bufferBudget
+	}
+	return st.s.bufferBudget()
+}
+
+// spillDir is where the key index spills: spill_dir, or the test's.
+func (st *spilledTable) spillDir() string {
+	if st.d.hooks.spillDir != "" {
+		return st.d.hooks.spillDir
+	}
+	return st.s.SpillDir
 }
 
 // commit writes the position deletes and commits every file of the table's part in one transaction,
@@ -149,6 +214,13 @@ func (st *spilledTable) supersede(c *changeSet) error {
 func (st *spilledTable) commit(ctx context.Context) (tableResult, error) {
 	if st.skipped {
 		return tableResult{skipped: true}, nil
+	}
+	if st.index != nil {
+		// The rows replaced that the index knows of only on disk: found now, once.
+		if err := st.index.resolve(); err != nil {
+			st.cleanup(context.WithoutCancel(ctx))
+			return tableResult{}, fmt.Errorf("stream %s: resolve the key index: %w", st.g.stream, err)
+		}
 	}
 	files := st.dropDeadFiles()
 	posFiles, err := st.writePositionDeletes(ctx)
@@ -200,12 +272,10 @@ func (st *spilledTable) commit(ctx context.Context) (tableResult, error) {
 func (st *spilledTable) dropDeadFiles() []iceberg.DataFile {
 	var live []iceberg.DataFile
 	for i, df := range st.files {
-		pos := st.posDels[i]
-		if int64(len(pos)) < df.Count() {
+		if pos := st.posDels[i]; pos == nil || pos.n < df.Count() {
 			live = append(live, df)
 			continue
 		}
-		// A row is replaced at most once (take forgets it), so len(pos) == Count means all of them.
 		delete(st.posDels, i)
 		if err := st.a.fs.Remove(df.FilePath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			st.d.log().Warn("iceberg: could not remove a data file whose rows were all replaced; it is an orphan for compaction to delete", "file", df.FilePath(), "err", err)
@@ -265,6 +335,9 @@ func (st *spilledTable) rebase(ctx context.Context, attempt int) (skipped bool, 
 
 // cleanup removes every file the table's part wrote, the spilled ones too.
 func (st *spilledTable) cleanup(ctx context.Context) {
+	if st.index != nil {
+		st.index.close()
+	}
 	if st.a != nil && st.a.fs != nil {
 		st.a.cleanup(ctx)
 	}
@@ -317,11 +390,7 @@ func (st *spilledTable) dropUnreceived(received map[string]struct{}) (dropped []
 	}
 	drop := func(loc uint64) {
 		dropped = append(dropped, loc)
-		if st.posDels == nil {
-			st.posDels = map[int][]int64{}
-		}
-		file := int(loc >> posBits)
-		st.posDels[file] = append(st.posDels[file], int64(loc&(1<<posBits-1)))
+		st.deadLoc(loc)
 	}
 	var buf []byte
 	for k, loc := range st.index.ints {

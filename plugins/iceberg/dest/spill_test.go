@@ -134,78 +134,95 @@ func TestSpillMatchesWholeApply(t *testing.T) {
 			applies: [][]spillBatch{{rows(r(opI, "x")), rows(r(opI, "y")), rows(r(opI, "x"))}}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			whole := map[string]any{"memory_limit": "off"}
-			for k, v := range tc.settings {
-				whole[k] = v
+		// The key index in memory, and on disk from the first chunk on (keyruns.go): the same rows either way.
+		for _, onDisk := range []bool{false, true} {
+			name := tc.name + ", key index in memory"
+			if onDisk {
+				name = tc.name + ", key index on disk"
 			}
-			spilled := newEnv(t, tc.settings)
-			spilled.d.hooks.bufferBudget = 1 // every batch is a chunk of its own
-			plain := newEnv(t, whole)
-			for i, ap := range tc.applies {
-				var its []serve.Item
-				if i == 0 {
-					its = append(its, schemaItem(tc.stream, tc.schema))
+			t.Run(name, func(t *testing.T) {
+				whole := map[string]any{"memory_limit": "off"}
+				for k, v := range tc.settings {
+					whole[k] = v
 				}
-				for _, b := range ap {
-					if b.truncate {
-						its = append(its, serve.Item{Stream: tc.stream, Truncate: true})
-						continue
+				spilled := newEnv(t, tc.settings)
+				spilled.d.hooks.bufferBudget = 1 // every batch is a chunk of its own
+				spilled.d.hooks.spillDir = t.TempDir()
+				if !onDisk {
+					spilled.d.hooks.indexLimit = -1
+				}
+				plain := newEnv(t, whole)
+				for i, ap := range tc.applies {
+					var its []serve.Item
+					if i == 0 {
+						its = append(its, schemaItem(tc.stream, tc.schema))
 					}
-					sc := tc.schema
-					if b.schema != nil {
-						sc = b.schema
-						its = append(its, schemaItem(tc.stream, sc))
+					for _, b := range ap {
+						if b.truncate {
+							its = append(its, serve.Item{Stream: tc.stream, Truncate: true})
+							continue
+						}
+						sc := tc.schema
+						if b.schema != nil {
+							sc = b.schema
+							its = append(its, schemaItem(tc.stream, sc))
+						}
+						its = append(its, serve.Item{Stream: tc.stream, Record: batch(t, sc, b.rows...)})
 					}
-					its = append(its, serve.Item{Stream: tc.stream, Record: batch(t, sc, b.rows...)})
-				}
-				for _, e := range []*env{spilled, plain} {
-					if res := e.apply(uint64(i+1), its...); res.Skipped {
-						t.Fatalf("apply %d skipped", i+1)
+					for _, e := range []*env{spilled, plain} {
+						if res := e.apply(uint64(i+1), its...); res.Skipped {
+							t.Fatalf("apply %d skipped", i+1)
+						}
 					}
 				}
-			}
-			if n := spilled.d.spills.Load(); n == 0 {
-				t.Fatal("nothing was spilled: the test does not test spilling")
-			}
-			if n := plain.d.spills.Load(); n != 0 {
-				t.Fatalf("memory_limit off spilled %d times", n)
-			}
-			var key []string
-			if tc.key != "" {
-				key = []string{tc.key}
-				spilled.check(tc.stream, tc.stream, key...)
-				plain.check(tc.stream, tc.stream, key...)
-			} else {
-				// Without a key rows are told apart by content; both tables must hold the same multiset.
-				if a, b := scanStrings(t, spilled, tc.stream), scanStrings(t, plain, tc.stream); !reflect.DeepEqual(a, b) || len(a) != 3 {
-					t.Fatalf("spilled %v, whole %v", a, b)
+				if n := spilled.d.spills.Load(); n == 0 {
+					t.Fatal("nothing was spilled: the test does not test spilling")
 				}
-			}
-			if pos, _ := deleteFileKinds(t, spilled, tc.stream); (pos > 0) != tc.wantPos {
-				t.Fatalf("%d position delete files, want some: %v", pos, tc.wantPos)
-			}
-			if data, _ := tableFiles(t, spilled.table(tc.stream)); tc.wantDataFiles > 0 && len(data) != tc.wantDataFiles {
-				t.Fatalf("%d data files, want %d", len(data), tc.wantDataFiles)
-			}
-			if pos, _ := deleteFileKinds(t, plain, tc.stream); pos != 0 {
-				t.Fatalf("the whole apply wrote %d position delete files", pos)
-			}
-			// One commit per apply, spilled or not.
-			if a, b := len(spilled.table(tc.stream).Metadata().Snapshots()), len(plain.table(tc.stream).Metadata().Snapshots()); a != b {
-				t.Fatalf("spilled table has %d snapshots, whole %d", a, b)
-			}
-			if a := spilled.lastApplied(); a.Sequence != uint64(len(tc.applies)) {
-				t.Fatalf("last applied %d, want %d", a.Sequence, len(tc.applies))
-			}
-			live := liveFiles(t, spilled, tc.stream)
-			if tc.truncates {
-				return
-			}
-			if on := parquetFiles(t, spilled.table(tc.stream).Location()); !slices.Equal(on, filter(live, ".parquet")) {
-				t.Fatalf("files on disk are not exactly the live files:\non disk %q\nlive    %q", on, live)
-			}
-		})
+				if n := spilled.d.indexSpills.Load(); (n > 0) != (onDisk && tc.key != "") {
+					t.Fatalf("the key index went to disk %d times, want some: %v", n, onDisk && tc.key != "")
+				}
+				if left := dirEntries(t, spilled.d.hooks.spillDir); len(left) > 0 {
+					t.Fatalf("spill_dir holds %q after the applies, want nothing", left)
+				}
+				if n := plain.d.spills.Load(); n != 0 {
+					t.Fatalf("memory_limit off spilled %d times", n)
+				}
+				var key []string
+				if tc.key != "" {
+					key = []string{tc.key}
+					spilled.check(tc.stream, tc.stream, key...)
+					plain.check(tc.stream, tc.stream, key...)
+				} else {
+					// Without a key rows are told apart by content; both tables must hold the same multiset.
+					if a, b := scanStrings(t, spilled, tc.stream), scanStrings(t, plain, tc.stream); !reflect.DeepEqual(a, b) || len(a) != 3 {
+						t.Fatalf("spilled %v, whole %v", a, b)
+					}
+				}
+				if pos, _ := deleteFileKinds(t, spilled, tc.stream); (pos > 0) != tc.wantPos {
+					t.Fatalf("%d position delete files, want some: %v", pos, tc.wantPos)
+				}
+				if data, _ := tableFiles(t, spilled.table(tc.stream)); tc.wantDataFiles > 0 && len(data) != tc.wantDataFiles {
+					t.Fatalf("%d data files, want %d", len(data), tc.wantDataFiles)
+				}
+				if pos, _ := deleteFileKinds(t, plain, tc.stream); pos != 0 {
+					t.Fatalf("the whole apply wrote %d position delete files", pos)
+				}
+				// One commit per apply, spilled or not.
+				if a, b := len(spilled.table(tc.stream).Metadata().Snapshots()), len(plain.table(tc.stream).Metadata().Snapshots()); a != b {
+					t.Fatalf("spilled table has %d snapshots, whole %d", a, b)
+				}
+				if a := spilled.lastApplied(); a.Sequence != uint64(len(tc.applies)) {
+					t.Fatalf("last applied %d, want %d", a.Sequence, len(tc.applies))
+				}
+				live := liveFiles(t, spilled, tc.stream)
+				if tc.truncates {
+					return
+				}
+				if on := parquetFiles(t, spilled.table(tc.stream).Location()); !slices.Equal(on, filter(live, ".parquet")) {
+					t.Fatalf("files on disk are not exactly the live files:\non disk %q\nlive    %q", on, live)
+				}
+			})
+		}
 	}
 }
 

@@ -276,8 +276,8 @@ func (b *applyBuffer) fence(ctx context.Context, name string) (uint64, error) {
 }
 
 // room is what the buffer may hold now: the budget less what the key indexes take, which the same cap covers,
-// but never less than a quarter of the budget, so that chunks do not shrink to nothing once the indexes
-// outgrow the budget (past that point memory grows with the distinct keys written out).
+// but never less than a quarter of the budget, so that chunks do not shrink to nothing when several tables'
+// indexes add up (each goes to disk beyond about half the budget, keyruns.go, except a soft-delete table's).
 func (b *applyBuffer) room() int64 {
 	var index int64
 	for _, tb := range b.tables {
@@ -307,12 +307,45 @@ func (b *applyBuffer) spill(ctx context.Context) error {
 		if err := big.sp.add(ctx, big.g.items); err != nil {
 			return fmt.Errorf("table %s: spill: %w", big.g.table, err)
 		}
+		if err := b.shedIndexes(); err != nil {
+			return fmt.Errorf("table %s: spill: %w", big.g.table, err)
+		}
 		b.d.spills.Add(1)
 		big.releaseItems()
 		b.bytes -= big.bytes
 		big.bytes = 0
 	}
 	return nil
+}
+
+// shedIndexes keeps the key indexes of all spilled tables within half the budget together (each keeps itself
+// within half on its own): the largest goes to disk, or writes its run buffer out, until they fit. Without it,
+// an apply spilling many tables would hold an index share per table.
+func (b *applyBuffer) shedIndexes() error {
+	for {
+		var total int64
+		var big *spilledTable
+		for _, tb := range b.tables {
+			if tb.sp == nil || tb.sp.index == nil {
+				continue
+			}
+			ki := tb.sp.index
+			total += ki.bytes
+			if ki.limit > 0 && ki.bytes > 0 && (big == nil || ki.bytes > big.index.bytes) {
+				big = tb.sp
+			}
+		}
+		if big == nil || total <= big.indexLimit()/2 {
+			return nil
+		}
+		was := big.index.onDisk()
+		if err := big.index.shed(); err != nil {
+			return fmt.Errorf("table %s: %w", big.g.table, err)
+		}
+		if !was && big.index.onDisk() {
+			b.d.indexSpills.Add(1)
+		}
+	}
 }
 
 // truncate forgets the table's rows buffered or written out so far in this apply, keeping its schema changes
