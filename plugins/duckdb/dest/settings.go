@@ -80,7 +80,7 @@ const SettingsSchema = `{
   "properties": {
     "path": {"type": "string", "minLength": 1, "description": "the .duckdb file (created on first use, with its directory)"},
     "schema": {"type": "string", "minLength": 1, "default": "main", "description": "schema of the tables and of the _skippr_state table (created when missing)"},
-    "memory_limit": {"type": "string", "default": "256MiB", "description": "DuckDB's memory_limit for the database (e.g. 1GiB; default 256MiB): DuckDB spills beyond it to the file's .tmp directory, and a coalesced range is committed in parts of a quarter of it; the plugin process's RSS stays under the limit plus its idle RSS (about 70 MiB) and what DuckDB allocates outside the limit (measured 110–130 MiB)"},
+    "memory_limit": {"type": "string", "default": "256MiB", "description": "DuckDB's memory_limit for the database (e.g. 1GiB; default 256MiB): DuckDB spills beyond it to the file's .tmp directory, and a coalesced range is committed in parts of a quarter of it; the plugin process's RSS is the limit plus its idle RSS (about 70 MiB) plus what DuckDB allocates outside the limit, which grows with the table (README, Memory)"},
     ` + rowmeta.SchemaProperties + `
   }
 }`
