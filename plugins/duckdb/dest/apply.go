@@ -16,6 +16,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/util"
 	"github.com/duckdb/duckdb-go/v2"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
@@ -65,6 +66,8 @@ type applier struct {
 	state serve.Applied
 	done  uint64
 	inTx  bool
+	// txBytes counts the Arrow bytes of the entries written into the open transaction.
+	txBytes int64
 	// dirty holds the streams whose tables the open transaction has written rows of (or deleted rows from);
 	// flushed the streams the range has written; owner, per lower-cased table, the stream writing it.
 	dirty   map[string]bool
@@ -141,6 +144,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 	segs := []*segment{newSegment()}
 	defer func() { releaseSegments(segs) }()
 	var entryStreams []string
+	var entryBytes int64
 	a.histSeq = nil // numbered afresh: a retried apply writes its entries again from seq 0
 	for st, err := range req.Entries(fence) {
 		if err != nil {
@@ -156,6 +160,16 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 				a.flushed[s] = true
 			}
 			entryStreams = entryStreams[:0]
+			a.txBytes += entryBytes
+			entryBytes = 0
+			// An open transaction keeps its changes' undo and version data until it commits, and under
+			// memory_limit DuckDB ran out of room for it (BENCHMARKS.md): a part's worth is committed with
+			// its own fence, so the transaction holds at most a part whatever the range.
+			if a.txBytes >= a.s.PartBytes() && it.Sequence < req.Sequence {
+				if err := a.commitPart(ctx, req.Pipeline, req.Sequence, "memory"); err != nil {
+					return res, err
+				}
+			}
 			releaseSegments(segs)
 			segs = []*segment{newSegment()}
 			continue
@@ -187,6 +201,7 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 				return res, fmt.Errorf("stream %s: %w", it.Stream, err)
 			}
 			res.Rows += it.Record.NumRows()
+			entryBytes += util.TotalRecordSize(it.Record)
 		default:
 			return res, fmt.Errorf("stream %s: item holds neither a batch nor a schema", it.Stream)
 		}
@@ -280,15 +295,9 @@ func (a *applier) writeEntry(ctx context.Context, pipeline string, last, seq uin
 	if split && a.state.Sequence < a.done {
 		// a.dirty is empty after a commit, and within one entry every alter precedes every write: after
 		// this commit no alter of the entry follows a write in its transaction.
-		if err := a.commit(ctx, pipeline, a.done); err != nil {
+		if err := a.commitPart(ctx, pipeline, last, "schema change"); err != nil {
 			return err
 		}
-		a.log.Debug("range split before a schema change", "range_end", last, "committed", a.done, "entry", seq)
-		if err := a.exec(ctx, "BEGIN TRANSACTION"); err != nil {
-			return fmt.Errorf("database %s: begin: %w", a.s.Path, err)
-		}
-		a.inTx = true
-		a.dirty = map[string]bool{}
 	}
 	for _, r := range renamed {
 		if err := a.renameTable(ctx, r.from, r.to); err != nil {
@@ -321,6 +330,23 @@ func (a *applier) writeEntry(ctx context.Context, pipeline string, last, seq uin
 	}
 	a.done = seq
 	clear(a.filled) // only rows of the entry that added a column predate it
+	return nil
+}
+
+// commitPart commits the entries written so far with their own fence (a.done) and begins a new transaction
+// for the rest of the range (number last): a replay after a crash between the two skips the committed entries
+// (Range.Entries) and applies the rest once.
+func (a *applier) commitPart(ctx context.Context, pipeline string, last uint64, why string) error {
+	if err := a.commit(ctx, pipeline, a.done); err != nil {
+		return err
+	}
+	a.log.Debug("range committed in parts", "why", why, "range_end", last, "committed", a.done, "bytes", a.txBytes)
+	if err := a.exec(ctx, "BEGIN TRANSACTION"); err != nil {
+		return fmt.Errorf("database %s: begin: %w", a.s.Path, err)
+	}
+	a.inTx = true
+	a.dirty = map[string]bool{}
+	a.txBytes = 0
 	return nil
 }
 
@@ -793,9 +819,6 @@ func isOutOfMemory(err error) bool {
 // plugin leaves temp_directory at DuckDB's default for a file, <path>.tmp), but a primary key's index must fit.
 func (a *applier) outOfMemory(err error) error {
 	limit := "memory_limit " + a.s.MemoryLimit
-	if a.s.MemoryLimit == "" {
-		limit = "memory_limit unset (DuckDB's default, 80% of RAM)"
-	}
 	where := "table " + a.writing
 	if a.writing == "" {
 		where = "committing tables " + strings.Join(a.written, ", ")
@@ -804,5 +827,5 @@ func (a *applier) outOfMemory(err error) error {
 	return fault.ConfigErr(
 		fmt.Errorf("database %s: %s: DuckDB ran out of memory under %s (it spills table data beyond the limit to %s, but a table's primary-key index must fit in memory): %w",
 			a.s.Path, where, limit, tmp, err),
-		fmt.Sprintf("raise the connection's memory_limit (or remove it to use DuckDB's default, 80%% of RAM) so that the primary-key indexes of the tables fit, and keep free disk space for %s; the restarted pipeline applies the same range again", tmp))
+		fmt.Sprintf("raise the connection's memory_limit (default %s) so that the primary-key indexes of the tables fit, and keep free disk space for %s; the restarted pipeline applies the same range again", DefaultMemoryLimit, tmp))
 }

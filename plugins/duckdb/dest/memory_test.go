@@ -2,6 +2,7 @@ package dest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -31,8 +32,8 @@ func TestApplyHoldsOneEntry(t *testing.T) {
 	h.wantRows(fmt.Sprintf(`SELECT count(*), min(name) LIKE '%%-%d' FROM users`, entries), fmt.Sprintf("%d|true", perEntry))
 }
 
-// TestMemoryLimitIsDuckDBs: the memory_limit setting becomes the database's, in place of DuckDB's 80% of RAM
-// (under which an open apply transaction kept a 1 GiB range in memory); a range larger than a tight limit still
+// TestMemoryLimitIsDuckDBs: the memory_limit setting becomes the database's, 256MiB when unset, in place of
+// DuckDB's 80% of RAM (under which an open apply transaction kept a 1 GiB range in memory); a range larger than a tight limit still
 // applies (DuckDB writes what is beyond it to the file's .tmp directory); a bad size is refused.
 func TestMemoryLimitIsDuckDBs(t *testing.T) {
 	for _, tc := range []struct {
@@ -40,6 +41,7 @@ func TestMemoryLimitIsDuckDBs(t *testing.T) {
 		rows                   int
 	}{
 		{name: "set, a range above it", limit: "24MiB", want: "24.0 MiB", rows: 400_000},
+		{name: "default", want: "256.0 MiB", rows: 1000},
 		{name: "not a size", limit: "lots", err: `memory_limit "lots" is not a size`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,4 +142,73 @@ func TestOutOfMemoryIsConfigFault(t *testing.T) {
 	}
 	// Nothing of the range landed: the apply's transaction rolled back whole.
 	h.wantRows(`SELECT count(*) FROM duckdb_tables() WHERE table_name = 'users'`, "0")
+}
+
+// TestRangeCommittedInParts: a range whose batches outgrow PartBytes (memory_limit 16MiB: parts of 4 MiB) is
+// committed in parts, each with its fence at the entry it ends on, so a range that fails part-way keeps the
+// parts committed before, and its replay skips them and applies the rest once. Before, the whole range was one
+// transaction (the fence stayed 0 after the failure) and DuckDB held all of it (BENCHMARKS.md).
+func TestRangeCommittedInParts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dest.duckdb")
+	raw, _ := json.Marshal(map[string]string{"path": path, "memory_limit": "16MiB"})
+	dest := &Destination{}
+	h := &harness{t: t, d: serve.NewSessions(dest), dest: dest, path: path, settings: raw}
+	t.Cleanup(func() { h.d.Close() })
+	const rows, entries, failAt = 120_000, 10, 7 // ≈ 1.5 MiB of batches an entry: parts of 3 entries
+	req := serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: 1, Sequence: entries}
+	broken := func(yield func(serve.Item, error) bool) {
+		for it, err := range bigRange(rows, entries) {
+			if it.Sequence == failAt {
+				yield(serve.Item{}, errors.New("the engine's stream broke"))
+				return
+			}
+			if !yield(it, err) {
+				return
+			}
+		}
+	}
+	_, err := h.d.ApplyStream(ctx(t), req, broken)
+	if err == nil {
+		t.Fatal("a range whose stream broke applied")
+	}
+	t.Logf("apply: %v", err)
+	la, err := h.d.LastApplied(ctx(t), raw, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.Sequence == 0 || la.Sequence >= failAt {
+		t.Fatalf("fence %d after a range that broke at entry %d: want the parts before it committed (0 < fence < %d)", la.Sequence, failAt, failAt)
+	}
+	h.wantRows(`SELECT count(*) FROM users`, fmt.Sprint(int(la.Sequence)*rows/entries))
+	// The replay applies the entries above the fence once.
+	if _, err := h.d.ApplyStream(ctx(t), req, bigRange(rows, entries)); err != nil {
+		t.Fatal(err)
+	}
+	h.wantRows(`SELECT count(*), count(DISTINCT id) FROM users`, fmt.Sprintf("%d|%d", rows, rows))
+	if la, err := h.d.LastApplied(ctx(t), raw, "p"); err != nil || la.Sequence != entries {
+		t.Fatalf("fence %+v %v after the replay, want %d", la, err, entries)
+	}
+}
+
+// TestPartBytes: a part is a quarter of memory_limit (default 256MiB), in DuckDB's units, at least 1 MiB.
+func TestPartBytes(t *testing.T) {
+	for _, tc := range []struct {
+		limit string
+		want  int64
+	}{
+		{"", 64 << 20},
+		{"64MiB", 16 << 20},
+		{"2GB", 500_000_000},
+		{"1.5 GiB", 3 << 27},
+		{"1MiB", 1 << 20},
+	} {
+		raw, _ := json.Marshal(map[string]string{"path": "x.duckdb", "memory_limit": tc.limit})
+		s, err := ParseSettings(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.PartBytes(); got != tc.want {
+			t.Errorf("memory_limit %q: part %d bytes, want %d", tc.limit, got, tc.want)
+		}
+	}
 }

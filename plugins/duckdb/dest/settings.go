@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/rowmeta"
@@ -18,11 +19,9 @@ type Settings struct {
 	Path string `json:"path"`
 	// Schema holds the tables and the state table (default "main"); it is created when missing.
 	Schema string `json:"schema"`
-	// MemoryLimit is DuckDB's memory_limit for the database ("": DuckDB's default, 80% of RAM): what an open
-	// apply transaction holds beyond it goes to DuckDB's temporary directory (the file's path + ".tmp"). There
-	// is no smaller default: the primary keys' ART indexes must fit under it (DuckDB's documentation), and a
-	// 1 GiB backlog applied as one range ran out of memory under 256MiB (BENCHMARKS.md, "A backlog applied as
-	// one range").
+	// MemoryLimit is DuckDB's memory_limit for the database (default DefaultMemoryLimit): what DuckDB's
+	// buffer manager holds beyond it goes to DuckDB's temporary directory (the file's path + ".tmp"). It also
+	// sizes the parts a coalesced range is committed in (PartBytes).
 	MemoryLimit string `json:"memory_limit"`
 	// Settings are soft_delete, metadata_columns, history and their per-stream table_options
 	// (plugin-sdk/rowmeta; history.go): every decision is the stream's, through Meta.
@@ -38,7 +37,34 @@ func (s Settings) Meta(stream string) rowmeta.Options {
 }
 
 // memoryLimitRE is a size as DuckDB's memory_limit takes it.
-var memoryLimitRE = regexp.MustCompile(`^\s*\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$`)
+var memoryLimitRE = regexp.MustCompile(`^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$`)
+
+// DefaultMemoryLimit is memory_limit when the settings leave it out: issue #31's bound for a destination.
+// With parts committed as PartBytes says, a range of any size applies under it (TestBigRangeUnderMemoryLimit);
+// before, a 1 GiB range held its whole open transaction in DuckDB's memory and failed under 256MiB.
+const DefaultMemoryLimit = "256MiB"
+
+// sizeUnits are the bytes of memory_limit's units.
+var sizeUnits = map[string]float64{"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+	"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+// limitBytes is MemoryLimit in bytes (ParseSettings checked it is a size).
+func (s Settings) limitBytes() int64 {
+	m := memoryLimitRE.FindStringSubmatch(s.MemoryLimit)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseFloat(m[1], 64)
+	return int64(n * sizeUnits[m[2]])
+}
+
+// PartBytes is how many bytes of Arrow batches (as the engine sends them) an apply writes into one DuckDB
+// transaction before it commits them with their fence and goes on in a new one: a quarter of memory_limit.
+// The open transaction's undo and version data (DuckDB's TRANSACTION memory) grows with what it wrote; a
+// quarter leaves the rest of the limit to the table's blocks and the primary key's index, which DuckDB pages
+// under the limit once committed. Measured (dest's TestBigRangeUnderMemoryLimit, 64MiB): a 1M-row range failed
+// with "Out of Memory Error" in one transaction and applied in parts of 16 MiB.
+func (s Settings) PartBytes() int64 { return max(s.limitBytes()/4, 1<<20) }
 
 // DefaultSchema is DuckDB's own default schema.
 const DefaultSchema = "main"
@@ -54,7 +80,7 @@ const SettingsSchema = `{
   "properties": {
     "path": {"type": "string", "minLength": 1, "description": "the .duckdb file (created on first use, with its directory)"},
     "schema": {"type": "string", "minLength": 1, "default": "main", "description": "schema of the tables and of the _skippr_state table (created when missing)"},
-    "memory_limit": {"type": "string", "description": "DuckDB's memory_limit for the database (e.g. 2GiB; default DuckDB's, 80% of RAM); an apply's transaction spills beyond it to the file's .tmp directory, but the primary keys' indexes must fit"},
+    "memory_limit": {"type": "string", "default": "256MiB", "description": "DuckDB's memory_limit for the database (e.g. 1GiB; default 256MiB): DuckDB spills beyond it to the file's .tmp directory, and a coalesced range is committed in parts of a quarter of it; the plugin process's RSS is the limit plus its idle RSS (about 70 MiB) plus what DuckDB allocates outside the limit, which grows with the table (README, Memory)"},
     ` + rowmeta.SchemaProperties + `
   }
 }`
@@ -84,7 +110,10 @@ func ParseSettings(raw json.RawMessage) (Settings, error) {
 	if s.Schema == "" {
 		s.Schema = DefaultSchema
 	}
-	if s.MemoryLimit != "" && !memoryLimitRE.MatchString(s.MemoryLimit) {
+	if s.MemoryLimit == "" {
+		s.MemoryLimit = DefaultMemoryLimit
+	}
+	if !memoryLimitRE.MatchString(s.MemoryLimit) {
 		return s, fmt.Errorf("settings: memory_limit %q is not a size: want a number with B, KB, MB, GB, KiB, MiB or GiB, such as \"256MiB\"", s.MemoryLimit)
 	}
 	if err := s.Settings.Check(); err != nil {

@@ -3,9 +3,11 @@
 // key wins, loads the survivors with the appender into a temporary staging table and merges them into the
 // table (MERGE INTO: update, insert or delete by key; a table without a key only appends), and records the
 // sequence number in <schema>._skippr_state in the same transaction. A sequence number at or below the
-// recorded one is skipped, so delivery is exactly-once. A coalesced range is committed in parts when an entry
-// alters a table an earlier entry of the transaction wrote (DuckDB refuses that commit; apply.go, writeEntry),
-// each part with its own fence.
+// recorded one is skipped, so delivery is exactly-once. A coalesced range is committed in parts, each ending
+// on a WAL entry with its own fence: when an entry alters a table an earlier entry of the transaction wrote
+// (DuckDB refuses that commit; apply.go, writeEntry), and when the entries written into the open transaction
+// reach Settings.PartBytes (a quarter of memory_limit), so that DuckDB's memory stays under memory_limit
+// whatever the range (README, Memory).
 //
 // DuckDB lets one process at a time open a file for writing, so the destination keeps one database and one
 // connection per file for the life of the plugin process, and Close releases the file.
