@@ -20,8 +20,8 @@ import (
 // TestMySQLRenameTableFollowed: while a writer changes shop.orders, the source renames it to orders_v2 (RENAME
 // TABLE, the new name matched by the pattern orders*), the writer goes on under the new name, and `skippr sync` is
 // SIGKILLed at random before and right after the rename, so ranges holding it are applied again after a restart.
-// Afterwards Postgres and DuckDB hold every row of orders_v2 in their table of that name, the rows written before
-// the rename included, and no table of the old name (TestPostgresRenameTableFollowed has Iceberg too). Without the rename marker the new table holds only the rows changed after the
+// Afterwards Postgres, DuckDB and an Iceberg lake hold every row of orders_v2 in their table of that name, the rows
+// written before the rename included, and no table of the old name. Without the rename marker the new table holds only the rows changed after the
 // rename, and the old one the rest.
 func TestMySQLRenameTableFollowed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
@@ -43,14 +43,18 @@ func TestMySQLRenameTableFollowed(t *testing.T) {
     plugin: duckdb
     version: "~> 0.1"
     settings: %[6]s
+  lake:
+    plugin: iceberg
+    version: "~> 0.1"
+    settings: { catalog: { warehouse: %[8]s } }
 pipelines:
   orders:
     source: src
-    destinations: [pg, duck]
+    destinations: [pg, duck, lake]
     wal:
       url: file://%[7]s
       group_commit: { max_bytes: 64KiB, max_delay: 50ms }
-`, m.Srv.Host, m.Srv.Port, pg.Server.Host, pg.Server.Port, pg.Name, duck, filepath.Join(e.Dir, "wal")))
+`, m.Srv.Host, m.Srv.Port, pg.Server.Host, pg.Server.Port, pg.Name, duck, filepath.Join(e.Dir, "wal"), filepath.Join(e.Dir, "lake")))
 	e.MustRun("sync", "--once")
 
 	load := startTableLoad(t, ctx, func(ctx context.Context, q string) error { _, err := m.Src.ExecContext(ctx, q); return err }, "shop.orders")
@@ -63,6 +67,7 @@ pipelines:
 
 	want := m.Rows("SELECT id, concat(name, '|', coalesce(amount, ''), '|', coalesce(n, '')) FROM shop.orders_v2")
 	sameAfterTableRename(t, ctx, want, pg, "orders", "orders_v2", duck, "shop.orders", "shop.orders_v2")
+	sameLakeAfterTableRename(t, e, want, "shop.orders", "shop.orders_v2")
 }
 
 // TestPostgresRenameTableFollowed is TestMySQLRenameTableFollowed for a PostgreSQL 15 source: ALTER TABLE … RENAME
@@ -133,15 +138,22 @@ pipelines:
 		t.Fatal(err)
 	}
 	sameAfterTableRename(t, ctx, want, pg, "orders", "orders_v2", duck, "public.orders", "public.orders_v2")
+	sameLakeAfterTableRename(t, e, want, "public.orders", "public.orders_v2")
+}
+
+// sameLakeAfterTableRename compares want (as sameAfterTableRename left it: id → "name|amount|n") with the Iceberg
+// lake's table of stream newStream, read through `skippr query --as-of-lake`, and checks the lake has no table of
+// stream oldStream.
+func sameLakeAfterTableRename(t *testing.T, e *harness.Env, want map[string]string, oldStream, newStream string) {
 	t.Run("iceberg", func(t *testing.T) {
 		got := map[string]string{}
-		for _, r := range e.QueryJSON(`SELECT id::VARCHAR AS id, concat(name, '|', coalesce(amount::VARCHAR, ''), '|', coalesce(n::VARCHAR, '')) AS v FROM skippr."public.orders_v2"`, true) {
+		for _, r := range e.QueryJSON(fmt.Sprintf(`SELECT id::VARCHAR AS id, concat(name, '|', coalesce(amount::VARCHAR, ''), '|', coalesce(n::VARCHAR, '')) AS v FROM skippr.%q`, newStream), true) {
 			m := r.(map[string]any)
 			got[m["id"].(string)] = m["v"].(string)
 		}
 		harness.SameTable(t, want, got)
-		if r := e.Run("query", "--as-of-lake", "SELECT count(*) FROM skippr.\"public.orders\""); r.Code == 0 {
-			t.Errorf("the lake still has table public.orders: %s", r.Stdout)
+		if r := e.Run("query", "--as-of-lake", fmt.Sprintf("SELECT count(*) FROM skippr.%q", oldStream)); r.Code == 0 {
+			t.Errorf("the lake still has table %s: %s", oldStream, r.Stdout)
 		}
 	})
 }
