@@ -158,9 +158,6 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 func lockDown(ctx context.Context, conn *sql.Conn, tables []*table, tmp string) error {
 	var paths []string
 	for _, t := range tables {
-		if t.walDB != "" {
-			paths = append(paths, ducksql.Literal(t.walDB))
-		}
 		for _, f := range t.plan.Files {
 			paths = append(paths, ducksql.Literal(f.Path))
 			for _, p := range f.PositionDeletes {

@@ -36,9 +36,6 @@ type table struct {
 	wal       []string        // Parquet files of WAL batches, in log order
 	walKey    []string        // the primary key the WAL batches declare
 	walUUID   map[string]bool // columns of the WAL batches that hold UUIDs (written to Parquet as plain 16 bytes), true for lists of them
-	// walDB, instead of wal: a DuckDB file of WALCache whose table w holds the newest version of each key of the
-	// WAL rows the query sees, UUIDs cast.
-	walDB string
 	// truncated: a WAL entry above the fence truncated the stream, so the lake's rows are gone and wal holds
 	// only the rows after the last truncate.
 	truncated bool
@@ -78,14 +75,7 @@ func (t *table) create(ctx context.Context, conn *sql.Conn, n int, asOfLake, inc
 		lake = "SELECT * FROM (" + lake + ") WHERE false" // the lake's columns, none of its rows
 	}
 	body := lake
-	if !asOfLake && t.walDB != "" {
-		// Read-only: the query's SQL cannot change what the next query reads.
-		w := fmt.Sprintf("_skippr_wal_%d", n)
-		if _, err := conn.ExecContext(ctx, "ATTACH "+ducksql.Literal(t.walDB)+" AS "+w+" (READ_ONLY)"); err != nil {
-			return fmt.Errorf("table %s: attach WAL rows: %w", t.plan.Name, err)
-		}
-		body = t.mergeSQL(lake, w+".w", true)
-	} else if !asOfLake && len(t.wal) > 0 {
+	if !asOfLake && len(t.wal) > 0 {
 		w := fmt.Sprintf("_skippr_wal_%d", n)
 		files := make([]string, len(t.wal))
 		for i, f := range t.wal {
@@ -108,7 +98,7 @@ func (t *table) create(ctx context.Context, conn *sql.Conn, n int, asOfLake, inc
 			w, sel, strings.Join(files, ", "))); err != nil {
 			return fmt.Errorf("table %s: load WAL rows: %w", t.plan.Name, err)
 		}
-		body = t.mergeSQL(lake, w, false)
+		body = t.mergeSQL(lake, w)
 	} else if lake == "" {
 		return nil
 	}
@@ -240,13 +230,12 @@ func (t *table) lakeSQL(ctx context.Context, conn *sql.Conn, n int) (string, err
 }
 
 // mergeSQL merges the WAL rows in temp table w over the lake query: for each key the newest WAL version
-// replaces the lake's row, and a delete removes it. A table without a key only appends. newest: w holds only
-// the newest version of each key already (WALCache built it so).
-func (t *table) mergeSQL(lake, w string, newest bool) string {
+// replaces the lake's row, and a delete removes it. A table without a key only appends.
+func (t *table) mergeSQL(lake, w string) string {
 	const dataCols = "COLUMNS(c -> NOT starts_with(c, '_skippr_'))"
 	key := t.key()
 	var live string
-	if len(key) == 0 || newest {
+	if len(key) == 0 {
 		live = fmt.Sprintf("SELECT %s FROM %s WHERE %s <> %d", dataCols, w, opColumn, opDelete)
 	} else {
 		live = fmt.Sprintf("SELECT %s FROM (SELECT * FROM %s QUALIFY row_number() OVER (PARTITION BY %s ORDER BY %s DESC) = 1) WHERE %s <> %d",
