@@ -41,7 +41,8 @@ func serveBench(ctx context.Context, binDir string, o serveOptions) {
 	ql := buildQueryLake(ctx, binDir, o.rows, o.walRows)
 	defer os.RemoveAll(ql.dir)
 
-	srv := ql.cmd("--log-level", "info", "serve", "--addr", "127.0.0.1:0")
+	// A generous statement limit: on a loaded machine the aggregate over 10M rows passed the default minute.
+	srv := ql.cmd("--log-level", "info", "serve", "--addr", "127.0.0.1:0", "--query-timeout", "10m")
 	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
 	stderr, err := srv.StderrPipe()
 	if err != nil {

@@ -175,6 +175,8 @@ func openQuerier(ctx context.Context, c *cli.Command, rd *redact.Redactor, log *
 		OpenWAL:   func(ctx context.Context, p *config.Pipeline) (*wal.Log, error) { return run.OpenWAL(ctx, p, log, 0) },
 		// Statements follow the WAL's tail: up to this much of its decoded entries stays in memory.
 		WALCacheBytes: walCacheBytes,
+		// ... and the query engine keeps the rows it was sent: each entry crosses to it once.
+		EngineKeepsWAL: true,
 	})
 	switch {
 	case errors.Is(err, lakequery.ErrNoLake):

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -33,11 +31,7 @@ type TableFreshness struct {
 // Freshness reports each lake table's freshness. It lists the WAL's commit records only (no segment is
 // read) and plans each lake once, as a statement does.
 func (q *Querier) Freshness(ctx context.Context) ([]TableFreshness, error) {
-	tmp, err := os.MkdirTemp("", "skippr-freshness-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(tmp)
+	var err error
 	recs := map[string][]wal.CommitRecord{} // by pipeline
 	var out []TableFreshness
 	for i, l := range q.lakes {
@@ -57,8 +51,8 @@ func (q *Querier) Freshness(ctx context.Context) ([]TableFreshness, error) {
 			}
 		}
 		slices.Sort(streams)
-		fetch := filepath.Join(tmp, fmt.Sprintf("lake-%d", i))
-		if err := os.MkdirAll(fetch, 0o700); err != nil {
+		fetch, err := q.lakeFetchDir(i)
+		if err != nil {
 			return nil, err
 		}
 		plan, err := l.plugin.LakePlan(ctx, sdk.PlanRequest{Pipeline: l.p.Name, Streams: streams, FetchDir: fetch})

@@ -15,6 +15,8 @@ package lakequery
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +46,9 @@ type Options struct {
 	// WALCacheBytes of decoded WAL entries are kept between statements (walTail), per pipeline; 0 keeps
 	// none, as the one-shot `skippr query` wants. Commit records already seen are never listed again.
 	WALCacheBytes int64
+	// EngineKeepsWAL: a server that runs many statements with one Querier; when the query engine offers
+	// sdk.ServiceWALCache, each WAL entry is sent to it once and it keeps the rows between statements.
+	EngineKeepsWAL bool
 }
 
 // Querier answers queries over one config's lakes. Its plugins run until Close.
@@ -53,6 +58,13 @@ type Querier struct {
 	tails   map[string]*walTail // by pipeline
 	engine  *connector.Plugin
 	running []*connector.Plugin
+	// keepsWAL: the engine keeps the WAL entries it was sent (Options.EngineKeepsWAL and the service).
+	keepsWAL bool
+	// session names this Querier's WAL streams to the engine (sdk.WALState.Log, with the tail's generation).
+	session string
+	// fetchDir holds the lake files that are not local, fetched for the engine, for the Querier's life: a
+	// file fetched once serves every statement (and keeps the lake plugin's cached plans' paths valid).
+	fetchDir string
 }
 
 // lake is a pipeline and one of its destinations offering lake.plan.
@@ -76,6 +88,15 @@ func Open(ctx context.Context, opts Options) (*Querier, error) {
 
 func (q *Querier) open(ctx context.Context) error {
 	opts := q.opts
+	var err error
+	if q.fetchDir, err = os.MkdirTemp("", "skippr-query-"); err != nil {
+		return err
+	}
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return err
+	}
+	q.session = hex.EncodeToString(id[:])
 	pipes := opts.Pipelines
 	if pipes == nil {
 		pipes = opts.Config.Pipelines
@@ -117,7 +138,14 @@ func (q *Querier) open(ctx context.Context) error {
 	if q.engine == nil {
 		return fmt.Errorf("connection %s: plugin %s offers no %s service: it cannot answer queries", qc.Name, qc.Plugin, sdk.ServiceQuery)
 	}
+	q.keepsWAL = opts.EngineKeepsWAL && q.engine.Spec.Offers(sdk.ServiceWALCache)
 	return nil
+}
+
+// lakeFetchDir is lake i's directory for fetched files.
+func (q *Querier) lakeFetchDir(i int) (string, error) {
+	dir := filepath.Join(q.fetchDir, fmt.Sprintf("lake-%d", i))
+	return dir, os.MkdirAll(dir, 0o700)
 }
 
 // queryConnection is the connection of the query engine: the one `query: {connection: NAME}` names, else the
@@ -171,6 +199,9 @@ func (q *Querier) Close() {
 		c.Kill()
 	}
 	q.running = nil
+	if q.fetchDir != "" {
+		os.RemoveAll(q.fetchDir)
+	}
 }
 
 // Request is one statement.
@@ -190,12 +221,29 @@ type Request struct {
 // The WAL is read before the lake is planned: an entry applied in between is then both in the lake and in the
 // WAL part, and the table's fence drops it from the latter. The other order could miss an entry applied and
 // reclaimed in between.
+//
+// When the engine keeps the WAL entries it was sent (keepsWAL), the stream holds only the entries above what
+// earlier streams held; an engine that does not hold those (it restarted, or a newer statement moved past
+// this one's plan) answers sdk.ErrStale before any output, and the statement runs again from the WAL read on,
+// sending every entry.
 func (q *Querier) Run(ctx context.Context, req Request, out io.Writer) (string, error) {
-	tmp, err := os.MkdirTemp("", "skippr-query-")
-	if err != nil {
-		return "", err
+	for attempt := 1; ; attempt++ {
+		summary, err := q.run(ctx, req, out)
+		if errors.Is(err, sdk.ErrStale) && attempt < staleAttempts {
+			for _, t := range q.tails {
+				t.forget()
+			}
+			continue
+		}
+		return summary, err
 	}
-	defer os.RemoveAll(tmp)
+}
+
+// staleAttempts bounds the runs of a statement the engine found stale (each a full resend after the first).
+const staleAttempts = 3
+
+func (q *Querier) run(ctx context.Context, req Request, out io.Writer) (string, error) {
+	var err error
 	wals := make([]walEntries, len(q.lakes))
 	if !req.AsOfLake {
 		for i, l := range q.lakes {
@@ -205,9 +253,21 @@ func (q *Querier) Run(ctx context.Context, req Request, out io.Writer) (string, 
 		}
 	}
 	sreq := sdk.Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake, IncludeDeleted: req.IncludeDeleted, MemoryLimit: req.MemoryLimit}
+	if q.keepsWAL && !req.AsOfLake {
+		seen := map[string]bool{}
+		for i, l := range q.lakes {
+			if seen[l.p.Name] {
+				continue
+			}
+			seen[l.p.Name] = true
+			w := wals[i]
+			sreq.WAL = append(sreq.WAL, sdk.WALState{Pipeline: l.p.Name, Log: fmt.Sprintf("%s-%d", q.session, w.gen),
+				Base: w.base, Through: w.through, Floor: w.floor})
+		}
+	}
 	for i, l := range q.lakes {
-		fetch := filepath.Join(tmp, fmt.Sprintf("lake-%d", i))
-		if err := os.MkdirAll(fetch, 0o700); err != nil {
+		fetch, err := q.lakeFetchDir(i)
+		if err != nil {
 			return "", err
 		}
 		plan, err := l.plugin.LakePlan(ctx, sdk.PlanRequest{Pipeline: l.p.Name, Streams: wals[i].streams, FetchDir: fetch})
@@ -216,14 +276,27 @@ func (q *Querier) Run(ctx context.Context, req Request, out io.Writer) (string, 
 		}
 		sreq.Lakes = append(sreq.Lakes, sdk.Lake{Pipeline: l.p.Name, Plan: plan})
 	}
-	return q.engine.Query(ctx, func(w io.Writer) error { return q.writeStream(w, sreq, wals) }, out)
+	return q.engine.Query(ctx, func(w io.Writer) error {
+		if err := q.writeStream(w, sreq, wals); err != nil {
+			return err
+		}
+		if sreq.WAL != nil {
+			for i, l := range q.lakes {
+				q.tails[l.p.Name].markSent(wals[i].gen, wals[i].through)
+			}
+		}
+		return nil
+	}, out)
 }
 
 // walEntries are one pipeline's committed, unreclaimed WAL entries and the streams they hold.
 type walEntries struct {
 	seqs    []uint64
-	frames  [][]wal.Frame
+	frames  [][]wal.Frame // nil: sent in an earlier stream (at or below base), not sent again
 	streams []string
+	// gen, base, through and floor are sdk.WALState's: the tail's generation, the newest entry sent before
+	// (0 unless the engine keeps the WAL), the newest listed, and the log's reclaimed-through.
+	gen, base, through, floor uint64
 }
 
 // readWAL reads a pipeline's committed entries without taking its lease, through the pipeline's walTail. An
@@ -235,7 +308,7 @@ func (q *Querier) readWAL(ctx context.Context, p *config.Pipeline) (walEntries, 
 		return walEntries{}, err
 	}
 	defer l.Close()
-	return q.tails[p.Name].read(ctx, l, p.Name)
+	return q.tails[p.Name].read(ctx, l, p.Name, q.keepsWAL)
 }
 
 // writeStream writes the query stream: the request, then every lake's pipeline's WAL entries in order.
@@ -246,6 +319,9 @@ func (q *Querier) writeStream(w io.Writer, req sdk.Request, wals []walEntries) e
 	}
 	for i, l := range q.lakes {
 		for j, seq := range wals[i].seqs {
+			if wals[i].frames[j] == nil {
+				continue // the engine holds it
+			}
 			if err := qw.Entry(l.p.Name, seq); err != nil {
 				return err
 			}

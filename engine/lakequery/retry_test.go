@@ -59,7 +59,7 @@ func TestWALTailReclaimedWhileListing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := newWALTail(0).read(ctx, &reclaiming{walReader: r, t: t, w: w, n: tc.reclaims}, "p")
+		got, err := newWALTail(0).read(ctx, &reclaiming{walReader: r, t: t, w: w, n: tc.reclaims}, "p", false)
 		switch {
 		case tc.retry && (!errors.Is(err, ErrRetry) || !errors.Is(err, wal.ErrReclaimed)):
 			t.Errorf("%d reclaims: %v, want ErrRetry and wal.ErrReclaimed", tc.reclaims, err)

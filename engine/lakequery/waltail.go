@@ -21,6 +21,10 @@ import (
 // while it runs cannot take rows from it (the lake, planned after, holds them too, and the table's fence
 // drops the copies). A WAL made again (its newest seq went backwards, or the newest entry seen has another
 // commit record) starts the cache over.
+//
+// When the query engine keeps the entries it was sent (sdk.ServiceWALCache), the tail also remembers the
+// newest entry sent in a stream (sent) for its generation (gen, which names the Log in sdk.WALState and moves
+// whenever the cache starts over): a statement then reads and sends only the entries above it.
 type walTail struct {
 	limit int64 // bytes of decoded frames kept; 0: none
 
@@ -28,12 +32,15 @@ type walTail struct {
 	bytes   int64
 	last    uint64 // the newest seq listed
 	entries map[uint64]*tailEntry
+	gen     uint64 // moves at every reset
+	sent    uint64 // the newest entry of gen sent to the query engine in a stream
 }
 
 type tailEntry struct {
-	rec    wal.CommitRecord
-	frames []wal.Frame // nil: not kept (over the limit); read again
-	size   int64
+	rec     wal.CommitRecord
+	frames  []wal.Frame // nil: not kept (over the limit); read again
+	size    int64
+	streams []string // of its frames, once read
 }
 
 func newWALTail(limit int64) *walTail {
@@ -43,8 +50,9 @@ func newWALTail(limit int64) *walTail {
 // tailAttempts bounds the retries when a reclaim runs between the Head and the listing.
 const tailAttempts = 3
 
-// read returns the committed, unreclaimed entries of l as of now.
-func (t *walTail) read(ctx context.Context, l walReader, pipeline string) (walEntries, error) {
+// read returns the committed, unreclaimed entries of l as of now. When incremental, the frames of the entries
+// already sent to the query engine (at or below out.base) are left out (nil), and not read.
+func (t *walTail) read(ctx context.Context, l walReader, pipeline string, incremental bool) (walEntries, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var (
@@ -106,11 +114,26 @@ func (t *walTail) read(ctx context.Context, l walReader, pipeline string) (walEn
 	if err := failpoint.Hit(failpoint.LakequeryAfterList); err != nil {
 		return walEntries{}, fmt.Errorf("pipeline %s: %w", pipeline, err)
 	}
-	var out walEntries
+	out := walEntries{gen: t.gen, through: t.last, floor: h.ReclaimedThrough}
+	if incremental {
+		out.base = t.sent
+	}
 	seen := map[string]bool{}
 	for _, seq := range seqs {
 		e := t.entries[seq]
 		frames := e.frames
+		if seq <= out.base && e.streams != nil {
+			// Sent before: the engine holds it. Only its streams are needed (the plan lists them).
+			for _, st := range e.streams {
+				if !seen[st] {
+					seen[st] = true
+					out.streams = append(out.streams, st)
+				}
+			}
+			out.seqs = append(out.seqs, seq)
+			out.frames = append(out.frames, nil)
+			continue
+		}
 		if frames == nil {
 			frames, err = l.ReadSegment(ctx, e.rec)
 			if err != nil {
@@ -128,16 +151,45 @@ func (t *walTail) read(ctx context.Context, l walReader, pipeline string) (walEn
 				t.bytes += size
 			}
 		}
-		for _, f := range frames {
-			if !seen[f.Stream] {
-				seen[f.Stream] = true
-				out.streams = append(out.streams, f.Stream)
+		if e.streams == nil {
+			e.streams = []string{}
+			for _, f := range frames {
+				if !slices.Contains(e.streams, f.Stream) {
+					e.streams = append(e.streams, f.Stream)
+				}
 			}
+		}
+		for _, st := range e.streams {
+			if !seen[st] {
+				seen[st] = true
+				out.streams = append(out.streams, st)
+			}
+		}
+		if frames == nil {
+			frames = []wal.Frame{} // sent, even if empty: nil marks an entry left out
 		}
 		out.seqs = append(out.seqs, seq)
 		out.frames = append(out.frames, frames)
 	}
 	return out, nil
+}
+
+// markSent records that a stream of generation gen held every entry up to through.
+func (t *walTail) markSent(gen, through uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if gen == t.gen {
+		t.sent = max(t.sent, through)
+	}
+}
+
+// forget makes the next statement send every entry again, under a new generation: the query engine did not
+// hold what the tail thought it sent.
+func (t *walTail) forget() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gen++
+	t.sent = 0
 }
 
 // sameEntry: two commit records of one seq name the same segment with the same contents.
@@ -147,4 +199,6 @@ func sameEntry(a, b wal.CommitRecord) bool {
 
 func (t *walTail) reset() {
 	t.entries, t.bytes, t.last = map[uint64]*tailEntry{}, 0, 0
+	t.gen++
+	t.sent = 0
 }

@@ -69,7 +69,7 @@ func TestWALTail(t *testing.T) {
 		t.Cleanup(func() { l.Close() })
 		return l
 	}
-	read := func(tail *walTail) (walEntries, error) { return tail.read(ctx, reader(), "p") }
+	read := func(tail *walTail) (walEntries, error) { return tail.read(ctx, reader(), "p", false) }
 	mustRead := func(tail *walTail, want ...uint64) walEntries {
 		t.Helper()
 		got, err := read(tail)
@@ -152,5 +152,86 @@ func TestWALTail(t *testing.T) {
 	remake("d", "d")
 	if got := mustRead(tail, 1, 2); !slices.Equal(got.streams, []string{"d"}) {
 		t.Fatalf("after the log was made again up to the seq seen: streams %v", got.streams)
+	}
+}
+
+// TestWALTailIncremental: for a query engine that keeps the entries it was sent, a statement carries only the
+// entries above the newest one sent (their frames; the older ones are named, with their streams, not read),
+// and a forget or the log made again sends everything under a new generation.
+func TestWALTailIncremental(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	url := "file://" + dir
+	w, err := wal.Open(ctx, url, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var recs []wal.CommitRecord
+	commit := func(stream string) {
+		rec, err := w.Commit(ctx, []wal.Frame{batch(t, stream, int64(len(recs)+1))}, []byte("ckpt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	l, err := wal.Open(ctx, url, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// sent lists the seqs whose frames a statement carries.
+	read := func(tail *walTail) (walEntries, []uint64) {
+		t.Helper()
+		got, err := tail.read(ctx, l, "p", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sent []uint64
+		for i, f := range got.frames {
+			if f != nil {
+				sent = append(sent, got.seqs[i])
+			}
+		}
+		return got, sent
+	}
+	commit("a")
+	commit("b")
+	tail := newWALTail(0) // keeps no frames: an entry sent before must not be read again either
+	got, sent := read(tail)
+	if !slices.Equal(sent, []uint64{1, 2}) || got.base != 0 || got.through != 2 {
+		t.Fatalf("first statement: sent %v base %d through %d, want 1 and 2 from base 0 through 2", sent, got.base, got.through)
+	}
+	tail.markSent(got.gen, got.through)
+	commit("c")
+	// Entry 1's segment is gone: a statement that read it again would fail.
+	if err := os.Remove(filepath.Join(dir, recs[0].Segment)); err != nil {
+		t.Fatal(err)
+	}
+	got, sent = read(tail)
+	if !slices.Equal(sent, []uint64{3}) || !slices.Equal(got.seqs, []uint64{1, 2, 3}) || got.base != 2 || got.through != 3 {
+		t.Fatalf("second statement: sent %v of %v base %d through %d, want 3 of 1-3 from base 2 through 3", sent, got.seqs, got.base, got.through)
+	}
+	if !slices.Equal(got.streams, []string{"a", "b", "c"}) {
+		t.Fatalf("streams %v: the plan needs those of the entries sent before too", got.streams)
+	}
+	gen := got.gen
+	// The engine did not hold them (ErrStale): everything again, under a new generation.
+	tail.markSent(got.gen, got.through)
+	tail.forget()
+	if err := w.Reclaim(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	got, sent = read(tail)
+	if !slices.Equal(sent, []uint64{2, 3}) || got.base != 0 || got.gen == gen || got.floor != 1 {
+		t.Fatalf("after forget: sent %v base %d gen %d (was %d) floor %d, want 2 and 3 from base 0 in a new generation, floor 1", sent, got.base, got.gen, gen, got.floor)
+	}
+	// A mark of the old generation does not count.
+	tail.markSent(gen, 3)
+	if _, sent = read(tail); !slices.Equal(sent, []uint64{2, 3}) {
+		t.Fatalf("after a stale mark: sent %v, want 2 and 3", sent)
 	}
 }

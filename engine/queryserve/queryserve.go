@@ -5,7 +5,9 @@
 // once. Each statement is one Querier.Run in the engine's arrow format: the query engine's record batches
 // come as an Arrow IPC stream and go to the client as Flight data as they arrive; no row is converted. A
 // statement sees every WAL entry committed before it started (Run lists the WAL per statement, following
-// its tail: lakequery.Options.WALCacheBytes) and one plan of each lake.
+// its tail: lakequery.Options.WALCacheBytes) and one plan of each lake. What has not changed since the last
+// statement is not done again: the lake plugin keeps each table's plan per snapshot, and the query engine
+// keeps the WAL rows it was sent (lakequery.Options.EngineKeepsWAL), so a statement sends only the new entries.
 //
 // What the server offers: statements (CommandStatementQuery), prepared statements with parameters (the
 // handle carries the SQL and the bound values, so a handle outlives a restart and Close frees nothing:

@@ -99,6 +99,9 @@ func (c *Client) Query(ctx context.Context, write func(io.Writer) error, out io.
 			if st, ok := status.FromError(err); ok && st.Code() == codes.ResourceExhausted {
 				return "", fmt.Errorf("%w: %s", lakequery.ErrMemory, st.Message())
 			}
+			if st, ok := status.FromError(err); ok && st.Code() == codes.Aborted {
+				return "", fmt.Errorf("%w: %s", lakequery.ErrStale, st.Message())
+			}
 			return "", c.wrap("query", err)
 		}
 		if len(m.Data) > 0 {

@@ -28,13 +28,15 @@ func checkServices(ctx context.Context, t *testing.T, c *client.Client, spec *pl
 			t.Run("lake-compact", func(t *testing.T) { checkLakeCompact(ctx, t, c, cfg) })
 		case lakequery.ServiceQuery:
 			t.Run("query-engine", func(t *testing.T) { checkQuery(ctx, t, c) })
+		case lakequery.ServiceWALCache:
+			t.Run("query-wal-cache", func(t *testing.T) { checkWALCache(ctx, t, c) })
 		case protocol.ServiceResnapshot:
 			// What a re-snapshot copies depends on the source's database; here only that a source announces it.
 			if k := spec.GetKind(); k != pluginv2.Kind_KIND_SOURCE && k != pluginv2.Kind_KIND_BOTH {
 				t.Errorf("spec names service %s, but the plugin is no source (kind %s)", s, k)
 			}
 		default:
-			t.Errorf("spec names unknown service %q (known: %s, %s, %s, %s)", s, lakequery.ServicePlan, lakequery.ServiceCompact, lakequery.ServiceQuery, protocol.ServiceResnapshot)
+			t.Errorf("spec names unknown service %q (known: %s, %s, %s, %s, %s)", s, lakequery.ServicePlan, lakequery.ServiceCompact, lakequery.ServiceQuery, lakequery.ServiceWALCache, protocol.ServiceResnapshot)
 		}
 	}
 }
@@ -109,5 +111,25 @@ func checkQuery(ctx context.Context, t *testing.T, c *client.Client) {
 	}
 	if _, err := ask("SELEKT nothing"); !errors.Is(err, lakequery.ErrSQL) {
 		t.Errorf("query with bad SQL: got %v, want an error wrapping lakequery.ErrSQL", err)
+	}
+}
+
+// A query engine keeping the WAL between queries answers a stream that holds every entry of a new log, and
+// refuses one that builds on entries it never received with lakequery.ErrStale (the server then sends again).
+func checkWALCache(ctx context.Context, t *testing.T, c *client.Client) {
+	log := fmt.Sprintf("conformance-%d", time.Now().UnixNano())
+	ask := func(ws lakequery.WALState) error {
+		var out bytes.Buffer
+		_, err := c.Query(ctx, func(w io.Writer) error {
+			_, err := lakequery.NewWriter(w, lakequery.Request{SQL: "SELECT 42 AS answer", Format: lakequery.FormatCSV, WAL: []lakequery.WALState{ws}})
+			return err
+		}, &out)
+		return err
+	}
+	if err := ask(lakequery.WALState{Pipeline: "conformance", Log: log, Through: 0}); err != nil {
+		t.Fatalf("query with a new log and no entries: %v", err)
+	}
+	if err := ask(lakequery.WALState{Pipeline: "conformance", Log: log + "-other", Base: 7, Through: 7}); !errors.Is(err, lakequery.ErrStale) {
+		t.Errorf("query building on entries 1-7 of a log never sent: got %v, want an error wrapping lakequery.ErrStale", err)
 	}
 }

@@ -36,11 +36,19 @@ var ErrSQL = errors.New("query failed")
 // allows and could not spill. It crosses the plugin boundary as RESOURCE_EXHAUSTED.
 var ErrMemory = errors.New("query ran out of memory")
 
+// ErrStale marks a query stream that names WAL entries as sent before (Request.WAL) which the query engine
+// does not hold (it restarted, dropped them, or a newer stream moved past the statement's plan): the engine
+// sends the statement again with every entry. It crosses the plugin boundary as ABORTED.
+var ErrStale = errors.New("the query engine does not hold the WAL entries the stream builds on")
+
 // Services a plugin may offer beside its role (SpecResponse.services).
 const (
 	ServicePlan    = "lake.plan"
 	ServiceCompact = "lake.compact"
 	ServiceQuery   = "query.engine"
+	// ServiceWALCache: the query engine keeps the WAL entries it was sent between queries and reads
+	// Request.WAL, so a long-lived server sends each entry once (see WALState).
+	ServiceWALCache = "query.wal-cache"
 )
 
 // PlanRequest asks a lake plugin for its tables' current snapshots.
@@ -86,6 +94,29 @@ type Request struct {
 	MemoryLimit string `json:"memory_limit,omitempty"`
 	// Lakes are the plans of the lake destinations, one per (pipeline, destination).
 	Lakes []Lake `json:"lakes"`
+	// WAL, set only for an engine offering ServiceWALCache, says per pipeline which entries the stream holds
+	// and which came in earlier streams; without it the stream holds every entry the query sees.
+	WAL []WALState `json:"wal,omitempty"`
+}
+
+// WALState is what a query stream holds of one pipeline's WAL when the query engine keeps entries between
+// queries. Entries are named by Log and seq: an entry of one Log never changes, so an engine that holds entries
+// of Log from earlier streams merges them with the stream's. The query sees, for each table, exactly the
+// entries above the table's fence (in its plan) and at or below Through: the lake snapshot and the WAL entries
+// after it, never an entry in both or in neither.
+type WALState struct {
+	Pipeline string `json:"pipeline"`
+	// Log names the engine's reading of the pipeline's WAL: it changes when the WAL was made again (its seqs
+	// restarted), so entries of another Log are never merged.
+	Log string `json:"log"`
+	// Base: the stream holds the entries above Base (up to Through); those above Floor and at or below Base
+	// came in earlier streams of Log. 0: the stream holds them all.
+	Base uint64 `json:"base"`
+	// Through is the newest entry committed when the statement started: the query sees none after it.
+	Through uint64 `json:"through"`
+	// Floor: the entries at or below it were applied to every destination and reclaimed; every plan's fence
+	// is at or above it, so the engine may drop them.
+	Floor uint64 `json:"floor"`
 }
 
 // Lake is one destination's plan and the pipeline whose WAL entries merge into it.

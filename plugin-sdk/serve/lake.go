@@ -36,6 +36,14 @@ type QueryEngine interface {
 	Query(ctx context.Context, in io.Reader, out io.Writer) (summary string, err error)
 }
 
+// WALCachingQueryEngine is a QueryEngine that keeps the WAL entries it was sent between queries and reads
+// lakequery.Request.WAL (service query.wal-cache). It fails a stream that builds on entries it does not hold
+// with lakequery.ErrStale.
+type WALCachingQueryEngine interface {
+	QueryEngine
+	CachesWAL() bool
+}
+
 // services lists what p offers beside its role.
 func services(p Plugin) []string {
 	var out []string
@@ -47,6 +55,9 @@ func services(p Plugin) []string {
 	}
 	if _, ok := p.(QueryEngine); ok {
 		out = append(out, lakequery.ServiceQuery)
+	}
+	if c, ok := p.(WALCachingQueryEngine); ok && c.CachesWAL() {
+		out = append(out, lakequery.ServiceWALCache)
 	}
 	if r, ok := p.(Resnapshotter); ok && r.CanResnapshot() {
 		out = append(out, protocol.ServiceResnapshot)
@@ -126,6 +137,9 @@ func (s *server) Query(stream pluginv2.Plugin_QueryServer) error {
 	}
 	if errors.Is(err, lakequery.ErrMemory) {
 		return status.Error(codes.ResourceExhausted, err.Error())
+	}
+	if errors.Is(err, lakequery.ErrStale) {
+		return status.Error(codes.Aborted, err.Error())
 	}
 	if err != nil {
 		return toStatus(err)

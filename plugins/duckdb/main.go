@@ -50,7 +50,9 @@ func main() {
 	}
 	// Serve closes the destination's sessions when the host ends the plugin, which checkpoints each database
 	// and releases its lock.
-	serve.Serve(plugin{&dest.Destination{Version: version}})
+	walCache := query.NewWALCache("")
+	serve.Serve(plugin{&dest.Destination{Version: version}, walCache})
+	walCache.Close()
 }
 
 func dump(ctx context.Context, args []string) error {
@@ -76,10 +78,17 @@ func execSQL(ctx context.Context, args []string) error {
 }
 
 // plugin is the destination plus the query engine: the query shares nothing with the destination's databases.
-type plugin struct{ *dest.Destination }
-
-var _ serve.QueryEngine = plugin{}
-
-func (plugin) Query(ctx context.Context, in io.Reader, out io.Writer) (string, error) {
-	return query.Answer(ctx, in, out, query.Options{})
+// The query engine keeps the WAL entries a server sends between its queries (walCache).
+type plugin struct {
+	*dest.Destination
+	walCache *query.WALCache
 }
+
+var _ serve.WALCachingQueryEngine = plugin{}
+
+func (p plugin) Query(ctx context.Context, in io.Reader, out io.Writer) (string, error) {
+	return query.Answer(ctx, in, out, query.Options{WAL: p.walCache})
+}
+
+// CachesWAL: the WAL cache is there (service query.wal-cache).
+func (p plugin) CachesWAL() bool { return p.walCache != nil }

@@ -41,6 +41,9 @@ import (
 type Options struct {
 	TempDir     string // for WAL rows and DuckDB's spill files (default: the system's)
 	MemoryLimit string // DuckDB memory_limit (default: DuckDB's, 80% of RAM)
+	// WAL, when set, keeps the WAL entries between queries whose request says what it sent before
+	// (lakequery.Request.WAL); a request without it is answered from its own stream alone.
+	WAL *WALCache
 }
 
 // Answer reads a query stream (package lakequery) from in and writes the answer to out in the requested format;
@@ -56,8 +59,14 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 		return "", fmt.Errorf("temp dir: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	tables, err := collect(req, rd, tmp)
-	if err != nil {
+	var tables []*table
+	if opt.WAL != nil && len(req.WAL) > 0 && !req.AsOfLake {
+		var release func()
+		if tables, release, err = opt.WAL.collect(ctx, req, rd); err != nil {
+			return "", err
+		}
+		defer release()
+	} else if tables, err = collect(req, rd, tmp); err != nil {
 		return "", err
 	}
 	db, err := sql.Open("duckdb", "")
@@ -206,10 +215,12 @@ func plural(n int64, w string) string {
 	return w + "s"
 }
 
-// collect builds the tables of the request's plans and writes the WAL rows above each table's fence into
-// Parquet files under dir.
-func collect(req lakequery.Request, rd *lakequery.Reader, dir string) ([]*table, error) {
-	type streamKey struct{ pipeline, stream string }
+// streamKey names one pipeline's stream.
+type streamKey struct{ pipeline, stream string }
+
+// requestTables builds the tables of the request's plans, and indexes them by the stream whose WAL rows merge
+// into each.
+func requestTables(req lakequery.Request) ([]*table, map[streamKey]*table, error) {
 	var tables []*table
 	byName := map[string]*table{}
 	byStream := map[streamKey]*table{}
@@ -217,7 +228,7 @@ func collect(req lakequery.Request, rd *lakequery.Reader, dir string) ([]*table,
 		for _, tp := range l.Plan.Tables {
 			if prev, ok := byName[tp.Name]; ok {
 				if prev.pipeline != l.Pipeline {
-					return nil, fmt.Errorf("table %s is the destination of pipelines %s and %s: skippr query cannot order two pipelines' WAL rows", tp.Name, prev.pipeline, l.Pipeline)
+					return nil, nil, fmt.Errorf("table %s is the destination of pipelines %s and %s: skippr query cannot order two pipelines' WAL rows", tp.Name, prev.pipeline, l.Pipeline)
 				}
 				continue
 			}
@@ -226,6 +237,16 @@ func collect(req lakequery.Request, rd *lakequery.Reader, dir string) ([]*table,
 			byName[tp.Name] = t
 			byStream[streamKey{l.Pipeline, tp.Stream}] = t
 		}
+	}
+	return tables, byStream, nil
+}
+
+// collect builds the tables of the request's plans and writes the WAL rows above each table's fence into
+// Parquet files under dir.
+func collect(req lakequery.Request, rd *lakequery.Reader, dir string) ([]*table, error) {
+	tables, byStream, err := requestTables(req)
+	if err != nil {
+		return nil, err
 	}
 	var order, files int64
 	for {

@@ -33,6 +33,9 @@ type Destination struct {
 	cats     map[string]*openCatalog // by raw settings: one connection per catalog for the process's life
 	memLimit int64                   // what SetMemoryLimit was last given
 
+	// plans keeps each table's lake plan by metadata location (PlanLake).
+	plans planCache
+
 	// commitMu makes commits to embedded SQLite catalogs take turns (tableAttempt.catalogCommit).
 	commitMu sync.Mutex
 

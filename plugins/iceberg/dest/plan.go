@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -32,9 +34,11 @@ type PlanOptions struct {
 	Pipeline string
 	Streams  []string
 	FetchDir string
+	settings string // the raw settings, part of the plan cache's key
 }
 
-// PlanTables plans every table of the namespace and every stream asked for.
+// PlanTables plans every table of the namespace and every stream asked for, over a connection of its own and
+// without the cache a Destination keeps (PlanLake).
 //
 // The plan is what a reader outside iceberg-go needs to read the current snapshots itself (see package
 // lakequery): `skippr query` hands it to the DuckDB plugin, which reads the Parquet files and applies the
@@ -49,6 +53,11 @@ func PlanTables(ctx context.Context, raw json.RawMessage, opts PlanOptions) (*la
 		return nil, err
 	}
 	defer oc.Close()
+	return planTables(ctx, oc.cat, s, opts, nil)
+}
+
+// planTables plans the tables through cat; cache, when set, keeps each table's plan by its metadata location.
+func planTables(ctx context.Context, cat catalog.Catalog, s Settings, opts PlanOptions, cache *planCache) (*lakequery.Plan, error) {
 	ns := s.NamespaceIdent()
 	p := &lakequery.Plan{Namespace: s.Namespace}
 	seen := map[string]bool{}
@@ -67,12 +76,12 @@ func PlanTables(ctx context.Context, raw json.RawMessage, opts PlanOptions) (*la
 	for _, st := range opts.Streams {
 		add(st, append(slices.Clone(ns), s.TableName(st)))
 	}
-	exists, err := oc.cat.CheckNamespaceExists(ctx, ns)
+	exists, err := cat.CheckNamespaceExists(ctx, ns)
 	if err != nil {
 		return nil, fmt.Errorf("namespace %s: %w", s.Namespace, err)
 	}
 	if exists {
-		for ident, err := range oc.cat.ListTables(ctx, ns) {
+		for ident, err := range cat.ListTables(ctx, ns) {
 			if err != nil {
 				return nil, fmt.Errorf("list tables of %s: %w", s.Namespace, err)
 			}
@@ -80,14 +89,58 @@ func PlanTables(ctx context.Context, raw json.RawMessage, opts PlanOptions) (*la
 		}
 	}
 	for i := range p.Tables {
-		if err := planTable(ctx, oc.cat, idents[p.Tables[i].Name], &p.Tables[i], opts); err != nil {
+		if err := planTable(ctx, cat, idents[p.Tables[i].Name], &p.Tables[i], opts, cache); err != nil {
 			return nil, err
 		}
 	}
 	return p, nil
 }
 
-func planTable(ctx context.Context, cat catalog.Catalog, ident []string, tp *lakequery.TablePlan, opts PlanOptions) error {
+// planCache keeps the newest plan of each table by the metadata location it was made from: a table's metadata
+// file is written once and never changed, so while the catalog points at the same file (no apply, compaction,
+// re-snapshot or truncate committed since) the plan is the same, and a statement of `skippr serve` costs one
+// catalog load per table instead of a scan of its manifests. A table whose location moved is planned again
+// and its old plan dropped: the cache holds one plan per (table, pipeline, fetch directory).
+type planCache struct {
+	mu    sync.Mutex
+	plans map[planKey]cachedPlan
+	// scans counts the plans made (not taken from the cache); tests read it.
+	scans atomic.Int64
+}
+
+type planKey struct{ settings, table, pipeline, fetchDir string }
+
+type cachedPlan struct {
+	metadata string
+	plan     lakequery.TablePlan
+}
+
+func (c *planCache) get(k planKey, metadata string) (lakequery.TablePlan, bool) {
+	if c == nil {
+		return lakequery.TablePlan{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.plans[k]
+	if !ok || e.metadata != metadata {
+		return lakequery.TablePlan{}, false
+	}
+	return e.plan, true
+}
+
+func (c *planCache) put(k planKey, metadata string, tp lakequery.TablePlan) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.plans == nil {
+		c.plans = map[planKey]cachedPlan{}
+	}
+	c.plans[k] = cachedPlan{metadata: metadata, plan: tp}
+}
+
+func planTable(ctx context.Context, cat catalog.Catalog, ident []string, tp *lakequery.TablePlan, opts PlanOptions, cache *planCache) error {
 	tbl, err := cat.LoadTable(ctx, ident)
 	if errors.Is(err, catalog.ErrNoSuchTable) {
 		return nil
@@ -95,6 +148,24 @@ func planTable(ctx context.Context, cat catalog.Catalog, ident []string, tp *lak
 	if err != nil {
 		return fmt.Errorf("load table %s: %w", tp.Name, err)
 	}
+	key := planKey{settings: opts.settings, table: tp.Name, pipeline: opts.Pipeline, fetchDir: opts.FetchDir}
+	if cached, ok := cache.get(key, tbl.MetadataLocation()); ok {
+		*tp = cached
+		return nil
+	}
+	if err := planLoaded(ctx, tbl, tp, opts); err != nil {
+		return err
+	}
+	if cache != nil {
+		cache.scans.Add(1)
+	}
+	cache.put(key, tbl.MetadataLocation(), *tp)
+	return nil
+}
+
+// planLoaded plans a loaded table's current snapshot into tp.
+func planLoaded(ctx context.Context, tbl *table.Table, tp *lakequery.TablePlan, opts PlanOptions) error {
+	var err error
 	tp.Exists = true
 	if st := tbl.Properties()[propStream]; st != "" {
 		tp.Stream = st

@@ -1,8 +1,10 @@
 package dest
 
 import (
+	"reflect"
 	"testing"
 
+	"github.com/skippr-dev/skippr/plugin-sdk/lakequery"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
 
@@ -48,5 +50,50 @@ func TestPlanTables(t *testing.T) {
 	}
 	if p, err := PlanTables(ctxT(t), e.raw, PlanOptions{Pipeline: "other"}); err != nil || p.Tables[0].Fence != 0 {
 		t.Fatalf("another pipeline's fence: %+v %v, want 0", p, err)
+	}
+}
+
+// PlanLake plans a table once per snapshot: a second statement over the same snapshot takes the cached plan
+// (no manifest scan), and an apply (a new metadata location) makes the next statement plan the new snapshot,
+// whose files and fence are that snapshot's alone.
+func TestPlanLakeCachedPerSnapshot(t *testing.T) {
+	e := newEnv(t, nil)
+	us := usersSchema()
+	e.apply(1, serve.Item{Stream: "users", Record: batch(t, us, user(opI, 1, "a"), user(opI, 2, "b"))})
+	req := lakequery.PlanRequest{Pipeline: "p1", Streams: []string{"users"}}
+	first, err := e.d.PlanLake(ctxT(t), e.raw, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.d.PlanLake(ctxT(t), e.raw, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := e.d.plans.scans.Load(); n != 1 {
+		t.Fatalf("two statements over one snapshot planned the table %d times, want 1", n)
+	}
+	if !reflect.DeepEqual(first, second) {
+		t.Fatalf("the cached plan differs:\n%+v\n%+v", first, second)
+	}
+
+	e.apply(2, serve.Item{Stream: "users", Record: batch(t, us, user(opU, 1, "a2"), user(opI, 3, "c"))})
+	third, err := e.d.PlanLake(ctxT(t), e.raw, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := e.d.plans.scans.Load(); n != 2 {
+		t.Fatalf("after an apply the table was planned %d times in all, want 2", n)
+	}
+	got, was := third.Tables[0], first.Tables[0]
+	if got.SnapshotID == was.SnapshotID || got.Fence != 2 {
+		t.Fatalf("after apply 2: snapshot %d fence %d, want a new snapshot (not %d) at fence 2", got.SnapshotID, got.Fence, was.SnapshotID)
+	}
+	data, _ := tableFiles(t, e.table("users"))
+	var rows int64
+	for _, f := range got.Files {
+		rows += f.Rows
+	}
+	if len(got.Files) != len(data) || rows != 4 {
+		t.Fatalf("plan of the new snapshot: %d files holding %d rows, want the table's %d files holding 2+2", len(got.Files), rows, len(data))
 	}
 }

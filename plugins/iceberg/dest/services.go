@@ -15,9 +15,19 @@ var (
 	_ serve.LakeCompactor = (*Destination)(nil)
 )
 
-// PlanLake plans the namespace's tables for a reader outside iceberg-go (see PlanTables).
+// PlanLake plans the namespace's tables for a reader outside iceberg-go (see PlanTables), over the
+// destination's catalog connection and its plan cache: `skippr serve` asks once per statement, and a table
+// whose metadata location has not moved since is not planned again (planCache).
 func (d *Destination) PlanLake(ctx context.Context, settings json.RawMessage, req lakequery.PlanRequest) (lakequery.Plan, error) {
-	p, err := PlanTables(ctx, settings, PlanOptions{Pipeline: req.Pipeline, Streams: req.Streams, FetchDir: req.FetchDir})
+	s, err := ParseSettings(settings)
+	if err != nil {
+		return lakequery.Plan{}, err
+	}
+	oc, err := d.catalog(ctx, settings, s)
+	if err != nil {
+		return lakequery.Plan{}, err
+	}
+	p, err := planTables(ctx, oc.cat, s, PlanOptions{Pipeline: req.Pipeline, Streams: req.Streams, FetchDir: req.FetchDir, settings: string(settings)}, &d.plans)
 	if err != nil {
 		return lakequery.Plan{}, err
 	}
