@@ -72,11 +72,17 @@ func (c *Client) Query(ctx context.Context, write func(io.Writer) error, out io.
 	sent := make(chan error, 1)
 	go func() {
 		err := write(&querySender{s: s})
-		if err != nil {
+		switch {
+		case errors.Is(err, io.EOF):
+			// Send's io.EOF: the engine ended the call before reading the stream whole (it refused it at
+			// once: a WAL cache that lacks the entries the stream builds on, a statement it rejects). Its
+			// answer arrives through Recv; cancelling here would replace it with "canceled". An engine that
+			// ended the call with success having read part of the stream is caught below.
+		case err != nil:
 			// Ending the stream would look like its end: the engine would answer over part of the WAL.
 			// Cancelling fails the call on both sides instead.
 			cancel()
-		} else {
+		default:
 			err = s.CloseSend()
 		}
 		sent <- err
