@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/change"
 )
 
 // Kind says which roles a plugin plays.
@@ -208,6 +210,19 @@ type Item struct {
 	Resnapshot ResnapshotMark
 	// Sequence is the WAL entry the item belongs to: within [FirstSequence, Sequence] of its ApplyRequest.
 	Sequence uint64
+}
+
+// RenamedFromTable is the stream's former name that the item's schema records (change.RenamedFromTableMeta: a
+// RENAME TABLE at the source), from a schema change or a batch alike; "" when none.
+func (it Item) RenamedFromTable() string {
+	var s *arrow.Schema
+	switch {
+	case it.Schema != nil:
+		s = it.Schema.Schema
+	case it.Record != nil:
+		s = it.Record.Schema()
+	}
+	return change.RenamedFromTable(s)
 }
 
 // ApplyRequest carries the content of one WAL sequence number, or of the range [FirstSequence, Sequence] when

@@ -6,9 +6,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/apache/arrow-go/v18/arrow"
-
-	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/bigquery/gsql"
 )
@@ -121,25 +118,13 @@ func (rn *renames) history(t string) string {
 	return h
 }
 
-// renamedFrom is the stream's former name an item's schema records, "" when none.
-func renamedFrom(it serve.Item) string {
-	var s *arrow.Schema
-	switch {
-	case it.Schema != nil:
-		s = it.Schema.Schema
-	case it.Record != nil:
-		s = it.Record.Schema()
-	}
-	return change.RenamedFromTable(s)
-}
-
 // followRename looks at the stream's first item of the apply for a table rename, and sends the item to the
 // renamed stream when it belongs to a stream whose table a replayed rename moved.
 func (a *applier) followRename(ctx context.Context, it *serve.Item) error {
 	rn := a.renames
 	if !rn.seen[it.Stream] {
 		rn.seen[it.Stream] = true
-		if from := renamedFrom(*it); from != "" && from != it.Stream {
+		if from := it.RenamedFromTable(); from != "" && from != it.Stream {
 			if err := a.renameTable(ctx, from, it.Stream); err != nil {
 				return fmt.Errorf("stream %s renamed from %s: %w", it.Stream, from, err)
 			}

@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/util"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/catalog/rest"
 
-	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 )
@@ -131,25 +129,13 @@ func (b *applyBuffer) missing(ctx context.Context, name string) (bool, error) {
 	return false, nil
 }
 
-// renamedFrom is the stream's former name an item's schema records, "" when none.
-func renamedFrom(it serve.Item) string {
-	var s *arrow.Schema
-	switch {
-	case it.Schema != nil:
-		s = it.Schema.Schema
-	case it.Record != nil:
-		s = it.Record.Schema()
-	}
-	return change.RenamedFromTable(s)
-}
-
 // followRename looks at the stream's first item of the apply for a table rename (see tableRenames), and sends
 // the item to the renamed table when it belongs to a stream whose table a replayed rename moved.
 func (b *applyBuffer) followRename(ctx context.Context, it *serve.Item) error {
 	r := b.renames
 	if !r.seen[it.Stream] {
 		r.seen[it.Stream] = true
-		if from := renamedFrom(*it); from != "" && from != it.Stream {
+		if from := it.RenamedFromTable(); from != "" && from != it.Stream {
 			if err := b.renameTable(ctx, from, it.Stream); err != nil {
 				return fmt.Errorf("stream %s renamed from %s: %w", it.Stream, from, err)
 			}

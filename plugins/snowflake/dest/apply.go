@@ -226,7 +226,7 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			// A renamed stream's first item: its table may be the former stream's (tablerename.go). What the
 			// apply holds of the former stream is staged first, so that it can follow the table.
 			rn.seen[it.Stream] = true
-			if from := renamedFrom(it); from != "" && from != it.Stream {
+			if from := it.RenamedFromTable(); from != "" && from != it.Stream {
 				if folded.Lookup(from) != nil {
 					if err := flush(); err != nil {
 						return res, err

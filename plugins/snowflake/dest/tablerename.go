@@ -5,10 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/apache/arrow-go/v18/arrow"
-
-	"github.com/skippr-dev/skippr/plugin-sdk/change"
-	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugins/snowflake/sfsql"
 )
 
@@ -104,18 +100,6 @@ func (rn *renames) history(x *conn, t sfsql.Table) sfsql.Table {
 		return x.table(n)
 	}
 	return h
-}
-
-// renamedFrom is the stream's former name an item's schema records, "" when none.
-func renamedFrom(it serve.Item) string {
-	var s *arrow.Schema
-	switch {
-	case it.Schema != nil:
-		s = it.Schema.Schema
-	case it.Record != nil:
-		s = it.Record.Schema()
-	}
-	return change.RenamedFromTable(s)
 }
 
 // renameTable renames the table of stream from to the table of stream to when the latter does not exist.
