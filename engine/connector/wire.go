@@ -53,7 +53,7 @@ func capabilities(ctx context.Context, cl *client.Client, settings []byte) (Capa
 func capabilitiesOf(r *pluginv2.CapabilitiesResponse) Capabilities {
 	c := Capabilities{ExactlyOnce: r.ExactlyOnce, ExactlyOnceNote: r.ExactlyOnceNote, Deletes: r.Deletes,
 		SchemaEvolution: r.SchemaEvolution, Truncate: r.Truncate, Coalesce: r.Coalesce, Resnapshot: r.Resnapshot,
-		FullRow: r.FullRow, UnsupportedTypes: r.UnsupportedTypes}
+		FullRow: r.FullRow, RenamedStream: r.RenamedStream, UnsupportedTypes: r.UnsupportedTypes}
 	if d := r.ApplyDefaults; d != nil {
 		c.ApplyDefaults = &ApplyDefaults{MaxInterval: time.Duration(d.MaxIntervalMs) * time.Millisecond,
 			MaxBytes: d.MaxBytes, MaxEntries: d.MaxEntries}

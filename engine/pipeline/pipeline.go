@@ -176,6 +176,7 @@ type runner struct {
 	trailingBusy sync.WaitGroup // held-back publishes sending now
 	statusFinal  bool           // the stopped status is being sent: nothing else is
 	caps         []Capabilities // per destination
+	renameless   []string       // destinations without Capabilities.RenamedStream (rename.go)
 	fromPlugin   [][]string     // per destination: the apply limits its plugin proposed
 	lastCP       []byte         // the source checkpoint of the last committed entry
 }
@@ -291,6 +292,9 @@ func (r *runner) start(ctx context.Context) (wal.Head, error) {
 			return wal.Head{}, fmt.Errorf("pipeline %s: source %s propagates TRUNCATE, but destination %s cannot apply a truncate; set the source's `truncate: error` (stop at a TRUNCATE) or `truncate: ignore` (keep the rows): %w", cfg.Name, cfg.Source.Name, d.Name, ErrGuarantee)
 		}
 		r.coalesce[i] = caps.Coalesce
+		if !caps.RenamedStream {
+			r.renameless = append(r.renameless, d.Name)
+		}
 		lim, taken := resolveApply(d.Apply, proposalOf(caps.ApplyDefaults))
 		cfg.Destinations[i].Apply = lim
 		if !caps.Coalesce {

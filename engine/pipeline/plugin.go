@@ -95,6 +95,7 @@ type Capabilities struct {
 	Coalesce        bool // applies a range of WAL entries in one atomic apply
 	Resnapshot      bool // applies re-snapshot marks
 	FullRow         bool // applies streams matched by full row (change.FullRow), one row per delete
+	RenamedStream   bool // follows a renamed stream (change.RenamedFromTableMeta)
 	// UnsupportedTypes are Arrow type names (arrow.DataType.Name()) the destination cannot hold at any depth.
 	UnsupportedTypes []string
 	// ApplyDefaults are the apply limits the destination proposes; nil: no proposal.

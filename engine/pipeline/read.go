@@ -290,6 +290,9 @@ func (l *commitLoop) read(res readResult) error {
 		cfg.Observer.Read(m.Batch.Stream, m.Batch.Rows, int64(len(m.Batch.IPC)))
 		l.g.idle = false
 	case m.Schema != nil:
+		if err := l.r.renameRefusal(m.Schema.Stream, m.Schema.ArrowSchema); err != nil {
+			return err
+		}
 		l.add(wal.Frame{Kind: wal.FrameSchema, Stream: m.Schema.Stream, Data: m.Schema.ArrowSchema})
 	case m.Truncate != "":
 		l.add(wal.Frame{Kind: wal.FrameTruncate, Stream: m.Truncate})

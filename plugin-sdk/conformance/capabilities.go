@@ -28,6 +28,9 @@ func checkCapabilities(ctx context.Context, t *testing.T, c *client.Client, cfg 
 	if caps.Resnapshot {
 		t.Run("resnapshot", func(t *testing.T) { checkResnapshot(ctx, t, c, cfg, caps) })
 	}
+	if caps.RenamedStream {
+		t.Run("renamed-stream", func(t *testing.T) { CheckRenamedStream(t, cfg) })
+	}
 	if len(caps.UnsupportedTypes) > 0 {
 		t.Run("type-limits", func(t *testing.T) { checkTypeLimits(t, caps.UnsupportedTypes) })
 	}

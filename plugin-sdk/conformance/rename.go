@@ -18,8 +18,10 @@ import (
 // and a and b hold none. The marked schema applied again under a new sequence number (b exists by then) changes
 // nothing, and a replay of a sequence number is skipped (exactly-once destinations).
 //
-// Not part of Run: a destination's tests call it when the destination follows renamed streams. It needs
-// Config.Rows to see what the destination holds; without it only the applies are checked.
+// Run calls it when the destination declares Capabilities.RenamedStream (the engine refuses a rename before it
+// reaches a destination that does not); a destination's tests may call it again with other settings. It
+// fails for a destination that does not declare the capability. It needs Config.Rows to see what the
+// destination holds; without it only the applies are checked.
 func CheckRenamedStream(t *testing.T, cfg Config) {
 	t.Helper()
 	if cfg.Timeout == 0 {
@@ -31,6 +33,9 @@ func CheckRenamedStream(t *testing.T, cfg Config) {
 	caps, err := c.Capabilities(ctx, cfg.Settings)
 	if err != nil {
 		t.Fatalf("capabilities: %v", err)
+	}
+	if !caps.RenamedStream {
+		t.Fatalf("the destination does not declare capability renamed_stream (serve.Capabilities.RenamedStream): the engine stops a pipeline at a table rename rather than send it here; declare it once the destination follows renamed streams")
 	}
 	a := newApplier(ctx, t, c, cfg, caps, "rename")
 	n := time.Now().UnixNano() % 1_000_000_000

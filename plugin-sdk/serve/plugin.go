@@ -166,6 +166,11 @@ type Capabilities struct {
 	// row images) in order, each delete removing exactly one row equal to its image. The engine refuses at
 	// start a pipeline that sends such a stream to a destination without it.
 	FullRow bool
+	// RenamedStream: the destination follows a renamed stream (Item.RenamedFromTable: the source renamed table a
+	// to b, and b's schema says so): it renames a's table and what it keeps per stream to b, in order with the
+	// items around it (conformance.CheckRenamedStream). The engine stops a pipeline before it commits a rename
+	// when a destination lacks it: such a destination would leave a's rows behind and start b empty.
+	RenamedStream bool
 	// ApplyDefaults proposes apply limits for a connection that leaves them out of its `apply:`; the engine
 	// logs each one it takes. Zero fields propose nothing. Only a destination with Coalesce gets ranges, so
 	// only its proposals matter.

@@ -278,7 +278,7 @@ func (s *server) Capabilities(ctx context.Context, req *pluginv2.CapabilitiesReq
 		unsupported = tl.UnsupportedTypes()
 	}
 	return &pluginv2.CapabilitiesResponse{UnsupportedTypes: unsupported, ExactlyOnce: c.ExactlyOnce, Deletes: c.Deletes, SchemaEvolution: c.SchemaEvolution, ExactlyOnceNote: c.ExactlyOnceNote, Truncate: c.Truncate, Coalesce: c.Coalesce, Resnapshot: c.Resnapshot,
-		FullRow: c.FullRow, ApplyDefaults: applyDefaults(c.ApplyDefaults)}, nil
+		FullRow: c.FullRow, RenamedStream: c.RenamedStream, ApplyDefaults: applyDefaults(c.ApplyDefaults)}, nil
 }
 
 // applyDefaults is nil when a destination proposes nothing, as it was before proposals existed.

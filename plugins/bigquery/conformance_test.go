@@ -18,7 +18,4 @@ func TestConformance(t *testing.T) {
 	settings, _ := json.Marshal(map[string]any{"project": s.Project, "dataset": "conf", "endpoint": s.URL})
 	bad, _ := json.Marshal(map[string]any{"project": "Not A Project", "dataset": "conf"})
 	conformance.Run(t, conformance.Config{Binary: bin, Settings: settings, BadSettings: bad})
-	t.Run("renamed-stream", func(t *testing.T) {
-		conformance.CheckRenamedStream(t, conformance.Config{Binary: bin, Settings: settings})
-	})
 }

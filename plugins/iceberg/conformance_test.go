@@ -28,9 +28,6 @@ func TestConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	conformance.Run(t, conformance.Config{Binary: bin, Settings: settings, BadSettings: []byte(`{"catalog": {"type": "sql"}}`)})
-	t.Run("renamed-stream", func(t *testing.T) {
-		conformance.CheckRenamedStream(t, conformance.Config{Binary: bin, Settings: settings})
-	})
 	t.Run("compact-service", func(t *testing.T) { testCompactService(t, bin) })
 }
 

@@ -27,9 +27,6 @@ func TestConformance(t *testing.T) {
 		return b
 	}
 	conformance.Run(t, conformance.Config{Binary: bin, Settings: settings("p"), BadSettings: settings("wrong"), Timeout: 3 * time.Minute})
-	t.Run("renamed-stream", func(t *testing.T) {
-		conformance.CheckRenamedStream(t, conformance.Config{Binary: bin, Settings: settings("p"), Timeout: 3 * time.Minute})
-	})
 	if r := srv.Rejected(); len(r) > 0 {
 		t.Fatalf("the stand-in refused statements outside the allow-list: %q", r)
 	}

@@ -28,5 +28,4 @@ func TestConformance(t *testing.T) {
 			return rows, nil
 		}}
 	conformance.Run(t, cfg)
-	t.Run("renamed-stream", func(t *testing.T) { conformance.CheckRenamedStream(t, cfg) })
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/skippr-dev/skippr/internal/testplugins"
+	"github.com/skippr-dev/skippr/plugin-sdk/conformance/filedest"
 	"github.com/skippr-dev/skippr/test/harness"
 	"github.com/skippr-dev/skippr/testkit/pgtest"
 )
@@ -316,4 +317,82 @@ func (l *tableLoad) stop() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.count
+}
+
+// TestRenameRefusedBeforeOldDestination: a destination plugin built before the renamed_stream capability (testdest
+// with no_renamed_stream, which declares itself so) would start the renamed table empty and leave the old one's
+// rows behind. `skippr sync` stops at the rename instead — exit 1, state failed, the message naming the rename,
+// the destination and the fix — and writes nothing of it to the WAL. Once the plugin is "upgraded" (the setting
+// removed), the source sends the rename again from its last acknowledged point and the destination holds every
+// row under the new name. Without the engine's check the first run succeeds and the rows stay split.
+func TestRenameRefusedBeforeOldDestination(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	src := pgtest.NewDB(t)
+	sc := pgConn(t, ctx, src)
+	if _, err := sc.Exec(ctx, `CREATE TABLE orders (id bigint PRIMARY KEY, name text NOT NULL);
+		INSERT INTO orders SELECT i, 'n' || i FROM generate_series(1, 100) i`); err != nil {
+		t.Fatal(err)
+	}
+	e := harness.NewEnvWith(t, "postgres", "testdest")
+	out := filepath.Join(e.Dir, "out")
+	s := src.Server
+	config := func(destExtra string) {
+		e.WriteConfig(fmt.Sprintf(`connections:
+  src:
+    plugin: postgres
+    version: "~> 0.1"
+    settings: { host: %s, port: %d, user: postgres, database: %s, sslmode: disable, tables: ["public.orders*"], slot: renames, publication: renames }
+  sink:
+    plugin: testdest
+    version: "~> 0.1"
+    settings: { dir: %s%s }
+pipelines:
+  orders:
+    source: src
+    destinations: [sink]
+    wal:
+      url: file://%s
+`, s.Host, s.Port, src.Name, out, destExtra, filepath.Join(e.Dir, "wal")))
+	}
+	config(", no_renamed_stream: true")
+	e.MustRun("sync", "--once")
+	if _, err := sc.Exec(ctx, `INSERT INTO orders VALUES (101, 'before');
+		ALTER TABLE orders RENAME TO orders_v2;
+		INSERT INTO orders_v2 VALUES (102, 'after'); UPDATE orders_v2 SET name = 'changed' WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	r := e.Run("sync", "--once")
+	for _, want := range []string{"renamed table public.orders to public.orders_v2", "destination sink does not follow a renamed table", "upgrade the plugin of destination sink"} {
+		if r.Code != 1 || !strings.Contains(r.Stderr, want) {
+			t.Fatalf("sync across the rename into a destination without renamed_stream: exit %d, want 1 (a pipeline failed) and %q\n%s", r.Code, want, r.Stderr)
+		}
+	}
+	st := e.Run("status", "--json")
+	if !strings.Contains(st.Stdout, `"failed"`) {
+		t.Fatalf("status after the refusal does not say failed:\n%s", st.Stdout)
+	}
+	held, err := filedest.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(held.Tables["public.orders_v2"]); n != 0 {
+		t.Fatalf("the refused rename reached the destination: %d rows under public.orders_v2", n)
+	}
+
+	config("")
+	e.MustRun("sync", "--once")
+	held, err = filedest.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := held.Tables["public.orders_v2"]
+	if len(got) != 102 || len(held.Tables["public.orders"]) != 0 {
+		t.Fatalf("after the upgrade: %d rows under public.orders_v2 (want 102) and %d under public.orders (want 0)", len(got), len(held.Tables["public.orders"]))
+	}
+	for k, row := range got {
+		if fmt.Sprint(row["id"]) == "1" && row["name"] != "changed" {
+			t.Fatalf("row %s after the upgrade: %v, want the update made after the rename", k, row)
+		}
+	}
 }

@@ -85,6 +85,9 @@ type Settings struct {
 	NoCoalesce bool `json:"no_coalesce"`
 	// NoResnapshot makes the destination declare that it cannot apply resnapshot marks (to test the refusal).
 	NoResnapshot bool `json:"no_resnapshot"`
+	// NoRenamedStream makes the destination declare that it does not follow a renamed stream, as a plugin built
+	// before the capability existed (to test the engine's refusal); it still follows one it is sent.
+	NoRenamedStream bool `json:"no_renamed_stream"`
 	// ProposeMaxInterval (a Go duration, "1h") makes the destination propose that apply max_interval, as a
 	// warehouse does (to test the engine's apply defaults).
 	ProposeMaxInterval string `json:"propose_max_interval"`
@@ -102,6 +105,7 @@ const SettingsSchema = `{
     "no_truncate": {"type": "boolean"},
     "no_coalesce": {"type": "boolean", "description": "take one WAL entry per apply"},
     "no_resnapshot": {"type": "boolean"},
+    "no_renamed_stream": {"type": "boolean"},
     "propose_max_interval": {"type": "string", "description": "apply max_interval to propose (a Go duration)"}
   }
 }`
@@ -203,9 +207,9 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 		proposal.MaxInterval, _ = time.ParseDuration(s.ProposeMaxInterval) // parse checked it
 	}
 	if s.AtLeastOnce {
-		return serve.Capabilities{Deletes: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot, ApplyDefaults: proposal, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
+		return serve.Capabilities{Deletes: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot, RenamedStream: !s.NoRenamedStream, ApplyDefaults: proposal, ExactlyOnceNote: "at_least_once is set: the destination does not record applied sequence numbers"}, nil
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot, ApplyDefaults: proposal}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: !s.NoTruncate, Coalesce: !s.NoCoalesce, Resnapshot: !s.NoResnapshot, RenamedStream: !s.NoRenamedStream, ApplyDefaults: proposal}, nil
 }
 
 // Open parses the settings. The session keeps nothing of the directory in memory: every call reads the commit

@@ -238,7 +238,7 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 	if _, err := ParseSettings(raw); err != nil {
 		return serve.Capabilities{}, err
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true, Resnapshot: true, FullRow: true}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true, Resnapshot: true, FullRow: true, RenamedStream: true}, nil
 }
 
 // stateName is the state table's qualified name.

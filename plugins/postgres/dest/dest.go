@@ -79,7 +79,7 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 	if _, err := config.ParseDestination(raw); err != nil {
 		return serve.Capabilities{}, err
 	}
-	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true, Resnapshot: true, FullRow: true}, nil
+	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true, Resnapshot: true, FullRow: true, RenamedStream: true}, nil
 }
 
 // Check connects and checks the right to create tables in the target schema (or the schema itself).

@@ -129,7 +129,7 @@ func (d *Destination) Capabilities(_ context.Context, raw json.RawMessage) (serv
 		return serve.Capabilities{}, err
 	}
 	return serve.Capabilities{ExactlyOnce: true, Deletes: true, SchemaEvolution: true, Truncate: true, Coalesce: true,
-		ApplyDefaults: serve.ApplyDefaults{MaxInterval: WarehouseApplyInterval}}, nil
+		RenamedStream: true, ApplyDefaults: serve.ApplyDefaults{MaxInterval: WarehouseApplyInterval}}, nil
 }
 
 // WarehouseApplyInterval: each commit starts compute that bills by the minute or by the query, so a minute

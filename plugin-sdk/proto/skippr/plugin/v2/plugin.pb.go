@@ -1255,7 +1255,12 @@ type CapabilitiesResponse struct {
 	// Applies streams whose schema says change.MatchMeta = full_row (keyless tables with full row images): each
 	// delete removes exactly one row equal to its image in every column, NULL matching NULL. The engine refuses
 	// at start a pipeline that sends such a stream to a destination without it.
-	FullRow       bool `protobuf:"varint,10,opt,name=full_row,json=fullRow,proto3" json:"full_row,omitempty"`
+	FullRow bool `protobuf:"varint,10,opt,name=full_row,json=fullRow,proto3" json:"full_row,omitempty"`
+	// Follows a renamed stream (change.RenamedFromTableMeta on a stream's schema: the source renamed table a to
+	// b): renames a's table, and whatever it keeps per stream, to b in order with the items around it. The
+	// engine stops a pipeline before it commits a rename to the WAL when a destination lacks it: that
+	// destination would leave a's rows behind and start b empty.
+	RenamedStream bool `protobuf:"varint,11,opt,name=renamed_stream,json=renamedStream,proto3" json:"renamed_stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1356,6 +1361,13 @@ func (x *CapabilitiesResponse) GetApplyDefaults() *ApplyDefaults {
 func (x *CapabilitiesResponse) GetFullRow() bool {
 	if x != nil {
 		return x.FullRow
+	}
+	return false
+}
+
+func (x *CapabilitiesResponse) GetRenamedStream() bool {
+	if x != nil {
+		return x.RenamedStream
 	}
 	return false
 }
@@ -2361,7 +2373,7 @@ const file_skippr_plugin_v2_plugin_proto_rawDesc = "" +
 	"checkpoint\"\r\n" +
 	"\vAckResponse\"1\n" +
 	"\x13CapabilitiesRequest\x12\x1a\n" +
-	"\bsettings\x18\x01 \x01(\fR\bsettings\"\x92\x03\n" +
+	"\bsettings\x18\x01 \x01(\fR\bsettings\"\xb9\x03\n" +
 	"\x14CapabilitiesResponse\x12!\n" +
 	"\fexactly_once\x18\x01 \x01(\bR\vexactlyOnce\x12\x18\n" +
 	"\adeletes\x18\x02 \x01(\bR\adeletes\x12)\n" +
@@ -2375,7 +2387,8 @@ const file_skippr_plugin_v2_plugin_proto_rawDesc = "" +
 	"\x11unsupported_types\x18\b \x03(\tR\x10unsupportedTypes\x12F\n" +
 	"\x0eapply_defaults\x18\t \x01(\v2\x1f.skippr.plugin.v1.ApplyDefaultsR\rapplyDefaults\x12\x19\n" +
 	"\bfull_row\x18\n" +
-	" \x01(\bR\afullRow\"u\n" +
+	" \x01(\bR\afullRow\x12%\n" +
+	"\x0erenamed_stream\x18\v \x01(\bR\rrenamedStream\"u\n" +
 	"\rApplyDefaults\x12&\n" +
 	"\x0fmax_interval_ms\x18\x01 \x01(\x03R\rmaxIntervalMs\x12\x1b\n" +
 	"\tmax_bytes\x18\x02 \x01(\x03R\bmaxBytes\x12\x1f\n" +
