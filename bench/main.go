@@ -216,6 +216,10 @@ func startPlugin(ctx context.Context, path string) *client.Client {
 		// The plugin writes its CPU profile there when stopped (plugins/mysql has the hook); the last one wins.
 		cfg.Env = []string{"SKIPPR_PLUGIN_CPUPROFILE=" + prof}
 	}
+	if prof := os.Getenv("SKIPPR_PLUGIN_HEAP_PROFILE"); prof != "" {
+		// Each plugin writes PREFIX.<pid>.<n> on SIGUSR1 and PREFIX.<pid> at a clean exit (serve.HeapProfileEnv).
+		cfg.Env = append(cfg.Env, "SKIPPR_PLUGIN_HEAP_PROFILE="+prof)
+	}
 	c, err := client.Start(ctx, cfg)
 	if err != nil {
 		log.Fatal(err)

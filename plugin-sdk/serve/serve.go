@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -40,6 +41,9 @@ func Serve(p Plugin, opts ...Option) {
 	}
 	// The host parses hclog-style JSON lines from our stderr and logs them at their level.
 	slog.SetDefault(Logger(sp.Name))
+	profCtx, stopProf := context.WithCancel(context.Background())
+	defer stopProf()
+	writeExitProfile := heapProfiles(profCtx, slog.Default())
 	impl := newServer(p, nil)
 	go exitWithParent(os.Getppid(), impl.close)
 	sets := protocol.PluginSets(impl, o.protocols)
@@ -57,6 +61,7 @@ func Serve(p Plugin, opts ...Option) {
 	if err := impl.close(); err != nil {
 		slog.Error("close destination sessions", "err", err)
 	}
+	writeExitProfile()
 }
 
 // Logger returns a slog logger whose JSON lines the host understands (hclog's @level/@message keys).

@@ -4,6 +4,9 @@
 package main
 
 import (
+	"os"
+	"runtime/debug"
+
 	sf "github.com/snowflakedb/gosnowflake"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -17,5 +20,12 @@ func main() {
 	// The driver logs every failed statement itself; the plugin returns each as an error with its context,
 	// so the driver's own lines would only repeat them.
 	_ = sf.GetLogger().SetLogLevel("OFF")
+	// Arrow buffers come from Go's allocator, so a chunk the apply wrote out and dropped is garbage the
+	// collector frees only once the heap has doubled (GOGC=100): without a limit the process holds about twice
+	// its working set. With dest.MemoryLimit the collector runs harder as the heap nears it (README, Memory).
+	// A GOMEMLIMIT in the plugin's environment wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(dest.MemoryLimit)
+	}
 	serve.Serve(&dest.Destination{Version: version}) // it closes the sessions' pools when the host ends it
 }

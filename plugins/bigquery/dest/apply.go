@@ -673,18 +673,24 @@ func (a *applier) stageRuns(ctx context.Context, table string, segs *[]*segment,
 		rows   []stagedRow
 	}
 	var groups []*group
+	// Each batch's schema is compared once, not each row's (SameSchema formats both schemas as text: per row
+	// it made most of a 2M-row range's garbage, 7.8 GB of it, in the plugin's heap profile).
+	bySchema := map[*arrow.Schema]*group{}
 	for _, r := range staged {
 		s := r.rec.Schema()
-		var g *group
-		for _, x := range groups {
-			if change.SameSchema(x.schema, s) {
-				g = x
-				break
-			}
-		}
+		g := bySchema[s]
 		if g == nil {
-			g = &group{schema: s}
-			groups = append(groups, g)
+			for _, x := range groups {
+				if change.SameSchema(x.schema, s) {
+					g = x
+					break
+				}
+			}
+			if g == nil {
+				g = &group{schema: s}
+				groups = append(groups, g)
+			}
+			bySchema[s] = g
 		}
 		g.rows = append(g.rows, r)
 	}

@@ -277,7 +277,9 @@ func (x *conn) apply(ctx context.Context, req *serve.Range) (res serve.ApplyResu
 			tr.seq0 = append(tr.seq0, tr.next)
 			tr.next += it.Record.NumRows()
 			res.Rows += it.Record.NumRows()
-			held += int64(util.TotalRecordSize(it.Record))
+			// The fold's index and the picks written from it cost about as much as narrow batches
+			// themselves: counted per row, so the budget bounds the chunk's whole working set.
+			held += int64(util.TotalRecordSize(it.Record)) + it.Record.NumRows()*foldRowCost
 			if held >= budget {
 				if err := flush(); err != nil {
 					return res, err
@@ -533,6 +535,9 @@ func (x *conn) prepareLoads(ctx context.Context, req *serve.Range, sp *streamPla
 		n, size, err := writeParquet(ctx, l.file, g.schema, cols, parts, extras)
 		if err != nil {
 			return nil, fmt.Errorf("write %s: %w", name, err)
+		}
+		if x.d.staged != nil {
+			x.d.staged()
 		}
 		l.rows = n
 		x.d.stats.Puts++

@@ -74,6 +74,9 @@ type Destination struct {
 	// afterRename, when set (tests), is called after a table was renamed (to: its new name) for a renamed
 	// stream; an error stops the apply there, as a crash would.
 	afterRename func(to string) error
+	// staged, when set (tests), is called after each Parquet file of a chunk is written, while the chunk's
+	// batches, fold and picks are all alive: where an apply's memory peaks.
+	staged func()
 }
 
 // DefaultFoldBudget: an apply holds at most this many bytes of Arrow batches at once (plus the batch being
@@ -81,6 +84,19 @@ type Destination struct {
 // loads efficiently (its guidance: 100–250 MB compressed is the sweet spot, smaller is fine) and keeps the
 // plugin's peak well under the engine's 256 MiB default range.
 const DefaultFoldBudget = 64 << 20
+
+// MemoryLimit is the Go runtime's soft memory limit the plugin's main sets (unless GOMEMLIMIT is set): four
+// times DefaultFoldBudget, room for one chunk, the Parquet writer's and gRPC's buffers, the driver and the
+// garbage of the chunk before (the 2M-row backlog's peak RSS: README, Memory).
+const MemoryLimit = 256 << 20
+
+// foldRowCost is what each folded row costs beside its batch, counted against the fold budget: its entry in
+// the fold's index (change.Fold: a map slot and a Last, ≈ 70 bytes with the map's and slice's growth) and its
+// pick when the chunk is written (≈ 56 bytes, more while the pick slices grow). Measured: a heap profile of
+// the plugin applying datagen's rows (4 narrow columns) held 71 MB of fold index and 44 MB of picks beside
+// 66 MB of batches, so counting the batches alone let a 64 MiB budget hold about three times as much
+// (TestChunkWithinFoldBudget).
+const foldRowCost = 160
 
 func (d *Destination) foldBudget() int64 {
 	if d.FoldBudget > 0 {
