@@ -87,6 +87,7 @@ func main() {
 	backlogRows := flag.Int64("backlog-rows", 28_000_000, "rows of datagen in the backlog benchmark (28M: ≈ 1 GiB of s2 WAL, ≈ 38 bytes a row)")
 	startOnly := flag.Bool("start-only", false, "run only the start benchmark: `skippr sync --once` from the command to the source's first row, by phase, beside exec baselines (needs skippr and the datagen, testdest and postgres plugins)")
 	startRuns := flag.Int("start-runs", 15, "runs of each start benchmark")
+	startSteps := flag.Bool("start-steps", false, "in the start benchmark, run skippr at --log-level debug and print the Postgres source's own steps (its check's and its Read's round trips, plugins/postgres/source/warm.go) beside the phases")
 	startPG := flag.Bool("start-postgres", true, "in the start benchmark, an hourly Postgres → testdest job too (needs PostgreSQL's server binaries)")
 	cpuProfile := flag.String("cpuprofile", "", "write the bench process's (the engine side's) CPU profile to this file")
 	flag.Parse()
@@ -106,7 +107,7 @@ func main() {
 	}
 	ctx := context.Background()
 	if *startOnly {
-		startBench(ctx, *binDir, *startRuns, *startPG)
+		startBench(ctx, *binDir, *startRuns, *startPG, *startSteps)
 		return
 	}
 	if *backlogOnly {

@@ -30,13 +30,13 @@ import (
 // datagen (1 row) → testdest starts from a fresh WAL each time: every run snapshots its row. With withPG, an
 // hourly Postgres job too: one row inserted before each run, the same WAL and slot kept between runs, so the
 // first row is a streamed change.
-func startBench(ctx context.Context, binDir string, runs int, withPG bool) {
+func startBench(ctx context.Context, binDir string, runs int, withPG, steps bool) {
 	dir, err := os.MkdirTemp("", "skippr-bench-start-")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	s := &startRun{dir: dir, skippr: absBin(binDir, "skippr"), plugins: map[string]string{}}
+	s := &startRun{dir: dir, skippr: absBin(binDir, "skippr"), plugins: map[string]string{}, steps: steps}
 	names := []string{"datagen", "testdest"}
 	if withPG {
 		names = append(names, "postgres")
@@ -86,6 +86,17 @@ type startRun struct {
 	dir, skippr string
 	plugins     map[string]string // plugin name → binary
 	pubKey      string
+	steps       bool // run at --log-level debug and read the Postgres source's step lines
+}
+
+// sourceSteps are the Postgres source's debug lines timing its start (plugins/postgres/source/warm.go), and
+// their steps in the order they run; the bench prints each as "<line>.<step>".
+var sourceSteps = []struct {
+	msg, key string
+	steps    []string
+}{
+	{"check timing", "check", []string{"connect", "role_slot", "tables", "publication", "replication", "total"}},
+	{"read timing", "read", []string{"warm", "connect", "renamed_patterns", "tables", "filters", "publications", "slot", "replication_session", "start_replication", "total"}},
 }
 
 // registry publishes the plugins into a registry signed with a key of its own, as users install them.
@@ -148,7 +159,11 @@ type startSample struct {
 
 // run runs `skippr sync --once` once and reads its start from its JSON log.
 func (s *startRun) run(ctx context.Context) startSample {
-	cmd := s.command(ctx, s.skippr, "--log-format", "json", "sync", "--once")
+	args := []string{"--log-format", "json", "sync", "--once"}
+	if s.steps {
+		args = append([]string{"--log-level", "debug"}, args...)
+	}
+	cmd := s.command(ctx, s.skippr, args...)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = nil, &stderr
 	began := time.Now()
@@ -164,6 +179,19 @@ func (s *startRun) run(ctx context.Context) startSample {
 	sc := bufio.NewScanner(bytes.NewReader(stderr.Bytes()))
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
+		var raw map[string]any
+		if json.Unmarshal(sc.Bytes(), &raw) == nil {
+			for _, ss := range sourceSteps {
+				if raw["msg"] != ss.msg {
+					continue
+				}
+				for _, st := range ss.steps {
+					if v, ok := raw[st+"_ms"].(float64); ok {
+						smp.phases[ss.key+"."+st] = v
+					}
+				}
+			}
+		}
 		var line struct {
 			Time   time.Time                     `json:"time"`
 			Msg    string                        `json:"msg"`
@@ -294,7 +322,9 @@ func (st *startSeries) print(title string, plugins []string) {
 		line(fmt.Sprintf("  %s (%s): spec, settings check", conn, plugins[i]), phase(conn+".spec_ms"))
 	}
 	line("skippr: checks and capabilities done (`checks_ms`)", phase("checks_ms"))
+	st.stepLines(line, "check")
 	line("skippr: WAL opened and acquired (`wal_ms`)", phase("wal_ms"))
+	st.stepLines(line, "read")
 	line("**skippr: source's first row read (`first_row_ms`)**", phase("first_row_ms"))
 	line("**exec → first row** (bench clock: includes the Go runtime's start before main)", func(s startSample) float64 { return durMS(s.firstRow) })
 	cpuLine("whole process: exec → exit (commit, apply, summary); CPU: skippr's own", func(s startSample) float64 { return durMS(s.whole) },
@@ -308,6 +338,27 @@ func (st *startSeries) print(title string, plugins []string) {
 		rss = append(rss, float64(smp.rss))
 	}
 	fmt.Printf("\nskippr's peak RSS: p50 %s, max %s\n", mib(int64(quantile(rss, 0.5))), mib(int64(quantile(rss, 1))))
+}
+
+// stepLines prints the source's steps of one debug line (key: check or read), those every sample has: the
+// Read's first step is "warm" when it took a passed check's sessions, "connect" when it opened its own.
+func (st *startSeries) stepLines(line func(string, func(startSample) float64), key string) {
+	for _, ss := range sourceSteps {
+		if ss.key != key {
+			continue
+		}
+		for _, step := range ss.steps {
+			k := key + "." + step
+			all := true
+			for _, smp := range st.samples {
+				_, ok := smp.phases[k]
+				all = all && ok
+			}
+			if all {
+				line(fmt.Sprintf("  source's %s (debug line %q): %s", key, ss.msg, step), func(s startSample) float64 { return s.phases[k] })
+			}
+		}
+	}
 }
 
 // quantile is the nearest-rank q-quantile of xs (q = 1: the max).

@@ -107,21 +107,10 @@ func refuse(class fault.Class, msg, fix string) error {
 // a destination needs the streams described: an hourly job's start waits for the slowest of them, not for
 // their sum (issue #31: the source's first row within 300 ms of the command). A Discover answered while a
 // check fails is dropped; its error counts only once every check passed.
+//
+// The checks begin before the destinations are asked for their capabilities (a round trip to each plugin the
+// checks do not need): whether the source must describe its streams is known only from those.
 func Run(ctx context.Context, cfg Config) error {
-	limits := make([][]string, len(cfg.Destinations))
-	metas := make([]rowmeta.Settings, len(cfg.Destinations))
-	fullRow := make([]bool, len(cfg.Destinations))
-	anyLimits := false
-	for i, d := range cfg.Destinations {
-		caps, err := d.Plugin.Capabilities(ctx)
-		if err != nil {
-			return fmt.Errorf("capabilities of destination %s: %w", d.Name, err)
-		}
-		limits[i] = caps.UnsupportedTypes
-		metas[i] = rowMeta(d.Settings)
-		fullRow[i] = caps.FullRow
-		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].AnyStream() || len(metas[i].TableOptions) > 0 || !fullRow[i]
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -129,6 +118,22 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() { checks[0] = check(ctx, "source", cfg.Source.Name, cfg.Source.Plugin.Check) })
 	for i, d := range cfg.Destinations {
 		wg.Go(func() { checks[1+i] = check(ctx, "destination", d.Name, d.Plugin.Check) })
+	}
+	limits := make([][]string, len(cfg.Destinations))
+	metas := make([]rowmeta.Settings, len(cfg.Destinations))
+	fullRow := make([]bool, len(cfg.Destinations))
+	anyLimits := false
+	for i, d := range cfg.Destinations {
+		caps, err := d.Plugin.Capabilities(ctx)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return fmt.Errorf("capabilities of destination %s: %w", d.Name, err)
+		}
+		limits[i] = caps.UnsupportedTypes
+		metas[i] = rowMeta(d.Settings)
+		fullRow[i] = caps.FullRow
+		anyLimits = anyLimits || len(caps.UnsupportedTypes) > 0 || metas[i].AnyStream() || len(metas[i].TableOptions) > 0 || !fullRow[i]
 	}
 	var streams []connector.Stream
 	var discoverErr error

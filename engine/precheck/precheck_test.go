@@ -291,3 +291,45 @@ func TestChecksRunAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// capsAfterSource's Capabilities answers only once the source's check has begun (srcIn closed).
+type capsAfterSource struct {
+	fakeDest
+	srcIn chan struct{}
+}
+
+func (d capsAfterSource) Capabilities(ctx context.Context) (connector.Capabilities, error) {
+	select {
+	case <-d.srcIn:
+		return d.fakeDest.Capabilities(ctx)
+	case <-ctx.Done():
+		return connector.Capabilities{}, ctx.Err()
+	}
+}
+
+// startedSource's Check says it began (closes srcIn) and passes.
+type startedSource struct {
+	fakeSource
+	srcIn chan struct{}
+}
+
+func (s startedSource) Check(context.Context) error {
+	close(s.srcIn)
+	return nil
+}
+
+// TestChecksBeforeCapabilities: the source's check begins before the destinations are asked for their
+// capabilities, a round trip the check does not need (an hourly job's start, issue #31).
+func TestChecksBeforeCapabilities(t *testing.T) {
+	srcIn := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := Run(ctx, Config{
+		Pipeline:     "p",
+		Source:       Endpoint[Source]{Name: "src", Plugin: startedSource{srcIn: srcIn}},
+		Destinations: []Endpoint[Destination]{{Name: "out", Plugin: capsAfterSource{srcIn: srcIn}}},
+	})
+	if ctx.Err() != nil || err != nil {
+		t.Fatalf("Run: %v (the capabilities were asked before the source's check began?)", err)
+	}
+}

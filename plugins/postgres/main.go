@@ -47,7 +47,7 @@ func (p *plugin) Check(ctx context.Context, raw json.RawMessage) error {
 	if len(probe.Tables) > 0 {
 		if cfg, err := config.ParseSource(raw); err != nil {
 			errs = append(errs, err)
-		} else if err := source.Check(ctx, cfg); err != nil {
+		} else if err := p.Source.Check(ctx, cfg); err != nil {
 			errs = append(errs, err)
 		}
 	}

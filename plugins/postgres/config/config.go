@@ -550,6 +550,11 @@ func (s Settings) connString() string {
 		quoteDSN(s.Host), s.Port, quoteDSN(s.User), quoteDSN(s.Password), quoteDSN(s.Database), s.SSLMode)
 }
 
+// ConnKey identifies the server, role and database a session opened with these settings talks to, and how:
+// two settings with the same key open interchangeable sessions (source/warm.go hands a check's to the Read).
+// It holds the password: compare it, never log it.
+func (s Settings) ConnKey() string { return s.connString() }
+
 // ConnConfig is the configuration of an ordinary session.
 func (s Settings) ConnConfig() (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(s.connString())

@@ -72,48 +72,90 @@ type table struct {
 var errNoTable = errors.New("no such table")
 
 // loadTable reads a table's description. Types are resolved with r.
+//
+// The table's row, its columns with their types, its key's indexes and its partitions are read in one round
+// trip (a batch, each statement finding the table by name): a start reads each configured table in its check,
+// its discovery and its Read, and on a busy server each round trip costs milliseconds (issue #31). Only a
+// column of a domain or array type costs one more (its base or element type).
 func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.TableName) (*table, error) {
-	t := &table{Name: name}
-	var relreplident string
-	err := q.QueryRow(ctx, `
+	const rel = `(SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2)`
+	b := &pgx.Batch{}
+	b.Queue(`
 		SELECT c.oid, c.relkind::text, c.relreplident::text, GREATEST(c.reltuples, 0)::bigint,
 		       has_table_privilege(c.oid, 'SELECT'), pg_has_role(c.relowner, 'USAGE')
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2`, name.Schema, name.Name).Scan(&t.OID, &t.Kind, &relreplident, &t.Estimate, &t.CanSelect, &t.Owned)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("table %s: %w", name, errNoTable)
+		WHERE n.nspname = $1 AND c.relname = $2`, name.Schema, name.Name)
+	b.Queue(`
+		SELECT a.attname, a.atttypid, a.atttypmod, a.attgenerated <> '', a.attstorage IN ('x', 'e') AND t.typlen = -1,
+		       CASE WHEN a.atthasmissing THEN a.attmissingval::text END, a.attnotnull, a.attnum,
+		       `+typemap.TypeRowSQL("a.atttypmod")+`
+		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = `+rel+` AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, name.Schema, name.Name)
+	b.Queue(`
+		SELECT i.indisprimary, i.indisreplident,
+		       array(SELECT a.attname FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(n, o)
+		             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n ORDER BY k.o)
+		FROM pg_index i WHERE i.indrelid = `+rel+` AND (i.indisprimary OR i.indisreplident)`, name.Schema, name.Name)
+	// Replica identity and size live on the leaves: a partitioned table has neither itself. (For a plain
+	// table this is the table itself, unused.)
+	b.Queue(`
+		SELECT c.relreplident::text, GREATEST(c.reltuples, 0)::bigint
+		FROM pg_partition_tree(`+rel+`) p JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf`, name.Schema, name.Name)
+	res := q.SendBatch(ctx, b)
+	t, rows, err := readTable(res, name)
+	if cerr := res.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("table %s: read the catalog: %w", name, cerr)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("table %s: look up in pg_class: %w", name, err)
+		return nil, err
+	}
+	for i := range t.Columns {
+		typ, err := r.ResolveRow(ctx, q, t.Columns[i].TypeOID, t.Columns[i].Typmod, rows[i])
+		if err != nil {
+			return nil, fmt.Errorf("table %s column %s: %w", name, t.Columns[i].Name, err)
+		}
+		t.Columns[i].Type = typ
+	}
+	return t, nil
+}
+
+// readTable reads loadTable's batch: the table and, for each of its columns, its type's row.
+func readTable(res pgx.BatchResults, name config.TableName) (*table, []typemap.TypeRow, error) {
+	t := &table{Name: name}
+	var relreplident string
+	err := res.QueryRow().Scan(&t.OID, &t.Kind, &relreplident, &t.Estimate, &t.CanSelect, &t.Owned)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil, fmt.Errorf("table %s: %w", name, errNoTable)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("table %s: look up in pg_class: %w", name, err)
 	}
 	if t.Kind != "r" && t.Kind != "p" {
-		return nil, fmt.Errorf("table %s is not a table (relkind %s): only tables and partitioned tables can be replicated", name, t.Kind)
+		return nil, nil, fmt.Errorf("table %s is not a table (relkind %s): only tables and partitioned tables can be replicated", name, t.Kind)
 	}
-	rows, err := q.Query(ctx, `
-		SELECT a.attname, a.atttypid, a.atttypmod, a.attgenerated <> '', a.attstorage IN ('x', 'e') AND ty.typlen = -1,
-		       CASE WHEN a.atthasmissing THEN a.attmissingval::text END, a.attnotnull, a.attnum
-		FROM pg_attribute a JOIN pg_type ty ON ty.oid = a.atttypid
-		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, t.OID)
+	rows, err := res.Query()
 	if err != nil {
-		return nil, fmt.Errorf("table %s: read columns: %w", name, err)
+		return nil, nil, fmt.Errorf("table %s: read columns: %w", name, err)
 	}
+	var types []typemap.TypeRow
 	for rows.Next() {
 		var (
 			c       column
 			gen     bool
 			missing *string
+			tr      typemap.TypeRow
 		)
-		if err := rows.Scan(&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable, &missing, &c.NotNull, &c.Attnum); err != nil {
+		if err := rows.Scan(append([]any{&c.Name, &c.TypeOID, &c.Typmod, &gen, &c.Toastable, &missing, &c.NotNull, &c.Attnum}, tr.Scan()...)...); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("table %s: read columns: %w", name, err)
+			return nil, nil, fmt.Errorf("table %s: read columns: %w", name, err)
 		}
 		if missing != nil {
 			// attmissingval is a one-element array of the column's type.
 			elems, err := typemap.ParseArray(*missing)
 			if err != nil || len(elems) != 1 {
 				rows.Close()
-				return nil, fmt.Errorf("table %s column %s: missing value %q: want one element (%v)", name, c.Name, *missing, err)
+				return nil, nil, fmt.Errorf("table %s column %s: missing value %q: want one element (%v)", name, c.Name, *missing, err)
 			}
 			c.Missing = elems[0]
 		}
@@ -122,27 +164,17 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 			continue
 		}
 		t.Columns = append(t.Columns, c)
+		types = append(types, tr)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("table %s: read columns: %w", name, err)
-	}
-	for i := range t.Columns {
-		typ, err := r.Resolve(ctx, q, t.Columns[i].TypeOID, t.Columns[i].Typmod)
-		if err != nil {
-			return nil, fmt.Errorf("table %s column %s: %w", name, t.Columns[i].Name, err)
-		}
-		t.Columns[i].Type = typ
+		return nil, nil, fmt.Errorf("table %s: read columns: %w", name, err)
 	}
 	// The key: the primary key, else the replica identity index.
 	var pk, ident []string
-	rows, err = q.Query(ctx, `
-		SELECT i.indisprimary, i.indisreplident,
-		       array(SELECT a.attname FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(n, o)
-		             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.n ORDER BY k.o)
-		FROM pg_index i WHERE i.indrelid = $1 AND (i.indisprimary OR i.indisreplident)`, t.OID)
+	rows, err = res.Query()
 	if err != nil {
-		return nil, fmt.Errorf("table %s: read indexes: %w", name, err)
+		return nil, nil, fmt.Errorf("table %s: read indexes: %w", name, err)
 	}
 	for rows.Next() {
 		var (
@@ -151,7 +183,7 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 		)
 		if err := rows.Scan(&primary, &replident, &cols); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("table %s: read indexes: %w", name, err)
+			return nil, nil, fmt.Errorf("table %s: read indexes: %w", name, err)
 		}
 		if primary {
 			pk = cols
@@ -162,7 +194,7 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("table %s: read indexes: %w", name, err)
+		return nil, nil, fmt.Errorf("table %s: read indexes: %w", name, err)
 	}
 	t.HasPrimaryKey = pk != nil
 	t.Key = pk
@@ -170,18 +202,16 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 		t.Key = ident
 	}
 	t.IdentityIsKey = ident == nil || strings.Join(ident, ",") == strings.Join(t.Key, ",")
+	rows, err = res.Query()
+	if err != nil {
+		return nil, nil, fmt.Errorf("table %s: read partitions: %w", name, err)
+	}
+	defer rows.Close()
 	if t.Kind == "r" {
 		t.ReplicaIdentity = relreplident
-		return t, nil
+		return t, types, nil
 	}
-	// Replica identity and size live on the leaves: a partitioned table has neither itself.
 	t.Estimate = 0
-	rows, err = q.Query(ctx, `
-		SELECT c.relreplident::text, GREATEST(c.reltuples, 0)::bigint
-		FROM pg_partition_tree($1) p JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf`, t.OID)
-	if err != nil {
-		return nil, fmt.Errorf("table %s: read partitions: %w", name, err)
-	}
 	idents := map[string]bool{}
 	for rows.Next() {
 		var (
@@ -189,15 +219,13 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 			n  int64
 		)
 		if err := rows.Scan(&ri, &n); err != nil {
-			rows.Close()
-			return nil, err
+			return nil, nil, fmt.Errorf("table %s: read partitions: %w", name, err)
 		}
 		idents[ri] = true
 		t.Estimate += n
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("table %s: read partitions: %w", name, err)
+		return nil, nil, fmt.Errorf("table %s: read partitions: %w", name, err)
 	}
 	switch {
 	case len(idents) == 1:
@@ -209,7 +237,7 @@ func loadTable(ctx context.Context, q querier, r *typemap.Resolver, name config.
 	default:
 		t.ReplicaIdentity = "mixed"
 	}
-	return t, nil
+	return t, types, nil
 }
 
 // loadConfigured is loadTable with the table's settings applied (table_options).
@@ -258,6 +286,7 @@ func (t *table) keyColumnProblems() []string {
 type querier interface {
 	typemap.Querier
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // schema builds the change schema of columns with key; the snapshot and the stream both use it, so an

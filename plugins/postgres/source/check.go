@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugins/postgres/config"
@@ -28,38 +29,67 @@ func (p Problems) Error() string {
 
 // Check tests the source settings against the server: connection, wal_level, the REPLICATION attribute,
 // each table (exists, readable, has a key, replica identity fit for updates and TOAST), the publication (or
-// the right to create it), the slot (or room for one) and a replication session.
-func Check(ctx context.Context, cfg config.Settings) error {
-	conn, err := cfg.Connect(ctx)
+// the right to create it), the slot (or room for one) and a replication session. A check that passes leaves its
+// sessions to the Read of the slot that follows (warm.go).
+func (s *Source) Check(ctx context.Context, cfg config.Settings) error {
+	tm := newSteps(slog.Default().With("slot", cfg.Slot), "check timing")
+	defer tm.done()
+	pool, err := newPool(cfg)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	keep := false
+	defer func() {
+		if !keep {
+			pool.Close()
+		}
+	}()
+	// The replication session is a connection of its own (a server process, authentication): it is opened
+	// while the ordinary one opens and the catalog queries below run, since an hourly job's start waits for
+	// the check (issue #31). Only a role that may replicate is worth the attempt; that is known once the
+	// ordinary session answers, so the session is opened at once and dropped when the role turns out not to.
+	repl := dialReplication(ctx, cfg)
+	replUsed := false
+	defer func() {
+		if !replUsed {
+			go repl.discard()
+		}
+	}()
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		return cfg.Explain(err)
+	}
+	defer pc.Release()
+	conn := pc.Conn()
+	tm.step("connect")
 	var problems Problems
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 
-	var walLevel string
-	if err := conn.QueryRow(ctx, `SHOW wal_level`).Scan(&walLevel); err != nil {
+	// The server's settings, the role and the slot in one round trip: none depends on the tables.
+	var (
+		walLevel            string
+		canReplicate, super bool
+		sr                  slotRow
+	)
+	if err := conn.QueryRow(ctx, `
+		SELECT current_setting('wal_level'), r.rolreplication, r.rolsuper,
+		       s.slot_name IS NOT NULL, coalesce(s.plugin, ''), coalesce(s.slot_type, ''), s.database, s.active_pid, s.wal_status,
+		       (SELECT count(*) FROM pg_replication_slots), current_setting('max_replication_slots')::int,
+		       (SELECT coalesce(array_agg(slot_name::text ORDER BY slot_name), '{}') FROM pg_replication_slots),
+		       (SELECT count(*) FROM pg_stat_replication), current_setting('max_wal_senders')::int
+		FROM pg_roles r LEFT JOIN pg_replication_slots s ON s.slot_name = $1
+		WHERE r.rolname = current_user`, cfg.Slot).Scan(&walLevel, &canReplicate, &super,
+		&sr.exists, &sr.plugin, &sr.slotType, &sr.database, &sr.pid, &sr.walStatus,
+		&sr.used, &sr.max, &sr.names, &sr.senders, &sr.maxSenders); err != nil {
 		return cfg.Explain(err)
 	}
 	if walLevel != "logical" {
 		add("wal_level is %q but logical replication needs \"logical\": run ALTER SYSTEM SET wal_level = logical as a superuser, then restart the server", walLevel)
 	}
-	var canReplicate, super bool
-	if err := conn.QueryRow(ctx, `SELECT rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&canReplicate, &super); err != nil {
-		return cfg.Explain(err)
-	}
 	if !canReplicate && !super {
 		add("role %q lacks the REPLICATION attribute that replication slots need: run ALTER ROLE %s REPLICATION as a superuser", cfg.User, pgx.Identifier{cfg.User}.Sanitize())
 	}
-	// The replication session is a connection of its own (a server process, authentication): it is opened
-	// while the catalog queries below run, since an hourly job's start waits for the check (issue #31).
-	replProblem := make(chan string, 1)
-	if canReplicate || super {
-		go func() { replProblem <- replicationProblem(ctx, cfg) }()
-	} else {
-		replProblem <- ""
-	}
+	tm.step("role_slot")
 
 	// Patterns are checked as the first start expands them: each must match a table, and each table it matches
 	// is checked as a named one is.
@@ -84,6 +114,7 @@ func Check(ctx context.Context, cfg config.Settings) error {
 		tables = append(tables, t)
 		problems = append(problems, tableProblems(cfg, t)...)
 	}
+	tm.step("tables")
 
 	problems = append(problems, publicationProblems(ctx, conn, cfg, tables, true)...)
 	fp, err := filterProblems(ctx, conn, cfg, tables)
@@ -91,36 +122,53 @@ func Check(ctx context.Context, cfg config.Settings) error {
 		return err
 	}
 	problems = append(problems, fp...)
+	tm.step("publication")
 	var slot slotCheck
-	p, err := slotProblems(ctx, conn, cfg, &slot)
-	if err != nil {
-		return cfg.Explain(err)
-	}
-	problems = append(problems, p...)
+	problems = append(problems, slotProblems(cfg, sr, &slot)...)
 
-	if p := <-replProblem; p != "" {
-		problems = append(problems, p)
+	var replConn *pgconn.PgConn
+	if canReplicate || super {
+		var p string
+		replConn, p = replicationProblem(ctx, cfg, repl)
+		if p != "" {
+			problems = append(problems, p)
+		}
+		replUsed = replConn != nil
 	}
+	tm.step("replication")
 	if len(problems) > 0 {
+		if replConn != nil {
+			go readyReplication(replConn).discard()
+		}
 		return fault.ConfigErr(problems, "fix each problem listed (as a superuser where it says so), then run again")
 	}
-	if slot.lost != nil {
-		return slot.lost
+	if slot.lost != nil || slot.inUse != nil {
+		if replConn != nil {
+			go readyReplication(replConn).discard()
+		}
+		if slot.lost != nil {
+			return slot.lost
+		}
+		return slot.inUse
 	}
-	return slot.inUse
+	pc.Release()
+	keep = true
+	s.warm.leave(cfg.Slot, &warmStart{conn: cfg.ConnKey(), pool: pool, repl: replConn})
+	return nil
 }
 
-// replicationProblem opens a replication session and identifies the system: "" when it works, else the problem.
-func replicationProblem(ctx context.Context, cfg config.Settings) string {
-	repl, err := cfg.ConnectReplication(ctx)
+// replicationProblem waits for the replication session being opened and identifies the system: the open
+// session when that works, else the problem.
+func replicationProblem(ctx context.Context, cfg config.Settings, d *replDial) (*pgconn.PgConn, string) {
+	repl, err := d.wait(ctx)
 	if err != nil {
-		return fmt.Sprintf("cannot open a replication session: %v", err)
+		return nil, fmt.Sprintf("cannot open a replication session: %v", err)
 	}
-	defer repl.Close(context.Background())
 	if _, err := pglogrepl.IdentifySystem(ctx, repl); err != nil {
-		return fmt.Sprintf("replication session: %v", cfg.Explain(err))
+		go readyReplication(repl).discard()
+		return nil, fmt.Sprintf("replication session: %v", cfg.Explain(err))
 	}
-	return ""
+	return repl, ""
 }
 
 func tableProblems(cfg config.Settings, t *table) Problems {
@@ -316,24 +364,25 @@ func createPublicationSQL(name string, tables []*table, appendOnly bool) string 
 // re-snapshot helps) or a session holding it (wait).
 type slotCheck struct{ lost, inUse error }
 
-func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings, st *slotCheck) (Problems, error) {
+// slotRow is what the check reads of the slot, the slots and the WAL senders.
+type slotRow struct {
+	exists              bool // the slot exists: the fields up to walStatus are its own
+	plugin, slotType    string
+	database            *string
+	pid                 *int32
+	walStatus           *string
+	used, max           int // slots in use, max_replication_slots
+	names               []string
+	senders, maxSenders int // WAL senders in use, max_wal_senders
+}
+
+func slotProblems(cfg config.Settings, r slotRow, st *slotCheck) Problems {
 	var out Problems
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	var (
-		plugin, slotType string
-		database         *string
-		pid              *int32
-		walStatus        *string
-	)
-	err := conn.QueryRow(ctx, `SELECT coalesce(plugin, ''), slot_type, database, active_pid, wal_status FROM pg_replication_slots WHERE slot_name = $1`,
-		cfg.Slot).Scan(&plugin, &slotType, &database, &pid, &walStatus)
+	plugin, slotType, database, pid, walStatus := r.plugin, r.slotType, r.database, r.pid, r.walStatus
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		var used, max int
-		var names []string
-		if err := conn.QueryRow(ctx, `SELECT count(*), current_setting('max_replication_slots')::int, coalesce(array_agg(slot_name::text ORDER BY slot_name), '{}') FROM pg_replication_slots`).Scan(&used, &max, &names); err != nil {
-			return nil, err
-		}
+	case !r.exists:
+		used, max, names := r.used, r.max, r.names
 		if used >= max {
 			add("all %d replication slots are taken (max_replication_slots = %d; slots: %s): drop one that is no longer needed (SELECT pg_drop_replication_slot('name')) or raise max_replication_slots and restart the server",
 				used, max, strings.Join(names, ", "))
@@ -342,8 +391,6 @@ func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings, st *
 			add("only one replication slot is free (max_replication_slots = %d; slots: %s), but a table in mode: append needs room for a second, temporary one while its copy is resumed or it is added to a running pipeline: raise max_replication_slots (and max_wal_senders) by one and restart the server, or drop a slot that is no longer needed (SELECT pg_drop_replication_slot('name'))",
 				max, strings.Join(names, ", "))
 		}
-	case err != nil:
-		return nil, err
 	default:
 		if slotType != "logical" || plugin != "pgoutput" {
 			add("replication slot %q exists but is a %s slot with plugin %q, not a logical pgoutput slot: choose another slot name", cfg.Slot, slotType, plugin)
@@ -364,12 +411,8 @@ func slotProblems(ctx context.Context, conn *pgx.Conn, cfg config.Settings, st *
 			st.inUse = fault.TransientErr(fmt.Errorf("replication slot %q is in use by server process %d (another pipeline, or one that has not stopped yet)", cfg.Slot, *pid))
 		}
 	}
-	var senders, maxSenders int
-	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_stat_replication), current_setting('max_wal_senders')::int`).Scan(&senders, &maxSenders); err != nil {
-		return nil, err
+	if r.senders >= r.maxSenders {
+		add("all %d WAL senders are busy (max_wal_senders = %d): raise max_wal_senders and restart the server", r.senders, r.maxSenders)
 	}
-	if senders >= maxSenders {
-		add("all %d WAL senders are busy (max_wal_senders = %d): raise max_wal_senders and restart the server", senders, maxSenders)
-	}
-	return out, nil
+	return out
 }

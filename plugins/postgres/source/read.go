@@ -57,6 +57,12 @@ type reader struct {
 	renamedAt map[string]config.TableName
 	// chunkRead is Source.chunkRead.
 	chunkRead func(ctx context.Context, table string, keys []string)
+	// repl is the replication session opened for streaming (warm.go), nil when none was: startReplication
+	// takes it.
+	repl *replDial
+	// steps times the Read up to streaming, logged at debug level when streaming starts (or the Read ends
+	// before); nil once logged.
+	steps *steps
 }
 
 // Read emits the snapshot (when the position is in it, or there is none) and then streams changes.
@@ -81,14 +87,42 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		return err
 	}
 	defer s.unregister(cfg.Slot, st)
-	pool, err := newPool(ctx, cfg)
-	if err != nil {
-		return err
+	log := slog.Default().With("slot", cfg.Slot)
+	tm := newSteps(log, "read timing")
+	// The sessions of the check that just passed, or new ones (warm.go). A Read that resumes streaming opens
+	// its replication session now, beside the catalog queries below, rather than after them.
+	var pool *pgxpool.Pool
+	var repl *replDial
+	if w := s.warm.take(cfg); w != nil {
+		pool = w.pool
+		if w.repl != nil {
+			repl = readyReplication(w.repl)
+		}
+		tm.step("warm")
+	} else {
+		if pos != nil && (pos.Phase == PhaseStream || pos.copiedAll()) {
+			repl = dialReplication(ctx, cfg)
+		}
+		if pool, err = openPool(ctx, cfg); err != nil {
+			if repl != nil {
+				go repl.discard()
+			}
+			return err
+		}
+		tm.step("connect")
 	}
 	defer pool.Close()
 	r := &reader{cfg: cfg, st: st, pool: pool, out: out, mem: mempool.New(), resolver: typemap.NewResolver(),
 		tables: map[string]*table{}, announced: map[string]string{},
-		log: slog.Default().With("slot", cfg.Slot), chunkRead: s.chunkRead}
+		log: log, chunkRead: s.chunkRead, repl: repl, steps: tm}
+	defer func() {
+		if r.repl != nil { // not used: the Read ended before streaming, or took the snapshot's path
+			go r.repl.discard()
+		}
+		if r.steps != nil {
+			r.steps.done()
+		}
+	}()
 	r.values = values.NewHandler(cfg.Policy, r.log)
 	if cfg.Protect != nil {
 		r.values.Hide(cfg.Protect.Hides)
@@ -102,6 +136,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	}
 	r.keepRenamed(pos)
 	cfg = r.cfg
+	tm.step("renamed_patterns")
 	if len(req.Streams) > 0 {
 		// The slot and the publication cover the configured tables; a subset would need its own slot.
 		for _, name := range req.Streams {
@@ -133,6 +168,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 		}
 		r.tables[tn.String()] = t
 	}
+	tm.step("tables")
 	wrapped := false
 	if pos != nil {
 		// Only a copy started now is taken under new rules: one in progress began under the old ones.
@@ -157,6 +193,7 @@ func (s *Source) Read(ctx context.Context, req serve.ReadRequest, out serve.Emit
 	} else if len(p) > 0 {
 		return fault.ConfigErr(fmt.Errorf("refused at start: %w", p), "do what each problem says, then start again; skippr connect runs the same checks")
 	}
+	tm.step("filters")
 	// Every batch, schema change and checkpoint of the Read (snapshot, stream, re-snapshot) leaves through it.
 	r.out = cfg.Protect.Emitter(r.out, r.mem, r.tableNames(), wrapped)
 	if pos != nil && pos.Phase == PhaseSnapshot && pos.copiedAll() {

@@ -46,7 +46,7 @@ func TestCreateSlotWatchesBlockers(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.SnapshotWaitTimeout = tc.timeout
-			pool, err := newPool(ctx, cfg)
+			pool, err := openPool(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

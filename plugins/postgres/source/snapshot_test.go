@@ -52,7 +52,7 @@ func TestParallelReadersShareTheSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := newPool(ctx, cfg)
+	pool, err := openPool(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

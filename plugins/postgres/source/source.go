@@ -34,6 +34,8 @@ type Source struct {
 	mu    sync.Mutex
 	reads map[string]*slotState      // running Reads, by slot
 	last  map[string]config.Settings // settings of the last Read of each slot, for an Ack after it ended
+	// warm holds the sessions of passed checks for the Read that follows (warm.go).
+	warm warmStarts
 	// chunkRead, when set (by tests), runs between a re-snapshot chunk's select and its high watermark: the
 	// window a change must fall in to make the chunk's row of it stale.
 	chunkRead func(ctx context.Context, table string, keys []string)
@@ -328,7 +330,11 @@ func Drop(ctx context.Context, raw json.RawMessage) (released []string, err erro
 // publicationComment marks a publication this plugin created, so Drop removes only its own.
 const publicationComment = "created by skippr"
 
-func newPool(ctx context.Context, cfg config.Settings) (*pgxpool.Pool, error) {
+// poolSize: the snapshot's readers, the heartbeat, and one for catalog reads and fetches beside them.
+func poolSize(cfg config.Settings) int32 { return int32(cfg.SnapshotParallel) + 2 }
+
+// newPool makes the Read's pool of ordinary sessions; it opens none (see openPool).
+func newPool(cfg config.Settings) (*pgxpool.Pool, error) {
 	cc, err := cfg.ConnConfig()
 	if err != nil {
 		return nil, err
@@ -338,11 +344,15 @@ func newPool(ctx context.Context, cfg config.Settings) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	pc.ConnConfig = cc
-	// The snapshot's readers, the heartbeat, and one for catalog reads and fetches beside them.
-	pc.MaxConns = int32(cfg.SnapshotParallel) + 2
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	pc.MaxConns = poolSize(cfg)
+	return pgxpool.NewWithConfig(context.Background(), pc)
+}
+
+// openPool is newPool with one session opened, so that a server out of reach fails here.
+func openPool(ctx context.Context, cfg config.Settings) (*pgxpool.Pool, error) {
+	pool, err := newPool(cfg)
 	if err != nil {
-		return nil, cfg.Explain(err)
+		return nil, err
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()

@@ -64,6 +64,9 @@ func (r *reader) stream(ctx context.Context, pos *Position) error {
 	if err := pub.check(ctx, pos.LSNValue(), pos.LSNValue()); err != nil {
 		return err
 	}
+	if r.steps != nil {
+		r.steps.step("publications")
+	}
 	conn, err := r.startReplication(ctx, pos.LSNValue())
 	if err != nil {
 		return err
@@ -151,20 +154,37 @@ func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgco
 	if r.messages {
 		args = append(args, "messages 'true'")
 	}
+	if r.steps != nil {
+		r.steps.step("slot")
+	}
 	var busySince time.Time // when the slot was first found in use by another walsender
 	for attempt := 0; ; attempt++ {
-		conn, err := r.cfg.ConnectReplication(ctx)
+		conn, opened, err := r.replicationSession(ctx)
 		if err != nil {
 			return nil, err
+		}
+		if r.steps != nil {
+			r.steps.step("replication_session")
 		}
 		err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, lsn, pglogrepl.StartReplicationOptions{Mode: pglogrepl.LogicalReplication, PluginArgs: args})
 		if err == nil {
 			r.log.Debug("streaming", "from", lsn.String())
+			if r.steps != nil {
+				r.steps.step("start_replication")
+				r.steps.done()
+				r.steps = nil
+			}
 			config.CoalesceReads(conn)
 			return conn, nil
 		}
 		conn.Close(context.Background())
 		var pgErr *pgconn.PgError
+		if !opened && !errors.As(err, &pgErr) && ctx.Err() == nil {
+			// A session opened before (a check's, or beside the catalog queries) that the server or the
+			// network closed meanwhile: the next attempt opens a new one.
+			r.log.Debug("replication session opened before failed; opening a new one", "error", err)
+			continue
+		}
 		if errors.As(err, &pgErr) && pgErr.Code == "55006" {
 			// A slot admits one walsender. The previous reader's (a run that just ended, or a fleet worker
 			// that lost the pipeline while cut off or paused) lasts until Postgres notices it is gone, at most
@@ -190,6 +210,29 @@ func (r *reader) startReplication(ctx context.Context, lsn pglogrepl.LSN) (*pgco
 		}
 		return nil, fmt.Errorf("start replication from slot %s at %s: %w", r.cfg.Slot, lsn, r.cfg.Explain(err))
 	}
+}
+
+// replicationSession returns the session opened before for streaming (warm.go) when there is one and it is
+// young enough, else opens one (opened true). A session idle longer than warmKeep (a snapshot ran first) is
+// not trusted: the server may have ended it (idle_session_timeout, a restart).
+func (r *reader) replicationSession(ctx context.Context) (conn *pgconn.PgConn, opened bool, err error) {
+	if d := r.repl; d != nil {
+		r.repl = nil
+		if time.Since(d.at) < warmKeep {
+			c, err := d.wait(ctx)
+			if err == nil {
+				return c, false, nil
+			}
+			if ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			r.log.Debug("replication session opened before the catalog queries failed; opening a new one", "error", err)
+		} else {
+			go d.discard()
+		}
+	}
+	conn, err = r.cfg.ConnectReplication(ctx)
+	return conn, true, err
 }
 
 // owner is the only user of the replication session: it receives messages, hands them on in order, reports

@@ -199,36 +199,71 @@ func (r *Resolver) Resolve(ctx context.Context, q Querier, oid uint32, typmod in
 	return t, nil
 }
 
+// TypeRow is a pg_type row as resolving needs it. TypeRowSQL selects it for a type t (pg_type) and a modifier.
+type TypeRow struct {
+	Typtype    string
+	Base, Elem uint32
+	BaseMod    int32
+	Delim      string
+	IsArray    bool
+	Name       string // format_type with the modifier
+}
+
+// TypeRowSQL selects a TypeRow's fields, in order, from pg_type t with modifier typmod (an SQL expression).
+func TypeRowSQL(typmod string) string {
+	return `t.typtype::text, t.typbasetype, t.typtypmod, t.typelem, t.typdelim::text,
+		       t.typsubscript = 'array_subscript_handler'::regproc AND t.typelem <> 0,
+		       format_type(t.oid, ` + typmod + `)`
+}
+
+// Scan targets: the TypeRow's fields in TypeRowSQL's order.
+func (tr *TypeRow) Scan() []any {
+	return []any{&tr.Typtype, &tr.Base, &tr.BaseMod, &tr.Elem, &tr.Delim, &tr.IsArray, &tr.Name}
+}
+
+// ResolveRow is Resolve for a type whose pg_type row was read already (with a table's columns, in the same
+// round trip): a base type costs no query; a domain or an array looks up the types it is made of.
+func (r *Resolver) ResolveRow(ctx context.Context, q Querier, oid uint32, typmod int32, row TypeRow) (*Type, error) {
+	key := [2]int64{int64(oid), int64(typmod)}
+	r.mu.Lock()
+	t, ok := r.cache[key]
+	r.mu.Unlock()
+	if ok {
+		return t, nil
+	}
+	t, err := r.fromRow(ctx, q, oid, typmod, 0, row)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.cache[key] = t
+	r.mu.Unlock()
+	return t, nil
+}
+
 func (r *Resolver) resolve(ctx context.Context, q Querier, oid uint32, typmod int32, depth int) (*Type, error) {
 	if depth > 10 {
 		return nil, fmt.Errorf("type %d: domain or array nesting too deep", oid)
 	}
-	var (
-		typtype    string
-		base, elem uint32
-		baseMod    int32
-		delim      string
-		isArray    bool
-		name       string
-	)
-	err := q.QueryRow(ctx, `
-		SELECT t.typtype::text, t.typbasetype, t.typtypmod, t.typelem, t.typdelim::text,
-		       t.typsubscript = 'array_subscript_handler'::regproc AND t.typelem <> 0,
-		       format_type(t.oid, $2)
-		FROM pg_type t WHERE t.oid = $1`, oid, typmod).Scan(&typtype, &base, &baseMod, &elem, &delim, &isArray, &name)
+	var row TypeRow
+	err := q.QueryRow(ctx, `SELECT `+TypeRowSQL("$2")+` FROM pg_type t WHERE t.oid = $1`, oid, typmod).Scan(row.Scan()...)
 	if err != nil {
 		return nil, fmt.Errorf("look up type %d in pg_type: %w", oid, err)
 	}
-	if typtype == "d" {
+	return r.fromRow(ctx, q, oid, typmod, depth, row)
+}
+
+func (r *Resolver) fromRow(ctx context.Context, q Querier, oid uint32, typmod int32, depth int, row TypeRow) (*Type, error) {
+	if row.Typtype == "d" {
 		// A domain is its base type; the domain's own modifier applies when the column has none.
 		if typmod == -1 {
-			typmod = baseMod
+			typmod = row.BaseMod
 		}
-		return r.resolve(ctx, q, base, typmod, depth+1)
+		return r.resolve(ctx, q, row.Base, typmod, depth+1)
 	}
-	t := &Type{OID: oid, Typmod: typmod, Name: name}
-	if isArray && oid != oidInt2Vector && oid != oidOIDVector && delim == "," {
-		et, err := r.resolve(ctx, q, elem, typmod, depth+1)
+	t := &Type{OID: oid, Typmod: typmod, Name: row.Name}
+	if row.IsArray && oid != oidInt2Vector && oid != oidOIDVector && row.Delim == "," {
+		et, err := r.resolve(ctx, q, row.Elem, typmod, depth+1)
 		if err != nil {
 			return nil, err
 		}
