@@ -40,6 +40,8 @@ type WALCache struct {
 	ids   int64          // names batch files
 	// written counts the batch files written; tests read it.
 	written int
+	// engines keeps the databases statements built over the cached batches (and over the lake alone).
+	engines *engineCache
 }
 
 // pipeWAL is what the cache holds of one pipeline's WAL: the entries in (lo, hi] of Log, as batch files in log
@@ -66,11 +68,12 @@ type cachedBatch struct {
 // ""), made when a query first uses the cache (a plugin process that answers no server's query makes none).
 // Close removes them.
 func NewWALCache(dir string) *WALCache {
-	return &WALCache{parent: dir, pipes: map[string]*pipeWAL{}}
+	return &WALCache{parent: dir, pipes: map[string]*pipeWAL{}, engines: newEngineCache(dir, DefaultEngineCacheBytes)}
 }
 
-// Close removes the cache's files.
+// Close removes the cache's files and closes its databases (those a query still uses when it ends).
 func (c *WALCache) Close() error {
+	c.engines.closeAll()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var err error
@@ -231,6 +234,7 @@ func (c *WALCache) tableWAL(t *table, ws lakequery.WALState) ([]*cachedBatch, er
 	}
 	for _, b := range run {
 		t.wal = append(t.wal, b.path)
+		t.walIDs = append(t.walIDs, b.id)
 		if len(b.key) > 0 {
 			t.walKey = b.key
 		}
@@ -246,7 +250,9 @@ func (c *WALCache) tableWAL(t *table, ws lakequery.WALState) ([]*cachedBatch, er
 
 // dropBatches removes the first n batches of p; the files of those a query holds go when it ends.
 func (c *WALCache) dropBatches(p *pipeWAL, n int) {
+	ids := make([]int64, 0, n)
 	for _, b := range p.batches[:n] {
+		ids = append(ids, b.id)
 		switch {
 		case b.refs > 0:
 			c.dead = append(c.dead, b)
@@ -255,6 +261,7 @@ func (c *WALCache) dropBatches(p *pipeWAL, n int) {
 		}
 	}
 	p.batches = slices.Delete(p.batches, 0, n)
+	c.engines.dropBatches(ids)
 }
 
 // dropTail removes p's batches from index n on.
