@@ -6,8 +6,15 @@
 // field id), minus the rows its position and equality deletes remove — read_parquet applies no Iceberg deletes,
 // so the view does — merged with the WAL rows above the table's fence: per primary key the newest version wins
 // and a delete removes the row. WAL batches are written to Parquet files (with the op and log order) and loaded
-// into a temp table, rather than registered as Arrow views: those ignore projection and filter pushdown in
-// duckdb-go v2.10506.0 and return wrong columns (see FIELD-NOTES).
+// into a table, rather than registered as Arrow views: those ignore projection and filter pushdown in
+// duckdb-go v2.10506.0 and return wrong columns (see FIELD-NOTES); the newest version of each key and the
+// WAL's keys are then materialised once, so a statement's lookup reads the lake's row groups that may hold
+// its key (the filter reaches read_parquet) and the WAL's few matching rows.
+//
+// A server (Options.WAL) keeps each database between statements, keyed by the tables' plans and the WAL
+// batches they see (engines.go): a statement whose key is cached runs in a new connection of a database that
+// is locked down already and builds nothing. Only a single SELECT runs in a shared database; any other SQL
+// gets a database of its own, as every statement of the one-shot command does.
 package query
 
 import (

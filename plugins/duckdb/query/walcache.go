@@ -23,12 +23,14 @@ import (
 // plan whose fence is below entries dropped since (a newer request's Floor) — fails with lakequery.ErrStale
 // before it reads anything, and the engine sends the statement again with every entry.
 //
-// Each query still loads its tables' WAL rows into a temp table of its own in-memory database and takes the
-// newest version of each key there, as an uncached query does: materialising that once per (fence, tail) in
-// a DuckDB or Parquet file was tried and lost the sign of a -0 float whenever 0 and -0 shared a column
-// (DuckDB 1.5.6 stores them as one value; TestTypeMatrixIntoIceberg over Flight SQL caught it). The files are
-// loaded before the query's lock-down, so its SQL can neither read nor write them; a batch dropped (reclaimed,
-// or its log replaced) while a query loads it is deleted when that query ends.
+// A statement's database (its views over the lake's files and the newest versions of the WAL rows it sees)
+// is kept too (engineCache): the next statement with the same plans and WAL batches runs in a new connection
+// of it and loads nothing. The newest versions live in that in-memory database's tables: materialising them in
+// a DuckDB or Parquet file was tried and lost the sign of a -0 float whenever 0 and -0 shared a column (DuckDB
+// 1.5.6 stores them as one value once persisted; TestTypeMatrixIntoIceberg over Flight SQL caught it). The
+// files are loaded before the database's lock-down, so no SQL can read or write them; a batch dropped
+// (reclaimed, or its log replaced) while a query loads it is deleted when that query ends, and the databases
+// holding its rows are closed when their last statement ends.
 type WALCache struct {
 	parent string // where dir is made, at the first query that uses the cache
 	dir    string
