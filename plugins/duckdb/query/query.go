@@ -6,8 +6,15 @@
 // field id), minus the rows its position and equality deletes remove — read_parquet applies no Iceberg deletes,
 // so the view does — merged with the WAL rows above the table's fence: per primary key the newest version wins
 // and a delete removes the row. WAL batches are written to Parquet files (with the op and log order) and loaded
-// into a temp table, rather than registered as Arrow views: those ignore projection and filter pushdown in
-// duckdb-go v2.10506.0 and return wrong columns (see FIELD-NOTES).
+// into a table, rather than registered as Arrow views: those ignore projection and filter pushdown in
+// duckdb-go v2.10506.0 and return wrong columns (see FIELD-NOTES); the newest version of each key and the
+// WAL's keys are then materialised once, so a statement's lookup reads the lake's row groups that may hold
+// its key (the filter reaches read_parquet) and the WAL's few matching rows.
+//
+// A server (Options.WAL) keeps each database between statements, keyed by the tables' plans and the WAL
+// batches they see (engines.go): a statement whose key is cached runs in a new connection of a database that
+// is locked down already and builds nothing. Only a single SELECT runs in a shared database; any other SQL
+// gets a database of its own, as every statement of the one-shot command does.
 package query
 
 import (
@@ -18,7 +25,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -60,93 +66,121 @@ func Answer(ctx context.Context, in io.Reader, out io.Writer, opt Options) (stri
 	}
 	defer os.RemoveAll(tmp)
 	var tables []*table
+	// cacheable: the statement's WAL rows are the WAL cache's batches (or it reads the lake alone), which
+	// outlive it, so a database built over them may answer later statements.
+	cacheable := false
 	if opt.WAL != nil && len(req.WAL) > 0 && !req.AsOfLake {
 		var release func()
 		if tables, release, err = opt.WAL.collect(ctx, req, rd); err != nil {
 			return "", err
 		}
 		defer release()
-	} else if tables, err = collect(req, rd, tmp); err != nil {
-		return "", err
-	}
-	db, err := sql.Open("duckdb", "")
-	if err != nil {
-		return "", fmt.Errorf("open duckdb: %w", err)
-	}
-	defer db.Close()
-	// Views and temp tables live in one connection.
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return "", fmt.Errorf("open duckdb: %w", err)
-	}
-	defer conn.Close()
-	settings := []string{
-		"SET temp_directory = " + ducksql.Literal(filepath.Join(tmp, "spill")),
-		// The merge's anti-join of the lake (millions of rows) against the WAL's keys (thousands) was flipped to
-		// build its hash table on the lake side, which doubled a full aggregate's time (EXPLAIN ANALYZE, 1M-row
-		// lake: 0.26 s in the join, 0.02 s unflipped). The join order optimizer still puts the smaller side of
-		// a user's own joins on the build side.
-		"SET disabled_optimizers = 'build_side_probe_side'",
+		cacheable = true
+	} else {
+		if tables, err = collect(req, rd, tmp); err != nil {
+			return "", err
+		}
+		cacheable = opt.WAL != nil && req.AsOfLake
 	}
 	limit := opt.MemoryLimit
 	if req.MemoryLimit != "" {
 		limit = req.MemoryLimit
 	}
-	if limit != "" {
-		settings = append(settings, "SET memory_limit = "+ducksql.Literal(limit))
-	}
-	for _, s := range settings {
-		if _, err := conn.ExecContext(ctx, s); err != nil {
-			return "", fmt.Errorf("%s: %w", s, err)
-		}
-	}
-	var names, schemas []string
-	seenSchema := map[string]bool{}
-	for i, t := range tables {
-		if err := t.create(ctx, conn, i, req.AsOfLake, req.IncludeDeleted); err != nil {
+	var n int64
+	var names []string
+	answered := false
+	if cacheable {
+		if n, names, answered, err = answerCached(ctx, opt.WAL.engines, tables, req, limit, out); err != nil && answered {
+			return "", queryError(err, limit, names)
+		} else if err != nil {
 			return "", err
 		}
-		names = append(names, t.plan.Name)
-		if s := t.schemaName(); !seenSchema[s] {
-			seenSchema[s] = true
-			schemas = append(schemas, s)
+	}
+	if !answered {
+		e, err := buildEngine(ctx, tables, req.AsOfLake, req.IncludeDeleted, limit, tmp)
+		if err != nil {
+			return "", err
+		}
+		defer e.close()
+		conn, err := e.conn(ctx)
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		if n, err = answer(ctx, conn, req, out, tmp); err != nil {
+			return "", queryError(err, limit, e.names)
 		}
 	}
-	sort.Strings(names)
-	if len(schemas) > 0 {
-		// Bare table names resolve in the lakes' namespaces (the first that has the name wins).
-		path := strings.Join(append(schemas, "main"), ",")
-		if _, err := conn.ExecContext(ctx, "SET search_path = "+ducksql.Literal(path)); err != nil {
-			return "", fmt.Errorf("search path %s: %w", path, err)
+	return fmt.Sprintf("(%d %s, %s)", n, plural(n, "row"), time.Since(start).Round(100*time.Microsecond)), nil
+}
+
+// answerCached answers the request from the cache's database for its tables (building it when the cache has
+// none) when its SQL is one SELECT statement (readOnlySQL); answered is false, and nothing written, otherwise
+// (err then is an error before the SQL ran). names are the tables the database knows. A statement that waited
+// for another's build which failed (that statement cancelled, say) is answered by the caller's own database.
+func answerCached(ctx context.Context, cache *engineCache, tables []*table, req lakequery.Request, limit string, out io.Writer) (n int64, names []string, answered bool, err error) {
+	key, err := engineKey(tables, req.AsOfLake, req.IncludeDeleted, limit)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	batches := map[int64]bool{}
+	for _, t := range tables {
+		for _, id := range t.walIDs {
+			batches[id] = true
 		}
 	}
-	if err := lockDown(ctx, conn, tables, tmp); err != nil {
-		return "", err
+	e, release, err := cache.get(ctx, key, batches, func(dir string) (*engine, error) {
+		return buildEngine(ctx, tables, req.AsOfLake, req.IncludeDeleted, limit, dir)
+	})
+	if errors.Is(err, errOthersBuildFailed) {
+		return 0, nil, false, nil
 	}
-	n, err := answer(ctx, conn, req, out, tmp)
-	if err != nil && isOutOfMemory(err) {
+	if err != nil {
+		return 0, nil, false, err
+	}
+	defer release()
+	conn, err := e.conn(ctx)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	defer conn.Close()
+	q := strings.TrimRight(strings.TrimSpace(req.SQL), "; \t\n")
+	if ok, err := readOnlySQL(ctx, conn, q); err != nil || !ok {
+		return 0, nil, false, err
+	}
+	// Result files go under the database's allowed directory, one directory per statement.
+	res, err := os.MkdirTemp(e.dir, "result-")
+	if err != nil {
+		return 0, nil, false, fmt.Errorf("result dir: %w", err)
+	}
+	defer os.RemoveAll(res)
+	n, err = answer(ctx, conn, req, out, res)
+	return n, e.names, true, err
+}
+
+// queryError is the error of a statement that failed in DuckDB: out of memory (ErrMemory), the SQL refused
+// (ErrSQL, with the known tables when it names one that does not exist), or a failure while it ran.
+func queryError(err error, limit string, names []string) error {
+	if isOutOfMemory(err) {
 		if limit == "" {
 			limit = "DuckDB's default, 80% of RAM"
 		}
-		return "", fmt.Errorf("%w (memory_limit %s; what could spill went to disk): %v", lakequery.ErrMemory, limit, err)
+		return fmt.Errorf("%w (memory_limit %s; what could spill went to disk): %v", lakequery.ErrMemory, limit, err)
 	}
-	if err != nil && !rejected(err) {
+	if !rejected(err) {
 		// The SQL was accepted and failed while it ran (a conversion, a value out of range, I/O): the work
 		// failed, which is not the status of bad SQL.
-		return "", fmt.Errorf("query: %w", err)
+		return fmt.Errorf("query: %w", err)
 	}
-	if err != nil {
-		msg := err.Error()
-		if strings.Contains(msg, "Catalog Error") && strings.Contains(msg, "does not exist") {
-			known := "none (no pipeline writes to a lake yet)"
-			if len(names) > 0 {
-				known = strings.Join(names, ", ")
-			}
-			msg += "\nknown tables: " + known
+	msg := err.Error()
+	if strings.Contains(msg, "Catalog Error") && strings.Contains(msg, "does not exist") {
+		known := "none (no pipeline writes to a lake yet)"
+		if len(names) > 0 {
+			known = strings.Join(names, ", ")
 		}
-		return "", fmt.Errorf("%w: %s", lakequery.ErrSQL, msg)
+		msg += "\nknown tables: " + known
 	}
-	return fmt.Sprintf("(%d %s, %s)", n, plural(n, "row"), time.Since(start).Round(100*time.Microsecond)), nil
+	return fmt.Errorf("%w: %s", lakequery.ErrSQL, msg)
 }
 
 // lockDown makes the user's SQL read-only towards everything outside this query's own in-memory database:

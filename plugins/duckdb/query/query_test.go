@@ -71,7 +71,7 @@ type walRow struct {
 	email string // a column the lake does not have yet
 }
 
-func walBatch(t *testing.T, rows ...walRow) []byte {
+func walBatch(t testing.TB, rows ...walRow) []byte {
 	t.Helper()
 	sc := change.Schema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},

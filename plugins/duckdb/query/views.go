@@ -34,6 +34,7 @@ type table struct {
 	plan      lakequery.TablePlan
 	schema    *arrow.Schema   // the lake's current schema; nil when the table does not exist yet
 	wal       []string        // Parquet files of WAL batches, in log order
+	walIDs    []int64         // the WAL cache's batches of those files (when it gave them)
 	walKey    []string        // the primary key the WAL batches declare
 	walUUID   map[string]bool // columns of the WAL batches that hold UUIDs (written to Parquet as plain 16 bytes), true for lists of them
 	// truncated: a WAL entry above the fence truncated the stream, so the lake's rows are gone and wal holds
@@ -76,12 +77,11 @@ func (t *table) create(ctx context.Context, conn *sql.Conn, n int, asOfLake, inc
 	}
 	body := lake
 	if !asOfLake && len(t.wal) > 0 {
-		w := fmt.Sprintf("_skippr_wal_%d", n)
+		w := fmt.Sprintf("main._skippr_wal_%d", n)
 		files := make([]string, len(t.wal))
 		for i, f := range t.wal {
 			files[i] = ducksql.Literal(f)
 		}
-		// Materialized once: the WAL part is small next to the lake, and a view would read it twice.
 		sel := "*"
 		if len(t.walUUID) > 0 {
 			var repl []string
@@ -94,11 +94,20 @@ func (t *table) create(ctx context.Context, conn *sql.Conn, n int, asOfLake, inc
 			}
 			sel = "* REPLACE (" + strings.Join(repl, ", ") + ")"
 		}
-		if _, err := conn.ExecContext(ctx, fmt.Sprintf("CREATE TEMP TABLE %s AS SELECT %s FROM read_parquet([%s], union_by_name = true)",
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("CREATE TABLE %s AS SELECT %s FROM read_parquet([%s], union_by_name = true)",
 			w, sel, strings.Join(files, ", "))); err != nil {
 			return fmt.Errorf("table %s: load WAL rows: %w", t.plan.Name, err)
 		}
-		body = t.mergeSQL(lake, w)
+		// The newest version of each key and the WAL's keys are materialised once per database (in memory:
+		// a persisted DuckDB table, or DuckDB's Parquet, keeps one of 0 and -0 of a float column — see
+		// WALCache), so a statement neither windows the WAL rows nor reads a row of them it does not need.
+		live, keys := fmt.Sprintf("main._skippr_live_%d", n), fmt.Sprintf("main._skippr_keys_%d", n)
+		for _, q := range t.materializeSQL(w, live, keys, lake != "") {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("table %s: newest WAL versions: %w", t.plan.Name, err)
+			}
+		}
+		body = t.mergeSQL(lake, live, keys)
 	} else if lake == "" {
 		return nil
 	}
@@ -182,7 +191,7 @@ func (t *table) lakeSQL(ctx context.Context, conn *sql.Conn, n int) (string, err
 	}
 	if len(posFiles) > 0 {
 		// Position deletes name a data file by its location in the metadata; DuckDB knows the local path.
-		locs := fmt.Sprintf("_skippr_locations_%d", n)
+		locs := fmt.Sprintf("main._skippr_locations_%d", n)
 		var rows [][2]string
 		for _, f := range t.plan.Files {
 			rows = append(rows, [2]string{f.Path, f.Location})
@@ -194,7 +203,7 @@ func (t *table) lakeSQL(ctx context.Context, conn *sql.Conn, n int) (string, err
 			WHERE l.path = d.filename AND p.pos = d.file_row_number)`, joinLiterals(posFiles), locs))
 	}
 	if len(eqGroups) > 0 {
-		em := fmt.Sprintf("_skippr_eqmap_%d", n)
+		em := fmt.Sprintf("main._skippr_eqmap_%d", n)
 		if err := createPairs(ctx, conn, em, "data_file", "delete_file", eqMap); err != nil {
 			return "", err
 		}
@@ -229,30 +238,45 @@ func (t *table) lakeSQL(ctx context.Context, conn *sql.Conn, n int) (string, err
 	return q, nil
 }
 
-// mergeSQL merges the WAL rows in temp table w over the lake query: for each key the newest WAL version
-// replaces the lake's row, and a delete removes it. A table without a key only appends.
-func (t *table) mergeSQL(lake, w string) string {
+// materializeSQL are the statements that turn the WAL rows in table w into table live, the newest version
+// of each key unless it is a delete (every row but the deletes for a table without a key), and, when
+// withKeys, table keys, every key the WAL rows hold (which the lake's rows of those keys give way to); then
+// drop w. live is ordered by the key, so a lookup of one key reads one row group of a large WAL part.
+func (t *table) materializeSQL(w, live, keys string, withKeys bool) []string {
 	const dataCols = "COLUMNS(c -> NOT starts_with(c, '_skippr_'))"
 	key := t.key()
-	var live string
 	if len(key) == 0 {
-		live = fmt.Sprintf("SELECT %s FROM %s WHERE %s <> %d", dataCols, w, opColumn, opDelete)
-	} else {
-		live = fmt.Sprintf("SELECT %s FROM (SELECT * FROM %s QUALIFY row_number() OVER (PARTITION BY %s ORDER BY %s DESC) = 1) WHERE %s <> %d",
-			dataCols, w, strings.Join(quoteAll(key), ", "), orderColumn, opColumn, opDelete)
+		return []string{
+			fmt.Sprintf("CREATE TABLE %s AS SELECT %s FROM %s WHERE %s <> %d", live, dataCols, w, opColumn, opDelete),
+			"DROP TABLE " + w,
+		}
 	}
+	cols := strings.Join(quoteAll(key), ", ")
+	q := []string{fmt.Sprintf("CREATE TABLE %s AS SELECT %s FROM (SELECT * FROM %s QUALIFY row_number() OVER (PARTITION BY %s ORDER BY %s DESC) = 1) WHERE %s <> %d ORDER BY %s",
+		live, dataCols, w, cols, orderColumn, opColumn, opDelete, cols)}
+	if withKeys {
+		q = append(q, fmt.Sprintf("CREATE TABLE %s AS SELECT DISTINCT %s FROM %s ORDER BY %s", keys, cols, w, cols))
+	}
+	return append(q, "DROP TABLE "+w)
+}
+
+// mergeSQL merges the WAL's newest versions (table live) over the lake query: a lake row whose key is in
+// table keys gives way (to its newest version, or to nothing after a delete). A table without a key only
+// appends.
+func (t *table) mergeSQL(lake, live, keys string) string {
 	if lake == "" {
-		return live
+		return "SELECT * FROM " + live
 	}
+	key := t.key()
 	if len(key) == 0 {
-		return fmt.Sprintf("(%s) UNION ALL BY NAME (%s)", lake, live)
+		return fmt.Sprintf("(%s) UNION ALL BY NAME (SELECT * FROM %s)", lake, live)
 	}
 	var conds []string
 	for _, k := range key {
 		conds = append(conds, fmt.Sprintf("w.%s IS NOT DISTINCT FROM l.%s", ducksql.Ident(k), ducksql.Ident(k)))
 	}
-	return fmt.Sprintf("(SELECT * FROM (%s) l WHERE NOT EXISTS (SELECT 1 FROM %s w WHERE %s)) UNION ALL BY NAME (%s)",
-		lake, w, strings.Join(conds, " AND "), live)
+	return fmt.Sprintf("(SELECT * FROM (%s) l WHERE NOT EXISTS (SELECT 1 FROM %s w WHERE %s)) UNION ALL BY NAME (SELECT * FROM %s)",
+		lake, keys, strings.Join(conds, " AND "), live)
 }
 
 // key is the table's primary key: the lake's identifier fields, or the WAL schema's when the table has no
@@ -318,9 +342,10 @@ func joinLiterals(set map[string]bool) string {
 	return strings.Join(keys, ", ")
 }
 
-// createPairs creates a temp table of two VARCHAR columns holding rows.
+// createPairs creates a table of two VARCHAR columns holding rows (not a temp table: the database's views
+// read it from every connection).
 func createPairs(ctx context.Context, conn *sql.Conn, name, a, b string, rows [][2]string) error {
-	if _, err := conn.ExecContext(ctx, fmt.Sprintf("CREATE TEMP TABLE %s (%s VARCHAR, %s VARCHAR)", name, a, b)); err != nil {
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("CREATE TABLE %s (%s VARCHAR, %s VARCHAR)", name, a, b)); err != nil {
 		return fmt.Errorf("create %s: %w", name, err)
 	}
 	const per = 500

@@ -23,12 +23,14 @@ import (
 // plan whose fence is below entries dropped since (a newer request's Floor) — fails with lakequery.ErrStale
 // before it reads anything, and the engine sends the statement again with every entry.
 //
-// Each query still loads its tables' WAL rows into a temp table of its own in-memory database and takes the
-// newest version of each key there, as an uncached query does: materialising that once per (fence, tail) in
-// a DuckDB or Parquet file was tried and lost the sign of a -0 float whenever 0 and -0 shared a column
-// (DuckDB 1.5.6 stores them as one value; TestTypeMatrixIntoIceberg over Flight SQL caught it). The files are
-// loaded before the query's lock-down, so its SQL can neither read nor write them; a batch dropped (reclaimed,
-// or its log replaced) while a query loads it is deleted when that query ends.
+// A statement's database (its views over the lake's files and the newest versions of the WAL rows it sees)
+// is kept too (engineCache): the next statement with the same plans and WAL batches runs in a new connection
+// of it and loads nothing. The newest versions live in that in-memory database's tables: materialising them in
+// a DuckDB or Parquet file was tried and lost the sign of a -0 float whenever 0 and -0 shared a column (DuckDB
+// 1.5.6 stores them as one value once persisted; TestTypeMatrixIntoIceberg over Flight SQL caught it). The
+// files are loaded before the database's lock-down, so no SQL can read or write them; a batch dropped
+// (reclaimed, or its log replaced) while a query loads it is deleted when that query ends, and the databases
+// holding its rows are closed when their last statement ends.
 type WALCache struct {
 	parent string // where dir is made, at the first query that uses the cache
 	dir    string
@@ -40,6 +42,8 @@ type WALCache struct {
 	ids   int64          // names batch files
 	// written counts the batch files written; tests read it.
 	written int
+	// engines keeps the databases statements built over the cached batches (and over the lake alone).
+	engines *engineCache
 }
 
 // pipeWAL is what the cache holds of one pipeline's WAL: the entries in (lo, hi] of Log, as batch files in log
@@ -66,11 +70,12 @@ type cachedBatch struct {
 // ""), made when a query first uses the cache (a plugin process that answers no server's query makes none).
 // Close removes them.
 func NewWALCache(dir string) *WALCache {
-	return &WALCache{parent: dir, pipes: map[string]*pipeWAL{}}
+	return &WALCache{parent: dir, pipes: map[string]*pipeWAL{}, engines: newEngineCache(dir, DefaultEngineCacheBytes)}
 }
 
-// Close removes the cache's files.
+// Close removes the cache's files and closes its databases (those a query still uses when it ends).
 func (c *WALCache) Close() error {
+	c.engines.closeAll()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var err error
@@ -231,6 +236,7 @@ func (c *WALCache) tableWAL(t *table, ws lakequery.WALState) ([]*cachedBatch, er
 	}
 	for _, b := range run {
 		t.wal = append(t.wal, b.path)
+		t.walIDs = append(t.walIDs, b.id)
 		if len(b.key) > 0 {
 			t.walKey = b.key
 		}
@@ -246,7 +252,9 @@ func (c *WALCache) tableWAL(t *table, ws lakequery.WALState) ([]*cachedBatch, er
 
 // dropBatches removes the first n batches of p; the files of those a query holds go when it ends.
 func (c *WALCache) dropBatches(p *pipeWAL, n int) {
+	ids := make([]int64, 0, n)
 	for _, b := range p.batches[:n] {
+		ids = append(ids, b.id)
 		switch {
 		case b.refs > 0:
 			c.dead = append(c.dead, b)
@@ -255,6 +263,7 @@ func (c *WALCache) dropBatches(p *pipeWAL, n int) {
 		}
 	}
 	p.batches = slices.Delete(p.batches, 0, n)
+	c.engines.dropBatches(ids)
 }
 
 // dropTail removes p's batches from index n on.

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
@@ -23,11 +25,16 @@ type cachedEntry struct {
 // holding entries and the request saying ws of pipeline p.
 func cachedQuery(t *testing.T, cache *WALCache, sql string, fence uint64, ws lakequery.WALState, entries ...cachedEntry) (string, error) {
 	t.Helper()
-	plan := lakeFixture(t)
+	return cachedQueryOn(t, cache, lakeFixture(t), "csv", sql, fence, ws, entries...)
+}
+
+// cachedQueryOn is cachedQuery over the lake plan given, in format.
+func cachedQueryOn(t *testing.T, cache *WALCache, plan lakequery.TablePlan, format, sql string, fence uint64, ws lakequery.WALState, entries ...cachedEntry) (string, error) {
+	t.Helper()
 	plan.Fence = fence
 	ws.Pipeline = "p"
 	var in bytes.Buffer
-	w, err := lakequery.NewWriter(&in, lakequery.Request{SQL: sql, Format: "csv", WAL: []lakequery.WALState{ws},
+	w, err := lakequery.NewWriter(&in, lakequery.Request{SQL: sql, Format: format, WAL: []lakequery.WALState{ws},
 		Lakes: []lakequery.Lake{{Pipeline: "p", Plan: lakequery.Plan{Namespace: "lake", Tables: []lakequery.TablePlan{plan}}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -137,5 +144,101 @@ func TestWALCacheReadOnly(t *testing.T) {
 	}
 	if want := "id,name\n1,ann\n4,dee\n5,eve\n"; got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A server's statements over an unchanged lake plan and WAL state share one database: the second builds
+// nothing and reads no WAL batch file (they are removed here to prove it), while a statement that sees
+// another WAL state (Through) gets its own database and its own answer, also when both run at once. SQL
+// that is not one SELECT is answered in a database of its own, so what it creates is gone for the next
+// statement. Dropped batches (the Floor moved past them) drop the databases holding their rows.
+func TestEngineCacheSharesDatabaseAcrossStatements(t *testing.T) {
+	cache := NewWALCache(t.TempDir())
+	defer cache.Close()
+	const q = "SELECT id, name FROM people ORDER BY id"
+	plan := lakeFixture(t)
+	e3 := cachedEntry{seq: 3, rows: []walRow{{change.OpUpdate, 4, "dee2", "d@x"}, {change.OpDelete, 1, "", ""}, {change.OpInsert, 5, "eve", ""}}}
+	e4 := cachedEntry{seq: 4, rows: []walRow{{change.OpUpdate, 5, "eve2", ""}}}
+	want3, want4 := "id,name\n4,dee2\n5,eve\n", "id,name\n4,dee2\n5,eve2\n"
+	ask := func(name, sql string, ws lakequery.WALState, entries ...cachedEntry) string {
+		t.Helper()
+		got, err := cachedQueryOn(t, cache, plan, "csv", sql, 2, ws, entries...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return got
+	}
+	if got := ask("first", q, lakequery.WALState{Log: "L", Through: 4}, e3, e4); got != want4 {
+		t.Fatalf("first: got\n%s\nwant\n%s", got, want4)
+	}
+	if cache.engines.builds != 1 {
+		t.Fatalf("%d databases built for the first statement, want 1", cache.engines.builds)
+	}
+	saved := map[string][]byte{}
+	files, _ := filepath.Glob(filepath.Join(cache.dir, "wal-*.parquet"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[f] = b
+		os.Remove(f)
+	}
+	if got := ask("again", q, lakequery.WALState{Log: "L", Base: 4, Through: 4}); got != want4 {
+		t.Fatalf("again: got\n%s\nwant\n%s", got, want4)
+	}
+	if cache.engines.builds != 1 {
+		t.Fatalf("%d databases built after the same statement again, want 1", cache.engines.builds)
+	}
+	for f, b := range saved {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Statements that started before entry 4 (Through 3) and after it, at once.
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			through, want := uint64(3+i%2), want3
+			if through == 4 {
+				want = want4
+			}
+			got, err := cachedQueryOn(t, cache, plan, "csv", q, 2, lakequery.WALState{Log: "L", Base: 4, Through: through})
+			if err == nil && got != want {
+				err = fmt.Errorf("through %d: got\n%s\nwant\n%s", through, got, want)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cache.engines.builds != 2 {
+		t.Fatalf("%d databases built after statements of two WAL states, want 2", cache.engines.builds)
+	}
+	// Not one SELECT: a database of its own.
+	if got, err := cachedQueryOn(t, cache, plan, "table", "CREATE TABLE mine AS SELECT 1 AS x; SELECT x FROM mine", 2, lakequery.WALState{Log: "L", Base: 4, Through: 4}); err != nil || got != "x\n---\n1\n" {
+		t.Fatalf("create: got %q %v", got, err)
+	}
+	if _, err := cachedQueryOn(t, cache, plan, "csv", "SELECT x FROM mine", 2, lakequery.WALState{Log: "L", Base: 4, Through: 4}); !errors.Is(err, lakequery.ErrSQL) {
+		t.Fatalf("a table another statement created: %v, want ErrSQL (it does not exist)", err)
+	}
+	// Entries 3 and 4 applied (fence 4) and reclaimed (Floor 4): the databases holding their rows go.
+	if _, err := cachedQueryOn(t, cache, plan, "csv", q, 4, lakequery.WALState{Log: "L", Base: 4, Through: 4, Floor: 4}); err != nil {
+		t.Fatal(err)
+	}
+	cache.engines.mu.Lock()
+	defer cache.engines.mu.Unlock()
+	for _, e := range cache.engines.entries {
+		if len(e.batches) > 0 {
+			t.Fatalf("a database holding dropped WAL batches is still cached")
+		}
 	}
 }
