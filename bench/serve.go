@@ -42,7 +42,9 @@ func serveBench(ctx context.Context, binDir string, o serveOptions) {
 	defer os.RemoveAll(ql.dir)
 
 	// A generous statement limit: on a loaded machine the aggregate over 10M rows passed the default minute.
-	srv := ql.cmd("--log-level", "info", "serve", "--addr", "127.0.0.1:0", "--query-timeout", "10m")
+	// At debug level the server logs each statement's timings (query done: wal, plan, send, engine), which the
+	// point lookups' breakdown below is made of.
+	srv := ql.cmd("--log-level", "debug", "serve", "--addr", "127.0.0.1:0", "--query-timeout", "10m")
 	srv.Cancel = func() error { return srv.Process.Signal(syscall.SIGTERM) }
 	stderr, err := srv.StderrPipe()
 	if err != nil {
@@ -53,14 +55,24 @@ func serveBench(ctx context.Context, binDir string, o serveOptions) {
 		log.Fatal(err)
 	}
 	addrc := make(chan string, 1)
+	var (
+		logMu   sync.Mutex
+		doneLog []string // the server's "query done" lines, in order
+	)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := serveAddrLog.FindStringSubmatch(sc.Text()); m != nil {
 				addrc <- m[1]
 			}
+			if strings.Contains(sc.Text(), `msg="query done"`) {
+				logMu.Lock()
+				doneLog = append(doneLog, sc.Text())
+				logMu.Unlock()
+			}
 		}
 	}()
+	doneLines := func() int { logMu.Lock(); defer logMu.Unlock(); return len(doneLog) }
 	var addr string
 	select {
 	case addr = <-addrc:
@@ -112,11 +124,16 @@ func serveBench(ctx context.Context, binDir string, o serveOptions) {
 
 	flightQuery(lookup) // warm: the first statement pays for the engine's first plan
 	var lookups []time.Duration
+	from := doneLines()
 	for i := 0; i < o.runs; i++ {
 		_, d := flightQuery(lookup)
 		lookups = append(lookups, d)
 	}
 	lp50, lp99 := percentiles(lookups)
+	time.Sleep(100 * time.Millisecond) // the last line reaches the scanner
+	logMu.Lock()
+	breakdown := spanMedians(doneLog[from:])
+	logMu.Unlock()
 	var oneShot []time.Duration
 	for i := 0; i < 7; i++ {
 		_, d := ql.run("query", "--server", addr, "--format", "csv", lookup)
@@ -176,8 +193,38 @@ func serveBench(ctx context.Context, binDir string, o serveOptions) {
 		os50.Round(time.Millisecond), lo50.Round(time.Millisecond), os50.Seconds()/lo50.Seconds())
 	fmt.Printf("| aggregate (count, sum, count distinct, max) over lake + WAL, p50 of %d | %s | lake alone, DuckDB over the same Parquet files: %s (answers differ: %v) | %.2f× |\n",
 		len(merged), m50.Round(time.Millisecond), l50.Round(time.Millisecond), mergedOut != lakeOut, m50.Seconds()/l50.Seconds())
+	fmt.Printf("| point lookup in the server's log (p50 of each part): %s | | | |\n", breakdown)
 	fmt.Printf("| %d concurrent clients, point lookups for %s (--max-concurrent 4) | %.0f queries/s | | |\n", o.clients, o.duration, qps)
 	fmt.Printf("| RSS after the run: skippr-serve (peak) / its plugins | %d MB (%d MB) / %d MB | | |\n", rss>>20, hwm>>20, prss>>20)
+}
+
+// spanKeys are the parts of a statement's time the server logs at debug (queryserve's timingAttrs), and
+// its whole time as the server saw it.
+var spanKeys = []string{"time", "wal", "plan", "send", "engine_first_byte", "engine"}
+
+// spanMedians is the median of each of spanKeys over the server's "query done" lines.
+func spanMedians(lines []string) string {
+	var parts []string
+	for _, k := range spanKeys {
+		re := regexp.MustCompile(`\s` + k + `=(\S+)`)
+		var ds []time.Duration
+		for _, l := range lines {
+			if m := re.FindStringSubmatch(l); m != nil {
+				if d, err := time.ParseDuration(m[1]); err == nil {
+					ds = append(ds, d)
+				}
+			}
+		}
+		if len(ds) == 0 {
+			continue
+		}
+		p50, _ := percentiles(ds)
+		parts = append(parts, fmt.Sprintf("%s %s", k, p50.Round(10*time.Microsecond)))
+	}
+	if len(parts) == 0 {
+		return "(the server logged no timings)"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // procMem is a process's resident set and its peak, in bytes (0 when unreadable).

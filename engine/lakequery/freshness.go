@@ -83,11 +83,10 @@ func (q *Querier) Freshness(ctx context.Context) ([]TableFreshness, error) {
 
 // commitRecords lists a pipeline's committed, unreclaimed entries (their records only).
 func (q *Querier) commitRecords(ctx context.Context, pipeline string, l lake) ([]wal.CommitRecord, error) {
-	log, err := q.opts.OpenWAL(ctx, l.p)
+	log, err := q.openWAL(ctx, l.p)
 	if err != nil {
 		return nil, err
 	}
-	defer log.Close()
 	for attempt := 1; ; attempt++ {
 		h, err := log.Head(ctx)
 		if err != nil {

@@ -22,6 +22,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/skippr-dev/skippr/engine/config"
 	"github.com/skippr-dev/skippr/engine/connector"
@@ -65,6 +67,11 @@ type Querier struct {
 	// fetchDir holds the lake files that are not local, fetched for the engine, for the Querier's life: a
 	// file fetched once serves every statement (and keeps the lake plugin's cached plans' paths valid).
 	fetchDir string
+	// logs are the pipelines' WALs, opened at their first statement and kept until Close: opening one per
+	// statement built an S3 client (its configuration, a new connection) each time. A Log opened without its
+	// lease holds no state about the log's contents, so a kept one reads what another process wrote since.
+	logMu sync.Mutex
+	logs  map[string]*wal.Log
 }
 
 // lake is a pipeline and one of its destinations offering lake.plan.
@@ -78,7 +85,7 @@ type lake struct {
 // query engine.
 func Open(ctx context.Context, opts Options) (*Querier, error) {
 	// The plugins started before an error are killed here: the caller gets no Querier to close.
-	q := &Querier{opts: opts, tails: map[string]*walTail{}}
+	q := &Querier{opts: opts, tails: map[string]*walTail{}, logs: map[string]*wal.Log{}}
 	if err := q.open(ctx); err != nil {
 		q.Close()
 		return nil, err
@@ -199,6 +206,12 @@ func (q *Querier) Close() {
 		c.Kill()
 	}
 	q.running = nil
+	q.logMu.Lock()
+	for name, l := range q.logs {
+		l.Close()
+		delete(q.logs, name)
+	}
+	q.logMu.Unlock()
 	if q.fetchDir != "" {
 		os.RemoveAll(q.fetchDir)
 	}
@@ -213,6 +226,23 @@ type Request struct {
 	IncludeDeleted bool
 	// MemoryLimit bounds the query engine's memory for this statement (sdk.Request.MemoryLimit).
 	MemoryLimit string
+	// Timings, when set, is filled with where the statement's time went (`skippr serve` logs it at debug).
+	Timings *Timings
+}
+
+// Timings is where one statement's time went outside the query engine's own work, so that a slow statement
+// in the server's log says which part was slow. Each figure sums over the statement's attempts (Run retries
+// a stale one).
+type Timings struct {
+	Attempts int
+	// WAL: opening, listing and reading each pipeline's WAL (the walTail); Plan: the lake plugins' plans.
+	WAL, Plan time.Duration
+	// Send: encoding and sending the query stream to the engine; Entries and StreamBytes are what it held.
+	Send        time.Duration
+	Entries     int
+	StreamBytes int64
+	// FirstByte: from the engine call to the engine's first output byte; Engine: to its last.
+	FirstByte, Engine time.Duration
 }
 
 // Run answers one statement, writing the result to out; it returns the engine's summary (rows, time). An error
@@ -228,6 +258,9 @@ type Request struct {
 // sending every entry.
 func (q *Querier) Run(ctx context.Context, req Request, out io.Writer) (string, error) {
 	for attempt := 1; ; attempt++ {
+		if req.Timings != nil {
+			req.Timings.Attempts = attempt
+		}
 		summary, err := q.run(ctx, req, out)
 		if errors.Is(err, sdk.ErrStale) && attempt < staleAttempts {
 			for _, t := range q.tails {
@@ -243,8 +276,13 @@ func (q *Querier) Run(ctx context.Context, req Request, out io.Writer) (string, 
 const staleAttempts = 3
 
 func (q *Querier) run(ctx context.Context, req Request, out io.Writer) (string, error) {
+	tm := req.Timings
+	if tm == nil {
+		tm = &Timings{}
+	}
 	var err error
 	wals := make([]walEntries, len(q.lakes))
+	start := time.Now()
 	if !req.AsOfLake {
 		for i, l := range q.lakes {
 			if wals[i], err = q.readWAL(ctx, l.p); err != nil {
@@ -252,6 +290,8 @@ func (q *Querier) run(ctx context.Context, req Request, out io.Writer) (string, 
 			}
 		}
 	}
+	tm.WAL += time.Since(start)
+	start = time.Now()
 	sreq := sdk.Request{SQL: req.SQL, Format: req.Format, AsOfLake: req.AsOfLake, IncludeDeleted: req.IncludeDeleted, MemoryLimit: req.MemoryLimit}
 	if q.keepsWAL && !req.AsOfLake {
 		seen := map[string]bool{}
@@ -276,8 +316,37 @@ func (q *Querier) run(ctx context.Context, req Request, out io.Writer) (string, 
 		}
 		sreq.Lakes = append(sreq.Lakes, sdk.Lake{Pipeline: l.p.Name, Plan: plan})
 	}
+	tm.Plan += time.Since(start)
+	start = time.Now()
+	tw := &timedWriter{w: out, start: start}
+	// The stream is written on the SDK client's goroutine, which may still run when Query fails: its figures
+	// pass through sendMu.
+	var (
+		sendMu sync.Mutex
+		sent   Timings
+	)
+	defer func() {
+		tm.Engine += time.Since(start)
+		tm.FirstByte += tw.first
+		sendMu.Lock()
+		tm.Send, tm.Entries, tm.StreamBytes = tm.Send+sent.Send, tm.Entries+sent.Entries, tm.StreamBytes+sent.StreamBytes
+		sendMu.Unlock()
+	}()
 	return q.engine.Query(ctx, func(w io.Writer) error {
-		if err := q.writeStream(w, sreq, wals); err != nil {
+		sendStart := time.Now()
+		cw := &countingWriter{w: w}
+		err := q.writeStream(cw, sreq, wals)
+		sendMu.Lock()
+		sent.Send, sent.StreamBytes = time.Since(sendStart), cw.n
+		for i := range wals {
+			for _, f := range wals[i].frames {
+				if f != nil {
+					sent.Entries++
+				}
+			}
+		}
+		sendMu.Unlock()
+		if err != nil {
 			return err
 		}
 		if sreq.WAL != nil {
@@ -286,7 +355,33 @@ func (q *Querier) run(ctx context.Context, req Request, out io.Writer) (string, 
 			}
 		}
 		return nil
-	}, out)
+	}, tw)
+}
+
+// timedWriter notes when its first byte came, after start.
+type timedWriter struct {
+	w     io.Writer
+	start time.Time
+	first time.Duration
+}
+
+func (t *timedWriter) Write(p []byte) (int, error) {
+	if t.first == 0 {
+		t.first = time.Since(t.start)
+	}
+	return t.w.Write(p)
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // walEntries are one pipeline's committed, unreclaimed WAL entries and the streams they hold.
@@ -303,12 +398,26 @@ type walEntries struct {
 // entry reclaimed while being read was applied by every destination, so the plan (made after) holds it: it
 // is skipped.
 func (q *Querier) readWAL(ctx context.Context, p *config.Pipeline) (walEntries, error) {
-	l, err := q.opts.OpenWAL(ctx, p)
+	l, err := q.openWAL(ctx, p)
 	if err != nil {
 		return walEntries{}, err
 	}
-	defer l.Close()
 	return q.tails[p.Name].read(ctx, l, p.Name, q.keepsWAL)
+}
+
+// openWAL returns pipeline p's log, opening it the first time (Querier.logs).
+func (q *Querier) openWAL(ctx context.Context, p *config.Pipeline) (*wal.Log, error) {
+	q.logMu.Lock()
+	defer q.logMu.Unlock()
+	if l, ok := q.logs[p.Name]; ok {
+		return l, nil
+	}
+	l, err := q.opts.OpenWAL(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	q.logs[p.Name] = l
+	return l, nil
 }
 
 // writeStream writes the query stream: the request, then every lake's pipeline's WAL entries in order.

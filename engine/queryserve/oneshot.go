@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc/codes"
@@ -82,10 +83,13 @@ func (s *Server) run(ctx context.Context, req lakequery.Request, out io.Writer) 
 		defer stop()
 	}
 	req.MemoryLimit = s.opts.MemoryLimit
+	var tm lakequery.Timings
+	req.Timings = &tm
+	start := time.Now()
 	summary, err := s.opts.Querier.Run(qctx, req, out)
 	if err != nil {
 		return "", s.status(ctx, qctx, err)
 	}
-	s.log.Debug("query", "client", clientName(ctx), "format", req.Format, "summary", summary)
+	s.log.Debug("query", append([]any{"client", clientName(ctx), "format", req.Format, "summary", summary, "time", time.Since(start).Round(time.Microsecond)}, timingAttrs(&tm)...)...)
 	return summary, nil
 }

@@ -135,8 +135,9 @@ func (s *Server) query(ctx context.Context, sql string) (*arrow.Schema, <-chan f
 	start := time.Now()
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
+	var tm lakequery.Timings // written by Run's goroutine, read after done
 	go func() {
-		summary, err := s.opts.Querier.Run(qctx, lakequery.Request{SQL: sql, Format: sdk.FormatArrow, AsOfLake: d.asOfLake, IncludeDeleted: d.includeDeleted, MemoryLimit: s.opts.MemoryLimit}, pw)
+		summary, err := s.opts.Querier.Run(qctx, lakequery.Request{SQL: sql, Format: sdk.FormatArrow, AsOfLake: d.asOfLake, IncludeDeleted: d.includeDeleted, MemoryLimit: s.opts.MemoryLimit, Timings: &tm}, pw)
 		pw.CloseWithError(err) // nil: EOF
 		if err == nil {
 			s.log.Debug("query", "client", clientName(ctx), "summary", summary)
@@ -190,7 +191,7 @@ func (s *Server) query(ctx context.Context, sql string) (*arrow.Schema, <-chan f
 			send(flight.StreamChunk{Err: s.status(ctx, qctx, err)})
 			return
 		}
-		s.log.Debug("query done", "client", clientName(ctx), "rows", rows, "time", time.Since(start).Round(time.Millisecond))
+		s.log.Debug("query done", append([]any{"client", clientName(ctx), "rows", rows, "time", time.Since(start).Round(time.Microsecond)}, timingAttrs(&tm)...)...)
 	}()
 	return rdr.Schema(), ch, nil
 }
@@ -356,3 +357,10 @@ func (s *Server) DoGetTableTypes(context.Context) (*arrow.Schema, <-chan flight.
 // tableType is what GetTables calls every lake table (the engine defines each as a view over the lake's files
 // and the WAL's rows; to a client it is a table).
 const tableType = "TABLE"
+
+// timingAttrs are a statement's lakequery.Timings as log attributes: where its time went outside the engine.
+func timingAttrs(tm *lakequery.Timings) []any {
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+	return []any{"wal", r(tm.WAL), "plan", r(tm.Plan), "send", r(tm.Send), "entries_sent", tm.Entries,
+		"stream_bytes", tm.StreamBytes, "engine_first_byte", r(tm.FirstByte), "engine", r(tm.Engine), "attempts", tm.Attempts}
+}

@@ -256,6 +256,11 @@ pipelines:
 			}
 		}
 	}
+	// Each statement's log line at debug says where its time went outside the engine, and a statement after
+	// the first sent the engine no WAL entry again (it keeps them).
+	if m := regexp.MustCompile(`msg="query done" .*rows=\d+ time=\S+ wal=\S+ plan=\S+ send=\S+ entries_sent=0 stream_bytes=\d+ engine_first_byte=\S+ engine=\S+ attempts=1`).FindString(stderr.String()); m == "" {
+		t.Fatalf("no statement's debug line with its timings and no WAL entry sent again:\n%s", stderr.String())
+	}
 	// The same answers through the ADBC Flight SQL driver behind database/sql, with a bound parameter too.
 	adbc, err := adbcDB(addr, nbToken)
 	if err != nil {

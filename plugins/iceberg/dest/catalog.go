@@ -41,6 +41,41 @@ func (o *openCatalog) Close() error {
 	return nil
 }
 
+// catalogName is the name the plugin gives its catalogs (in an SQL catalog, the rows' catalog_name).
+const catalogName = "skippr"
+
+// catalogPointers reads where every table of an SQL catalog points (iceberg-go's iceberg_tables: namespace,
+// name, metadata location), as one string that changes whenever any table commits, is created, dropped or
+// renamed: a commit always writes a new metadata file, so a location is never reused. One indexed query on
+// the catalog's own database, against a LoadTable per table (a read and JSON parse of its metadata file).
+func catalogPointers(ctx context.Context, db *sql.DB) (string, error) {
+	rows, err := db.QueryContext(ctx, `SELECT table_namespace, table_name, metadata_location FROM iceberg_tables
+		WHERE catalog_name = ? ORDER BY table_namespace, table_name`, catalogName)
+	if err != nil {
+		return "", fmt.Errorf("list metadata locations: %w", err)
+	}
+	defer rows.Close()
+	var b strings.Builder
+	b.WriteString("tables\x00") // an empty catalog reads as something: "" means "not read"
+	for rows.Next() {
+		var ns, name, loc sql.NullString
+		if err := rows.Scan(&ns, &name, &loc); err != nil {
+			return "", fmt.Errorf("list metadata locations: %w", err)
+		}
+		for _, v := range []sql.NullString{ns, name, loc} {
+			if !v.Valid {
+				b.WriteString("\x01") // NULL, unlike any string
+			}
+			b.WriteString(v.String)
+			b.WriteByte(0)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("list metadata locations: %w", err)
+	}
+	return b.String(), nil
+}
+
 // connect opens the catalog the settings name. It fails when the catalog cannot be reached, naming it.
 func connect(ctx context.Context, s Settings) (*openCatalog, error) {
 	props := iceberg.Properties{}
@@ -68,7 +103,7 @@ func connect(ctx context.Context, s Settings) (*openCatalog, error) {
 			return nil, fmt.Errorf("sql catalog %s: %w", s.Catalog.Path, err)
 		}
 		props["warehouse"] = s.Catalog.Warehouse
-		cat, err := sqlcat.NewCatalog("skippr", db, sqlcat.SQLite, props)
+		cat, err := sqlcat.NewCatalog(catalogName, db, sqlcat.SQLite, props)
 		if err != nil {
 			db.Close()
 			return nil, fmt.Errorf("sql catalog %s: %w", s.Catalog.Path, err)
@@ -95,7 +130,7 @@ func connect(ctx context.Context, s Settings) (*openCatalog, error) {
 				}))
 			}
 		}
-		cat, err := rest.NewCatalog(ctx, "skippr", s.Catalog.URI, opts...)
+		cat, err := rest.NewCatalog(ctx, catalogName, s.Catalog.URI, opts...)
 		if err != nil {
 			return nil, restAuthErr(fmt.Errorf("rest catalog %s: %w", s.Catalog.URI, err))
 		}

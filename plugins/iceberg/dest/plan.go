@@ -101,11 +101,58 @@ func planTables(ctx context.Context, cat catalog.Catalog, s Settings, opts PlanO
 // re-snapshot or truncate committed since) the plan is the same, and a statement of `skippr serve` costs one
 // catalog load per table instead of a scan of its manifests. A table whose location moved is planned again
 // and its old plan dropped: the cache holds one plan per (table, pipeline, fetch directory).
+//
+// Above the tables, an SQL catalog lets a statement skip the catalog's listing and the tables' loads (each a
+// read and parse of a metadata JSON file that grows with every commit) when nothing moved: one query of
+// every table's metadata location (catalogPointers) equal to the one read before the last whole plan of the
+// same request means the catalog is in the state that plan saw, so it is the answer (wholePlan).
 type planCache struct {
 	mu    sync.Mutex
 	plans map[planKey]cachedPlan
-	// scans counts the plans made (not taken from the cache); tests read it.
-	scans atomic.Int64
+	whole map[wholeKey]wholePlan
+	// scans counts the tables planned (not taken from the cache), loads the requests that listed and loaded
+	// the catalog's tables (not answered by wholePlan); tests read them.
+	scans, loads atomic.Int64
+}
+
+// wholeKey is one plan request but its streams: the streams asked for follow the WAL's contents, so they are
+// checked (wholePlan.streams) rather than keyed on, which keeps one whole plan per reader.
+type wholeKey struct{ settings, pipeline, fetchDir string }
+
+type wholePlan struct {
+	streams, pointers string
+	plan              lakequery.Plan
+}
+
+func (c *planCache) getWhole(k wholeKey, streams, pointers string) (lakequery.Plan, bool) {
+	if c == nil || pointers == "" {
+		return lakequery.Plan{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.whole[k]
+	if !ok || e.streams != streams || e.pointers != pointers {
+		return lakequery.Plan{}, false
+	}
+	p := e.plan
+	p.Tables = slices.Clone(p.Tables)
+	return p, true
+}
+
+// putWhole keeps p as the plan of k while the catalog's pointers are those read before p was made. A commit
+// between that read and the plan makes p newer than pointers say; the next statement then reads other
+// pointers (a metadata location is never reused) and plans again: never an older plan than the catalog holds.
+func (c *planCache) putWhole(k wholeKey, streams, pointers string, p lakequery.Plan) {
+	if c == nil || pointers == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.whole == nil {
+		c.whole = map[wholeKey]wholePlan{}
+	}
+	p.Tables = slices.Clone(p.Tables)
+	c.whole[k] = wholePlan{streams: streams, pointers: pointers, plan: p}
 }
 
 type planKey struct{ settings, table, pipeline, fetchDir string }

@@ -54,7 +54,7 @@ func TestPlanTables(t *testing.T) {
 }
 
 // PlanLake plans a table once per snapshot: a second statement over the same snapshot takes the cached plan
-// (no manifest scan), and an apply (a new metadata location) makes the next statement plan the new snapshot,
+// (no manifest scan, and with the catalog unchanged no table load), and an apply (a new metadata location) makes the next statement plan the new snapshot,
 // whose files and fence are that snapshot's alone.
 func TestPlanLakeCachedPerSnapshot(t *testing.T) {
 	e := newEnv(t, nil)
@@ -72,8 +72,21 @@ func TestPlanLakeCachedPerSnapshot(t *testing.T) {
 	if n := e.d.plans.scans.Load(); n != 1 {
 		t.Fatalf("two statements over one snapshot planned the table %d times, want 1", n)
 	}
+	// Nothing committed in between: the second statement read the catalog's metadata locations and loaded
+	// no table (no metadata file read and parsed).
+	if n := e.d.plans.loads.Load(); n != 1 {
+		t.Fatalf("two statements over an unchanged catalog loaded its tables %d times, want 1", n)
+	}
 	if !reflect.DeepEqual(first, second) {
 		t.Fatalf("the cached plan differs:\n%+v\n%+v", first, second)
+	}
+	// Other streams asked for (the WAL moved on to another table): planned again, listing that stream.
+	other, err := e.d.PlanLake(ctxT(t), e.raw, lakequery.PlanRequest{Pipeline: "p1", Streams: []string{"users", "later"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := e.d.plans.loads.Load(); n != 2 || len(other.Tables) != 2 || other.Tables[1].Name != "lake.later" {
+		t.Fatalf("a request for another stream: %d loads in all (want 2), tables %+v", n, other.Tables)
 	}
 
 	e.apply(2, serve.Item{Stream: "users", Record: batch(t, us, user(opU, 1, "a2"), user(opI, 3, "c"))})
@@ -83,6 +96,9 @@ func TestPlanLakeCachedPerSnapshot(t *testing.T) {
 	}
 	if n := e.d.plans.scans.Load(); n != 2 {
 		t.Fatalf("after an apply the table was planned %d times in all, want 2", n)
+	}
+	if n := e.d.plans.loads.Load(); n != 3 {
+		t.Fatalf("after an apply the catalog's tables were loaded %d times in all, want 3", n)
 	}
 	got, was := third.Tables[0], first.Tables[0]
 	if got.SnapshotID == was.SnapshotID || got.Fence != 2 {
