@@ -482,7 +482,7 @@ func (a *tableAttempt) write(ctx context.Context, c *changeSet, fo *folded) (dat
 		}
 	}
 	if len(fo.data) > 0 {
-		for df, err := range table.WriteRecords(ctx, c.staged.Table, c.target, retained(fo.data), table.WithTargetFileSize(a.s.TargetFileSize)) {
+		for df, err := range table.WriteRecords(ctx, c.staged.Table, c.target, retained(fo.data), table.WithTargetFileSize(a.s.TargetFileSize), table.WithParquetRowGroupLimit(RowGroupRows)) {
 			if err != nil {
 				return nil, nil, fmt.Errorf("write data files: %w", err)
 			}

@@ -81,7 +81,7 @@ func (a *tableAttempt) fillExisting(ctx context.Context) error {
 		rowsErr error
 	)
 	filled := a.filledRows(ctx, view, tasks, target, &rows, &rowsErr)
-	for df, err := range table.WriteRecords(ctx, staged.Table, target, filled, table.WithTargetFileSize(a.s.TargetFileSize),
+	for df, err := range table.WriteRecords(ctx, staged.Table, target, filled, table.WithTargetFileSize(a.s.TargetFileSize), table.WithParquetRowGroupLimit(RowGroupRows),
 		table.WithRecordBatchBufferSize(fillBufferedBatches)) {
 		if err != nil {
 			return fmt.Errorf("fill %s for the existing rows: write: %w", strings.Join(cols, ", "), err)

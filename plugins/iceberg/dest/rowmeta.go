@@ -336,7 +336,7 @@ func (a *tableAttempt) keptDeleted(ctx context.Context, staged *table.StagedTabl
 		return nil, nil
 	}
 	var files []iceberg.DataFile
-	for df, err := range table.WriteRecords(ctx, staged.Table, target, retained(rows), table.WithTargetFileSize(a.s.TargetFileSize)) {
+	for df, err := range table.WriteRecords(ctx, staged.Table, target, retained(rows), table.WithTargetFileSize(a.s.TargetFileSize), table.WithParquetRowGroupLimit(RowGroupRows)) {
 		if err != nil {
 			return nil, fmt.Errorf("write data files: %w", err)
 		}

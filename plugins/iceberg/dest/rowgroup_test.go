@@ -1,0 +1,46 @@
+package dest
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/parquet/file"
+
+	"github.com/skippr-dev/skippr/plugin-sdk/serve"
+)
+
+// One apply of 2×RowGroupRows+1 rows writes data files whose row groups hold at most RowGroupRows rows: a point
+// lookup through `skippr serve` prunes by row-group statistics, and with iceberg-go's default (1,048,576 rows)
+// every file of a coalesced apply was one row group, decoded whole to find one row.
+func TestDataFilesKeepRowGroupsSmall(t *testing.T) {
+	e := newEnv(t, nil)
+	sc := eventsSchema()
+	const n = 2*RowGroupRows + 1
+	rows := make([]row, 0, n)
+	for id := 1; id <= n; id++ {
+		rows = append(rows, r(opI, id, nil, "eu", id))
+	}
+	e.apply(1, append([]serve.Item{schemaItem("events", sc)}, items("events", batch(t, sc, rows...))...)...)
+	var groups, total int64
+	for _, f := range parquetFiles(t, e.table("events").Location()) {
+		if !strings.Contains(f, "/data/") {
+			continue
+		}
+		rd, err := file.OpenParquetFile(strings.TrimPrefix(f, "file://"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range rd.NumRowGroups() {
+			m := rd.MetaData().RowGroup(i)
+			if m.NumRows() > RowGroupRows {
+				t.Errorf("%s: row group %d holds %d rows, above RowGroupRows %d", f, i, m.NumRows(), RowGroupRows)
+			}
+			groups++
+			total += m.NumRows()
+		}
+		rd.Close()
+	}
+	if total != n || groups < 3 {
+		t.Fatalf("data files hold %d rows in %d row groups, want %d rows in at least 3", total, groups, n)
+	}
+}
