@@ -87,13 +87,20 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts returns k distinct free ports on 127.0.0.1. Every listener stays open until all k are chosen: one
+// closed before the next was asked for could be handed out again, and a cluster whose initial members share a
+// peer URL does not start ("has duplicate url", seen in CI).
+func freePorts(k int) ([]int, error) {
+	ports := make([]int, 0, k)
+	for range k {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // New starts an n-member cluster for one test and waits until it has a leader; every member is killed at
@@ -119,15 +126,12 @@ func New(t testing.TB, n int) *Cluster {
 func Start(ctx context.Context, bin, dir string, n int) (*Cluster, error) {
 	c := &Cluster{bin: bin, dir: dir, token: fmt.Sprintf("etcdtest-%d", time.Now().UnixNano())}
 	var initial []string
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
 	for i := range n {
-		cp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		pp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
+		cp, pp := ports[2*i], ports[2*i+1]
 		m := &Member{
 			Name:      "m" + strconv.Itoa(i),
 			ClientURL: "http://127.0.0.1:" + strconv.Itoa(cp),
