@@ -9,6 +9,7 @@ import (
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/client"
+	pluginv2 "github.com/skippr-dev/skippr/plugin-sdk/proto/skippr/plugin/v2"
 )
 
 // CheckRenamedStream checks that a destination carries a stream the source renamed (RENAME TABLE a TO b, both
@@ -34,6 +35,13 @@ func CheckRenamedStream(t *testing.T, cfg Config) {
 	if err != nil {
 		t.Fatalf("capabilities: %v", err)
 	}
+	checkRenamedStream(ctx, t, c, cfg, caps)
+}
+
+// checkRenamedStream is CheckRenamedStream through a running plugin: Run's, since a destination whose store
+// takes one writer (a DuckDB file) refuses a second process on the same settings.
+func checkRenamedStream(ctx context.Context, t *testing.T, c *client.Client, cfg Config, caps *pluginv2.CapabilitiesResponse) {
+	t.Helper()
 	if !caps.RenamedStream {
 		t.Fatalf("the destination does not declare capability renamed_stream (serve.Capabilities.RenamedStream): the engine stops a pipeline at a table rename rather than send it here; declare it once the destination follows renamed streams")
 	}
