@@ -182,6 +182,11 @@ func (r *Resolver) Forget() {
 
 // Resolve returns the type of a column with type oid and modifier typmod.
 func (r *Resolver) Resolve(ctx context.Context, q Querier, oid uint32, typmod int32) (*Type, error) {
+	return r.cached(oid, typmod, func() (*Type, error) { return r.resolve(ctx, q, oid, typmod, 0) })
+}
+
+// cached returns the cached type of (oid, typmod), or resolves it with load and caches the answer.
+func (r *Resolver) cached(oid uint32, typmod int32, load func() (*Type, error)) (*Type, error) {
 	key := [2]int64{int64(oid), int64(typmod)}
 	r.mu.Lock()
 	t, ok := r.cache[key]
@@ -189,7 +194,7 @@ func (r *Resolver) Resolve(ctx context.Context, q Querier, oid uint32, typmod in
 	if ok {
 		return t, nil
 	}
-	t, err := r.resolve(ctx, q, oid, typmod, 0)
+	t, err := load()
 	if err != nil {
 		return nil, err
 	}
@@ -224,21 +229,7 @@ func (tr *TypeRow) Scan() []any {
 // ResolveRow is Resolve for a type whose pg_type row was read already (with a table's columns, in the same
 // round trip): a base type costs no query; a domain or an array looks up the types it is made of.
 func (r *Resolver) ResolveRow(ctx context.Context, q Querier, oid uint32, typmod int32, row TypeRow) (*Type, error) {
-	key := [2]int64{int64(oid), int64(typmod)}
-	r.mu.Lock()
-	t, ok := r.cache[key]
-	r.mu.Unlock()
-	if ok {
-		return t, nil
-	}
-	t, err := r.fromRow(ctx, q, oid, typmod, 0, row)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.cache[key] = t
-	r.mu.Unlock()
-	return t, nil
+	return r.cached(oid, typmod, func() (*Type, error) { return r.fromRow(ctx, q, oid, typmod, 0, row) })
 }
 
 func (r *Resolver) resolve(ctx context.Context, q Querier, oid uint32, typmod int32, depth int) (*Type, error) {
