@@ -182,7 +182,8 @@ func compactOnce(ctx context.Context, oc *openCatalog, ident []string, opts Comp
 	r, err := tx.RewriteDataFiles(ctx, groups, table.RewriteDataFilesOptions{
 		ExtraDeleteFilesToRemove: append(deadEq, deadPos...),
 		SnapshotProps:            map[string]string{"skippr.operation": "compact"},
-		GroupOptions:             []table.CompactionGroupOption{table.WithCompactionTargetFileSize(opts.TargetFileSize)},
+		GroupOptions: []table.CompactionGroupOption{table.WithCompactionTargetFileSize(opts.TargetFileSize),
+			table.WithCompactionParquetRowGroupLimit(RowGroupRows)},
 	})
 	if err != nil {
 		return err
