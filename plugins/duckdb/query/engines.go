@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/duckdb/duckdb-go/v2"
 
@@ -68,6 +70,34 @@ type engineCache struct {
 	bytes   int64
 	// builds counts the databases built for the cache; tests read it.
 	builds int
+
+	// selects remembers readOnlySQL's verdict per statement text: it is the parser's alone, and a dashboard
+	// or a prepared statement sends the same text again (the check was ≈ 0.8 ms of a 13 ms point lookup).
+	selects map[string]bool
+}
+
+// maxSelects bounds engineCache.selects; the map is emptied when full.
+const maxSelects = 1024
+
+// singleSelect is readOnlySQL remembered by statement text.
+func (c *engineCache) singleSelect(ctx context.Context, conn *sql.Conn, q string) (bool, error) {
+	c.mu.Lock()
+	ok, known := c.selects[q]
+	c.mu.Unlock()
+	if known {
+		return ok, nil
+	}
+	ok, err := readOnlySQL(ctx, conn, q)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	if c.selects == nil || len(c.selects) >= maxSelects {
+		c.selects = map[string]bool{}
+	}
+	c.selects[q] = ok
+	c.mu.Unlock()
+	return ok, nil
 }
 
 func newEngineCache(parent string, limit int64) *engineCache {
@@ -236,7 +266,17 @@ func (e *engine) close() {
 
 // buildEngine opens an in-memory database under dir and defines the tables' views in it, then locks it down.
 func buildEngine(ctx context.Context, tables []*table, asOfLake, includeDeleted bool, limit, dir string) (_ *engine, err error) {
-	connector, err := duckdb.NewConnector("", nil)
+	// searchPath is set once the views exist; each connection opened after that starts with it (connInit),
+	// so a statement's connection, new or reused from the pool, needs no SET of its own (≈ 0.3 ms of a lookup).
+	var searchPath atomic.Pointer[string]
+	connector, err := duckdb.NewConnector("", func(ex driver.ExecerContext) error {
+		if p := searchPath.Load(); p != nil {
+			if _, err := ex.ExecContext(context.Background(), "SET search_path = "+ducksql.Literal(*p), nil); err != nil {
+				return fmt.Errorf("search path %s: %w", *p, err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open duckdb: %w", err)
 	}
@@ -288,6 +328,15 @@ func buildEngine(ctx context.Context, tables []*table, asOfLake, includeDeleted 
 	if err := lockDown(ctx, conn, tables, dir); err != nil {
 		return nil, err
 	}
+	if len(e.schemas) > 0 {
+		// Bare table names resolve in the lakes' namespaces (the first that has the name wins). The build's
+		// connection goes back to the pool too, so it gets the path here; later ones get it from connInit.
+		path := strings.Join(e.schemas, ",")
+		if _, err := conn.ExecContext(ctx, "SET search_path = "+ducksql.Literal(path)); err != nil {
+			return nil, fmt.Errorf("search path %s: %w", path, err)
+		}
+		searchPath.Store(&path)
+	}
 	// What the database holds now (the WAL part's tables); the buffers a statement uses come and go.
 	if err := conn.QueryRowContext(ctx, "SELECT coalesce(sum(memory_usage_bytes), 0)::BIGINT FROM duckdb_memory()").Scan(&e.bytes); err != nil {
 		return nil, fmt.Errorf("query engine memory: %w", err)
@@ -295,20 +344,12 @@ func buildEngine(ctx context.Context, tables []*table, asOfLake, includeDeleted 
 	return e, nil
 }
 
-// conn is a new connection of the database, its search path set: bare table names resolve in the lakes'
-// namespaces (the first that has the name wins). search_path is a connection's own setting, which the locked
-// configuration still lets each connection set.
+// conn is a connection of the database, its search path set (buildEngine). A statement may only be a single
+// SELECT, which changes no setting of the connection, so a connection reused from the pool is as new.
 func (e *engine) conn(ctx context.Context) (*sql.Conn, error) {
 	conn, err := e.db.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open duckdb connection: %w", err)
-	}
-	if len(e.schemas) > 0 {
-		path := strings.Join(e.schemas, ",")
-		if _, err := conn.ExecContext(ctx, "SET search_path = "+ducksql.Literal(path)); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("search path %s: %w", path, err)
-		}
 	}
 	return conn, nil
 }

@@ -145,15 +145,19 @@ func answerCached(ctx context.Context, cache *engineCache, tables []*table, req 
 	}
 	defer conn.Close()
 	q := strings.TrimRight(strings.TrimSpace(req.SQL), "; \t\n")
-	if ok, err := readOnlySQL(ctx, conn, q); err != nil || !ok {
+	if ok, err := cache.singleSelect(ctx, conn, q); err != nil || !ok {
 		return 0, nil, false, err
 	}
-	// Result files go under the database's allowed directory, one directory per statement.
-	res, err := os.MkdirTemp(e.dir, "result-")
-	if err != nil {
-		return 0, nil, false, fmt.Errorf("result dir: %w", err)
+	res := ""
+	switch req.Format {
+	case lakequery.FormatCSV, lakequery.FormatJSON, lakequery.FormatParquet:
+		// DuckDB writes these results to a file (copyOut): under the database's allowed directory, one
+		// directory per statement.
+		if res, err = os.MkdirTemp(e.dir, "result-"); err != nil {
+			return 0, nil, false, fmt.Errorf("result dir: %w", err)
+		}
+		defer os.RemoveAll(res)
 	}
-	defer os.RemoveAll(res)
 	n, err = answer(ctx, conn, req, out, res)
 	return n, e.names, true, err
 }
