@@ -41,6 +41,7 @@ func Serve(p Plugin, opts ...Option) {
 	}
 	// The host parses hclog-style JSON lines from our stderr and logs them at their level.
 	slog.SetDefault(Logger(sp.Name))
+	defer scratchDir(os.TempDir(), sp.Name, slog.Default())()
 	profCtx, stopProf := context.WithCancel(context.Background())
 	defer stopProf()
 	writeExitProfile := heapProfiles(profCtx, slog.Default())
