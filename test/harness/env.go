@@ -234,7 +234,7 @@ func Want(t *testing.T, genSettings string) map[string]map[string]map[string]any
 
 // unpaced drops rows_per_second from datagen's JSON settings. Datagen makes every event from its index alone,
 // so pacing changes when rows arrive, never which: the expected state read unpaced is the same, without waiting
-// rows/rows_per_second seconds for it (10 s of each TestSyncStopsSoftlyOnSIGTERM case, 5 s of most chaos tests).
+// rows/rows_per_second seconds for it (4–5 s in six chaos tests).
 func unpaced(js []byte) ([]byte, error) {
 	m := map[string]json.RawMessage{}
 	if err := json.Unmarshal(js, &m); err != nil {
