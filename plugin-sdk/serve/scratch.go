@@ -76,7 +76,7 @@ func sweepScratch(parent string, log *slog.Logger) {
 		if err := os.RemoveAll(dir); err != nil {
 			log.Warn("remove a dead plugin process's scratch directory", "dir", dir, "err", err)
 		} else {
-			log.Info("removed a dead plugin process's scratch directory", "dir", dir)
+			log.Debug("removed a dead plugin process's scratch directory", "dir", dir)
 		}
 		unlock()
 	}
