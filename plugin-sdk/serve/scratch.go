@@ -27,14 +27,8 @@ const (
 // keeps the system's temp directory: scratch space is housekeeping, not a reason to refuse to start.
 func scratchDir(parent, name string, log *slog.Logger) (done func()) {
 	sweepScratch(parent, log)
-	dir, err := os.MkdirTemp(parent, fmt.Sprintf("%s%s-%d-", scratchPrefix, safeName(name), os.Getpid()))
+	dir, unlock, err := makeScratch(parent, name)
 	if err != nil {
-		log.Warn("no scratch directory; temporary files go to the system's temp directory", "err", err)
-		return func() {}
-	}
-	unlock, err := lockScratch(filepath.Join(dir, scratchLockFile))
-	if err != nil {
-		os.RemoveAll(dir)
 		log.Warn("no scratch directory; temporary files go to the system's temp directory", "err", err)
 		return func() {}
 	}
@@ -51,6 +45,18 @@ func scratchDir(parent, name string, log *slog.Logger) (done func()) {
 		}
 		unlock()
 	}
+}
+
+// makeScratch creates a scratch directory in parent and takes its lock.
+func makeScratch(parent, name string) (dir string, unlock func(), err error) {
+	if dir, err = os.MkdirTemp(parent, fmt.Sprintf("%s%s-%d-", scratchPrefix, safeName(name), os.Getpid())); err != nil {
+		return "", nil, err
+	}
+	if unlock, err = lockScratch(filepath.Join(dir, scratchLockFile)); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return dir, unlock, nil
 }
 
 // sweepScratch removes the scratch directories in parent whose process is gone: older than scratchGrace and

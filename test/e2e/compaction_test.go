@@ -20,7 +20,7 @@ func TestCompactionBesideRunningSync(t *testing.T) {
 	e := harness.NewEnv(t)
 	gen := `{ seed: 22, rows: 40000, batch_size: 500, update_ratio: 0.3, delete_ratio: 0.1 }`
 	// Paced, so the sync keeps writing small files while the compactions run.
-	lakeSettings := e.DatagenToLake(strings.Replace(gen, "{ ", "{ rows_per_second: 4000, ", 1), "64KiB")
+	lakeSettings := e.DatagenToLake(harness.Paced(gen, 4000), "64KiB")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sync := e.Cmd(ctx, "sync")

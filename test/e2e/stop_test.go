@@ -30,7 +30,7 @@ func TestSyncStopsSoftlyOnSIGTERM(t *testing.T) {
 				e.WriteConfig(harness.PipelineConfig(gen, out, "", "file://"+filepath.Join(e.Dir, "wal"), "      group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n"))
 			}
 			// Paced, so the signal lands while rows flow.
-			config(strings.Replace(gen, "{ ", "{ rows_per_second: 3000, ", 1))
+			config(harness.Paced(gen, 3000))
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			cmd := e.Cmd(ctx, "sync", "--stop-timeout", "1m")

@@ -232,6 +232,12 @@ func Want(t *testing.T, genSettings string) map[string]map[string]map[string]any
 	return w
 }
 
+// Paced adds rows_per_second to datagen's `{ … }` settings: a test that must signal or compact while rows flow
+// paces that run, and runs the rest (and Want) unpaced, which yields the same events sooner.
+func Paced(genSettings string, rowsPerSecond int) string {
+	return strings.Replace(genSettings, "{ ", fmt.Sprintf("{ rows_per_second: %d, ", rowsPerSecond), 1)
+}
+
 // unpaced drops rows_per_second from datagen's JSON settings. Datagen makes every event from its index alone,
 // so pacing changes when rows arrive, never which: the expected state read unpaced is the same, without waiting
 // rows/rows_per_second seconds for it (4–5 s in six chaos tests).

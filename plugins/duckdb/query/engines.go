@@ -271,7 +271,7 @@ func buildEngine(ctx context.Context, tables []*table, asOfLake, includeDeleted 
 	var searchPath atomic.Pointer[string]
 	connector, err := duckdb.NewConnector("", func(ex driver.ExecerContext) error {
 		if p := searchPath.Load(); p != nil {
-			if _, err := ex.ExecContext(context.Background(), "SET search_path = "+ducksql.Literal(*p), nil); err != nil {
+			if _, err := ex.ExecContext(context.Background(), setSearchPath(*p), nil); err != nil {
 				return fmt.Errorf("search path %s: %w", *p, err)
 			}
 		}
@@ -332,7 +332,7 @@ func buildEngine(ctx context.Context, tables []*table, asOfLake, includeDeleted 
 		// Bare table names resolve in the lakes' namespaces (the first that has the name wins). The build's
 		// connection goes back to the pool too, so it gets the path here; later ones get it from connInit.
 		path := strings.Join(e.schemas, ",")
-		if _, err := conn.ExecContext(ctx, "SET search_path = "+ducksql.Literal(path)); err != nil {
+		if _, err := conn.ExecContext(ctx, setSearchPath(path)); err != nil {
 			return nil, fmt.Errorf("search path %s: %w", path, err)
 		}
 		searchPath.Store(&path)
@@ -343,6 +343,9 @@ func buildEngine(ctx context.Context, tables []*table, asOfLake, includeDeleted 
 	}
 	return e, nil
 }
+
+// setSearchPath is the statement that makes bare table names resolve in path's schemas.
+func setSearchPath(path string) string { return "SET search_path = " + ducksql.Literal(path) }
 
 // conn is a connection of the database, its search path set (buildEngine). A statement may only be a single
 // SELECT, which changes no setting of the connection, so a connection reused from the pool is as new.
