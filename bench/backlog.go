@@ -37,11 +37,11 @@ type backlogTarget struct {
 // backlogServers are the servers the destinations of one benchmark share, started when first needed.
 type backlogServers struct {
 	tmp string
-	// icebergMemory is the iceberg plugin's memory_limit setting; "": its default.
-	icebergMemory string
-	pg            *pgtest.Server
-	s3            *s3test.Server
-	dbs           int
+	// icebergMemory and duckdbMemory are those plugins' memory_limit settings; "": their defaults.
+	icebergMemory, duckdbMemory string
+	pg                          *pgtest.Server
+	s3                          *s3test.Server
+	dbs                         int
 }
 
 func (s *backlogServers) postgres(ctx context.Context) (*pgtest.Server, error) {
@@ -110,8 +110,13 @@ func (s *backlogServers) target(ctx context.Context, name, dir string) (backlogT
 			note:     "PostgreSQL 15 on 127.0.0.1 (testkit/pgtest, fsync=off); RSS excludes the server",
 			settings: mustJSON(map[string]any{"host": srv.Host, "port": srv.Port, "user": "postgres", "database": db, "sslmode": "disable"})}, nil
 	case "duckdb":
-		return backlogTarget{plugin: "duckdb", cleanup: nothing, note: "embedded: RSS includes DuckDB",
-			settings: mustJSON(map[string]any{"path": filepath.Join(dir, "bench.duckdb")})}, nil
+		settings, limit := map[string]any{"path": filepath.Join(dir, "bench.duckdb")}, "default memory_limit"
+		if s.duckdbMemory != "" {
+			settings["memory_limit"] = s.duckdbMemory
+			limit = "memory_limit " + s.duckdbMemory
+		}
+		return backlogTarget{plugin: "duckdb", cleanup: nothing, note: "embedded: RSS includes DuckDB; " + limit,
+			settings: mustJSON(settings)}, nil
 	case "iceberg":
 		if s.s3 == nil {
 			if err := os.MkdirAll(filepath.Join(s.tmp, "s3"), 0o755); err != nil {
@@ -181,14 +186,14 @@ type backlogResult struct {
 // as one coalesced range (apply max_bytes above the backlog) to each destination of dests in turn, each from
 // its own copy of the filled WAL, and prints each destination plugin's peak RSS: what issue #31 bounds. The
 // WAL is never held back while paused, so the backlog is as large as asked.
-func backlogBench(ctx context.Context, binDir string, rows int64, dests []string, icebergMemory string) {
+func backlogBench(ctx context.Context, binDir string, rows int64, dests []string, icebergMemory, duckdbMemory string) {
 	settings := []byte(fmt.Sprintf(`{"seed": 3, "rows": %d, "batch_size": 10000, "update_ratio": 0.2, "delete_ratio": 0.05}`, rows))
 	tmp, err := os.MkdirTemp("", "skippr-bench-backlog-")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(tmp)
-	servers := &backlogServers{tmp: tmp, icebergMemory: icebergMemory}
+	servers := &backlogServers{tmp: tmp, icebergMemory: icebergMemory, duckdbMemory: duckdbMemory}
 	defer servers.close()
 	filled := filepath.Join(tmp, "wal")
 	fill, err := backlogRun(ctx, binDir, filled, settings, "testdest", []byte(fmt.Sprintf(`{"dir": %q}`, filepath.Join(tmp, "fill-out"))), true)

@@ -84,6 +84,7 @@ func main() {
 	backlogOnly := flag.Bool("backlog-only", false, "run only the backlog benchmark: a WAL backlog applied to each -backlog-dest as one range, each destination plugin's peak RSS")
 	backlogDest := flag.String("backlog-dest", strings.Join(backlogDests, ","), "destinations of the backlog benchmark, comma-separated, one at a time; one that cannot run (no plugin binary, no PostgreSQL, no versitygw) gets a row saying why")
 	backlogIcebergMemory := flag.String("backlog-iceberg-memory-limit", "", "the iceberg plugin's memory_limit in the backlog benchmark (e.g. 256MiB; empty: the plugin's default)")
+	backlogDuckDBMemory := flag.String("backlog-duckdb-memory-limit", "", "the duckdb plugin's memory_limit in the backlog benchmark (e.g. 128MiB; empty: the plugin's default)")
 	backlogRows := flag.Int64("backlog-rows", 28_000_000, "rows of datagen in the backlog benchmark (28M: ≈ 1 GiB of s2 WAL, ≈ 38 bytes a row)")
 	startOnly := flag.Bool("start-only", false, "run only the start benchmark: `skippr sync --once` from the command to the source's first row, by phase, beside exec baselines (needs skippr and the datagen, testdest and postgres plugins)")
 	startRuns := flag.Int("start-runs", 15, "runs of each start benchmark")
@@ -115,7 +116,7 @@ func main() {
 		if err != nil {
 			log.Fatalf("-backlog-dest: %v", err)
 		}
-		backlogBench(ctx, *binDir, *backlogRows, dests, *backlogIcebergMemory)
+		backlogBench(ctx, *binDir, *backlogRows, dests, *backlogIcebergMemory, *backlogDuckDBMemory)
 		return
 	}
 	if *serveOnly {

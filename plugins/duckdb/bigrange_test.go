@@ -165,19 +165,22 @@ func (r *bigRange) check(ctx context.Context, t *testing.T, path string) {
 	}
 }
 
-// bigLimit is the memory_limit of TestBigRangeUnderMemoryLimit, and bigSlack what the plugin process may grow
-// by beyond it: DuckDB allocates outside its buffer manager (measured 110–130 MiB above the limit at 1–2M rows),
-// and the Go side holds an entry.
+// bigLimit is the memory_limit of TestBigRangeUnderMemoryLimit (DuckDB's share 48 MiB, Go's 32 MiB), and
+// bigSlack what the plugin process may grow by beyond it (README, Memory: the process stays under memory_limit
+// + 128 MiB, of which the idle process is ≈ 75): the binary's pages the apply touches beyond the idle process's
+// (DuckDB's merge, checkpoint and appender code), and what DuckDB and Go need whatever the limit, which a
+// limit this small does not cover (measured growth 134 and 176 MiB).
 const (
-	bigLimit = "64MiB"
-	bigSlack = 160 << 20
+	bigLimit      = "128MiB"
+	bigLimitBytes = 128 << 20
+	bigSlack      = 96 << 20
 )
 
 // TestBigRangeUnderMemoryLimit applies a range of 1M changes (100 entries of 10,000, with updates and
-// deletes spread over the whole table) under memory_limit 64MiB in the plugin's own process, then checks every
-// row and that the process's peak RSS grew by no more than the limit and bigSlack. In one transaction the range
-// failed with DuckDB's "Out of Memory Error" under this limit (as a 1 GiB range did under 256MiB, BENCHMARKS.md):
-// committed in parts (Settings.PartBytes), it applies.
+// deletes spread over the whole table) under memory_limit 128MiB in the plugin's own process, then checks every
+// row and that the process's peak RSS grew by no more than the limit and bigSlack. In one
+// transaction the range fails with DuckDB's "Out of Memory Error" at its last entry under this limit (as a 1 GiB
+// range did under 256MiB, BENCHMARKS.md): committed in parts (Settings.PartBytes), it applies.
 func TestBigRangeUnderMemoryLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 1M-row range: a minute or more")
@@ -216,7 +219,7 @@ func TestBigRangeUnderMemoryLimit(t *testing.T) {
 	}
 	c.Kill() // releases the file
 	r.check(ctx, t, path)
-	if bound := int64(64<<20) + bigSlack; peak-idle > bound {
+	if bound := int64(bigLimitBytes) + bigSlack; peak-idle > bound {
 		t.Fatalf("the plugin's peak RSS grew by %d MiB during the apply, above memory_limit %s + %d MiB", (peak-idle)>>20, bigLimit, bigSlack>>20)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 
@@ -51,7 +52,14 @@ func main() {
 	// Serve closes the destination's sessions when the host ends the plugin, which checkpoints each database
 	// and releases its lock.
 	walCache := query.NewWALCache("")
-	serve.Serve(plugin{&dest.Destination{Version: version}, walCache})
+	d := &dest.Destination{Version: version}
+	// A quarter of the settings' memory_limit becomes the Go runtime's soft memory limit when a database opens
+	// (dest.Settings.GoLimit): without it the collector lets the heap reach twice what an entry needs. A
+	// GOMEMLIMIT in the environment wins.
+	if os.Getenv("GOMEMLIMIT") == "" {
+		d.SetMemoryLimit = debug.SetMemoryLimit
+	}
+	serve.Serve(plugin{d, walCache})
 	walCache.Close()
 }
 

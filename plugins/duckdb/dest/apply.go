@@ -66,8 +66,9 @@ type applier struct {
 	state serve.Applied
 	done  uint64
 	inTx  bool
-	// txBytes counts the Arrow bytes of the entries written into the open transaction.
-	txBytes int64
+	// txBytes counts the Arrow bytes of the entries written into the open transaction, txDeletes the rows
+	// they delete from tables (Settings.PartDeletes).
+	txBytes, txDeletes int64
 	// dirty holds the streams whose tables the open transaction has written rows of (or deleted rows from);
 	// flushed the streams the range has written; owner, per lower-cased table, the stream writing it.
 	dirty   map[string]bool
@@ -165,9 +166,18 @@ func (a *applier) apply(ctx context.Context, req *serve.Range) (res serve.ApplyR
 			// An open transaction keeps its changes' undo and version data until it commits, and under
 			// memory_limit DuckDB ran out of room for it (BENCHMARKS.md): a part's worth is committed with
 			// its own fence, so the transaction holds at most a part whatever the range.
-			if a.txBytes >= a.s.PartBytes() && it.Sequence < req.Sequence {
-				if err := a.commitPart(ctx, req.Pipeline, req.Sequence, "memory"); err != nil {
-					return res, err
+			if it.Sequence < req.Sequence {
+				why := ""
+				switch {
+				case a.txBytes >= a.s.PartBytes():
+					why = "memory"
+				case a.txDeletes >= a.s.PartDeletes():
+					why = "deletes"
+				}
+				if why != "" {
+					if err := a.commitPart(ctx, req.Pipeline, req.Sequence, why); err != nil {
+						return res, err
+					}
 				}
 			}
 			releaseSegments(segs)
@@ -340,13 +350,13 @@ func (a *applier) commitPart(ctx context.Context, pipeline string, last uint64, 
 	if err := a.commit(ctx, pipeline, a.done); err != nil {
 		return err
 	}
-	a.log.Debug("range committed in parts", "why", why, "range_end", last, "committed", a.done, "bytes", a.txBytes)
+	a.log.Debug("range committed in parts", "why", why, "range_end", last, "committed", a.done, "bytes", a.txBytes, "deletes", a.txDeletes)
 	if err := a.exec(ctx, "BEGIN TRANSACTION"); err != nil {
 		return fmt.Errorf("database %s: begin: %w", a.s.Path, err)
 	}
 	a.inTx = true
 	a.dirty = map[string]bool{}
-	a.txBytes = 0
+	a.txBytes, a.txDeletes = 0, 0
 	return nil
 }
 
@@ -433,6 +443,9 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 	for _, l := range sp.Fold.Last() {
 		r := row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row}
 		r.committed, _ = change.CommittedAt(times[l.Batch], l.Row)
+		if l.Op == change.OpDelete && !soft {
+			a.txDeletes++
+		}
 		switch {
 		case l.Op == change.OpDelete && change.FullRow(r.rec.Schema()):
 			fullDeletes = append(fullDeletes, r)
@@ -615,9 +628,10 @@ func (a *applier) tableDDL(stream string, cols map[string]string, s *arrow.Schem
 			cols[strings.ToLower(f.Name)] = t
 		}
 		defs = append(defs, a.metaDefs(stream, cols)...)
-		if key := change.PrimaryKey(s); len(key) > 0 {
-			defs = append(defs, "PRIMARY KEY ("+quoteAll(key)+")")
-		}
+		// No PRIMARY KEY: DuckDB keeps a key's index (ART) in its buffer manager and cannot spill it, and it grows
+		// with every row, so a big table outgrew any fixed memory_limit (a 5M-row range failed under DuckDB's
+		// 64 MiB with it and applied without; BENCHMARKS.md). The MERGE by key keeps keys unique without it: a
+		// folded entry holds one row per key, and each is matched against the table before it is inserted.
 		return []ddl{{q: "CREATE TABLE " + name + " (" + strings.Join(defs, ", ") + ")", what: "create table " + name}}, cols, nil
 	}
 	cols = maps.Clone(cols)
@@ -803,29 +817,33 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 }
 
 // isOutOfMemory says err is DuckDB's "Out of Memory Error": its buffer manager found no room under
-// memory_limit, nor (for data it may spill) in its temporary directory. The appender reports it as text.
+// memory_limit, nor (for data it may spill) in its temporary directory. The appender reports it as text, and
+// without the "Out of Memory Error" prefix when its flush cannot get a block (TestOutOfMemoryIsConfigFault).
 func isOutOfMemory(err error) bool {
 	var de *duckdb.Error
 	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory {
 		return true
 	}
-	return strings.Contains(err.Error(), "Out of Memory Error")
+	msg := err.Error()
+	return strings.Contains(msg, "Out of Memory Error") || strings.Contains(msg, "could not allocate block of size") ||
+		strings.Contains(msg, "failed to pin block of size")
 }
 
 // outOfMemory makes DuckDB's out-of-memory error a config fault. Not transient: memory_limit bounds DuckDB's
 // own buffers, not what the host has free, so a retry of the same range under the same limit fails the same
 // way and the engine would loop on it; a person must raise the limit (or make room where DuckDB spills). Not
 // data: no value is at fault. DuckDB spills table data beyond the limit to its temporary directory (the
-// plugin leaves temp_directory at DuckDB's default for a file, <path>.tmp), but a primary key's index must fit.
+// plugin leaves temp_directory at DuckDB's default for a file, <path>.tmp), but an index must fit: the plugin
+// creates none, but a table an older build created (or one made by hand) may have a PRIMARY KEY.
 func (a *applier) outOfMemory(err error) error {
-	limit := "memory_limit " + a.s.MemoryLimit
+	limit := fmt.Sprintf("its memory_limit of %d MiB (three eighths of the connection's memory_limit %s)", a.s.DuckDBLimit()>>20, a.s.MemoryLimit)
 	where := "table " + a.writing
 	if a.writing == "" {
 		where = "committing tables " + strings.Join(a.written, ", ")
 	}
 	tmp := a.s.Path + ".tmp"
 	return fault.ConfigErr(
-		fmt.Errorf("database %s: %s: DuckDB ran out of memory under %s (it spills table data beyond the limit to %s, but a table's primary-key index must fit in memory): %w",
+		fmt.Errorf("database %s: %s: DuckDB ran out of memory under %s (it spills table data beyond the limit to %s, but an index, such as the PRIMARY KEY an older build of this plugin created, must fit in memory): %w",
 			a.s.Path, where, limit, tmp, err),
-		fmt.Sprintf("raise the connection's memory_limit (default %s) so that the primary-key indexes of the tables fit, and keep free disk space for %s; the restarted pipeline applies the same range again", DefaultMemoryLimit, tmp))
+		fmt.Sprintf("raise the connection's memory_limit (default %s) so that the tables' indexes fit, and keep free disk space for %s; the restarted pipeline applies the same range again", DefaultMemoryLimit, tmp))
 }

@@ -15,8 +15,9 @@ import (
 const dumpLockWait = 3 * time.Second
 
 // Dump writes the rows of a stream's table as JSON lines (DuckDB's to_json, timestamps in UTC), ordered by
-// the primary key, or by every column for a table without one. It opens the file read-only, so it runs
-// beside nothing that writes the file: it is for checks from outside the engine.
+// the PRIMARY KEY of a table an older build created, else by its columns in table order: the plugin creates
+// tables without one (tableDDL), in the source's column order, whose key usually leads. It opens the file
+// read-only, so it runs beside nothing that writes the file: it is for checks from outside the engine.
 func Dump(ctx context.Context, raw json.RawMessage, stream string, w io.Writer) error {
 	s, err := ParseSettings(raw)
 	if err != nil {
@@ -44,8 +45,30 @@ func Dump(ctx context.Context, raw json.RawMessage, stream string, w io.Writer) 
 	err = conn.QueryRowContext(ctx, `SELECT constraint_column_names FROM duckdb_constraints()
 		WHERE database_name = current_database() AND lower(schema_name) = lower(?) AND lower(table_name) = lower(?)
 		AND constraint_type = 'PRIMARY KEY'`, s.Schema, TableName(stream)).Scan(&key)
+	if err != nil || len(key) == 0 {
+		// Not ORDER BY ALL: that is the select list, the rows' JSON text (10 before 2).
+		key = nil
+		cols, qerr := conn.QueryContext(ctx, `SELECT column_name FROM duckdb_columns()
+			WHERE database_name = current_database() AND lower(schema_name) = lower(?) AND lower(table_name) = lower(?)
+			ORDER BY column_index`, s.Schema, TableName(stream))
+		if qerr != nil {
+			return fmt.Errorf("database %s: columns of %s: %w", s.Path, TableName(stream), qerr)
+		}
+		for cols.Next() {
+			var c string
+			if err := cols.Scan(&c); err != nil {
+				cols.Close()
+				return fmt.Errorf("database %s: columns of %s: %w", s.Path, TableName(stream), err)
+			}
+			key = append(key, c)
+		}
+		cols.Close()
+		if err := cols.Err(); err != nil {
+			return fmt.Errorf("database %s: columns of %s: %w", s.Path, TableName(stream), err)
+		}
+	}
 	order := "ALL"
-	if err == nil && len(key) > 0 {
+	if len(key) > 0 {
 		names := make([]string, len(key))
 		for i, k := range key {
 			names[i] = fmt.Sprint(k)

@@ -19,9 +19,10 @@ import (
 // stream's data columns (typed as in the mirror; a delete holds its key and NULLs), then _skippr_op (VARCHAR:
 // insert, update, delete, snapshot), _skippr_source_committed_at (TIMESTAMPTZ, NULL when unknown),
 // _skippr_position (BIGINT, the WAL entry) and _skippr_seq (INTEGER, the change's place among the stream's
-// changes in that entry), with PRIMARY KEY (_skippr_position, _skippr_seq). A TRUNCATE empties the mirror, not
-// the history. A column the stream gains is added; a renamed one goes on under its new name (the old column
-// keeps the values written before).
+// changes in that entry); (_skippr_position, _skippr_seq) is unique, but not declared a PRIMARY KEY, whose
+// index DuckDB would hold in memory for every change ever written (see tableDDL). A TRUNCATE empties the
+// mirror, not the history. A column the stream gains is added; a renamed one goes on under its new name (the
+// old column keeps the values written before).
 
 // The history table's own columns.
 const (
@@ -122,8 +123,7 @@ func (a *applier) ensureHistory(ctx context.Context, sp *change.Plan) error {
 			defs = append(defs, ducksql.Ident(f)+" "+mirror[strings.ToLower(f)])
 		}
 		defs = append(defs, ducksql.Ident(histOp)+" VARCHAR NOT NULL", ducksql.Ident(rowmeta.SourceCommittedAt)+" TIMESTAMPTZ",
-			ducksql.Ident(histPos)+" BIGINT NOT NULL", ducksql.Ident(histSeq)+" INTEGER NOT NULL",
-			"PRIMARY KEY ("+quoteAll([]string{histPos, histSeq})+")")
+			ducksql.Ident(histPos)+" BIGINT NOT NULL", ducksql.Ident(histSeq)+" INTEGER NOT NULL")
 		if err := a.exec(ctx, "CREATE TABLE "+name+" ("+strings.Join(defs, ", ")+")"); err != nil {
 			return fmt.Errorf("create table %s: %w", name, err)
 		}

@@ -32,16 +32,18 @@ func TestApplyHoldsOneEntry(t *testing.T) {
 	h.wantRows(fmt.Sprintf(`SELECT count(*), min(name) LIKE '%%-%d' FROM users`, entries), fmt.Sprintf("%d|true", perEntry))
 }
 
-// TestMemoryLimitIsDuckDBs: the memory_limit setting becomes the database's, 256MiB when unset, in place of
-// DuckDB's 80% of RAM (under which an open apply transaction kept a 1 GiB range in memory); a range larger than a tight limit still
-// applies (DuckDB writes what is beyond it to the file's .tmp directory); a bad size is refused.
-func TestMemoryLimitIsDuckDBs(t *testing.T) {
+// TestMemoryLimitIsShared: three eighths of the memory_limit setting (256MiB when unset) become the
+// database's, in place of DuckDB's 80% of RAM (under which an open apply transaction kept a 1 GiB range in
+// memory), and a quarter the Go runtime's soft limit; a range larger than a tight limit still applies (DuckDB writes what is beyond it to
+// the file's .tmp directory); a bad size is refused.
+func TestMemoryLimitIsShared(t *testing.T) {
 	for _, tc := range []struct {
 		name, limit, want, err string
+		goLimit                int64
 		rows                   int
 	}{
-		{name: "set, a range above it", limit: "24MiB", want: "24.0 MiB", rows: 400_000},
-		{name: "default", want: "256.0 MiB", rows: 1000},
+		{name: "set, a range above it", limit: "64MiB", want: "24.0 MiB", goLimit: 16 << 20, rows: 400_000},
+		{name: "default", want: "96.0 MiB", goLimit: 64 << 20, rows: 1000},
 		{name: "not a size", limit: "lots", err: `memory_limit "lots" is not a size`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,7 +59,8 @@ func TestMemoryLimitIsDuckDBs(t *testing.T) {
 				}
 				return
 			}
-			dest := &Destination{}
+			var goLimit int64
+			dest := &Destination{SetMemoryLimit: func(n int64) int64 { goLimit = n; return 0 }}
 			h := &harness{t: t, d: serve.NewSessions(dest), dest: dest, path: path, settings: raw}
 			t.Cleanup(func() { h.d.Close() })
 			const entries = 10
@@ -74,7 +77,10 @@ func TestMemoryLimitIsDuckDBs(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got != tc.want {
-				t.Fatalf("memory_limit %s, want %s", got, tc.want)
+				t.Fatalf("DuckDB's memory_limit %s, want %s", got, tc.want)
+			}
+			if goLimit != tc.goLimit {
+				t.Fatalf("Go's soft memory limit set to %d, want %d", goLimit, tc.goLimit)
 			}
 			h.wantRows(`SELECT count(*) FROM users`, fmt.Sprint(tc.rows/entries*entries))
 		})
@@ -102,9 +108,10 @@ func bigRange(rows, entries int) func(yield func(serve.Item, error) bool) {
 	}
 }
 
-// TestOutOfMemoryIsConfigFault: a range whose primary-key index outgrows memory_limit (DuckDB spills table data
-// to its temporary directory, not an index) fails with a config fault that names the table, the setting and the
-// fix. Unclassified, the engine retried the same range under the same limit, which fails the same way.
+// TestOutOfMemoryIsConfigFault: a range that outgrows a tiny memory_limit (DuckDB's share 1.5 MiB: too little
+// for the merge's working memory, which DuckDB cannot spill) fails with a config fault that names the table,
+// the setting and the fix. Unclassified, the engine retried the same range under the same limit, which fails
+// the same way.
 func TestOutOfMemoryIsConfigFault(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dest.duckdb")
 	raw, _ := json.Marshal(map[string]string{"path": path, "memory_limit": "4MiB"})
@@ -144,13 +151,13 @@ func TestOutOfMemoryIsConfigFault(t *testing.T) {
 	h.wantRows(`SELECT count(*) FROM duckdb_tables() WHERE table_name = 'users'`, "0")
 }
 
-// TestRangeCommittedInParts: a range whose batches outgrow PartBytes (memory_limit 16MiB: parts of 4 MiB) is
+// TestRangeCommittedInParts: a range whose batches outgrow PartBytes (memory_limit 48MiB: parts of 4.5 MiB) is
 // committed in parts, each with its fence at the entry it ends on, so a range that fails part-way keeps the
 // parts committed before, and its replay skips them and applies the rest once. Before, the whole range was one
 // transaction (the fence stayed 0 after the failure) and DuckDB held all of it (BENCHMARKS.md).
 func TestRangeCommittedInParts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dest.duckdb")
-	raw, _ := json.Marshal(map[string]string{"path": path, "memory_limit": "16MiB"})
+	raw, _ := json.Marshal(map[string]string{"path": path, "memory_limit": "48MiB"})
 	dest := &Destination{}
 	h := &harness{t: t, d: serve.NewSessions(dest), dest: dest, path: path, settings: raw}
 	t.Cleanup(func() { h.d.Close() })
@@ -190,16 +197,17 @@ func TestRangeCommittedInParts(t *testing.T) {
 	}
 }
 
-// TestPartBytes: a part is a quarter of memory_limit (default 256MiB), in DuckDB's units, at least 1 MiB.
+// TestPartBytes: a part is a quarter of DuckDB's share, three eighths of memory_limit (default 256MiB), in
+// DuckDB's units, at least 1 MiB.
 func TestPartBytes(t *testing.T) {
 	for _, tc := range []struct {
 		limit string
 		want  int64
 	}{
-		{"", 64 << 20},
-		{"64MiB", 16 << 20},
-		{"2GB", 500_000_000},
-		{"1.5 GiB", 3 << 27},
+		{"", 24 << 20},
+		{"64MiB", 6 << 20},
+		{"2GB", 187_500_000},
+		{"1.5 GiB", 9 << 24},
 		{"1MiB", 1 << 20},
 	} {
 		raw, _ := json.Marshal(map[string]string{"path": "x.duckdb", "memory_limit": tc.limit})
@@ -211,4 +219,66 @@ func TestPartBytes(t *testing.T) {
 			t.Errorf("memory_limit %q: part %d bytes, want %d", tc.limit, got, tc.want)
 		}
 	}
+}
+
+// TestRangeCommittedInPartsByDeletes: a range whose entries delete more rows than PartDeletes is committed in
+// parts though its bytes stay far below PartBytes, because DuckDB holds an open transaction's deletes in memory
+// it cannot spill (deleteCost). Entry 1 inserts 30,000 rows; entries 2–9 each delete 2,000 of them, beyond the
+// 1,536 of the default limit; the stream breaks at entry 7. Without the count, the range was one transaction
+// and the break left the fence at 0.
+func TestRangeCommittedInPartsByDeletes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dest.duckdb")
+	raw, _ := json.Marshal(map[string]string{"path": path})
+	s, err := ParseSettings(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.PartDeletes(); got != 1536 {
+		t.Fatalf("PartDeletes %d under the default limit, want 1536", got)
+	}
+	dest := &Destination{}
+	h := &harness{t: t, d: serve.NewSessions(dest), dest: dest, path: path, settings: raw}
+	t.Cleanup(func() { h.d.Close() })
+	const rows, perEntry, entries, failAt = 30_000, 2_000, 9, 7
+	items := func(breakAt uint64) func(yield func(serve.Item, error) bool) {
+		return func(yield func(serve.Item, error) bool) {
+			for e := uint64(1); e <= entries; e++ {
+				if e == breakAt {
+					yield(serve.Item{}, errors.New("the engine's stream broke"))
+					return
+				}
+				var cs []chg
+				if e == 1 {
+					for i := range rows {
+						cs = append(cs, chg{change.OpInsert, int64(i), "x"})
+					}
+				} else {
+					for i := range perEntry {
+						cs = append(cs, chg{change.OpDelete, int64((int(e)-2)*perEntry + i), nil})
+					}
+				}
+				it := batch(t, userSchema, cs...)
+				it.Sequence = e
+				if !yield(it, nil) {
+					return
+				}
+			}
+		}
+	}
+	req := serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: 1, Sequence: entries}
+	if _, err := h.d.ApplyStream(ctx(t), req, items(failAt)); err == nil {
+		t.Fatal("a range whose stream broke applied")
+	}
+	la, err := h.d.LastApplied(ctx(t), raw, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.Sequence < 2 || la.Sequence >= failAt {
+		t.Fatalf("fence %d after a range that broke at entry %d: want parts committed by their deletes (2 ≤ fence < %d)", la.Sequence, failAt, failAt)
+	}
+	h.wantRows(`SELECT count(*) FROM users`, fmt.Sprint(rows-int(la.Sequence-1)*perEntry))
+	if _, err := h.d.ApplyStream(ctx(t), req, items(0)); err != nil {
+		t.Fatal(err)
+	}
+	h.wantRows(`SELECT count(*), min(id) FROM users`, fmt.Sprintf("%d|%d", rows-(entries-1)*perEntry, (entries-1)*perEntry))
 }

@@ -44,6 +44,9 @@ const LockWait = 30 * time.Second
 type Destination struct {
 	Version string
 	Log     *slog.Logger
+	// SetMemoryLimit, when set, receives Settings.GoLimit when a database is opened (main passes
+	// debug.SetMemoryLimit unless GOMEMLIMIT is set; tests in one process with other code leave it nil).
+	SetMemoryLimit func(int64) int64
 
 	// mu serialises every use of the databases: DuckDB has one writer per file anyway, and the last release
 	// must not pull a database from under a running apply.
@@ -83,11 +86,14 @@ func (d *Destination) acquire(ctx context.Context, s Settings) (*sql.DB, error) 
 	if err != nil {
 		return nil, err
 	}
-	// memory_limit is the database instance's; the file's first session sets it.
+	// DuckDB's memory_limit is the database instance's; the file's first session sets it.
 	if s.MemoryLimit != "" {
-		if _, err := db.ExecContext(ctx, "SET memory_limit = '"+s.MemoryLimit+"'"); err != nil {
+		if _, err := db.ExecContext(ctx, fmt.Sprintf("SET memory_limit = '%dKiB'", s.DuckDBLimit()>>10)); err != nil {
 			db.Close()
 			return nil, fault.ConfigErr(fmt.Errorf("database %s: memory_limit %q: %w", s.Path, s.MemoryLimit, err), "set the connection's memory_limit to a size such as 2GiB")
+		}
+		if d.SetMemoryLimit != nil {
+			d.SetMemoryLimit(s.GoLimit())
 		}
 	}
 	if d.dbs == nil {

@@ -270,7 +270,8 @@ func TestSchemaGrowthAddsColumns(t *testing.T) {
 	// A schema change alone creates the table.
 	h.apply(1, serve.Item{Stream: "public.users", Schema: &serve.Stream{Name: "public.users", Schema: userSchema, PrimaryKey: []string{"id"}}})
 	h.wantRows(`SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = 'users' ORDER BY column_index`, "id|BIGINT", "name|VARCHAR")
-	h.wantRows(`SELECT constraint_text FROM duckdb_constraints() WHERE table_name = 'users' AND constraint_type = 'PRIMARY KEY'`, "PRIMARY KEY(id)")
+	// No PRIMARY KEY: its index would hold every key in memory (tableDDL).
+	h.wantRows(`SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'users' AND constraint_type = 'PRIMARY KEY'`, "0")
 
 	// One apply holds rows of the old schema, the schema change, and rows of the new one.
 	b := change.NewBuilder(memory.DefaultAllocator, grown)
