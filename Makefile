@@ -21,8 +21,8 @@ export PATH := $(TOOLS):$(PATH)
 # text/template's reflect.Value.MethodByName — urfave/cli's help templates (urfave_cli_no_template: help is
 # printed directly) and grpc's golang.org/x/net/trace pages (grpcnotrace). While either is linked, the linker
 # keeps every exported method of every reachable type: 33.5 MB instead of 23.4 (BENCHMARKS.md, "Binary size").
-# Every build of the core uses these tags: `make build`, `make release`, `make check-size`, and the tests'
-# own builds (internal/testplugins reads SKIPPR_CORE_TAGS).
+# `make release`, `make check-size` and the tests' own builds of the core use these tags (internal/testplugins
+# reads SKIPPR_CORE_TAGS); `make build` all but arrow_json_stdlib (BUILD_TAGS below).
 CGO_PLUGINS := duckdb
 CORE_TAGS   := arrow_json_stdlib urfave_cli_no_template grpcnotrace
 # Issue #20: the release core (static, stripped) stays under 25 MB (10^6 bytes); `make check-size` and
@@ -32,16 +32,39 @@ CORE_MAX_BYTES := 25000000
 # plugin side registers a net/rpc server, whose reflect.Type.Method keeps every exported method linked.
 # duckdb_arrow builds duckdb-go's Arrow results, the duckdb plugin's arrow query format that `skippr serve`
 # streams (no other plugin imports duckdb-go); scripts/test.sh and internal/testplugins set it for duckdb too.
+# Not arrow_json_stdlib: the iceberg plugin's geoarrow-go implements arrow's builders with goccy/go-json's
+# decoder and does not compile with the tag.
 PLUGIN_TAGS := grpcnotrace duckdb_arrow
 export SKIPPR_CORE_TAGS := $(CORE_TAGS)
+# `make build` (what the quickstart runs) compiles every package once, for all its binaries in one `go build`, so
+# one binary's link or largest package overlaps the others' compiling on a 2-core machine. One configuration for
+# all: the plugins' tags and urfave_cli_no_template (which changes only the core), so this core keeps arrow's
+# default JSON encoder, goccy/go-json, as the plugins do (with arrow_json_stdlib, arrow-go and everything above
+# it would compile twice, ≈ 23 CPU-s); and cgo allowed, which the duckdb plugin needs, with netgo and osusergo.
+# A cgo build compiles package `net` with its cgo resolver, and so every package above it (gRPC, go-plugin, the
+# SDK, net/http, the AWS SDK, Parquet) a second time; with netgo and osusergo, `net` and `os/user` are the
+# pure-Go code a CGO_ENABLED=0 build runs, and the core and every plugin but duckdb contain no cgo package and
+# link statically, which `make build` checks. `make release`, `make check-size` and the tests' builds keep
+# CGO_ENABLED=0 and each binary's own tags.
+BUILD_TAGS := $(PLUGIN_TAGS) urfave_cli_no_template netgo osusergo
+# Plugins with a dependency that has cgo code of its own when cgo is allowed (gosnowflake): `make build` builds
+# them in a second `go build` with CGO_ENABLED=0, as the release does, so they stay static and run the code the
+# release runs.
+NOCGO_PLUGINS := snowflake
 
 .PHONY: build check-size check-deploy sdk-release test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean live-snowflake live-bigquery
 
+# The version goes into the core's and skippr-serve's main only (-ldflags with a package pattern): each plugin's
+# version is its own source's.
 build:
-	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -tags "$(CORE_TAGS)" -ldflags "-X main.version=$(VERSION)" -o $(BIN)/skippr ./cmd/skippr
-	CGO_ENABLED=0 $(GO) build -tags "$(CORE_TAGS)" -ldflags "-X main.version=$(VERSION)" -o $(BIN)/skippr-serve ./cmd/skippr-serve
-	@for p in $(PLUGINS); do echo "$(GO) build plugins/$$p$$(case $$p in iceberg|duckdb) echo '   (the largest: a few minutes when cold)';; esac)"; (cd plugins/$$p && CGO_ENABLED=$$(case " $(CGO_PLUGINS) " in *" $$p "*) echo 1;; *) echo 0;; esac) $(GO) build -tags "$(PLUGIN_TAGS)" -o $(BIN)/skippr-plugin-$$p .) || exit 1; done
+	@rm -rf $(BIN)/.build && mkdir -p $(BIN)/.build
+	CGO_ENABLED=1 $(GO) build -tags "$(BUILD_TAGS)" -ldflags "./cmd/...=-X main.version=$(VERSION)" -o $(BIN)/.build/ ./cmd/skippr ./cmd/skippr-serve $(addprefix ./plugins/,$(filter-out $(NOCGO_PLUGINS),$(PLUGINS)))
+	$(if $(filter $(NOCGO_PLUGINS),$(PLUGINS)),CGO_ENABLED=0 $(GO) build -tags "$(PLUGIN_TAGS)" -o $(BIN)/.build/ $(addprefix ./plugins/,$(filter $(NOCGO_PLUGINS),$(PLUGINS))))
+	@mv -f $(BIN)/.build/skippr $(BIN)/.build/skippr-serve $(BIN)/ && for p in $(PLUGINS); do mv -f $(BIN)/.build/$$p $(BIN)/skippr-plugin-$$p || exit 1; done; rm -rf $(BIN)/.build
+	@if [ "$$(uname)" = Linux ] && command -v readelf >/dev/null; then \
+		for b in skippr skippr-serve $(addprefix skippr-plugin-,$(filter-out $(CGO_PLUGINS),$(PLUGINS))); do \
+			if readelf -l $(BIN)/$$b | grep -q INTERP; then echo "build: $(BIN)/$$b is dynamically linked: a dependency brought cgo into it; see go list -deps -tags \"$(BUILD_TAGS)\" -f '{{if .CgoFiles}}{{.ImportPath}}{{end}}'" >&2; exit 1; fi; \
+		done; fi
 
 # The core built as `make release` builds it (static, stripped), for this platform, and its size checked against
 # CORE_MAX_BYTES. It shares compiled packages with `make build` and the tests' build of the core (same tags, no
