@@ -199,7 +199,8 @@ quickstart-mysql: quickstart-intro
 quickstart-intro:
 	@if [ ! -x $(BIN)/skippr ]; then \
 		echo "== quickstart: building skippr and its plugins first. With empty Go caches Go downloads the modules and"; \
-		echo "   compiles everything: 10-13 minutes on 2 cores (the iceberg and duckdb plugins are most of it)."; \
+		echo "   compiles everything once: about 6 minutes on 2 idle cores (1 of downloads, 5 of compiling), longer on a"; \
+		echo "   busy machine; the iceberg and duckdb plugins are most of it (BENCHMARKS.md, \"Cold build\")."; \
 		echo "   Later runs reuse the caches and take well under a minute."; \
 	else echo "== quickstart: rebuilding skippr and its plugins (cached: seconds)"; fi
 
