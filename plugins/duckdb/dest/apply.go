@@ -506,6 +506,27 @@ func (a *applier) columnsOf(ctx context.Context, table string) (map[string]strin
 	return cols, rows.Err()
 }
 
+// columnNames reads the column names of schema.table (unquoted; DuckDB's names match without regard to case),
+// in table order.
+func columnNames(ctx context.Context, conn *sql.Conn, schema, table string) ([]string, error) {
+	rows, err := conn.QueryContext(ctx, `SELECT column_name FROM duckdb_columns()
+		WHERE database_name = current_database() AND lower(schema_name) = lower(?) AND lower(table_name) = lower(?)
+		ORDER BY column_index`, schema, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, err
+		}
+		names = append(names, c)
+	}
+	return names, rows.Err()
+}
+
 // ensureTable creates the stream's table from s, or adds the columns of s it lacks. A column whose type
 // differs keeps its type: values are cast on the way in, and a cast that fails fails the apply.
 func (a *applier) ensureTable(ctx context.Context, stream string, s *arrow.Schema) error {
@@ -833,8 +854,9 @@ func isOutOfMemory(err error) bool {
 // own buffers, not what the host has free, so a retry of the same range under the same limit fails the same
 // way and the engine would loop on it; a person must raise the limit (or make room where DuckDB spills). Not
 // data: no value is at fault. DuckDB spills table data beyond the limit to its temporary directory (the
-// plugin leaves temp_directory at DuckDB's default for a file, <path>.tmp), but an index must fit: the plugin
-// creates none, but a table an older build created (or one made by hand) may have a PRIMARY KEY.
+// plugin leaves temp_directory at DuckDB's default for a file, <path>.tmp), but not what grows with the table
+// (README, Memory): the version data of rows an open transaction deleted and, suspected, of updates not yet
+// checkpointed, and any index (the plugin creates none; a table an older build created may have a PRIMARY KEY).
 func (a *applier) outOfMemory(err error) error {
 	limit := fmt.Sprintf("its memory_limit of %d MiB (three eighths of the connection's memory_limit %s)", a.s.DuckDBLimit()>>20, a.s.MemoryLimit)
 	where := "table " + a.writing
@@ -843,7 +865,7 @@ func (a *applier) outOfMemory(err error) error {
 	}
 	tmp := a.s.Path + ".tmp"
 	return fault.ConfigErr(
-		fmt.Errorf("database %s: %s: DuckDB ran out of memory under %s (it spills table data beyond the limit to %s, but an index, such as the PRIMARY KEY an older build of this plugin created, must fit in memory): %w",
+		fmt.Errorf("database %s: %s: DuckDB ran out of memory under %s (it spills table data beyond the limit to %s, but not the version data of deletes and updates spread through a large table, nor an index such as the PRIMARY KEY an older build of this plugin created): %w",
 			a.s.Path, where, limit, tmp, err),
-		fmt.Sprintf("raise the connection's memory_limit (default %s) so that the tables' indexes fit, and keep free disk space for %s; the restarted pipeline applies the same range again", DefaultMemoryLimit, tmp))
+		fmt.Sprintf("raise the connection's memory_limit (default %s; a large table with updates and deletes spread through it needs roughly 20 MiB per million rows), and keep free disk space for %s; the restarted pipeline applies the same range again", DefaultMemoryLimit, tmp))
 }

@@ -45,35 +45,19 @@ func Dump(ctx context.Context, raw json.RawMessage, stream string, w io.Writer) 
 	err = conn.QueryRowContext(ctx, `SELECT constraint_column_names FROM duckdb_constraints()
 		WHERE database_name = current_database() AND lower(schema_name) = lower(?) AND lower(table_name) = lower(?)
 		AND constraint_type = 'PRIMARY KEY'`, s.Schema, TableName(stream)).Scan(&key)
-	if err != nil || len(key) == 0 {
+	var by []string
+	for _, k := range key {
+		by = append(by, fmt.Sprint(k))
+	}
+	if len(by) == 0 {
 		// Not ORDER BY ALL: that is the select list, the rows' JSON text (10 before 2).
-		key = nil
-		cols, qerr := conn.QueryContext(ctx, `SELECT column_name FROM duckdb_columns()
-			WHERE database_name = current_database() AND lower(schema_name) = lower(?) AND lower(table_name) = lower(?)
-			ORDER BY column_index`, s.Schema, TableName(stream))
-		if qerr != nil {
-			return fmt.Errorf("database %s: columns of %s: %w", s.Path, TableName(stream), qerr)
-		}
-		for cols.Next() {
-			var c string
-			if err := cols.Scan(&c); err != nil {
-				cols.Close()
-				return fmt.Errorf("database %s: columns of %s: %w", s.Path, TableName(stream), err)
-			}
-			key = append(key, c)
-		}
-		cols.Close()
-		if err := cols.Err(); err != nil {
+		if by, err = columnNames(ctx, conn, s.Schema, TableName(stream)); err != nil {
 			return fmt.Errorf("database %s: columns of %s: %w", s.Path, TableName(stream), err)
 		}
 	}
 	order := "ALL"
-	if len(key) > 0 {
-		names := make([]string, len(key))
-		for i, k := range key {
-			names[i] = fmt.Sprint(k)
-		}
-		order = quoteAll(names)
+	if len(by) > 0 {
+		order = quoteAll(by)
 	}
 	name := ducksql.Ident(s.Schema) + "." + ducksql.Ident(TableName(stream))
 	rows, err := conn.QueryContext(ctx, "SELECT to_json(t)::VARCHAR FROM "+name+" AS t ORDER BY "+order)

@@ -159,22 +159,8 @@ func (a *applier) removeUnseen(ctx context.Context, stream, keys string) (int64,
 
 // keyColumns reads the key columns a key table holds: those noteKeys took from the stream's key.
 func (a *applier) keyColumns(ctx context.Context, keys string) ([]string, error) {
-	rows, err := a.conn.QueryContext(ctx, `SELECT column_name FROM duckdb_columns()
-		WHERE database_name = current_database() AND lower(schema_name) = lower(?) AND table_name = ?
-		ORDER BY column_index`, a.s.Schema, keys)
+	key, err := columnNames(ctx, a.conn, a.s.Schema, keys)
 	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var key []string
-	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
-			return nil, err
-		}
-		key = append(key, c)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	if len(key) == 0 {
