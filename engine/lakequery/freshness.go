@@ -90,7 +90,7 @@ func (q *Querier) commitRecords(ctx context.Context, pipeline string, l lake) ([
 	for attempt := 1; ; attempt++ {
 		h, err := log.Head(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("pipeline %s: %w", pipeline, err)
+			return nil, headErr(pipeline, err)
 		}
 		rs, err := log.Entries(ctx, h.ReclaimedThrough)
 		if errors.Is(err, wal.ErrReclaimed) && attempt < tailAttempts {

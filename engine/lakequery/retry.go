@@ -3,6 +3,7 @@ package lakequery
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/skippr-dev/skippr/engine/wal"
 )
@@ -18,4 +19,13 @@ type walReader interface {
 	Head(ctx context.Context) (wal.Head, error)
 	Entries(ctx context.Context, after uint64) ([]wal.CommitRecord, error)
 	ReadSegment(ctx context.Context, rec wal.CommitRecord) ([]wal.Frame, error)
+}
+
+// headErr names the pipeline in an error of its WAL's Head, marked ErrRetry when Reclaims kept removing the
+// entries the Head listed (wal.ErrReclaimed: it looked again already).
+func headErr(pipeline string, err error) error {
+	if errors.Is(err, wal.ErrReclaimed) {
+		return fmt.Errorf("pipeline %s: %w: %w", pipeline, err, ErrRetry)
+	}
+	return fmt.Errorf("pipeline %s: %w", pipeline, err)
 }

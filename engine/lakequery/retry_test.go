@@ -3,6 +3,7 @@ package lakequery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/skippr-dev/skippr/engine/wal"
@@ -70,5 +71,21 @@ func TestWALTailReclaimedWhileListing(t *testing.T) {
 		}
 		r.Close()
 		w.Close()
+	}
+}
+
+// reclaimingHead is a reader whose Head met a reclaim under every one of its scans.
+type reclaimingHead struct{ walReader }
+
+func (reclaimingHead) Head(context.Context) (wal.Head, error) {
+	return wal.Head{}, fmt.Errorf("wal x: entries through 9 were reclaimed while reading: %w", wal.ErrReclaimed)
+}
+
+// TestWALTailHeadReclaimed: a Head that Reclaims kept spoiling (wal.ErrReclaimed) fails the statement with
+// ErrRetry, not as an internal error.
+func TestWALTailHeadReclaimed(t *testing.T) {
+	_, err := newWALTail(0).read(context.Background(), reclaimingHead{}, "p", false)
+	if !errors.Is(err, ErrRetry) || !errors.Is(err, wal.ErrReclaimed) {
+		t.Fatalf("%v, want ErrRetry and wal.ErrReclaimed", err)
 	}
 }

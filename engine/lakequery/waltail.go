@@ -62,7 +62,7 @@ func (t *walTail) read(ctx context.Context, l walReader, pipeline string, increm
 	)
 	for attempt := 1; ; attempt++ {
 		if h, err = l.Head(ctx); err != nil {
-			return walEntries{}, fmt.Errorf("pipeline %s: %w", pipeline, err)
+			return walEntries{}, headErr(pipeline, err)
 		}
 		if h.LastSeq < t.last { // the log was made again: nothing cached is it
 			t.reset()

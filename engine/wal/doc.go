@@ -113,11 +113,15 @@
 // source checkpoint of entry upTo; from that moment entries <= upTo are gone
 // for every reader (Entries with an older position fails with ErrReclaimed).
 // Then it deletes commit records <= upTo, then their segments, then older
-// checkpoint records. The newest checkpoint record wins, so a crash at any
-// point leaves a readable log, and a restart with every entry reclaimed still
-// knows the last seq and the source checkpoint (Head). Acquire finishes an
-// interrupted Reclaim. Reclaim runs beside Commit, not under its lock: it only
-// touches entries <= upTo, and Commit only writes entries > last >= upTo.
+// checkpoint records, each batch in parallel and in no order. A reader whose
+// listing meets those deletes finds a hole at or below the mark, which it
+// reads as the Reclaim's (ErrReclaimed: look again from the mark); a hole above
+// the mark is a lost entry (ErrMissing naming it). The newest checkpoint
+// record wins, so a crash at any point leaves a readable log, and a restart
+// with every entry reclaimed still knows the last seq and the source
+// checkpoint (Head). Acquire finishes an interrupted Reclaim. Reclaim runs
+// beside Commit, not under its lock: it only touches entries <= upTo, and
+// Commit only writes entries > last >= upTo.
 //
 // # Writing and durability
 //

@@ -60,3 +60,13 @@ func (e *reasonError) Error() string { return e.reason }
 func (e *reasonError) Unwrap() error { return e.kind }
 
 func corrupt(reason string) error { return &reasonError{reason: reason, kind: ErrCorrupt} }
+
+// missingEntry is ErrMissing for a commit record: seq is the entry whose record is absent. A reader tells a
+// Reclaim that deleted it (seq at or below the reclaim mark read afterwards) apart from a lost one by it.
+type missingEntry struct {
+	seq    uint64
+	reason string
+}
+
+func (e *missingEntry) Error() string { return e.reason }
+func (e *missingEntry) Unwrap() error { return ErrMissing }

@@ -214,8 +214,8 @@ func (l *Log) commitSeqs(ctx context.Context, after uint64) ([]uint64, error) {
 			if len(seqs) > 0 {
 				prev = fmt.Sprintf("entry %d", seqs[len(seqs)-1])
 			}
-			return nil, fmt.Errorf("wal %s: %w", l.url, &reasonError{fmt.Sprintf("entry %d is missing: %s is followed by entry %d (no %s)",
-				want, prev, seq, l.st.url(commitName(want))), ErrMissing})
+			return nil, fmt.Errorf("wal %s: %w", l.url, &missingEntry{want, fmt.Sprintf("entry %d is missing: %s is followed by entry %d (no %s)",
+				want, prev, seq, l.st.url(commitName(want)))})
 		}
 		seqs = append(seqs, seq)
 	}
@@ -227,7 +227,7 @@ func (l *Log) readCommit(ctx context.Context, seq uint64) (CommitRecord, error) 
 	name := commitName(seq)
 	b, err := l.st.get(ctx, name)
 	if errors.Is(err, errNotFound) {
-		return rec, fmt.Errorf("wal entry %d: commit record %s: %w", seq, l.st.url(name), &reasonError{"not found", ErrMissing})
+		return rec, fmt.Errorf("wal entry %d: commit record %s: %w", seq, l.st.url(name), &missingEntry{seq, "not found"})
 	}
 	if err != nil {
 		return rec, fmt.Errorf("wal entry %d: commit record %s: %w", seq, l.st.url(name), err)
@@ -250,12 +250,28 @@ func (l *Log) readCommit(ctx context.Context, seq uint64) (CommitRecord, error) 
 	return rec, nil
 }
 
+// scanAttempts bounds the scans a run of concurrent Reclaims can spoil.
+const scanAttempts = 3
+
+// scan reads the log's state. A commit record missing at or below the reclaim mark read after the scan was
+// removed by a concurrent Reclaim (it deletes them in no order, while the listing goes on): the scan looks
+// again from the new mark, and after scanAttempts such scans fails with ErrReclaimed. Any other hole is lost
+// data, ErrMissing naming the entry.
 func (l *Log) scan(ctx context.Context) (logState, error) {
-	s, err := l.scanOnce(ctx)
-	if errors.Is(err, ErrMissing) { // a concurrent Reclaim removed what we listed
-		s, err = l.scanOnce(ctx)
+	for attempt := 1; ; attempt++ {
+		s, err := l.scanOnce(ctx)
+		var me *missingEntry
+		if !errors.As(err, &me) {
+			return s, err
+		}
+		now, _, rerr := l.readReclaimed(ctx)
+		if rerr != nil || now < me.seq {
+			return s, err
+		}
+		if attempt == scanAttempts {
+			return s, fmt.Errorf("wal %s: entries through %d were reclaimed while reading: %w", l.url, now, ErrReclaimed)
+		}
 	}
-	return s, err
 }
 
 func (l *Log) scanOnce(ctx context.Context) (logState, error) {
@@ -595,6 +611,13 @@ func clone(b []byte) []byte {
 
 // Entries returns the committed entries with Seq > after, ascending. A
 // missing seq is an error naming it; asking for reclaimed entries wraps ErrReclaimed.
+//
+// A Reclaim beside it deletes commit records after its checkpoint record, in
+// parallel and in no order, while the listing (not atomic with the deletes on
+// S3 or a directory) goes on: the listing or the reads may then find a hole
+// below entries still there. A hole at or below the reclaim mark read after it
+// is that Reclaim, ErrReclaimed (look again from the new mark); any other is a
+// lost record, ErrMissing naming it.
 func (l *Log) Entries(ctx context.Context, after uint64) ([]CommitRecord, error) {
 	reclaimed, _, err := l.readReclaimed(ctx)
 	if err != nil {
@@ -605,7 +628,7 @@ func (l *Log) Entries(ctx context.Context, after uint64) ([]CommitRecord, error)
 	}
 	seqs, err := l.commitSeqs(ctx, after)
 	if err != nil {
-		return nil, err
+		return nil, l.reclaimedWhileReading(ctx, after, err)
 	}
 	recs := make([]CommitRecord, len(seqs))
 	err = parallel(ctx, len(seqs), readWidth, func(ctx context.Context, i int) error {
@@ -613,16 +636,23 @@ func (l *Log) Entries(ctx context.Context, after uint64) ([]CommitRecord, error)
 		recs[i], err = l.readCommit(ctx, seqs[i])
 		return err
 	})
-	if errors.Is(err, ErrMissing) {
-		// Tell a concurrent Reclaim apart from a lost record.
-		if now, _, rerr := l.readReclaimed(ctx); rerr == nil && now > after {
-			return nil, fmt.Errorf("wal %s: entries %d through %d were reclaimed while reading: %w", l.url, after+1, now, ErrReclaimed)
-		}
-	}
 	if err != nil {
-		return nil, err
+		return nil, l.reclaimedWhileReading(ctx, after, err)
 	}
 	return recs, nil
+}
+
+// reclaimedWhileReading turns err, from reading the entries after after, into ErrReclaimed when the commit
+// record it misses is at or below the reclaim mark now: a concurrent Reclaim deleted it, not a loss.
+func (l *Log) reclaimedWhileReading(ctx context.Context, after uint64, err error) error {
+	var me *missingEntry
+	if !errors.As(err, &me) {
+		return err
+	}
+	if now, _, rerr := l.readReclaimed(ctx); rerr == nil && now >= me.seq {
+		return fmt.Errorf("wal %s: entries %d through %d were reclaimed while reading: %w", l.url, after+1, now, ErrReclaimed)
+	}
+	return err
 }
 
 // ReadSegment returns the frames of one entry after checking the segment's

@@ -288,6 +288,175 @@ func TestCommitBesideReclaim(t *testing.T) {
 	})
 }
 
+// holdingStore holds the remove of the object named hold until release is closed (closing holding when it
+// starts), and reports every other object it removed on removed.
+type holdingStore struct {
+	store
+	hold     string
+	holding  chan struct{}
+	release  chan struct{}
+	removed  chan string
+	holdOnce sync.Once
+}
+
+func newHoldingStore(st store, hold string) *holdingStore {
+	return &holdingStore{store: st, hold: hold, holding: make(chan struct{}), release: make(chan struct{}), removed: make(chan string, 64)}
+}
+
+func (s *holdingStore) remove(ctx context.Context, name string) error {
+	if name == s.hold {
+		s.holdOnce.Do(func() { close(s.holding) })
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return s.store.remove(ctx, name)
+	}
+	err := s.store.remove(ctx, name)
+	s.removed <- name
+	return err
+}
+
+// listHookStore runs before once, ahead of its first listing of the commit records.
+type listHookStore struct {
+	store
+	once   sync.Once
+	before func()
+}
+
+func (s *listHookStore) list(ctx context.Context, dir, startAfter string) ([]object, error) {
+	if dir == commitsDir {
+		s.once.Do(s.before)
+	}
+	return s.store.list(ctx, dir, startAfter)
+}
+
+// TestEntriesBesideReclaim: a reader (no lease, as `skippr serve`) lists the entries while the writer's
+// Reclaim deletes them, in parallel and in no order: it has deleted entry 2's commit record and not yet entry
+// 1's, so the listing finds 1 then 3. That hole is the Reclaim's, below its mark: ErrReclaimed, to look again
+// from the new mark, not a lost entry. A hole above the mark is still ErrMissing naming the entry.
+func TestEntriesBesideReclaim(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		url, opts := b.fresh(t)
+		w := mustAcquire(t, url, opts)
+		for i := 1; i <= 5; i++ {
+			mustCommit(t, w, []Frame{batchFrame(t, "s", 10, uint64(i))}, fmt.Sprintf("ckpt-%d", i))
+		}
+		st := w.st
+		r := mustOpen(t, url, opts)
+		rst := r.st
+		// reclaimDuring has the reader's next Entries list the commit records while Reclaim(upTo) holds the
+		// delete of hold's commit record, after deleting wait's (0: none).
+		reclaimDuring := func(upTo, hold, wait uint64) (release func() error) {
+			hs := newHoldingStore(st, commitName(hold))
+			w.st = hs
+			reclaimed := make(chan error, 1)
+			r.st = &listHookStore{store: rst, before: func() {
+				// The reader has read the reclaim mark; the Reclaim starts now.
+				go func() { reclaimed <- w.Reclaim(ctxT(t), upTo) }()
+				<-hs.holding
+				for wait != 0 {
+					if name := <-hs.removed; name == commitName(wait) {
+						break
+					}
+				}
+			}}
+			return func() error {
+				close(hs.release)
+				return <-reclaimed
+			}
+		}
+
+		release := reclaimDuring(2, 1, 2)
+		_, err := r.Entries(ctxT(t), 0)
+		if rerr := release(); rerr != nil {
+			t.Fatal(rerr)
+		}
+		wantErr(t, err, ErrReclaimed, "entries 1 through 2 were reclaimed while reading")
+		if got := seqsOf(mustEntries(t, r, 2)); !slices.Equal(got, []uint64{3, 4, 5}) {
+			t.Fatalf("Entries(2) after the Reclaim = %v", got)
+		}
+
+		// Entry 4 lost: the listing finds 3 then 5 while a Reclaim through 3 runs. The mark moved past the
+		// reader's position but not past the hole: the hole is an error naming the entry, now and from the
+		// new mark.
+		if err := st.remove(ctxT(t), commitName(4)); err != nil {
+			t.Fatal(err)
+		}
+		release = reclaimDuring(3, 3, 0)
+		_, err = r.Entries(ctxT(t), 2)
+		if rerr := release(); rerr != nil {
+			t.Fatal(rerr)
+		}
+		wantErr(t, err, ErrMissing, "entry 4 is missing: entry 3 is followed by entry 5")
+		r.st = rst
+		_, err = r.Entries(ctxT(t), 3)
+		wantErr(t, err, ErrMissing, "entry 4 is missing: the start is followed by entry 5")
+	})
+}
+
+// eachListHookStore runs before ahead of each listing of the commit records.
+type eachListHookStore struct {
+	store
+	before func()
+}
+
+func (s *eachListHookStore) list(ctx context.Context, dir, startAfter string) ([]object, error) {
+	if dir == commitsDir {
+		s.before()
+	}
+	return s.store.list(ctx, dir, startAfter)
+}
+
+// TestHeadBesideReclaims: Reclaims that leave a hole below their mark under every scan of a reader's Head (each
+// has written its checkpoint record and deleted its last commit record, not the one before) make it look again;
+// after scanAttempts spoiled scans it fails with ErrReclaimed, which says to look again, not ErrMissing.
+func TestHeadBesideReclaims(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		url, opts := b.fresh(t)
+		w := mustAcquire(t, url, opts)
+		const last = 2*(2*scanAttempts-1) + 1
+		for i := 1; i <= last; i++ {
+			mustCommit(t, w, []Frame{batchFrame(t, "s", 1, uint64(i))}, fmt.Sprintf("ckpt-%d", i))
+		}
+		r := mustOpen(t, url, opts)
+		var reclaims, spoil int // Reclaims run (through 2, 4, …); scans still to spoil
+		r.st = &eachListHookStore{store: r.st, before: func() {
+			if spoil == 0 {
+				return
+			}
+			spoil--
+			reclaims++
+			upTo := uint64(2 * reclaims)
+			body, err := sealRecord(kindCheckpoint, checkpointRecord{Seq: upTo, Checkpoint: []byte(fmt.Sprintf("ckpt-%d", upTo)), Epoch: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.st.create(ctxT(t), checkpointName(upTo), body); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.st.remove(ctxT(t), commitName(upTo)); err != nil {
+				t.Fatal(err)
+			}
+		}}
+		spoil = scanAttempts - 1
+		h, err := r.Head(ctxT(t))
+		if err != nil {
+			t.Fatalf("Head beside %d reclaims: %v", scanAttempts-1, err)
+		}
+		if want := uint64(2 * (scanAttempts - 1)); h.ReclaimedThrough != want || h.LastSeq != last || h.Entries != last-int(want) {
+			t.Fatalf("Head beside %d reclaims: %+v, want reclaimed through %d, last %d", scanAttempts-1, h, want, last)
+		}
+		spoil = scanAttempts
+		_, err = r.Head(ctxT(t))
+		wantErr(t, err, ErrReclaimed, "reclaimed while reading")
+		if h := mustHead(t, r); h.ReclaimedThrough != 2*(2*scanAttempts-1) || h.LastSeq != last || h.Entries != 1 {
+			t.Fatalf("Head after the reclaims: %+v", h)
+		}
+	})
+}
+
 func TestInterruptedReclaimIsFinishedByAcquire(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		url, opts := b.fresh(t)
