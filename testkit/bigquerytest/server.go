@@ -33,6 +33,7 @@ import (
 
 	"cloud.google.com/go/bigquery/storage/apiv1/storagepb"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/h2c"
@@ -246,7 +247,12 @@ func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, errf(404, "notFound", "Not found: Project %s", parts[0]))
 		return
 	}
-	ctx := r.Context()
+	// BigQuery carries out a request it has received whether or not the client stays for the answer: a client
+	// killed while its tables.insert runs finds the table there when it comes back. The request's context
+	// would instead cut the PostgreSQL statement short on disconnect — or not, when it had already committed —
+	// and leave the stand-in's tables unrecorded beside PostgreSQL's (test/chaos: a restarted sync's create
+	// then failed on "relation already exists").
+	ctx := context.WithoutCancel(r.Context())
 	var (
 		out any
 		err error
@@ -317,6 +323,9 @@ func (s *Server) createDataset(ctx context.Context, d *bq.Dataset) (*bq.Dataset,
 		return nil, errf(409, "duplicate", "Already Exists: Dataset %s:%s", s.Project, id)
 	}
 	if _, err := s.pool.Exec(ctx, "CREATE SCHEMA "+pgIdent(id)); err != nil {
+		if pgCode(err) == "42P06" /* duplicate_schema */ {
+			return nil, errf(409, "duplicate", "Already Exists: Dataset %s:%s", s.Project, id)
+		}
 		return nil, fmt.Errorf("create schema: %w", err)
 	}
 	d.DatasetReference.ProjectId = s.Project
@@ -453,6 +462,11 @@ func (s *Server) createTable(ctx context.Context, dataset string, t *bq.Table) (
 		defs = append(defs, "PRIMARY KEY ("+quoteAll(pk)+")")
 	}
 	if _, err := s.pool.Exec(ctx, "CREATE TABLE "+pgIdent(dataset)+"."+pgIdent(t.TableReference.TableId)+" ("+strings.Join(defs, ", ")+")"); err != nil {
+		if pgCode(err) == "42P07" /* duplicate_table */ {
+			// What BigQuery answers for a table that exists; the table is PostgreSQL's though the stand-in
+			// holds no metadata of it (made behind its back).
+			return nil, errf(409, "duplicate", "Already Exists: Table %s:%s", s.Project, key)
+		}
 		return nil, errf(400, "invalid", "create table: %v", err)
 	}
 	t.TableReference.ProjectId, t.TableReference.DatasetId = s.Project, dataset
@@ -500,6 +514,13 @@ func (s *Server) patchTable(ctx context.Context, dataset, table string, t *bq.Ta
 			return nil, errf(400, "invalid", "Provided Schema does not match Table %s:%s.%s. Field %s has changed type from %s to %s", s.Project, dataset, table, f.Name, f.Type, n.Type)
 		}
 	}
+	// One transaction: BigQuery's patch takes all its columns or none, and a half-done one would leave
+	// PostgreSQL's columns beside a schema the stand-in did not record.
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("patch table: %w", err)
+	}
+	defer tx.Rollback(ctx)
 	for _, f := range t.Schema.Fields[len(old):] {
 		if f.Mode == "REQUIRED" {
 			return nil, errf(400, "invalid", "Provided Schema does not match Table %s:%s.%s. Cannot add required fields to an existing schema. (field: %s)", s.Project, dataset, table, f.Name)
@@ -511,9 +532,12 @@ func (s *Server) patchTable(ctx context.Context, dataset, table string, t *bq.Ta
 		if err != nil {
 			return nil, err
 		}
-		if _, err := s.pool.Exec(ctx, "ALTER TABLE "+pgIdent(dataset)+"."+pgIdent(table)+" ADD COLUMN "+pgIdent(f.Name)+" "+pt); err != nil {
+		if _, err := tx.Exec(ctx, "ALTER TABLE "+pgIdent(dataset)+"."+pgIdent(table)+" ADD COLUMN "+pgIdent(f.Name)+" "+pt); err != nil {
 			return nil, errf(400, "invalid", "add column: %v", err)
 		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("patch table: %w", err)
 	}
 	m.cols = t.Schema.Fields
 	m.t.Schema = t.Schema
@@ -647,6 +671,15 @@ func checkColumnName(name string) error {
 		}
 	}
 	return nil
+}
+
+// pgCode is the SQLSTATE of a PostgreSQL error, "" for any other error.
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
 }
 
 func newID(prefix string) string {

@@ -154,6 +154,9 @@ func (w *writeService) BatchCommitWriteStreams(ctx context.Context, req *storage
 	if len(errs) > 0 {
 		return &storagepb.BatchCommitWriteStreamsResponse{StreamErrors: errs}, nil
 	}
+	// Carried out whether or not the client waits, as serveREST's requests: a commit cut short by a
+	// disconnect could land in PostgreSQL with its streams still marked uncommitted.
+	ctx = context.WithoutCancel(ctx)
 	w.s.txMu.Lock()
 	defer w.s.txMu.Unlock()
 	tx, err := w.s.pool.Begin(ctx)

@@ -66,7 +66,7 @@ func (x *session) apply(ctx context.Context, req *serve.Range) (serve.ApplyResul
 	defer x.mu.Unlock()
 	c := x.c
 	a := &applier{c: c, req: req, st: &st, log: x.d.log(), byName: map[string]*streamState{}, afterRename: x.d.afterRename,
-		entry: change.NewPlans(change.FoldOptions{})}
+		beforeCreate: x.d.beforeCreate, entry: change.NewPlans(change.FoldOptions{})}
 	res, err := a.run(ctx)
 	a.entry.Release()
 	if err != nil {
@@ -98,6 +98,8 @@ type applier struct {
 	histSeq map[string]int64
 	// afterRename (tests) runs after a table was renamed; an error stops the apply there, as a crash would.
 	afterRename func(to string) error
+	// beforeCreate (tests) runs after a table was looked up and found missing, just before it is created.
+	beforeCreate func(table string)
 }
 
 // maxTablesPerTransaction: "A transaction can mutate data in at most 100 tables" (BigQuery, "Multi-statement
@@ -453,17 +455,27 @@ func (a *applier) ensureTable(ctx context.Context, name string, s *arrow.Schema,
 				md.Clustering = &bigquery.Clustering{Fields: key}
 			}
 		}
+		if a.beforeCreate != nil {
+			a.beforeCreate(name)
+		}
 		err := t.Create(ctx, md)
 		a.st.RoundTrips++
-		if err != nil && !isConflict(err) {
+		switch {
+		case err == nil:
+			c.tables[name] = schema
+			return nil
+		case !isConflict(err):
 			return classify(fmt.Errorf("create table %s: %w", c.table(name), err), c.s)
 		}
-		if err != nil { // created meanwhile: read what is there
-			delete(c.tables, name)
-			return a.ensureTable(ctx, name, s, spec)
+		// Created since the lookup above — by another process, or by an attempt killed after its create
+		// landed and before it recorded the apply — so it is a table found like any other: its schema counts.
+		md, err = t.Metadata(ctx)
+		a.st.RoundTrips++
+		if err != nil {
+			// Read once, not looped on: a 404 is a table not visible everywhere yet, retryable (classify).
+			return classify(fmt.Errorf("read table %s after its create found it there: %w", c.table(name), err), c.s)
 		}
-		c.tables[name] = schema
-		return nil
+		target, etag = md.Schema, md.ETag
 	}
 	target, renamed, err := a.renameColumns(ctx, name, target, s)
 	if err != nil {

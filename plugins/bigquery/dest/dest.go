@@ -52,6 +52,8 @@ type Destination struct {
 	// afterRename, when set (tests), runs after a table was renamed for a renamed stream (to: its new name);
 	// an error stops the apply there, as a crash would.
 	afterRename func(to string) error
+	// beforeCreate, when set (tests), runs when the apply is about to create a table it found missing.
+	beforeCreate func(table string)
 }
 
 var _ serve.SessionDestination = (*Destination)(nil)
