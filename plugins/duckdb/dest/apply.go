@@ -31,6 +31,9 @@ import (
 const (
 	stageTable = "_skippr_stage"
 	stageRow   = "_skippr_row" // the staging table's row number
+	// keepTable holds, for the staged keys, the values of the table's columns the staged rows do not carry
+	// (merge).
+	keepTable = "_skippr_keep"
 )
 
 // TableName is the destination table of a stream: its last dot-separated part (public.users → users).
@@ -66,8 +69,10 @@ type applier struct {
 	state serve.Applied
 	done  uint64
 	inTx  bool
-	// txBytes counts the Arrow bytes of the entries written into the open transaction, txDeletes the rows
-	// they delete from tables (Settings.PartDeletes).
+	// txBytes counts what the open transaction holds in DuckDB's memory until it commits, as estimated: the
+	// Arrow bytes of the entries written into it, and statementCost for each staging table it replaced
+	// (Settings.PartBytes); txDeletes counts the rows they deleted from tables, an update's old row included
+	// (Settings.PartDeletes).
 	txBytes, txDeletes int64
 	// dirty holds the streams whose tables the open transaction has written rows of (or deleted rows from);
 	// flushed the streams the range has written; owner, per lower-cased table, the stream writing it.
@@ -443,8 +448,8 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 	for _, l := range sp.Fold.Last() {
 		r := row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row}
 		r.committed, _ = change.CommittedAt(times[l.Batch], l.Row)
-		if l.Op == change.OpDelete && !soft {
-			a.txDeletes++
+		if l.Op == change.OpDelete && change.FullRow(r.rec.Schema()) {
+			a.txDeletes++ // a keyed delete counts what it deleted (merge)
 		}
 		switch {
 		case l.Op == change.OpDelete && change.FullRow(r.rec.Schema()):
@@ -651,8 +656,8 @@ func (a *applier) tableDDL(stream string, cols map[string]string, s *arrow.Schem
 		defs = append(defs, a.metaDefs(stream, cols)...)
 		// No PRIMARY KEY: DuckDB keeps a key's index (ART) in its buffer manager and cannot spill it, and it grows
 		// with every row, so a big table outgrew any fixed memory_limit (a 5M-row range failed under DuckDB's
-		// 64 MiB with it and applied without; BENCHMARKS.md). The MERGE by key keeps keys unique without it: a
-		// folded entry holds one row per key, and each is matched against the table before it is inserted.
+		// 64 MiB with it and applied without; BENCHMARKS.md). The write by key keeps keys unique without it: a
+		// folded entry holds one row per key, and each key's row is deleted before it is appended (merge).
 		return []ddl{{q: "CREATE TABLE " + name + " (" + strings.Join(defs, ", ") + ")", what: "create table " + name}}, cols, nil
 	}
 	cols = maps.Clone(cols)
@@ -714,6 +719,7 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 	if err := a.exec(ctx, "CREATE OR REPLACE TEMP TABLE "+stageTable+" ("+strings.Join(defs, ", ")+")"); err != nil {
 		return fmt.Errorf("create staging table: %w", err)
 	}
+	a.txBytes += statementCost(len(defs))
 	fix := map[[2]string][]string{} // {column, value expression} -> staged row numbers
 	if err := a.conn.Raw(func(dc any) error {
 		c, ok := dc.(driver.Conn)
@@ -772,9 +778,10 @@ func (a *applier) stage(ctx context.Context, s *arrow.Schema, rows []row) error 
 	return nil
 }
 
-// merge moves the staged rows into the stream's table: by key (delete, update or insert) when s has a key,
-// else appended. With soft_delete a delete marks the row instead (rowmeta): flip rows (key-only deletes) only
-// mark it, the others write their values with the mark. The metadata columns are set from the staged op.
+// merge moves the staged rows into the stream's table: by key (the staged keys' rows deleted, the surviving
+// rows appended) when s has a key, else appended. With soft_delete a delete marks the row instead (rowmeta):
+// flip rows (key-only deletes) only mark it, the others write their values with the mark. The metadata columns
+// are set from the staged op.
 func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, flip bool) error {
 	name := a.tableName(stream)
 	var cols []string
@@ -798,44 +805,107 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 	}
 	insCols := quoteAll(slices.Concat(cols, metaCols, fillCols))
 	insVals := strings.Join(slices.Concat(vals, metaVals, fillVals), ", ")
-	var q string
-	if len(key) == 0 {
-		q = "INSERT INTO " + name + " (" + insCols + ") SELECT " + insVals + " FROM temp.main." + stageTable + " AS s"
-	} else {
+	insert := "INSERT INTO " + name + " (" + insCols + ") SELECT " + insVals + " FROM temp.main." + stageTable + " AS s"
+	switch {
+	case len(key) == 0:
+		// A table without a key only appends.
+	case flip:
+		// Key-only deletes under soft_delete keep the row's values and set only its metadata.
 		on := make([]string, len(key))
 		for i, k := range key {
 			on[i] = "t." + ducksql.Ident(k) + " = s." + ducksql.Ident(k)
 		}
-		var sets []string
-		if !flip {
-			for _, c := range cols {
-				if !slices.ContainsFunc(key, func(k string) bool { return strings.EqualFold(k, c) }) {
-					sets = append(sets, ducksql.Ident(c)+" = s."+ducksql.Ident(c))
-				}
-			}
-		}
+		sets := make([]string, len(metaCols))
 		for i, c := range metaCols {
-			sets = append(sets, ducksql.Ident(c)+" = "+metaVals[i])
+			sets[i] = ducksql.Ident(c) + " = " + metaVals[i]
 		}
-		q = "MERGE INTO " + name + " AS t USING temp.main." + stageTable + " AS s ON (" + strings.Join(on, " AND ") + ")"
-		switch {
-		case flip:
-			q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
-		case a.s.Meta(stream).SoftDelete:
-			q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ") + " WHEN NOT MATCHED THEN INSERT (" + insCols + ") VALUES (" + insVals + ")"
-		default:
-			q += fmt.Sprintf(" WHEN MATCHED AND %s = %d THEN DELETE", op, change.OpDelete)
-			if len(sets) > 0 {
-				q += " WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
+		q := "MERGE INTO " + name + " AS t USING temp.main." + stageTable + " AS s ON (" + strings.Join(on, " AND ") +
+			") WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
+		if err := a.exec(ctx, q); err != nil {
+			return fmt.Errorf("write into %s: %w", name, err)
+		}
+		return a.noteKeys(ctx, stream, key)
+	default:
+		// Every staged key's row goes, and the rows that survive (all of them under soft_delete, which
+		// keeps a deleted row's values flagged) are appended: an update replaces the whole row, as the
+		// change protocol has it. Not MERGE's UPDATE: DuckDB keeps an in-place update's version data per
+		// column of every vector it touches until commit, and spread over a big table that outgrew any
+		// memory_limit (1,500 updates spread over 12M rows held ≈ 150 MiB and took 12 s, where the
+		// delete and the append held under 1 MiB and took 0.3 s; BENCHMARKS.md). A MERGE that inserts also
+		// holds fresh segments of every column until commit (statementCost).
+		on := make([]string, len(key))
+		for i, k := range key {
+			on[i] = "t." + ducksql.Ident(k) + " = s." + ducksql.Ident(k)
+		}
+		keep, err := a.keepColumns(ctx, stream, slices.Concat(cols, metaCols, fillCols))
+		if err != nil {
+			return err
+		}
+		if len(keep) > 0 {
+			// The table's columns the staged rows do not carry (rows of an older shape; a column dropped
+			// at the source) keep the values the replaced row held, as an UPDATE of the carried columns would.
+			q := "CREATE OR REPLACE TEMP TABLE " + keepTable + " AS SELECT " + quoteAll(slices.Concat(key, keep)) + " FROM " + name +
+				" AS t WHERE EXISTS (SELECT 1 FROM temp.main." + stageTable + " AS s WHERE " + strings.Join(on, " AND ") + ")"
+			if err := a.exec(ctx, q); err != nil {
+				return fmt.Errorf("write into %s: keep the values of %s: %w", name, strings.Join(keep, ", "), err)
 			}
-			q += fmt.Sprintf(" WHEN NOT MATCHED AND %s <> %d THEN INSERT (%s) VALUES (%s)", op, change.OpDelete, insCols, insVals)
+			a.txBytes += statementCost(len(key) + len(keep))
+			kon := make([]string, len(key))
+			for i, k := range key {
+				kon[i] = "k." + ducksql.Ident(k) + " = s." + ducksql.Ident(k)
+			}
+			kvals := make([]string, len(keep))
+			for i, c := range keep {
+				kvals[i] = "k." + ducksql.Ident(c)
+			}
+			insert = "INSERT INTO " + name + " (" + insCols + ", " + quoteAll(keep) + ") SELECT " + insVals + ", " + strings.Join(kvals, ", ") +
+				" FROM temp.main." + stageTable + " AS s LEFT JOIN temp.main." + keepTable + " AS k ON " + strings.Join(kon, " AND ")
+		}
+		res, err := a.conn.ExecContext(ctx, "DELETE FROM "+name+" AS t USING temp.main."+stageTable+" AS s WHERE "+strings.Join(on, " AND "))
+		if err != nil {
+			return fmt.Errorf("write into %s: delete the changed rows: %w", name, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return fmt.Errorf("write into %s: delete the changed rows: %w", name, err)
+		}
+		a.txDeletes += n
+		if !a.s.Meta(stream).SoftDelete {
+			insert += fmt.Sprintf(" WHERE %s <> %d", op, change.OpDelete)
 		}
 	}
-	if err := a.exec(ctx, q); err != nil {
+	if err := a.exec(ctx, insert); err != nil {
 		return fmt.Errorf("write into %s: %w", name, err)
 	}
 	return a.noteKeys(ctx, stream, key)
 }
+
+// keepColumns lists the stream's table's columns that are not among written (case aside), in table order.
+func (a *applier) keepColumns(ctx context.Context, stream string, written []string) ([]string, error) {
+	if cols, err := a.knownColumns(ctx, stream); err != nil || len(cols) <= len(written) {
+		return nil, err
+	}
+	names, err := columnNames(ctx, a.conn, a.s.Schema, TableName(stream))
+	if err != nil {
+		return nil, fmt.Errorf("table %s: %w", a.tableName(stream), err)
+	}
+	var keep []string
+	for _, n := range names {
+		if !slices.ContainsFunc(written, func(w string) bool { return strings.EqualFold(w, n) }) {
+			keep = append(keep, n)
+		}
+	}
+	return keep, nil
+}
+
+// statementCost is what DuckDB holds until the transaction commits for one staging table it replaced, with a
+// table of columns columns, whatever its rows: a fresh segment per column, in memory it cannot spill. Measured
+// with DuckDB 1.5 alone, in one transaction: ≈ 135 KiB for a 6-column staging table of 25 rows (a MERGE that
+// inserts holds as much again: ≈ 150 KiB into a 5-column table, ≈ 560 KiB into a 25-column one, which is why
+// merge does not insert with MERGE); a commit releases it. An 808-entry range of a few rows an entry held over
+// 96 MiB, so a range of many small entries, not only a range of large ones, is committed in parts
+// (Settings.PartBytes).
+func statementCost(columns int) int64 { return int64(columns+1) * 32 << 10 }
 
 // isOutOfMemory says err is DuckDB's "Out of Memory Error": its buffer manager found no room under
 // memory_limit, nor (for data it may spill) in its temporary directory. The appender reports it as text, and

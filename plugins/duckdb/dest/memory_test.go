@@ -282,3 +282,85 @@ func TestRangeCommittedInPartsByDeletes(t *testing.T) {
 	}
 	h.wantRows(`SELECT count(*), min(id) FROM users`, fmt.Sprintf("%d|%d", rows-(entries-1)*perEntry, (entries-1)*perEntry))
 }
+
+// TestManySmallEntriesCommittedInParts: a range of many small entries, each upserting a few keys, applies
+// under a small memory_limit. DuckDB keeps, until the transaction commits, each staging table an entry
+// replaced and each MERGE's fresh segment of every column (statementCost), whatever the rows: an 808-entry
+// re-snapshot range of a 20,000-row table ran out of DuckDB's 96 MiB in one transaction (test/e2e's
+// TestResnapshotWhileStreaming). Here 600 entries of 6 rows under DuckDB's 24 MiB: without statementCost
+// they were one transaction, which ran out of memory.
+func TestManySmallEntriesCommittedInParts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dest.duckdb")
+	raw, _ := json.Marshal(map[string]string{"path": path, "memory_limit": "64MiB"})
+	dest := &Destination{}
+	h := &harness{t: t, d: serve.NewSessions(dest), dest: dest, path: path, settings: raw}
+	t.Cleanup(func() { h.d.Close() })
+	const entries, perEntry = 600, 5
+	items := func(yield func(serve.Item, error) bool) {
+		for e := uint64(1); e <= entries; e++ {
+			var cs []chg
+			for i := range perEntry {
+				// New keys, and one key updated in every entry.
+				cs = append(cs, chg{change.OpInsert, int64(e)*perEntry + int64(i), "x"})
+			}
+			cs = append(cs, chg{change.OpUpdate, perEntry, fmt.Sprint(e)})
+			it := batch(t, userSchema, cs...)
+			it.Sequence = e
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}
+	req := serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: 1, Sequence: entries}
+	if _, err := h.d.ApplyStream(ctx(t), req, items); err != nil {
+		t.Fatal(err)
+	}
+	h.wantRows(`SELECT count(*), max(id) FROM users`, fmt.Sprintf("%d|%d", entries*perEntry, entries*perEntry+perEntry-1))
+	h.wantRows(`SELECT name FROM users WHERE id = 5`, fmt.Sprint(entries))
+}
+
+// TestUpsertsUnderMemoryLimit: a 1M-row range of upserts (10 entries of 100,000 rows), then updates spread over
+// the table, apply under memory_limit 64MiB (DuckDB's share 24 MiB). A keyed write deletes the staged keys' rows
+// and appends the survivors (merge); as one MERGE per entry, the load ran out of DuckDB's 24 MiB. Updates
+// replace the whole row, so the table holds each id once with its last values.
+func TestUpsertsUnderMemoryLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dest.duckdb")
+	raw, _ := json.Marshal(map[string]string{"path": path, "memory_limit": "64MiB"})
+	dest := &Destination{}
+	h := &harness{t: t, d: serve.NewSessions(dest), dest: dest, path: path, settings: raw}
+	t.Cleanup(func() { h.d.Close() })
+	const rows, loads = 1_000_000, 10
+	req := serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: 1, Sequence: loads}
+	if _, err := h.d.ApplyStream(ctx(t), req, bigRange(rows, loads)); err != nil {
+		t.Fatal(err)
+	}
+	const entries, perEntry = 3, 1_000
+	updates := func(yield func(serve.Item, error) bool) {
+		for e := range entries {
+			var cs []chg
+			for i := range perEntry {
+				// Rows a vector apart or more, all over the table (bigRange's ids: load*rows + i).
+				n := (i*7919 + e) % (rows / loads)
+				cs = append(cs, chg{change.OpUpdate, int64((1+i%loads)*rows + n), fmt.Sprintf("u%d", e)})
+			}
+			it := batch(t, userSchema, cs...)
+			it.Sequence = loads + 1 + uint64(e)
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}
+	req = serve.ApplyRequest{Settings: raw, Pipeline: "p", FirstSequence: loads + 1, Sequence: loads + entries}
+	if _, err := h.d.ApplyStream(ctx(t), req, updates); err != nil {
+		t.Fatal(err)
+	}
+	// Every id once (count(DISTINCT id) would not fit DuckDB's 24 MiB itself): as many rows, the same sum.
+	sum := 0
+	for l := 1; l <= loads; l++ {
+		for i := range rows / loads {
+			sum += l*rows + i
+		}
+	}
+	h.wantRows(`SELECT count(*), sum(id) FROM users`, fmt.Sprintf("%d|%d", rows, sum))
+	h.wantRows(`SELECT name, count(*) FROM users WHERE name LIKE 'u%' GROUP BY name ORDER BY name`, "u0|1000", "u1|1000", "u2|1000")
+}

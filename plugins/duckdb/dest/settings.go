@@ -71,8 +71,9 @@ func (s Settings) DuckDBLimit() int64 { return max(s.limitBytes()/8*3, 1<<20) }
 // memory_limit.
 func (s Settings) GoLimit() int64 { return max(s.limitBytes()/4, 1<<20) }
 
-// PartBytes is how many bytes of Arrow batches (as the engine sends them) an apply writes into one DuckDB
-// transaction before it commits them with their fence and goes on in a new one: a quarter of DuckDBLimit.
+// PartBytes is how many bytes of Arrow batches (as the engine sends them), plus the per-statement memory of
+// its staging tables (statementCost), an apply writes into one DuckDB transaction before it commits
+// them with their fence and goes on in a new one: a quarter of DuckDBLimit.
 // The open transaction's undo and version data (DuckDB's TRANSACTION memory) grows with what it wrote; a
 // quarter leaves the rest of DuckDB's share to the table's blocks, which DuckDB pages out under its limit once
 // committed. Measured (the module's TestBigRangeUnderMemoryLimit, then memory_limit 64MiB for DuckDB): a

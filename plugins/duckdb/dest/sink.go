@@ -1,7 +1,7 @@
 // Package dest is the DuckDB destination. An Apply is one DuckDB transaction: it creates missing tables from
 // the stream's Arrow schema, adds the columns a grown schema brings, folds the rows so the last change of each
 // key wins, loads the survivors with the appender into a temporary staging table and merges them into the
-// table (MERGE INTO: update, insert or delete by key; a table without a key only appends), and records the
+// table (by key: the keys' rows deleted, the survivors appended; a table without a key only appends), and records the
 // sequence number in <schema>._skippr_state in the same transaction. A sequence number at or below the
 // recorded one is skipped, so delivery is exactly-once. A coalesced range is committed in parts, each ending
 // on a WAL entry with its own fence: when an entry alters a table an earlier entry of the transaction wrote
