@@ -260,12 +260,8 @@ const scanAttempts = 3
 func (l *Log) scan(ctx context.Context) (logState, error) {
 	for attempt := 1; ; attempt++ {
 		s, err := l.scanOnce(ctx)
-		var me *missingEntry
-		if !errors.As(err, &me) {
-			return s, err
-		}
-		now, _, rerr := l.readReclaimed(ctx)
-		if rerr != nil || now < me.seq {
+		now, ok := l.reclaimedHole(ctx, err)
+		if !ok {
 			return s, err
 		}
 		if attempt == scanAttempts {
@@ -645,14 +641,21 @@ func (l *Log) Entries(ctx context.Context, after uint64) ([]CommitRecord, error)
 // reclaimedWhileReading turns err, from reading the entries after after, into ErrReclaimed when the commit
 // record it misses is at or below the reclaim mark now: a concurrent Reclaim deleted it, not a loss.
 func (l *Log) reclaimedWhileReading(ctx context.Context, after uint64, err error) error {
-	var me *missingEntry
-	if !errors.As(err, &me) {
-		return err
-	}
-	if now, _, rerr := l.readReclaimed(ctx); rerr == nil && now >= me.seq {
+	if now, ok := l.reclaimedHole(ctx, err); ok {
 		return fmt.Errorf("wal %s: entries %d through %d were reclaimed while reading: %w", l.url, after+1, now, ErrReclaimed)
 	}
 	return err
+}
+
+// reclaimedHole says whether err misses a commit record that the reclaim mark, read now, covers (a concurrent
+// Reclaim deleted it), and returns the mark.
+func (l *Log) reclaimedHole(ctx context.Context, err error) (uint64, bool) {
+	var me *missingEntry
+	if !errors.As(err, &me) {
+		return 0, false
+	}
+	now, _, rerr := l.readReclaimed(ctx)
+	return now, rerr == nil && now >= me.seq
 }
 
 // ReadSegment returns the frames of one entry after checking the segment's

@@ -448,12 +448,10 @@ func (a *applier) writeStreamRows(ctx context.Context, sp *change.Plan) error {
 	for _, l := range sp.Fold.Last() {
 		r := row{op: l.Op, rec: sp.Batches[l.Batch], i: l.Row}
 		r.committed, _ = change.CommittedAt(times[l.Batch], l.Row)
-		if l.Op == change.OpDelete && change.FullRow(r.rec.Schema()) {
-			a.txDeletes++ // a keyed delete counts what it deleted (merge)
-		}
 		switch {
 		case l.Op == change.OpDelete && change.FullRow(r.rec.Schema()):
 			fullDeletes = append(fullDeletes, r)
+			a.txDeletes++ // a keyed delete counts what it deleted (merge)
 		case soft && l.Op == change.OpDelete && l.HasValues && sp.Keyed[l.Batch]:
 			// Its insert or update was folded into this entry: keep those values, flagged deleted.
 			r.rec, r.i = sp.Batches[l.ValBatch], l.ValRow
@@ -811,15 +809,11 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 		// A table without a key only appends.
 	case flip:
 		// Key-only deletes under soft_delete keep the row's values and set only its metadata.
-		on := make([]string, len(key))
-		for i, k := range key {
-			on[i] = "t." + ducksql.Ident(k) + " = s." + ducksql.Ident(k)
-		}
 		sets := make([]string, len(metaCols))
 		for i, c := range metaCols {
 			sets[i] = ducksql.Ident(c) + " = " + metaVals[i]
 		}
-		q := "MERGE INTO " + name + " AS t USING temp.main." + stageTable + " AS s ON (" + strings.Join(on, " AND ") +
+		q := "MERGE INTO " + name + " AS t USING temp.main." + stageTable + " AS s ON (" + keyMatch(key, "t", "s") +
 			") WHEN MATCHED THEN UPDATE SET " + strings.Join(sets, ", ")
 		if err := a.exec(ctx, q); err != nil {
 			return fmt.Errorf("write into %s: %w", name, err)
@@ -833,10 +827,7 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 		// memory_limit (1,500 updates spread over 12M rows held ≈ 150 MiB and took 12 s, where the
 		// delete and the append held under 1 MiB and took 0.3 s; BENCHMARKS.md). A MERGE that inserts also
 		// holds fresh segments of every column until commit (statementCost).
-		on := make([]string, len(key))
-		for i, k := range key {
-			on[i] = "t." + ducksql.Ident(k) + " = s." + ducksql.Ident(k)
-		}
+		on := keyMatch(key, "t", "s")
 		keep, err := a.keepColumns(ctx, stream, slices.Concat(cols, metaCols, fillCols))
 		if err != nil {
 			return err
@@ -845,23 +836,19 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 			// The table's columns the staged rows do not carry (rows of an older shape; a column dropped
 			// at the source) keep the values the replaced row held, as an UPDATE of the carried columns would.
 			q := "CREATE OR REPLACE TEMP TABLE " + keepTable + " AS SELECT " + quoteAll(slices.Concat(key, keep)) + " FROM " + name +
-				" AS t WHERE EXISTS (SELECT 1 FROM temp.main." + stageTable + " AS s WHERE " + strings.Join(on, " AND ") + ")"
+				" AS t WHERE EXISTS (SELECT 1 FROM temp.main." + stageTable + " AS s WHERE " + on + ")"
 			if err := a.exec(ctx, q); err != nil {
 				return fmt.Errorf("write into %s: keep the values of %s: %w", name, strings.Join(keep, ", "), err)
 			}
 			a.txBytes += statementCost(len(key) + len(keep))
-			kon := make([]string, len(key))
-			for i, k := range key {
-				kon[i] = "k." + ducksql.Ident(k) + " = s." + ducksql.Ident(k)
-			}
 			kvals := make([]string, len(keep))
 			for i, c := range keep {
 				kvals[i] = "k." + ducksql.Ident(c)
 			}
 			insert = "INSERT INTO " + name + " (" + insCols + ", " + quoteAll(keep) + ") SELECT " + insVals + ", " + strings.Join(kvals, ", ") +
-				" FROM temp.main." + stageTable + " AS s LEFT JOIN temp.main." + keepTable + " AS k ON " + strings.Join(kon, " AND ")
+				" FROM temp.main." + stageTable + " AS s LEFT JOIN temp.main." + keepTable + " AS k ON " + keyMatch(key, "k", "s")
 		}
-		res, err := a.conn.ExecContext(ctx, "DELETE FROM "+name+" AS t USING temp.main."+stageTable+" AS s WHERE "+strings.Join(on, " AND "))
+		res, err := a.conn.ExecContext(ctx, "DELETE FROM "+name+" AS t USING temp.main."+stageTable+" AS s WHERE "+on)
 		if err != nil {
 			return fmt.Errorf("write into %s: delete the changed rows: %w", name, err)
 		}
@@ -878,6 +865,15 @@ func (a *applier) merge(ctx context.Context, stream string, s *arrow.Schema, fli
 		return fmt.Errorf("write into %s: %w", name, err)
 	}
 	return a.noteKeys(ctx, stream, key)
+}
+
+// keyMatch is the condition that rows of aliases l and r have the same key.
+func keyMatch(key []string, l, r string) string {
+	on := make([]string, len(key))
+	for i, k := range key {
+		on[i] = l + "." + ducksql.Ident(k) + " = " + r + "." + ducksql.Ident(k)
+	}
+	return strings.Join(on, " AND ")
 }
 
 // keepColumns lists the stream's table's columns that are not among written (case aside), in table order.
@@ -925,8 +921,7 @@ func isOutOfMemory(err error) bool {
 // way and the engine would loop on it; a person must raise the limit (or make room where DuckDB spills). Not
 // data: no value is at fault. DuckDB spills table data beyond the limit to its temporary directory (the
 // plugin leaves temp_directory at DuckDB's default for a file, <path>.tmp), but not what grows with the table
-// (README, Memory): the version data of rows an open transaction deleted and, suspected, of updates not yet
-// checkpointed, and any index (the plugin creates none; a table an older build created may have a PRIMARY KEY).
+// (README, Memory): the version data of rows deleted (an update deletes the old row: merge), and any index (the plugin creates none; a table an older build created may have a PRIMARY KEY).
 func (a *applier) outOfMemory(err error) error {
 	limit := fmt.Sprintf("its memory_limit of %d MiB (three eighths of the connection's memory_limit %s)", a.s.DuckDBLimit()>>20, a.s.MemoryLimit)
 	where := "table " + a.writing
