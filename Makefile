@@ -51,15 +51,24 @@ BUILD_TAGS := $(PLUGIN_TAGS) urfave_cli_no_template netgo osusergo
 # them in a second `go build` with CGO_ENABLED=0, as the release does, so they stay static and run the code the
 # release runs.
 NOCGO_PLUGINS := snowflake
+# No debug information, as the release (-s -w): the compiler's DWARF was ≈ 11% of a cold build's CPU
+# (BENCHMARKS.md, "Cold build"). Stack traces and profiles keep function names and lines (they come from the
+# pclntab, which stays); a debugger wants `go build` without these.
+BUILD_FLAGS := -gcflags "all=-dwarf=false" -ldflags "all=-s -w"
 
 .PHONY: build check-size check-deploy sdk-release test proto registry release bench lint chaos tools quickstart quickstart-mysql quickstart-intro clean live-snowflake live-bigquery
 
+# The `go list` first only fetches the modules the build needs, many at a time: the go command fetches with as
+# many goroutines as GOMAXPROCS, which is the core count `go build` keeps for compiling, and the fetches wait on
+# the network, not the CPU (a cold fetch of the quickstart's modules: 43 s at 2, 16 s at 16; BENCHMARKS.md,
+# "Cold build"). With the modules already here it takes about a second.
 # The version goes into the core's and skippr-serve's main only (-ldflags with a package pattern): each plugin's
 # version is its own source's.
 build:
 	@rm -rf $(BIN)/.build && mkdir -p $(BIN)/.build
-	CGO_ENABLED=1 $(GO) build -tags "$(BUILD_TAGS)" -ldflags "./cmd/...=-X main.version=$(VERSION)" -o $(BIN)/.build/ ./cmd/skippr ./cmd/skippr-serve $(addprefix ./plugins/,$(filter-out $(NOCGO_PLUGINS),$(PLUGINS)))
-	$(if $(filter $(NOCGO_PLUGINS),$(PLUGINS)),CGO_ENABLED=0 $(GO) build -tags "$(PLUGIN_TAGS)" -o $(BIN)/.build/ $(addprefix ./plugins/,$(filter $(NOCGO_PLUGINS),$(PLUGINS))))
+	@GOMAXPROCS=16 $(GO) list -e -deps -tags "$(BUILD_TAGS)" ./cmd/skippr ./cmd/skippr-serve $(addprefix ./plugins/,$(PLUGINS)) >/dev/null
+	CGO_ENABLED=1 $(GO) build -tags "$(BUILD_TAGS)" $(BUILD_FLAGS) -ldflags "./cmd/...=-s -w -X main.version=$(VERSION)" -o $(BIN)/.build/ ./cmd/skippr ./cmd/skippr-serve $(addprefix ./plugins/,$(filter-out $(NOCGO_PLUGINS),$(PLUGINS)))
+	$(if $(filter $(NOCGO_PLUGINS),$(PLUGINS)),CGO_ENABLED=0 $(GO) build -tags "$(PLUGIN_TAGS)" $(BUILD_FLAGS) -o $(BIN)/.build/ $(addprefix ./plugins/,$(filter $(NOCGO_PLUGINS),$(PLUGINS))))
 	@mv -f $(BIN)/.build/skippr $(BIN)/.build/skippr-serve $(BIN)/ && for p in $(PLUGINS); do mv -f $(BIN)/.build/$$p $(BIN)/skippr-plugin-$$p || exit 1; done; rm -rf $(BIN)/.build
 	@if [ "$$(uname)" = Linux ] && command -v readelf >/dev/null; then \
 		for b in skippr skippr-serve $(addprefix skippr-plugin-,$(filter-out $(CGO_PLUGINS),$(PLUGINS))); do \
