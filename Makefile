@@ -208,8 +208,8 @@ quickstart-mysql: quickstart-intro
 quickstart-intro:
 	@if [ ! -x $(BIN)/skippr ]; then \
 		echo "== quickstart: building skippr and its plugins first. With empty Go caches Go downloads the modules and"; \
-		echo "   compiles everything once: about 6 minutes on 2 idle cores (1 of downloads, 5 of compiling), longer on a"; \
-		echo "   busy machine; the iceberg and duckdb plugins are most of it (BENCHMARKS.md, \"Cold build\")."; \
+		echo "   compiles everything once: about 4.5 minutes on 2 idle cores (¼ of a minute of downloads, 4 of compiling),"; \
+		echo "   longer on a busy machine; the iceberg and duckdb plugins are most of it (BENCHMARKS.md, \"Cold build\")."; \
 		echo "   Later runs reuse the caches and take well under a minute."; \
 	else echo "== quickstart: rebuilding skippr and its plugins (cached: seconds)"; fi
 

@@ -46,7 +46,15 @@ func TestPostgresToBigQueryHistorySurvivesSIGKILL(t *testing.T) {
 	e.MustRun("registry", "add", e.Registry, testplugins.Build(t, "bigquery"), "--name", "bigquery", "--version", "0.1.0", "--os", "linux", "--arch", "amd64")
 	e.MustRun("registry", "sign", e.Registry, "--key", filepath.Join(e.Dir, "keys", "skippr-ed25519.key"))
 	s := src.Server
-	e.WriteConfig(fmt.Sprintf(`connections:
+	walDir := filepath.Join(e.Dir, "wal")
+	// config writes the pipeline; held says the WAL holds the source back to the destination's pace, so the
+	// first kill can land in the copy (KillSyncInCopy).
+	config := func(held bool) {
+		wal := "group_commit: { max_bytes: 256KiB, max_delay: 100ms }"
+		if held {
+			wal = "group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n      max_unapplied_bytes: 256KiB"
+		}
+		e.WriteConfig(fmt.Sprintf(`connections:
   src:
     plugin: postgres
     version: "~> 0.1"
@@ -63,12 +71,38 @@ pipelines:
     delivery: exactly-once
     wal:
       url: file://%[6]s
-      group_commit: { max_bytes: 256KiB, max_delay: 100ms }
-`, s.Host, s.Port, src.Name, bq.Project, bq.URL, filepath.Join(e.Dir, "wal"), crashes))
+      %[8]s
+`, s.Host, s.Port, src.Name, bq.Project, bq.URL, walDir, crashes, wal))
+	}
+	config(true)
 
-	stopWriter := harness.StartOrdersWriter(t, ctx, conn(), 5001)
+	// The writer starts once the slot has its consistent point, so every row it inserts is streamed (an insert
+	// before that point would be a row of the copy, which the oracle below does not expect of ids above 5,000).
+	// The first kill lands in the copy, while the writer changes rows the copy has not read yet, so the next run
+	// resumes it under a fresh snapshot (README "History tables"); the other kills land anywhere.
+	wc, pc := conn(), conn()
+	var stopWriter func()
+	writing := make(chan struct{})
+	go func() {
+		defer close(writing)
+		for ctx.Err() == nil {
+			var ready bool
+			err := pc.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = 'bqhist' AND confirmed_flush_lsn IS NOT NULL)`).Scan(&ready)
+			if err == nil && ready {
+				stopWriter = harness.StartOrdersWriter(t, ctx, wc, 5001)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	e.KillSyncInCopy(walDir, "public.orders")
+	<-writing // the copy was under way, so the slot had its consistent point
+	if stopWriter == nil {
+		t.Fatal("the writer never started")
+	}
+	config(false)
 	kills := 6
-	e.KillSyncAtRandom(kills, 700*time.Millisecond, 3000*time.Millisecond)
+	logs := e.KillSyncAtRandom(kills, 700*time.Millisecond, 3000*time.Millisecond)
 	e.KillPluginAtRandom("skippr-plugin-bigquery", 300*time.Millisecond, 2000*time.Millisecond)
 	stopWriter()
 	for _, q := range []string{
@@ -79,7 +113,12 @@ pipelines:
 			t.Fatal(err)
 		}
 	}
-	e.MustRun("sync", "--once")
+	logs += e.MustRun("sync", "--once").Stderr
+	// What the postgres source logs when it resumes a copy under a fresh snapshot (plugins/postgres/source).
+	copyResumed := strings.Contains(logs, "resuming the snapshot under a new snapshot")
+	if !copyResumed {
+		t.Fatalf("no run resumed the copy the first kill interrupted (the source logs %q)", "resuming the snapshot under a new snapshot")
+	}
 
 	hooks, err := os.ReadDir(crashes)
 	if err != nil || len(hooks) == 0 {
@@ -140,16 +179,33 @@ pipelines:
 		return b.String()
 	}
 	// A copy that a SIGKILL interrupted resumes under a fresh snapshot (the slot keeps every change since the
-	// copy began, README "History tables"): a row of the first 5,000 that changed after the copy began and
-	// before the resumed copy reached it was never read as it was, so its history starts with that change —
-	// an update (the chain below still starts there) or its delete, alone. Rows the writer inserted start
-	// with their insert.
+	// copy began, README "History tables"), so a row that changed after the copy began and before the resumed
+	// copy reached it is read as it was when the copy resumed:
+	//   - deleted in between: never read, so its history starts with its changes: updates (the chain below
+	//     starts there), then the delete; or the delete alone; a row the writer inserted in between, with its
+	//     insert, sent as an update;
+	//   - updated, or inserted by the writer, in between: its snapshot row already has those changes, and the
+	//     stream then repeats them from where the copy began, so the next change is an update to a name the
+	//     snapshot's extends (an insert repeated as an update: the insert's name). The chain restarts there and
+	//     must reach the snapshot's name again, one character at a time. Nothing else may precede a snapshot.
+	// Rows the writer inserted after the copy start with their insert.
 	resumed := 0
 	for id, cs := range hist {
 		first := cs[0]
+		repeats := first.op == "snapshot" && first.name != nil && len(cs) > 1 && cs[1].op == "update" && cs[1].name != nil &&
+			len(*cs[1].name) <= len(*first.name) && strings.HasPrefix(*first.name, *cs[1].name)
 		switch {
+		case repeats && !copyResumed:
+			t.Fatalf("id %d: the history repeats changes after its snapshot row, and no copy was resumed (the copy then reads every row as it was when it began):%s", id, describe(cs))
+		case repeats:
+			resumed++
+			cs = cs[1:]
 		case (first.op == "snapshot" || first.op == "insert") && first.name != nil:
 		case id <= 5000 && first.op == "update" && first.name != nil:
+			resumed++
+		case id > 5000 && first.op == "update" && first.name != nil && *first.name == "new" && copyResumed:
+			// The writer's insert, before the resumed copy's snapshot and gone from it by a delete: streamed as
+			// an update (the source sends such inserts as upserts: the copy may hold their row).
 			resumed++
 		case id <= 5000 && first.op == "delete" && len(cs) == 1:
 			resumed++
@@ -162,7 +218,7 @@ pipelines:
 			}
 			continue
 		}
-		name := *first.name
+		name := *cs[0].name
 		for i, c := range cs[1:] {
 			switch {
 			case c.op == "delete" && i == len(cs)-2:
@@ -223,6 +279,6 @@ pipelines:
 	if live != len(source) {
 		t.Fatalf("the table has %d live rows, the source %d", live, len(source))
 	}
-	t.Logf("%d SIGKILLs of skippr sync, one of the plugin, %d exits between staging and commit; %d changes in orders_history, each once (%d histories start at a change a resumed copy came after); %d live rows equal, %d flagged deleted",
-		kills, len(hooks), changes, resumed, live, deleted)
+	t.Logf("%d SIGKILLs of skippr sync (the first in the copy), one of the plugin, %d exits between staging and commit; %d changes in orders_history, each once (%d histories start at a change a resumed copy came after); %d live rows equal, %d flagged deleted",
+		1+kills, len(hooks), changes, resumed, live, deleted)
 }

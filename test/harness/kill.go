@@ -5,6 +5,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -22,12 +23,14 @@ func (e *Env) startSync(ctx context.Context) (*exec.Cmd, *bytes.Buffer) {
 }
 
 // KillSyncAtRandom starts `skippr sync --wait-lock` n times and SIGKILLs each run after a random time in
-// [lo, hi).
-func (e *Env) KillSyncAtRandom(n int, lo, hi time.Duration) {
+// [lo, hi). It returns what the runs logged (their stderr, one after the other), for a test whose oracle depends
+// on what a run did, such as resuming a copy.
+func (e *Env) KillSyncAtRandom(n int, lo, hi time.Duration) string {
 	e.T.Helper()
 	seed := time.Now().UnixNano()
 	e.T.Logf("kill seed %d", seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 13))
+	var logs strings.Builder
 	for i := 0; i < n; i++ {
 		ctx, cancel := context.WithCancel(context.Background())
 		cmd, stderr := e.startSync(ctx)
@@ -38,7 +41,9 @@ func (e *Env) KillSyncAtRandom(n int, lo, hi time.Duration) {
 		if cmd.ProcessState.Exited() {
 			e.T.Fatalf("run %d: sync exited by itself (%d) before it was killed:\n%s", i, cmd.ProcessState.ExitCode(), stderr.String())
 		}
+		logs.Write(stderr.Bytes())
 	}
+	return logs.String()
 }
 
 // KillSyncInCopy starts `skippr sync --wait-lock` and SIGKILLs it while the last checkpoint of the local WAL at
