@@ -226,24 +226,6 @@ func TestReclaim(t *testing.T) {
 	})
 }
 
-// stallingStore holds every remove until release is closed, announcing the first on removing.
-type stallingStore struct {
-	store
-	removing chan struct{}
-	once     sync.Once
-	release  chan struct{}
-}
-
-func (s *stallingStore) remove(ctx context.Context, name string) error {
-	s.once.Do(func() { close(s.removing) })
-	select {
-	case <-s.release:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return s.store.remove(ctx, name)
-}
-
 // TestCommitBesideReclaim: a Reclaim busy deleting (slow DELETEs on S3) does not hold up Commit, which writes
 // only entries Reclaim does not touch.
 func TestCommitBesideReclaim(t *testing.T) {
@@ -253,12 +235,12 @@ func TestCommitBesideReclaim(t *testing.T) {
 		for i := 1; i <= 3; i++ {
 			mustCommit(t, l, []Frame{batchFrame(t, "s", 10, uint64(i))}, fmt.Sprintf("ckpt-%d", i))
 		}
-		st := &stallingStore{store: l.st, removing: make(chan struct{}), release: make(chan struct{})}
+		st := newHoldingStore(l.st, func(string) bool { return true })
 		l.st = st
 		reclaimed := make(chan error, 1)
 		go func() { reclaimed <- l.Reclaim(ctxT(t), 2) }()
 		select {
-		case <-st.removing:
+		case <-st.holding:
 		case err := <-reclaimed:
 			t.Fatalf("Reclaim returned before deleting anything: %v", err)
 		case <-time.After(20 * time.Second):
@@ -288,23 +270,23 @@ func TestCommitBesideReclaim(t *testing.T) {
 	})
 }
 
-// holdingStore holds the remove of the object named hold until release is closed (closing holding when it
-// starts), and reports every other object it removed on removed.
+// holdingStore holds the removes of the objects hold names until release is closed (closing holding when the
+// first starts), and reports every other object it removed on removed.
 type holdingStore struct {
 	store
-	hold     string
+	hold     func(name string) bool
 	holding  chan struct{}
 	release  chan struct{}
 	removed  chan string
 	holdOnce sync.Once
 }
 
-func newHoldingStore(st store, hold string) *holdingStore {
+func newHoldingStore(st store, hold func(name string) bool) *holdingStore {
 	return &holdingStore{store: st, hold: hold, holding: make(chan struct{}), release: make(chan struct{}), removed: make(chan string, 64)}
 }
 
 func (s *holdingStore) remove(ctx context.Context, name string) error {
-	if name == s.hold {
+	if s.hold(name) {
 		s.holdOnce.Do(func() { close(s.holding) })
 		select {
 		case <-s.release:
@@ -349,7 +331,7 @@ func TestEntriesBesideReclaim(t *testing.T) {
 		// reclaimDuring has the reader's next Entries list the commit records while Reclaim(upTo) holds the
 		// delete of hold's commit record, after deleting wait's (0: none).
 		reclaimDuring := func(upTo, hold, wait uint64) (release func() error) {
-			hs := newHoldingStore(st, commitName(hold))
+			hs := newHoldingStore(st, func(name string) bool { return name == commitName(hold) })
 			w.st = hs
 			reclaimed := make(chan error, 1)
 			r.st = &listHookStore{store: rst, before: func() {

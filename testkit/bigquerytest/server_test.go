@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"slices"
 	"testing"
-	"time"
 
 	"cloud.google.com/go/bigquery"
 	"google.golang.org/api/googleapi"
@@ -39,35 +37,10 @@ func TestCreateWhatExists(t *testing.T) {
 			}
 		}},
 		{name: "client killed while creating", again: createTable, made: func(t *testing.T, s *Server, c *bigquery.Client, ds, table string) {
-			ctx := context.Background()
-			hold, err := s.Pool().Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer hold.Rollback(ctx)
-			// Holds the stand-in's CREATE TABLE of the same name on a lock until it rolls back.
-			if _, err := hold.Exec(ctx, "CREATE TABLE "+pgIdent(ds)+"."+pgIdent(table)+" (held int)"); err != nil {
-				t.Fatal(err)
-			}
-			kctx, kill := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- c.Dataset(ds).Table(table).Create(kctx, &bigquery.TableMetadata{Schema: schema}) }()
-			waitFor(t, "the CREATE TABLE to wait on the held lock", func() (bool, error) {
-				var n int
-				err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'CREATE TABLE %'`).Scan(&n)
-				return n == 1, err
+			s.CreateAbandoned(t, ds, table, func(ctx context.Context) error {
+				return c.Dataset(ds).Table(table).Create(ctx, &bigquery.TableMetadata{Schema: schema})
 			})
-			kill()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Fatalf("the killed client's create: %v; want it cancelled", err)
-			}
-			if err := hold.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, "the create to complete without its client", func() (bool, error) {
-				return slices.Contains(s.Tables(), ds+"."+table), nil
-			})
-			md, err := c.Dataset(ds).Table(table).Metadata(ctx)
+			md, err := c.Dataset(ds).Table(table).Metadata(context.Background())
 			if err != nil || len(md.Schema) != 1 || md.Schema[0].Name != "id" {
 				t.Fatalf("the table the killed client created: %+v, %v; want its schema (id)", md, err)
 			}
@@ -105,18 +78,4 @@ func TestCreateWhatExists(t *testing.T) {
 			}
 		})
 	}
-}
-
-func waitFor(t *testing.T, what string, cond func() (bool, error)) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }

@@ -3,11 +3,8 @@ package dest
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
@@ -19,10 +16,9 @@ import (
 //
 //   - kill: the process applying the entry was killed while BigQuery created the table (test/chaos found it:
 //     the restarted sync's create failed on the table there, a config fault that stopped the pipeline). The
-//     kill is made deterministic: an uncommitted CREATE TABLE of the same name in another PostgreSQL
-//     transaction holds the stand-in's CREATE TABLE on a lock while the apply's context is cancelled, as a
-//     SIGKILL closes its connection; then that transaction rolls back, and the create completes as BigQuery
-//     completes a request it received. The next process applies the same entry.
+//     apply's context is cancelled while the stand-in creates the table, as a SIGKILL closes its connection,
+//     and the create completes as BigQuery completes a request it received (bigquerytest.CreateAbandoned).
+//     The next process applies the same entry.
 //   - race: another process creates the table after this apply looked it up and before it creates it (409
 //     duplicate), with one column less than this apply's rows have.
 func TestApplyFindsItsTableCreated(t *testing.T) {
@@ -94,55 +90,14 @@ func TestApplyFindsItsTableCreated(t *testing.T) {
 // completed without it.
 func kill(t *testing.T, s *bigquerytest.Server, raw json.RawMessage, table string, items []serve.Item) {
 	t.Helper()
-	ctx := context.Background()
-	hold, err := s.Pool().Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hold.Rollback(ctx)
-	if _, err := hold.Exec(ctx, `CREATE TABLE analytics.`+table+` (held int)`); err != nil {
-		t.Fatal(err)
-	}
 	d := serve.NewSessions(&Destination{})
 	t.Cleanup(func() { d.Close() })
-	x, err := d.Session(ctx, raw)
+	x, err := d.Session(context.Background(), raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := x.(*session).apply(kctx, serve.NewRange(serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: 1, Sequence: 1, Items: items}, nil))
-		done <- err
-	}()
-	waitFor(t, "the stand-in's CREATE TABLE to wait on the held lock", func() (bool, error) {
-		var n int
-		err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'
-			AND query LIKE 'CREATE TABLE %' AND query LIKE '%"`+table+`" (%'`).Scan(&n)
-		return n == 1, err
+	s.CreateAbandoned(t, "analytics", table, func(ctx context.Context) error {
+		_, _, err := x.(*session).apply(ctx, serve.NewRange(serve.ApplyRequest{Settings: raw, Pipeline: "orders", FirstSequence: 1, Sequence: 1, Items: items}, nil))
+		return err
 	})
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) && !strings.Contains(err.Error(), "context canceled") {
-		t.Fatalf("the killed apply: %v; want it cancelled", err)
-	}
-	if err := hold.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the killed process's create to complete", func() (bool, error) {
-		return slices.Contains(s.Tables(), "analytics."+table), nil
-	})
-}
-
-func waitFor(t *testing.T, what string, cond func() (bool, error)) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
