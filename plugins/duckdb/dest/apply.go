@@ -876,21 +876,20 @@ func keyMatch(key []string, l, r string) string {
 	return strings.Join(on, " AND ")
 }
 
-// keepColumns lists the stream's table's columns that are not among written (case aside), in table order.
+// keepColumns lists the stream's table's columns that are not among written (case aside), by name.
 func (a *applier) keepColumns(ctx context.Context, stream string, written []string) ([]string, error) {
-	if cols, err := a.knownColumns(ctx, stream); err != nil || len(cols) <= len(written) {
+	cols, err := a.knownColumns(ctx, stream)
+	if err != nil || len(cols) <= len(written) {
 		return nil, err
 	}
-	names, err := columnNames(ctx, a.conn, a.s.Schema, TableName(stream))
-	if err != nil {
-		return nil, fmt.Errorf("table %s: %w", a.tableName(stream), err)
-	}
+	// The known columns' names are lower case; DuckDB matches names without regard to case, quoted or not.
 	var keep []string
-	for _, n := range names {
+	for n := range cols {
 		if !slices.ContainsFunc(written, func(w string) bool { return strings.EqualFold(w, n) }) {
 			keep = append(keep, n)
 		}
 	}
+	slices.Sort(keep)
 	return keep, nil
 }
 
