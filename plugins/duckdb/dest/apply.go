@@ -928,8 +928,45 @@ func (a *applier) outOfMemory(err error) error {
 		where = "committing tables " + strings.Join(a.written, ", ")
 	}
 	tmp := a.s.Path + ".tmp"
+	raise := "raise the connection's memory_limit"
+	if rows, err := a.databaseRows(); err == nil {
+		raise = fmt.Sprintf("set the connection's memory_limit to %dMiB or more (the database holds %s rows)", suggestedLimit(a.s.limitBytes(), rows)>>20, countText(rows))
+	}
 	return fault.ConfigErr(
 		fmt.Errorf("database %s: %s: DuckDB ran out of memory under %s (it spills table data beyond the limit to %s, but not the version data of deletes and updates spread through a large table, nor an index such as the PRIMARY KEY an older build of this plugin created): %w",
 			a.s.Path, where, limit, tmp, err),
-		fmt.Sprintf("raise the connection's memory_limit (default %s; a large table with updates and deletes spread through it needs roughly 20 MiB per million rows), and keep free disk space for %s; the restarted pipeline applies the same range again", DefaultMemoryLimit, tmp))
+		fmt.Sprintf("%s (default %s; tables with updates and deletes spread through them need roughly %d MiB per million rows), and keep free disk space for %s; the restarted pipeline applies the same range again",
+			raise, DefaultMemoryLimit, limitPerMillionRows>>20, tmp))
+}
+
+// limitPerMillionRows is the memory_limit a million rows of tables with updates and deletes spread through them
+// need (README, Memory: measured ≈ 20 MiB; 16 KiB of delete ids per 2,048-row vector in DuckDB's three eighths
+// is ≈ 21 MiB).
+const limitPerMillionRows = 21 << 20
+
+// suggestedLimit is the memory_limit to name in the fix for a database of rows rows whose current limit ran
+// out: what its rows need, and at least twice the current limit (the need is an estimate), in 64 MiB steps.
+func suggestedLimit(current, rows int64) int64 {
+	need := max(rows*limitPerMillionRows/1_000_000, 2*current)
+	const step = 64 << 20
+	return (need + step - 1) / step * step
+}
+
+// countText is a row count as the fix prints it: exact when small, in millions when not.
+func countText(rows int64) string {
+	if rows < 1_000_000 {
+		return strconv.FormatInt(rows, 10)
+	}
+	return strconv.FormatFloat(float64(rows)/1e6, 'f', 1, 64) + "M"
+}
+
+// databaseRows is the rows of every table in the database (DuckDB's estimate, from its catalog): DuckDB's
+// share holds the delete bookkeeping of all of them, not only the table that ran out. Called after the
+// failed transaction is rolled back, on a context of its own: the apply's may be done.
+func (a *applier) databaseRows() (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var rows int64
+	err := a.conn.QueryRowContext(ctx, `SELECT coalesce(sum(estimated_size), 0) FROM duckdb_tables() WHERE database_name = current_database()`).Scan(&rows)
+	return rows, err
 }

@@ -133,8 +133,9 @@ func TestOutOfMemoryIsConfigFault(t *testing.T) {
 			t.Errorf("error %q does not name %q", err, want)
 		}
 	}
-	if fix := fault.FixOf(err); !strings.Contains(fix, "memory_limit") {
-		t.Errorf("fix %q does not say to raise memory_limit", fix)
+	// The fix names a limit: twice this one at least, in 64 MiB steps, beside the rows the database holds.
+	if fix := fault.FixOf(err); !strings.Contains(fix, "memory_limit to 64MiB or more (the database holds ") {
+		t.Errorf("fix %q does not name a memory_limit to set", fix)
 	}
 	// The temporary directory the message names is DuckDB's.
 	dest.mu.Lock()
@@ -363,4 +364,23 @@ func TestUpsertsUnderMemoryLimit(t *testing.T) {
 	}
 	h.wantRows(`SELECT count(*), sum(id) FROM users`, fmt.Sprintf("%d|%d", rows, sum))
 	h.wantRows(`SELECT name, count(*) FROM users WHERE name LIKE 'u%' GROUP BY name ORDER BY name`, "u0|1000", "u1|1000", "u2|1000")
+}
+
+// TestSuggestedLimit: the memory_limit the out-of-memory fault's fix names covers the database's rows at the
+// README's ≈ 21 MiB per million (the 1 GiB backlog's 28M rows applied under 640MiB), and is at least twice the
+// limit that ran out, in 64 MiB steps.
+func TestSuggestedLimit(t *testing.T) {
+	for _, tc := range []struct {
+		current, rows, want int64
+	}{
+		{current: 256 << 20, rows: 28_000_000, want: 640 << 20},
+		{current: 256 << 20, rows: 10_000_000, want: 512 << 20}, // twice the limit is more than 210 MiB
+		{current: 256 << 20, rows: 0, want: 512 << 20},
+		{current: 4 << 20, rows: 0, want: 64 << 20},
+		{current: 1 << 30, rows: 100_000_000, want: 2112 << 20}, // 2100 MiB, rounded up
+	} {
+		if got := suggestedLimit(tc.current, tc.rows); got != tc.want {
+			t.Errorf("suggestedLimit(%d MiB, %d rows) = %d MiB, want %d MiB", tc.current>>20, tc.rows, got>>20, tc.want>>20)
+		}
+	}
 }

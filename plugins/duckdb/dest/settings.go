@@ -106,7 +106,7 @@ const SettingsSchema = `{
   "properties": {
     "path": {"type": "string", "minLength": 1, "description": "the .duckdb file (created on first use, with its directory)"},
     "schema": {"type": "string", "minLength": 1, "default": "main", "description": "schema of the tables and of the _skippr_state table (created when missing)"},
-    "memory_limit": {"type": "string", "default": "256MiB", "description": "the plugin's memory for the database (e.g. 1GiB; default 256MiB), whatever the range: three eighths are DuckDB's memory_limit (it spills beyond it to the file's .tmp directory), a quarter the Go runtime's soft limit, the rest room for DuckDB's allocations outside its limit; a coalesced range is committed in parts of a quarter of DuckDB's share; the process's RSS stays under this plus about 128 MiB; a large table with updates and deletes spread through it needs more, about 20 MiB per million rows (README, Memory)"},
+    "memory_limit": {"type": "string", "default": "256MiB", "description": "the plugin's memory for the database (e.g. 1GiB; default 256MiB), whatever the range: three eighths are DuckDB's memory_limit (it spills beyond it to the file's .tmp directory), a quarter the Go runtime's soft limit, the rest room for DuckDB's allocations outside its limit; a coalesced range is committed in parts of a quarter of DuckDB's share; the process's RSS stays under this plus about 128 MiB; a large table with updates and deletes spread through it needs more, about 21 MiB per million rows (README, Memory)"},
     ` + rowmeta.SchemaProperties + `
   }
 }`
