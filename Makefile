@@ -66,7 +66,7 @@ BUILD_FLAGS := -gcflags "all=-dwarf=false" -ldflags "all=-s -w"
 # version is its own source's.
 build:
 	@rm -rf $(BIN)/.build && mkdir -p $(BIN)/.build
-	@GOMAXPROCS=16 $(GO) list -e -deps -tags "$(BUILD_TAGS)" ./cmd/skippr ./cmd/skippr-serve $(addprefix ./plugins/,$(PLUGINS)) >/dev/null
+	@CGO_ENABLED=1 GOMAXPROCS=16 $(GO) list -e -deps -tags "$(BUILD_TAGS)" ./cmd/skippr ./cmd/skippr-serve $(addprefix ./plugins/,$(PLUGINS)) >/dev/null
 	CGO_ENABLED=1 $(GO) build -tags "$(BUILD_TAGS)" $(BUILD_FLAGS) -ldflags "./cmd/...=-s -w -X main.version=$(VERSION)" -o $(BIN)/.build/ ./cmd/skippr ./cmd/skippr-serve $(addprefix ./plugins/,$(filter-out $(NOCGO_PLUGINS),$(PLUGINS)))
 	$(if $(filter $(NOCGO_PLUGINS),$(PLUGINS)),CGO_ENABLED=0 $(GO) build -tags "$(PLUGIN_TAGS)" $(BUILD_FLAGS) -o $(BIN)/.build/ $(addprefix ./plugins/,$(filter $(NOCGO_PLUGINS),$(PLUGINS))))
 	@mv -f $(BIN)/.build/skippr $(BIN)/.build/skippr-serve $(BIN)/ && for p in $(PLUGINS); do mv -f $(BIN)/.build/$$p $(BIN)/skippr-plugin-$$p || exit 1; done; rm -rf $(BIN)/.build

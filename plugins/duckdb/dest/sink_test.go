@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/skippr-dev/skippr/plugin-sdk/change"
+	"github.com/skippr-dev/skippr/plugin-sdk/fault"
 	"github.com/skippr-dev/skippr/plugin-sdk/serve"
 	"github.com/skippr-dev/skippr/plugin-sdk/values"
 )
@@ -386,6 +387,20 @@ func TestCheckExplainsBadPaths(t *testing.T) {
 	if err := os.WriteFile(aFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A database whose first block is torn, as DuckDB 1.5 left one behind a SIGKILL during a checkpoint
+	// (README, Crash safety): bytes of the block after its checksum overwritten.
+	torn := filepath.Join(dir, "torn.duckdb")
+	if err := (&Destination{}).Check(ctx(t), json.RawMessage(`{"path": "`+torn+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(torn, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xa5}, 4096), 12288+8192); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	for _, tc := range []struct {
 		name, settings, want string
 	}{
@@ -396,6 +411,7 @@ func TestCheckExplainsBadPaths(t *testing.T) {
 		{"directory", `{"path": "` + dir + `"}`, "is a directory"},
 		{"parent is a file", `{"path": "` + filepath.Join(aFile, "x.duckdb") + `"}`, "create its directory"},
 		{"not a database", `{"path": "` + notDB + `"}`, "not a DuckDB database"},
+		{"damaged", `{"path": "` + torn + `"}`, "is damaged (a block's checksum does not match)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &Destination{}
@@ -405,6 +421,8 @@ func TestCheckExplainsBadPaths(t *testing.T) {
 				t.Fatalf("check: %v", err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("check: got %v, want an error containing %q", err, tc.want)
+			case tc.name == "damaged" && fault.ClassOf(err) != fault.Config:
+				t.Fatalf("check: %v is %s, want a config fault (a person must act; a retry fails the same way)", err, fault.ClassOf(err))
 			}
 		})
 	}
