@@ -52,7 +52,7 @@ func TestPostgresToBigQueryHistorySurvivesSIGKILL(t *testing.T) {
 	config := func(held bool) {
 		wal := "group_commit: { max_bytes: 256KiB, max_delay: 100ms }"
 		if held {
-			wal = "group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n      max_unapplied_bytes: 256KiB"
+			wal = harness.HeldWAL
 		}
 		e.WriteConfig(fmt.Sprintf(`connections:
   src:

@@ -70,7 +70,7 @@ func TestMySQLKeylessTableFullRow(t *testing.T) {
 	config := func(held bool) {
 		hold := ""
 		if held {
-			hold = "\n      group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n      max_unapplied_bytes: 256KiB"
+			hold = "\n      " + harness.HeldWAL
 		}
 		e.WriteConfig(fmt.Sprintf(`connections:
   src:

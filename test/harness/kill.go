@@ -46,12 +46,16 @@ func (e *Env) KillSyncAtRandom(n int, lo, hi time.Duration) string {
 	return logs.String()
 }
 
+// HeldWAL is the YAML of a pipeline's wal settings (six spaces in, under `wal:`) that holds the source back to
+// the destinations' pace: what KillSyncInCopy needs for a kill that cannot miss the copy.
+const HeldWAL = "group_commit: { max_bytes: 64KiB, max_delay: 50ms }\n      max_unapplied_bytes: 256KiB"
+
 // KillSyncInCopy starts `skippr sync --wait-lock` and SIGKILLs it while the last checkpoint of the local WAL at
 // walDir shows the snapshot's copy of table begun and not ended (WalState.Copying), so the next run finds that
 // copy unfinished whatever the machine's speed: a kill at a random time, or once the destination shows rows,
 // may land after the source's copy, which runs ahead of the destinations. The test fails when the copy is never
 // seen under way or is over by the kill. For a kill that cannot miss, the pipeline's WAL holds back the source
-// (a small max_unapplied_bytes): the committed checkpoint then moves at the destinations' pace. It returns the
+// (HeldWAL: a small max_unapplied_bytes): the committed checkpoint then moves at the destinations' pace. It returns the
 // WAL's state after the kill.
 func (e *Env) KillSyncInCopy(walDir, table string) WalState {
 	e.T.Helper()

@@ -920,7 +920,8 @@ func isOutOfMemory(err error) bool {
 // way and the engine would loop on it; a person must raise the limit (or make room where DuckDB spills). Not
 // data: no value is at fault. DuckDB spills table data beyond the limit to its temporary directory (the
 // plugin leaves temp_directory at DuckDB's default for a file, <path>.tmp), but not what grows with the table
-// (README, Memory): the version data of rows deleted (an update deletes the old row: merge), and any index (the plugin creates none; a table an older build created may have a PRIMARY KEY).
+// (README, Memory): the version data of rows deleted (an update deletes the old row: merge), and any index (the
+// plugin creates none; a table an older build created may have a PRIMARY KEY).
 func (a *applier) outOfMemory(err error) error {
 	limit := fmt.Sprintf("its memory_limit of %d MiB (three eighths of the connection's memory_limit %s)", a.s.DuckDBLimit()>>20, a.s.MemoryLimit)
 	where := "table " + a.writing

@@ -197,8 +197,8 @@ func explainOpen(path string, err error) error {
 	case strings.Contains(msg, "Permission denied") || strings.Contains(msg, "Read-only file system"):
 		return fault.ConfigErr(fmt.Errorf("database %s is not writable by this user (check the file's and its directory's permissions): %w", path, err), "make the file and its directory writable by the user running skippr, or set path elsewhere")
 	case strings.Contains(msg, "Corrupt database file"), strings.Contains(msg, "Corrupt WAL file"):
-		// Not retried: the same bytes fail the same way. DuckDB 1.5 can leave a torn block behind a process
-		// killed while it writes a checkpoint (README, Crash safety); no setting of ours prevents it.
+		// Not retried: the same bytes fail the same way. DuckDB (1.5, and 2.0 too) can leave a torn block behind
+		// a process killed while it writes a checkpoint (README, Crash safety); no setting of ours prevents it.
 		return fault.ConfigErr(fmt.Errorf("database %s is damaged (a block's checksum does not match): %w", path, err),
 			"keep the file for a report, move it and its .wal aside, and fill a new file from a fresh pipeline (a new name and wal.url): the destination's rows and its exactly-once record are in the damaged file")
 	case strings.Contains(msg, "not a valid DuckDB database file"), strings.Contains(msg, "database file") && strings.Contains(msg, "version"):
